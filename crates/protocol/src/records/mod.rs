@@ -1,0 +1,1 @@
+//! Record batches: filled in by the records work.
