@@ -18,3 +18,6 @@ pub mod wire;
 pub use frame::{RequestHeader, ResponseHeader};
 pub use messages::{ApiKey, RequestBody, ResponseBody};
 pub use wire::{DecodeError, EncodeError, Message, Uuid};
+
+#[cfg(test)]
+mod tests;

@@ -85,6 +85,18 @@ pub trait Message: Sized + Default + Clone + PartialEq + fmt::Debug {
     }
 }
 
+/// A message that can make random values of itself (tests, fuzz seeds, benchmarks).
+#[cfg(any(test, feature = "testing"))]
+pub trait RandomMessage: Message {
+    fn random(rng: &mut TestRng, version: i16) -> Self;
+}
+
+/// Receives every message type in turn from `messages::visit_messages`.
+#[cfg(any(test, feature = "testing"))]
+pub trait MessageVisitor {
+    fn visit<M: RandomMessage>(&mut self);
+}
+
 /// A 128-bit UUID (topic ids, directory ids), printed as Kafka prints it: URL-safe
 /// base64 without padding.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]

@@ -14,6 +14,12 @@ pub fn generate(messages: &[Message]) -> String {
         out.push_str(&MessageGen { m }.module());
     }
     out.push_str(&api_table(messages));
+    out.push_str("/// Calls `visitor` once for every message type of the specs (tests and fuzzing).\n");
+    out.push_str("#[cfg(any(test, feature = \"testing\"))]\npub fn visit_messages<V: MessageVisitor>(visitor: &mut V) {\n");
+    for m in messages {
+        writeln!(out, "    visitor.visit::<{}>();", m.name).unwrap();
+    }
+    out.push_str("}\n");
     out
 }
 
@@ -84,6 +90,12 @@ impl MessageGen<'_> {
         writeln!(
             out,
             "    impl Message for {n} {{\n        const NAME: &'static str = \"{n}\";\n        const VERSIONS: (i16, i16) = ({lo}, {hi});\n        const FLEXIBLE_FROM: Option<i16> = {flexible_min};\n        fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {{ {n}::write(self, buf, version) }}\n        fn read(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {{ {n}::read(buf, version) }}\n    }}",
+            n = m.name
+        )
+        .unwrap();
+        writeln!(
+            out,
+            "    #[cfg(any(test, feature = \"testing\"))]\n    impl RandomMessage for {n} {{\n        fn random(rng: &mut TestRng, version: i16) -> Self {{ {n}::random(rng, version) }}\n    }}",
             n = m.name
         )
         .unwrap();
@@ -229,6 +241,14 @@ impl MessageGen<'_> {
                 "        if {present} {{\n            this.{} = {};\n        }}",
                 ident(&f.name),
                 random_value(&f.ty, &self.cond(f.nullable), f.is_nullable())
+            )
+            .unwrap();
+        }
+        if self.has_flexible() {
+            writeln!(
+                out,
+                "        if ({}) && rng.chance(8) {{\n            this.unknown_tagged_fields.push(RawTaggedField {{ tag: 1000 + rng.below(1000) as u32, data: rng.bytes() }});\n        }}",
+                self.cond(self.m.flexible)
             )
             .unwrap();
         }

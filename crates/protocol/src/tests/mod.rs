@@ -1,0 +1,4 @@
+//! Property and bad-input tests over every generated message.
+
+mod bad_input;
+mod roundtrip;
