@@ -54,6 +54,8 @@ pub trait Message: Sized + Default + Clone + PartialEq + fmt::Debug {
     fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError>;
     /// Decodes without checking `version`.
     fn read(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError>;
+    /// The fewest bytes any encoding of this message takes at `version`.
+    fn min_len(version: i16) -> usize;
 
     fn is_flexible(version: i16) -> bool {
         Self::FLEXIBLE_FROM.is_some_and(|f| version >= f)
@@ -252,21 +254,30 @@ pub fn get_nullable_bytes(buf: &mut Bytes, compact: bool, field: &'static str) -
     }
 }
 
-/// An array count, refused when larger than the bytes left: every element takes at
-/// least one byte, so a larger count is a lie and must not size an allocation.
+/// An array count, refused when `count * min_element_len` exceeds the bytes left: such a
+/// count is a lie, and must not size an allocation. (The generator passes the fewest
+/// bytes an element can take at this version, so memory stays proportional to the frame.)
 pub fn get_nullable_array_len(
     buf: &mut Bytes,
     compact: bool,
+    min_element_len: usize,
     field: &'static str,
 ) -> Result<Option<usize>, DecodeError> {
     match get_length(buf, compact, true, field)? {
-        Some(n) if n > buf.remaining() => Err(DecodeError::InvalidLength { field, length: n as i64 }),
+        Some(n) if n.saturating_mul(min_element_len.max(1)) > buf.remaining() => {
+            Err(DecodeError::InvalidLength { field, length: n as i64 })
+        }
         other => Ok(other),
     }
 }
 
-pub fn get_array_len(buf: &mut Bytes, compact: bool, field: &'static str) -> Result<usize, DecodeError> {
-    get_nullable_array_len(buf, compact, field)?.ok_or(DecodeError::UnexpectedNull { field })
+pub fn get_array_len(
+    buf: &mut Bytes,
+    compact: bool,
+    min_element_len: usize,
+    field: &'static str,
+) -> Result<usize, DecodeError> {
+    get_nullable_array_len(buf, compact, min_element_len, field)?.ok_or(DecodeError::UnexpectedNull { field })
 }
 
 /// The presence marker of a nullable struct: -1 null, anything else present.

@@ -89,7 +89,7 @@ impl MessageGen<'_> {
         };
         writeln!(
             out,
-            "    impl Message for {n} {{\n        const NAME: &'static str = \"{n}\";\n        const VERSIONS: (i16, i16) = ({lo}, {hi});\n        const FLEXIBLE_FROM: Option<i16> = {flexible_min};\n        fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {{ {n}::write(self, buf, version) }}\n        fn read(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {{ {n}::read(buf, version) }}\n    }}",
+            "    impl Message for {n} {{\n        const NAME: &'static str = \"{n}\";\n        const VERSIONS: (i16, i16) = ({lo}, {hi});\n        const FLEXIBLE_FROM: Option<i16> = {flexible_min};\n        fn write(&self, buf: &mut BytesMut, version: i16) -> Result<(), EncodeError> {{ {n}::write(self, buf, version) }}\n        fn read(buf: &mut Bytes, version: i16) -> Result<Self, DecodeError> {{ {n}::read(buf, version) }}\n        fn min_len(version: i16) -> usize {{ {n}::min_len(version) }}\n    }}",
             n = m.name
         )
         .unwrap();
@@ -126,6 +126,7 @@ impl MessageGen<'_> {
         }
         out.push_str("            }\n        }\n    }\n\n");
         writeln!(out, "    impl {name} {{").unwrap();
+        out.push_str(&self.min_len_fn(fields));
         out.push_str(&self.write_fn(name, fields));
         out.push_str(&self.read_fn(name, fields));
         out.push_str(&self.random_fn(fields));
@@ -135,6 +136,30 @@ impl MessageGen<'_> {
 
     fn flexible_decl(&self) -> String {
         format!("        let flexible = {};\n", self.cond(self.m.flexible))
+    }
+
+    /// The fewest bytes one value can take at `version`: an array count times this must
+    /// fit in the bytes left, which bounds how much memory a lying count can make us use.
+    fn min_len_fn(&self, fields: &[Field]) -> String {
+        let mut out = String::new();
+        out.push_str("        /// The fewest bytes an encoding of this struct takes at `version`.\n");
+        out.push_str("        pub fn min_len(version: i16) -> usize {\n");
+        out.push_str(&self.flexible_decl());
+        out.push_str("        let mut n = usize::from(flexible);\n");
+        for f in fields {
+            let cond = self.cond(untagged_versions(f));
+            if cond == "false" {
+                continue;
+            }
+            let size = if f.is_nullable() && matches!(f.ty, Type::Struct(_)) {
+                "1".to_string()
+            } else {
+                min_len_expr(&f.ty, &compact(f), f.is_nullable())
+            };
+            writeln!(out, "        if {cond} {{\n            n += {size};\n        }}").unwrap();
+        }
+        out.push_str("        n\n        }\n\n");
+        out
     }
 
     fn write_fn(&self, name: &str, fields: &[Field]) -> String {
@@ -338,6 +363,29 @@ fn default_expr(f: &Field) -> String {
     }
 }
 
+/// The fewest bytes a value of `ty` takes (null where allowed).
+fn min_len_expr(ty: &Type, compact: &str, nullable: bool) -> String {
+    match ty {
+        Type::Bool | Type::Int8 => "1".into(),
+        Type::Int16 | Type::Uint16 => "2".into(),
+        Type::Int32 | Type::Uint32 => "4".into(),
+        Type::Int64 | Type::Float64 => "8".into(),
+        Type::Uuid => "16".into(),
+        Type::String => format!("if {compact} {{ 1 }} else {{ 2 }}"),
+        Type::Bytes | Type::Records | Type::Array(_) => format!("if {compact} {{ 1 }} else {{ 4 }}"),
+        Type::Struct(_) if nullable => "1".into(),
+        Type::Struct(s) => format!("{s}::min_len(version)"),
+    }
+}
+
+/// The fewest bytes one element of an array of `ty` takes, at least one.
+fn element_min_len(ty: &Type, compact: &str) -> String {
+    match ty {
+        Type::Struct(s) => format!("{s}::min_len(version).max(1)"),
+        other => min_len_expr(other, compact, false),
+    }
+}
+
 /// Statements writing `v` (an expression of the field's Rust type) to `buf`.
 fn encode_value(ty: &Type, v: &str, compact: &str, path: &str, nullable_cond: &str, nullable: bool) -> String {
     if nullable {
@@ -386,7 +434,8 @@ fn decode_value(ty: &Type, compact: &str, path: &str, nullable_cond: &str, nulla
             Type::Array(inner) => {
                 let elem = decode_value(inner, compact, path, "false", false);
                 format!(
-                    "match get_nullable_array_len(buf, {compact}, \"{path}\")? {{ None => None, Some(n) => {{ let mut items = Vec::with_capacity(n); for _ in 0..n {{ items.push({elem}); }} Some(items) }} }}"
+                    "match get_nullable_array_len(buf, {compact}, {min}, \"{path}\")? {{ None => None, Some(n) => {{ let mut items = Vec::with_capacity(n); for _ in 0..n {{ items.push({elem}); }} Some(items) }} }}",
+                    min = element_min_len(inner, compact)
                 )
             }
             _ => unreachable!("checked by the parser"),
@@ -411,7 +460,8 @@ fn decode_value(ty: &Type, compact: &str, path: &str, nullable_cond: &str, nulla
         Type::Array(inner) => {
             let elem = decode_value(inner, compact, path, "false", false);
             format!(
-                "{{ let n = get_array_len(buf, {compact}, \"{path}\")?; let mut items = Vec::with_capacity(n); for _ in 0..n {{ items.push({elem}); }} items }}"
+                "{{ let n = get_array_len(buf, {compact}, {min}, \"{path}\")?; let mut items = Vec::with_capacity(n); for _ in 0..n {{ items.push({elem}); }} items }}",
+                min = element_min_len(inner, compact)
             )
         }
     }

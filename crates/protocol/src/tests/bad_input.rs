@@ -66,6 +66,16 @@ fn array_count_larger_than_the_frame_is_refused_before_allocating() {
 }
 
 #[test]
+fn array_count_times_smallest_element_beyond_the_frame_is_refused() {
+    // Metadata v0: 10 topic names claimed, each at least 2 bytes, but only 15 bytes follow.
+    let mut buf = BytesMut::new();
+    buf.put_i32(10);
+    buf.put_slice(&[0; 15]);
+    let err = MetadataRequest::decode(&mut buf.freeze(), 0).unwrap_err();
+    assert!(matches!(err, DecodeError::InvalidLength { length: 10, .. }), "{err}");
+}
+
+#[test]
 fn string_length_larger_than_the_frame_is_truncated_not_allocated() {
     // Produce v3: transactional id claims 30000 bytes, 2 are present.
     let mut buf = BytesMut::new();

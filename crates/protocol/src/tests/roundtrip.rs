@@ -22,6 +22,7 @@ impl MessageVisitor for RoundTrip {
                 let mut buf = BytesMut::new();
                 value.encode(&mut buf, version).unwrap_or_else(|e| panic!("{} v{version}: encode: {e}", M::NAME));
                 let bytes = buf.freeze();
+                assert!(bytes.len() >= M::min_len(version), "{} v{version}: shorter than min_len", M::NAME);
                 let decoded = M::decode_exact(bytes.clone(), version)
                     .unwrap_or_else(|e| panic!("{} v{version}: decode: {e}\n{value:?}", M::NAME));
                 assert_eq!(decoded, value, "{} v{version}: decode(encode(x)) != x", M::NAME);
