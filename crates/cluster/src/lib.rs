@@ -1,2 +1,18 @@
-//! Replication and the controller: partition leadership, ISR, leader epochs, metadata,
-//! and the coordinators' state machines. Built with the broker issues; empty until then.
+//! Cluster metadata for Osprey: which topics exist, their ids, partitions, replicas,
+//! leaders, epochs and configs.
+//!
+//! The metadata is a state machine ([`MetadataImage`]) driven by records
+//! ([`MetadataRecord`]); the [`Controller`] validates admin requests and turns them into
+//! records; a [`MetadataLog`] makes records durable before they are applied. A single
+//! node writes its own log today; the multi-broker controller will replicate the same
+//! records with openraft, so nothing above this crate changes.
+
+pub mod controller;
+pub mod image;
+pub mod log;
+pub mod meta_properties;
+
+pub use controller::{Controller, ControllerError, NewTopic};
+pub use image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage};
+pub use log::MetadataLog;
+pub use meta_properties::MetaProperties;

@@ -10,11 +10,13 @@
 //!
 //! No sockets, no clocks, no async: the server crate owns those.
 
+pub mod error_code;
 pub mod frame;
 pub mod messages;
 pub mod records;
 pub mod wire;
 
+pub use error_code::ErrorCode;
 pub use frame::{RequestHeader, ResponseHeader};
 pub use messages::{ApiKey, RequestBody, ResponseBody};
 pub use wire::{DecodeError, EncodeError, Message, Uuid};

@@ -1,0 +1,180 @@
+//! The metadata state machine: records in, an image of the cluster out.
+
+use osprey_protocol::Uuid;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+
+/// One change to the cluster metadata. Records are the unit of durability and (later)
+/// of replication: the image is exactly the fold of its records.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type")]
+pub enum MetadataRecord {
+    /// A new topic with its partitions' replica lists (first replica is the preferred leader).
+    CreateTopic {
+        name: String,
+        id: [u8; 16],
+        replicas: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+    },
+    /// Partitions appended to an existing topic.
+    CreatePartitions {
+        id: [u8; 16],
+        replicas: Vec<Vec<i32>>,
+    },
+    DeleteTopic {
+        id: [u8; 16],
+    },
+    /// A topic config set (`Some`) or reset to the broker default (`None`).
+    SetTopicConfig {
+        id: [u8; 16],
+        key: String,
+        value: Option<String>,
+    },
+}
+
+/// The current metadata: what every handler reads.
+#[derive(Debug, Clone, Default)]
+pub struct MetadataImage {
+    topics_by_name: BTreeMap<String, Uuid>,
+    topics: HashMap<Uuid, TopicImage>,
+    /// How many records have been applied (an offset into the metadata log).
+    pub applied: u64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: Vec<PartitionImage>,
+    /// Topic-level overrides only; defaults come from the broker config.
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionImage {
+    pub index: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+}
+
+impl PartitionImage {
+    fn new(index: i32, replicas: Vec<i32>) -> PartitionImage {
+        let leader = replicas.first().copied().unwrap_or(-1);
+        PartitionImage { index, isr: replicas.clone(), replicas, leader, leader_epoch: 0 }
+    }
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics_by_name.get(name).and_then(|id| self.topics.get(id))
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicImage> {
+        self.topics.get(&id)
+    }
+
+    /// Topics in name order.
+    pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
+        self.topics_by_name.values().filter_map(|id| self.topics.get(id))
+    }
+
+    /// Applies one record. Records are validated by the controller before they are
+    /// written, so a record that does not fit (a replay of a damaged log) is skipped with
+    /// a warning rather than corrupting the image.
+    pub fn apply(&mut self, record: &MetadataRecord) {
+        self.applied += 1;
+        match record {
+            MetadataRecord::CreateTopic { name, id, replicas, configs } => {
+                let id = Uuid(*id);
+                if self.topics_by_name.contains_key(name) || self.topics.contains_key(&id) {
+                    tracing::warn!(topic = %name, "metadata record creates a topic that exists; skipped");
+                    return;
+                }
+                let partitions =
+                    replicas.iter().enumerate().map(|(i, r)| PartitionImage::new(i as i32, r.clone())).collect();
+                self.topics_by_name.insert(name.clone(), id);
+                self.topics.insert(id, TopicImage { name: name.clone(), id, partitions, configs: configs.clone() });
+            }
+            MetadataRecord::CreatePartitions { id, replicas } => match self.topics.get_mut(&Uuid(*id)) {
+                Some(topic) => {
+                    for r in replicas {
+                        let index = topic.partitions.len() as i32;
+                        topic.partitions.push(PartitionImage::new(index, r.clone()));
+                    }
+                }
+                None => tracing::warn!(topic_id = %Uuid(*id), "metadata record adds partitions to a missing topic"),
+            },
+            MetadataRecord::DeleteTopic { id } => {
+                if let Some(topic) = self.topics.remove(&Uuid(*id)) {
+                    self.topics_by_name.remove(&topic.name);
+                }
+            }
+            MetadataRecord::SetTopicConfig { id, key, value } => match self.topics.get_mut(&Uuid(*id)) {
+                Some(topic) => match value {
+                    Some(v) => {
+                        topic.configs.insert(key.clone(), v.clone());
+                    }
+                    None => {
+                        topic.configs.remove(key);
+                    }
+                },
+                None => tracing::warn!(topic_id = %Uuid(*id), "metadata record configures a missing topic"),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn create(name: &str, id: u8, partitions: usize) -> MetadataRecord {
+        MetadataRecord::CreateTopic {
+            name: name.into(),
+            id: [id; 16],
+            replicas: vec![vec![1]; partitions],
+            configs: BTreeMap::new(),
+        }
+    }
+
+    #[test]
+    fn created_topic_has_partitions_led_by_first_replica() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, 3));
+        let t = image.topic("a").unwrap();
+        assert_eq!(t.partitions.len(), 3);
+        assert_eq!(t.partitions[2].index, 2);
+        assert_eq!(t.partitions[0].leader, 1);
+        assert_eq!(image.topic_by_id(Uuid([1; 16])).unwrap().name, "a");
+    }
+
+    #[test]
+    fn partitions_configs_and_deletion_apply_in_order() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, 1));
+        image.apply(&MetadataRecord::CreatePartitions { id: [1; 16], replicas: vec![vec![1], vec![1]] });
+        image.apply(&MetadataRecord::SetTopicConfig {
+            id: [1; 16],
+            key: "retention.ms".into(),
+            value: Some("5".into()),
+        });
+        assert_eq!(image.topic("a").unwrap().partitions.len(), 3);
+        assert_eq!(image.topic("a").unwrap().configs["retention.ms"], "5");
+        image.apply(&MetadataRecord::SetTopicConfig { id: [1; 16], key: "retention.ms".into(), value: None });
+        assert!(image.topic("a").unwrap().configs.is_empty());
+        image.apply(&MetadataRecord::DeleteTopic { id: [1; 16] });
+        assert!(image.topic("a").is_none());
+        assert_eq!(image.applied, 5);
+    }
+
+    #[test]
+    fn duplicate_create_is_skipped_not_applied() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("a", 1, 1));
+        image.apply(&create("a", 2, 5));
+        assert_eq!(image.topic("a").unwrap().partitions.len(), 1);
+        assert!(image.topic_by_id(Uuid([2; 16])).is_none());
+    }
+}
