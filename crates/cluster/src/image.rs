@@ -9,6 +9,10 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum MetadataRecord {
+    /// Producer ids below `next` are handed out (in blocks, so a restart never reuses one).
+    ProducerIdsAllocated {
+        next: i64,
+    },
     /// A new topic with its partitions' replica lists (first replica is the preferred leader).
     CreateTopic {
         name: String,
@@ -39,6 +43,8 @@ pub struct MetadataImage {
     topics: HashMap<Uuid, TopicImage>,
     /// How many records have been applied (an offset into the metadata log).
     pub applied: u64,
+    /// The first producer id not yet handed out.
+    pub next_producer_id: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +116,9 @@ impl MetadataImage {
                 if let Some(topic) = self.topics.remove(&Uuid(*id)) {
                     self.topics_by_name.remove(&topic.name);
                 }
+            }
+            MetadataRecord::ProducerIdsAllocated { next } => {
+                self.next_producer_id = self.next_producer_id.max(*next);
             }
             MetadataRecord::SetTopicConfig { id, key, value } => match self.topics.get_mut(&Uuid(*id)) {
                 Some(topic) => match value {

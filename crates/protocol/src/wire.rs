@@ -369,7 +369,7 @@ impl TestRng {
         TestRng(seed)
     }
 
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -378,7 +378,7 @@ impl TestRng {
     }
 
     pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        self.next_u64() % n
     }
 
     /// True one time in `n`.
@@ -387,13 +387,13 @@ impl TestRng {
     }
 
     pub fn float(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 
     pub fn uuid(&mut self) -> Uuid {
         let mut id = [0u8; 16];
-        id[..8].copy_from_slice(&self.next().to_be_bytes());
-        id[8..].copy_from_slice(&self.next().to_be_bytes());
+        id[..8].copy_from_slice(&self.next_u64().to_be_bytes());
+        id[8..].copy_from_slice(&self.next_u64().to_be_bytes());
         Uuid(id)
     }
 
@@ -405,6 +405,6 @@ impl TestRng {
 
     pub fn bytes(&mut self) -> Bytes {
         let len = self.below(24) as usize;
-        (0..len).map(|_| self.next() as u8).collect::<Vec<u8>>().into()
+        (0..len).map(|_| self.next_u64() as u8).collect::<Vec<u8>>().into()
     }
 }

@@ -1,9 +1,175 @@
-//! The `osprey` binary. The broker itself arrives with the single-node broker issue; until
-//! then the binary says so instead of pretending to serve.
+//! `osprey [server.properties] [--override key=value]...`: one process acting as broker
+//! and controller. With no arguments: 127.0.0.1:9092, data under `./data`.
 
-fn main() {
-    eprintln!(
-        "osprey: the broker is not built yet (see the single-node broker issue); only the protocol codec exists."
+use osprey_server::broker::{Broker, Settings};
+use osprey_server::config::{parse_cli, validate_topic_config, BrokerConfig, ConfigError};
+use osprey_server::{network, telemetry};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// How long SIGTERM waits for in-flight requests before closing connections.
+const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
+
+fn main() -> ExitCode {
+    let (config, unknown) = match parse_cli(std::env::args_os()) {
+        Ok(c) => c,
+        Err(ConfigError::Help(text)) => {
+            println!("{text}");
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            eprintln!("osprey: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info".into()))
+        .with_target(false)
+        .init();
+    if !unknown.is_empty() {
+        tracing::warn!(keys = ?unknown, "these configuration keys are not used by osprey");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(config: BrokerConfig) -> Result<(), String> {
+    let listener = config.listeners.first().ok_or("no listener configured (listeners)")?;
+    let bind = resolve(&listener.bind_address())?;
+    let tcp = TcpListener::bind(bind)
+        .await
+        .map_err(|e| format!("cannot listen on {bind} (listeners): {e}; is another broker running there?"))?;
+    let local = tcp.local_addr().map_err(|e| e.to_string())?;
+    let settings = settings(&config, local)?;
+    let data_dir = settings.data_dir.clone();
+    let broker = tokio::task::spawn_blocking(move || {
+        Broker::open(settings, Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())))
+    })
+    .await
+    .map_err(|e| e.to_string())?
+    .map_err(|e| format!("cannot open the data directory {}: {e}", data_dir.display()))?;
+    if let Some(addr) = &config.metrics_listener {
+        let addr = resolve(addr)?;
+        telemetry::install(addr, broker.clone())?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    let (stop, stopped) = watch::channel(false);
+    spawn_background(broker.clone(), &config, stopped.clone());
+    tracing::info!(
+        listener = %local,
+        node_id = broker.settings.node_id,
+        cluster_id = %broker.cluster_id,
+        data = %broker.settings.data_dir.display(),
+        "osprey is ready"
     );
-    std::process::exit(2);
+    let server = tokio::spawn(network::serve(broker.clone(), tcp, stopped, SHUTDOWN_DRAIN));
+    wait_for_signal().await;
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    let _ = stop.send(true);
+    let _ = server.await;
+    tokio::task::spawn_blocking(move || broker.shutdown()).await.map_err(|e| e.to_string())?;
+    tracing::info!("stopped cleanly");
+    Ok(())
+}
+
+/// The broker settings from the resolved configuration and the address actually bound.
+fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String> {
+    let data_dir = config.data_dirs.first().cloned().ok_or("log.dirs is empty")?;
+    if config.data_dirs.len() > 1 {
+        tracing::warn!(dirs = ?config.data_dirs, "several log.dirs are not supported yet; using the first");
+    }
+    let advertised = config.advertised_listeners.first();
+    let mut s = Settings::single_node(bound, data_dir);
+    s.node_id = config.node_id;
+    s.advertised_host = advertised
+        .map(|l| l.host.clone())
+        .filter(|h| !h.is_empty() && h != "0.0.0.0")
+        .unwrap_or_else(|| bound.ip().to_string());
+    s.advertised_port = advertised.map(|l| l.port).filter(|p| *p != 0).unwrap_or(bound.port()).into();
+    s.num_partitions = config.num_partitions;
+    s.default_replication_factor =
+        i16::try_from(config.default_replication_factor).map_err(|_| "default.replication.factor is too large")?;
+    s.auto_create_topics = config.auto_create_topics_enable;
+    s.delete_topic_enable = config.delete_topic_enable;
+    s.socket_request_max_bytes = config.socket_request_max_bytes.max(0) as usize;
+    s.max_connections = config.max_connections.max(1) as usize;
+    s.connections_max_idle_ms = config.connections_max_idle_ms.max(0) as u64;
+    s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
+    s.topic_defaults = config.topic_defaults().values().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    s.config = Arc::new(config.clone());
+    Ok(s)
+}
+
+/// Retention passes and time-based flushes, off the request path.
+fn spawn_background(broker: Arc<Broker>, config: &BrokerConfig, mut stopped: watch::Receiver<bool>) {
+    let retention_every = Duration::from_millis(config.retention_check_interval_ms.max(1000) as u64);
+    let flush_every = Duration::from_millis(config.flush_scheduler_interval_ms.clamp(100, 60_000) as u64);
+    tokio::spawn(async move {
+        let mut retention = tokio::time::interval(retention_every);
+        let mut flush = tokio::time::interval(flush_every);
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                _ = retention.tick() => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for p in b.partitions() {
+                            match p.log.retention_pass(osprey_server::broker::now_ms()) {
+                                Ok(o) if o.deleted_segments > 0 => tracing::info!(topic = %p.topic, partition = p.index, segments = o.deleted_segments, bytes = o.deleted_bytes, log_start_offset = o.log_start_offset, "retention deleted segments"),
+                                Ok(_) => {}
+                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention pass failed"),
+                            }
+                        }
+                    }).await;
+                }
+                _ = flush.tick() => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for p in b.partitions() {
+                            match p.log.flush_if_due(osprey_server::broker::now_ms()) {
+                                Ok(true) => p.advance_high_watermark(p.log.durable_end_offset()),
+                                Ok(false) => {}
+                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scheduled flush failed"),
+                            }
+                        }
+                    }).await;
+                }
+            }
+        }
+    });
+}
+
+fn resolve(addr: &str) -> Result<SocketAddr, String> {
+    addr.to_socket_addrs()
+        .map_err(|e| format!("cannot resolve {addr}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{addr} resolves to no address"))
+}
+
+async fn wait_for_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }

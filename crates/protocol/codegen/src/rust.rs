@@ -15,7 +15,9 @@ pub fn generate(messages: &[Message]) -> String {
     }
     out.push_str(&api_table(messages));
     out.push_str("/// Calls `visitor` once for every message type of the specs (tests and fuzzing).\n");
-    out.push_str("#[cfg(any(test, feature = \"testing\"))]\npub fn visit_messages<V: MessageVisitor>(visitor: &mut V) {\n");
+    out.push_str(
+        "#[cfg(any(test, feature = \"testing\"))]\npub fn visit_messages<V: MessageVisitor>(visitor: &mut V) {\n",
+    );
     for m in messages {
         writeln!(out, "    visitor.visit::<{}>();", m.name).unwrap();
     }
@@ -474,12 +476,12 @@ fn random_value(ty: &Type, nullable_cond: &str, nullable: bool) -> String {
     }
     match ty {
         Type::Bool => "rng.chance(2)".into(),
-        Type::Int8 => "rng.next() as i8".into(),
-        Type::Int16 => "rng.next() as i16".into(),
-        Type::Int32 => "rng.next() as i32".into(),
-        Type::Int64 => "rng.next() as i64".into(),
-        Type::Uint16 => "rng.next() as u16".into(),
-        Type::Uint32 => "rng.next() as u32".into(),
+        Type::Int8 => "rng.next_u64() as i8".into(),
+        Type::Int16 => "rng.next_u64() as i16".into(),
+        Type::Int32 => "rng.next_u64() as i32".into(),
+        Type::Int64 => "rng.next_u64() as i64".into(),
+        Type::Uint16 => "rng.next_u64() as u16".into(),
+        Type::Uint32 => "rng.next_u64() as u32".into(),
         Type::Float64 => "rng.float()".into(),
         Type::Uuid => "rng.uuid()".into(),
         Type::String => "rng.string()".into(),

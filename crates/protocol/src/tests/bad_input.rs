@@ -30,7 +30,7 @@ impl MessageVisitor for Mangle {
                     break;
                 }
                 let at = self.rng.below(bad.len() as u64) as usize;
-                bad[at] = self.rng.next() as u8;
+                bad[at] = self.rng.next_u64() as u8;
                 let _ = M::decode_exact(Bytes::from(bad), version);
             }
         }

@@ -2,7 +2,7 @@
 //! decoded message re-encode to exactly the same bytes.
 
 use crate::messages::visit_messages;
-use crate::wire::{Message, MessageVisitor, RandomMessage, TestRng};
+use crate::wire::{MessageVisitor, RandomMessage, TestRng};
 use bytes::BytesMut;
 use proptest::prelude::*;
 
@@ -27,7 +27,9 @@ impl MessageVisitor for RoundTrip {
                     .unwrap_or_else(|e| panic!("{} v{version}: decode: {e}\n{value:?}", M::NAME));
                 assert_eq!(decoded, value, "{} v{version}: decode(encode(x)) != x", M::NAME);
                 let mut again = BytesMut::new();
-                decoded.encode(&mut again, version).unwrap_or_else(|e| panic!("{} v{version}: re-encode: {e}", M::NAME));
+                decoded
+                    .encode(&mut again, version)
+                    .unwrap_or_else(|e| panic!("{} v{version}: re-encode: {e}", M::NAME));
                 assert_eq!(again.freeze(), bytes, "{} v{version}: encode(decode(bytes)) != bytes", M::NAME);
                 self.checked += 1;
             }

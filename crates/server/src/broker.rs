@@ -1,0 +1,333 @@
+//! The broker's shared state: settings, the controller and its published metadata image,
+//! and the partitions this node leads.
+
+use crate::config::{BrokerConfig, ConfigError, TopicConfig};
+use crate::partition::Partition;
+use dashmap::DashMap;
+use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::{Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, TopicImage};
+use osprey_protocol::{ErrorCode, Uuid};
+use osprey_storage::{Flusher, LogConfig, PartitionLog, StdStorage};
+use std::collections::BTreeMap;
+use std::io;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// What the broker needs from its configuration, resolved and validated.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub node_id: i32,
+    pub listen: SocketAddr,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub data_dir: PathBuf,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics: bool,
+    pub delete_topic_enable: bool,
+    /// `socket.request.max.bytes`: larger frames close the connection before being read.
+    pub socket_request_max_bytes: usize,
+    /// `max.connections`: further connections are closed on accept.
+    pub max_connections: usize,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle_ms: u64,
+    /// `osprey.max.inflight.requests.per.connection`: reading pauses beyond this many.
+    pub max_inflight_per_connection: usize,
+    /// Topic-level config defaults from the broker config, by topic config name.
+    pub topic_defaults: BTreeMap<String, String>,
+    /// The whole resolved configuration, for DescribeConfigs.
+    pub config: Arc<BrokerConfig>,
+}
+
+impl Settings {
+    /// Defaults for a single local node with data under `data_dir` (tests and `osprey`
+    /// with no arguments).
+    pub fn single_node(listen: SocketAddr, data_dir: PathBuf) -> Settings {
+        Settings {
+            node_id: 1,
+            listen,
+            advertised_host: listen.ip().to_string(),
+            advertised_port: i32::from(listen.port()),
+            data_dir,
+            num_partitions: 1,
+            default_replication_factor: 1,
+            auto_create_topics: true,
+            delete_topic_enable: true,
+            socket_request_max_bytes: 104_857_600,
+            max_connections: 10_000,
+            connections_max_idle_ms: 600_000,
+            max_inflight_per_connection: 100,
+            topic_defaults: BTreeMap::new(),
+            config: Arc::new(BrokerConfig::default()),
+        }
+    }
+}
+
+type Validator = Box<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
+
+pub struct Broker {
+    pub settings: Settings,
+    pub cluster_id: String,
+    controller: Mutex<Controller>,
+    image: RwLock<Arc<MetadataImage>>,
+    partitions: DashMap<(Uuid, i32), Arc<Partition>>,
+    pub flusher: Flusher,
+    validate_topic_config: Validator,
+    /// The block of producer ids this broker hands out next.
+    producer_ids: Mutex<std::ops::Range<i64>>,
+}
+
+impl std::fmt::Debug for Broker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Broker").field("node_id", &self.settings.node_id).field("cluster_id", &self.cluster_id).finish()
+    }
+}
+
+/// Milliseconds since the epoch: the broker's clock for timestamps and retention.
+pub fn now_ms() -> i64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+}
+
+impl Broker {
+    /// Opens the data directory: meta.properties, the metadata log, and every partition
+    /// log (recovering any that were not shut down cleanly).
+    pub fn open(settings: Settings, validate_topic_config: Validator) -> io::Result<Arc<Broker>> {
+        std::fs::create_dir_all(&settings.data_dir).map_err(|e| context(e, "create", &settings.data_dir))?;
+        let meta = MetaProperties::load_or_create(&settings.data_dir, settings.node_id)?;
+        let metadata_dir = settings.data_dir.join("__cluster_metadata-0");
+        std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
+        let controller = Controller::open(
+            &metadata_dir.join("metadata.log"),
+            vec![settings.node_id],
+            settings.num_partitions,
+            settings.default_replication_factor,
+        )?;
+        let image = Arc::new(controller.image().clone());
+        let broker = Arc::new(Broker {
+            cluster_id: meta.cluster_id,
+            controller: Mutex::new(controller),
+            image: RwLock::new(image.clone()),
+            partitions: DashMap::new(),
+            flusher: Flusher::new(1)?,
+            validate_topic_config,
+            producer_ids: Mutex::new(0..0),
+            settings,
+        });
+        broker.remove_stale_partition_dirs(&image)?;
+        let started = std::time::Instant::now();
+        let mut opened = 0;
+        for topic in image.topics() {
+            broker.open_partitions(topic)?;
+            opened += topic.partitions.len();
+        }
+        tracing::info!(partitions = opened, took_ms = started.elapsed().as_millis() as u64, "partition logs opened");
+        Ok(broker)
+    }
+
+    /// The current metadata (a cheap snapshot: clone the `Arc`).
+    pub fn image(&self) -> Arc<MetadataImage> {
+        self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
+        self.partitions.get(&(topic_id, index)).map(|p| p.clone())
+    }
+
+    /// Every partition led here, in no particular order.
+    pub fn partitions(&self) -> Vec<Arc<Partition>> {
+        self.partitions.iter().map(|p| p.clone()).collect()
+    }
+
+    /// The log config of a topic: broker defaults overlaid with its own overrides.
+    pub fn log_config(&self, topic: &TopicImage) -> Result<LogConfig, String> {
+        let mut config = LogConfig::default();
+        for (k, v) in self.settings.topic_defaults.iter().chain(topic.configs.iter()) {
+            match config.set(k, v) {
+                // Topic configs the log does not use (min.insync.replicas, compression.type, ...).
+                Ok(()) | Err(osprey_storage::config::ConfigError::UnknownKey(_)) => {}
+                Err(e) => return Err(format!("topic {}: {e}", topic.name)),
+            }
+        }
+        Ok(config)
+    }
+
+    /// A topic's configs as DescribeConfigs shows them: defaults, then its overrides.
+    pub fn topic_config(&self, topic: &TopicImage) -> Result<TopicConfig, ConfigError> {
+        let mut config = self.settings.config.topic_defaults();
+        for (k, v) in &topic.configs {
+            config.set(k, v)?;
+        }
+        Ok(config)
+    }
+
+    pub fn validate_topic_config(&self, key: &str, value: &str) -> Result<(), String> {
+        (self.validate_topic_config)(key, value)
+    }
+
+    pub fn create_topic(&self, topic: &NewTopic, validate_only: bool) -> Result<TopicImage, ControllerError> {
+        let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
+        let created = self.with_controller(|c| c.create_topic(topic, validate_only, validator))?;
+        if !validate_only {
+            self.open_partitions(&created).map_err(storage_error)?;
+            tracing::info!(topic = %created.name, id = %created.id, partitions = created.partitions.len(), "topic created");
+        }
+        Ok(created)
+    }
+
+    pub fn delete_topic(&self, name: &str) -> Result<Uuid, ControllerError> {
+        let topic = self.image().topic(name).cloned();
+        let id = self.with_controller(|c| c.delete_topic(name))?;
+        if let Some(topic) = topic {
+            for p in &topic.partitions {
+                if let Some((_, partition)) = self.partitions.remove(&(id, p.index)) {
+                    let dir = partition.log.dir().to_path_buf();
+                    drop(partition);
+                    if let Err(e) = std::fs::remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted partition's directory");
+                    }
+                }
+            }
+        }
+        tracing::info!(topic = name, %id, "topic deleted");
+        Ok(id)
+    }
+
+    pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ControllerError> {
+        self.with_controller(|c| c.create_partitions(name, count, validate_only))?;
+        if !validate_only {
+            if let Some(topic) = self.image().topic(name) {
+                self.open_partitions(topic).map_err(storage_error)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn set_topic_configs(
+        &self,
+        name: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
+        self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))
+    }
+
+    /// A producer id never handed out before (InitProducerId without a transactional id).
+    pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
+        const BLOCK: i64 = 1000;
+        let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.is_empty() {
+            *ids = self.with_controller(|c| c.allocate_producer_ids(BLOCK))?;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        Ok(id)
+    }
+
+    /// Runs a controller operation and publishes the image it produced.
+    fn with_controller<T>(
+        &self,
+        op: impl FnOnce(&mut Controller) -> Result<T, ControllerError>,
+    ) -> Result<T, ControllerError> {
+        let mut controller = self.controller.lock().unwrap_or_else(|e| e.into_inner());
+        let result = op(&mut controller);
+        let image = Arc::new(controller.image().clone());
+        *self.image.write().unwrap_or_else(|e| e.into_inner()) = image;
+        result
+    }
+
+    fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
+        self.settings.data_dir.join(format!("{topic}-{index}"))
+    }
+
+    /// Opens the logs of a topic's partitions that are not open yet.
+    fn open_partitions(&self, topic: &TopicImage) -> io::Result<()> {
+        let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+        for p in &topic.partitions {
+            if p.leader != self.settings.node_id || self.partitions.contains_key(&(topic.id, p.index)) {
+                continue;
+            }
+            let dir = self.partition_dir(&topic.name, p.index);
+            write_partition_metadata(&dir, topic.id)?;
+            let log = PartitionLog::open(StdStorage, &dir, config.clone(), now_ms())
+                .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
+            let partition =
+                Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
+            self.partitions.insert((topic.id, p.index), Arc::new(partition));
+        }
+        Ok(())
+    }
+
+    /// Partition directories whose topic no longer exists (deleted, or deleted and
+    /// re-created with a new id while the broker was down) are removed at startup.
+    fn remove_stale_partition_dirs(&self, image: &MetadataImage) -> io::Result<()> {
+        for entry in std::fs::read_dir(&self.settings.data_dir)? {
+            let path = entry?.path();
+            let Ok(id) = std::fs::read_to_string(path.join("partition.metadata")) else { continue };
+            let current = image.topics().any(|t| {
+                id.lines().any(|l| l.trim() == format!("topic_id: {}", t.id))
+                    && t.partitions.iter().any(|p| path == self.partition_dir(&t.name, p.index))
+            });
+            if !current {
+                tracing::warn!(dir = %path.display(), "removing the directory of a partition that no longer exists");
+                std::fs::remove_dir_all(&path)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and closes every partition log, leaving clean-shutdown markers so the next
+    /// start skips recovery.
+    pub fn shutdown(&self) {
+        let keys: Vec<_> = self.partitions.iter().map(|e| *e.key()).collect();
+        let mut closed = 0;
+        for key in keys {
+            let Some((_, partition)) = self.partitions.remove(&key) else { continue };
+            let dir = partition.log.dir().to_path_buf();
+            let log = match Arc::try_unwrap(partition) {
+                Ok(p) => Arc::try_unwrap(p.log),
+                Err(p) => Err(p.log.clone()),
+            };
+            match log {
+                Ok(log) => match log.close() {
+                    Ok(()) => closed += 1,
+                    Err(e) => tracing::error!(dir = %dir.display(), error = %e, "closing log failed"),
+                },
+                Err(shared) => {
+                    // Still referenced (an fsync in flight): flush so nothing is lost; the
+                    // next start runs recovery for this partition.
+                    if let Err(e) = shared.flush() {
+                        tracing::error!(dir = %dir.display(), error = %e, "flushing log at shutdown failed");
+                    }
+                    tracing::warn!(dir = %dir.display(), "log still in use at shutdown; flushed, will be recovered");
+                }
+            }
+        }
+        tracing::info!(closed, "partition logs closed");
+    }
+}
+
+/// Kafka's `partition.metadata`: ties a partition directory to its topic id.
+fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| context(e, "create", dir))?;
+    let path = dir.join("partition.metadata");
+    if path.exists() {
+        return Ok(());
+    }
+    let tmp = dir.join("partition.metadata.tmp");
+    std::fs::write(&tmp, format!("version: 0\ntopic_id: {id}\n"))?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, &path)?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn context(e: io::Error, what: &str, path: &Path) -> io::Error {
+    io::Error::new(e.kind(), format!("{what} {}: {e}", path.display()))
+}
+
+fn storage_error(e: io::Error) -> ControllerError {
+    ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, e.to_string())
+}

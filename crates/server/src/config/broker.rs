@@ -1,0 +1,690 @@
+//! From raw `key=value` settings (file, then `--override`) to a checked [`BrokerConfig`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+
+use super::keys::{broker_key, ConfigKey, ConfigSource, BROKER_KEYS};
+use super::listener::{host_port, parse_host_port, parse_listener_url, parse_protocol_map, Listener, SecurityProtocol};
+use super::properties::parse_properties;
+use super::topic::TopicConfig;
+use super::value::{check, Value};
+use super::{ConfigEntry, ConfigError, ConfigSynonym, Origin};
+
+/// Raw settings in the order they were given; a later setting of a key replaces an
+/// earlier one. Nothing is checked until [`RawConfig::resolve`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RawConfig {
+    entries: Vec<(String, String, Origin)>,
+}
+
+impl RawConfig {
+    /// No settings: every key at its default.
+    pub fn new() -> RawConfig {
+        RawConfig::default()
+    }
+
+    /// Reads a properties file. Invalid UTF-8 is read as ISO-8859-1, which is what
+    /// `Properties.load(InputStream)` (and so Kafka) assumes.
+    pub fn load_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let bytes = std::fs::read(path).map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = match String::from_utf8(bytes) {
+            Ok(text) => text,
+            Err(e) => e.into_bytes().iter().map(|&b| char::from(b)).collect(),
+        };
+        self.load_properties(&text, path)
+    }
+
+    /// Adds the entries of properties `text`, attributing them to `path`.
+    pub fn load_properties(&mut self, text: &str, path: &Path) -> Result<(), ConfigError> {
+        let properties = parse_properties(text).map_err(|e| ConfigError::Syntax {
+            origin: Origin::File { path: path.to_path_buf(), line: e.line },
+            message: e.message,
+        })?;
+        for p in properties {
+            self.set(p.key, p.value, Origin::File { path: path.to_path_buf(), line: p.line });
+        }
+        Ok(())
+    }
+
+    /// Adds one `--override key=value` (the value may contain `=`).
+    pub fn add_override(&mut self, arg: &str) -> Result<(), ConfigError> {
+        match arg.split_once('=') {
+            Some((key, value)) if !key.trim().is_empty() => {
+                self.set(key.trim(), value, Origin::Override);
+                Ok(())
+            }
+            _ => Err(ConfigError::BadOverride { arg: arg.to_string() }),
+        }
+    }
+
+    /// Sets `key` to `value`, replacing any earlier setting.
+    pub fn set(&mut self, key: impl Into<String>, value: impl Into<String>, origin: Origin) {
+        self.entries.push((key.into(), value.into(), origin));
+    }
+
+    /// Checks every setting and resolves Kafka's precedence rules. Returns the config
+    /// and the keys Osprey does not know (sorted; the caller logs them as Kafka logs
+    /// unused configs).
+    pub fn resolve(&self) -> Result<(BrokerConfig, Vec<String>), ConfigError> {
+        let mut latest: BTreeMap<&str, (&str, &Origin)> = BTreeMap::new();
+        for (key, value, origin) in &self.entries {
+            latest.insert(key, (value, origin));
+        }
+        let unknown = latest.keys().filter(|k| broker_key(k).is_none()).map(|k| k.to_string()).collect();
+        let entries = BROKER_KEYS
+            .iter()
+            .map(|key| match latest.get(key.name) {
+                Some((raw, origin)) => ResolvedEntry::new(key, Some(raw), (*origin).clone()),
+                None => ResolvedEntry::new(key, key.default, Origin::Default),
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((BrokerConfig::from_entries(entries)?, unknown))
+    }
+}
+
+/// The broker's configuration with every value checked and Kafka's precedence applied.
+/// Durations are in the unit their name ends with; integer widths are Kafka's types.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BrokerConfig {
+    /// `node.id` (or `broker.id` when only that is set).
+    pub node_id: i32,
+    /// `process.roles`: always `["broker", "controller"]` today.
+    pub process_roles: Vec<String>,
+    /// `listeners`, with protocols from `listener.security.protocol.map`.
+    pub listeners: Vec<Listener>,
+    /// `advertised.listeners` without controller listeners (what Metadata returns);
+    /// unset: the non-controller `listeners`. When derived, a
+    /// port of 0 stands for the port the listener was bound to and an empty host for
+    /// this machine's host name (Kafka advertises its canonical host name).
+    pub advertised_listeners: Vec<Listener>,
+    /// `controller.listener.names`; empty: the controller is in-process.
+    pub controller_listener_names: Vec<String>,
+    /// `inter.broker.listener.name`, resolved (see its doc).
+    pub inter_broker_listener_name: String,
+    /// `metrics.listener` as `host:port` to bind; `None` when set empty.
+    pub metrics_listener: Option<String>,
+    /// `socket.request.max.bytes`.
+    pub socket_request_max_bytes: i32,
+    /// `socket.send.buffer.bytes`; -1: OS default.
+    pub socket_send_buffer_bytes: i32,
+    /// `socket.receive.buffer.bytes`; -1: OS default.
+    pub socket_receive_buffer_bytes: i32,
+    /// `socket.listen.backlog.size`.
+    pub socket_listen_backlog_size: i32,
+    /// `max.connections`.
+    pub max_connections: i32,
+    /// `max.connections.per.ip`.
+    pub max_connections_per_ip: i32,
+    /// `connections.max.idle.ms`.
+    pub connections_max_idle_ms: i64,
+    /// `queued.max.requests`.
+    pub queued_max_requests: i32,
+    /// `queued.max.request.bytes`; -1: no byte limit.
+    pub queued_max_request_bytes: i64,
+    /// `num.network.threads`.
+    pub num_network_threads: i32,
+    /// `num.io.threads`.
+    pub num_io_threads: i32,
+    /// `background.threads`.
+    pub background_threads: i32,
+    /// `osprey.max.inflight.requests.per.connection`.
+    pub max_inflight_requests_per_connection: i32,
+    /// `fetch.max.bytes`.
+    pub fetch_max_bytes: i32,
+    /// `max.incremental.fetch.session.cache.slots`.
+    pub max_incremental_fetch_session_cache_slots: i32,
+    /// `num.partitions`.
+    pub num_partitions: i32,
+    /// `default.replication.factor` (Kafka's type is INT; CreateTopics carries an i16).
+    pub default_replication_factor: i32,
+    /// `min.insync.replicas`.
+    pub min_insync_replicas: i32,
+    /// `auto.create.topics.enable`.
+    pub auto_create_topics_enable: bool,
+    /// `delete.topic.enable`.
+    pub delete_topic_enable: bool,
+    /// `unclean.leader.election.enable`.
+    pub unclean_leader_election_enable: bool,
+    /// `compression.type`.
+    pub compression_type: String,
+    /// `message.max.bytes`.
+    pub message_max_bytes: i32,
+    /// `log.message.timestamp.type`: `CreateTime` or `LogAppendTime`.
+    pub message_timestamp_type: String,
+    /// `log.dirs`, else `log.dir`.
+    pub data_dirs: Vec<PathBuf>,
+    /// `log.segment.bytes`.
+    pub segment_bytes: i32,
+    /// `log.roll.ms`, else `log.roll.hours` in ms.
+    pub segment_ms: i64,
+    /// `log.roll.jitter.ms`, else `log.roll.jitter.hours` in ms.
+    pub segment_jitter_ms: i64,
+    /// `log.index.size.max.bytes`.
+    pub segment_index_bytes: i32,
+    /// `log.index.interval.bytes`.
+    pub index_interval_bytes: i32,
+    /// `log.segment.delete.delay.ms`.
+    pub segment_delete_delay_ms: i64,
+    /// `log.flush.interval.messages`; `None` (default): fsync before acknowledging.
+    pub flush_interval_messages: Option<i64>,
+    /// `log.flush.interval.ms`; `None` (default): fsync before acknowledging.
+    pub flush_interval_ms: Option<i64>,
+    /// `log.flush.scheduler.interval.ms`.
+    pub flush_scheduler_interval_ms: i64,
+    /// `log.flush.offset.checkpoint.interval.ms`.
+    pub flush_offset_checkpoint_interval_ms: i32,
+    /// `log.retention.ms`, else `.minutes`, else `.hours`, in ms; -1: forever.
+    pub retention_ms: i64,
+    /// `log.retention.bytes`; -1: no limit.
+    pub retention_bytes: i64,
+    /// `log.retention.check.interval.ms`.
+    pub retention_check_interval_ms: i64,
+    /// `log.cleanup.policy`: `delete`, `compact` or both.
+    pub cleanup_policy: Vec<String>,
+    /// `log.cleaner.enable`.
+    pub log_cleaner_enable: bool,
+    /// `replica.lag.time.max.ms`.
+    pub replica_lag_time_max_ms: i64,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.replication.factor`.
+    pub offsets_topic_replication_factor: i16,
+    /// `offsets.topic.segment.bytes`.
+    pub offsets_topic_segment_bytes: i32,
+    /// `offsets.retention.minutes` in ms.
+    pub offsets_retention_ms: i64,
+    /// `offsets.retention.check.interval.ms`.
+    pub offsets_retention_check_interval_ms: i64,
+    /// `offset.metadata.max.bytes`.
+    pub offset_metadata_max_bytes: i32,
+    /// `group.initial.rebalance.delay.ms`.
+    pub group_initial_rebalance_delay_ms: i32,
+    /// `group.min.session.timeout.ms`.
+    pub group_min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`.
+    pub group_max_session_timeout_ms: i32,
+    /// `group.max.size`.
+    pub group_max_size: i32,
+    /// `transaction.state.log.num.partitions`.
+    pub transaction_state_log_num_partitions: i32,
+    /// `transaction.state.log.replication.factor`.
+    pub transaction_state_log_replication_factor: i16,
+    /// `transaction.state.log.min.isr`.
+    pub transaction_state_log_min_isr: i32,
+    /// `transaction.state.log.segment.bytes`.
+    pub transaction_state_log_segment_bytes: i32,
+    /// `transactional.id.expiration.ms`.
+    pub transactional_id_expiration_ms: i32,
+    /// `transaction.max.timeout.ms`.
+    pub transaction_max_timeout_ms: i32,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub transaction_abort_timed_out_cleanup_interval_ms: i32,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
+    pub transaction_remove_expired_cleanup_interval_ms: i32,
+    /// `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i32,
+    /// `producer.id.expiration.check.interval.ms`.
+    pub producer_id_expiration_check_interval_ms: i32,
+    /// Every key as given, for DescribeConfigs and topic defaults.
+    entries: Vec<ResolvedEntry>,
+}
+
+impl Default for BrokerConfig {
+    /// The zero-config single node: 127.0.0.1:9092, data under `./data`.
+    fn default() -> BrokerConfig {
+        // Every default in the key table is checked by `keys::tests`, and resolving them
+        // by `config_defaults.rs`; failing here would be a broken table.
+        RawConfig::new().resolve().expect("Osprey's built-in defaults are valid").0
+    }
+}
+
+impl BrokerConfig {
+    /// Every broker key, in table order, as DescribeConfigs on the broker resource
+    /// reports it. All are read-only: Osprey has no dynamic broker configs yet.
+    pub fn describe(&self) -> Vec<ConfigEntry> {
+        self.entries
+            .iter()
+            .map(|e| {
+                let source = e.source();
+                let mut synonyms = Vec::new();
+                if source == ConfigSource::StaticBrokerConfig {
+                    synonyms.push(ConfigSynonym { name: e.key.name, value: e.rendered(), source });
+                }
+                if let Some(default) = e.key.default {
+                    let value = Some(default.to_string());
+                    synonyms.push(ConfigSynonym { name: e.key.name, value, source: ConfigSource::DefaultConfig });
+                }
+                ConfigEntry {
+                    name: e.key.name,
+                    value: if e.key.sensitive { None } else { e.rendered() },
+                    source,
+                    is_sensitive: e.key.sensitive,
+                    read_only: true,
+                    config_type: e.key.config_type,
+                    documentation: e.key.doc,
+                    synonyms,
+                }
+            })
+            .collect()
+    }
+
+    /// The value of one broker key as DescribeConfigs shows it (`None`: unset).
+    pub fn value(&self, key: &str) -> Option<String> {
+        self.entries.iter().find(|e| e.key.name == key).and_then(ResolvedEntry::rendered)
+    }
+
+    /// Where a broker key's value came from (`None`: not a broker key).
+    pub fn origin(&self, key: &str) -> Option<&Origin> {
+        self.entries.iter().find(|e| e.key.name == key).map(|e| &e.origin)
+    }
+
+    /// Defaults for a new topic's configs, from the broker's `log.*` and related keys,
+    /// each with its source (STATIC_BROKER_CONFIG when the broker key was set, else
+    /// DEFAULT_CONFIG) and synonyms, ready for CreateTopics and DescribeConfigs.
+    pub fn topic_defaults(&self) -> TopicConfig {
+        TopicConfig::from_broker(self)
+    }
+
+    /// The resolved value for a topic key whose default combines several broker keys.
+    pub(crate) fn combined_topic_default(&self, topic_key: &str) -> Option<i64> {
+        match topic_key {
+            "retention.ms" => Some(self.retention_ms),
+            "segment.ms" => Some(self.segment_ms),
+            "segment.jitter.ms" => Some(self.segment_jitter_ms),
+            _ => None,
+        }
+    }
+
+    pub(crate) fn entry(&self, key: &str) -> Option<&ResolvedEntry> {
+        self.entries.iter().find(|e| e.key.name == key)
+    }
+
+    fn from_entries(entries: Vec<ResolvedEntry>) -> Result<BrokerConfig, ConfigError> {
+        let r = Resolver { entries: entries.iter().map(|e| (e.key.name, e)).collect() };
+        let listeners = resolve_listeners(&r)?;
+        let config = BrokerConfig {
+            node_id: resolve_node_id(&r)?,
+            process_roles: r.list("process.roles"),
+            advertised_listeners: listeners.advertised,
+            controller_listener_names: listeners.controller_names,
+            inter_broker_listener_name: listeners.inter_broker,
+            listeners: listeners.bound,
+            metrics_listener: resolve_metrics_listener(&r),
+            socket_request_max_bytes: r.i32("socket.request.max.bytes"),
+            socket_send_buffer_bytes: r.i32("socket.send.buffer.bytes"),
+            socket_receive_buffer_bytes: r.i32("socket.receive.buffer.bytes"),
+            socket_listen_backlog_size: r.i32("socket.listen.backlog.size"),
+            max_connections: r.i32("max.connections"),
+            max_connections_per_ip: r.i32("max.connections.per.ip"),
+            connections_max_idle_ms: r.i64("connections.max.idle.ms"),
+            queued_max_requests: r.i32("queued.max.requests"),
+            queued_max_request_bytes: r.i64("queued.max.request.bytes"),
+            num_network_threads: r.i32("num.network.threads"),
+            num_io_threads: r.i32("num.io.threads"),
+            background_threads: r.i32("background.threads"),
+            max_inflight_requests_per_connection: r.i32("osprey.max.inflight.requests.per.connection"),
+            fetch_max_bytes: r.i32("fetch.max.bytes"),
+            max_incremental_fetch_session_cache_slots: r.i32("max.incremental.fetch.session.cache.slots"),
+            num_partitions: r.i32("num.partitions"),
+            default_replication_factor: r.i32("default.replication.factor"),
+            min_insync_replicas: r.i32("min.insync.replicas"),
+            auto_create_topics_enable: r.bool("auto.create.topics.enable"),
+            delete_topic_enable: r.bool("delete.topic.enable"),
+            unclean_leader_election_enable: r.bool("unclean.leader.election.enable"),
+            compression_type: r.string("compression.type"),
+            message_max_bytes: r.i32("message.max.bytes"),
+            message_timestamp_type: r.string("log.message.timestamp.type"),
+            data_dirs: resolve_data_dirs(&r)?,
+            segment_bytes: r.i32("log.segment.bytes"),
+            segment_ms: r.ms_or_hours("log.roll.ms", "log.roll.hours"),
+            segment_jitter_ms: r.ms_or_hours("log.roll.jitter.ms", "log.roll.jitter.hours"),
+            segment_index_bytes: r.i32("log.index.size.max.bytes"),
+            index_interval_bytes: r.i32("log.index.interval.bytes"),
+            segment_delete_delay_ms: r.i64("log.segment.delete.delay.ms"),
+            flush_interval_messages: r.opt_i64("log.flush.interval.messages"),
+            flush_interval_ms: r.opt_i64("log.flush.interval.ms"),
+            flush_scheduler_interval_ms: r.i64("log.flush.scheduler.interval.ms"),
+            flush_offset_checkpoint_interval_ms: r.i32("log.flush.offset.checkpoint.interval.ms"),
+            retention_ms: resolve_retention_ms(&r),
+            retention_bytes: r.i64("log.retention.bytes"),
+            retention_check_interval_ms: r.i64("log.retention.check.interval.ms"),
+            cleanup_policy: r.list("log.cleanup.policy"),
+            log_cleaner_enable: r.bool("log.cleaner.enable"),
+            replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
+            offsets_topic_num_partitions: r.i32("offsets.topic.num.partitions"),
+            offsets_topic_replication_factor: r.i16("offsets.topic.replication.factor"),
+            offsets_topic_segment_bytes: r.i32("offsets.topic.segment.bytes"),
+            offsets_retention_ms: r.i64("offsets.retention.minutes").saturating_mul(MS_PER_MINUTE),
+            offsets_retention_check_interval_ms: r.i64("offsets.retention.check.interval.ms"),
+            offset_metadata_max_bytes: r.i32("offset.metadata.max.bytes"),
+            group_initial_rebalance_delay_ms: r.i32("group.initial.rebalance.delay.ms"),
+            group_min_session_timeout_ms: r.i32("group.min.session.timeout.ms"),
+            group_max_session_timeout_ms: r.i32("group.max.session.timeout.ms"),
+            group_max_size: r.i32("group.max.size"),
+            transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),
+            transaction_state_log_replication_factor: r.i16("transaction.state.log.replication.factor"),
+            transaction_state_log_min_isr: r.i32("transaction.state.log.min.isr"),
+            transaction_state_log_segment_bytes: r.i32("transaction.state.log.segment.bytes"),
+            transactional_id_expiration_ms: r.i32("transactional.id.expiration.ms"),
+            transaction_max_timeout_ms: r.i32("transaction.max.timeout.ms"),
+            transaction_abort_timed_out_cleanup_interval_ms: r
+                .i32("transaction.abort.timed.out.transaction.cleanup.interval.ms"),
+            transaction_remove_expired_cleanup_interval_ms: r
+                .i32("transaction.remove.expired.transaction.cleanup.interval.ms"),
+            producer_id_expiration_ms: r.i32("producer.id.expiration.ms"),
+            producer_id_expiration_check_interval_ms: r.i32("producer.id.expiration.check.interval.ms"),
+            entries: Vec::new(),
+        };
+        check_cross_key_rules(&r, &config)?;
+        Ok(BrokerConfig { entries, ..config })
+    }
+}
+
+const MS_PER_MINUTE: i64 = 60_000;
+const MS_PER_HOUR: i64 = 3_600_000;
+
+/// One broker key after its type and range check.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ResolvedEntry {
+    pub key: &'static ConfigKey,
+    /// `None`: unset and no default (Kafka's null).
+    pub value: Option<Value>,
+    /// The text as given (or the default), for error messages.
+    pub raw: Option<String>,
+    pub origin: Origin,
+}
+
+impl ResolvedEntry {
+    fn new(key: &'static ConfigKey, raw: Option<&str>, origin: Origin) -> Result<ResolvedEntry, ConfigError> {
+        let value = match raw {
+            Some(raw) => Some(check(key.config_type, key.validator, raw).map_err(|expected| {
+                ConfigError::InvalidValue { key: key.name.into(), value: raw.into(), expected, origin: origin.clone() }
+            })?),
+            None => None,
+        };
+        Ok(ResolvedEntry { key, value, raw: raw.map(str::to_string), origin })
+    }
+
+    /// Set by the operator, as opposed to left at its default.
+    pub fn is_set(&self) -> bool {
+        self.origin != Origin::Default
+    }
+
+    pub fn source(&self) -> ConfigSource {
+        if self.is_set() {
+            ConfigSource::StaticBrokerConfig
+        } else {
+            ConfigSource::DefaultConfig
+        }
+    }
+
+    pub fn rendered(&self) -> Option<String> {
+        self.value.as_ref().map(Value::render)
+    }
+
+    fn invalid(&self, expected: impl Into<String>) -> ConfigError {
+        ConfigError::InvalidValue {
+            key: self.key.name.into(),
+            value: self.raw.clone().unwrap_or_default(),
+            expected: expected.into(),
+            origin: self.origin.clone(),
+        }
+    }
+}
+
+/// Typed access to checked entries. Every key read here is in the table with the type
+/// read (a mismatch is a bug caught by any test that resolves the defaults).
+struct Resolver<'a> {
+    entries: HashMap<&'static str, &'a ResolvedEntry>,
+}
+
+impl<'a> Resolver<'a> {
+    fn entry(&self, key: &str) -> &'a ResolvedEntry {
+        self.entries.get(key).unwrap_or_else(|| panic!("`{key}` is missing from the key table"))
+    }
+
+    fn opt_i64(&self, key: &str) -> Option<i64> {
+        match &self.entry(key).value {
+            Some(Value::Int(n)) => Some(*n),
+            None => None,
+            other => panic!("`{key}` is not an integer key: {other:?}"),
+        }
+    }
+
+    fn i64(&self, key: &str) -> i64 {
+        self.opt_i64(key).unwrap_or_else(|| panic!("`{key}` has no default"))
+    }
+
+    fn i32(&self, key: &str) -> i32 {
+        // The type check already bounded INT keys to i32.
+        i32::try_from(self.i64(key)).unwrap_or_else(|_| panic!("`{key}` is not an INT key"))
+    }
+
+    fn i16(&self, key: &str) -> i16 {
+        i16::try_from(self.i64(key)).unwrap_or_else(|_| panic!("`{key}` is not a SHORT key"))
+    }
+
+    fn bool(&self, key: &str) -> bool {
+        match &self.entry(key).value {
+            Some(Value::Bool(b)) => *b,
+            other => panic!("`{key}` is not a boolean key: {other:?}"),
+        }
+    }
+
+    fn opt_string(&self, key: &str) -> Option<String> {
+        match &self.entry(key).value {
+            Some(Value::Str(s)) => Some(s.clone()),
+            None => None,
+            other => panic!("`{key}` is not a string key: {other:?}"),
+        }
+    }
+
+    fn string(&self, key: &str) -> String {
+        self.opt_string(key).unwrap_or_else(|| panic!("`{key}` has no default"))
+    }
+
+    fn opt_list(&self, key: &str) -> Option<Vec<String>> {
+        match &self.entry(key).value {
+            Some(Value::List(items)) => Some(items.clone()),
+            None => None,
+            other => panic!("`{key}` is not a list key: {other:?}"),
+        }
+    }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        self.opt_list(key).unwrap_or_default()
+    }
+
+    /// Kafka's `log.roll.ms` over `log.roll.hours` rule.
+    fn ms_or_hours(&self, ms_key: &str, hours_key: &str) -> i64 {
+        self.opt_i64(ms_key).unwrap_or_else(|| self.i64(hours_key).saturating_mul(MS_PER_HOUR))
+    }
+}
+
+/// `log.retention.ms` over `log.retention.minutes` over `log.retention.hours`; a
+/// negative (validated: -1) value at the winning key means forever.
+fn resolve_retention_ms(r: &Resolver<'_>) -> i64 {
+    let (value, unit_ms) = match (r.opt_i64("log.retention.ms"), r.opt_i64("log.retention.minutes")) {
+        (Some(ms), _) => (ms, 1),
+        (None, Some(minutes)) => (minutes, MS_PER_MINUTE),
+        (None, None) => (r.i64("log.retention.hours"), MS_PER_HOUR),
+    };
+    if value < 0 {
+        -1
+    } else {
+        value.saturating_mul(unit_ms)
+    }
+}
+
+/// `node.id`, or `broker.id` when only that is set; both set must agree (Kafka's rule).
+fn resolve_node_id(r: &Resolver<'_>) -> Result<i32, ConfigError> {
+    let node = r.entry("node.id");
+    let broker = r.entry("broker.id");
+    let broker_id = r.i32("broker.id");
+    if !broker.is_set() || broker_id < 0 {
+        return Ok(r.i32("node.id"));
+    }
+    if node.is_set() && r.i32("node.id") != broker_id {
+        return Err(broker.invalid(format!("the same id as node.id ({})", r.i32("node.id"))));
+    }
+    Ok(broker_id)
+}
+
+/// `log.dirs` over `log.dir`; the same directory twice is an error, as in Kafka.
+fn resolve_data_dirs(r: &Resolver<'_>) -> Result<Vec<PathBuf>, ConfigError> {
+    let (key, dirs) = match r.opt_list("log.dirs") {
+        Some(dirs) => ("log.dirs", dirs),
+        None => ("log.dir", vec![r.string("log.dir")]),
+    };
+    let mut seen = Vec::new();
+    for dir in &dirs {
+        if seen.contains(dir) {
+            return Err(r.entry(key).invalid(format!("distinct directories (`{dir}` is listed twice)")));
+        }
+        seen.push(dir.clone());
+    }
+    Ok(dirs.into_iter().map(PathBuf::from).collect())
+}
+
+fn resolve_metrics_listener(r: &Resolver<'_>) -> Option<String> {
+    let text = r.string("metrics.listener");
+    let address = text.strip_prefix("http://").unwrap_or(&text);
+    // Validated as host:port or empty by the key's validator.
+    parse_host_port(address).ok().map(|(host, port)| host_port(&host, port))
+}
+
+struct ResolvedListeners {
+    bound: Vec<Listener>,
+    advertised: Vec<Listener>,
+    controller_names: Vec<String>,
+    inter_broker: String,
+}
+
+fn resolve_listeners(r: &Resolver<'_>) -> Result<ResolvedListeners, ConfigError> {
+    let map_entry = r.entry("listener.security.protocol.map");
+    let protocol_map =
+        parse_protocol_map(&r.string("listener.security.protocol.map")).map_err(|e| map_entry.invalid(e))?;
+    let controller_names: Vec<String> = r
+        .opt_string("controller.listener.names")
+        .map(|s| s.split(',').map(|n| n.trim().to_ascii_uppercase()).collect())
+        .unwrap_or_default();
+    let protocol_of = |name: &str| {
+        protocol_map.iter().find(|(n, _)| n == name).map(|(_, p)| *p).or_else(|| {
+            // Kafka 3.x maps an unmapped controller listener to PLAINTEXT.
+            controller_names.iter().any(|c| c == name).then_some(SecurityProtocol::Plaintext)
+        })
+    };
+
+    let listeners_entry = r.entry("listeners");
+    let bound = parse_listeners(listeners_entry, &r.list("listeners"), &protocol_of)?;
+    for (i, l) in bound.iter().enumerate() {
+        if bound[..i].iter().any(|o| o.name == l.name) {
+            return Err(listeners_entry.invalid(format!("distinct listener names (`{}` appears twice)", l.name)));
+        }
+        if l.port != 0 && bound[..i].iter().any(|o| o.port == l.port && o.host == l.host) {
+            return Err(listeners_entry.invalid(format!("distinct addresses (`{}` appears twice)", l.bind_address())));
+        }
+    }
+    let controller_entry = r.entry("controller.listener.names");
+    for name in &controller_names {
+        if !bound.iter().any(|l| &l.name == name) {
+            return Err(controller_entry.invalid(format!("names of entries in listeners (`{name}` is not one)")));
+        }
+    }
+    let client_listeners: Vec<Listener> =
+        bound.iter().filter(|l| !controller_names.contains(&l.name)).cloned().collect();
+    if client_listeners.is_empty() {
+        return Err(listeners_entry.invalid("at least one listener that is not a controller listener"));
+    }
+
+    let advertised = resolve_advertised(r, &bound, &client_listeners, &protocol_of)?;
+    let inter_broker = resolve_inter_broker(r, &client_listeners)?;
+    Ok(ResolvedListeners { bound, advertised, controller_names, inter_broker })
+}
+
+fn parse_listeners(
+    entry: &ResolvedEntry,
+    urls: &[String],
+    protocol_of: &dyn Fn(&str) -> Option<SecurityProtocol>,
+) -> Result<Vec<Listener>, ConfigError> {
+    urls.iter()
+        .map(|url| {
+            // Syntax was checked by the key's validator; this cannot fail.
+            let parsed = parse_listener_url(url).map_err(|e| entry.invalid(e))?;
+            let security_protocol = protocol_of(&parsed.name).ok_or_else(|| {
+                entry.invalid(format!(
+                    "listener names mapped in listener.security.protocol.map (`{}` is not)",
+                    parsed.name
+                ))
+            })?;
+            // Refuse rather than serve plaintext on a listener the operator meant to be secure.
+            if security_protocol != SecurityProtocol::Plaintext {
+                return Err(entry.invalid(format!(
+                    "PLAINTEXT listeners only: Osprey does not implement {security_protocol} yet (listener `{}`)",
+                    parsed.name
+                )));
+            }
+            Ok(Listener { name: parsed.name, security_protocol, host: parsed.host, port: parsed.port })
+        })
+        .collect()
+}
+
+/// Advertised listeners default to the client listeners. Kafka 4 also lists controller
+/// listeners there (for controller registration); they are accepted and left out, since
+/// clients are never sent them. No advertised address may be a wildcard, which clients
+/// cannot connect to.
+fn resolve_advertised(
+    r: &Resolver<'_>,
+    bound: &[Listener],
+    client_listeners: &[Listener],
+    protocol_of: &dyn Fn(&str) -> Option<SecurityProtocol>,
+) -> Result<Vec<Listener>, ConfigError> {
+    let entry = r.entry("advertised.listeners");
+    let (entry, advertised) = match r.opt_list("advertised.listeners") {
+        Some(urls) => {
+            let advertised = parse_listeners(entry, &urls, protocol_of)?;
+            if let Some(l) = advertised.iter().find(|l| !bound.iter().any(|b| b.name == l.name)) {
+                return Err(entry.invalid(format!("names of entries in listeners (`{}` is not one)", l.name)));
+            }
+            let client = advertised.into_iter().filter(|l| client_listeners.iter().any(|c| c.name == l.name));
+            (entry, client.collect::<Vec<_>>())
+        }
+        None => (r.entry("listeners"), client_listeners.to_vec()),
+    };
+    if let Some(l) = advertised.iter().find(|l| l.host == "0.0.0.0" || l.host == "::") {
+        return Err(entry.invalid(format!(
+            "a routable host to advertise, not the wildcard `{}` (set advertised.listeners)",
+            l.host
+        )));
+    }
+    Ok(advertised)
+}
+
+fn resolve_inter_broker(r: &Resolver<'_>, client_listeners: &[Listener]) -> Result<String, ConfigError> {
+    let entry = r.entry("inter.broker.listener.name");
+    match r.opt_string("inter.broker.listener.name") {
+        Some(name) => {
+            let name = name.to_ascii_uppercase();
+            if client_listeners.iter().any(|l| l.name == name) {
+                Ok(name)
+            } else {
+                Err(entry.invalid("the name of one non-controller entry in listeners"))
+            }
+        }
+        None => {
+            Ok(client_listeners.iter().find(|l| l.name == "PLAINTEXT").unwrap_or(&client_listeners[0]).name.clone())
+        }
+    }
+}
+
+fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
+    if c.group_min_session_timeout_ms > c.group_max_session_timeout_ms {
+        return Err(r
+            .entry("group.min.session.timeout.ms")
+            .invalid(format!("at most group.max.session.timeout.ms ({})", c.group_max_session_timeout_ms)));
+    }
+    // Each retention key's validator allows only -1 or >= 1, so the winner cannot
+    // resolve to zero ("delete everything at once").
+    debug_assert!(c.retention_ms == -1 || c.retention_ms >= 1, "retention_ms {}", c.retention_ms);
+    Ok(())
+}

@@ -1,0 +1,523 @@
+//! The table of every broker and topic config key Osprey knows: Kafka's names, types,
+//! defaults and ranges. Everything else in `config` (parsing, `--help`, DescribeConfigs,
+//! topic validation) is driven from these two tables, so a key is added in one place.
+
+use super::value::Validator::{self, *};
+
+/// A config's type as DescribeConfigs (v3+) reports it; the discriminants are Kafka's
+/// `DescribeConfigsResponse.ConfigType` ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i8)]
+pub enum ConfigType {
+    /// Not known.
+    Unknown = 0,
+    /// `true` / `false` (case-insensitive).
+    Boolean = 1,
+    /// Free text.
+    String = 2,
+    /// 32-bit signed integer.
+    Int = 3,
+    /// 16-bit signed integer.
+    Short = 4,
+    /// 64-bit signed integer.
+    Long = 5,
+    /// 64-bit float.
+    Double = 6,
+    /// Comma-separated list.
+    List = 7,
+    /// A Java class name (Osprey has none).
+    Class = 8,
+    /// Secret text, reported as sensitive with a null value.
+    Password = 9,
+}
+
+impl ConfigType {
+    /// The id DescribeConfigs puts on the wire.
+    pub fn id(self) -> i8 {
+        self as i8
+    }
+
+    /// Lower-case name, as Kafka's docs print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            ConfigType::Unknown => "unknown",
+            ConfigType::Boolean => "boolean",
+            ConfigType::String => "string",
+            ConfigType::Int => "int",
+            ConfigType::Short => "short",
+            ConfigType::Long => "long",
+            ConfigType::Double => "double",
+            ConfigType::List => "list",
+            ConfigType::Class => "class",
+            ConfigType::Password => "password",
+        }
+    }
+}
+
+/// Where a config value came from, as DescribeConfigs reports it; the discriminants are
+/// Kafka's `DescribeConfigsResponse.ConfigSource` ids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(i8)]
+pub enum ConfigSource {
+    /// Not known.
+    Unknown = 0,
+    /// Set on the topic (CreateTopics / AlterConfigs).
+    DynamicTopicConfig = 1,
+    /// Set dynamically for this broker (Osprey has no dynamic broker configs yet).
+    DynamicBrokerConfig = 2,
+    /// Set dynamically as the cluster-wide broker default.
+    DynamicDefaultBrokerConfig = 3,
+    /// Set in `server.properties` or by `--override`.
+    StaticBrokerConfig = 4,
+    /// The built-in default.
+    DefaultConfig = 5,
+    /// A broker logger level.
+    DynamicBrokerLoggerConfig = 6,
+    /// A client metrics subscription (Kafka 3.7+).
+    ClientMetricsConfig = 7,
+    /// A consumer group config (Kafka 3.8+).
+    GroupConfig = 8,
+}
+
+impl ConfigSource {
+    /// The id DescribeConfigs puts on the wire.
+    pub fn id(self) -> i8 {
+        self as i8
+    }
+}
+
+/// Sections of `--help`, in the order they are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// Identity and roles.
+    Server,
+    /// Where the broker listens and what it advertises.
+    Listeners,
+    /// Socket and request limits.
+    Network,
+    /// Defaults for new topics.
+    Topics,
+    /// Log directories, segments and flushing.
+    Log,
+    /// Retention and compaction.
+    Retention,
+    /// Replication.
+    Replication,
+    /// The group coordinator and `__consumer_offsets`.
+    Groups,
+    /// The transaction coordinator and producer ids.
+    Transactions,
+    /// Metrics.
+    Metrics,
+}
+
+impl Group {
+    /// Every group, in `--help` order.
+    pub const ALL: [Group; 10] = [
+        Group::Server,
+        Group::Listeners,
+        Group::Network,
+        Group::Topics,
+        Group::Log,
+        Group::Retention,
+        Group::Replication,
+        Group::Groups,
+        Group::Transactions,
+        Group::Metrics,
+    ];
+
+    /// Section title in `--help`.
+    pub fn title(self) -> &'static str {
+        match self {
+            Group::Server => "Server",
+            Group::Listeners => "Listeners",
+            Group::Network => "Network and request limits",
+            Group::Topics => "Topic defaults",
+            Group::Log => "Log storage",
+            Group::Retention => "Retention and compaction",
+            Group::Replication => "Replication",
+            Group::Groups => "Group coordinator",
+            Group::Transactions => "Transactions and producer ids",
+            Group::Metrics => "Metrics",
+        }
+    }
+}
+
+/// One broker config key.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConfigKey {
+    /// Kafka's exact key (`log.retention.ms`); Osprey-only keys start with `osprey.`.
+    pub name: &'static str,
+    /// Kafka's type for it.
+    pub config_type: ConfigType,
+    /// Osprey's default as text; `None` is Kafka's `null` (unset; another key or rule
+    /// decides, see `doc`).
+    pub default: Option<&'static str>,
+    /// Kafka's default, only where Osprey deliberately uses a different one.
+    pub kafka_default: Option<&'static str>,
+    /// Allowed values beyond the type.
+    pub validator: Validator,
+    /// One line for `--help` and DescribeConfigs.
+    pub doc: &'static str,
+    /// `--help` section.
+    pub group: Group,
+    /// Secrets are reported with a null value (no Osprey key is one yet).
+    pub sensitive: bool,
+}
+
+impl ConfigKey {
+    const fn new(
+        name: &'static str,
+        config_type: ConfigType,
+        default: Option<&'static str>,
+        validator: Validator,
+        group: Group,
+        doc: &'static str,
+    ) -> ConfigKey {
+        ConfigKey { name, config_type, default, kafka_default: None, validator, doc, group, sensitive: false }
+    }
+
+    /// Marks a default Osprey chose over Kafka's (`kafka` is Kafka's).
+    const fn osprey_default(mut self, kafka: &'static str) -> ConfigKey {
+        self.kafka_default = Some(kafka);
+        self
+    }
+
+    /// The per-topic config this broker key is the default for (`log.retention.ms` →
+    /// `retention.ms`), if any.
+    pub fn topic_name(&self) -> Option<&'static str> {
+        TOPIC_KEYS.iter().find(|t| t.broker_synonyms.contains(&self.name)).map(|t| t.name)
+    }
+}
+
+/// One per-topic config key (CreateTopics / AlterConfigs / DescribeConfigs on a topic).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TopicKey {
+    /// Kafka's topic-level name (`retention.ms`).
+    pub name: &'static str,
+    /// Kafka's type for it.
+    pub config_type: ConfigType,
+    /// Allowed values beyond the type (Kafka's `LogConfig` ranges).
+    pub validator: Validator,
+    /// The broker keys that supply its default, highest precedence first.
+    pub broker_synonyms: &'static [&'static str],
+    /// One line for DescribeConfigs.
+    pub doc: &'static str,
+}
+
+/// Looks a broker key up by its exact name.
+pub fn broker_key(name: &str) -> Option<&'static ConfigKey> {
+    BROKER_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Looks a topic key up by its exact name.
+pub fn topic_key(name: &str) -> Option<&'static TopicKey> {
+    TOPIC_KEYS.iter().find(|k| k.name == name)
+}
+
+use ConfigType::{Boolean, Double, Int, List, Long, Short};
+use Group as G;
+
+const I32_MAX: &str = "2147483647";
+const I64_MAX: &str = "9223372036854775807";
+const SECURITY_PROTOCOL_MAP: &str = "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL";
+const COMPRESSION_TYPES: &[&str] = &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+const TIMESTAMP_TYPES: &[&str] = &["CreateTime", "LogAppendTime"];
+const CLEANUP_POLICIES: &[&str] = &["compact", "delete"];
+
+/// Every broker key, grouped as `--help` prints them.
+#[rustfmt::skip]
+pub static BROKER_KEYS: &[ConfigKey] = &[
+    // Server
+    ConfigKey::new("node.id", Int, Some("1"), AtLeast(0), G::Server,
+        "This node's id in the cluster (Osprey default 1, so a single node needs no config; Kafka requires it).")
+        .osprey_default("-1"),
+    ConfigKey::new("broker.id", Int, Some("-1"), AtLeast(-1), G::Server,
+        "Legacy name for node.id: if set it must equal node.id, and supplies node.id when that is unset."),
+    ConfigKey::new("process.roles", List, Some("broker,controller"), ProcessRoles, G::Server,
+        "Roles of this process; Osprey runs broker and controller together (Osprey default; Kafka requires it).")
+        .osprey_default(""),
+    // Listeners
+    ConfigKey::new("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), Listeners, G::Listeners,
+        "NAME://host:port list to bind (empty host: every interface; port 0: any free port). Osprey binds loopback by default.")
+        .osprey_default("PLAINTEXT://:9092"),
+    ConfigKey::new("advertised.listeners", List, None, Listeners, G::Listeners,
+        "NAME://host:port list given to clients in Metadata; unset: the non-controller listeners."),
+    ConfigKey::new("listener.security.protocol.map", ConfigType::String, Some(SECURITY_PROTOCOL_MAP), ProtocolMap, G::Listeners,
+        "NAME:PROTOCOL pairs giving each listener's security protocol (Osprey serves PLAINTEXT only)."),
+    ConfigKey::new("controller.listener.names", ConfigType::String, None, ListenerNames, G::Listeners,
+        "Listeners used by the controller; unset: the single-node controller runs in-process without one."),
+    ConfigKey::new("inter.broker.listener.name", ConfigType::String, None, ListenerName, G::Listeners,
+        "Listener brokers use to reach each other; unset: PLAINTEXT if listed, else the first non-controller listener."),
+    // Network
+    ConfigKey::new("socket.request.max.bytes", Int, Some("104857600"), AtLeast(1), G::Network,
+        "Largest request frame accepted; a larger declared size closes the connection."),
+    ConfigKey::new("socket.send.buffer.bytes", Int, Some("102400"), AtLeast(-1), G::Network,
+        "SO_SNDBUF of client sockets; -1: the OS default."),
+    ConfigKey::new("socket.receive.buffer.bytes", Int, Some("102400"), AtLeast(-1), G::Network,
+        "SO_RCVBUF of client sockets; -1: the OS default."),
+    ConfigKey::new("socket.listen.backlog.size", Int, Some("50"), AtLeast(1), G::Network,
+        "Pending-connection queue length of each listening socket."),
+    ConfigKey::new("max.connections", Int, Some(I32_MAX), AtLeast(0), G::Network,
+        "Most client connections open at once across all listeners."),
+    ConfigKey::new("max.connections.per.ip", Int, Some(I32_MAX), AtLeast(0), G::Network,
+        "Most client connections open at once from one IP address."),
+    ConfigKey::new("connections.max.idle.ms", Long, Some("600000"), AtLeast(1), G::Network,
+        "Close a connection that has sent nothing for this long."),
+    ConfigKey::new("queued.max.requests", Int, Some("500"), AtLeast(1), G::Network,
+        "Requests read from sockets but not yet handled, across connections, before reading pauses."),
+    ConfigKey::new("queued.max.request.bytes", Long, Some("-1"), UnlimitedOrAtLeast(1), G::Network,
+        "Bytes of queued requests before reading pauses; -1: no byte limit (queued.max.requests still applies)."),
+    ConfigKey::new("num.network.threads", Int, Some("3"), AtLeast(1), G::Network,
+        "Threads reading requests from and writing responses to sockets."),
+    ConfigKey::new("num.io.threads", Int, Some("8"), AtLeast(1), G::Network,
+        "Threads handling requests, including disk I/O."),
+    ConfigKey::new("background.threads", Int, Some("10"), AtLeast(1), G::Network,
+        "Threads for background work (retention, deletion)."),
+    ConfigKey::new("osprey.max.inflight.requests.per.connection", Int, Some("100"), AtLeast(1), G::Network,
+        "Osprey: requests read from one connection and not yet answered before reading from it pauses."),
+    ConfigKey::new("fetch.max.bytes", Int, Some("57671680"), AtLeast(1024), G::Network,
+        "Upper bound on the bytes one Fetch response returns, whatever the request asks."),
+    ConfigKey::new("max.incremental.fetch.session.cache.slots", Int, Some("1000"), AtLeast(0), G::Network,
+        "Incremental fetch sessions kept per broker."),
+    // Topic defaults
+    ConfigKey::new("num.partitions", Int, Some("1"), AtLeast(1), G::Topics,
+        "Partitions of a topic created without a count (auto-created, or CreateTopics with -1)."),
+    ConfigKey::new("default.replication.factor", Int, Some("1"), AtLeast(1), G::Topics,
+        "Replication factor of a topic created without one."),
+    ConfigKey::new("min.insync.replicas", Int, Some("1"), AtLeast(1), G::Topics,
+        "Replicas that must acknowledge an acks=all produce; fewer in sync fails it with NOT_ENOUGH_REPLICAS."),
+    ConfigKey::new("auto.create.topics.enable", Boolean, Some("true"), Any, G::Topics,
+        "Create a topic when a client asks for metadata of or produces to one that does not exist."),
+    ConfigKey::new("delete.topic.enable", Boolean, Some("true"), Any, G::Topics,
+        "Allow DeleteTopics."),
+    ConfigKey::new("unclean.leader.election.enable", Boolean, Some("false"), Any, G::Topics,
+        "Allow a replica outside the ISR to become leader (loses acknowledged data)."),
+    ConfigKey::new("compression.type", ConfigType::String, Some("producer"), OneOf(COMPRESSION_TYPES), G::Topics,
+        "Compression of stored batches; producer: keep what the producer sent."),
+    ConfigKey::new("compression.gzip.level", Int, Some("-1"), GzipLevel, G::Topics,
+        "gzip level when compression.type is gzip: 1-9, or -1 for the codec default."),
+    ConfigKey::new("compression.lz4.level", Int, Some("9"), Between(1, 17), G::Topics,
+        "lz4 level when compression.type is lz4."),
+    ConfigKey::new("compression.zstd.level", Int, Some("3"), Between(-131072, 22), G::Topics,
+        "zstd level when compression.type is zstd."),
+    ConfigKey::new("message.max.bytes", Int, Some("1048588"), AtLeast(0), G::Topics,
+        "Largest record batch accepted, after compression, including the batch header."),
+    ConfigKey::new("log.message.timestamp.type", ConfigType::String, Some("CreateTime"), OneOf(TIMESTAMP_TYPES), G::Topics,
+        "Timestamp stored in batches: the producer's (CreateTime) or the broker's at append (LogAppendTime)."),
+    ConfigKey::new("log.message.timestamp.before.max.ms", Long, Some(I64_MAX), AtLeast(0), G::Topics,
+        "Reject a CreateTime batch whose timestamp is further than this in the past."),
+    ConfigKey::new("log.message.timestamp.after.max.ms", Long, Some("3600000"), AtLeast(0), G::Topics,
+        "Reject a CreateTime batch whose timestamp is further than this in the future."),
+    // Log storage
+    ConfigKey::new("log.dirs", List, None, NonEmptyList, G::Log,
+        "Directories holding partition data; unset: log.dir."),
+    ConfigKey::new("log.dir", ConfigType::String, Some("./data"), NonEmpty, G::Log,
+        "Data directory used when log.dirs is unset (Osprey default ./data).")
+        .osprey_default("/tmp/kafka-logs"),
+    ConfigKey::new("log.segment.bytes", Int, Some("1073741824"), AtLeast(1_048_576), G::Log,
+        "Roll to a new segment before the active one would exceed this size."),
+    ConfigKey::new("log.roll.ms", Long, None, AtLeast(1), G::Log,
+        "Roll a segment once its first batch is this old; unset: log.roll.hours."),
+    ConfigKey::new("log.roll.hours", Int, Some("168"), AtLeast(1), G::Log,
+        "Roll a segment once its first batch is this many hours old (used when log.roll.ms is unset)."),
+    ConfigKey::new("log.roll.jitter.ms", Long, None, AtLeast(0), G::Log,
+        "Random jitter subtracted from the roll time; unset: log.roll.jitter.hours."),
+    ConfigKey::new("log.roll.jitter.hours", Int, Some("0"), AtLeast(0), G::Log,
+        "Roll jitter in hours (used when log.roll.jitter.ms is unset)."),
+    ConfigKey::new("log.index.size.max.bytes", Int, Some("10485760"), AtLeast(4), G::Log,
+        "Roll a segment before its offset or time index would exceed this size."),
+    ConfigKey::new("log.index.interval.bytes", Int, Some("4096"), AtLeast(0), G::Log,
+        "Bytes of log between two entries of the sparse offset index."),
+    ConfigKey::new("log.segment.delete.delay.ms", Long, Some("60000"), AtLeast(0), G::Log,
+        "Wait this long after a segment is removed from the log before deleting its files."),
+    ConfigKey::new("log.flush.interval.messages", Long, None, AtLeast(1), G::Log,
+        "fsync after this many unflushed messages; unset (Osprey default): fsync before every acknowledgement.")
+        .osprey_default(I64_MAX),
+    ConfigKey::new("log.flush.interval.ms", Long, None, AtLeast(0), G::Log,
+        "fsync once the oldest unflushed message is this old; unset (Osprey default): fsync before every acknowledgement.")
+        .osprey_default("null (log.flush.scheduler.interval.ms)"),
+    ConfigKey::new("log.flush.scheduler.interval.ms", Long, Some(I64_MAX), AtLeast(0), G::Log,
+        "How often to check whether a log needs a time-based flush."),
+    ConfigKey::new("log.flush.offset.checkpoint.interval.ms", Int, Some("60000"), AtLeast(0), G::Log,
+        "How often to write the recovery point checkpoint."),
+    ConfigKey::new("log.preallocate", Boolean, Some("false"), Any, G::Log,
+        "Preallocate segment files at their full size when created."),
+    // Retention and compaction
+    ConfigKey::new("log.retention.ms", Long, None, UnlimitedOrAtLeast(1), G::Retention,
+        "Delete segments older than this; -1: forever. Takes precedence over log.retention.minutes and .hours."),
+    ConfigKey::new("log.retention.minutes", Int, None, UnlimitedOrAtLeast(1), G::Retention,
+        "Retention in minutes, used when log.retention.ms is unset; -1: forever."),
+    ConfigKey::new("log.retention.hours", Int, Some("168"), UnlimitedOrAtLeast(1), G::Retention,
+        "Retention in hours, used when log.retention.ms and .minutes are unset; -1: forever."),
+    ConfigKey::new("log.retention.bytes", Long, Some("-1"), AtLeast(-1), G::Retention,
+        "Delete the oldest segments while a partition is larger than this; -1: no size limit."),
+    ConfigKey::new("log.retention.check.interval.ms", Long, Some("300000"), AtLeast(1), G::Retention,
+        "How often to look for segments to delete."),
+    ConfigKey::new("log.cleanup.policy", List, Some("delete"), EachOf(CLEANUP_POLICIES), G::Retention,
+        "delete: drop old segments; compact: keep the latest record per key; or both."),
+    ConfigKey::new("log.cleaner.enable", Boolean, Some("true"), Any, G::Retention,
+        "Run the log cleaner, which compacts topics with cleanup.policy compact."),
+    ConfigKey::new("log.cleaner.threads", Int, Some("1"), AtLeast(0), G::Retention,
+        "Log cleaner threads."),
+    ConfigKey::new("log.cleaner.delete.retention.ms", Long, Some("86400000"), AtLeast(0), G::Retention,
+        "Keep tombstones in compacted topics at least this long."),
+    ConfigKey::new("log.cleaner.min.cleanable.ratio", Double, Some("0.5"), Fraction, G::Retention,
+        "Compact a log once this fraction of it is uncompacted."),
+    ConfigKey::new("log.cleaner.min.compaction.lag.ms", Long, Some("0"), AtLeast(0), G::Retention,
+        "Leave records uncompacted for at least this long."),
+    ConfigKey::new("log.cleaner.max.compaction.lag.ms", Long, Some(I64_MAX), AtLeast(1), G::Retention,
+        "Compact records at the latest after this long."),
+    // Replication
+    ConfigKey::new("replica.lag.time.max.ms", Long, Some("30000"), AtLeast(1), G::Replication,
+        "A follower that has not caught up for this long is removed from the ISR."),
+    // Group coordinator
+    ConfigKey::new("offsets.topic.num.partitions", Int, Some("50"), AtLeast(1), G::Groups,
+        "Partitions of __consumer_offsets (fixed once the topic exists)."),
+    ConfigKey::new("offsets.topic.replication.factor", Short, Some("1"), AtLeast(1), G::Groups,
+        "Replication factor of __consumer_offsets (Osprey default 1, so a single node works unconfigured).")
+        .osprey_default("3"),
+    ConfigKey::new("offsets.topic.segment.bytes", Int, Some("104857600"), AtLeast(1), G::Groups,
+        "Segment size of __consumer_offsets."),
+    ConfigKey::new("offsets.retention.minutes", Int, Some("10080"), AtLeast(1), G::Groups,
+        "Drop a group's committed offsets this long after the group became empty."),
+    ConfigKey::new("offsets.retention.check.interval.ms", Long, Some("600000"), AtLeast(1), G::Groups,
+        "How often to look for expired offsets."),
+    ConfigKey::new("offset.metadata.max.bytes", Int, Some("4096"), AtLeast(0), G::Groups,
+        "Largest metadata string accepted with an offset commit."),
+    ConfigKey::new("group.initial.rebalance.delay.ms", Int, Some("3000"), AtLeast(0), G::Groups,
+        "Wait this long for more members before the first rebalance of an empty group."),
+    ConfigKey::new("group.min.session.timeout.ms", Int, Some("6000"), AtLeast(0), G::Groups,
+        "Smallest session timeout a member may ask for."),
+    ConfigKey::new("group.max.session.timeout.ms", Int, Some("1800000"), AtLeast(0), G::Groups,
+        "Largest session timeout a member may ask for."),
+    ConfigKey::new("group.max.size", Int, Some(I32_MAX), AtLeast(1), G::Groups,
+        "Most members in one consumer group."),
+    // Transactions
+    ConfigKey::new("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), G::Transactions,
+        "Partitions of __transaction_state (fixed once the topic exists)."),
+    ConfigKey::new("transaction.state.log.replication.factor", Short, Some("1"), AtLeast(1), G::Transactions,
+        "Replication factor of __transaction_state (Osprey default 1, so a single node works unconfigured).")
+        .osprey_default("3"),
+    ConfigKey::new("transaction.state.log.min.isr", Int, Some("1"), AtLeast(1), G::Transactions,
+        "min.insync.replicas of __transaction_state (Osprey default 1, matching its replication factor).")
+        .osprey_default("2"),
+    ConfigKey::new("transaction.state.log.segment.bytes", Int, Some("104857600"), AtLeast(1), G::Transactions,
+        "Segment size of __transaction_state."),
+    ConfigKey::new("transactional.id.expiration.ms", Int, Some("604800000"), AtLeast(1), G::Transactions,
+        "Forget a transactional id that has not been used for this long."),
+    ConfigKey::new("transaction.max.timeout.ms", Int, Some("900000"), AtLeast(1), G::Transactions,
+        "Largest transaction timeout a producer may ask for."),
+    ConfigKey::new("transaction.abort.timed.out.transaction.cleanup.interval.ms", Int, Some("10000"), AtLeast(1), G::Transactions,
+        "How often to abort transactions that have timed out."),
+    ConfigKey::new("transaction.remove.expired.transaction.cleanup.interval.ms", Int, Some("3600000"), AtLeast(1), G::Transactions,
+        "How often to remove expired transactional ids."),
+    ConfigKey::new("producer.id.expiration.ms", Int, Some("86400000"), AtLeast(1), G::Transactions,
+        "Forget an idempotent producer's state once it has not produced for this long."),
+    ConfigKey::new("producer.id.expiration.check.interval.ms", Int, Some("600000"), AtLeast(1), G::Transactions,
+        "How often to look for expired producer ids."),
+    // Metrics
+    ConfigKey::new("metrics.listener", ConfigType::String, Some("127.0.0.1:9644"), HostPortOrEmpty, G::Metrics,
+        "host:port serving Prometheus metrics at /metrics; empty: no metrics endpoint (Osprey-only key)."),
+];
+
+/// Every per-topic config, with the broker keys that supply its default.
+#[rustfmt::skip]
+pub static TOPIC_KEYS: &[TopicKey] = &[
+    TopicKey { name: "cleanup.policy", config_type: List, validator: EachOf(CLEANUP_POLICIES),
+        broker_synonyms: &["log.cleanup.policy"], doc: "delete, compact, or both." },
+    TopicKey { name: "compression.type", config_type: ConfigType::String, validator: OneOf(COMPRESSION_TYPES),
+        broker_synonyms: &["compression.type"], doc: "Compression of stored batches; producer: as sent." },
+    TopicKey { name: "compression.gzip.level", config_type: Int, validator: GzipLevel,
+        broker_synonyms: &["compression.gzip.level"], doc: "gzip level: 1-9, or -1 for the default." },
+    TopicKey { name: "compression.lz4.level", config_type: Int, validator: Between(1, 17),
+        broker_synonyms: &["compression.lz4.level"], doc: "lz4 level." },
+    TopicKey { name: "compression.zstd.level", config_type: Int, validator: Between(-131072, 22),
+        broker_synonyms: &["compression.zstd.level"], doc: "zstd level." },
+    TopicKey { name: "delete.retention.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.cleaner.delete.retention.ms"], doc: "Keep tombstones at least this long." },
+    TopicKey { name: "file.delete.delay.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.segment.delete.delay.ms"], doc: "Delay before deleting a removed segment's files." },
+    TopicKey { name: "flush.messages", config_type: Long, validator: AtLeast(1),
+        broker_synonyms: &["log.flush.interval.messages"],
+        doc: "fsync after this many messages; unset: fsync before every acknowledgement (Osprey)." },
+    TopicKey { name: "flush.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.flush.interval.ms"],
+        doc: "fsync once unflushed data is this old; unset: fsync before every acknowledgement (Osprey)." },
+    TopicKey { name: "index.interval.bytes", config_type: Int, validator: AtLeast(0),
+        broker_synonyms: &["log.index.interval.bytes"], doc: "Bytes between offset index entries." },
+    TopicKey { name: "max.compaction.lag.ms", config_type: Long, validator: AtLeast(1),
+        broker_synonyms: &["log.cleaner.max.compaction.lag.ms"], doc: "Compact records at the latest after this long." },
+    TopicKey { name: "max.message.bytes", config_type: Int, validator: AtLeast(0),
+        broker_synonyms: &["message.max.bytes"], doc: "Largest record batch accepted." },
+    TopicKey { name: "message.timestamp.after.max.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.message.timestamp.after.max.ms"], doc: "Reject timestamps further than this in the future." },
+    TopicKey { name: "message.timestamp.before.max.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.message.timestamp.before.max.ms"], doc: "Reject timestamps further than this in the past." },
+    TopicKey { name: "message.timestamp.type", config_type: ConfigType::String, validator: OneOf(TIMESTAMP_TYPES),
+        broker_synonyms: &["log.message.timestamp.type"], doc: "CreateTime or LogAppendTime." },
+    TopicKey { name: "min.cleanable.dirty.ratio", config_type: Double, validator: Fraction,
+        broker_synonyms: &["log.cleaner.min.cleanable.ratio"], doc: "Compact once this fraction is uncompacted." },
+    TopicKey { name: "min.compaction.lag.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.cleaner.min.compaction.lag.ms"], doc: "Leave records uncompacted at least this long." },
+    TopicKey { name: "min.insync.replicas", config_type: Int, validator: AtLeast(1),
+        broker_synonyms: &["min.insync.replicas"], doc: "Replicas that must acknowledge an acks=all produce." },
+    TopicKey { name: "preallocate", config_type: Boolean, validator: Any,
+        broker_synonyms: &["log.preallocate"], doc: "Preallocate segment files." },
+    TopicKey { name: "retention.bytes", config_type: Long, validator: AtLeast(-1),
+        broker_synonyms: &["log.retention.bytes"], doc: "Size limit per partition; -1: none." },
+    TopicKey { name: "retention.ms", config_type: Long, validator: AtLeast(-1),
+        broker_synonyms: &["log.retention.ms", "log.retention.minutes", "log.retention.hours"],
+        doc: "Delete segments older than this; -1: forever." },
+    TopicKey { name: "segment.bytes", config_type: Int, validator: AtLeast(1_048_576),
+        broker_synonyms: &["log.segment.bytes"], doc: "Segment size." },
+    TopicKey { name: "segment.index.bytes", config_type: Int, validator: AtLeast(4),
+        broker_synonyms: &["log.index.size.max.bytes"], doc: "Index size per segment." },
+    TopicKey { name: "segment.jitter.ms", config_type: Long, validator: AtLeast(0),
+        broker_synonyms: &["log.roll.jitter.ms", "log.roll.jitter.hours"], doc: "Random jitter on segment.ms." },
+    TopicKey { name: "segment.ms", config_type: Long, validator: AtLeast(1),
+        broker_synonyms: &["log.roll.ms", "log.roll.hours"], doc: "Roll segments this old." },
+    TopicKey { name: "unclean.leader.election.enable", config_type: Boolean, validator: Any,
+        broker_synonyms: &["unclean.leader.election.enable"], doc: "Allow out-of-ISR leaders." },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn key_names_are_unique() {
+        let broker: HashSet<_> = BROKER_KEYS.iter().map(|k| k.name).collect();
+        assert_eq!(broker.len(), BROKER_KEYS.len());
+        let topic: HashSet<_> = TOPIC_KEYS.iter().map(|k| k.name).collect();
+        assert_eq!(topic.len(), TOPIC_KEYS.len());
+    }
+
+    #[test]
+    fn every_topic_synonym_is_a_broker_key_of_the_same_kind() {
+        for topic in TOPIC_KEYS {
+            for synonym in topic.broker_synonyms {
+                let broker = broker_key(synonym).unwrap_or_else(|| panic!("{synonym} is not a broker key"));
+                let numeric = |t: ConfigType| matches!(t, Int | Long | Short);
+                assert!(
+                    broker.config_type == topic.config_type
+                        || (numeric(broker.config_type) && numeric(topic.config_type)),
+                    "{} vs {}",
+                    topic.name,
+                    synonym
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn every_default_passes_its_own_validator() {
+        for key in BROKER_KEYS {
+            if let Some(default) = key.default {
+                let checked = super::super::value::check(key.config_type, key.validator, default);
+                assert!(checked.is_ok(), "default of {} ({default}) is invalid: {checked:?}", key.name);
+            }
+        }
+    }
+}

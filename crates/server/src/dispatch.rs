@@ -1,0 +1,124 @@
+//! From a request frame to a reply: header parsing, version checks, the KIP-511
+//! ApiVersions fallback, and routing to the handler of each API (one file each under
+//! `handlers/`).
+
+use crate::broker::Broker;
+use crate::handlers;
+use crate::supported;
+use bytes::Bytes;
+use osprey_protocol::frame::{split_request, FrameError};
+use osprey_protocol::{ApiKey, RequestBody, RequestHeader, ResponseBody};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A response that is not ready yet (waiting for fsync or for data to fetch).
+pub type Pending = Pin<Box<dyn Future<Output = ResponseBody> + Send>>;
+
+/// What the connection does with a request.
+pub enum Reply {
+    /// Send this response.
+    Now(ResponseBody),
+    /// Send this response when it resolves; later requests may start meanwhile, and
+    /// responses still go out in request order.
+    Later(Pending),
+    /// Send nothing (acks=0 produce).
+    Nothing,
+    /// A protocol violation: close the connection (after earlier responses).
+    Close(String),
+}
+
+impl std::fmt::Debug for Reply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reply::Now(_) => f.write_str("Now"),
+            Reply::Later(_) => f.write_str("Later"),
+            Reply::Nothing => f.write_str("Nothing"),
+            Reply::Close(why) => write!(f, "Close({why})"),
+        }
+    }
+}
+
+/// A request as the handlers see it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub api_key: ApiKey,
+    pub header: RequestHeader,
+    pub body: RequestBody,
+}
+
+impl Request {
+    pub fn version(&self) -> i16 {
+        self.header.request_api_version
+    }
+}
+
+/// A request read off the wire, with what the writer needs to frame its response.
+#[derive(Debug)]
+pub struct Dispatched {
+    pub api_key: Option<ApiKey>,
+    pub api_version: i16,
+    pub correlation_id: i32,
+    pub reply: Reply,
+}
+
+/// Parses and handles one request frame (without its size prefix).
+pub fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Dispatched {
+    let split = match split_request(frame) {
+        Ok(s) => s,
+        Err(FrameError::UnknownApiKey { api_key, correlation_id }) => {
+            return close(None, 0, correlation_id, format!("unknown api key {api_key}"));
+        }
+        Err(FrameError::Header(e)) => return close(None, 0, 0, format!("malformed request header: {e}")),
+    };
+    let api_key = split.api_key;
+    let version = split.header.request_api_version;
+    let correlation_id = split.header.correlation_id;
+    let done = |reply| Dispatched { api_key: Some(api_key), api_version: version, correlation_id, reply };
+
+    let Some((min, max)) = supported::advertised(api_key) else {
+        return close(
+            Some(api_key),
+            version,
+            correlation_id,
+            format!("{} is not served by this broker", api_key.name()),
+        );
+    };
+    if api_key == ApiKey::ApiVersions && !(min..=max).contains(&version) {
+        // KIP-511: answer in v0 with UNSUPPORTED_VERSION and our ranges; the client retries.
+        return Dispatched {
+            api_key: Some(api_key),
+            api_version: 0,
+            correlation_id,
+            reply: Reply::Now(handlers::api_versions::unsupported_version()),
+        };
+    }
+    if !(min..=max).contains(&version) {
+        return close(
+            Some(api_key),
+            version,
+            correlation_id,
+            format!("{} v{version} is not supported", api_key.name()),
+        );
+    }
+    let body = match RequestBody::decode(api_key, &mut split.body.clone(), version) {
+        Ok(b) => b,
+        Err(e) if api_key == ApiKey::ApiVersions => {
+            return done(Reply::Now(handlers::api_versions::invalid_request(&e.to_string())));
+        }
+        Err(e) => {
+            return close(
+                Some(api_key),
+                version,
+                correlation_id,
+                format!("malformed {} v{version}: {e}", api_key.name()),
+            )
+        }
+    };
+    let request = Request { api_key, header: split.header, body };
+    done(handlers::handle(broker, request))
+}
+
+fn close(api_key: Option<ApiKey>, api_version: i16, correlation_id: i32, why: String) -> Dispatched {
+    Dispatched { api_key, api_version, correlation_id, reply: Reply::Close(why) }
+}

@@ -1,0 +1,94 @@
+//! DescribeConfigs: topic configs (defaults from the broker, the topic's overrides on
+//! top, with sources and synonyms) and the broker's own configuration.
+
+use crate::broker::Broker;
+use crate::config::ConfigEntry;
+use osprey_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use osprey_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
+use std::sync::Arc;
+
+/// Kafka's ConfigResource types.
+pub const RESOURCE_TOPIC: i8 = 2;
+pub const RESOURCE_BROKER: i8 = 4;
+
+pub fn handle(broker: &Arc<Broker>, req: DescribeConfigsRequest, version: i16) -> ResponseBody {
+    let mut resp = DescribeConfigsResponse::default();
+    for r in req.resources {
+        let mut result = DescribeConfigsResult {
+            resource_type: r.resource_type,
+            resource_name: r.resource_name.clone(),
+            ..Default::default()
+        };
+        match entries(broker, r.resource_type, &r.resource_name) {
+            Ok(entries) => {
+                let wanted =
+                    |name: &str| r.configuration_keys.as_ref().is_none_or(|keys| keys.iter().any(|k| k == name));
+                result.configs = entries
+                    .iter()
+                    .filter(|e| wanted(e.name))
+                    .map(|e| describe(e, version, req.include_synonyms, req.include_documentation))
+                    .collect();
+            }
+            Err((code, message)) => {
+                crate::telemetry::error_code(ApiKey::DescribeConfigs, code);
+                result.error_code = code.code();
+                result.error_message = Some(message);
+            }
+        }
+        resp.results.push(result);
+    }
+    ResponseBody::DescribeConfigs(resp)
+}
+
+fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigEntry>, (ErrorCode, String)> {
+    match resource_type {
+        RESOURCE_TOPIC => {
+            let image = broker.image();
+            let topic = image
+                .topic(name)
+                .ok_or_else(|| (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("Topic '{name}' does not exist.")))?;
+            let config = broker.topic_config(topic).map_err(|e| (ErrorCode::INVALID_CONFIG, e.to_string()))?;
+            Ok(config.entries().to_vec())
+        }
+        RESOURCE_BROKER => {
+            // The empty name is the cluster-wide default resource.
+            if !name.is_empty() && name != broker.settings.node_id.to_string() {
+                return Err((
+                    ErrorCode::INVALID_REQUEST,
+                    format!("Unexpected broker id, expected {}", broker.settings.node_id),
+                ));
+            }
+            Ok(broker.settings.config.describe())
+        }
+        other => Err((ErrorCode::INVALID_REQUEST, format!("Unsupported resource type {other}"))),
+    }
+}
+
+fn describe(e: &ConfigEntry, version: i16, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {
+    DescribeConfigsResourceResult {
+        name: e.name.to_string(),
+        value: e.value.clone(),
+        read_only: e.read_only,
+        config_source: e.source.id(),
+        is_sensitive: e.is_sensitive,
+        synonyms: if synonyms && version >= 1 {
+            e.synonyms
+                .iter()
+                .map(|s| DescribeConfigsSynonym {
+                    name: s.name.to_string(),
+                    value: s.value.clone(),
+                    source: s.source.id(),
+                    ..Default::default()
+                })
+                .collect()
+        } else {
+            Vec::new()
+        },
+        config_type: if version >= 3 { e.config_type.id() } else { 0 },
+        documentation: (documentation && version >= 3).then(|| e.documentation.to_string()),
+        ..Default::default()
+    }
+}

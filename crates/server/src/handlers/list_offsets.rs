@@ -1,0 +1,89 @@
+//! ListOffsets (v1+): earliest (-2), latest (-1), max timestamp (-3), earliest local
+//! (-4), or the first offset whose timestamp is at least the one given.
+
+use crate::broker::Broker;
+use crate::partition::Partition;
+use osprey_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
+use osprey_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use osprey_protocol::records::RecordBatch;
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
+use std::sync::Arc;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+
+/// A batch decompressed to find a timestamp may not inflate beyond this.
+const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
+
+pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, _version: i16) -> ResponseBody {
+    let image = broker.image();
+    let mut resp = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = image.topic(&t.name);
+        let mut out = ListOffsetsTopicResponse { name: t.name.clone(), ..Default::default() };
+        for p in t.partitions {
+            let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
+            let result = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
+                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch),
+            };
+            match result {
+                Ok((offset, timestamp, epoch)) => {
+                    r.offset = offset;
+                    r.timestamp = timestamp;
+                    r.leader_epoch = epoch;
+                }
+                Err(code) => {
+                    crate::telemetry::error_code(ApiKey::ListOffsets, code);
+                    r.error_code = code.code();
+                }
+            }
+            out.partitions.push(r);
+        }
+        resp.topics.push(out);
+    }
+    ResponseBody::ListOffsets(resp)
+}
+
+/// (offset, timestamp, leader epoch) for one partition; offset -1 when no record matches.
+fn lookup(partition: &Partition, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64, i32), ErrorCode> {
+    if current_leader_epoch >= 0 && current_leader_epoch != partition.leader_epoch {
+        return Err(if current_leader_epoch < partition.leader_epoch {
+            ErrorCode::FENCED_LEADER_EPOCH
+        } else {
+            ErrorCode::UNKNOWN_LEADER_EPOCH
+        });
+    }
+    let log = &partition.log;
+    let epoch = partition.leader_epoch;
+    let high_watermark = log.high_watermark();
+    match timestamp {
+        LATEST => Ok((high_watermark, -1, epoch)),
+        EARLIEST | EARLIEST_LOCAL => Ok((log.log_start_offset(), -1, epoch)),
+        MAX_TIMESTAMP => Ok(match log.max_timestamp_and_offset() {
+            Some((ts, offset)) if offset < high_watermark => (offset, ts, epoch),
+            _ => (-1, -1, -1),
+        }),
+        ts if ts >= 0 => {
+            let found = log.offset_for_timestamp(ts).map_err(|e| {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "timestamp lookup failed");
+                ErrorCode::KAFKA_STORAGE_ERROR
+            })?;
+            match found.and_then(|f| first_record_at_or_after(f.batch, ts)) {
+                Some((offset, record_ts)) if offset < high_watermark => Ok((offset, record_ts, epoch)),
+                _ => Ok((-1, -1, -1)),
+            }
+        }
+        // Tiered-storage lookups (-5 and beyond) have nothing to find on a broker without it.
+        _ => Ok((-1, -1, -1)),
+    }
+}
+
+/// The batch found by the time index holds a record at or after `ts`; find which.
+fn first_record_at_or_after(batch: bytes::Bytes, ts: i64) -> Option<(i64, i64)> {
+    let batch = RecordBatch::new(batch).ok()?;
+    let records = batch.records(MAX_DECOMPRESSED_BYTES).ok()?;
+    records.filter_map(Result::ok).find(|r| r.timestamp >= ts).map(|r| (r.offset, r.timestamp))
+}

@@ -1,0 +1,97 @@
+//! Metadata: brokers, topics (by name or id), partitions with leaders and epochs; creates
+//! missing topics when both the request and `auto.create.topics.enable` allow it.
+
+use crate::broker::Broker;
+use osprey_cluster::{NewTopic, TopicImage};
+use osprey_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use osprey_protocol::messages::{MetadataRequest, MetadataResponse};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
+use std::sync::Arc;
+
+pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> ResponseBody {
+    let s = &broker.settings;
+    let mut resp = MetadataResponse {
+        brokers: vec![MetadataResponseBroker {
+            node_id: s.node_id,
+            host: s.advertised_host.clone(),
+            port: s.advertised_port,
+            ..Default::default()
+        }],
+        cluster_id: if version >= 2 { Some(broker.cluster_id.clone()) } else { None },
+        controller_id: s.node_id,
+        ..Default::default()
+    };
+    // v0: an empty list means every topic; v1+: null means every topic.
+    let requested = match req.topics {
+        Some(t) if !(version == 0 && t.is_empty()) => t,
+        _ => {
+            resp.topics = broker.image().topics().map(|t| describe(t, version)).collect();
+            return ResponseBody::Metadata(resp);
+        }
+    };
+    let auto_create = req.allow_auto_topic_creation && s.auto_create_topics;
+    for topic in requested {
+        let image = broker.image();
+        let found = match (&topic.name, topic.topic_id.is_zero()) {
+            (_, false) => image.topic_by_id(topic.topic_id).cloned().ok_or(ErrorCode::UNKNOWN_TOPIC_ID),
+            (Some(name), true) => match image.topic(name) {
+                Some(t) => Ok(t.clone()),
+                None if auto_create => create(broker, name),
+                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+            },
+            (None, true) => Err(ErrorCode::INVALID_REQUEST),
+        };
+        resp.topics.push(match found {
+            Ok(t) => describe(&t, version),
+            Err(code) => {
+                crate::telemetry::error_code(ApiKey::Metadata, code);
+                MetadataResponseTopic {
+                    error_code: code.code(),
+                    // Names are nullable only from v12; earlier versions get "" for an id lookup.
+                    name: topic.name.clone().or_else(|| (version < 12).then(String::new)),
+                    topic_id: topic.topic_id,
+                    ..Default::default()
+                }
+            }
+        });
+    }
+    ResponseBody::Metadata(resp)
+}
+
+fn create(broker: &Arc<Broker>, name: &str) -> Result<TopicImage, ErrorCode> {
+    let topic = NewTopic { name: name.to_string(), num_partitions: -1, replication_factor: -1, ..Default::default() };
+    match broker.create_topic(&topic, false) {
+        Ok(t) => Ok(t),
+        // Another request created it first.
+        Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => {
+            broker.image().topic(name).cloned().ok_or(ErrorCode::LEADER_NOT_AVAILABLE)
+        }
+        Err(e) => {
+            tracing::debug!(topic = name, error = %e, "auto-creation refused");
+            Err(e.code)
+        }
+    }
+}
+
+fn describe(topic: &TopicImage, version: i16) -> MetadataResponseTopic {
+    MetadataResponseTopic {
+        name: Some(topic.name.clone()),
+        topic_id: if version >= 10 { topic.id } else { Default::default() },
+        is_internal: topic.name.starts_with("__"),
+        partitions: topic
+            .partitions
+            .iter()
+            .map(|p| MetadataResponsePartition {
+                partition_index: p.index,
+                leader_id: p.leader,
+                leader_epoch: if version >= 7 { p.leader_epoch } else { -1 },
+                replica_nodes: p.replicas.clone(),
+                isr_nodes: p.isr.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}

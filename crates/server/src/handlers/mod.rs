@@ -1,0 +1,52 @@
+//! One file per request kind. Each handler takes the decoded request and returns a
+//! [`Reply`]: a response now, one that resolves later (fsync, long poll), or nothing.
+
+pub mod alter_configs;
+pub mod api_versions;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_cluster;
+pub mod describe_configs;
+pub mod describe_log_dirs;
+pub mod describe_topic_partitions;
+pub mod fetch;
+pub mod init_producer_id;
+pub mod list_offsets;
+pub mod metadata;
+pub mod offset_for_leader_epoch;
+pub mod produce;
+pub mod telemetry_subscriptions;
+
+use crate::broker::Broker;
+use crate::dispatch::{Reply, Request};
+use osprey_protocol::RequestBody;
+use std::sync::Arc;
+
+/// Routes a decoded request to its handler.
+pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
+    let version = request.version();
+    match request.body {
+        RequestBody::ApiVersions(_) => Reply::Now(api_versions::handle(version)),
+        RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
+        RequestBody::Produce(body) => produce::handle(broker, body, version),
+        RequestBody::Fetch(body) => fetch::handle(broker, body, version),
+        RequestBody::ListOffsets(body) => Reply::Now(list_offsets::handle(broker, body, version)),
+        RequestBody::CreateTopics(body) => Reply::Now(create_topics::handle(broker, body, version)),
+        RequestBody::DeleteTopics(body) => Reply::Now(delete_topics::handle(broker, body, version)),
+        RequestBody::CreatePartitions(body) => Reply::Now(create_partitions::handle(broker, body)),
+        RequestBody::DeleteRecords(body) => Reply::Now(delete_records::handle(broker, body)),
+        RequestBody::OffsetForLeaderEpoch(body) => Reply::Now(offset_for_leader_epoch::handle(broker, body)),
+        RequestBody::DescribeConfigs(body) => Reply::Now(describe_configs::handle(broker, body, version)),
+        RequestBody::AlterConfigs(body) => Reply::Now(alter_configs::handle_alter(broker, body)),
+        RequestBody::IncrementalAlterConfigs(body) => Reply::Now(alter_configs::handle_incremental(broker, body)),
+        RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
+        RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
+        RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
+        RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
+        RequestBody::InitProducerId(body) => Reply::Now(init_producer_id::handle(broker, body)),
+        RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
+        other => Reply::Close(format!("{} has no handler", other.api_key().name())),
+    }
+}

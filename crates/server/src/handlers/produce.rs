@@ -1,0 +1,180 @@
+//! Produce (v3+): validate each partition's single batch, append it, and answer once the
+//! append may be acknowledged (after fsync by default), or never for acks=0.
+
+use crate::broker::{now_ms, Broker};
+use crate::dispatch::Reply;
+use crate::partition::Partition;
+use crate::telemetry;
+use bytes::Bytes;
+use osprey_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
+use osprey_protocol::records::{Batches, Compression, RecordBatch};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
+use osprey_storage::batch::BatchError;
+use osprey_storage::{AppendInfo, StorageError};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A partition's outcome before the durability wait.
+enum Outcome {
+    Failed(ErrorCode, Option<String>),
+    Appended { info: AppendInfo, durable: Option<oneshot::Receiver<Result<(), StorageError>>> },
+}
+
+struct PartitionOutcome {
+    index: i32,
+    outcome: Outcome,
+}
+
+struct TopicOutcome {
+    name: String,
+    topic_id: Uuid,
+    partitions: Vec<PartitionOutcome>,
+}
+
+pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
+    let acks = req.acks;
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for topic in req.topic_data {
+        let image = broker.image();
+        let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
+        let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+        let mut partitions = Vec::with_capacity(topic.partition_data.len());
+        for p in topic.partition_data {
+            let outcome = if version < 3 {
+                // Kafka 4 still lists Produce v0-2 (librdkafka needs to see 0 to compress)
+                // but refuses them.
+                Outcome::Failed(ErrorCode::UNSUPPORTED_VERSION, None)
+            } else if !matches!(acks, -1..=1) {
+                Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
+            } else {
+                match found.and_then(|t| broker.partition(t.id, p.index)) {
+                    None => Outcome::Failed(unknown, None),
+                    Some(partition) => append(broker, &partition, p.records, version, acks),
+                }
+            };
+            partitions.push(PartitionOutcome { index: p.index, outcome });
+        }
+        topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, partitions });
+    }
+    if acks == 0 {
+        return Reply::Nothing;
+    }
+    Reply::Later(Box::pin(respond(topics)))
+}
+
+fn append(broker: &Broker, partition: &Arc<Partition>, records: Option<Bytes>, version: i16, acks: i16) -> Outcome {
+    let records = match records {
+        Some(r) => r,
+        None => return Outcome::Failed(ErrorCode::INVALID_RECORD, Some("null records".into())),
+    };
+    if let Err((code, why)) = check_batch(&records, version) {
+        telemetry::error_code(ApiKey::Produce, code);
+        return Outcome::Failed(code, Some(why));
+    }
+    // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
+    let mut bytes = records.to_vec();
+    match partition.log.append(&mut bytes, partition.leader_epoch, now_ms()) {
+        Ok(info) => {
+            telemetry::bytes_in(&partition.topic, info.bytes, info.records);
+            let durable = (acks != 0).then(|| partition.acknowledged(info.last_offset, &broker.flusher));
+            if acks == 0 {
+                // Nobody waits, but the high watermark must still move once it is durable.
+                drop(partition.acknowledged(info.last_offset, &broker.flusher));
+            }
+            Outcome::Appended { info, durable }
+        }
+        Err(e) => {
+            let code = storage_error_code(&e);
+            telemetry::error_code(ApiKey::Produce, code);
+            if e.is_kafka_storage_error() {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "append failed");
+            }
+            Outcome::Failed(code, Some(e.to_string()))
+        }
+    }
+}
+
+/// Produce v3+ carries exactly one v2 batch per partition, written by a client (not a
+/// control batch), compressed with a codec this request version may use.
+fn check_batch(records: &Bytes, version: i16) -> Result<(), (ErrorCode, String)> {
+    let mut batches = Batches::new(records.clone());
+    let batch: RecordBatch = match batches.next() {
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return Err((code_of(e.kafka_error_code()), e.to_string())),
+        None => return Err((ErrorCode::INVALID_RECORD, "no record batch".into())),
+    };
+    if batches.next().is_some() {
+        return Err((
+            ErrorCode::INVALID_RECORD,
+            "Produce v3+ must carry exactly one record batch per partition".into(),
+        ));
+    }
+    batch.check_produce_invariants().map_err(|e| (code_of(e.kafka_error_code()), e.to_string()))?;
+    match batch.compression() {
+        Ok(Compression::Zstd) if version < 7 => {
+            Err((ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
+        }
+        Ok(_) => Ok(()),
+        Err(e) => Err((code_of(e.kafka_error_code()), e.to_string())),
+    }
+}
+
+fn code_of(code: i16) -> ErrorCode {
+    ErrorCode::from_code(code).unwrap_or(ErrorCode::CORRUPT_MESSAGE)
+}
+
+fn storage_error_code(e: &StorageError) -> ErrorCode {
+    match e {
+        StorageError::Io { .. } | StorageError::LogOffline { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
+        StorageError::InvalidBatch { reason: BatchError::CrcMismatch { .. }, .. } => ErrorCode::CORRUPT_MESSAGE,
+        StorageError::InvalidBatch { .. } => ErrorCode::INVALID_RECORD,
+        StorageError::RecordBatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,
+        StorageError::StaleLeaderEpoch { .. } => ErrorCode::FENCED_LEADER_EPOCH,
+        StorageError::Sequence(osprey_storage::producer::SequenceError::InvalidProducerEpoch { .. }) => {
+            ErrorCode::INVALID_PRODUCER_EPOCH
+        }
+        StorageError::Sequence(osprey_storage::producer::SequenceError::OutOfOrderSequence { .. }) => {
+            ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        }
+        _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
+    let mut resp = ProduceResponse::default();
+    for topic in topics {
+        let mut out = TopicProduceResponse { name: topic.name, topic_id: topic.topic_id, ..Default::default() };
+        for p in topic.partitions {
+            let mut r = PartitionProduceResponse { index: p.index, base_offset: -1, ..Default::default() };
+            match p.outcome {
+                Outcome::Failed(code, message) => {
+                    r.error_code = code.code();
+                    r.error_message = message;
+                }
+                Outcome::Appended { info, durable } => {
+                    let result = match durable {
+                        Some(rx) => rx.await.unwrap_or(Err(StorageError::Truncated(info.last_offset))),
+                        None => Ok(()),
+                    };
+                    match result {
+                        Ok(()) => {
+                            r.base_offset = info.base_offset;
+                            r.log_append_time_ms = info.log_append_time;
+                            r.log_start_offset = info.log_start_offset;
+                        }
+                        Err(e) => {
+                            let code = storage_error_code(&e);
+                            telemetry::error_code(ApiKey::Produce, code);
+                            r.error_code = code.code();
+                            r.error_message = Some(e.to_string());
+                        }
+                    }
+                }
+            }
+            out.partition_responses.push(r);
+        }
+        resp.responses.push(out);
+    }
+    ResponseBody::Produce(resp)
+}

@@ -1,0 +1,11 @@
+//! The Osprey broker as a library, so its parts can be tested from `tests/`; the
+//! `osprey` binary (`main.rs`) is a thin wrapper around it.
+
+pub mod broker;
+pub mod config;
+pub mod dispatch;
+pub mod handlers;
+pub mod network;
+pub mod partition;
+pub mod supported;
+pub mod telemetry;

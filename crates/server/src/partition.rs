@@ -1,0 +1,85 @@
+//! A partition this broker leads: its log, and the signal fetchers wait on.
+
+use osprey_protocol::Uuid;
+use osprey_storage::{Flusher, PartitionLog, StorageError};
+use std::sync::Arc;
+use tokio::sync::{oneshot, watch};
+
+#[derive(Debug)]
+pub struct Partition {
+    pub topic: String,
+    pub topic_id: Uuid,
+    pub index: i32,
+    pub leader_epoch: i32,
+    pub log: Arc<PartitionLog>,
+    /// Acknowledge only after fsync (the default), or at once (`flush.messages`/`flush.ms` set).
+    fsync_before_ack: bool,
+    /// The high watermark, published for long-polling fetches.
+    high_watermark: watch::Sender<i64>,
+}
+
+impl Partition {
+    pub fn new(
+        topic: String,
+        topic_id: Uuid,
+        index: i32,
+        leader_epoch: i32,
+        log: Arc<PartitionLog>,
+        fsync_before_ack: bool,
+    ) -> Partition {
+        let (high_watermark, _) = watch::channel(log.high_watermark());
+        Partition { topic, topic_id, index, leader_epoch, log, fsync_before_ack, high_watermark }
+    }
+
+    /// A receiver that changes whenever the high watermark moves.
+    pub fn watch_high_watermark(&self) -> watch::Receiver<i64> {
+        self.high_watermark.subscribe()
+    }
+
+    /// Moves the high watermark to `end_offset` once everything before it may be read:
+    /// on a single node that is when it is acknowledged-durable, so a consumer never
+    /// reads data a crash could take back.
+    pub fn advance_high_watermark(&self, end_offset: i64) {
+        if end_offset <= self.log.high_watermark() {
+            return;
+        }
+        if let Err(e) = self.log.update_high_watermark(end_offset) {
+            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "high watermark not updated");
+            return;
+        }
+        self.high_watermark.send_if_modified(|hw| {
+            let moved = end_offset > *hw;
+            if moved {
+                *hw = end_offset;
+            }
+            moved
+        });
+    }
+
+    /// Resolves once `last_offset` may be acknowledged under the log's flush policy, and
+    /// moves the high watermark past it.
+    pub fn acknowledged(
+        self: &Arc<Self>,
+        last_offset: i64,
+        flusher: &Flusher,
+    ) -> oneshot::Receiver<Result<(), StorageError>> {
+        let (tx, rx) = oneshot::channel();
+        if !self.fsync_before_ack {
+            self.advance_high_watermark(last_offset + 1);
+            let _ = tx.send(Ok(()));
+            return rx;
+        }
+        let me = self.clone();
+        self.log.on_durable(
+            last_offset,
+            flusher,
+            Box::new(move |result| {
+                if result.is_ok() {
+                    me.advance_high_watermark(last_offset + 1);
+                }
+                let _ = tx.send(result);
+            }),
+        );
+        rx
+    }
+}

@@ -1,0 +1,60 @@
+//! What ApiVersions advertises: only APIs and versions that are implemented and driven
+//! by a real-client test. Clients believe this table, so it must never run ahead of
+//! the handlers.
+//!
+//! Minimums follow the traps in PROTOCOL-NOTES.md: librdkafka (up to 2.11) enables
+//! features only when the range *contains* an old version (gzip/snappy/lz4 need Produce
+//! 0 in range, batch v2 needs Produce 3 and Fetch 4, ...), so Produce is advertised from
+//! 0 and v0-2 are refused when they actually arrive, as Kafka 4 does.
+
+use osprey_protocol::ApiKey;
+
+/// (api, min, max) as advertised.
+pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 0, 13),
+    (ApiKey::Fetch, 4, 18),
+    (ApiKey::ListOffsets, 1, 11),
+    (ApiKey::Metadata, 0, 13),
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::DeleteTopics, 1, 6),
+    (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::GetTelemetrySubscriptions, 0, 0),
+    (ApiKey::PushTelemetry, 0, 0),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
+];
+
+/// The advertised range of `key`, if the broker serves it.
+pub fn advertised(key: ApiKey) -> Option<(i16, i16)> {
+    ADVERTISED.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_ranges_are_within_what_the_codec_knows() {
+        for &(key, min, max) in ADVERTISED {
+            let (cmin, cmax) = key.versions();
+            assert!(min <= max, "{key:?}");
+            assert!(cmin <= min && max <= cmax, "{key:?} advertises {min}-{max}, codec knows {cmin}-{cmax}");
+        }
+    }
+
+    #[test]
+    fn librdkafka_feature_traps_are_respected() {
+        assert_eq!(advertised(ApiKey::Produce).map(|r| r.0), Some(0));
+        assert_eq!(advertised(ApiKey::ApiVersions).map(|r| r.0), Some(0));
+        assert!(advertised(ApiKey::Fetch).is_some_and(|(min, max)| min <= 4 && max >= 10));
+        assert!(advertised(ApiKey::ListOffsets).is_some_and(|(min, _)| min <= 1));
+    }
+}

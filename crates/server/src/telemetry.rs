@@ -1,0 +1,122 @@
+//! Prometheus metrics. Every name is documented here and in the README; units are in
+//! the names (`_seconds`, `_bytes`).
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `osprey_requests_total` | counter | api, version | requests answered (or, for acks=0, handled) |
+//! | `osprey_request_errors_total` | counter | api, version | requests that closed their connection |
+//! | `osprey_request_duration_seconds` | histogram | api | from frame read to response written |
+//! | `osprey_response_bytes_total` | counter | api | response bytes written |
+//! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
+//! | `osprey_connections` | gauge | | open client connections |
+//! | `osprey_frames_rejected_total` | counter | | frames over `socket.request.max.bytes` or negative |
+//! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
+//! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
+//! | `osprey_topic_messages_in_total` | counter | topic | records appended |
+//! | `osprey_partition_log_size_bytes` | gauge | topic, partition | bytes of log on disk |
+//! | `osprey_partition_log_end_offset` | gauge | topic, partition | log end offset |
+//! | `osprey_partition_high_watermark` | gauge | topic, partition | high watermark |
+//! | `osprey_fsync_duration_seconds` | histogram | | fsync latency of partition logs |
+
+use crate::broker::Broker;
+use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
+use metrics_exporter_prometheus::PrometheusBuilder;
+use osprey_protocol::{ApiKey, ErrorCode};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Starts the Prometheus endpoint (`GET /metrics`) and the periodic gauge refresher.
+/// Must run inside the tokio runtime.
+pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            metrics_exporter_prometheus::Matcher::Suffix("duration_seconds".into()),
+            &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
+        )
+        .map_err(|e| e.to_string())?
+        .install()
+        .map_err(|e| format!("metrics listener {addr}: {e}"))?;
+    describe();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            refresh_partition_gauges(&broker);
+        }
+    });
+    Ok(())
+}
+
+fn describe() {
+    describe_counter!("osprey_requests_total", "Requests handled, by API key and version.");
+    describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
+    describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
+    describe_counter!("osprey_response_bytes_total", Unit::Bytes, "Response bytes written.");
+    describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
+    describe_gauge!("osprey_connections", "Open client connections.");
+    describe_counter!("osprey_frames_rejected_total", "Frames refused for a size outside socket.request.max.bytes.");
+    describe_counter!("osprey_topic_bytes_in_total", Unit::Bytes, "Record batch bytes appended, by topic.");
+    describe_counter!("osprey_topic_bytes_out_total", Unit::Bytes, "Record batch bytes fetched, by topic.");
+    describe_counter!("osprey_topic_messages_in_total", "Records appended, by topic.");
+    describe_gauge!("osprey_partition_log_size_bytes", Unit::Bytes, "Log size on disk, by partition.");
+    describe_gauge!("osprey_partition_log_end_offset", "Log end offset, by partition.");
+    describe_gauge!("osprey_partition_high_watermark", "High watermark, by partition.");
+    describe_histogram!("osprey_fsync_duration_seconds", Unit::Seconds, "fsync latency of partition logs.");
+}
+
+fn refresh_partition_gauges(broker: &Broker) {
+    for p in broker.partitions() {
+        let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
+        gauge!("osprey_partition_log_size_bytes", &labels).set(p.log.size_bytes() as f64);
+        gauge!("osprey_partition_log_end_offset", &labels).set(p.log.log_end_offset() as f64);
+        gauge!("osprey_partition_high_watermark", &labels).set(p.log.high_watermark() as f64);
+    }
+}
+
+fn api_name(key: Option<ApiKey>) -> &'static str {
+    key.map_or("unknown", |k| k.name())
+}
+
+pub fn request_done(key: Option<ApiKey>, version: i16, started: Instant, response_bytes: usize) {
+    let api = api_name(key);
+    counter!("osprey_requests_total", "api" => api, "version" => version.to_string()).increment(1);
+    histogram!("osprey_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+    counter!("osprey_response_bytes_total", "api" => api).increment(response_bytes as u64);
+}
+
+pub fn request_failed(key: Option<ApiKey>, version: i16) {
+    counter!("osprey_request_errors_total", "api" => api_name(key), "version" => version.to_string()).increment(1);
+}
+
+pub fn error_code(key: ApiKey, code: ErrorCode) {
+    if code != ErrorCode::NONE {
+        counter!("osprey_error_codes_total", "api" => key.name(), "error" => code.name()).increment(1);
+    }
+}
+
+pub fn connection_opened() {
+    gauge!("osprey_connections").increment(1.0);
+}
+
+pub fn connection_closed() {
+    gauge!("osprey_connections").decrement(1.0);
+}
+
+pub fn frame_rejected() {
+    counter!("osprey_frames_rejected_total").increment(1);
+}
+
+pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
+    counter!("osprey_topic_bytes_in_total", "topic" => topic.to_string()).increment(bytes);
+    counter!("osprey_topic_messages_in_total", "topic" => topic.to_string()).increment(records);
+}
+
+pub fn bytes_out(topic: &str, bytes: u64) {
+    counter!("osprey_topic_bytes_out_total", "topic" => topic.to_string()).increment(bytes);
+}
+
+pub fn fsync(took: Duration) {
+    histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64());
+}

@@ -1,0 +1,1452 @@
+//! `PartitionLog`: one partition's directory of segments, with appends, reads, group
+//! commit, recovery, truncation and retention.
+//!
+//! Locking: `state` (segments, offsets, epochs) is held for the short in-memory work and
+//! the `pwrite` of an append, never across an fsync. `durability` (durable offset and
+//! waiters) is separate so appends continue while an fsync runs; the next fsync then
+//! covers all of them (group commit). Lock order is always `state` then `durability`.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+
+use crate::batch::{self, BatchHeader, HEADER_LEN};
+use crate::checkpoint;
+use crate::config::{FlushPolicy, LogConfig, TimestampType};
+use crate::durability::{DurableCallback, Flushable, Flusher, FsyncCounters, FsyncStats};
+use crate::epoch::LeaderEpochCache;
+use crate::error::{Result, StorageError};
+use crate::fs::{StdStorage, Storage, StorageFile};
+use crate::producer::{ProducerStateTable, SequenceCheck};
+use crate::segment::{self, Segment};
+
+/// Present only between a clean close and the next open; its absence means recovery.
+pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+/// Checkpoint of epoch → start offset.
+pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
+/// Checkpoint of the log start offset (moved by retention and DeleteRecords).
+pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
+/// Checkpoint of the high watermark.
+pub const HIGH_WATERMARK_CHECKPOINT: &str = "high-watermark-checkpoint";
+/// Suffix of producer state snapshots, named by the offset they cover up to.
+const SNAPSHOT_SUFFIX: &str = ".snapshot";
+/// Producer snapshots kept; older ones go when a new one is written.
+const SNAPSHOTS_KEPT: usize = 3;
+/// Largest snapshot read back; a bigger file is garbage and is not allocated for.
+const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+/// Suffix of segment files renamed for deletion outside the lock.
+const DELETED_SUFFIX: &str = ".deleted";
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendInfo {
+    /// Offset assigned to the first record.
+    pub base_offset: i64,
+    /// Offset of the last record.
+    pub last_offset: i64,
+    /// Largest batch max timestamp appended (the log append time for LogAppendTime).
+    pub max_timestamp: i64,
+    /// First offset of the batch holding `max_timestamp`.
+    pub offset_of_max_timestamp: i64,
+    /// The broker time stamped into the batches, if `message.timestamp.type` is
+    /// LogAppendTime (Produce responses return it), else -1.
+    pub log_append_time: i64,
+    /// Batches appended.
+    pub batches: u32,
+    /// Records appended.
+    pub records: u64,
+    /// Bytes appended.
+    pub bytes: u64,
+    /// The log start offset after the append.
+    pub log_start_offset: i64,
+    /// The batch was an exact retry of one already in the log (idempotent producer):
+    /// nothing was appended and the offsets are the original ones.
+    pub duplicate: bool,
+}
+
+/// Whole batches returned by a read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadSlice {
+    /// Raw batches, exactly as stored; empty at the end of the log.
+    pub records: Bytes,
+    /// Offset after the last returned batch (the fetch offset if nothing was returned).
+    pub next_offset: i64,
+    /// Log start offset when the read was done.
+    pub log_start_offset: i64,
+    /// Log end offset when the read was done.
+    pub log_end_offset: i64,
+    /// High watermark when the read was done.
+    pub high_watermark: i64,
+}
+
+/// The batch a timestamp lookup found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimestampOffset {
+    /// Base offset of the first batch whose max timestamp is at least the target.
+    /// Batch granularity: the caller refines it to a record with `batch` if it decodes
+    /// records (the storage engine does not).
+    pub offset: i64,
+    /// That batch's max timestamp.
+    pub timestamp: i64,
+    /// That batch's bytes.
+    pub batch: Bytes,
+}
+
+/// What a retention pass removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionOutcome {
+    /// Whole segments deleted.
+    pub deleted_segments: usize,
+    /// Their bytes.
+    pub deleted_bytes: u64,
+    /// Log start offset after the pass.
+    pub log_start_offset: i64,
+}
+
+/// One partition's log. Share it between threads with `Arc`; every method takes `&self`.
+pub struct PartitionLog<S: Storage = StdStorage> {
+    dir: PathBuf,
+    storage: S,
+    config: LogConfig,
+    state: Mutex<LogState<S::File>>,
+    durability: Mutex<DurableState>,
+    durable_changed: Condvar,
+    fsyncs: FsyncCounters,
+    queued_on_flusher: AtomicBool,
+}
+
+struct LogState<F> {
+    /// Sorted by base offset, never empty; the last is the active segment.
+    segments: Vec<Segment<F>>,
+    log_start_offset: i64,
+    high_watermark: i64,
+    epochs: LeaderEpochCache,
+    producers: ProducerStateTable,
+    /// When the active segment began, for `segment.ms`.
+    active_since_ms: i64,
+    /// Records appended since open (for `flush.messages` accounting).
+    appended_records: u64,
+    /// `appended_records` covered by the last completed fsync.
+    flushed_records: u64,
+    /// Append time of the oldest append not yet fsynced, for `flush.ms`.
+    oldest_unflushed_ms: Option<i64>,
+    /// Bumped by truncation so an fsync that started before it does not mark offsets
+    /// that were rewritten since as durable.
+    generation: u64,
+    offline: Option<String>,
+}
+
+struct DurableState {
+    /// Every offset below this is on disk.
+    durable_end: i64,
+    flushing: bool,
+    generation: u64,
+    waiters: Vec<(i64, DurableCallback)>,
+    offline: Option<String>,
+}
+
+impl<S: Storage> fmt::Debug for PartitionLog<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PartitionLog")
+            .field("dir", &self.dir)
+            .field("log_start_offset", &self.log_start_offset())
+            .field("log_end_offset", &self.log_end_offset())
+            .finish()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // State is only mutated in ways that keep it consistent at every await-free step, so
+    // a panic elsewhere while holding the lock does not make it unusable.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl<F: StorageFile> LogState<F> {
+    fn active(&self) -> &Segment<F> {
+        self.segments.last().expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment<F> {
+        self.segments.last_mut().expect("a log always has an active segment")
+    }
+
+    fn log_end_offset(&self) -> i64 {
+        self.active().next_offset
+    }
+
+    fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size).sum()
+    }
+}
+
+/// A batch validated on the way in: where it is in the appended buffer and its header.
+struct Incoming {
+    position: usize,
+    header: BatchHeader,
+}
+
+impl<S: Storage> PartitionLog<S> {
+    // ----- open and close -------------------------------------------------------------
+
+    /// Opens (creating if needed) the partition log in `dir`. Without a clean-shutdown
+    /// marker the last segment is scanned, CRC-checked and truncated after its last valid
+    /// batch, and its indexes rebuilt. `now_ms` starts the `segment.ms` clock.
+    pub fn open(storage: S, dir: impl Into<PathBuf>, config: LogConfig, now_ms: i64) -> Result<Self> {
+        let dir = dir.into();
+        storage.create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
+        let names = storage.list(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
+        let clean = names.iter().any(|n| n == CLEAN_SHUTDOWN_FILE);
+        if clean {
+            // Removed (durably) before anything can change the log, so a crash from here
+            // on is seen as unclean.
+            let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+            storage.remove(&marker).map_err(|e| StorageError::io("remove", &marker, e))?;
+            storage.sync_dir(&dir).map_err(|e| StorageError::io("fsync dir", &dir, e))?;
+        }
+        for name in names.iter().filter(|n| n.ends_with(DELETED_SUFFIX) || n.ends_with(".tmp")) {
+            let path = dir.join(name);
+            storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))?;
+        }
+        let mut bases: Vec<i64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
+        bases.sort_unstable();
+
+        let segments = open_segments(&storage, &dir, &bases, clean, &config)?;
+        let mut state = LogState {
+            segments,
+            log_start_offset: 0,
+            high_watermark: 0,
+            epochs: LeaderEpochCache::default(),
+            producers: ProducerStateTable::default(),
+            active_since_ms: now_ms,
+            appended_records: 0,
+            flushed_records: 0,
+            oldest_unflushed_ms: None,
+            generation: 0,
+            offline: None,
+        };
+        if state.segments.is_empty() {
+            let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(0).max(0);
+            state.segments.push(Segment::create(&storage, &dir, start)?);
+            storage.sync_dir(&dir).map_err(|e| StorageError::io("fsync dir", &dir, e))?;
+        }
+        let first_base = state.segments[0].base_offset;
+        let leo = state.log_end_offset();
+        let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(first_base);
+        state.log_start_offset = start.clamp(first_base, leo);
+        let hw = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT).unwrap_or(0);
+        state.high_watermark = hw.clamp(state.log_start_offset, leo);
+        state.epochs = load_epochs(&storage, &dir, &state)?;
+        state.producers = load_producers(&storage, &dir, &state)?;
+        if let Some(ts) = state.active().first_batch_timestamp {
+            state.active_since_ms = ts.min(now_ms);
+        }
+        // Whatever recovery kept may still sit only in the page cache (the previous
+        // process could have died after writing it): make it durable before treating it
+        // as such.
+        let active = state.active();
+        active.file.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
+        let durability =
+            DurableState { durable_end: leo, flushing: false, generation: 0, waiters: Vec::new(), offline: None };
+        Ok(PartitionLog {
+            dir,
+            storage,
+            config,
+            state: Mutex::new(state),
+            durability: Mutex::new(durability),
+            durable_changed: Condvar::new(),
+            fsyncs: FsyncCounters::default(),
+            queued_on_flusher: AtomicBool::new(false),
+        })
+    }
+
+    /// Clean shutdown: fsyncs the data, writes the active segment's indexes and the
+    /// high watermark, then the clean-shutdown marker that lets the next open skip the
+    /// recovery scan.
+    /// Takes `&self` so a log shared through `Arc` (e.g. with a `Flusher`) can be closed;
+    /// afterwards appends fail with `LogOffline` ("closed").
+    pub fn close(&self) -> Result<()> {
+        self.flush()?;
+        let mut state = lock(&self.state);
+        if let Some(reason) = &state.offline {
+            return Err(self.offline_error(reason));
+        }
+        // Nothing may be appended after the marker vouches for the files.
+        state.offline = Some("closed".to_string());
+        let hw = state.high_watermark;
+        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
+        self.write_producer_snapshot(&state)?;
+        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        self.storage.open(&marker, true).map_err(|e| StorageError::io("create", &marker, e))?;
+        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))
+    }
+
+    // ----- append ---------------------------------------------------------------------
+
+    /// Appends one or more v2 batches as leader in `leader_epoch`: validates them (length,
+    /// magic, CRC, record count, `max.message.bytes`), assigns offsets from the log end
+    /// offset and stamps baseOffset and partitionLeaderEpoch in place (outside the CRC),
+    /// then writes them to the active segment, rolling it first if needed.
+    ///
+    /// On return the data is written but not necessarily durable: call
+    /// [`wait_for_ack`](Self::wait_for_ack) (or [`on_durable`](Self::on_durable)) before
+    /// acknowledging the producer. On an I/O error nothing of this append remains in the
+    /// log (or, if even that cannot be ensured, the log goes offline).
+    pub fn append(&self, batches: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
+        // Validation is CPU work on the caller's buffer: done before taking the lock.
+        let incoming = validate_batches(batches, Some(self.config.max_message_bytes))?;
+        let log_append_time = match self.config.message_timestamp_type {
+            TimestampType::LogAppendTime => {
+                for b in &incoming {
+                    let end = b.position + b.header.total_size() as usize;
+                    batch::stamp_log_append_time(&mut batches[b.position..end], now_ms);
+                }
+                now_ms
+            }
+            TimestampType::CreateTime => -1,
+        };
+
+        let state = lock(&self.state);
+        if let Some(reason) = &state.offline {
+            return Err(self.offline_error(reason));
+        }
+        if let Some(latest) = state.epochs.latest_epoch() {
+            if leader_epoch < latest {
+                return Err(StorageError::StaleLeaderEpoch { epoch: leader_epoch, latest });
+            }
+        }
+        if let Some(original) = self.check_sequences(&state, &incoming)? {
+            return Ok(AppendInfo {
+                base_offset: original.first_offset,
+                last_offset: original.last_offset,
+                max_timestamp: original.max_timestamp,
+                offset_of_max_timestamp: original.first_offset,
+                log_append_time,
+                batches: 0,
+                records: 0,
+                bytes: 0,
+                log_start_offset: state.log_start_offset,
+                duplicate: true,
+            });
+        }
+        let mut next = state.log_end_offset();
+        let mut stamped = Vec::with_capacity(incoming.len());
+        for b in &incoming {
+            let end = b.position + b.header.total_size() as usize;
+            batch::stamp(&mut batches[b.position..end], next, leader_epoch);
+            let mut header = b.header;
+            header.base_offset = next;
+            header.partition_leader_epoch = leader_epoch;
+            if log_append_time >= 0 {
+                header.max_timestamp = log_append_time;
+            }
+            next = header.last_offset() + 1;
+            stamped.push(Incoming { position: b.position, header });
+        }
+        let mut info = self.write_batches(state, batches, &stamped, now_ms)?;
+        info.log_append_time = log_append_time;
+        Ok(info)
+    }
+
+    /// Appends batches replicated from the leader as they are: offsets and leader epochs
+    /// already assigned (the epoch cache learns new epochs from them), no sequence checks.
+    /// The first batch must start at or after the log end offset (compaction may leave
+    /// gaps), each later one after its predecessor. Durability is as for `append`.
+    pub fn append_as_follower(&self, batches: &[u8], now_ms: i64) -> Result<AppendInfo> {
+        let incoming = validate_batches(batches, None)?;
+        let state = lock(&self.state);
+        if let Some(reason) = &state.offline {
+            return Err(self.offline_error(reason));
+        }
+        let mut expected = state.log_end_offset();
+        for b in &incoming {
+            if b.header.base_offset < expected {
+                return Err(StorageError::UnexpectedAppendOffset {
+                    offset: b.header.base_offset,
+                    log_end_offset: state.log_end_offset(),
+                });
+            }
+            expected = b.header.last_offset() + 1;
+        }
+        self.write_batches(state, batches, &incoming, now_ms)
+    }
+
+    /// The part of an append shared by leader and follower: roll if needed, record new
+    /// leader epochs (durably, before the data), write the batches (headers final), and
+    /// update indexes, producer state and flush accounting.
+    fn write_batches(
+        &self,
+        mut guard: MutexGuard<'_, LogState<S::File>>,
+        batches: &[u8],
+        incoming: &[Incoming],
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        let (Some(first), Some(last)) = (incoming.first(), incoming.last()) else {
+            return Err(StorageError::InvalidBatch {
+                position: 0,
+                reason: batch::BatchError::Truncated { needed: HEADER_LEN as u64, available: 0 },
+            });
+        };
+        let (base_offset, last_offset) = (first.header.base_offset, last.header.last_offset());
+        let total = batches.len() as u64;
+        let records: u64 = incoming.iter().map(|b| b.header.records_count.max(0) as u64).sum();
+        if let Err(e) = self.maybe_roll(&mut guard, total, last_offset, now_ms) {
+            drop(guard);
+            if e.is_kafka_storage_error() {
+                // The sealing fsync of the old segment may have failed, and the next group
+                // commit (of the new segment only) would then vouch for unsynced data.
+                self.go_offline(format!("segment roll failed: {e}"));
+            }
+            return Err(e);
+        }
+        let mut epochs_changed = false;
+        for b in incoming {
+            epochs_changed |= guard.epochs.assign(b.header.partition_leader_epoch, b.header.base_offset);
+        }
+        if epochs_changed {
+            // Written before the data: recovery drops epochs past the log end, whereas an
+            // epoch missing from the checkpoint could not be noticed.
+            if let Err(e) = self.write_epoch_checkpoint(&guard) {
+                guard.epochs.truncate_from_end(base_offset);
+                return Err(e);
+            }
+        }
+
+        let write_at = guard.active().size;
+        let written = guard.active().file.write_all_at(batches, write_at);
+        if let Err(e) = written {
+            let err = StorageError::io("write", &guard.active().path, e);
+            let offline = self.undo_partial_write(&mut guard, write_at);
+            drop(guard);
+            if let Some(reason) = offline {
+                self.fail_waiters(reason);
+            }
+            return Err(err);
+        }
+
+        let mut info = AppendInfo {
+            base_offset,
+            last_offset,
+            max_timestamp: -1,
+            offset_of_max_timestamp: -1,
+            log_append_time: -1,
+            batches: incoming.len() as u32,
+            records,
+            bytes: total,
+            log_start_offset: guard.log_start_offset,
+            duplicate: false,
+        };
+        let interval = self.config.index_interval_bytes;
+        let state = &mut *guard;
+        let segment = state.segments.last_mut().expect("a log always has an active segment");
+        for b in incoming {
+            if b.header.max_timestamp > info.max_timestamp {
+                info.max_timestamp = b.header.max_timestamp;
+                info.offset_of_max_timestamp = b.header.base_offset;
+            }
+            segment.note_batch(&b.header, write_at + b.position as u64, interval);
+            state.producers.record(&b.header);
+        }
+        segment.size = write_at + total;
+        debug_assert_eq!(segment.next_offset, last_offset + 1);
+
+        state.appended_records += records;
+        state.oldest_unflushed_ms.get_or_insert(now_ms);
+        let flush_now = match self.config.flush_policy() {
+            FlushPolicy::Periodic { messages: Some(n), .. } => state.appended_records - state.flushed_records >= n,
+            _ => false,
+        };
+        drop(guard);
+        if flush_now {
+            // Kafka flushes inline in the append that crosses flush.messages.
+            self.wait_durable(last_offset)?;
+        }
+        Ok(info)
+    }
+
+    /// Idempotence: checks each idempotent batch against its producer's state (and the
+    /// batches before it in this append). Returns the original batch if the append is an
+    /// exact retry of one already in the log.
+    fn check_sequences(
+        &self,
+        state: &LogState<S::File>,
+        incoming: &[Incoming],
+    ) -> Result<Option<crate::producer::BatchMetadata>> {
+        let mut scratch = state.producers.subset(incoming.iter().map(|b| b.header.producer_id));
+        let mut next = state.log_end_offset();
+        for b in incoming {
+            match scratch.check(&b.header)? {
+                SequenceCheck::Duplicate(original) if incoming.len() == 1 => return Ok(Some(original)),
+                SequenceCheck::Duplicate(original) => {
+                    // Produce v3+ sends one batch per partition; a retry mixed with new
+                    // batches cannot be answered with one offset range.
+                    return Err(crate::producer::SequenceError::OutOfOrderSequence {
+                        producer_id: b.header.producer_id,
+                        first_seq: b.header.base_sequence,
+                        expected_after: original.last_seq,
+                    }
+                    .into());
+                }
+                SequenceCheck::Accept | SequenceCheck::NotIdempotent => {}
+            }
+            let mut header = b.header;
+            header.base_offset = next;
+            scratch.record(&header);
+            next = header.last_offset() + 1;
+        }
+        Ok(None)
+    }
+
+    /// Writes `<log end offset>.snapshot` of the producer state and drops old snapshots.
+    fn write_producer_snapshot(&self, state: &LogState<S::File>) -> Result<()> {
+        let offset = state.log_end_offset();
+        let name = format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset));
+        checkpoint::write_bytes(&self.storage, &self.dir, &name, &state.producers.to_snapshot())?;
+        let mut snapshots = list_snapshots(&self.storage, &self.dir)?;
+        snapshots.sort_unstable();
+        let excess = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
+        for old in &snapshots[..excess] {
+            remove_snapshot(&self.storage, &self.dir, *old)?;
+        }
+        Ok(())
+    }
+
+    /// Producer state of one producer id, for DescribeProducers and tests.
+    pub fn producer_state(&self, producer_id: i64) -> Option<crate::producer::ProducerEntry> {
+        lock(&self.state).producers.get(producer_id).cloned()
+    }
+
+    /// After a failed write, cuts the file back so no partial batch stays in the log; if
+    /// that fails too the log's content is unknown and it goes offline.
+    /// Returns the reason if the log went offline; the caller fails the waiters once it
+    /// has released the state lock (callbacks never run under it).
+    fn undo_partial_write(&self, state: &mut LogState<S::File>, write_at: u64) -> Option<String> {
+        let active = state.active();
+        let e = active.file.set_len(write_at).err()?;
+        let reason = format!("could not remove a failed write from {}: {e}", active.path.display());
+        tracing::error!(dir = %self.dir.display(), %reason, "log going offline");
+        state.offline = Some(reason.clone());
+        Some(reason)
+    }
+
+    /// Refuses further appends and fails every durability waiter (takes both locks).
+    fn go_offline(&self, reason: String) {
+        tracing::error!(dir = %self.dir.display(), %reason, "log going offline");
+        lock(&self.state).offline.get_or_insert_with(|| reason.clone());
+        self.fail_waiters(reason);
+    }
+
+    fn fail_waiters(&self, reason: String) {
+        let mut d = lock(&self.durability);
+        let reason = d.offline.get_or_insert(reason).clone();
+        let waiters: Vec<_> = d.waiters.drain(..).collect();
+        self.durable_changed.notify_all();
+        drop(d);
+        for (_, cb) in waiters {
+            cb(Err(self.offline_error(&reason)));
+        }
+    }
+
+    /// Rolls to a new segment if this append would overflow the active one by size,
+    /// index capacity or relative offset, or the active one is older than `segment.ms`.
+    fn maybe_roll(
+        &self,
+        state: &mut LogState<S::File>,
+        append_bytes: u64,
+        last_offset: i64,
+        now_ms: i64,
+    ) -> Result<()> {
+        let c = &self.config;
+        let a = state.active();
+        if a.size == 0 {
+            return Ok(());
+        }
+        let full = a.size + append_bytes > c.segment_bytes;
+        let old = now_ms.saturating_sub(state.active_since_ms) > c.segment_ms;
+        let offset_index_full = (a.offset_index.len() as u64 + 1) * segment::OFFSET_ENTRY > c.segment_index_bytes;
+        let time_index_full = (a.time_index.len() as u64 + 1) * segment::TIME_ENTRY > c.segment_index_bytes;
+        // Index entries hold 32-bit relative offsets and positions.
+        let offsets_overflow = last_offset - a.base_offset > i64::from(i32::MAX);
+        let positions_overflow = a.size + append_bytes > u64::from(u32::MAX);
+        if full || old || offset_index_full || time_index_full || offsets_overflow || positions_overflow {
+            self.roll(state, now_ms)?;
+        }
+        Ok(())
+    }
+
+    /// Seals the active segment (its data and indexes fsynced, so recovery never needs
+    /// to scan it) and starts a new one at the log end offset.
+    fn roll(&self, state: &mut LogState<S::File>, now_ms: i64) -> Result<()> {
+        let base = state.log_end_offset();
+        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
+        let segment = Segment::create(&self.storage, &self.dir, base)?;
+        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
+        state.segments.push(segment);
+        state.active_since_ms = now_ms;
+        self.write_producer_snapshot(state)?;
+        let hw = state.high_watermark;
+        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])
+    }
+
+    // ----- durability -----------------------------------------------------------------
+
+    /// Blocks until every offset up to and including `offset` is durable (fsynced). The
+    /// calling thread does the fsync itself if none is running, else waits for the
+    /// running one and, if that did not cover `offset`, starts the next: concurrent
+    /// callers share fsyncs.
+    pub fn wait_durable(&self, offset: i64) -> Result<()> {
+        let target = offset.saturating_add(1);
+        let generation = self.check_waitable(target)?;
+        let mut d = lock(&self.durability);
+        loop {
+            if let Some(reason) = &d.offline {
+                return Err(self.offline_error(reason));
+            }
+            if d.durable_end >= target {
+                return Ok(());
+            }
+            if d.generation != generation {
+                return Err(StorageError::Truncated(offset));
+            }
+            if !d.flushing {
+                d.flushing = true;
+                drop(d);
+                self.run_flush();
+                d = lock(&self.durability);
+                continue;
+            }
+            d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Rejects waiting for offsets not yet appended (no fsync could ever satisfy it);
+    /// returns the truncation generation the wait belongs to.
+    fn check_waitable(&self, target: i64) -> Result<u64> {
+        let s = lock(&self.state);
+        let leo = s.log_end_offset();
+        if target > leo {
+            return Err(StorageError::OffsetOutOfRange {
+                offset: target - 1,
+                log_start_offset: s.log_start_offset,
+                log_end_offset: leo,
+            });
+        }
+        Ok(s.generation)
+    }
+
+    /// Blocks until the append described by `info` may be acknowledged under this log's
+    /// flush policy: after an fsync by default; immediately if `flush.messages` or
+    /// `flush.ms` is set (Kafka's behaviour).
+    pub fn wait_for_ack(&self, info: &AppendInfo) -> Result<()> {
+        match self.config.flush_policy() {
+            FlushPolicy::FsyncBeforeAck => self.wait_durable(info.last_offset),
+            FlushPolicy::Periodic { .. } => Ok(()),
+        }
+    }
+
+    /// Non-blocking form of [`wait_durable`](Self::wait_durable): `callback` runs once
+    /// `offset` is durable, on the thread that completed the fsync (a `flusher` thread
+    /// or another caller of `wait_durable`), or at once if it already is.
+    pub fn on_durable(self: &Arc<Self>, offset: i64, flusher: &Flusher, callback: DurableCallback) {
+        let target = offset.saturating_add(1);
+        if let Err(e) = self.check_waitable(target) {
+            callback(Err(e));
+            return;
+        }
+        {
+            let mut d = lock(&self.durability);
+            if let Some(reason) = &d.offline {
+                let err = self.offline_error(reason);
+                drop(d);
+                callback(Err(err));
+                return;
+            }
+            if d.durable_end < target {
+                d.waiters.push((target, callback));
+                drop(d);
+                if !self.queued_on_flusher.swap(true, Ordering::AcqRel) && !flusher.schedule(self.clone()) {
+                    // No flusher: serve the waiter on this thread rather than leave it hanging.
+                    self.queued_on_flusher.store(false, Ordering::Release);
+                    self.flush_waiters();
+                }
+                return;
+            }
+        }
+        callback(Ok(()));
+    }
+
+    /// fsyncs everything written so far (sharing the fsync with concurrent callers).
+    pub fn flush(&self) -> Result<()> {
+        let leo = self.log_end_offset();
+        self.wait_durable(leo - 1)
+    }
+
+    /// For `flush.ms`: fsyncs if the oldest unflushed append is older than `flush.ms`.
+    /// The broker calls this periodically (Kafka's `log.flush.scheduler.interval.ms`).
+    /// Returns whether it flushed.
+    pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {
+        let Some(ms) = self.config.flush_ms else { return Ok(false) };
+        let due = lock(&self.state).oldest_unflushed_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ms as i64);
+        if due {
+            self.flush()?;
+        }
+        Ok(due)
+    }
+
+    /// Offsets below this are durable.
+    pub fn durable_end_offset(&self) -> i64 {
+        lock(&self.durability).durable_end
+    }
+
+    /// fsync counts and latency, for metrics.
+    pub fn fsync_stats(&self) -> FsyncStats {
+        self.fsyncs.snapshot()
+    }
+
+    /// One group commit. The caller has set `flushing`; this clears it.
+    fn run_flush(&self) {
+        let (leo, file, path, generation, records) = {
+            let s = lock(&self.state);
+            let a = s.active();
+            (s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
+        };
+        let started = Instant::now();
+        let result = file.sync_data();
+        self.fsyncs.record(started.elapsed(), result.is_ok());
+
+        let mut state = lock(&self.state);
+        let mut d = lock(&self.durability);
+        d.flushing = false;
+        match result {
+            Ok(()) if state.generation == generation => {
+                d.durable_end = d.durable_end.max(leo);
+                state.flushed_records = state.flushed_records.max(records);
+                if state.log_end_offset() == leo {
+                    state.oldest_unflushed_ms = None;
+                }
+            }
+            Ok(()) => {}
+            Err(e) => {
+                // After a failed fsync the kernel may have dropped the dirty pages; a retry
+                // could "succeed" without the data. Only reopening (recovery) is safe.
+                let reason = format!("fsync {}: {e}", path.display());
+                tracing::error!(dir = %self.dir.display(), %reason, "log going offline");
+                state.offline = Some(reason.clone());
+                d.offline = Some(reason);
+            }
+        }
+        // A waiter registered while a truncation removed its offset (it passed the check
+        // before the truncation, and was pushed after it) can never be satisfied.
+        let leo_now = state.log_end_offset();
+        drop(state);
+        let (orphaned, waiting): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| *end > leo_now);
+        d.waiters = waiting;
+        let ready = take_ready_waiters(&mut d);
+        let offline = d.offline.clone();
+        self.durable_changed.notify_all();
+        drop(d);
+        for cb in ready {
+            cb(match &offline {
+                Some(reason) => Err(self.offline_error(reason)),
+                None => Ok(()),
+            });
+        }
+        for (end, cb) in orphaned {
+            cb(Err(StorageError::Truncated(end - 1)));
+        }
+    }
+
+    fn offline_error(&self, reason: &str) -> StorageError {
+        StorageError::LogOffline { dir: self.dir.clone(), reason: reason.to_string() }
+    }
+
+    // ----- reads ----------------------------------------------------------------------
+
+    /// Reads whole batches from `fetch_offset` (the batch containing it first), up to
+    /// `max_bytes` — but always at least one batch, even a larger one, as Kafka's fetch
+    /// does. Stops at a segment boundary. `fetch_offset` equal to the log end offset
+    /// gives an empty slice; outside `[log start, log end]` is `OffsetOutOfRange`.
+    pub fn read(&self, fetch_offset: i64, max_bytes: usize) -> Result<ReadSlice> {
+        self.read_bounded(fetch_offset, max_bytes, i64::MAX)
+    }
+
+    /// Like [`read`](Self::read) but returns only batches wholly below `end_offset`
+    /// (the high watermark or last stable offset for consumers).
+    pub fn read_bounded(&self, fetch_offset: i64, max_bytes: usize, end_offset: i64) -> Result<ReadSlice> {
+        let (views, mut slice) = {
+            let s = lock(&self.state);
+            let leo = s.log_end_offset();
+            if fetch_offset < s.log_start_offset || fetch_offset > leo {
+                return Err(StorageError::OffsetOutOfRange {
+                    offset: fetch_offset,
+                    log_start_offset: s.log_start_offset,
+                    log_end_offset: leo,
+                });
+            }
+            let slice = ReadSlice {
+                records: Bytes::new(),
+                next_offset: fetch_offset,
+                log_start_offset: s.log_start_offset,
+                log_end_offset: leo,
+                high_watermark: s.high_watermark,
+            };
+            let first = s.segments.partition_point(|seg| seg.base_offset <= fetch_offset).saturating_sub(1);
+            // Two segments suffice: the fetch offset lies in the first unless it is its
+            // end, and then the next one starts there.
+            let views: Vec<SegmentView<S::File>> = s.segments[first..]
+                .iter()
+                .filter(|seg| seg.next_offset > fetch_offset)
+                .take(2)
+                .map(|seg| SegmentView::of(seg, seg.index_lookup(fetch_offset)))
+                .collect();
+            (views, slice)
+        };
+        for view in views {
+            let Some(first) = view.find(view.start_position, |h| h.last_offset() >= fetch_offset)? else {
+                continue;
+            };
+            if first.header.last_offset() >= end_offset {
+                break;
+            }
+            let (records, next_offset) = view.read_batches(first.position, max_bytes, end_offset)?;
+            slice.records = records;
+            slice.next_offset = next_offset;
+            break;
+        }
+        Ok(slice)
+    }
+
+    /// ListOffsets by timestamp: the first batch whose max timestamp is at least `ts`,
+    /// found through the time index; `None` if every batch is older.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<TimestampOffset>> {
+        let (view, log_start) = {
+            let s = lock(&self.state);
+            let Some(seg) = s.segments.iter().find(|seg| seg.max_timestamp >= ts) else {
+                return Ok(None);
+            };
+            let from_offset = seg.time_lookup(ts).max(s.log_start_offset);
+            (SegmentView::of(seg, seg.index_lookup(from_offset)), s.log_start_offset)
+        };
+        let Some(found) = view.find(view.start_position, |h| h.max_timestamp >= ts)? else {
+            return Ok(None);
+        };
+        let mut batch = vec![0u8; found.header.total_size() as usize];
+        view.file.read_exact_at(&mut batch, found.position).map_err(|e| StorageError::io("read", &view.path, e))?;
+        Ok(Some(TimestampOffset {
+            offset: found.header.base_offset.max(log_start),
+            timestamp: found.header.max_timestamp,
+            batch: Bytes::from(batch),
+        }))
+    }
+
+    /// ListOffsets MAX_TIMESTAMP (-3): the largest timestamp and the batch offset holding it.
+    pub fn max_timestamp_and_offset(&self) -> Option<(i64, i64)> {
+        let s = lock(&self.state);
+        s.segments
+            .iter()
+            .filter(|seg| seg.max_timestamp >= 0)
+            .max_by_key(|seg| seg.max_timestamp)
+            .map(|seg| (seg.max_timestamp, seg.offset_of_max_timestamp.max(s.log_start_offset)))
+    }
+
+    // ----- offsets, high watermark, epochs ---------------------------------------------
+
+    /// The first offset readable.
+    pub fn log_start_offset(&self) -> i64 {
+        lock(&self.state).log_start_offset
+    }
+
+    /// The offset the next append gets.
+    pub fn log_end_offset(&self) -> i64 {
+        lock(&self.state).log_end_offset()
+    }
+
+    /// The high watermark.
+    pub fn high_watermark(&self) -> i64 {
+        lock(&self.state).high_watermark
+    }
+
+    /// Moves the high watermark forward. It never moves back (except through
+    /// `truncate_to`) and never passes the log end offset; a violation is a caller bug,
+    /// reported as an error rather than applied.
+    pub fn update_high_watermark(&self, hw: i64) -> Result<()> {
+        let mut s = lock(&self.state);
+        let leo = s.log_end_offset();
+        if hw < s.high_watermark || hw > leo {
+            debug_assert!(false, "high watermark {hw} outside [{}, {leo}]", s.high_watermark);
+            return Err(StorageError::InvalidHighWatermark {
+                requested: hw,
+                current: s.high_watermark,
+                log_end_offset: leo,
+            });
+        }
+        s.high_watermark = hw;
+        Ok(())
+    }
+
+    /// The leader-epoch cache: (epoch, start offset), oldest first.
+    pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
+        lock(&self.state).epochs.entries().to_vec()
+    }
+
+    /// OffsetForLeaderEpoch: `(largest epoch <= epoch, its end offset)`, Kafka's rules;
+    /// `(-1, -1)` when undefined.
+    pub fn end_offset_for_epoch(&self, epoch: i32) -> (i32, i64) {
+        let s = lock(&self.state);
+        s.epochs.end_offset_for(epoch, s.log_end_offset())
+    }
+
+    /// Bytes in all segments.
+    pub fn size_bytes(&self) -> u64 {
+        lock(&self.state).size_bytes()
+    }
+
+    /// Number of segments.
+    pub fn segment_count(&self) -> usize {
+        lock(&self.state).segments.len()
+    }
+
+    /// The partition directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    // ----- truncation and retention -----------------------------------------------------
+
+    /// Removes every batch from the one containing `offset` on (a follower whose log
+    /// diverged). Returns the new log end offset (at most `offset`; lower if `offset`
+    /// fell inside a batch). Later segments are deleted, the epoch cache and high
+    /// watermark are cut back, and waiters for removed offsets fail with `Truncated`.
+    /// Below the log start offset the log is emptied and restarts at `offset`; if the
+    /// cut would leave the log end below the log start, it restarts at the log start.
+    pub fn truncate_to(&self, offset: i64) -> Result<i64> {
+        let result = self.truncate_locked(offset);
+        if let Err(e) = &result {
+            if e.is_kafka_storage_error() {
+                // Half-done truncation leaves files and memory disagreeing; only a reopen
+                // (recovery) can be trusted to reconcile them.
+                self.go_offline(format!("truncation to {offset} failed: {e}"));
+            }
+        }
+        result
+    }
+
+    fn truncate_locked(&self, offset: i64) -> Result<i64> {
+        let mut s = lock(&self.state);
+        if let Some(reason) = &s.offline {
+            return Err(self.offline_error(reason));
+        }
+        let leo = s.log_end_offset();
+        if offset >= leo {
+            return Ok(leo);
+        }
+        let offset = offset.max(0);
+        let mut removed: Vec<i64> = Vec::new();
+        if offset >= s.log_start_offset {
+            let keep = s.segments.partition_point(|seg| seg.base_offset <= offset).max(1);
+            removed = s.segments.drain(keep..).map(|seg| seg.base_offset).collect();
+            for &base in &removed {
+                Segment::delete_files(&self.storage, &self.dir, base)?;
+            }
+            let seg = s.active_mut();
+            let end = seg.size;
+            match seg.find_batch(offset, end)? {
+                Some(found) => seg.truncate_at(found.position, found.header.base_offset)?,
+                None => seg.truncate_at(end, seg.next_offset)?,
+            }
+        }
+        // Below the log start nothing readable remains: restart the log empty at `offset`
+        // (Kafka's truncateFullyAndStartAt). If the cut removed the batch holding the log
+        // start, the log restarts at the log start so its end never falls below it.
+        let restart_at = if offset < s.log_start_offset {
+            Some(offset)
+        } else {
+            (s.log_end_offset() < s.log_start_offset).then_some(s.log_start_offset)
+        };
+        if let Some(start) = restart_at {
+            // The new segment exists before the old ones leave the list, so the log always
+            // has an active segment even if this fails half way (it then goes offline).
+            for seg in s.segments.iter().filter(|seg| seg.base_offset != start) {
+                Segment::<S::File>::delete_files(&self.storage, &self.dir, seg.base_offset)?;
+            }
+            let fresh = Segment::create(&self.storage, &self.dir, start)?;
+            removed.extend(std::mem::replace(&mut s.segments, vec![fresh]).iter().map(|seg| seg.base_offset));
+            s.log_start_offset = start;
+            self.write_log_start_checkpoint(start)?;
+        }
+        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
+        let new_leo = s.log_end_offset();
+        s.high_watermark = s.high_watermark.min(new_leo);
+        s.log_start_offset = s.log_start_offset.min(new_leo);
+        s.producers = load_producers(&self.storage, &self.dir, &s)?;
+        if s.epochs.truncate_from_end(new_leo) {
+            self.write_epoch_checkpoint(&s)?;
+        }
+        s.generation += 1;
+        let mut d = lock(&self.durability);
+        d.generation += 1;
+        d.durable_end = d.durable_end.min(new_leo);
+        let (failed, kept): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| *end > new_leo);
+        d.waiters = kept;
+        self.durable_changed.notify_all();
+        drop(d);
+        drop(s);
+        tracing::info!(dir = %self.dir.display(), offset, new_leo, segments_removed = removed.len(), "log truncated");
+        for (end, cb) in failed {
+            cb(Err(StorageError::Truncated(end - 1)));
+        }
+        Ok(new_leo)
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (at most the high
+    /// watermark), durably; the segments wholly below it go in the next retention pass.
+    /// Returns the new log start offset.
+    pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
+        let mut s = lock(&self.state);
+        if offset > s.high_watermark || offset < 0 {
+            return Err(StorageError::OffsetOutOfRange {
+                offset,
+                log_start_offset: s.log_start_offset,
+                log_end_offset: s.log_end_offset(),
+            });
+        }
+        if offset > s.log_start_offset {
+            self.write_log_start_checkpoint(offset)?;
+            s.log_start_offset = offset;
+            if s.epochs.truncate_from_start(offset) {
+                self.write_epoch_checkpoint(&s)?;
+            }
+        }
+        Ok(s.log_start_offset)
+    }
+
+    /// One retention pass, for the broker's background thread: deletes the oldest whole
+    /// segments that are below the log start offset, older than `retention.ms`, or
+    /// beyond `retention.bytes`, never the active segment nor data at or above the high
+    /// watermark (an expired active segment is rolled first, as Kafka does). Files are
+    /// renamed under the lock and unlinked after it, so appends
+    /// are not blocked by the deletion itself.
+    pub fn retention_pass(&self, now_ms: i64) -> Result<RetentionOutcome> {
+        let c = &self.config;
+        let mut s = lock(&self.state);
+        let expired = |seg: &Segment<S::File>| {
+            c.cleanup_policy.delete
+                && c.retention_ms >= 0
+                && seg.max_timestamp >= 0
+                && now_ms.saturating_sub(seg.max_timestamp) > c.retention_ms
+        };
+        // As Kafka: an active segment past retention.ms is rolled so it can go too (only
+        // once all of it is below the high watermark).
+        let active = s.active();
+        if active.size > 0 && expired(active) && active.next_offset <= s.high_watermark {
+            if let Err(e) = self.roll(&mut s, now_ms) {
+                drop(s);
+                self.go_offline(format!("segment roll for retention failed: {e}"));
+                return Err(e);
+            }
+        }
+        let total: u64 = s.size_bytes();
+        let mut remaining = total;
+        let mut n = 0;
+        while n + 1 < s.segments.len() {
+            let seg = &s.segments[n];
+            let below_start = seg.next_offset <= s.log_start_offset;
+            let expired = expired(seg);
+            let oversized =
+                c.cleanup_policy.delete && c.retention_bytes >= 0 && remaining - seg.size >= c.retention_bytes as u64;
+            if !(below_start || ((expired || oversized) && seg.next_offset <= s.high_watermark)) {
+                break;
+            }
+            remaining -= seg.size;
+            n += 1;
+        }
+        let mut outcome = RetentionOutcome { log_start_offset: s.log_start_offset, ..Default::default() };
+        if n == 0 {
+            return Ok(outcome);
+        }
+        let doomed: Vec<Segment<S::File>> = s.segments.drain(..n).collect();
+        let new_start = s.segments[0].base_offset.max(s.log_start_offset);
+        if new_start != s.log_start_offset {
+            self.write_log_start_checkpoint(new_start)?;
+            s.log_start_offset = new_start;
+        }
+        if s.epochs.truncate_from_start(new_start) {
+            self.write_epoch_checkpoint(&s)?;
+        }
+        let mut renamed = Vec::new();
+        for seg in &doomed {
+            for path in segment_files(&self.dir, seg.base_offset) {
+                let to = PathBuf::from(format!("{}{DELETED_SUFFIX}", path.display()));
+                if self.storage.rename(&path, &to).is_ok() {
+                    renamed.push(to);
+                }
+            }
+        }
+        drop(s);
+        for path in renamed {
+            if let Err(e) = self.storage.remove(&path) {
+                // Left for the next open to remove; not worth failing the pass.
+                tracing::warn!(file = %path.display(), error = %e, "could not delete old segment file");
+            }
+        }
+        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
+        outcome.deleted_segments = doomed.len();
+        outcome.deleted_bytes = doomed.iter().map(|seg| seg.size).sum();
+        outcome.log_start_offset = new_start;
+        tracing::info!(dir = %self.dir.display(), segments = n, bytes = outcome.deleted_bytes, log_start_offset = new_start, "retention deleted segments");
+        Ok(outcome)
+    }
+
+    fn write_epoch_checkpoint(&self, s: &LogState<S::File>) -> Result<()> {
+        let lines: Vec<String> = s.epochs.entries().iter().map(|(e, o)| format!("{e} {o}")).collect();
+        checkpoint::write(&self.storage, &self.dir, LEADER_EPOCH_CHECKPOINT, &lines)
+    }
+
+    fn write_log_start_checkpoint(&self, offset: i64) -> Result<()> {
+        checkpoint::write(&self.storage, &self.dir, LOG_START_OFFSET_CHECKPOINT, &[offset.to_string()])
+    }
+}
+
+impl<S: Storage> Flushable for PartitionLog<S> {
+    fn flush_waiters(&self) {
+        loop {
+            let mut d = lock(&self.durability);
+            while d.flushing {
+                d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+            }
+            let pending = d.waiters.iter().any(|(end, _)| *end > d.durable_end);
+            if !pending || d.offline.is_some() {
+                let ready = take_ready_waiters(&mut d);
+                let offline = d.offline.clone();
+                drop(d);
+                for cb in ready {
+                    cb(match &offline {
+                        Some(reason) => Err(self.offline_error(reason)),
+                        None => Ok(()),
+                    });
+                }
+                return;
+            }
+            d.flushing = true;
+            drop(d);
+            self.run_flush();
+        }
+    }
+
+    fn dequeued(&self) {
+        self.queued_on_flusher.store(false, Ordering::Release);
+    }
+}
+
+/// Waiters whose offsets are durable, or all of them if the log is offline.
+fn take_ready_waiters(d: &mut DurableState) -> Vec<DurableCallback> {
+    let durable_end = d.durable_end;
+    let offline = d.offline.is_some();
+    let (ready, waiting): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| offline || *end <= durable_end);
+    d.waiters = waiting;
+    ready.into_iter().map(|(_, cb)| cb).collect()
+}
+
+/// Checks the append buffer is a sequence of whole, valid v2 batches. With a size limit
+/// (leader appends) each batch must also be at most `max.message.bytes` and have
+/// `recordsCount == lastOffsetDelta + 1`, as Kafka's LogValidator requires of producers.
+fn validate_batches(buf: &[u8], max_message_bytes: Option<u32>) -> Result<Vec<Incoming>> {
+    let mut incoming = Vec::new();
+    let mut position = 0;
+    if buf.is_empty() {
+        return Err(StorageError::InvalidBatch {
+            position: 0,
+            reason: batch::BatchError::Truncated { needed: HEADER_LEN as u64, available: 0 },
+        });
+    }
+    while position < buf.len() {
+        let rest = &buf[position..];
+        let header =
+            batch::validate(rest, u64::MAX).map_err(|reason| StorageError::InvalidBatch { position, reason })?;
+        let Some(max) = max_message_bytes else {
+            incoming.push(Incoming { position, header });
+            position += header.total_size() as usize;
+            continue;
+        };
+        if header.total_size() > u64::from(max) {
+            return Err(StorageError::RecordBatchTooLarge { size: header.total_size(), max });
+        }
+        if header.records_count < 1 || i64::from(header.last_offset_delta) + 1 != i64::from(header.records_count) {
+            return Err(StorageError::InvalidBatch {
+                position,
+                reason: batch::BatchError::BadRecordCount {
+                    last_offset_delta: header.last_offset_delta,
+                    records_count: header.records_count,
+                },
+            });
+        }
+        incoming.push(Incoming { position, header });
+        position += header.total_size() as usize;
+    }
+    Ok(incoming)
+}
+
+/// What a reader needs of a segment, copied out under the lock so the reads themselves
+/// (pread) run without it.
+struct SegmentView<F> {
+    file: Arc<F>,
+    path: PathBuf,
+    size: u64,
+    start_position: u64,
+}
+
+impl<F: StorageFile> SegmentView<F> {
+    fn of(seg: &Segment<F>, start_position: u64) -> Self {
+        SegmentView { file: seg.file.clone(), path: seg.path.clone(), size: seg.size, start_position }
+    }
+
+    fn find(&self, from: u64, mut pred: impl FnMut(&BatchHeader) -> bool) -> Result<Option<segment::Located>> {
+        let mut position = from;
+        let mut buf = [0u8; HEADER_LEN];
+        while position + HEADER_LEN as u64 <= self.size {
+            self.file.read_exact_at(&mut buf, position).map_err(|e| StorageError::io("read", &self.path, e))?;
+            let header = BatchHeader::parse(&buf).map_err(|reason| self.corrupt(position, reason))?;
+            if header.total_size() > self.size - position {
+                return Err(self.corrupt(position, batch::BatchError::BadLength(header.batch_length)));
+            }
+            if pred(&header) {
+                return Ok(Some(segment::Located { position, header }));
+            }
+            position += header.total_size();
+        }
+        Ok(None)
+    }
+
+    /// Reads whole batches from `position` (at least one), up to `max_bytes`, stopping
+    /// before the first batch reaching `end_offset`. One pread in the common case.
+    fn read_batches(&self, position: u64, max_bytes: usize, end_offset: i64) -> Result<(Bytes, i64)> {
+        let available = self.size - position;
+        let want = (max_bytes as u64).max(HEADER_LEN as u64).min(available) as usize;
+        let mut buf = vec![0u8; want];
+        self.file.read_exact_at(&mut buf, position).map_err(|e| StorageError::io("read", &self.path, e))?;
+        let mut used = 0usize;
+        let mut next_offset = None;
+        while used + HEADER_LEN <= buf.len() {
+            let header = BatchHeader::parse(&buf[used..]).map_err(|r| self.corrupt(position + used as u64, r))?;
+            let size = header.total_size();
+            if size > available - used as u64 {
+                return Err(self.corrupt(position + used as u64, batch::BatchError::BadLength(header.batch_length)));
+            }
+            if header.last_offset() >= end_offset {
+                break;
+            }
+            if used as u64 + size > buf.len() as u64 {
+                if used == 0 {
+                    // The first batch is larger than max_bytes: return it whole anyway.
+                    buf.resize(size as usize, 0);
+                    let tail = &mut buf[want..];
+                    self.file
+                        .read_exact_at(tail, position + want as u64)
+                        .map_err(|e| StorageError::io("read", &self.path, e))?;
+                    used = size as usize;
+                    next_offset = Some(header.last_offset() + 1);
+                }
+                break;
+            }
+            used += size as usize;
+            next_offset = Some(header.last_offset() + 1);
+        }
+        buf.truncate(used);
+        let next = next_offset.unwrap_or(i64::MIN);
+        Ok((Bytes::from(buf), next))
+    }
+
+    fn corrupt(&self, position: u64, reason: batch::BatchError) -> StorageError {
+        tracing::error!(file = %self.path.display(), position, %reason, "corrupt batch in segment; not serving it");
+        StorageError::io(
+            "read",
+            &self.path,
+            std::io::Error::new(std::io::ErrorKind::InvalidData, format!("corrupt batch at byte {position}: {reason}")),
+        )
+    }
+}
+
+fn segment_files(dir: &Path, base: i64) -> [PathBuf; 3] {
+    let stem = segment::file_stem(base);
+    [dir.join(format!("{stem}.log")), dir.join(format!("{stem}.index")), dir.join(format!("{stem}.timeindex"))]
+}
+
+/// `00000000000000000042.log` → 42.
+fn parse_segment_name(name: &str) -> Option<i64> {
+    parse_offset_name(name, ".log")
+}
+
+/// `<20 digits><suffix>` → the offset.
+fn parse_offset_name(name: &str, suffix: &str) -> Option<i64> {
+    let stem = name.strip_suffix(suffix)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+/// Opens segments oldest first. The last one is recovered (CRC scan) unless the shutdown
+/// was clean; older ones were sealed with their indexes at roll. If recovery had to cut
+/// a segment short, or a segment overlaps its predecessor, the later segments cannot
+/// follow on from it and are deleted.
+fn open_segments<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    bases: &[i64],
+    clean: bool,
+    config: &LogConfig,
+) -> Result<Vec<Segment<S::File>>> {
+    let mut segments: Vec<Segment<S::File>> = Vec::new();
+    for (i, &base) in bases.iter().enumerate() {
+        let last = i + 1 == bases.len();
+        let consistent = segments.last().is_none_or(|prev| prev.next_offset <= base);
+        if consistent {
+            let path = segment::log_path(dir, base);
+            let len =
+                storage.open(&path, false).and_then(|f| f.len()).map_err(|e| StorageError::io("open", &path, e))?;
+            let seg = Segment::open(storage, dir, base, clean || !last, config.index_interval_bytes)?;
+            let cut_short = seg.size < len;
+            segments.push(seg);
+            if !cut_short || last {
+                continue;
+            }
+            tracing::warn!(file = %path.display(), position = len, "segment cut short by recovery; deleting the segments after it");
+        } else {
+            tracing::warn!(dir = %dir.display(), base, "segment overlaps the previous one; deleting it and later segments");
+        }
+        for &later in &bases[if consistent { i + 1 } else { i }..] {
+            Segment::<S::File>::delete_files(storage, dir, later)?;
+        }
+        break;
+    }
+    Ok(segments)
+}
+
+/// The epoch checkpoint, cut to the recovered log; rebuilt from batch headers if missing.
+fn load_epochs<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>) -> Result<LeaderEpochCache> {
+    let leo = state.log_end_offset();
+    let parsed = checkpoint::read(storage, dir, LEADER_EPOCH_CHECKPOINT).map(|lines| {
+        lines
+            .iter()
+            .filter_map(|l| {
+                let mut it = l.split_whitespace();
+                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+            })
+            .collect::<Vec<(i32, i64)>>()
+    });
+    let mut cache = match parsed {
+        Some(entries) => LeaderEpochCache::from_entries(entries),
+        None => {
+            let mut cache = LeaderEpochCache::default();
+            for seg in &state.segments {
+                let view = SegmentView::of(seg, 0);
+                view.find(0, |h| {
+                    cache.assign(h.partition_leader_epoch, h.base_offset);
+                    false
+                })?;
+            }
+            cache
+        }
+    };
+    cache.truncate_from_end(leo);
+    cache.truncate_from_start(state.log_start_offset);
+    Ok(cache)
+}
+
+/// Offsets of the `<offset>.snapshot` files in `dir`.
+fn list_snapshots<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<i64>> {
+    let names = storage.list(dir).map_err(|e| StorageError::io("list", dir, e))?;
+    Ok(names.iter().filter_map(|n| parse_offset_name(n, SNAPSHOT_SUFFIX)).collect())
+}
+
+fn remove_snapshot<S: Storage>(storage: &S, dir: &Path, offset: i64) -> Result<()> {
+    let path = dir.join(format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset)));
+    storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))
+}
+
+/// Producer state as of the log end: the newest readable snapshot at or below it, then
+/// the headers of the batches after it. Snapshots beyond the log end (the log was
+/// truncated or lost its tail) are deleted; a torn one is skipped for an older one.
+fn load_producers<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>) -> Result<ProducerStateTable> {
+    let leo = state.log_end_offset();
+    let mut snapshots = list_snapshots(storage, dir)?;
+    snapshots.sort_unstable();
+    let mut table = None;
+    let mut from = state.segments[0].base_offset;
+    for &offset in snapshots.iter().rev() {
+        if offset > leo {
+            remove_snapshot(storage, dir, offset)?;
+            continue;
+        }
+        if offset < state.segments[0].base_offset {
+            break;
+        }
+        let path = dir.join(format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset)));
+        let parsed =
+            read_bounded_file(storage, &path, MAX_SNAPSHOT_BYTES).and_then(|b| ProducerStateTable::from_snapshot(&b));
+        match parsed {
+            Some(t) => {
+                table = Some(t);
+                from = offset;
+                break;
+            }
+            None => {
+                tracing::warn!(file = %path.display(), "unreadable producer snapshot; using an older one or the log")
+            }
+        }
+    }
+    let mut table = table.unwrap_or_default();
+    for seg in state.segments.iter().filter(|seg| seg.next_offset > from) {
+        let view = SegmentView::of(seg, seg.index_lookup(from));
+        view.find(view.start_position, |h| {
+            if h.base_offset >= from {
+                table.record(h);
+            }
+            false
+        })?;
+    }
+    Ok(table)
+}
+
+fn read_bounded_file<S: Storage>(storage: &S, path: &Path, max: u64) -> Option<Vec<u8>> {
+    let file = storage.open(path, false).ok()?;
+    let len = file.len().ok()?;
+    if len > max {
+        return None;
+    }
+    let mut buf = vec![0u8; len as usize];
+    file.read_exact_at(&mut buf, 0).ok()?;
+    Some(buf)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::testing::{build, BatchSpec};
+    use crate::fs::SimStorage;
+
+    #[test]
+    fn pending_callbacks_for_truncated_offsets_fail_with_truncated() {
+        let log = PartitionLog::open(SimStorage::new(), "/p", LogConfig::default(), 0).unwrap();
+        for seed in 0..3 {
+            log.append(&mut build(BatchSpec { seed, ..Default::default() }), 0, 0).unwrap();
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        for end in [1, 3] {
+            let tx = tx.clone();
+            // Registered directly: no flusher runs, so both stay pending until truncation.
+            lock(&log.durability).waiters.push((end, Box::new(move |r| tx.send((end, r)).unwrap())));
+        }
+        log.truncate_to(2).unwrap();
+        let (end, result) = rx.try_recv().unwrap();
+        assert_eq!(end, 3);
+        assert!(matches!(result, Err(StorageError::Truncated(2))));
+        assert!(rx.try_recv().is_err(), "the waiter for a kept offset stays pending");
+        log.flush_waiters();
+        assert!(matches!(rx.try_recv().unwrap(), (1, Ok(()))));
+    }
+}

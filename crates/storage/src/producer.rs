@@ -1,0 +1,367 @@
+//! Idempotent-producer state: per producer id, its epoch and its last 5 batches
+//! (sequence and offset ranges), so a retried batch is recognised as a duplicate and a
+//! gap in sequences is refused. Everything needed is in the batch header, so the state
+//! is rebuilt from the log tail by reading headers only; snapshots (`<offset>.snapshot`)
+//! taken at segment roll and clean close bound that scan.
+
+use std::collections::{HashMap, VecDeque};
+
+use crate::batch::BatchHeader;
+
+/// Batches remembered per producer, as Kafka (max.in.flight.requests.per.connection <= 5).
+pub const BATCHES_PER_PRODUCER: usize = 5;
+/// Snapshot file magic and version.
+const SNAPSHOT_MAGIC: &[u8; 4] = b"OSPS";
+const SNAPSHOT_VERSION: u16 = 1;
+const ENTRY_HEADER: usize = 8 + 2 + 1;
+const BATCH_ENTRY: usize = 4 + 4 + 8 + 8 + 8;
+
+/// One remembered batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMetadata {
+    /// baseSequence.
+    pub first_seq: i32,
+    /// baseSequence + lastOffsetDelta (wrapping at i32::MAX as Kafka does).
+    pub last_seq: i32,
+    /// Offset assigned to its first record.
+    pub first_offset: i64,
+    /// Offset assigned to its last record.
+    pub last_offset: i64,
+    /// Its max timestamp.
+    pub max_timestamp: i64,
+}
+
+/// A producer's epoch and recent batches, oldest first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerEntry {
+    /// Current producer epoch.
+    pub epoch: i16,
+    /// Up to `BATCHES_PER_PRODUCER` batches.
+    pub batches: VecDeque<BatchMetadata>,
+}
+
+/// Why an idempotent batch is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    /// The batch's producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH, 47).
+    #[error("producer {producer_id} epoch {epoch} is older than the current {current}")]
+    InvalidProducerEpoch {
+        /// Producer id.
+        producer_id: i64,
+        /// Epoch in the batch.
+        epoch: i16,
+        /// Epoch on record.
+        current: i16,
+    },
+    /// The sequence does not follow the last one (OUT_OF_ORDER_SEQUENCE_NUMBER, 45).
+    #[error("producer {producer_id} sequence {first_seq} does not follow {expected_after}")]
+    OutOfOrderSequence {
+        /// Producer id.
+        producer_id: i64,
+        /// baseSequence in the batch.
+        first_seq: i32,
+        /// Last sequence on record (-1 for a new epoch, which must start at 0).
+        expected_after: i32,
+    },
+}
+
+/// What the check decided for an idempotent batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// Not idempotent (no producer id or sequence): nothing to check.
+    NotIdempotent,
+    /// Append it.
+    Accept,
+    /// An exact retry of a kept batch: answer with its original offsets, append nothing.
+    Duplicate(BatchMetadata),
+}
+
+/// All producers of a partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProducerStateTable {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerStateTable {
+    /// The state of one producer.
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    /// Number of producers tracked.
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    /// Whether no producer is tracked.
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    /// A copy of the entries of the given producers, to check a multi-batch append
+    /// batch by batch without cloning the whole table.
+    pub(crate) fn subset(&self, ids: impl Iterator<Item = i64>) -> ProducerStateTable {
+        let mut out = ProducerStateTable::default();
+        for id in ids {
+            if let Some(e) = self.producers.get(&id) {
+                out.producers.insert(id, e.clone());
+            }
+        }
+        out
+    }
+
+    /// Checks a batch against the producer's state (Kafka's rules; an unknown producer,
+    /// e.g. one whose state expired, is accepted at any sequence since KIP-360).
+    pub fn check(&self, h: &BatchHeader) -> Result<SequenceCheck, SequenceError> {
+        if h.producer_id < 0 || h.base_sequence < 0 {
+            return Ok(SequenceCheck::NotIdempotent);
+        }
+        let Some(entry) = self.producers.get(&h.producer_id) else {
+            return Ok(SequenceCheck::Accept);
+        };
+        let last_seq = last_sequence(h);
+        if h.producer_epoch < entry.epoch {
+            return Err(SequenceError::InvalidProducerEpoch {
+                producer_id: h.producer_id,
+                epoch: h.producer_epoch,
+                current: entry.epoch,
+            });
+        }
+        if h.producer_epoch > entry.epoch {
+            if h.base_sequence != 0 {
+                return Err(SequenceError::OutOfOrderSequence {
+                    producer_id: h.producer_id,
+                    first_seq: h.base_sequence,
+                    expected_after: -1,
+                });
+            }
+            return Ok(SequenceCheck::Accept);
+        }
+        if let Some(dup) = entry.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == last_seq) {
+            return Ok(SequenceCheck::Duplicate(*dup));
+        }
+        match entry.batches.back() {
+            Some(last) if h.base_sequence != next_sequence(last.last_seq) => Err(SequenceError::OutOfOrderSequence {
+                producer_id: h.producer_id,
+                first_seq: h.base_sequence,
+                expected_after: last.last_seq,
+            }),
+            _ => Ok(SequenceCheck::Accept),
+        }
+    }
+
+    /// Records a batch as appended (its header carries the assigned offsets). Called for
+    /// every idempotent batch in log order, on append and when rebuilding from the log.
+    pub fn record(&mut self, h: &BatchHeader) {
+        if h.producer_id < 0 || h.base_sequence < 0 {
+            return;
+        }
+        let entry = self.producers.entry(h.producer_id).or_default();
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        if entry.batches.len() == BATCHES_PER_PRODUCER {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(BatchMetadata {
+            first_seq: h.base_sequence,
+            last_seq: last_sequence(h),
+            first_offset: h.base_offset,
+            last_offset: h.last_offset(),
+            max_timestamp: h.max_timestamp,
+        });
+    }
+
+    /// Serialises the table (with a trailing CRC-32C so a torn snapshot is detected).
+    pub fn to_snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(SNAPSHOT_MAGIC);
+        out.extend_from_slice(&SNAPSHOT_VERSION.to_be_bytes());
+        out.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
+        let mut ids: Vec<_> = self.producers.keys().copied().collect();
+        ids.sort_unstable();
+        for id in ids {
+            let entry = &self.producers[&id];
+            out.extend_from_slice(&id.to_be_bytes());
+            out.extend_from_slice(&entry.epoch.to_be_bytes());
+            out.push(entry.batches.len() as u8);
+            for b in &entry.batches {
+                out.extend_from_slice(&b.first_seq.to_be_bytes());
+                out.extend_from_slice(&b.last_seq.to_be_bytes());
+                out.extend_from_slice(&b.first_offset.to_be_bytes());
+                out.extend_from_slice(&b.last_offset.to_be_bytes());
+                out.extend_from_slice(&b.max_timestamp.to_be_bytes());
+            }
+        }
+        let crc = crc32c::crc32c(&out);
+        out.extend_from_slice(&crc.to_be_bytes());
+        out
+    }
+
+    /// Parses a snapshot; `None` if it is torn, corrupt or of another version.
+    pub fn from_snapshot(bytes: &[u8]) -> Option<ProducerStateTable> {
+        let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(4)?)?;
+        if crc32c::crc32c(body).to_be_bytes() != crc || body.get(..4)? != SNAPSHOT_MAGIC {
+            return None;
+        }
+        let mut r = Reader { buf: body, pos: 4 };
+        if r.u16()? != SNAPSHOT_VERSION {
+            return None;
+        }
+        let count = r.u32()? as usize;
+        // Check the count against the bytes present before reserving memory for it.
+        if count > (body.len() - r.pos) / ENTRY_HEADER {
+            return None;
+        }
+        let mut table = ProducerStateTable { producers: HashMap::with_capacity(count) };
+        for _ in 0..count {
+            let id = r.i64()?;
+            let epoch = r.u16()? as i16;
+            let n = usize::from(r.u8()?);
+            if n > BATCHES_PER_PRODUCER || r.buf.len() - r.pos < n * BATCH_ENTRY {
+                return None;
+            }
+            let mut batches = VecDeque::with_capacity(n);
+            for _ in 0..n {
+                batches.push_back(BatchMetadata {
+                    first_seq: r.u32()? as i32,
+                    last_seq: r.u32()? as i32,
+                    first_offset: r.i64()?,
+                    last_offset: r.i64()?,
+                    max_timestamp: r.i64()?,
+                });
+            }
+            table.producers.insert(id, ProducerEntry { epoch, batches });
+        }
+        (r.pos == body.len()).then_some(table)
+    }
+}
+
+/// Sequence after `seq`, wrapping from i32::MAX to 0 as Kafka does.
+fn next_sequence(seq: i32) -> i32 {
+    if seq == i32::MAX {
+        0
+    } else {
+        seq + 1
+    }
+}
+
+fn last_sequence(h: &BatchHeader) -> i32 {
+    let last = i64::from(h.base_sequence) + i64::from(h.last_offset_delta);
+    if last > i64::from(i32::MAX) {
+        (last - i64::from(i32::MAX) - 1) as i32
+    } else {
+        last as i32
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
+        let bytes = self.buf.get(self.pos..self.pos + N)?;
+        self.pos += N;
+        bytes.try_into().ok()
+    }
+
+    fn u8(&mut self) -> Option<u8> {
+        self.take::<1>().map(|b| b[0])
+    }
+
+    fn u16(&mut self) -> Option<u16> {
+        self.take().map(u16::from_be_bytes)
+    }
+
+    fn u32(&mut self) -> Option<u32> {
+        self.take().map(u32::from_be_bytes)
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        self.take().map(i64::from_be_bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(pid: i64, epoch: i16, seq: i32, records: i32, offset: i64) -> BatchHeader {
+        BatchHeader {
+            base_offset: offset,
+            batch_length: 49,
+            partition_leader_epoch: 0,
+            magic: 2,
+            crc: 0,
+            attributes: 0,
+            last_offset_delta: records - 1,
+            base_timestamp: 0,
+            max_timestamp: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            base_sequence: seq,
+            records_count: records,
+        }
+    }
+
+    #[test]
+    fn retried_batch_is_a_duplicate_with_its_original_offsets() {
+        let mut t = ProducerStateTable::default();
+        t.record(&header(7, 0, 0, 3, 100));
+        t.record(&header(7, 0, 3, 2, 103));
+        match t.check(&header(7, 0, 0, 3, -1)).unwrap() {
+            SequenceCheck::Duplicate(b) => assert_eq!((b.first_offset, b.last_offset), (100, 102)),
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(t.check(&header(7, 0, 5, 1, -1)).unwrap(), SequenceCheck::Accept);
+    }
+
+    #[test]
+    fn gaps_old_epochs_and_non_zero_new_epochs_are_refused() {
+        let mut t = ProducerStateTable::default();
+        t.record(&header(7, 2, 0, 1, 0));
+        assert!(matches!(t.check(&header(7, 2, 5, 1, -1)), Err(SequenceError::OutOfOrderSequence { .. })));
+        assert!(matches!(t.check(&header(7, 1, 1, 1, -1)), Err(SequenceError::InvalidProducerEpoch { .. })));
+        assert!(matches!(t.check(&header(7, 3, 4, 1, -1)), Err(SequenceError::OutOfOrderSequence { .. })));
+        assert_eq!(t.check(&header(7, 3, 0, 1, -1)).unwrap(), SequenceCheck::Accept);
+        assert_eq!(t.check(&header(8, 0, 42, 1, -1)).unwrap(), SequenceCheck::Accept, "unknown producer");
+        assert_eq!(t.check(&header(-1, -1, -1, 1, -1)).unwrap(), SequenceCheck::NotIdempotent);
+    }
+
+    #[test]
+    fn only_the_last_five_batches_are_kept_and_sequences_wrap() {
+        let mut t = ProducerStateTable::default();
+        for i in 0..7 {
+            t.record(&header(1, 0, i, 1, i64::from(i)));
+        }
+        assert_eq!(t.get(1).unwrap().batches.len(), 5);
+        assert_eq!(
+            t.check(&header(1, 0, 0, 1, -1)).unwrap_err(),
+            SequenceError::OutOfOrderSequence { producer_id: 1, first_seq: 0, expected_after: 6 }
+        );
+        let mut t = ProducerStateTable::default();
+        t.record(&header(1, 0, i32::MAX, 1, 0));
+        assert_eq!(t.check(&header(1, 0, 0, 1, -1)).unwrap(), SequenceCheck::Accept);
+    }
+
+    #[test]
+    fn snapshot_round_trips_and_rejects_corruption() {
+        let mut t = ProducerStateTable::default();
+        for pid in 0..20 {
+            for i in 0..3 {
+                t.record(&header(pid, 1, i * 2, 2, pid * 100 + i64::from(i)));
+            }
+        }
+        let snap = t.to_snapshot();
+        assert_eq!(ProducerStateTable::from_snapshot(&snap), Some(t));
+        for cut in [0, 3, 10, snap.len() - 1] {
+            assert_eq!(ProducerStateTable::from_snapshot(&snap[..cut]), None);
+        }
+        let mut bad = snap.clone();
+        bad[20] ^= 1;
+        assert_eq!(ProducerStateTable::from_snapshot(&bad), None);
+    }
+}
