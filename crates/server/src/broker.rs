@@ -2,6 +2,7 @@
 //! and the partitions this node leads.
 
 use crate::config::{BrokerConfig, ConfigError, TopicConfig};
+use crate::fetch_session::FetchSessions;
 use crate::partition::Partition;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
@@ -37,6 +38,8 @@ pub struct Settings {
     pub max_inflight_per_connection: usize,
     /// Topic-level config defaults from the broker config, by topic config name.
     pub topic_defaults: BTreeMap<String, String>,
+    /// `max.incremental.fetch.session.cache.slots`.
+    pub fetch_session_slots: usize,
     /// The whole resolved configuration, for DescribeConfigs.
     pub config: Arc<BrokerConfig>,
 }
@@ -60,6 +63,7 @@ impl Settings {
             connections_max_idle_ms: 600_000,
             max_inflight_per_connection: 100,
             topic_defaults: BTreeMap::new(),
+            fetch_session_slots: 1000,
             config: Arc::new(BrokerConfig::default()),
         }
     }
@@ -77,6 +81,7 @@ pub struct Broker {
     validate_topic_config: Validator,
     /// The block of producer ids this broker hands out next.
     producer_ids: Mutex<std::ops::Range<i64>>,
+    fetch_sessions: Mutex<FetchSessions>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -84,6 +89,9 @@ impl std::fmt::Debug for Broker {
         f.debug_struct("Broker").field("node_id", &self.settings.node_id).field("cluster_id", &self.cluster_id).finish()
     }
 }
+
+/// A fetch session unused this long may give its slot to a new one.
+const FETCH_SESSION_IDLE_MS: i64 = 120_000;
 
 /// Milliseconds since the epoch: the broker's clock for timestamps and retention.
 pub fn now_ms() -> i64 {
@@ -113,6 +121,7 @@ impl Broker {
             flusher: Flusher::new(1)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
+            fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -212,6 +221,11 @@ impl Broker {
     ) -> Result<(), ControllerError> {
         let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
         self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))
+    }
+
+    /// The incremental fetch sessions (KIP-227).
+    pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessions> {
+        self.fetch_sessions.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// A producer id never handed out before (InitProducerId without a transactional id).

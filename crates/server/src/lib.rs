@@ -4,6 +4,7 @@
 pub mod broker;
 pub mod config;
 pub mod dispatch;
+pub mod fetch_session;
 pub mod handlers;
 pub mod network;
 pub mod partition;

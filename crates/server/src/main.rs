@@ -112,6 +112,7 @@ fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String
     s.connections_max_idle_ms = config.connections_max_idle_ms.max(0) as u64;
     s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
     s.topic_defaults = config.topic_defaults().values().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    s.fetch_session_slots = config.max_incremental_fetch_session_cache_slots.max(0) as usize;
     s.config = Arc::new(config.clone());
     Ok(s)
 }

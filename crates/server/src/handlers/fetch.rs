@@ -2,65 +2,89 @@
 //! last stable offset (read_committed; equal to the high watermark until transactions
 //! exist), honouring partition and response byte limits; when fewer than `min_bytes`
 //! are available, wait up to `max_wait_ms` for appends without blocking anything else.
+//! Incremental fetch sessions (KIP-227) are kept in `fetch_session.rs`.
 
-use crate::broker::Broker;
+use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
+use crate::fetch_session::{Begin, PartitionFetch, PartitionKey, Sent, SessionId};
 use crate::partition::Partition;
 use crate::telemetry;
 use osprey_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use osprey_protocol::messages::{FetchRequest, FetchResponse};
-use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use osprey_storage::StorageError;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
-/// What to read, resolved from the request once.
+/// What to read, resolved from the request (and its session) once.
 struct Plan {
-    version: i16,
+    broker: Arc<Broker>,
     max_bytes: usize,
     min_bytes: usize,
-    topics: Vec<TopicPlan>,
-}
-
-struct TopicPlan {
-    name: String,
-    topic_id: Uuid,
+    session_id: SessionId,
+    full: bool,
     partitions: Vec<PartitionPlan>,
 }
 
 struct PartitionPlan {
-    index: i32,
-    fetch_offset: i64,
-    max_bytes: usize,
-    current_leader_epoch: i32,
+    key: PartitionKey,
+    fetch: PartitionFetch,
     partition: Result<Arc<Partition>, ErrorCode>,
 }
 
 pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
-    let image = broker.image();
-    let mut topics = Vec::with_capacity(req.topics.len());
-    for t in req.topics {
-        let topic = if version >= 13 { image.topic_by_id(t.topic_id) } else { image.topic(&t.topic) };
-        let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
-        let partitions = t
-            .partitions
-            .into_iter()
-            .map(|p| PartitionPlan {
-                index: p.partition,
+    let by_id = version >= 13;
+    let key = |topic: &str, topic_id, partition| PartitionKey {
+        topic: if by_id { String::new() } else { topic.to_string() },
+        topic_id: if by_id { topic_id } else { Default::default() },
+        partition,
+    };
+    let mut requested = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let fetch = PartitionFetch {
                 fetch_offset: p.fetch_offset,
-                max_bytes: p.partition_max_bytes.max(0) as usize,
+                max_bytes: p.partition_max_bytes,
                 current_leader_epoch: p.current_leader_epoch,
-                partition: topic.and_then(|t| broker.partition(t.id, p.partition)).ok_or(unknown),
-            })
-            .collect();
-        topics.push(TopicPlan { name: t.topic, topic_id: t.topic_id, partitions });
+            };
+            requested.push((key(&t.topic, t.topic_id, p.partition), fetch));
+        }
     }
-    let plan =
-        Plan { version, max_bytes: req.max_bytes.max(0) as usize, min_bytes: req.min_bytes.max(0) as usize, topics };
-    let (resp, bytes, errors) = read(&plan);
+    let forgotten: Vec<PartitionKey> = req
+        .forgotten_topics_data
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| key(&t.topic, t.topic_id, *p)))
+        .collect();
+    let begin = broker.fetch_sessions().begin(req.session_id, req.session_epoch, requested, &forgotten, now_ms());
+    let (session_id, full, partitions) = match begin {
+        Begin::Fetch { session_id, full, partitions } => (session_id, full, partitions),
+        Begin::Error(code) => {
+            telemetry::error_code(ApiKey::Fetch, code);
+            return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));
+        }
+    };
+    let image = broker.image();
+    let unknown = if by_id { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+    let partitions = partitions
+        .into_iter()
+        .map(|(key, fetch)| {
+            let topic = if by_id { image.topic_by_id(key.topic_id) } else { image.topic(&key.topic) };
+            let partition = topic.and_then(|t| broker.partition(t.id, key.partition)).ok_or(unknown);
+            PartitionPlan { key, fetch, partition }
+        })
+        .collect();
+    let plan = Plan {
+        broker: broker.clone(),
+        max_bytes: req.max_bytes.max(0) as usize,
+        min_bytes: req.min_bytes.max(0) as usize,
+        session_id,
+        full,
+        partitions,
+    };
+    let (reads, bytes, errors) = read(&plan);
     if req.max_wait_ms <= 0 || bytes >= plan.min_bytes.max(1) || errors {
-        return Reply::Now(ResponseBody::Fetch(resp));
+        return Reply::Now(respond(&plan, reads));
     }
     let wait = Duration::from_millis(req.max_wait_ms as u64);
     Reply::Later(Box::pin(long_poll(plan, wait)))
@@ -72,7 +96,7 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
     let deadline = tokio::time::Instant::now() + wait;
     loop {
         let mut watchers = JoinSet::new();
-        for p in plan.topics.iter().flat_map(|t| &t.partitions) {
+        for p in &plan.partitions {
             if let Ok(partition) = &p.partition {
                 let mut rx = partition.watch_high_watermark();
                 watchers.spawn(async move { rx.changed().await.is_ok() });
@@ -82,45 +106,68 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
             _ = watchers.join_next() => false,
             _ = tokio::time::sleep_until(deadline) => true,
         };
-        let (resp, bytes, errors) = read(&plan);
+        let (reads, bytes, errors) = read(&plan);
         if timed_out || bytes >= plan.min_bytes.max(1) || errors {
-            return ResponseBody::Fetch(resp);
+            return respond(&plan, reads);
         }
     }
 }
 
-/// Reads every planned partition once: the response, its record bytes, and whether any
-/// partition failed (errors are answered at once rather than waited on).
-fn read(plan: &Plan) -> (FetchResponse, usize, bool) {
-    let mut resp = FetchResponse::default();
+/// Reads every planned partition once: the data, its record bytes in total, and whether
+/// any partition failed (errors are answered at once rather than waited on).
+fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
+    let mut reads = Vec::with_capacity(plan.partitions.len());
     let mut total = 0usize;
     let mut errors = false;
-    for t in &plan.topics {
-        let mut out = FetchableTopicResponse { topic: t.name.clone(), topic_id: t.topic_id, ..Default::default() };
-        for p in &t.partitions {
-            // KIP-74: the first batch is returned even if it alone exceeds the limits, so a
-            // consumer can always make progress.
-            let budget =
-                if total == 0 { p.max_bytes.max(1) } else { p.max_bytes.min(plan.max_bytes.saturating_sub(total)) };
-            let data = read_partition(p, budget, plan.version);
-            if data.error_code != 0 {
-                errors = true;
-            }
-            let n = data.records.as_ref().map_or(0, |r| r.len());
-            if let (Ok(partition), true) = (&p.partition, n > 0) {
-                telemetry::bytes_out(&partition.topic, n as u64);
-            }
-            total += n;
-            out.partitions.push(data);
-        }
-        resp.responses.push(out);
+    for p in &plan.partitions {
+        let max = p.fetch.max_bytes.max(0) as usize;
+        // KIP-74: the first batch is returned even if it alone exceeds the limits, so a
+        // consumer can always make progress.
+        let budget = if total == 0 { max.max(1) } else { max.min(plan.max_bytes.saturating_sub(total)) };
+        let data = read_partition(p, budget);
+        errors |= data.error_code != 0;
+        total += data.records.as_ref().map_or(0, |r| r.len());
+        reads.push(data);
     }
-    (resp, total, errors)
+    (reads, total, errors)
 }
 
-fn read_partition(p: &PartitionPlan, budget: usize, _version: i16) -> PartitionData {
+/// Builds the response: every partition of a full fetch, or those with news in an
+/// incremental one, grouped by topic in request order.
+fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
+    let mut resp = FetchResponse { session_id: plan.session_id, ..Default::default() };
+    let mut sessions = plan.broker.fetch_sessions();
+    for (p, data) in plan.partitions.iter().zip(reads) {
+        let n = data.records.as_ref().map_or(0, |r| r.len());
+        let now = Sent {
+            high_watermark: data.high_watermark,
+            last_stable_offset: data.last_stable_offset,
+            log_start_offset: data.log_start_offset,
+        };
+        if !sessions.filter(plan.session_id, plan.full, &p.key, now, n > 0, data.error_code != 0) {
+            continue;
+        }
+        if let (Ok(partition), true) = (&p.partition, n > 0) {
+            telemetry::bytes_out(&partition.topic, n as u64);
+        }
+        let same_topic = resp.responses.last().is_some_and(|t| t.topic == p.key.topic && t.topic_id == p.key.topic_id);
+        if !same_topic {
+            resp.responses.push(FetchableTopicResponse {
+                topic: p.key.topic.clone(),
+                topic_id: p.key.topic_id,
+                ..Default::default()
+            });
+        }
+        if let Some(topic) = resp.responses.last_mut() {
+            topic.partitions.push(data);
+        }
+    }
+    ResponseBody::Fetch(resp)
+}
+
+fn read_partition(p: &PartitionPlan, budget: usize) -> PartitionData {
     let mut data = PartitionData {
-        partition_index: p.index,
+        partition_index: p.key.partition,
         high_watermark: -1,
         last_stable_offset: -1,
         log_start_offset: -1,
@@ -131,12 +178,9 @@ fn read_partition(p: &PartitionPlan, budget: usize, _version: i16) -> PartitionD
         Ok(partition) => partition,
         Err(code) => return failed(data, *code),
     };
-    if p.current_leader_epoch >= 0 && p.current_leader_epoch != partition.leader_epoch {
-        let code = if p.current_leader_epoch < partition.leader_epoch {
-            ErrorCode::FENCED_LEADER_EPOCH
-        } else {
-            ErrorCode::UNKNOWN_LEADER_EPOCH
-        };
+    let epoch = p.fetch.current_leader_epoch;
+    if epoch >= 0 && epoch != partition.leader_epoch {
+        let code = if epoch < partition.leader_epoch { ErrorCode::FENCED_LEADER_EPOCH } else { ErrorCode::UNKNOWN_LEADER_EPOCH };
         return failed(data, code);
     }
     let log = &partition.log;
@@ -144,11 +188,12 @@ fn read_partition(p: &PartitionPlan, budget: usize, _version: i16) -> PartitionD
     data.high_watermark = high_watermark;
     data.last_stable_offset = high_watermark;
     data.log_start_offset = log.log_start_offset();
-    if p.fetch_offset >= high_watermark && p.fetch_offset <= log.log_end_offset() {
-        // Caught up (or ahead of the high watermark but within the log): nothing yet.
+    let offset = p.fetch.fetch_offset;
+    if offset >= high_watermark && offset <= log.log_end_offset() {
+        // Caught up (or past the high watermark but inside the log): nothing to read yet.
         return data;
     }
-    match log.read_bounded(p.fetch_offset, budget, high_watermark) {
+    match log.read_bounded(offset, budget, high_watermark) {
         Ok(slice) => {
             data.log_start_offset = slice.log_start_offset;
             data.records = Some(slice.records);
@@ -156,15 +201,9 @@ fn read_partition(p: &PartitionPlan, budget: usize, _version: i16) -> PartitionD
         }
         Err(StorageError::OffsetOutOfRange { .. }) => failed(data, ErrorCode::OFFSET_OUT_OF_RANGE),
         Err(e) => {
-            tracing::error!(topic = %partition.topic, partition = p.index, error = %e, "fetch read failed");
-            failed(
-                data,
-                if e.is_kafka_storage_error() {
-                    ErrorCode::KAFKA_STORAGE_ERROR
-                } else {
-                    ErrorCode::UNKNOWN_SERVER_ERROR
-                },
-            )
+            tracing::error!(topic = %partition.topic, partition = p.key.partition, error = %e, "fetch read failed");
+            let code = if e.is_kafka_storage_error() { ErrorCode::KAFKA_STORAGE_ERROR } else { ErrorCode::UNKNOWN_SERVER_ERROR };
+            failed(data, code)
         }
     }
 }

@@ -6,6 +6,7 @@ use crate::dispatch::Reply;
 use crate::partition::Partition;
 use crate::telemetry;
 use bytes::Bytes;
+use osprey_cluster::TopicImage;
 use osprey_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
 use osprey_protocol::records::{Batches, Compression, RecordBatch};
@@ -48,9 +49,12 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match found.and_then(|t| broker.partition(t.id, p.index)) {
+                match found.and_then(|t| broker.partition(t.id, p.index).map(|part| (t, part))) {
                     None => Outcome::Failed(unknown, None),
-                    Some(partition) => append(broker, &partition, p.records, version, acks),
+                    Some((topic, partition)) => match check_isr(broker, topic, p.index, acks) {
+                        Err(outcome) => outcome,
+                        Ok(()) => append(broker, &partition, p.records, version, acks),
+                    },
                 }
             };
             partitions.push(PartitionOutcome { index: p.index, outcome });
@@ -61,6 +65,29 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         return Reply::Nothing;
     }
     Reply::Later(Box::pin(respond(topics)))
+}
+
+/// acks=all needs at least `min.insync.replicas` in the ISR, else nothing is written
+/// (NOT_ENOUGH_REPLICAS), exactly as Kafka refuses it.
+fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> Result<(), Outcome> {
+    if acks != -1 {
+        return Ok(());
+    }
+    let min_isr: usize = topic
+        .configs
+        .get("min.insync.replicas")
+        .or_else(|| broker.settings.topic_defaults.get("min.insync.replicas"))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1);
+    let isr = topic.partitions.get(partition as usize).map_or(0, |p| p.isr.len());
+    if isr < min_isr {
+        telemetry::error_code(ApiKey::Produce, ErrorCode::NOT_ENOUGH_REPLICAS);
+        return Err(Outcome::Failed(
+            ErrorCode::NOT_ENOUGH_REPLICAS,
+            Some(format!("The size of the current ISR {isr} is insufficient to satisfy the min.isr requirement of {min_isr}")),
+        ));
+    }
+    Ok(())
 }
 
 fn append(broker: &Broker, partition: &Arc<Partition>, records: Option<Bytes>, version: i16, acks: i16) -> Outcome {
