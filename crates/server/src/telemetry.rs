@@ -16,7 +16,10 @@
 //! | `osprey_partition_log_size_bytes` | gauge | topic, partition | bytes of log on disk |
 //! | `osprey_partition_log_end_offset` | gauge | topic, partition | log end offset |
 //! | `osprey_partition_high_watermark` | gauge | topic, partition | high watermark |
-//! | `osprey_fsync_duration_seconds` | histogram | | fsync latency of partition logs |
+//! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
+//! | `osprey_fsync_seconds_total` | gauge | | time spent in them (divide by the count for the mean) |
+//! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
+//! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
 
 use crate::broker::Broker;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
@@ -63,16 +66,30 @@ fn describe() {
     describe_gauge!("osprey_partition_log_size_bytes", Unit::Bytes, "Log size on disk, by partition.");
     describe_gauge!("osprey_partition_log_end_offset", "Log end offset, by partition.");
     describe_gauge!("osprey_partition_high_watermark", "High watermark, by partition.");
-    describe_histogram!("osprey_fsync_duration_seconds", Unit::Seconds, "fsync latency of partition logs.");
+    describe_counter!("osprey_fsyncs_total", "Group-commit fsyncs of partition logs.");
+    describe_gauge!("osprey_fsync_seconds_total", Unit::Seconds, "Time spent in partition log fsyncs.");
+    describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
+    describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
 }
 
 fn refresh_partition_gauges(broker: &Broker) {
+    let (mut count, mut seconds, mut max, mut errors) = (0u64, 0f64, 0f64, 0u64);
     for p in broker.partitions() {
+        let f = p.log.fsync_stats();
+        count += f.count;
+        seconds += f.total.as_secs_f64();
+        max = max.max(f.max.as_secs_f64());
+        errors += f.errors;
         let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
         gauge!("osprey_partition_log_size_bytes", &labels).set(p.log.size_bytes() as f64);
         gauge!("osprey_partition_log_end_offset", &labels).set(p.log.log_end_offset() as f64);
         gauge!("osprey_partition_high_watermark", &labels).set(p.log.high_watermark() as f64);
     }
+    counter!("osprey_fsyncs_total").absolute(count);
+    // A gauge: metrics counters are integers and this sum is fractional seconds.
+    gauge!("osprey_fsync_seconds_total").set(seconds);
+    gauge!("osprey_fsync_max_seconds").set(max);
+    counter!("osprey_fsync_errors_total").absolute(errors);
 }
 
 fn api_name(key: Option<ApiKey>) -> &'static str {
@@ -115,8 +132,4 @@ pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
 
 pub fn bytes_out(topic: &str, bytes: u64) {
     counter!("osprey_topic_bytes_out_total", "topic" => topic.to_string()).increment(bytes);
-}
-
-pub fn fsync(took: Duration) {
-    histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64());
 }
