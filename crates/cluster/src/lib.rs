@@ -8,6 +8,7 @@
 //! records with openraft, so nothing above this crate changes.
 
 pub mod controller;
+pub mod group;
 pub mod image;
 pub mod log;
 pub mod meta_properties;

@@ -82,6 +82,8 @@ pub struct Broker {
     /// The block of producer ids this broker hands out next.
     producer_ids: Mutex<std::ops::Range<i64>>,
     fetch_sessions: Mutex<FetchSessions>,
+    /// Set once shutdown starts, so parked requests answer at once.
+    stopping: tokio::sync::watch::Sender<bool>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -122,16 +124,23 @@ impl Broker {
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
             fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
+            stopping: tokio::sync::watch::channel(false).0,
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
-        let mut opened = 0;
         for topic in image.topics() {
             broker.open_partitions(topic)?;
-            opened += topic.partitions.len();
         }
-        tracing::info!(partitions = opened, took_ms = started.elapsed().as_millis() as u64, "partition logs opened");
+        let all = broker.partitions();
+        let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
+        tracing::info!(
+            partitions = all.len(),
+            recovered,
+            took_ms = started.elapsed().as_millis() as u64,
+            "partition logs opened ({})",
+            if recovered == 0 { "clean shutdown, recovery skipped" } else { "unclean shutdown, recovery ran" }
+        );
         Ok(broker)
     }
 
@@ -223,6 +232,19 @@ impl Broker {
         self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))
     }
 
+    /// Tells parked requests (long-polling fetches) to answer now: shutdown has begun.
+    pub fn begin_shutdown(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Resolves once [`begin_shutdown`](Self::begin_shutdown) has been called.
+    pub fn stopping(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut rx = self.stopping.subscribe();
+        async move {
+            let _ = rx.wait_for(|stopping| *stopping).await;
+        }
+    }
+
     /// The incremental fetch sessions (KIP-227).
     pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessions> {
         self.fetch_sessions.lock().unwrap_or_else(|e| e.into_inner())
@@ -270,6 +292,10 @@ impl Broker {
                 .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
             let partition =
                 Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
+            // A single node is its own ISR: everything recovery kept (and open made
+            // durable) is committed, including acknowledged data written after the last
+            // high-watermark checkpoint.
+            partition.advance_high_watermark(partition.log.durable_end_offset());
             self.partitions.insert((topic.id, p.index), Arc::new(partition));
         }
         Ok(())
@@ -301,22 +327,10 @@ impl Broker {
         for key in keys {
             let Some((_, partition)) = self.partitions.remove(&key) else { continue };
             let dir = partition.log.dir().to_path_buf();
-            let log = match Arc::try_unwrap(partition) {
-                Ok(p) => Arc::try_unwrap(p.log),
-                Err(p) => Err(p.log.clone()),
-            };
-            match log {
-                Ok(log) => match log.close() {
-                    Ok(()) => closed += 1,
-                    Err(e) => tracing::error!(dir = %dir.display(), error = %e, "closing log failed"),
-                },
-                Err(shared) => {
-                    // Still referenced (an fsync in flight): flush so nothing is lost; the
-                    // next start runs recovery for this partition.
-                    if let Err(e) = shared.flush() {
-                        tracing::error!(dir = %dir.display(), error = %e, "flushing log at shutdown failed");
-                    }
-                    tracing::warn!(dir = %dir.display(), "log still in use at shutdown; flushed, will be recovered");
+            match partition.log.close() {
+                Ok(()) => closed += 1,
+                Err(e) => {
+                    tracing::error!(dir = %dir.display(), error = %e, "closing log failed; it will be recovered at the next start")
                 }
             }
         }

@@ -112,7 +112,15 @@ impl FetchSessions {
     /// Whether a partition's fresh read goes into the response, recording what is sent.
     /// Full responses carry everything; incremental ones only partitions with records,
     /// an error, or a changed high watermark, last stable offset or log start offset.
-    pub fn filter(&mut self, session_id: SessionId, full: bool, key: &PartitionKey, now: Sent, has_records: bool, error: bool) -> bool {
+    pub fn filter(
+        &mut self,
+        session_id: SessionId,
+        full: bool,
+        key: &PartitionKey,
+        now: Sent,
+        has_records: bool,
+        error: bool,
+    ) -> bool {
         let Some(session) = self.sessions.get_mut(&session_id) else { return true };
         let Some((_, sent)) = session.partitions.get_mut(key) else { return full };
         let changed = *sent != Some(now);
@@ -188,7 +196,9 @@ mod tests {
     #[test]
     fn incremental_requests_keep_partitions_and_send_only_changes() {
         let mut s = FetchSessions::new(10, 1000);
-        let Begin::Fetch { session_id, full: true, .. } = s.begin(0, 0, vec![(key(0), fetch(0)), (key(1), fetch(0))], &[], 0) else {
+        let Begin::Fetch { session_id, full: true, .. } =
+            s.begin(0, 0, vec![(key(0), fetch(0)), (key(1), fetch(0))], &[], 0)
+        else {
             panic!("no session")
         };
         assert_ne!(session_id, 0);

@@ -82,6 +82,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     wait_for_signal().await;
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     let _ = stop.send(true);
+    broker.begin_shutdown();
     let _ = server.await;
     tokio::task::spawn_blocking(move || broker.shutdown()).await.map_err(|e| e.to_string())?;
     tracing::info!("stopped cleanly");

@@ -71,7 +71,12 @@ fn run(receiver: &Mutex<Receiver<Arc<dyn Flushable>>>) {
         match next {
             Ok(log) => {
                 log.dequeued();
-                log.flush_waiters();
+                // A panicking callback must not take the thread (and every log it serves)
+                // down with it.
+                let served = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.flush_waiters()));
+                if served.is_err() {
+                    tracing::error!("a durability callback panicked on a flusher thread");
+                }
             }
             Err(_) => return,
         }

@@ -242,6 +242,15 @@ impl SimStorage {
         disk.files.get(path).map(|f| lock(f).data.clone())
     }
 
+    /// Open handles (`SimFile`s alive) per file, for tests of descriptor bounds.
+    pub fn open_handles(&self) -> Vec<(PathBuf, usize)> {
+        let disk = lock(&self.disk);
+        let mut out: Vec<_> =
+            disk.files.iter().map(|(p, d)| (p.clone(), Arc::strong_count(d) - 1)).filter(|(_, n)| *n > 0).collect();
+        out.sort();
+        out
+    }
+
     /// Overwrites the contents of a file (current and durable), to plant corruption.
     pub fn put(&self, path: &Path, bytes: Vec<u8>) {
         let mut disk = lock(&self.disk);

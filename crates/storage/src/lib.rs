@@ -48,6 +48,13 @@
 //! but not a power loss until the next fsync (every N records, or when
 //! [`PartitionLog::flush_if_due`] finds it older than M ms, and always at segment roll
 //! and clean close).
+//!
+//! # Resources
+//!
+//! A log keeps its active segment's file open plus at most
+//! [`log::MAX_OPEN_SEALED_SEGMENTS`] recently read sealed ones (others are reopened on
+//! demand), so descriptors grow with partitions, not segments. Fsyncs for async callers
+//! run on a fixed [`Flusher`] pool shared by all logs.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 

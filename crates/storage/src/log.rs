@@ -6,6 +6,7 @@
 //! waiters) is separate so appends continue while an fsync runs; the next fsync then
 //! covers all of them (group commit). Lock order is always `state` then `durability`.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,6 +39,10 @@ const SNAPSHOT_SUFFIX: &str = ".snapshot";
 const SNAPSHOTS_KEPT: usize = 3;
 /// Largest snapshot read back; a bigger file is garbage and is not allocated for.
 const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
+/// Sealed segments per log whose files stay open between reads; older ones are closed
+/// and reopened on demand. With the active segment that bounds a log's descriptors to
+/// 1 + this (plus reads in flight), whatever its number of segments.
+pub const MAX_OPEN_SEALED_SEGMENTS: usize = 2;
 /// Suffix of segment files renamed for deletion outside the lock.
 const DELETED_SUFFIX: &str = ".deleted";
 
@@ -117,6 +122,8 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     durable_changed: Condvar,
     fsyncs: FsyncCounters,
     queued_on_flusher: AtomicBool,
+    /// Whether open skipped recovery (clean-shutdown marker, or a new log).
+    opened_clean: bool,
 }
 
 struct LogState<F> {
@@ -126,6 +133,8 @@ struct LogState<F> {
     high_watermark: i64,
     epochs: LeaderEpochCache,
     producers: ProducerStateTable,
+    /// Base offsets of sealed segments with open files, least recently used first.
+    open_sealed: VecDeque<i64>,
     /// When the active segment began, for `segment.ms`.
     active_since_ms: i64,
     /// Records appended since open (for `flush.messages` accounting).
@@ -181,6 +190,38 @@ impl<F: StorageFile> LogState<F> {
     fn size_bytes(&self) -> u64 {
         self.segments.iter().map(|s| s.size).sum()
     }
+
+    /// A read view of segment `i` starting at `position`, reopening its file if it was
+    /// closed and keeping it among the recently used open ones.
+    fn view<S: Storage<File = F>>(&mut self, storage: &S, i: usize, position: u64) -> Result<SegmentView<F>> {
+        let was_closed = self.segments[i].file.is_none();
+        let file = self.segments[i].ensure_open(storage)?;
+        let seg = &self.segments[i];
+        let view = SegmentView { file, path: seg.path.clone(), size: seg.size, start_position: position };
+        if i + 1 < self.segments.len() {
+            let base = seg.base_offset;
+            if was_closed || self.open_sealed.contains(&base) {
+                self.note_open_sealed(base);
+            }
+        }
+        Ok(view)
+    }
+
+    /// Marks a sealed segment's file most recently used and closes the least recently
+    /// used beyond `MAX_OPEN_SEALED_SEGMENTS` (readers holding one keep it until done).
+    fn note_open_sealed(&mut self, base: i64) {
+        self.open_sealed.retain(|&b| b != base);
+        self.open_sealed.push_back(base);
+        while self.open_sealed.len() > MAX_OPEN_SEALED_SEGMENTS {
+            let Some(evicted) = self.open_sealed.pop_front() else { break };
+            let last = self.segments.len() - 1;
+            if let Some(i) = self.segments.iter().position(|s| s.base_offset == evicted) {
+                if i != last {
+                    self.segments[i].file = None;
+                }
+            }
+        }
+    }
 }
 
 /// A batch validated on the way in: where it is in the appended buffer and its header.
@@ -215,12 +256,18 @@ impl<S: Storage> PartitionLog<S> {
         bases.sort_unstable();
 
         let segments = open_segments(&storage, &dir, &bases, clean, &config)?;
+        if clean {
+            tracing::debug!(dir = %dir.display(), "clean shutdown marker found; recovery skipped");
+        } else if !bases.is_empty() {
+            tracing::info!(dir = %dir.display(), "no clean shutdown marker; the last segment was scanned and recovered");
+        }
         let mut state = LogState {
             segments,
             log_start_offset: 0,
             high_watermark: 0,
             epochs: LeaderEpochCache::default(),
             producers: ProducerStateTable::default(),
+            open_sealed: VecDeque::new(),
             active_since_ms: now_ms,
             appended_records: 0,
             flushed_records: 0,
@@ -248,7 +295,7 @@ impl<S: Storage> PartitionLog<S> {
         // process could have died after writing it): make it durable before treating it
         // as such.
         let active = state.active();
-        active.file.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
+        active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
         let durability =
             DurableState { durable_end: leo, flushing: false, generation: 0, waiters: Vec::new(), offline: None };
         Ok(PartitionLog {
@@ -260,7 +307,14 @@ impl<S: Storage> PartitionLog<S> {
             durable_changed: Condvar::new(),
             fsyncs: FsyncCounters::default(),
             queued_on_flusher: AtomicBool::new(false),
+            opened_clean: clean || bases.is_empty(),
         })
+    }
+
+    /// True when this open found a clean-shutdown marker (or a new, empty log) and so
+    /// skipped the recovery scan.
+    pub fn opened_clean(&self) -> bool {
+        self.opened_clean
     }
 
     /// Clean shutdown: fsyncs the data, writes the active segment's indexes and the
@@ -417,7 +471,7 @@ impl<S: Storage> PartitionLog<S> {
         }
 
         let write_at = guard.active().size;
-        let written = guard.active().file.write_all_at(batches, write_at);
+        let written = guard.active().handle()?.write_all_at(batches, write_at);
         if let Err(e) = written {
             let err = StorageError::io("write", &guard.active().path, e);
             let offline = self.undo_partial_write(&mut guard, write_at);
@@ -526,7 +580,10 @@ impl<S: Storage> PartitionLog<S> {
     /// has released the state lock (callbacks never run under it).
     fn undo_partial_write(&self, state: &mut LogState<S::File>, write_at: u64) -> Option<String> {
         let active = state.active();
-        let e = active.file.set_len(write_at).err()?;
+        let e = match active.handle() {
+            Ok(file) => file.set_len(write_at).err()?,
+            Err(e) => std::io::Error::other(e.to_string()),
+        };
         let reason = format!("could not remove a failed write from {}: {e}", active.path.display());
         tracing::error!(dir = %self.dir.display(), %reason, "log going offline");
         state.offline = Some(reason.clone());
@@ -585,7 +642,10 @@ impl<S: Storage> PartitionLog<S> {
         state.active_mut().persist_indexes(&self.storage, &self.dir)?;
         let segment = Segment::create(&self.storage, &self.dir, base)?;
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
+        let sealed = state.active().base_offset;
         state.segments.push(segment);
+        // Followers and consumers that lag a little read the just-sealed segment next.
+        state.note_open_sealed(sealed);
         state.active_since_ms = now_ms;
         self.write_producer_snapshot(state)?;
         let hw = state.high_watermark;
@@ -715,7 +775,10 @@ impl<S: Storage> PartitionLog<S> {
             (s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
         };
         let started = Instant::now();
-        let result = file.sync_data();
+        let result = match &file {
+            Some(file) => file.sync_data(),
+            None => Err(std::io::Error::other("active segment file is closed")),
+        };
         self.fsyncs.record(started.elapsed(), result.is_ok());
 
         let mut state = lock(&self.state);
@@ -778,7 +841,7 @@ impl<S: Storage> PartitionLog<S> {
     /// (the high watermark or last stable offset for consumers).
     pub fn read_bounded(&self, fetch_offset: i64, max_bytes: usize, end_offset: i64) -> Result<ReadSlice> {
         let (views, mut slice) = {
-            let s = lock(&self.state);
+            let mut s = lock(&self.state);
             let leo = s.log_end_offset();
             if fetch_offset < s.log_start_offset || fetch_offset > leo {
                 return Err(StorageError::OffsetOutOfRange {
@@ -797,12 +860,13 @@ impl<S: Storage> PartitionLog<S> {
             let first = s.segments.partition_point(|seg| seg.base_offset <= fetch_offset).saturating_sub(1);
             // Two segments suffice: the fetch offset lies in the first unless it is its
             // end, and then the next one starts there.
-            let views: Vec<SegmentView<S::File>> = s.segments[first..]
-                .iter()
-                .filter(|seg| seg.next_offset > fetch_offset)
-                .take(2)
-                .map(|seg| SegmentView::of(seg, seg.index_lookup(fetch_offset)))
-                .collect();
+            let indexes: Vec<usize> =
+                (first..s.segments.len()).filter(|&i| s.segments[i].next_offset > fetch_offset).take(2).collect();
+            let mut views = Vec::with_capacity(indexes.len());
+            for i in indexes {
+                let position = s.segments[i].index_lookup(fetch_offset);
+                views.push(s.view(&self.storage, i, position)?);
+            }
             (views, slice)
         };
         for view in views {
@@ -824,12 +888,13 @@ impl<S: Storage> PartitionLog<S> {
     /// found through the time index; `None` if every batch is older.
     pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<TimestampOffset>> {
         let (view, log_start) = {
-            let s = lock(&self.state);
-            let Some(seg) = s.segments.iter().find(|seg| seg.max_timestamp >= ts) else {
+            let mut s = lock(&self.state);
+            let Some(i) = s.segments.iter().position(|seg| seg.max_timestamp >= ts) else {
                 return Ok(None);
             };
-            let from_offset = seg.time_lookup(ts).max(s.log_start_offset);
-            (SegmentView::of(seg, seg.index_lookup(from_offset)), s.log_start_offset)
+            let seg = &s.segments[i];
+            let position = seg.index_lookup(seg.time_lookup(ts).max(s.log_start_offset));
+            (s.view(&self.storage, i, position)?, s.log_start_offset)
         };
         let Some(found) = view.find(view.start_position, |h| h.max_timestamp >= ts)? else {
             return Ok(None);
@@ -871,13 +936,14 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Moves the high watermark forward. It never moves back (except through
-    /// `truncate_to`) and never passes the log end offset; a violation is a caller bug,
-    /// reported as an error rather than applied.
+    /// `truncate_to`) and never passes the log end offset; a violation is reported as
+    /// `InvalidHighWatermark` and not applied.
     pub fn update_high_watermark(&self, hw: i64) -> Result<()> {
         let mut s = lock(&self.state);
         let leo = s.log_end_offset();
         if hw < s.high_watermark || hw > leo {
-            debug_assert!(false, "high watermark {hw} outside [{}, {leo}]", s.high_watermark);
+            // An error, not a panic: callers race (durability callbacks on several
+            // threads), and a panic there would take a flusher thread down.
             return Err(StorageError::InvalidHighWatermark {
                 requested: hw,
                 current: s.high_watermark,
@@ -952,6 +1018,10 @@ impl<S: Storage> PartitionLog<S> {
             for &base in &removed {
                 Segment::delete_files(&self.storage, &self.dir, base)?;
             }
+            // The segment cut becomes the active one, whose file always stays open.
+            let active_base = s.active().base_offset;
+            s.open_sealed.retain(|&b| b != active_base);
+            s.active_mut().ensure_open(&self.storage)?;
             let seg = s.active_mut();
             let end = seg.size;
             match seg.find_batch(offset, end)? {
@@ -1200,8 +1270,11 @@ struct SegmentView<F> {
 }
 
 impl<F: StorageFile> SegmentView<F> {
-    fn of(seg: &Segment<F>, start_position: u64) -> Self {
-        SegmentView { file: seg.file.clone(), path: seg.path.clone(), size: seg.size, start_position }
+    /// A view for a one-off scan (recovery of epochs or producer state): uses the open
+    /// file or opens one just for this scan.
+    fn transient<S: Storage<File = F>>(seg: &Segment<F>, storage: &S, start_position: u64) -> Result<Self> {
+        let file = seg.handle_or_open(storage)?;
+        Ok(SegmentView { file, path: seg.path.clone(), size: seg.size, start_position })
     }
 
     fn find(&self, from: u64, mut pred: impl FnMut(&BatchHeader) -> bool) -> Result<Option<segment::Located>> {
@@ -1323,6 +1396,11 @@ fn open_segments<S: Storage>(
         }
         break;
     }
+    // Sealed segments are reopened when read; only the active one keeps its file open.
+    let sealed = segments.len().saturating_sub(1);
+    for seg in &mut segments[..sealed] {
+        seg.file = None;
+    }
     Ok(segments)
 }
 
@@ -1343,7 +1421,7 @@ fn load_epochs<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>) -
         None => {
             let mut cache = LeaderEpochCache::default();
             for seg in &state.segments {
-                let view = SegmentView::of(seg, 0);
+                let view = SegmentView::transient(seg, storage, 0)?;
                 view.find(0, |h| {
                     cache.assign(h.partition_leader_epoch, h.base_offset);
                     false
@@ -1401,7 +1479,7 @@ fn load_producers<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>
     }
     let mut table = table.unwrap_or_default();
     for seg in state.segments.iter().filter(|seg| seg.next_offset > from) {
-        let view = SegmentView::of(seg, seg.index_lookup(from));
+        let view = SegmentView::transient(seg, storage, seg.index_lookup(from))?;
         view.find(view.start_position, |h| {
             if h.base_offset >= from {
                 table.record(h);

@@ -41,7 +41,9 @@ fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
 #[derive(Debug)]
 pub(crate) struct Segment<F> {
     pub base_offset: i64,
-    pub file: Arc<F>,
+    /// The open `.log` file; `None` for a sealed segment whose file was closed to bound
+    /// open descriptors (reopened on demand). The active segment's is always open.
+    pub file: Option<Arc<F>>,
     pub path: PathBuf,
     /// Bytes of valid batches; the file is never longer once the segment is open.
     pub size: u64,
@@ -77,10 +79,10 @@ impl<F: StorageFile> Segment<F> {
                 storage.remove(&p).map_err(|e| StorageError::io("remove", &p, e))?;
             }
         }
-        Ok(Segment::empty(base_offset, Arc::new(file), path))
+        Ok(Segment::empty(base_offset, Some(Arc::new(file)), path))
     }
 
-    fn empty(base_offset: i64, file: Arc<F>, path: PathBuf) -> Self {
+    fn empty(base_offset: i64, file: Option<Arc<F>>, path: PathBuf) -> Self {
         Segment {
             base_offset,
             file,
@@ -111,7 +113,8 @@ impl<F: StorageFile> Segment<F> {
         let path = log_path(dir, base_offset);
         let file = storage.open(&path, false).map_err(|e| StorageError::io("open", &path, e))?;
         let len = file.len().map_err(|e| StorageError::io("stat", &path, e))?;
-        let mut seg = Segment::empty(base_offset, Arc::new(file), path);
+        let file = Arc::new(file);
+        let mut seg = Segment::empty(base_offset, Some(file.clone()), path);
         if trust_indexes {
             if let Some(()) = seg.load_indexes(storage, dir, len) {
                 let from = seg.offset_index.last().map_or(0, |e| u64::from(e.1));
@@ -130,8 +133,8 @@ impl<F: StorageFile> Segment<F> {
         }
         let end = seg.walk_and_index(0, len, true, index_interval_bytes)?;
         if end < len {
-            seg.file.set_len(end).map_err(|e| StorageError::io("truncate", &seg.path, e))?;
-            seg.file.sync_data().map_err(|e| StorageError::io("fsync", &seg.path, e))?;
+            file.set_len(end).map_err(|e| StorageError::io("truncate", &seg.path, e))?;
+            file.sync_data().map_err(|e| StorageError::io("fsync", &seg.path, e))?;
         }
         Ok(seg)
     }
@@ -252,7 +255,8 @@ impl<F: StorageFile> Segment<F> {
         chunk.resize(want, 0);
         *chunk_pos = pos;
         let truncated = BatchError::Truncated { needed: need as u64, available: 0 };
-        match self.file.read_exact_at(chunk, pos) {
+        let Some(file) = &self.file else { return Err(truncated) };
+        match file.read_exact_at(chunk, pos) {
             Ok(()) if want >= need => Ok(()),
             _ => Err(truncated),
         }
@@ -294,6 +298,32 @@ impl<F: StorageFile> Segment<F> {
         }
     }
 
+    /// The open file; an error (not a panic) if it was closed, which the log's own
+    /// bookkeeping prevents for every segment it writes to.
+    pub fn handle(&self) -> Result<&Arc<F>> {
+        self.file
+            .as_ref()
+            .ok_or_else(|| StorageError::io("use", &self.path, std::io::Error::other("segment file is closed")))
+    }
+
+    /// The file, reopened (and kept) if it was closed.
+    pub fn ensure_open<S: Storage<File = F>>(&mut self, storage: &S) -> Result<Arc<F>> {
+        if let Some(file) = &self.file {
+            return Ok(file.clone());
+        }
+        let file = Arc::new(storage.open(&self.path, false).map_err(|e| StorageError::io("open", &self.path, e))?);
+        self.file = Some(file.clone());
+        Ok(file)
+    }
+
+    /// The file if open, else a handle opened for the caller alone (not kept).
+    pub fn handle_or_open<S: Storage<File = F>>(&self, storage: &S) -> Result<Arc<F>> {
+        match &self.file {
+            Some(file) => Ok(file.clone()),
+            None => Ok(Arc::new(storage.open(&self.path, false).map_err(|e| StorageError::io("open", &self.path, e))?)),
+        }
+    }
+
     /// Writes both index files from memory and fsyncs them and the log.
     pub fn persist_indexes<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
         self.maybe_append_time_entry();
@@ -309,7 +339,7 @@ impl<F: StorageFile> Segment<F> {
             raw.extend_from_slice(&rel.to_be_bytes());
         }
         write_whole(storage, &time_index_path(dir, self.base_offset), &raw)?;
-        self.file.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
+        self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
     }
 
     /// Deletes the segment's files (open handles held by readers stay readable).
@@ -362,7 +392,7 @@ impl<F: StorageFile> Segment<F> {
     ) -> Result<Option<Located>> {
         let mut buf = [0u8; HEADER_LEN];
         while position + HEADER_LEN as u64 <= end {
-            self.file.read_exact_at(&mut buf, position).map_err(|e| StorageError::io("read", &self.path, e))?;
+            self.handle()?.read_exact_at(&mut buf, position).map_err(|e| StorageError::io("read", &self.path, e))?;
             let header = BatchHeader::parse(&buf).map_err(|reason| {
                 StorageError::io(
                     "parse",
@@ -380,8 +410,9 @@ impl<F: StorageFile> Segment<F> {
 
     /// Cuts the segment before the batch at `position`, fixing indexes and timestamps.
     pub fn truncate_at(&mut self, position: u64, new_next_offset: i64) -> Result<()> {
-        self.file.set_len(position).map_err(|e| StorageError::io("truncate", &self.path, e))?;
-        self.file.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
+        let file = self.handle()?;
+        file.set_len(position).map_err(|e| StorageError::io("truncate", &self.path, e))?;
+        file.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
         self.size = position;
         self.next_offset = new_next_offset;
         let rel_end = new_next_offset - self.base_offset;

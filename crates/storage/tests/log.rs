@@ -359,9 +359,8 @@ fn high_watermark_only_moves_forward_within_the_log() {
     let log = sim_log(&storage, LogConfig::default());
     log.append(&mut batch(1, 5, 10), 0, 0).unwrap();
     log.update_high_watermark(3).unwrap();
-    let backwards = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| log.update_high_watermark(2)));
-    // Debug builds assert; release builds return the error. Either way it is not applied.
-    assert!(backwards.map(|r| r.is_err()).unwrap_or(true));
+    assert!(matches!(log.update_high_watermark(2), Err(StorageError::InvalidHighWatermark { .. })));
+    assert!(matches!(log.update_high_watermark(6), Err(StorageError::InvalidHighWatermark { .. })));
     assert_eq!(log.high_watermark(), 3);
 }
 
@@ -578,4 +577,30 @@ fn failed_fsync_while_sealing_a_segment_takes_the_log_offline() {
     // the unsynced batch 2.
     assert!(matches!(log.append(&mut batch(4, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
     assert!(log.wait_durable(1).is_err());
+}
+
+#[test]
+fn open_files_stay_bounded_however_many_segments_are_read() {
+    let storage = SimStorage::new();
+    let open_logs = |storage: &SimStorage| {
+        storage.open_handles().iter().filter(|(p, _)| p.extension().is_some_and(|e| e == "log")).count()
+    };
+    {
+        let log = sim_log(&storage, small_segments());
+        for i in 0..60 {
+            log.append(&mut batch(i, 1, 900), 0, 0).unwrap();
+        }
+        assert!(log.segment_count() >= 15);
+        assert!(open_logs(&storage) <= 1 + osprey_storage::log::MAX_OPEN_SEALED_SEGMENTS);
+        log.close().unwrap();
+    }
+    let log = sim_log(&storage, small_segments());
+    assert_eq!(open_logs(&storage), 1, "only the active segment is open after open");
+    assert_eq!(read_all(&log).len(), 60);
+    assert!(log.offset_for_timestamp(0).unwrap().is_some());
+    assert!(open_logs(&storage) <= 1 + osprey_storage::log::MAX_OPEN_SEALED_SEGMENTS);
+    // Truncating into a closed sealed segment reopens it as the active one.
+    log.truncate_to(3).unwrap();
+    assert_eq!(log.append(&mut batch(100, 1, 10), 0, 0).unwrap().base_offset, 3);
+    assert_eq!(read_all(&log).len(), 4);
 }

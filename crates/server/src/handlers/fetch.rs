@@ -83,7 +83,9 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         partitions,
     };
     let (reads, bytes, errors) = read(&plan);
-    if req.max_wait_ms <= 0 || bytes >= plan.min_bytes.max(1) || errors {
+    // As Kafka: nothing to wait for (no partitions, e.g. a session's closing fetch) is
+    // answered at once.
+    if req.max_wait_ms <= 0 || plan.partitions.is_empty() || bytes >= plan.min_bytes.max(1) || errors {
         return Reply::Now(respond(&plan, reads));
     }
     let wait = Duration::from_millis(req.max_wait_ms as u64);
@@ -102,9 +104,13 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
                 watchers.spawn(async move { rx.changed().await.is_ok() });
             }
         }
+        let stopping = plan.broker.stopping();
         let timed_out = tokio::select! {
-            _ = watchers.join_next() => false,
+            // An empty set resolves at once; only wait on it when something is watched.
+            Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
             _ = tokio::time::sleep_until(deadline) => true,
+            // Shutting down: answer parked fetches now rather than at their deadline.
+            _ = stopping => true,
         };
         let (reads, bytes, errors) = read(&plan);
         if timed_out || bytes >= plan.min_bytes.max(1) || errors {
@@ -180,7 +186,11 @@ fn read_partition(p: &PartitionPlan, budget: usize) -> PartitionData {
     };
     let epoch = p.fetch.current_leader_epoch;
     if epoch >= 0 && epoch != partition.leader_epoch {
-        let code = if epoch < partition.leader_epoch { ErrorCode::FENCED_LEADER_EPOCH } else { ErrorCode::UNKNOWN_LEADER_EPOCH };
+        let code = if epoch < partition.leader_epoch {
+            ErrorCode::FENCED_LEADER_EPOCH
+        } else {
+            ErrorCode::UNKNOWN_LEADER_EPOCH
+        };
         return failed(data, code);
     }
     let log = &partition.log;
@@ -202,7 +212,11 @@ fn read_partition(p: &PartitionPlan, budget: usize) -> PartitionData {
         Err(StorageError::OffsetOutOfRange { .. }) => failed(data, ErrorCode::OFFSET_OUT_OF_RANGE),
         Err(e) => {
             tracing::error!(topic = %partition.topic, partition = p.key.partition, error = %e, "fetch read failed");
-            let code = if e.is_kafka_storage_error() { ErrorCode::KAFKA_STORAGE_ERROR } else { ErrorCode::UNKNOWN_SERVER_ERROR };
+            let code = if e.is_kafka_storage_error() {
+                ErrorCode::KAFKA_STORAGE_ERROR
+            } else {
+                ErrorCode::UNKNOWN_SERVER_ERROR
+            };
             failed(data, code)
         }
     }

@@ -17,7 +17,7 @@ const EARLIEST_LOCAL: i64 = -4;
 /// A batch decompressed to find a timestamp may not inflate beyond this.
 const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 
-pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, _version: i16) -> ResponseBody {
+pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ResponseBody {
     let image = broker.image();
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
@@ -33,7 +33,8 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, _version: i16) -> R
                 Ok((offset, timestamp, epoch)) => {
                     r.offset = offset;
                     r.timestamp = timestamp;
-                    r.leader_epoch = epoch;
+                    // Leader epochs are in the response from v4 (KIP-320).
+                    r.leader_epoch = if version >= 4 { epoch } else { -1 };
                 }
                 Err(code) => {
                     crate::telemetry::error_code(ApiKey::ListOffsets, code);

@@ -84,7 +84,9 @@ fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> 
         telemetry::error_code(ApiKey::Produce, ErrorCode::NOT_ENOUGH_REPLICAS);
         return Err(Outcome::Failed(
             ErrorCode::NOT_ENOUGH_REPLICAS,
-            Some(format!("The size of the current ISR {isr} is insufficient to satisfy the min.isr requirement of {min_isr}")),
+            Some(format!(
+                "The size of the current ISR {isr} is insufficient to satisfy the min.isr requirement of {min_isr}"
+            )),
         ));
     }
     Ok(())

@@ -1,0 +1,169 @@
+//! ListGroups v0-5, DescribeGroups v0-6 and DeleteGroups v0-2.
+
+use super::state::GroupState;
+use super::{records, GroupCoordinator, ReplyId, Response};
+use bytes::Bytes;
+use osprey_protocol::messages::delete_groups_response::DeletableGroupResult;
+use osprey_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use osprey_protocol::messages::list_groups_response::ListedGroup;
+use osprey_protocol::messages::{DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse};
+use osprey_protocol::ErrorCode;
+
+/// The group type ListGroups v5 reports for every group here.
+const CLASSIC_GROUP_TYPE: &str = "classic";
+
+/// A DeleteGroups request waiting for its groups' tombstones.
+#[derive(Debug)]
+pub(super) struct DeleteBatch {
+    reply: ReplyId,
+    results: Vec<DeletableGroupResult>,
+    outstanding: usize,
+}
+
+impl GroupCoordinator {
+    /// ListGroups; `states` and `types` filter case-insensitively, empty means all.
+    pub fn list_groups(&self, states: &[String], types: &[String], api_version: i16) -> ListGroupsResponse {
+        let wanted =
+            |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
+        let groups = self
+            .groups
+            .values()
+            .filter(|g| wanted(states, g.state.name()) && wanted(types, CLASSIC_GROUP_TYPE))
+            .map(|g| ListedGroup {
+                group_id: g.group_id.clone(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                group_state: if api_version >= 4 { g.state.name().to_string() } else { String::new() },
+                group_type: if api_version >= 5 { CLASSIC_GROUP_TYPE.to_string() } else { String::new() },
+                ..Default::default()
+            })
+            .collect();
+        ListGroupsResponse { groups, ..Default::default() }
+    }
+
+    /// DescribeGroups. Members' metadata and assignments are shown only for a Stable
+    /// group, as Kafka does. An unknown group is "Dead"; from v6 also GROUP_ID_NOT_FOUND.
+    pub fn describe_groups(&self, group_ids: &[String], api_version: i16) -> DescribeGroupsResponse {
+        let groups = group_ids.iter().map(|id| self.describe_group(id, api_version)).collect();
+        DescribeGroupsResponse { groups, ..Default::default() }
+    }
+
+    fn describe_group(&self, group_id: &str, api_version: i16) -> DescribedGroup {
+        let mut described = DescribedGroup {
+            group_id: group_id.to_string(),
+            authorized_operations: if api_version >= 3 {
+                i32::MIN
+            } else {
+                DescribedGroup::default().authorized_operations
+            },
+            ..Default::default()
+        };
+        let Some(group) = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead)) else {
+            described.group_state = GroupState::Dead.name().to_string();
+            if api_version >= 6 {
+                described.error_code = ErrorCode::GROUP_ID_NOT_FOUND.code();
+                described.error_message = Some(format!("Group {group_id} not found."));
+            }
+            return described;
+        };
+        let stable_protocol = group.protocol_name.as_deref().filter(|_| group.is(GroupState::Stable));
+        described.group_state = group.state.name().to_string();
+        described.protocol_type = group.protocol_type.clone().unwrap_or_default();
+        described.protocol_data = stable_protocol.unwrap_or("").to_string();
+        described.members = group
+            .members
+            .iter()
+            .map(|m| DescribedGroupMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: if api_version >= 4 { m.group_instance_id.clone() } else { None },
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                member_metadata: stable_protocol.and_then(|p| m.metadata(p).cloned()).unwrap_or_default(),
+                member_assignment: if stable_protocol.is_some() { m.assignment.clone() } else { Bytes::new() },
+                ..Default::default()
+            })
+            .collect();
+        described
+    }
+
+    /// DeleteGroups: an Empty group goes with its offsets (tombstones);
+    /// NON_EMPTY_GROUP with members, GROUP_ID_NOT_FOUND if unknown. Answered for `reply`
+    /// once every deleted group's tombstones are durable.
+    pub fn delete_groups(&mut self, group_ids: &[String], reply: ReplyId) {
+        let batch_id = self.next_batch_id;
+        self.next_batch_id += 1;
+        let mut batch = DeleteBatch { reply, results: Vec::new(), outstanding: 0 };
+        for group_id in group_ids {
+            let error = match self.groups.get(group_id).map(|g| g.state) {
+                None | Some(GroupState::Dead) => ErrorCode::GROUP_ID_NOT_FOUND,
+                Some(GroupState::Empty) => {
+                    let group = self.groups.remove(group_id).expect("present");
+                    let mut tombstones: Vec<records::Record> =
+                        group.offsets.keys().map(|tp| records::offset_tombstone(group_id, tp)).collect();
+                    tombstones.push(records::group_tombstone(group_id));
+                    let then = records::Continuation::DeleteGroup { batch_id, group_id: group_id.clone() };
+                    self.persist(group_id, tombstones, then);
+                    batch.outstanding += 1;
+                    ErrorCode::NONE
+                }
+                Some(_) => ErrorCode::NON_EMPTY_GROUP,
+            };
+            batch.results.push(DeletableGroupResult {
+                group_id: group_id.clone(),
+                error_code: error.code(),
+                ..Default::default()
+            });
+        }
+        if batch.outstanding == 0 {
+            let response = DeleteGroupsResponse { results: batch.results, ..Default::default() };
+            return self.respond(reply, Response::DeleteGroups(response));
+        }
+        self.delete_batches.insert(batch_id, batch);
+    }
+
+    pub(super) fn delete_group_persisted(&mut self, batch_id: u64, group_id: &str, result: Result<(), ErrorCode>) {
+        let Some(batch) = self.delete_batches.get_mut(&batch_id) else { return };
+        if let Err(error) = result {
+            for r in batch.results.iter_mut().filter(|r| r.group_id == group_id) {
+                r.error_code = error.code();
+            }
+        }
+        batch.outstanding -= 1;
+        if batch.outstanding == 0 {
+            let batch = self.delete_batches.remove(&batch_id).expect("present");
+            let response = DeleteGroupsResponse { results: batch.results, ..Default::default() };
+            self.respond(batch.reply, Response::DeleteGroups(response));
+        }
+    }
+}
+
+impl GroupCoordinator {
+    /// This broker is no longer the coordinator of `__consumer_offsets` partition
+    /// `partition` (of `num_partitions`): its groups are dropped and their held JoinGroup
+    /// and SyncGroup requests answered NOT_COORDINATOR (Kafka's `onGroupUnloaded`), so
+    /// that the clients look up the new coordinator. Returns the number of groups dropped.
+    pub fn unload_partition(&mut self, partition: i32, num_partitions: i32) -> usize {
+        let group_ids: Vec<String> =
+            self.groups.keys().filter(|id| super::partition_for(id, num_partitions) == partition).cloned().collect();
+        for group_id in &group_ids {
+            let Some(group) = self.groups.remove(group_id) else { continue };
+            for member in group.members {
+                if let Some(held) = member.join_reply {
+                    let response =
+                        super::rebalance::join_error(held.api_version, &member.member_id, ErrorCode::NOT_COORDINATOR);
+                    self.respond_join(held, response);
+                }
+                if let Some(held) = member.sync_reply {
+                    let response = super::rebalance::sync_response(
+                        held.api_version,
+                        ErrorCode::NOT_COORDINATOR,
+                        None,
+                        None,
+                        Bytes::new(),
+                    );
+                    self.respond_sync(held, response);
+                }
+            }
+        }
+        group_ids.len()
+    }
+}

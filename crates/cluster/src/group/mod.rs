@@ -1,0 +1,284 @@
+//! The classic-protocol group coordinator (JoinGroup / SyncGroup / Heartbeat / LeaveGroup,
+//! offsets, group administration) as a deterministic state machine.
+//!
+//! It follows Kafka's `GroupCoordinator` / `GroupMetadata` semantics: the same states
+//! (Empty, PreparingRebalance, CompletingRebalance, Stable, Dead), the same error codes in
+//! the same situations, the same timers (session timeout, rebalance timeout,
+//! `group.initial.rebalance.delay.ms`, the 5-minute new-member join timeout, pending-sync
+//! expiry, offset retention) and the same `__consumer_offsets` record formats, so a group
+//! written by Kafka loads here and the other way round.
+//!
+//! No I/O, no clock, no tokio: every input takes `now_ms`, durable writes and replies
+//! come out as [`Output`]s the server drains with [`GroupCoordinator::poll_output`].
+//!
+//! # The protocol between the server and the coordinator
+//!
+//! - Requests that are answered at once return their response: [`heartbeat`],
+//!   [`leave`], [`fetch_offsets`], [`list_groups`], [`describe_groups`]. They can still
+//!   queue outputs (a leave can complete a rebalance and release other members' joins).
+//! - Requests whose answer waits (JoinGroup until the rebalance completes, SyncGroup until
+//!   the leader's assignment is durable, OffsetCommit / DeleteGroups / OffsetDelete until
+//!   their records are durable) take a [`ReplyId`] chosen by the server and return nothing;
+//!   the answer comes later as [`Output::Respond`] with that id, already shaped for the
+//!   request's version (the server encodes it as is).
+//! - [`Output::Persist`] asks the server to append `records` (keys and values in Kafka's
+//!   exact formats) to partition [`partition_for`]`(group_id, offsets.topic.num.partitions)`
+//!   of `__consumer_offsets`, in the order the outputs come out, and to call
+//!   [`persisted`]`(id, result, now)` once the append is durable (or failed, with the
+//!   append's error code). Whatever depended on it (a SyncGroup completing the group, an
+//!   OffsetCommit becoming visible to OffsetFetch, a static member's replacement) happens
+//!   only then: nothing is acknowledged to a client before it is durable.
+//! - [`tick`]`(now)` runs the timers; call it at least every [`next_deadline`] (or on a
+//!   fixed period, e.g. 100 ms).
+//! - After every call, drain [`poll_output`] until `None`.
+//! - On becoming the coordinator of a partition, [`load`] its records, oldest first
+//!   (answer COORDINATOR_LOAD_IN_PROGRESS for its groups meanwhile). On losing it,
+//!   [`unload_partition`]: held JoinGroup/SyncGroup requests of its groups are answered
+//!   NOT_COORDINATOR; report its persists still in flight as failed
+//!   (NOT_LEADER_OR_FOLLOWER), which answers the OffsetCommits waiting on them.
+//! - [`GroupConfig::member_id_seed`] must be random per process: member ids of loaded
+//!   groups must not come round again.
+//! - [`check_invariants`] checks the coordinator's internal invariants (tests run it after
+//!   every step; a debug server may too).
+//!
+//! The coordinator does not know which `__consumer_offsets` partitions this broker leads:
+//! the server answers NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS before calling in.
+//! OffsetCommit v10 / OffsetFetch v10 name topics by id: the server fills in the names
+//! before calling and maps them back in the response.
+//!
+//! ```
+//! use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, ReplyId, Response};
+//! use osprey_protocol::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
+//!
+//! let mut coordinator = GroupCoordinator::new(GroupConfig::default());
+//! let request = JoinGroupRequest {
+//!     group_id: "my-group".into(),
+//!     session_timeout_ms: 10_000,
+//!     rebalance_timeout_ms: 30_000,
+//!     protocol_type: "consumer".into(),
+//!     protocols: vec![JoinGroupRequestProtocol { name: "range".into(), ..Default::default() }],
+//!     ..Default::default()
+//! };
+//! // JoinGroup v9 with an empty member id: MEMBER_ID_REQUIRED and a member id to rejoin with.
+//! coordinator.join(&request, 9, "client-1", "/127.0.0.1", ReplyId(1), 0);
+//! let Some(Output::Respond { reply: ReplyId(1), response: Response::JoinGroup(first) }) = coordinator.poll_output()
+//! else { panic!() };
+//! assert_eq!(first.error_code, 79);
+//! // Rejoin with it: the group waits group.initial.rebalance.delay.ms, then answers.
+//! coordinator.join(&JoinGroupRequest { member_id: first.member_id.clone(), ..request }, 9, "client-1", "/127.0.0.1", ReplyId(2), 1);
+//! assert!(coordinator.poll_output().is_none());
+//! coordinator.tick(3_001);
+//! let Some(Output::Respond { reply: ReplyId(2), response: Response::JoinGroup(joined) }) = coordinator.poll_output()
+//! else { panic!() };
+//! assert_eq!((joined.error_code, joined.generation_id), (0, 1));
+//! assert_eq!(joined.leader, first.member_id);
+//! ```
+//!
+//! [`heartbeat`]: GroupCoordinator::heartbeat
+//! [`leave`]: GroupCoordinator::leave
+//! [`fetch_offsets`]: GroupCoordinator::fetch_offsets
+//! [`list_groups`]: GroupCoordinator::list_groups
+//! [`describe_groups`]: GroupCoordinator::describe_groups
+//! [`persisted`]: GroupCoordinator::persisted
+//! [`tick`]: GroupCoordinator::tick
+//! [`next_deadline`]: GroupCoordinator::next_deadline
+//! [`poll_output`]: GroupCoordinator::poll_output
+//! [`load`]: GroupCoordinator::load
+//! [`unload_partition`]: GroupCoordinator::unload_partition
+//! [`check_invariants`]: GroupCoordinator::check_invariants
+
+mod admin;
+mod heartbeat;
+mod invariants;
+mod join;
+mod leave;
+mod member_id;
+mod offsets;
+mod rebalance;
+pub mod records;
+mod state;
+mod sync;
+mod timers;
+
+pub use records::{partition_for, LoadError, LoadSummary, Record};
+pub use state::GroupState;
+
+use bytes::Bytes;
+use member_id::MemberIdGenerator;
+use osprey_protocol::messages::{
+    DeleteGroupsResponse, JoinGroupResponse, OffsetCommitResponse, OffsetDeleteResponse, SyncGroupResponse,
+};
+use state::Group;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Identifies a held request; chosen by the server (e.g. connection and correlation id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ReplyId(pub u64);
+
+/// Identifies one [`Output::Persist`]; handed back in [`GroupCoordinator::persisted`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PersistId(pub u64);
+
+/// What the coordinator asks of the server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Output {
+    /// Send `response` for the held request `reply`.
+    Respond { reply: ReplyId, response: Response },
+    /// Append `records` to `__consumer_offsets` partition `partition_for(group_id, n)`,
+    /// then call [`GroupCoordinator::persisted`] with `id`.
+    Persist { id: PersistId, group_id: String, records: Vec<Record> },
+}
+
+/// A delayed response, shaped for the version its request came in.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    JoinGroup(JoinGroupResponse),
+    SyncGroup(SyncGroupResponse),
+    OffsetCommit(OffsetCommitResponse),
+    DeleteGroups(DeleteGroupsResponse),
+    OffsetDelete(OffsetDeleteResponse),
+}
+
+/// The coordinator's settings, with Kafka's names and defaults.
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    /// `group.min.session.timeout.ms`
+    pub group_min_session_timeout_ms: i32,
+    /// `group.max.session.timeout.ms`
+    pub group_max_session_timeout_ms: i32,
+    /// `group.initial.rebalance.delay.ms`
+    pub group_initial_rebalance_delay_ms: i32,
+    /// `group.max.size`
+    pub group_max_size: usize,
+    /// `offset.metadata.max.bytes` (counted in UTF-16 code units, as Java's `String.length`)
+    pub offset_metadata_max_bytes: usize,
+    /// `offsets.retention.minutes`
+    pub offsets_retention_minutes: i64,
+    /// `offsets.retention.check.interval.ms`
+    pub offsets_retention_check_interval_ms: i64,
+    /// How long a new member's JoinGroup may wait before the member is dropped
+    /// (Kafka's `GroupCoordinator.NewMemberJoinTimeoutMs`, not configurable there).
+    pub new_member_join_timeout_ms: i64,
+    /// Seeds the member-id generator (the server passes random bits; tests a constant).
+    pub member_id_seed: u64,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_initial_rebalance_delay_ms: 3_000,
+            group_max_size: i32::MAX as usize,
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_minutes: 7 * 24 * 60,
+            offsets_retention_check_interval_ms: 600_000,
+            new_member_join_timeout_ms: 300_000,
+            member_id_seed: 0x5eed,
+        }
+    }
+}
+
+impl GroupConfig {
+    fn offsets_retention_ms(&self) -> i64 {
+        self.offsets_retention_minutes.saturating_mul(60_000)
+    }
+}
+
+/// The group coordinator of one broker: every classic group of the `__consumer_offsets`
+/// partitions it leads.
+#[derive(Debug)]
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: BTreeMap<String, Group>,
+    outputs: VecDeque<Output>,
+    pending_persists: HashMap<PersistId, records::Continuation>,
+    next_persist_id: u64,
+    /// DeleteGroups requests waiting for several groups' tombstones.
+    delete_batches: HashMap<u64, admin::DeleteBatch>,
+    next_batch_id: u64,
+    member_ids: MemberIdGenerator,
+    next_offset_cleanup_ms: Option<i64>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> GroupCoordinator {
+        let member_ids = MemberIdGenerator::new(config.member_id_seed);
+        GroupCoordinator {
+            config,
+            groups: BTreeMap::new(),
+            outputs: VecDeque::new(),
+            pending_persists: HashMap::new(),
+            next_persist_id: 0,
+            delete_batches: HashMap::new(),
+            next_batch_id: 0,
+            member_ids,
+            next_offset_cleanup_ms: None,
+        }
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    /// The next output, oldest first.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        self.outputs.pop_front()
+    }
+
+    /// The state of `group_id`, if the coordinator knows the group.
+    pub fn group_state(&self, group_id: &str) -> Option<GroupState> {
+        self.groups.get(group_id).map(|g| g.state)
+    }
+
+    /// The current generation of `group_id`.
+    pub fn generation(&self, group_id: &str) -> Option<i32> {
+        self.groups.get(group_id).map(|g| g.generation_id)
+    }
+
+    /// The member ids of `group_id`, in join order (the first is the leader candidate).
+    pub fn members(&self, group_id: &str) -> Vec<String> {
+        self.groups.get(group_id).map(|g| g.members.iter().map(|m| m.member_id.clone()).collect()).unwrap_or_default()
+    }
+
+    /// The number of requests the coordinator holds a reply for (joins, syncs and the
+    /// requests waiting for a persist), a bound the server can watch.
+    pub fn held_replies(&self) -> usize {
+        let members: usize = self
+            .groups
+            .values()
+            .flat_map(|g| g.members.iter())
+            .map(|m| usize::from(m.join_reply.is_some()) + usize::from(m.sync_reply.is_some()))
+            .sum();
+        members + self.pending_persists.values().filter(|c| c.holds_reply()).count()
+    }
+
+    fn respond(&mut self, reply: ReplyId, response: Response) {
+        self.outputs.push_back(Output::Respond { reply, response });
+    }
+
+    fn persist(&mut self, group_id: &str, records: Vec<Record>, then: records::Continuation) -> PersistId {
+        let id = PersistId(self.next_persist_id);
+        self.next_persist_id += 1;
+        self.pending_persists.insert(id, then);
+        self.outputs.push_back(Output::Persist { id, group_id: group_id.to_string(), records });
+        id
+    }
+}
+
+/// Maps an append error to the error the client gets, as Kafka's
+/// `appendGroupMetadataErrorToResponseError`.
+fn append_error_to_response(error: osprey_protocol::ErrorCode) -> osprey_protocol::ErrorCode {
+    use osprey_protocol::ErrorCode as E;
+    match error {
+        E::UNKNOWN_TOPIC_OR_PARTITION | E::NOT_ENOUGH_REPLICAS | E::NOT_ENOUGH_REPLICAS_AFTER_APPEND => {
+            E::COORDINATOR_NOT_AVAILABLE
+        }
+        E::NOT_LEADER_OR_FOLLOWER | E::KAFKA_STORAGE_ERROR => E::NOT_COORDINATOR,
+        E::MESSAGE_TOO_LARGE | E::RECORD_LIST_TOO_LARGE | E::INVALID_FETCH_SIZE => E::UNKNOWN_SERVER_ERROR,
+        other => other,
+    }
+}
+
+/// Bytes of one protocol's metadata, as the member sent them.
+type ProtocolMetadata = (String, Bytes);
