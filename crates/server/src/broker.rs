@@ -3,6 +3,7 @@
 
 use crate::config::{BrokerConfig, ConfigError, TopicConfig};
 use crate::fetch_session::FetchSessions;
+use crate::groups::Groups;
 use crate::partition::Partition;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
@@ -40,11 +41,38 @@ pub struct Settings {
     pub topic_defaults: BTreeMap<String, String>,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_slots: usize,
+    /// `offsets.topic.num.partitions`.
+    pub offsets_topic_num_partitions: i32,
+    /// `offsets.topic.segment.bytes`.
+    pub offsets_topic_segment_bytes: i32,
     /// The whole resolved configuration, for DescribeConfigs.
     pub config: Arc<BrokerConfig>,
 }
 
 impl Settings {
+    /// The group coordinator's settings, from the broker config (Kafka's keys).
+    pub fn group_config(&self) -> osprey_cluster::group::GroupConfig {
+        let c = &self.config;
+        let mut seed = [0u8; 8];
+        // Member ids must not repeat across restarts; fall back to the clock if the OS
+        // has no randomness to give.
+        let seed = match getrandom::fill(&mut seed) {
+            Ok(()) => u64::from_le_bytes(seed),
+            Err(_) => now_ms() as u64,
+        };
+        osprey_cluster::group::GroupConfig {
+            group_min_session_timeout_ms: c.group_min_session_timeout_ms,
+            group_max_session_timeout_ms: c.group_max_session_timeout_ms,
+            group_initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+            group_max_size: c.group_max_size.max(1) as usize,
+            offset_metadata_max_bytes: c.offset_metadata_max_bytes.max(0) as usize,
+            offsets_retention_minutes: c.offsets_retention_ms / 60_000,
+            offsets_retention_check_interval_ms: c.offsets_retention_check_interval_ms,
+            member_id_seed: seed,
+            ..Default::default()
+        }
+    }
+
     /// Defaults for a single local node with data under `data_dir` (tests and `osprey`
     /// with no arguments).
     pub fn single_node(listen: SocketAddr, data_dir: PathBuf) -> Settings {
@@ -64,6 +92,8 @@ impl Settings {
             max_inflight_per_connection: 100,
             topic_defaults: BTreeMap::new(),
             fetch_session_slots: 1000,
+            offsets_topic_num_partitions: 50,
+            offsets_topic_segment_bytes: 104_857_600,
             config: Arc::new(BrokerConfig::default()),
         }
     }
@@ -84,6 +114,8 @@ pub struct Broker {
     fetch_sessions: Mutex<FetchSessions>,
     /// Set once shutdown starts, so parked requests answer at once.
     stopping: tokio::sync::watch::Sender<bool>,
+    /// The group coordinator and its `__consumer_offsets` plumbing.
+    pub groups: Groups,
 }
 
 impl std::fmt::Debug for Broker {
@@ -125,6 +157,7 @@ impl Broker {
             producer_ids: Mutex::new(0..0),
             fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
             stopping: tokio::sync::watch::channel(false).0,
+            groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -132,6 +165,7 @@ impl Broker {
         for topic in image.topics() {
             broker.open_partitions(topic)?;
         }
+        broker.groups.load(&broker).map_err(io::Error::other)?;
         let all = broker.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
         tracing::info!(

@@ -63,7 +63,7 @@ pub struct Dispatched {
 }
 
 /// Parses and handles one request frame (without its size prefix).
-pub fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Dispatched {
+pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, peer: std::net::SocketAddr) -> Dispatched {
     let split = match split_request(frame) {
         Ok(s) => s,
         Err(FrameError::UnknownApiKey { api_key, correlation_id }) => {
@@ -116,7 +116,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes) -> Dispatched {
         }
     };
     let request = Request { api_key, header: split.header, body };
-    done(handlers::handle(broker, request))
+    done(handlers::handle(broker, request, peer))
 }
 
 fn close(api_key: Option<ApiKey>, api_version: i16, correlation_id: i32, why: String) -> Dispatched {

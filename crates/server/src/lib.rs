@@ -1,10 +1,12 @@
 //! The Osprey broker as a library, so its parts can be tested from `tests/`; the
 //! `osprey` binary (`main.rs`) is a thin wrapper around it.
 
+pub mod background;
 pub mod broker;
 pub mod config;
 pub mod dispatch;
 pub mod fetch_session;
+pub mod groups;
 pub mod handlers;
 pub mod network;
 pub mod partition;

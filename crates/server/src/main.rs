@@ -3,7 +3,7 @@
 
 use osprey_server::broker::{Broker, Settings};
 use osprey_server::config::{parse_cli, validate_topic_config, BrokerConfig, ConfigError};
-use osprey_server::{network, telemetry};
+use osprey_server::{background, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -70,7 +70,12 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
     let (stop, stopped) = watch::channel(false);
-    spawn_background(broker.clone(), &config, stopped.clone());
+    background::spawn(
+        broker.clone(),
+        Duration::from_millis(config.retention_check_interval_ms.max(1000) as u64),
+        Duration::from_millis(config.flush_scheduler_interval_ms.clamp(100, 60_000) as u64),
+        stopped.clone(),
+    );
     tracing::info!(
         listener = %local,
         node_id = broker.settings.node_id,
@@ -114,47 +119,10 @@ fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String
     s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
     s.topic_defaults = config.topic_defaults().values().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     s.fetch_session_slots = config.max_incremental_fetch_session_cache_slots.max(0) as usize;
+    s.offsets_topic_num_partitions = config.offsets_topic_num_partitions;
+    s.offsets_topic_segment_bytes = config.offsets_topic_segment_bytes;
     s.config = Arc::new(config.clone());
     Ok(s)
-}
-
-/// Retention passes and time-based flushes, off the request path.
-fn spawn_background(broker: Arc<Broker>, config: &BrokerConfig, mut stopped: watch::Receiver<bool>) {
-    let retention_every = Duration::from_millis(config.retention_check_interval_ms.max(1000) as u64);
-    let flush_every = Duration::from_millis(config.flush_scheduler_interval_ms.clamp(100, 60_000) as u64);
-    tokio::spawn(async move {
-        let mut retention = tokio::time::interval(retention_every);
-        let mut flush = tokio::time::interval(flush_every);
-        loop {
-            tokio::select! {
-                _ = stopped.changed() => return,
-                _ = retention.tick() => {
-                    let b = broker.clone();
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for p in b.partitions() {
-                            match p.log.retention_pass(osprey_server::broker::now_ms()) {
-                                Ok(o) if o.deleted_segments > 0 => tracing::info!(topic = %p.topic, partition = p.index, segments = o.deleted_segments, bytes = o.deleted_bytes, log_start_offset = o.log_start_offset, "retention deleted segments"),
-                                Ok(_) => {}
-                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention pass failed"),
-                            }
-                        }
-                    }).await;
-                }
-                _ = flush.tick() => {
-                    let b = broker.clone();
-                    let _ = tokio::task::spawn_blocking(move || {
-                        for p in b.partitions() {
-                            match p.log.flush_if_due(osprey_server::broker::now_ms()) {
-                                Ok(true) => p.advance_high_watermark(p.log.durable_end_offset()),
-                                Ok(false) => {}
-                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scheduled flush failed"),
-                            }
-                        }
-                    }).await;
-                }
-            }
-        }
-    });
 }
 
 fn resolve(addr: &str) -> Result<SocketAddr, String> {

@@ -96,7 +96,7 @@ async fn connection(
             },
         };
         let started = Instant::now();
-        let dispatched = dispatch(&broker, frame);
+        let dispatched = dispatch(&broker, frame, peer);
         let closing = matches!(dispatched.reply, Reply::Close(_));
         if tx.send((dispatched, started)).await.is_err() || closing {
             break Ok(());

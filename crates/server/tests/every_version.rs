@@ -101,6 +101,11 @@ fn tame(body: &mut RequestBody, rng: &mut TestRng, shared_id: osprey_protocol::U
                 t.assignments.clear();
             }
         }
+        RequestBody::JoinGroup(j) => {
+            // A join that is accepted waits for the rebalance: keep that short.
+            j.rebalance_timeout_ms = j.rebalance_timeout_ms.rem_euclid(100);
+            j.session_timeout_ms = 6000 + j.session_timeout_ms.rem_euclid(1000);
+        }
         RequestBody::CreatePartitions(c) => {
             for t in &mut c.topics {
                 t.count = t.count.rem_euclid(5);
@@ -164,7 +169,11 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
     let _ = std::fs::remove_dir_all(&dir);
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
-    let settings = Settings::single_node(addr, dir.clone());
+    let mut settings = Settings::single_node(addr, dir.clone());
+    // A new group's first JoinGroup would otherwise wait 3 s for more members.
+    let mut config = osprey_server::config::BrokerConfig::default();
+    config.group_initial_rebalance_delay_ms = 0;
+    settings.config = std::sync::Arc::new(config);
     let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).expect("open broker");
     let shared = broker
         .create_topic(
@@ -178,6 +187,7 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
         )
         .expect("create topic");
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
     let server = tokio::spawn(network::serve(broker.clone(), listener, stopped, Duration::from_secs(5)));
 
     let mut rng = TestRng::new(0x0e5e);

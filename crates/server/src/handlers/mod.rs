@@ -12,9 +12,13 @@ pub mod describe_configs;
 pub mod describe_log_dirs;
 pub mod describe_topic_partitions;
 pub mod fetch;
+pub mod find_coordinator;
+pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod telemetry_subscriptions;
@@ -25,8 +29,9 @@ use osprey_protocol::RequestBody;
 use std::sync::Arc;
 
 /// Routes a decoded request to its handler.
-pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
     let version = request.version();
+    let client_id = request.header.client_id.clone().unwrap_or_default();
     match request.body {
         RequestBody::ApiVersions(_) => Reply::Now(api_versions::handle(version)),
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
@@ -45,6 +50,17 @@ pub fn handle(broker: &Arc<Broker>, request: Request) -> Reply {
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
         RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
+        RequestBody::FindCoordinator(body) => Reply::Now(find_coordinator::handle(broker, body, version)),
+        RequestBody::JoinGroup(body) => groups::join(broker, body, version, &client_id, &format!("/{}", peer.ip())),
+        RequestBody::SyncGroup(body) => groups::sync(broker, body, version),
+        RequestBody::Heartbeat(body) => Reply::Now(groups::heartbeat(broker, body)),
+        RequestBody::LeaveGroup(body) => Reply::Now(groups::leave(broker, body, version)),
+        RequestBody::ListGroups(body) => Reply::Now(groups::list(broker, body, version)),
+        RequestBody::DescribeGroups(body) => Reply::Now(groups::describe(broker, body, version)),
+        RequestBody::DeleteGroups(body) => groups::delete(broker, body),
+        RequestBody::OffsetDelete(body) => groups::delete_offsets(broker, body),
+        RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
+        RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
         RequestBody::InitProducerId(body) => Reply::Now(init_producer_id::handle(broker, body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),

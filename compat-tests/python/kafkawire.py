@@ -1,0 +1,317 @@
+"""Just enough of the Kafka wire protocol, in plain Python, to send hand-made (and
+deliberately broken) requests over a raw socket: request framing with header v1/v2,
+ApiVersions, Produce v3 with a record batch v2 built here (CRC-32C included), Fetch v4,
+and the parsing of their responses. No client library, so the bytes are exactly what the
+test says they are.
+"""
+
+import socket
+import struct
+import time
+
+# Error codes (Kafka's numbers).
+NONE = 0
+CORRUPT_MESSAGE = 2
+MESSAGE_TOO_LARGE = 10
+UNSUPPORTED_VERSION = 35
+INVALID_RECORD = 87
+
+API_PRODUCE = 0
+API_FETCH = 1
+API_METADATA = 3
+API_API_VERSIONS = 18
+
+# ----- CRC-32C (Castagnoli), table driven -------------------------------------------
+
+
+def _crc32c_table():
+    poly = 0x82F63B78  # reflected Castagnoli polynomial
+    table = []
+    for n in range(256):
+        c = n
+        for _ in range(8):
+            c = (c >> 1) ^ poly if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+_CRC32C = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc = _CRC32C[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+# ----- primitive encoders ---------------------------------------------------------------
+
+
+def varint(n: int) -> bytes:
+    """Zigzag varint, as record fields use."""
+    z = (n << 1) ^ (n >> 63)
+    out = bytearray()
+    while True:
+        if z & ~0x7F:
+            out.append((z & 0x7F) | 0x80)
+            z >>= 7
+        else:
+            out.append(z)
+            return bytes(out)
+
+
+def uvarint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        if n & ~0x7F:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        else:
+            out.append(n)
+            return bytes(out)
+
+
+def string16(s) -> bytes:
+    if s is None:
+        return struct.pack(">h", -1)
+    b = s.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def bytes32(b) -> bytes:
+    if b is None:
+        return struct.pack(">i", -1)
+    return struct.pack(">i", len(b)) + b
+
+
+# ----- record batch v2 ------------------------------------------------------------------
+
+BATCH_HEADER_BYTES = 61
+CRC_POSITION = 17  # baseOffset 8 + batchLength 4 + partitionLeaderEpoch 4 + magic 1
+
+
+def record(offset_delta: int, key, value, timestamp_delta: int = 0, headers=()) -> bytes:
+    body = bytearray()
+    body += b"\x00"  # attributes
+    body += varint(timestamp_delta)
+    body += varint(offset_delta)
+    for field in (key, value):
+        if field is None:
+            body += varint(-1)
+        else:
+            body += varint(len(field)) + field
+    body += varint(len(headers))
+    for hk, hv in headers:
+        hk = hk.encode()
+        body += varint(len(hk)) + hk
+        body += varint(-1) if hv is None else varint(len(hv)) + hv
+    return varint(len(body)) + bytes(body)
+
+
+def record_batch(records, base_timestamp=None, attributes=0) -> bytes:
+    """An uncompressed v2 batch of (key, value) pairs, with a correct CRC-32C."""
+    ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
+    encoded = b"".join(record(i, k, v) for i, (k, v) in enumerate(records))
+    # attributes..end: the part the CRC covers.
+    after_crc = struct.pack(
+        ">hiqqqhii",
+        attributes,
+        len(records) - 1,  # lastOffsetDelta
+        ts,  # baseTimestamp
+        ts,  # maxTimestamp
+        -1,  # producerId
+        -1,  # producerEpoch
+        -1,  # baseSequence
+        len(records),
+    ) + encoded
+    batch_length = 4 + 1 + 4 + len(after_crc)  # partitionLeaderEpoch, magic, crc, rest
+    return struct.pack(">qiib", 0, batch_length, -1, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
+
+
+def with_bad_crc(batch: bytes) -> bytes:
+    """The same batch with its CRC field flipped, so it no longer matches the content."""
+    crc = struct.unpack_from(">I", batch, CRC_POSITION)[0]
+    return batch[:CRC_POSITION] + struct.pack(">I", crc ^ 0xDEADBEEF) + batch[CRC_POSITION + 4:]
+
+
+def parse_batches(data: bytes):
+    """Yields (base_offset, attributes, records_count, crc_ok) of each whole batch."""
+    pos = 0
+    while pos + BATCH_HEADER_BYTES <= len(data):
+        base_offset, batch_length = struct.unpack_from(">qi", data, pos)
+        end = pos + 12 + batch_length
+        if end > len(data):
+            return  # a partial batch at the end of a fetch is normal
+        crc = struct.unpack_from(">I", data, pos + CRC_POSITION)[0]
+        attributes = struct.unpack_from(">h", data, pos + 21)[0]
+        records_count = struct.unpack_from(">i", data, pos + 57)[0]
+        yield base_offset, attributes, records_count, crc == crc32c(data[pos + 21:end])
+        pos = end
+
+
+# ----- requests -------------------------------------------------------------------------
+
+
+def request(api_key: int, version: int, correlation_id: int, body: bytes, client_id="osprey-compat", flexible=False) -> bytes:
+    """A size-prefixed request frame: header v1 (v2 when `flexible`) then `body`."""
+    header = struct.pack(">hhi", api_key, version, correlation_id) + string16(client_id)
+    if flexible:
+        header += b"\x00"  # no tagged fields
+    payload = header + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def api_versions_v0(correlation_id: int) -> bytes:
+    return request(API_API_VERSIONS, 0, correlation_id, b"")
+
+
+def api_versions_flexible(version: int, correlation_id: int) -> bytes:
+    """ApiVersions v3+ layout (header v2, compact strings), at any version number."""
+    name, ver = b"osprey-compat", b"1.0"
+    body = uvarint(len(name) + 1) + name + uvarint(len(ver) + 1) + ver + b"\x00"
+    return request(API_API_VERSIONS, version, correlation_id, body, flexible=True)
+
+
+def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, acks=-1, timeout_ms=10000) -> bytes:
+    body = string16(None) + struct.pack(">hi", acks, timeout_ms)
+    body += struct.pack(">i", 1) + string16(topic)
+    body += struct.pack(">i", 1) + struct.pack(">i", partition) + bytes32(records)
+    return request(API_PRODUCE, 3, correlation_id, body)
+
+
+def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, max_bytes=1 << 20, max_wait_ms=100) -> bytes:
+    body = struct.pack(">iiiib", -1, max_wait_ms, 1, max_bytes, 0)  # replica, wait, min, max, isolation
+    body += struct.pack(">i", 1) + string16(topic)
+    body += struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, max_bytes)
+    return request(API_FETCH, 4, correlation_id, body)
+
+
+# ----- responses ------------------------------------------------------------------------
+
+
+class Reader:
+    def __init__(self, data: bytes):
+        self.data, self.pos = data, 0
+
+    def take(self, fmt):
+        v = struct.unpack_from(fmt, self.data, self.pos)
+        self.pos += struct.calcsize(fmt)
+        return v[0] if len(v) == 1 else v
+
+    def string16(self):
+        n = self.take(">h")
+        if n < 0:
+            return None
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def bytes32(self):
+        n = self.take(">i")
+        if n < 0:
+            return None
+        b = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+
+def parse_api_versions_v0(payload: bytes):
+    """(correlation_id, error_code, {api_key: (min, max)}) of an ApiVersions v0 response."""
+    r = Reader(payload)
+    correlation_id, error_code, n = r.take(">i"), r.take(">h"), r.take(">i")
+    ranges = {}
+    for _ in range(n):
+        key, lo, hi = r.take(">hhh")
+        ranges[key] = (lo, hi)
+    return correlation_id, error_code, ranges
+
+
+def parse_produce_v3(payload: bytes):
+    """(correlation_id, [(topic, partition, error_code, base_offset)])."""
+    r = Reader(payload)
+    correlation_id = r.take(">i")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, error_code, base_offset, _append_time = r.take(">ihqq")
+            out.append((topic, partition, error_code, base_offset))
+    return correlation_id, out
+
+
+def parse_fetch_v4(payload: bytes):
+    """(correlation_id, [(topic, partition, error_code, high_watermark, records)])."""
+    r = Reader(payload)
+    correlation_id, _throttle = r.take(">ii")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, error_code, hw, _lso = r.take(">ihqq")
+            aborted = r.take(">i")
+            for _ in range(max(aborted, 0)):
+                r.take(">qq")
+            out.append((topic, partition, error_code, hw, r.bytes32() or b""))
+    return correlation_id, out
+
+
+# ----- a raw connection -----------------------------------------------------------------
+
+
+class Closed(Exception):
+    """The broker closed the connection before a whole response arrived."""
+
+
+class Conn:
+    """One raw TCP connection with bounded timeouts on every operation."""
+
+    def __init__(self, host: str, port: int, timeout: float = 10.0):
+        self.sock = socket.create_connection((host, port), timeout=timeout)
+        self.sock.settimeout(timeout)
+
+    def send(self, data: bytes):
+        self.sock.sendall(data)
+
+    def recv_exact(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self.sock.recv(n - len(buf))
+            if not chunk:
+                raise Closed(f"closed after {len(buf)} of {n} bytes")
+            buf += chunk
+        return bytes(buf)
+
+    def recv_frame(self) -> bytes:
+        """One response (without its size prefix); raises Closed on end of stream."""
+        size = struct.unpack(">i", self.recv_exact(4))[0]
+        assert 0 <= size < 64 << 20, f"response size {size}"
+        return self.recv_exact(size)
+
+    def roundtrip(self, frame: bytes) -> bytes:
+        self.send(frame)
+        return self.recv_frame()
+
+    def is_closed_by_peer(self, timeout: float = 10.0) -> bool:
+        """True when the broker closes (EOF or reset) within `timeout` with nothing
+        more to read; False if it sends bytes or keeps the connection open."""
+        self.sock.settimeout(timeout)
+        try:
+            data = self.sock.recv(1)
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+        return data == b""
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,200 @@
+"""Hostile and broken bytes on a raw socket (no client library). After each, the
+connection was either answered with the right Kafka error or closed, the broker is still
+running, and a new, normal connection (a librdkafka producer and consumer) still works."""
+
+import struct
+import time
+
+import pytest
+from confluent_kafka import TopicPartition
+
+import clients
+import kafkawire as kw
+
+RSS_LIMIT_BYTES = 300 * 1024 * 1024
+
+
+def assert_broker_still_serves(broker, topic="health-check"):
+    """The process is alive and a fresh producer + consumer round trip works."""
+    assert broker.is_running(), f"osprey died:\n{broker.log_tail()}"
+    value = f"alive-{time.monotonic_ns()}".encode()
+    p = clients.producer(broker, acks="all")
+    (report,) = clients.produce_all(p, topic, [{"value": value}])
+    assert report.error is None, report.error
+    c = clients.consumer(broker)
+    try:
+        c.assign([TopicPartition(topic, report.partition, report.offset)])
+        (msg,) = clients.consume_exactly(c, 1, settle=0)
+    finally:
+        c.close()
+    assert (msg.offset(), msg.value()) == (report.offset, value)
+
+
+def assert_closed_without_answer(conn):
+    assert conn.is_closed_by_peer(timeout=10), "the broker neither answered nor closed the connection"
+
+
+def api_versions_ranges(broker):
+    with kw.Conn(broker.host, broker.port) as c:
+        _, error_code, ranges = kw.parse_api_versions_v0(c.roundtrip(kw.api_versions_v0(1)))
+    assert error_code == kw.NONE
+    return ranges
+
+
+# ----- framing --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("size", [0x7FFFFFFF, -1, -0x80000000], ids=["2GiB", "minus-1", "minus-2GiB"])
+def test_absurd_frame_size_closes_the_connection(broker, size):
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(struct.pack(">i", size) + b"\x00" * 64)
+        assert_closed_without_answer(c)
+    assert_broker_still_serves(broker)
+
+
+def test_truncated_frame_then_close_leaves_the_broker_serving(broker):
+    frame = kw.api_versions_v0(5)
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(struct.pack(">i", 1000) + frame[4:])  # promises 1000 bytes, sends a few
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(frame[: len(frame) // 2])  # cut inside the header
+    assert_broker_still_serves(broker)
+
+
+def test_garbage_after_a_valid_header_closes_the_connection(broker):
+    with kw.Conn(broker.host, broker.port) as c:
+        # Metadata v12 (flexible) header, then bytes that are no Metadata request.
+        c.send(kw.request(kw.API_METADATA, 12, 9, b"\xff" * 40, flexible=True))
+        assert_closed_without_answer(c)
+    with kw.Conn(broker.host, broker.port) as c:
+        # Produce v3 whose topic array claims 2^31-1 entries.
+        c.send(kw.request(kw.API_PRODUCE, 3, 10, kw.string16(None) + struct.pack(">hii", -1, 1000, 0x7FFFFFFF)))
+        assert_closed_without_answer(c)
+    assert_broker_still_serves(broker)
+
+
+def test_earlier_requests_are_answered_before_a_bad_one_closes(broker):
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(kw.api_versions_v0(21) + kw.request(kw.API_METADATA, 12, 22, b"\xff" * 40, flexible=True))
+        correlation_id, error_code, _ = kw.parse_api_versions_v0(c.recv_frame())
+        assert (correlation_id, error_code) == (21, kw.NONE)
+        assert_closed_without_answer(c)
+    assert_broker_still_serves(broker)
+
+
+# ----- API keys and versions ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("api_key", [9999, 32767, -1])
+def test_unknown_api_key_closes_the_connection(broker, api_key):
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(kw.request(api_key, 0, 3, b""))
+        assert_closed_without_answer(c)
+    assert_broker_still_serves(broker)
+
+
+@pytest.mark.parametrize(
+    "api_key,version",
+    [(kw.API_METADATA, 99), (kw.API_FETCH, 3), (kw.API_PRODUCE, 14)],
+    ids=["metadata-v99", "fetch-v3-below-min", "produce-v14-above-max"],
+)
+def test_unsupported_version_of_a_served_api_closes_the_connection(broker, api_key, version):
+    lo, hi = api_versions_ranges(broker)[api_key]
+    assert not lo <= version <= hi
+    with kw.Conn(broker.host, broker.port) as c:
+        c.send(kw.request(api_key, version, 4, b"\x00" * 16, flexible=True))
+        assert_closed_without_answer(c)
+    assert_broker_still_serves(broker)
+
+
+def test_api_versions_v99_gets_a_v0_answer_with_unsupported_version_and_the_ranges(broker):
+    expected = api_versions_ranges(broker)
+    with kw.Conn(broker.host, broker.port) as c:
+        correlation_id, error_code, ranges = kw.parse_api_versions_v0(c.roundtrip(kw.api_versions_flexible(99, 77)))
+        assert (correlation_id, error_code) == (77, kw.UNSUPPORTED_VERSION)
+        assert ranges == expected
+        assert ranges[kw.API_API_VERSIONS] == (0, 4)
+        assert ranges[kw.API_PRODUCE][0] == 0
+        # KIP-511: the connection stays open and the client retries with a version it knows.
+        body = c.roundtrip(kw.api_versions_flexible(3, 78))
+        assert struct.unpack_from(">ih", body) == (78, kw.NONE)
+    assert_broker_still_serves(broker)
+
+
+# ----- record batches -------------------------------------------------------------------
+
+
+def produce_raw(conn, correlation_id, topic, records):
+    cid, partitions = kw.parse_produce_v3(conn.roundtrip(kw.produce_v3(correlation_id, topic, 0, records)))
+    assert cid == correlation_id
+    assert [(t, p) for t, p, _, _ in partitions] == [(topic, 0)]
+    return partitions[0][2], partitions[0][3]
+
+
+def test_batch_with_a_wrong_crc_is_refused_with_corrupt_message_and_not_stored(broker):
+    clients.create_topic(broker, "crc")
+    good = kw.record_batch([(b"k", b"good")])
+    assert kw.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    with kw.Conn(broker.host, broker.port) as c:
+        assert produce_raw(c, 1, "crc", kw.with_bad_crc(good)) == (kw.CORRUPT_MESSAGE, -1)
+        # Same connection, still usable; the bad batch took no offset.
+        assert produce_raw(c, 2, "crc", good) == (kw.NONE, 0)
+    assert_broker_still_serves(broker)
+
+
+def test_batch_whose_content_was_altered_after_the_crc_is_refused(broker):
+    clients.create_topic(broker, "crc-content")
+    batch = bytearray(kw.record_batch([(b"k", b"value-to-flip")]))
+    batch[-3] ^= 0x01  # flip a bit of the value; the CRC no longer matches
+    with kw.Conn(broker.host, broker.port) as c:
+        assert produce_raw(c, 1, "crc-content", bytes(batch)) == (kw.CORRUPT_MESSAGE, -1)
+    assert_broker_still_serves(broker)
+
+
+def test_batch_larger_than_message_max_bytes_is_refused_with_message_too_large(start_broker):
+    broker = start_broker({"message.max.bytes": 10000})
+    clients.create_topic(broker, "oversize")
+    with kw.Conn(broker.host, broker.port) as c:
+        assert produce_raw(c, 1, "oversize", kw.record_batch([(None, b"x" * 20000)])) == (kw.MESSAGE_TOO_LARGE, -1)
+        assert produce_raw(c, 2, "oversize", kw.record_batch([(None, b"x" * 1000)])) == (kw.NONE, 0)
+    assert_broker_still_serves(broker)
+
+
+def test_batch_length_larger_than_the_bytes_sent_is_refused(broker):
+    clients.create_topic(broker, "lying-length")
+    batch = bytearray(kw.record_batch([(None, b"x" * 100)]))
+    struct.pack_into(">i", batch, 8, 1 << 30)  # batchLength: 1 GiB, in a 200-byte field
+    with kw.Conn(broker.host, broker.port) as c:
+        error_code, base_offset = produce_raw(c, 1, "lying-length", bytes(batch))
+        # Kafka answers INVALID_RECORD (no whole batch); CORRUPT_MESSAGE is as clear.
+        assert error_code in (kw.INVALID_RECORD, kw.CORRUPT_MESSAGE) and base_offset == -1, error_code
+    assert_broker_still_serves(broker)
+
+
+# ----- memory ---------------------------------------------------------------------------
+
+
+def test_declared_frame_sizes_do_not_allocate_memory(broker):
+    """Many connections declaring 2 GiB and ~100 MB frames, and one that trickles bytes
+    of a big frame: memory follows bytes received, not sizes declared."""
+    for _ in range(20):
+        with kw.Conn(broker.host, broker.port) as c:
+            c.send(struct.pack(">i", 0x7FFFFFFF) + b"\x00" * 1024)
+            assert_closed_without_answer(c)
+    held = []
+    try:
+        for i in range(8):
+            c = kw.Conn(broker.host, broker.port)
+            held.append(c)
+            # Just under socket.request.max.bytes (100 MiB): a legal size, of which
+            # only 1 MiB arrives; the broker must not reserve the rest up front.
+            c.send(struct.pack(">i", 100 * 1024 * 1024 - 1) + kw.api_versions_v0(i)[4:] + b"\x00" * (1 << 20))
+        time.sleep(0.5)
+        rss = broker.rss_bytes()
+        assert rss < RSS_LIMIT_BYTES, f"RSS {rss / 2**20:.0f} MiB with 8 connections holding 1 MiB each"
+    finally:
+        for c in held:
+            c.close()
+    rss = broker.rss_bytes()
+    assert rss < RSS_LIMIT_BYTES, f"RSS {rss / 2**20:.0f} MiB after the 2 GiB-prefix attempts"
+    assert_broker_still_serves(broker)

@@ -1,0 +1,70 @@
+"""The Prometheus endpoint after known traffic: request counters per API, bytes and
+messages in per topic, open connections. Traffic is sent on a raw socket so that the
+exact number of requests is known; a librdkafka round trip then shows up as well."""
+
+import re
+import time
+import urllib.request
+
+import clients
+import kafkawire as kw
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)$')
+
+
+def scrape(broker) -> dict:
+    """{(name, frozenset(labels)): value} of every sample."""
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
+        assert r.status == 200
+        text = r.read().decode()
+    samples = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = SAMPLE.match(line)
+        assert m, f"not a Prometheus sample line: {line!r}"
+        labels = frozenset(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(2) or ""))
+        samples[(m.group(1), labels)] = float(m.group(3))
+    return samples
+
+
+def value(samples, name, **labels):
+    want = set(labels.items())
+    found = [v for (n, ls), v in samples.items() if n == name and want <= ls]
+    assert found, f"no sample {name}{labels}; have {sorted({n for n, _ in samples})}"
+    return sum(found)
+
+
+def test_metrics_count_requests_bytes_messages_and_connections(broker):
+    clients.create_topic(broker, "metered")
+    batches = [kw.record_batch([(b"k%d" % i, b"v" * (100 + i)), (None, b"w")]) for i in range(3)]
+    with kw.Conn(broker.host, broker.port) as c:
+        for i, batch in enumerate(batches):
+            _, parts = kw.parse_produce_v3(c.roundtrip(kw.produce_v3(i, "metered", 0, batch)))
+            assert [(p[2], p[3]) for p in parts] == [(kw.NONE, 2 * i)]
+        for i in range(2):
+            _, parts = kw.parse_fetch_v4(c.roundtrip(kw.fetch_v4(10 + i, "metered", 0, 0)))
+            assert [(p[2], p[3]) for p in parts] == [(kw.NONE, 6)]
+
+        # This raw connection is the only client connection open now.
+        deadline = time.monotonic() + 10
+        while True:
+            samples = scrape(broker)
+            if value(samples, "osprey_connections") == 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert value(samples, "osprey_connections") == 1
+    assert value(samples, "osprey_requests_total", api="Produce", version="3") == 3
+    assert value(samples, "osprey_requests_total", api="Fetch", version="4") == 2
+    assert value(samples, "osprey_topic_bytes_in_total", topic="metered") == sum(len(b) for b in batches)
+    assert value(samples, "osprey_topic_messages_in_total", topic="metered") == 6
+
+    # A real client's traffic is counted too.
+    p = clients.producer(broker, acks="all")
+    reports = clients.produce_all(p, "metered", [{"value": b"z" * 10} for _ in range(4)])
+    assert [r.error for r in reports] == [None] * 4
+    clients.read_partitions(broker, "metered", [0], 10)
+    after = scrape(broker)
+    assert value(after, "osprey_topic_messages_in_total", topic="metered") == 10
+    assert value(after, "osprey_requests_total", api="Produce") > 3 and value(after, "osprey_requests_total", api="Fetch") > 2
+    assert value(after, "osprey_topic_bytes_out_total", topic="metered") > 0

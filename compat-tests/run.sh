@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Compatibility tests: the real osprey binary driven by real Kafka clients
+# (confluent-kafka, i.e. librdkafka) and by raw sockets, with pytest.
+# Usage: compat-tests/run.sh [pytest args...], e.g. -k durability.
+# Fails on any test failure, and when no test ran at all.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+cd "$root"
+
+# Debug profile, so CI reuses what `cargo test` already compiled.
+cargo build -p osprey-server --bin osprey
+"$here/setup-venv.sh"
+
+export OSPREY_BIN="${OSPREY_BIN:-$root/target/debug/osprey}"
+status=0
+"$here/.venv/bin/python" -m pytest "$here/python" -q -ra \
+    -p no:cacheprovider --timeout=120 --timeout-method=signal "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+    echo "compat-tests: pytest collected no tests; that counts as a failure" >&2
+    status=1
+fi
+# The Java client and Kafka's own tools (Maven), whatever pytest said.
+"$here/java-tests.sh" || status=$?
+exit "$status"

@@ -1,0 +1,53 @@
+//! Work off the request path: retention passes, time-based flushes (`flush.ms`), and the
+//! group coordinator's timers.
+
+use crate::broker::{now_ms, Broker};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Runs until `stopped` changes.
+pub fn spawn(
+    broker: Arc<Broker>,
+    retention_every: Duration,
+    flush_every: Duration,
+    mut stopped: watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut retention = tokio::time::interval(retention_every);
+        let mut flush = tokio::time::interval(flush_every);
+        // Group session and rebalance timeouts are milliseconds-to-seconds; 100 ms is
+        // fine enough and cheap.
+        let mut group_timers = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                _ = group_timers.tick() => broker.groups.tick(&broker),
+                _ = retention.tick() => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for p in b.partitions() {
+                            match p.log.retention_pass(now_ms()) {
+                                Ok(o) if o.deleted_segments > 0 => tracing::info!(topic = %p.topic, partition = p.index, segments = o.deleted_segments, bytes = o.deleted_bytes, log_start_offset = o.log_start_offset, "retention deleted segments"),
+                                Ok(_) => {}
+                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "retention pass failed"),
+                            }
+                        }
+                    }).await;
+                }
+                _ = flush.tick() => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        for p in b.partitions() {
+                            match p.log.flush_if_due(now_ms()) {
+                                Ok(true) => p.advance_high_watermark(p.log.durable_end_offset()),
+                                Ok(false) => {}
+                                Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scheduled flush failed"),
+                            }
+                        }
+                    }).await;
+                }
+            }
+        }
+    });
+}

@@ -1,0 +1,212 @@
+//! The bridge between the group coordinator state machine (`osprey_cluster::group`) and
+//! the broker: it holds the replies the coordinator answers later, appends the records it
+//! asks to persist to `__consumer_offsets`, reports them durable, runs its timers, and
+//! loads the topic at startup.
+
+use crate::broker::{now_ms, Broker};
+use crate::partition::Partition;
+use osprey_cluster::group::{
+    partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, ReplyId, Response,
+};
+use osprey_cluster::NewTopic;
+use osprey_protocol::records::{BatchBuilder, Batches, Compression};
+use osprey_protocol::ErrorCode;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::oneshot;
+
+/// Kafka's internal topic for group metadata and committed offsets.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// A `__consumer_offsets` batch read back at load may not inflate beyond this.
+const MAX_LOAD_BATCH_BYTES: usize = 64 * 1024 * 1024;
+
+#[derive(Debug)]
+pub struct Groups {
+    inner: Mutex<Inner>,
+    num_partitions: i32,
+}
+
+#[derive(Debug)]
+struct Inner {
+    coordinator: GroupCoordinator,
+    replies: HashMap<ReplyId, oneshot::Sender<Response>>,
+    next_reply: u64,
+}
+
+impl Groups {
+    pub fn new(config: GroupConfig, num_partitions: i32) -> Groups {
+        Groups {
+            inner: Mutex::new(Inner {
+                coordinator: GroupCoordinator::new(config),
+                replies: HashMap::new(),
+                next_reply: 1,
+            }),
+            num_partitions: num_partitions.max(1),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
+    /// returned receiver, then carries out the coordinator's outputs.
+    pub fn call_later(
+        &self,
+        broker: &Arc<Broker>,
+        op: impl FnOnce(&mut GroupCoordinator, ReplyId, i64),
+    ) -> oneshot::Receiver<Response> {
+        let (tx, rx) = oneshot::channel();
+        let mut inner = self.lock();
+        let id = ReplyId(inner.next_reply);
+        inner.next_reply += 1;
+        inner.replies.insert(id, tx);
+        op(&mut inner.coordinator, id, now_ms());
+        self.drain(broker, &mut inner);
+        rx
+    }
+
+    /// Runs `op`, which answers at once, then carries out the outputs it queued.
+    pub fn call<T>(&self, broker: &Arc<Broker>, op: impl FnOnce(&mut GroupCoordinator, i64) -> T) -> T {
+        let mut inner = self.lock();
+        let result = op(&mut inner.coordinator, now_ms());
+        self.drain(broker, &mut inner);
+        result
+    }
+
+    /// Runs the coordinator's timers (session and rebalance timeouts, offset expiry).
+    pub fn tick(&self, broker: &Arc<Broker>) {
+        self.call(broker, |c, now| c.tick(now));
+    }
+
+    /// Answers held replies and appends requested records, in the order they come out.
+    fn drain(&self, broker: &Arc<Broker>, inner: &mut Inner) {
+        while let Some(output) = inner.coordinator.poll_output() {
+            match output {
+                Output::Respond { reply, response } => {
+                    if let Some(tx) = inner.replies.remove(&reply) {
+                        let _ = tx.send(response);
+                    }
+                }
+                Output::Persist { id, group_id, records } => {
+                    if let Err(code) = self.persist(broker, id, &group_id, &records) {
+                        inner.coordinator.persisted(id, Err(code), now_ms());
+                    }
+                }
+            }
+        }
+    }
+
+    /// Appends records as one batch to the group's partition; once durable, tells the
+    /// coordinator (from a task, so the lock is not held across the wait).
+    fn persist(
+        &self,
+        broker: &Arc<Broker>,
+        id: PersistId,
+        group_id: &str,
+        records: &[Record],
+    ) -> Result<(), ErrorCode> {
+        let partition = offsets_partition(broker, partition_for(group_id, self.num_partitions))?;
+        let now = now_ms();
+        let mut builder = BatchBuilder::new(Compression::None);
+        for r in records {
+            builder.append(now, Some(&r.key), r.value.as_deref(), &[]).map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+        }
+        let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+        let mut bytes = batch.into_bytes_mut();
+        let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
+            tracing::error!(group = group_id, error = %e, "writing to __consumer_offsets failed");
+            if e.is_kafka_storage_error() {
+                ErrorCode::KAFKA_STORAGE_ERROR
+            } else {
+                ErrorCode::UNKNOWN_SERVER_ERROR
+            }
+        })?;
+        let durable = partition.acknowledged(info.last_offset, &broker.flusher);
+        let broker = broker.clone();
+        tokio::spawn(async move {
+            let result = match durable.await {
+                Ok(Ok(())) => Ok(()),
+                _ => Err(ErrorCode::KAFKA_STORAGE_ERROR),
+            };
+            broker.groups.call(&broker, |c, now| c.persisted(id, result, now));
+        });
+        Ok(())
+    }
+
+    /// Replays `__consumer_offsets` into the coordinator (at startup, before serving).
+    pub fn load(&self, broker: &Arc<Broker>) -> Result<(), String> {
+        let image = broker.image();
+        let Some(topic) = image.topic(OFFSETS_TOPIC) else { return Ok(()) };
+        let mut records = Vec::new();
+        for p in &topic.partitions {
+            let Some(partition) = broker.partition(topic.id, p.index) else { continue };
+            read_all(&partition, &mut records)?;
+        }
+        let count = records.len();
+        let summary = self.lock().coordinator.load(records, now_ms()).map_err(|e| e.to_string())?;
+        tracing::info!(records = count, groups = summary.groups, offsets = summary.offsets, "consumer groups loaded");
+        Ok(())
+    }
+}
+
+/// The leader of an offsets-topic partition, creating the topic on first use as Kafka does.
+fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
+    let topic = ensure_offsets_topic(broker)?;
+    broker.partition(topic, index).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+}
+
+/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) if missing.
+pub fn ensure_offsets_topic(broker: &Arc<Broker>) -> Result<osprey_protocol::Uuid, ErrorCode> {
+    if let Some(t) = broker.image().topic(OFFSETS_TOPIC) {
+        return Ok(t.id);
+    }
+    let mut configs = BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert("segment.bytes".to_string(), broker.settings.offsets_topic_segment_bytes.to_string());
+    let topic = NewTopic {
+        name: OFFSETS_TOPIC.into(),
+        num_partitions: broker.settings.offsets_topic_num_partitions,
+        replication_factor: -1,
+        configs,
+        ..Default::default()
+    };
+    match broker.create_topic(&topic, false) {
+        Ok(t) => Ok(t.id),
+        Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => {
+            broker.image().topic(OFFSETS_TOPIC).map(|t| t.id).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot create __consumer_offsets");
+            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        }
+    }
+}
+
+fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<(), String> {
+    let log = &partition.log;
+    let mut offset = log.log_start_offset();
+    let end = log.high_watermark();
+    while offset < end {
+        let slice = log.read_bounded(offset, 1024 * 1024, end).map_err(|e| format!("{}: {e}", log.dir().display()))?;
+        if slice.records.is_empty() || slice.next_offset <= offset {
+            break;
+        }
+        for batch in Batches::new(slice.records.clone()) {
+            let batch = batch.map_err(|e| format!("{}: {e}", log.dir().display()))?;
+            if batch.is_control() {
+                continue;
+            }
+            let records = batch.records(MAX_LOAD_BATCH_BYTES).map_err(|e| e.to_string())?;
+            for r in records {
+                let r = r.map_err(|e| e.to_string())?;
+                if let Some(key) = r.key {
+                    out.push(Record { key, value: r.value });
+                }
+            }
+        }
+        offset = slice.next_offset;
+    }
+    Ok(())
+}

@@ -1,0 +1,78 @@
+//! The classic consumer-group APIs, answered by the group coordinator state machine
+//! (`osprey_cluster::group`, bridged by `crate::groups`): JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
+//! Offsets have their own files (`offset_commit.rs`, `offset_fetch.rs`).
+
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use osprey_cluster::group::Response;
+use osprey_protocol::messages::{
+    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest,
+    JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, OffsetDeleteRequest, OffsetDeleteResponse,
+    SyncGroupRequest, SyncGroupResponse,
+};
+use osprey_protocol::{ErrorCode, ResponseBody};
+use std::sync::Arc;
+use tokio::sync::oneshot;
+
+/// A response the coordinator gives later; `fallback` if it never does (a bug, but the
+/// client must still get an answer).
+pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
+    Reply::Later(Box::pin(async move {
+        match rx.await {
+            Ok(Response::JoinGroup(r)) => ResponseBody::JoinGroup(r),
+            Ok(Response::SyncGroup(r)) => ResponseBody::SyncGroup(r),
+            Ok(Response::OffsetCommit(r)) => ResponseBody::OffsetCommit(r),
+            Ok(Response::DeleteGroups(r)) => ResponseBody::DeleteGroups(r),
+            Ok(Response::OffsetDelete(r)) => ResponseBody::OffsetDelete(r),
+            Err(_) => fallback,
+        }
+    }))
+}
+
+pub fn join(broker: &Arc<Broker>, req: JoinGroupRequest, version: i16, client_id: &str, client_host: &str) -> Reply {
+    let rx =
+        broker.groups.call_later(broker, |c, reply, now| c.join(&req, version, client_id, client_host, reply, now));
+    let fallback = JoinGroupResponse {
+        error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(),
+        protocol_name: (version < 7).then(String::new),
+        ..Default::default()
+    };
+    later(rx, ResponseBody::JoinGroup(fallback))
+}
+
+pub fn sync(broker: &Arc<Broker>, req: SyncGroupRequest, version: i16) -> Reply {
+    let rx = broker.groups.call_later(broker, |c, reply, now| c.sync(&req, version, reply, now));
+    let fallback = SyncGroupResponse { error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), ..Default::default() };
+    later(rx, ResponseBody::SyncGroup(fallback))
+}
+
+pub fn heartbeat(broker: &Arc<Broker>, req: HeartbeatRequest) -> ResponseBody {
+    ResponseBody::Heartbeat(broker.groups.call(broker, |c, now| c.heartbeat(&req, now)))
+}
+
+pub fn leave(broker: &Arc<Broker>, req: LeaveGroupRequest, version: i16) -> ResponseBody {
+    ResponseBody::LeaveGroup(broker.groups.call(broker, |c, now| c.leave(&req, version, now)))
+}
+
+pub fn list(broker: &Arc<Broker>, req: ListGroupsRequest, version: i16) -> ResponseBody {
+    ResponseBody::ListGroups(
+        broker.groups.call(broker, |c, _| c.list_groups(&req.states_filter, &req.types_filter, version)),
+    )
+}
+
+pub fn describe(broker: &Arc<Broker>, req: DescribeGroupsRequest, version: i16) -> ResponseBody {
+    ResponseBody::DescribeGroups(broker.groups.call(broker, |c, _| c.describe_groups(&req.groups, version)))
+}
+
+pub fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> Reply {
+    let rx = broker.groups.call_later(broker, |c, reply, _| c.delete_groups(&req.groups_names, reply));
+    later(rx, ResponseBody::DeleteGroups(DeleteGroupsResponse::default()))
+}
+
+pub fn delete_offsets(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> Reply {
+    let rx = broker.groups.call_later(broker, |c, reply, _| c.delete_offsets(&req, reply));
+    let fallback =
+        OffsetDeleteResponse { error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), ..Default::default() };
+    later(rx, ResponseBody::OffsetDelete(fallback))
+}

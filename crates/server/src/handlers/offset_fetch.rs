@@ -1,0 +1,94 @@
+//! OffsetFetch (v1-10): committed offsets per group, one group (v1-7) or many (v8+);
+//! `require_stable` (v7+) reports UNSTABLE_OFFSET_COMMIT for commits not yet durable.
+
+use crate::broker::Broker;
+use osprey_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics;
+use osprey_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+};
+use osprey_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
+use osprey_protocol::{ErrorCode, ResponseBody};
+use std::sync::Arc;
+
+pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> ResponseBody {
+    if version < 8 {
+        let topics: Option<Vec<OffsetFetchRequestTopics>> = req.topics.map(|ts| {
+            ts.into_iter()
+                .map(|t| OffsetFetchRequestTopics {
+                    name: t.name,
+                    partition_indexes: t.partition_indexes,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        let group = fetch(broker, &req.group_id, topics, req.require_stable);
+        return ResponseBody::OffsetFetch(flatten(group, version));
+    }
+    let mut resp = OffsetFetchResponse::default();
+    for g in req.groups {
+        let by_id = version >= 10;
+        let image = broker.image();
+        let topics = g.topics.map(|ts| {
+            ts.into_iter()
+                .map(|mut t| {
+                    if by_id {
+                        t.name = image.topic_by_id(t.topic_id).map(|x| x.name.clone()).unwrap_or_default();
+                    }
+                    t
+                })
+                .collect::<Vec<_>>()
+        });
+        let mut group = fetch(broker, &g.group_id, topics, req.require_stable);
+        if by_id {
+            for t in &mut group.topics {
+                match image.topic(&t.name) {
+                    Some(topic) => t.topic_id = topic.id,
+                    None => {
+                        for p in &mut t.partitions {
+                            p.error_code = ErrorCode::UNKNOWN_TOPIC_ID.code();
+                        }
+                    }
+                }
+            }
+        }
+        resp.groups.push(group);
+    }
+    ResponseBody::OffsetFetch(resp)
+}
+
+fn fetch(
+    broker: &Arc<Broker>,
+    group_id: &str,
+    topics: Option<Vec<OffsetFetchRequestTopics>>,
+    require_stable: bool,
+) -> OffsetFetchResponseGroup {
+    broker.groups.call(broker, |c, _| c.fetch_offsets(group_id, topics.as_deref(), require_stable))
+}
+
+/// The v1-7 shape: one group's topics at the top level, its error code there from v2.
+fn flatten(group: OffsetFetchResponseGroup, version: i16) -> OffsetFetchResponse {
+    OffsetFetchResponse {
+        topics: group
+            .topics
+            .into_iter()
+            .map(|t| OffsetFetchResponseTopic {
+                name: t.name,
+                partitions: t
+                    .partitions
+                    .into_iter()
+                    .map(|p| OffsetFetchResponsePartition {
+                        partition_index: p.partition_index,
+                        committed_offset: p.committed_offset,
+                        committed_leader_epoch: if version >= 5 { p.committed_leader_epoch } else { -1 },
+                        metadata: p.metadata,
+                        error_code: p.error_code,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect(),
+        error_code: if version >= 2 { group.error_code } else { 0 },
+        ..Default::default()
+    }
+}
