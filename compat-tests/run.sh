@@ -11,6 +11,11 @@ cd "$root"
 # Debug profile, so CI reuses what `cargo test` already compiled.
 cargo build -p osprey-server --bin osprey
 "$here/setup-venv.sh"
+# kcat where it can be installed (Debian's package); its tests skip, visibly, without it.
+if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get update -qq && apt-get install -y -qq kcat >/dev/null) \
+        || echo "compat-tests: kcat could not be installed; its tests will be skipped" >&2
+fi
 
 export OSPREY_BIN="${OSPREY_BIN:-$root/target/debug/osprey}"
 status=0

@@ -2,8 +2,10 @@
 CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs, AlterConfigs,
 IncrementalAlterConfigs and DescribeCluster."""
 
+import time
+
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import TIMESTAMP_CREATE_TIME, TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -255,3 +257,47 @@ def test_describe_cluster_names_this_node_as_the_only_broker_and_controller(brok
     assert desc.cluster_id and len(desc.cluster_id) == 22
     assert [(n.id, n.host, n.port) for n in desc.nodes] == [(1, broker.host, broker.port)]
     assert desc.controller is not None and desc.controller.id == 1
+
+
+# ----- topic config changes take effect on the live log ---------------------------------
+
+
+def test_altered_max_message_bytes_applies_to_the_next_produce(broker):
+    topic = "alter-size"
+    clients.create_topic(broker, topic)
+    p = clients.producer(broker, acks="all", compression_type="none", retries=0)
+    first = clients.produce_all(p, topic, [{"value": b"a" * 5000}])
+    assert (first[0].error, first[0].offset) == (None, 0)
+    a = clients.admin(broker)
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry("max.message.bytes", "2000", incremental_operation=AlterConfigOpType.SET)],
+    )
+    assert result(a.incremental_alter_configs([res], request_timeout=T)[res]) is None
+    refused = clients.produce_all(p, topic, [{"value": b"b" * 5000}])
+    assert refused[0].error is not None and refused[0].error.code() == KafkaError.MSG_SIZE_TOO_LARGE, refused[0].error
+    small = clients.produce_all(p, topic, [{"value": b"c" * 100}])
+    assert (small[0].error, small[0].offset) == (None, 1)
+
+
+def test_altered_timestamp_type_applies_to_the_next_produce(broker):
+    topic = "alter-timestamps"
+    clients.create_topic(broker, topic)
+    p = clients.producer(broker, acks="all")
+    old = int(time.time() * 1000) - 86_400_000
+    before = clients.produce_all(p, topic, [{"value": b"1", "timestamp": old}])
+    assert before[0].timestamp == (TIMESTAMP_CREATE_TIME, old)
+    a = clients.admin(broker)
+    res = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry("message.timestamp.type", "LogAppendTime", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    assert result(a.incremental_alter_configs([res], request_timeout=T)[res]) is None
+    start = int(time.time() * 1000)
+    after = clients.produce_all(p, topic, [{"value": b"2", "timestamp": old}])
+    kind, ts = after[0].timestamp
+    assert kind == TIMESTAMP_LOG_APPEND_TIME and ts >= start, after[0].timestamp

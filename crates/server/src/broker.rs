@@ -263,7 +263,28 @@ impl Broker {
         validate_only: bool,
     ) -> Result<(), ControllerError> {
         let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
-        self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))
+        self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))?;
+        if !validate_only {
+            self.reconfigure(name);
+        }
+        Ok(())
+    }
+
+    /// Applies a topic's current configs to its open partition logs.
+    fn reconfigure(&self, name: &str) {
+        let image = self.image();
+        let Some(topic) = image.topic(name) else { return };
+        match self.log_config(topic) {
+            Ok(config) => {
+                for p in &topic.partitions {
+                    if let Some(partition) = self.partition(topic.id, p.index) {
+                        partition.reconfigure(config.clone());
+                    }
+                }
+                tracing::info!(topic = name, ?config, "topic configuration applied");
+            }
+            Err(e) => tracing::error!(topic = name, error = %e, "topic configuration not applied"),
+        }
     }
 
     /// Tells parked requests (long-polling fetches) to answer now: shutdown has begun.

@@ -13,7 +13,7 @@ pub struct Partition {
     pub leader_epoch: i32,
     pub log: Arc<PartitionLog>,
     /// Acknowledge only after fsync (the default), or at once (`flush.messages`/`flush.ms` set).
-    fsync_before_ack: bool,
+    fsync_before_ack: std::sync::atomic::AtomicBool,
     /// The high watermark, published for long-polling fetches.
     high_watermark: watch::Sender<i64>,
 }
@@ -28,7 +28,15 @@ impl Partition {
         fsync_before_ack: bool,
     ) -> Partition {
         let (high_watermark, _) = watch::channel(log.high_watermark());
+        let fsync_before_ack = std::sync::atomic::AtomicBool::new(fsync_before_ack);
         Partition { topic, topic_id, index, leader_epoch, log, fsync_before_ack, high_watermark }
+    }
+
+    /// Applies a topic config change to this partition's log.
+    pub fn reconfigure(&self, config: osprey_storage::LogConfig) {
+        let fsync = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+        self.fsync_before_ack.store(fsync, std::sync::atomic::Ordering::Release);
+        self.log.set_config(config);
     }
 
     /// A receiver that changes whenever the high watermark moves.
@@ -64,7 +72,7 @@ impl Partition {
         flusher: &Flusher,
     ) -> oneshot::Receiver<Result<(), StorageError>> {
         let (tx, rx) = oneshot::channel();
-        if !self.fsync_before_ack {
+        if !self.fsync_before_ack.load(std::sync::atomic::Ordering::Acquire) {
             self.advance_high_watermark(last_offset + 1);
             let _ = tx.send(Ok(()));
             return rx;

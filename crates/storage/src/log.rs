@@ -116,7 +116,8 @@ pub struct RetentionOutcome {
 pub struct PartitionLog<S: Storage = StdStorage> {
     dir: PathBuf,
     storage: S,
-    config: LogConfig,
+    /// Changed at runtime by topic config updates (AlterConfigs).
+    config: std::sync::RwLock<LogConfig>,
     state: Mutex<LogState<S::File>>,
     durability: Mutex<DurableState>,
     durable_changed: Condvar,
@@ -301,7 +302,7 @@ impl<S: Storage> PartitionLog<S> {
         Ok(PartitionLog {
             dir,
             storage,
-            config,
+            config: std::sync::RwLock::new(config),
             state: Mutex::new(state),
             durability: Mutex::new(durability),
             durable_changed: Condvar::new(),
@@ -309,6 +310,18 @@ impl<S: Storage> PartitionLog<S> {
             queued_on_flusher: AtomicBool::new(false),
             opened_clean: clean || bases.is_empty(),
         })
+    }
+
+    /// The log's current settings.
+    pub fn config(&self) -> LogConfig {
+        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Replaces the settings (a topic config change): segment size and time, retention,
+    /// flush policy, message size and timestamp type apply from the next append, roll or
+    /// retention pass; existing segments are not rewritten.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
     }
 
     /// True when this open found a clean-shutdown marker (or a new, empty log) and so
@@ -352,8 +365,8 @@ impl<S: Storage> PartitionLog<S> {
     /// log (or, if even that cannot be ensured, the log goes offline).
     pub fn append(&self, batches: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
         // Validation is CPU work on the caller's buffer: done before taking the lock.
-        let incoming = validate_batches(batches, Some(self.config.max_message_bytes))?;
-        let log_append_time = match self.config.message_timestamp_type {
+        let incoming = validate_batches(batches, Some(self.config().max_message_bytes))?;
+        let log_append_time = match self.config().message_timestamp_type {
             TimestampType::LogAppendTime => {
                 for b in &incoming {
                     let end = b.position + b.header.total_size() as usize;
@@ -494,7 +507,7 @@ impl<S: Storage> PartitionLog<S> {
             log_start_offset: guard.log_start_offset,
             duplicate: false,
         };
-        let interval = self.config.index_interval_bytes;
+        let interval = self.config().index_interval_bytes;
         let state = &mut *guard;
         let segment = state.segments.last_mut().expect("a log always has an active segment");
         for b in incoming {
@@ -510,7 +523,7 @@ impl<S: Storage> PartitionLog<S> {
 
         state.appended_records += records;
         state.oldest_unflushed_ms.get_or_insert(now_ms);
-        let flush_now = match self.config.flush_policy() {
+        let flush_now = match self.config().flush_policy() {
             FlushPolicy::Periodic { messages: Some(n), .. } => state.appended_records - state.flushed_records >= n,
             _ => false,
         };
@@ -617,7 +630,7 @@ impl<S: Storage> PartitionLog<S> {
         last_offset: i64,
         now_ms: i64,
     ) -> Result<()> {
-        let c = &self.config;
+        let c = self.config();
         let a = state.active();
         if a.size == 0 {
             return Ok(());
@@ -702,7 +715,7 @@ impl<S: Storage> PartitionLog<S> {
     /// flush policy: after an fsync by default; immediately if `flush.messages` or
     /// `flush.ms` is set (Kafka's behaviour).
     pub fn wait_for_ack(&self, info: &AppendInfo) -> Result<()> {
-        match self.config.flush_policy() {
+        match self.config().flush_policy() {
             FlushPolicy::FsyncBeforeAck => self.wait_durable(info.last_offset),
             FlushPolicy::Periodic { .. } => Ok(()),
         }
@@ -749,7 +762,7 @@ impl<S: Storage> PartitionLog<S> {
     /// The broker calls this periodically (Kafka's `log.flush.scheduler.interval.ms`).
     /// Returns whether it flushed.
     pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {
-        let Some(ms) = self.config.flush_ms else { return Ok(false) };
+        let Some(ms) = self.config().flush_ms else { return Ok(false) };
         let due = lock(&self.state).oldest_unflushed_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ms as i64);
         if due {
             self.flush()?;
@@ -1101,7 +1114,7 @@ impl<S: Storage> PartitionLog<S> {
     /// renamed under the lock and unlinked after it, so appends
     /// are not blocked by the deletion itself.
     pub fn retention_pass(&self, now_ms: i64) -> Result<RetentionOutcome> {
-        let c = &self.config;
+        let c = self.config();
         let mut s = lock(&self.state);
         let expired = |seg: &Segment<S::File>| {
             c.cleanup_policy.delete
