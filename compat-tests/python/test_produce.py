@@ -130,3 +130,15 @@ def test_log_append_time_topic_gives_broker_timestamps(broker):
         kind, ts = m.timestamp()
         assert kind == TIMESTAMP_LOG_APPEND_TIME, m.timestamp()
         assert before <= ts <= after, (before, ts, after)
+
+
+def test_compacted_topic_refuses_keyless_messages_and_stores_nothing(broker):
+    topic = "compacted-keys"
+    clients.create_topic(broker, topic, config={"cleanup.policy": "compact"})
+    p = clients.producer(broker, acks="all", retries=0, linger_ms=0)
+    refused = clients.produce_all(p, topic, [{"value": b"no key"}])
+    assert refused[0].error is not None and refused[0].error.code() == KafkaError.INVALID_RECORD, refused[0].error
+    kept = clients.produce_all(p, topic, [{"key": b"k", "value": b"with key"}])
+    assert (kept[0].error, kept[0].offset) == (None, 0)
+    got = clients.read_partitions(broker, topic, [0], 1)
+    assert (got[0].key(), got[0].value()) == (b"k", b"with key")

@@ -7,7 +7,9 @@ use crate::partition::Partition;
 use crate::telemetry;
 use bytes::Bytes;
 use osprey_cluster::TopicImage;
-use osprey_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use osprey_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
 use osprey_protocol::records::{Batches, Compression, RecordBatch};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
@@ -16,10 +18,22 @@ use osprey_storage::{AppendInfo, StorageError};
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
+/// A compressed batch checked for keys may not inflate beyond this.
+const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
+
 /// A partition's outcome before the durability wait.
 enum Outcome {
     Failed(ErrorCode, Option<String>),
-    Appended { info: AppendInfo, durable: Option<oneshot::Receiver<Result<(), StorageError>>> },
+    /// Refused for particular records (their indexes in the batch), as KIP-467 reports.
+    Rejected {
+        code: ErrorCode,
+        message: String,
+        record_errors: Vec<i32>,
+    },
+    Appended {
+        info: AppendInfo,
+        durable: Option<oneshot::Receiver<Result<(), StorageError>>>,
+    },
 }
 
 struct PartitionOutcome {
@@ -101,6 +115,12 @@ fn append(broker: &Broker, partition: &Arc<Partition>, records: Option<Bytes>, v
         telemetry::error_code(ApiKey::Produce, code);
         return Outcome::Failed(code, Some(why));
     }
+    if partition.log.config().cleanup_policy.compact {
+        if let Err(outcome) = check_keys(partition, &records) {
+            telemetry::error_code(ApiKey::Produce, ErrorCode::INVALID_RECORD);
+            return outcome;
+        }
+    }
     // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
     let mut bytes = records.to_vec();
     match partition.log.append(&mut bytes, partition.leader_epoch, now_ms()) {
@@ -149,6 +169,34 @@ fn check_batch(records: &Bytes, version: i16) -> Result<(), (ErrorCode, String)>
     }
 }
 
+/// A compacted topic keeps the latest value per key, so every record needs a key; Kafka
+/// refuses the batch with INVALID_RECORD and names the keyless records (KIP-467).
+fn check_keys(partition: &Partition, records: &Bytes) -> Result<(), Outcome> {
+    let batch = match RecordBatch::new(records.clone()) {
+        Ok(b) => b,
+        Err(e) => return Err(Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string()))),
+    };
+    let iter = batch
+        .records(MAX_DECOMPRESSED_BYTES)
+        .map_err(|e| Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string())))?;
+    let mut keyless = Vec::new();
+    for (i, r) in iter.enumerate() {
+        match r {
+            Ok(r) if r.key.is_none() => keyless.push(i as i32),
+            Ok(_) => {}
+            Err(e) => return Err(Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string()))),
+        }
+    }
+    if keyless.is_empty() {
+        return Ok(());
+    }
+    let message = format!(
+        "Compacted topic cannot accept message without key in topic partition {}-{}.",
+        partition.topic, partition.index
+    );
+    Err(Outcome::Rejected { code: ErrorCode::INVALID_RECORD, message, record_errors: keyless })
+}
+
 fn code_of(code: i16) -> ErrorCode {
     ErrorCode::from_code(code).unwrap_or(ErrorCode::CORRUPT_MESSAGE)
 }
@@ -180,6 +228,18 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
                 Outcome::Failed(code, message) => {
                     r.error_code = code.code();
                     r.error_message = message;
+                }
+                Outcome::Rejected { code, message, record_errors } => {
+                    r.error_code = code.code();
+                    r.record_errors = record_errors
+                        .into_iter()
+                        .map(|batch_index| BatchIndexAndErrorMessage {
+                            batch_index,
+                            batch_index_error_message: Some(message.clone()),
+                            ..Default::default()
+                        })
+                        .collect();
+                    r.error_message = Some(message);
                 }
                 Outcome::Appended { info, durable } => {
                     let result = match durable {
