@@ -68,3 +68,31 @@ def test_metrics_count_requests_bytes_messages_and_connections(broker):
     assert value(after, "osprey_topic_messages_in_total", topic="metered") == 10
     assert value(after, "osprey_requests_total", api="Produce") > 3 and value(after, "osprey_requests_total", api="Fetch") > 2
     assert value(after, "osprey_topic_bytes_out_total", topic="metered") > 0
+
+
+def test_metrics_show_groups_by_state_generation_and_consumer_lag(broker):
+    topic = "lagged"
+    clients.create_topic(broker, topic)
+    p = clients.producer(broker, acks="all")
+    clients.produce_all(p, topic, [{"value": b"m%d" % i} for i in range(10)])
+    c = clients.consumer(broker, **{"group.id": "lag-group", "enable.auto.commit": False})
+    from confluent_kafka import TopicPartition
+
+    try:
+        c.commit(offsets=[TopicPartition(topic, 0, 4)], asynchronous=False)
+    finally:
+        c.close()
+    # Group gauges are refreshed every 5 s.
+    deadline = time.monotonic() + 15
+    while True:
+        samples = scrape(broker)
+        try:
+            lag = value(samples, "osprey_consumer_lag", group="lag-group", topic=topic, partition="0")
+            empty = value(samples, "osprey_groups", state="Empty")
+            break
+        except AssertionError:
+            assert time.monotonic() < deadline, "group gauges never appeared"
+            time.sleep(0.5)
+    assert lag == 6
+    assert empty >= 1
+    assert value(samples, "osprey_group_generation", group="lag-group") == 0

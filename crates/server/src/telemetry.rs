@@ -16,6 +16,9 @@
 //! | `osprey_partition_log_size_bytes` | gauge | topic, partition | bytes of log on disk |
 //! | `osprey_partition_log_end_offset` | gauge | topic, partition | log end offset |
 //! | `osprey_partition_high_watermark` | gauge | topic, partition | high watermark |
+//! | `osprey_groups` | gauge | state | consumer groups by state (Empty, Stable, PreparingRebalance, ...) |
+//! | `osprey_group_generation` | gauge | group | the group's generation: each rebalance adds one |
+//! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset |
 //! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
 //! | `osprey_fsync_seconds_total` | gauge | | time spent in them (divide by the count for the mean) |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
@@ -47,6 +50,7 @@ pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
         loop {
             tick.tick().await;
             refresh_partition_gauges(&broker);
+            refresh_group_gauges(&broker);
         }
     });
     Ok(())
@@ -66,10 +70,49 @@ fn describe() {
     describe_gauge!("osprey_partition_log_size_bytes", Unit::Bytes, "Log size on disk, by partition.");
     describe_gauge!("osprey_partition_log_end_offset", "Log end offset, by partition.");
     describe_gauge!("osprey_partition_high_watermark", "High watermark, by partition.");
+    describe_gauge!("osprey_groups", "Consumer groups by state.");
+    describe_gauge!("osprey_group_generation", "Generation of each group; every rebalance adds one.");
+    describe_gauge!("osprey_consumer_lag", "High watermark minus the committed offset, by group and partition.");
     describe_counter!("osprey_fsyncs_total", "Group-commit fsyncs of partition logs.");
     describe_gauge!("osprey_fsync_seconds_total", Unit::Seconds, "Time spent in partition log fsyncs.");
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
+}
+
+fn refresh_group_gauges(broker: &Arc<Broker>) {
+    let listed = broker.groups.call(broker, |c, _| c.list_groups(&[], &[], 5));
+    let mut by_state: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for state in ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"] {
+        by_state.insert(state.to_string(), 0);
+    }
+    let image = broker.image();
+    for g in &listed.groups {
+        *by_state.entry(g.group_state.clone()).or_default() += 1;
+        let (generation, offsets) = broker
+            .groups
+            .call(broker, |c, _| (c.generation(&g.group_id).unwrap_or(0), c.fetch_offsets(&g.group_id, None, false)));
+        gauge!("osprey_group_generation", "group" => g.group_id.clone()).set(f64::from(generation));
+        for t in &offsets.topics {
+            let Some(topic) = image.topic(&t.name) else { continue };
+            for p in &t.partitions {
+                let Some(partition) = broker.partition(topic.id, p.partition_index) else { continue };
+                if p.committed_offset < 0 {
+                    continue;
+                }
+                let lag = (partition.log.high_watermark() - p.committed_offset).max(0);
+                gauge!(
+                    "osprey_consumer_lag",
+                    "group" => g.group_id.clone(),
+                    "topic" => t.name.clone(),
+                    "partition" => p.partition_index.to_string()
+                )
+                .set(lag as f64);
+            }
+        }
+    }
+    for (state, n) in by_state {
+        gauge!("osprey_groups", "state" => state).set(n as f64);
+    }
 }
 
 fn refresh_partition_gauges(broker: &Broker) {
