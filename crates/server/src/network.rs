@@ -25,6 +25,9 @@ use tokio::task::JoinSet;
 /// never allocated before its bytes actually arrive.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
 
+/// A connection keeps at most this much write buffer between responses.
+const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
+
 /// Accepts connections until `shutdown` turns true, then waits (up to `drain`) for open
 /// connections to finish their in-flight requests.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>, drain: Duration) {
@@ -168,6 +171,10 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<(Dispatched, 
             break;
         }
         telemetry::request_done(d.api_key, d.api_version, started, out.len());
+        if out.capacity() > RETAINED_WRITE_BUFFER_BYTES {
+            // One large fetch response must not pin its buffer for the connection's life.
+            out = BytesMut::new();
+        }
     }
     let _ = wr.shutdown().await;
 }
