@@ -160,6 +160,11 @@ fn check_batch(records: &Bytes, version: i16) -> Result<(), (ErrorCode, String)>
         ));
     }
     batch.check_produce_invariants().map_err(|e| (code_of(e.kafka_error_code()), e.to_string()))?;
+    if batch.is_transactional() {
+        // No transaction coordinator yet, so no transaction can be open: storing this
+        // would show read_committed consumers data that is never committed or aborted.
+        return Err((ErrorCode::INVALID_TXN_STATE, "transactions are not supported by this broker yet".into()));
+    }
     match batch.compression() {
         Ok(Compression::Zstd) if version < 7 => {
             Err((ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
