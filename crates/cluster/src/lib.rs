@@ -12,6 +12,7 @@ pub mod group;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
+pub mod txn;
 
 pub use controller::{Controller, ControllerError, NewTopic};
 pub use image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage};

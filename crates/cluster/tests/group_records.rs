@@ -187,14 +187,14 @@ fn load_applies_tombstones_and_skips_other_record_kinds() {
     put_str(&mut key, "t");
     key.put_i32(1);
     log.push(Record { key: key.freeze(), value: None });
-    // A KIP-848 ConsumerGroupMetadataKey (version 3): not ours, left alone.
+    // A KIP-848 ConsumerGroupMetadataKey (version 3): a consumer group at epoch 1.
     let mut other = BytesMut::new();
     other.put_i16(3);
     put_str(&mut other, "kip848");
     log.push(Record { key: other.freeze(), value: Some(Bytes::from_static(&[0, 0, 0, 0, 0, 1, 0])) });
     let mut c = GroupCoordinator::new(GroupConfig::default());
     let summary = c.load(log, 0).unwrap();
-    assert_eq!((summary.groups, summary.offsets, summary.skipped), (1, 1, 1));
+    assert_eq!((summary.groups, summary.offsets, summary.skipped, summary.consumer_groups), (1, 1, 0, 1));
     let fetched = c.fetch_offsets("a", None, false);
     assert_eq!(fetched.topics[0].partitions.len(), 1);
     assert_eq!(fetched.topics[0].partitions[0].committed_offset, 3);

@@ -211,6 +211,7 @@ impl Sim {
                 Response::OffsetCommit(r) => ("commit", r.topics[0].partitions[0].error_code),
                 Response::DeleteGroups(_) => ("delete", 0),
                 Response::OffsetDelete(r) => ("offset-delete", r.error_code),
+                Response::ConsumerGroupHeartbeat(r) => ("consumer-heartbeat", r.error_code),
             };
             *self.seen.entry(kind).or_default() += 1;
             if let Response::JoinGroup(join) = response {

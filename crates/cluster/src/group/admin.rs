@@ -25,9 +25,11 @@ impl GroupCoordinator {
     pub fn list_groups(&self, states: &[String], types: &[String], api_version: i16) -> ListGroupsResponse {
         let wanted =
             |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
-        let groups = self
+        let mut groups: Vec<ListedGroup> = self
             .groups
             .values()
+            // A consumer group's offsets-only entry is listed as the consumer group.
+            .filter(|g| !self.consumer_groups.contains_key(&g.group_id))
             .filter(|g| wanted(states, g.state.name()) && wanted(types, CLASSIC_GROUP_TYPE))
             .map(|g| ListedGroup {
                 group_id: g.group_id.clone(),
@@ -37,6 +39,7 @@ impl GroupCoordinator {
                 ..Default::default()
             })
             .collect();
+        groups.extend(self.listed_consumer_groups(states, types, api_version));
         ListGroupsResponse { groups, ..Default::default() }
     }
 
@@ -93,13 +96,34 @@ impl GroupCoordinator {
         self.next_batch_id += 1;
         let mut batch = DeleteBatch { reply, results: Vec::new(), outstanding: 0 };
         for group_id in group_ids {
+            // A consumer group (KIP-848) goes only when it has no members; its offsets
+            // live in the classic entry below.
+            let consumer_tombstones = match self.take_empty_consumer_group(group_id) {
+                Ok(tombstones) => tombstones,
+                Err(error) => {
+                    batch.results.push(DeletableGroupResult {
+                        group_id: group_id.clone(),
+                        error_code: error.code(),
+                        ..Default::default()
+                    });
+                    continue;
+                }
+            };
             let error = match self.groups.get(group_id).map(|g| g.state) {
+                None | Some(GroupState::Dead) if consumer_tombstones.is_some() => {
+                    let tombstones = consumer_tombstones.unwrap_or_default();
+                    let then = records::Continuation::DeleteGroup { batch_id, group_id: group_id.clone() };
+                    self.persist(group_id, tombstones, then);
+                    batch.outstanding += 1;
+                    ErrorCode::NONE
+                }
                 None | Some(GroupState::Dead) => ErrorCode::GROUP_ID_NOT_FOUND,
                 Some(GroupState::Empty) => {
                     let group = self.groups.remove(group_id).expect("present");
                     let mut tombstones: Vec<records::Record> =
                         group.offsets.keys().map(|tp| records::offset_tombstone(group_id, tp)).collect();
                     tombstones.push(records::group_tombstone(group_id));
+                    tombstones.extend(consumer_tombstones.unwrap_or_default());
                     let then = records::Continuation::DeleteGroup { batch_id, group_id: group_id.clone() };
                     self.persist(group_id, tombstones, then);
                     batch.outstanding += 1;
@@ -164,6 +188,6 @@ impl GroupCoordinator {
                 }
             }
         }
-        group_ids.len()
+        group_ids.len() + self.unload_consumer_groups(partition, num_partitions)
     }
 }

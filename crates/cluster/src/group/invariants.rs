@@ -15,7 +15,7 @@ impl GroupCoordinator {
             }
             self.check_group(group).map_err(|e| format!("group {group_id} ({:?}): {e}", group.state))?;
         }
-        Ok(())
+        self.check_consumer_invariants()
     }
 
     fn check_group(&self, group: &Group) -> Result<(), String> {

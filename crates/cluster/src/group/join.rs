@@ -49,6 +49,11 @@ impl GroupCoordinator {
         if request.group_id.is_empty() {
             return self.respond_join(held, join_error(api_version, member_id, ErrorCode::INVALID_GROUP_ID));
         }
+        if self.consumer_group_blocks_classic_join(&request.group_id) {
+            // No online migration from the consumer protocol (KIP-848) to the classic one.
+            let error = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;
+            return self.respond_join(held, join_error(api_version, member_id, error));
+        }
         let session = request.session_timeout_ms;
         if session < self.config.group_min_session_timeout_ms || session > self.config.group_max_session_timeout_ms {
             return self.respond_join(held, join_error(api_version, member_id, ErrorCode::INVALID_SESSION_TIMEOUT));

@@ -36,6 +36,15 @@ impl MemberIdGenerator {
         )
     }
 
+    /// A random id in Kafka's `Uuid.toString` form (22 characters of URL-safe base64):
+    /// the member ids ConsumerGroupHeartbeat v0 hands out.
+    pub fn kafka_uuid(&mut self) -> String {
+        let mut bytes = [0u8; 16];
+        bytes[..8].copy_from_slice(&self.next_u64().to_be_bytes());
+        bytes[8..].copy_from_slice(&self.next_u64().to_be_bytes());
+        osprey_protocol::Uuid(bytes).to_string()
+    }
+
     /// Kafka's `GroupMetadata.generateMemberId`: static members are named after their
     /// instance id, dynamic ones after their client id.
     pub fn generate(&mut self, client_id: &str, group_instance_id: Option<&str>) -> String {

@@ -38,6 +38,9 @@
 //!   (NOT_LEADER_OR_FOLLOWER), which answers the OffsetCommits waiting on them.
 //! - [`GroupConfig::member_id_seed`] must be random per process: member ids of loaded
 //!   groups must not come round again.
+//! - KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the
+//!   member-epoch checks of OffsetCommit / OffsetFetch) live in the same coordinator:
+//!   see [`consumer`] for their part of this protocol.
 //! - [`check_invariants`] checks the coordinator's internal invariants (tests run it after
 //!   every step; a debug server may too).
 //!
@@ -88,6 +91,7 @@
 //! [`check_invariants`]: GroupCoordinator::check_invariants
 
 mod admin;
+pub mod consumer;
 mod heartbeat;
 mod invariants;
 mod join;
@@ -100,13 +104,15 @@ mod state;
 mod sync;
 mod timers;
 
+pub use consumer::{ConsumerGroupState, TopicInfo, TopicsView};
 pub use records::{partition_for, LoadError, LoadSummary, Record};
 pub use state::GroupState;
 
 use bytes::Bytes;
 use member_id::MemberIdGenerator;
 use osprey_protocol::messages::{
-    DeleteGroupsResponse, JoinGroupResponse, OffsetCommitResponse, OffsetDeleteResponse, SyncGroupResponse,
+    ConsumerGroupHeartbeatResponse, DeleteGroupsResponse, JoinGroupResponse, OffsetCommitResponse,
+    OffsetDeleteResponse, SyncGroupResponse,
 };
 use state::Group;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -137,6 +143,7 @@ pub enum Response {
     OffsetCommit(OffsetCommitResponse),
     DeleteGroups(DeleteGroupsResponse),
     OffsetDelete(OffsetDeleteResponse),
+    ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
 }
 
 /// The coordinator's settings, with Kafka's names and defaults.
@@ -161,6 +168,12 @@ pub struct GroupConfig {
     pub new_member_join_timeout_ms: i64,
     /// Seeds the member-id generator (the server passes random bits; tests a constant).
     pub member_id_seed: u64,
+    /// `group.consumer.heartbeat.interval.ms`
+    pub consumer_group_heartbeat_interval_ms: i32,
+    /// `group.consumer.session.timeout.ms`
+    pub consumer_group_session_timeout_ms: i32,
+    /// `group.consumer.max.size`
+    pub consumer_group_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -175,6 +188,9 @@ impl Default for GroupConfig {
             offsets_retention_check_interval_ms: 600_000,
             new_member_join_timeout_ms: 300_000,
             member_id_seed: 0x5eed,
+            consumer_group_heartbeat_interval_ms: 5_000,
+            consumer_group_session_timeout_ms: 45_000,
+            consumer_group_max_size: i32::MAX as usize,
         }
     }
 }
@@ -191,6 +207,9 @@ impl GroupConfig {
 pub struct GroupCoordinator {
     config: GroupConfig,
     groups: BTreeMap<String, Group>,
+    /// KIP-848 consumer groups; their committed offsets live in `groups`, in an entry
+    /// without members.
+    consumer_groups: BTreeMap<String, consumer::ConsumerGroup>,
     outputs: VecDeque<Output>,
     pending_persists: HashMap<PersistId, records::Continuation>,
     next_persist_id: u64,
@@ -207,6 +226,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             config,
             groups: BTreeMap::new(),
+            consumer_groups: BTreeMap::new(),
             outputs: VecDeque::new(),
             pending_persists: HashMap::new(),
             next_persist_id: 0,

@@ -54,7 +54,11 @@ impl GroupCoordinator {
             .collect();
         let mut commit = PendingCommit { group_id: request.group_id.clone(), reply, partitions };
         let instance_id = if api_version >= 7 { request.group_instance_id.as_deref() } else { None };
-        if let Err(error) = self.validate_commit(request, instance_id, now_ms) {
+        let validation = match self.validate_consumer_group_commit(request, api_version, now_ms) {
+            Some(result) => result,
+            None => self.validate_commit(request, instance_id, now_ms),
+        };
+        if let Err(error) = validation {
             return self.answer_commit(commit, Err(error));
         }
         let group_id = request.group_id.clone();

@@ -140,14 +140,18 @@ pub struct LoadError(pub String);
 pub struct LoadSummary {
     pub groups: usize,
     pub offsets: usize,
-    /// Records of other kinds (KIP-848 consumer groups, share groups...), left alone.
+    /// Records of other kinds (share groups, streams groups...), left alone.
     pub skipped: usize,
+    /// KIP-848 consumer groups.
+    pub consumer_groups: usize,
 }
 
 /// The decoded key of a `__consumer_offsets` record.
 enum Key {
     Offset(String, TopicPartition),
     Group(String),
+    /// A KIP-848 consumer group record: its key version and the key after it.
+    Consumer(i16, Bytes),
     Other,
 }
 
@@ -165,6 +169,7 @@ fn decode_key(mut key: Bytes) -> Result<Key, LoadError> {
             let k = GroupMetadataKey::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))?;
             Ok(Key::Group(k.group))
         }
+        v if super::consumer::records::is_consumer_group_key(v) => Ok(Key::Consumer(v, key)),
         _ => Ok(Key::Other),
     }
 }
@@ -250,6 +255,11 @@ pub(super) enum Continuation {
     DeleteGroup { batch_id: u64, group_id: String },
     /// An OffsetDelete: answered once its tombstones are durable.
     OffsetDelete { reply: super::ReplyId, response: osprey_protocol::messages::OffsetDeleteResponse },
+    /// A ConsumerGroupHeartbeat: answered once its records are durable.
+    ConsumerGroupHeartbeat {
+        reply: super::ReplyId,
+        response: Box<osprey_protocol::messages::ConsumerGroupHeartbeatResponse>,
+    },
     /// Nothing waits (an Empty group's metadata, expired offsets).
     Nothing,
 }
@@ -268,6 +278,7 @@ impl GroupCoordinator {
         let mut offsets: BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>> = BTreeMap::new();
         let mut groups: BTreeMap<String, Option<GroupMetadataValue>> = BTreeMap::new();
         let mut summary = LoadSummary::default();
+        let mut consumer_groups = BTreeMap::new();
         for record in records {
             match decode_key(record.key)? {
                 Key::Offset(group_id, tp) => match record.value {
@@ -283,6 +294,9 @@ impl GroupCoordinator {
                 Key::Group(group_id) => {
                     let value = record.value.map(decode_value::<GroupMetadataValue>).transpose()?;
                     groups.insert(group_id, value);
+                }
+                Key::Consumer(version, key) => {
+                    super::consumer::records::replay(&mut consumer_groups, version, key, record.value)?
                 }
                 Key::Other => summary.skipped += 1,
             }
@@ -302,6 +316,7 @@ impl GroupCoordinator {
         }
         summary.groups = loaded.len();
         self.groups.extend(loaded);
+        summary.consumer_groups = self.loaded_consumer_groups(consumer_groups, now_ms);
         Ok(summary)
     }
 
@@ -327,6 +342,9 @@ impl GroupCoordinator {
                     response.topics.clear();
                 }
                 self.respond(reply, super::Response::OffsetDelete(response));
+            }
+            Continuation::ConsumerGroupHeartbeat { reply, response } => {
+                self.consumer_heartbeat_persisted(reply, *response, result)
             }
             Continuation::Nothing => {}
         }

@@ -11,6 +11,7 @@ impl GroupCoordinator {
         for group_id in group_ids {
             self.with_group(&group_id, |this, group| this.tick_group(group, now_ms));
         }
+        self.tick_consumer_groups(now_ms);
         if self.next_offset_cleanup_ms.is_none_or(|at| at <= now_ms) {
             self.next_offset_cleanup_ms = Some(now_ms + self.config.offsets_retention_check_interval_ms);
             self.cleanup_group_metadata(now_ms);
@@ -25,7 +26,7 @@ impl GroupCoordinator {
             let join = g.join_timer.map(|t| t.deadline_ms());
             members.chain(pending).chain(join).chain(g.pending_sync_deadline_ms)
         });
-        group_deadlines.chain(self.next_offset_cleanup_ms).min()
+        group_deadlines.chain(self.next_offset_cleanup_ms).chain(self.consumer_next_deadline()).min()
     }
 
     fn tick_group(&mut self, group: &mut Group, now_ms: i64) {
@@ -88,6 +89,11 @@ impl GroupCoordinator {
         let retention_ms = self.config.offsets_retention_ms();
         let group_ids: Vec<String> = self.groups.keys().cloned().collect();
         for group_id in group_ids {
+            if self.consumer_groups.get(&group_id).is_some_and(|g| !g.members.is_empty()) {
+                // A consumer group's offsets are kept while it has members (they live in
+                // an offsets-only entry here, which would otherwise expire them).
+                continue;
+            }
             let Some(group) = self.groups.get_mut(&group_id) else { continue };
             let expired = remove_expired_offsets(group, now_ms, retention_ms);
             let mut tombstones: Vec<records::Record> =

@@ -25,6 +25,7 @@ pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
             Ok(Response::OffsetCommit(r)) => ResponseBody::OffsetCommit(r),
             Ok(Response::DeleteGroups(r)) => ResponseBody::DeleteGroups(r),
             Ok(Response::OffsetDelete(r)) => ResponseBody::OffsetDelete(r),
+            Ok(Response::ConsumerGroupHeartbeat(r)) => ResponseBody::ConsumerGroupHeartbeat(r),
             Err(_) => fallback,
         }
     }))

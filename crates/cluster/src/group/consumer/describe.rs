@@ -1,0 +1,104 @@
+//! ConsumerGroupDescribe v0-1 and the consumer groups' part of ListGroups.
+
+use super::{Assignment, ConsumerGroup, ConsumerGroupState, CONSUMER_GROUP_TYPE, MEMBER_TYPE_CONSUMER};
+use crate::group::GroupCoordinator;
+use osprey_protocol::messages::consumer_group_describe_response::{
+    Assignment as DescribedAssignment, DescribedGroup, Member as DescribedMember,
+    TopicPartitions as DescribedTopicPartitions,
+};
+use osprey_protocol::messages::list_groups_response::ListedGroup;
+use osprey_protocol::messages::ConsumerGroupDescribeResponse;
+use osprey_protocol::ErrorCode;
+
+impl GroupCoordinator {
+    /// The state of consumer group `group_id`, if there is one.
+    pub fn consumer_group_state(&self, group_id: &str) -> Option<ConsumerGroupState> {
+        self.consumer_groups.get(group_id).map(ConsumerGroup::state)
+    }
+
+    /// The consumer groups as ListGroups shows them (type "consumer"); `states` and
+    /// `types` filter case-insensitively, empty means all.
+    pub(in crate::group) fn listed_consumer_groups(
+        &self,
+        states: &[String],
+        types: &[String],
+        api_version: i16,
+    ) -> Vec<ListedGroup> {
+        let wanted =
+            |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
+        self.consumer_groups
+            .values()
+            .filter(|g| wanted(states, g.state().name()) && wanted(types, CONSUMER_GROUP_TYPE))
+            .map(|g| ListedGroup {
+                group_id: g.group_id.clone(),
+                protocol_type: CONSUMER_GROUP_TYPE.to_string(),
+                group_state: if api_version >= 4 { g.state().name().to_string() } else { String::new() },
+                group_type: if api_version >= 5 { CONSUMER_GROUP_TYPE.to_string() } else { String::new() },
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// ConsumerGroupDescribe v0-1. `authorized_operations` is left for the server to fill.
+    pub fn consumer_group_describe(&self, group_ids: &[String]) -> ConsumerGroupDescribeResponse {
+        let groups = group_ids.iter().map(|id| self.describe_consumer_group(id)).collect();
+        ConsumerGroupDescribeResponse { groups, ..Default::default() }
+    }
+
+    fn describe_consumer_group(&self, group_id: &str) -> DescribedGroup {
+        let Some(group) = self.consumer_groups.get(group_id) else {
+            let message = if self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) {
+                format!("Group {group_id} is not a consumer group.")
+            } else {
+                format!("Group {group_id} not found.")
+            };
+            return DescribedGroup {
+                group_id: group_id.to_string(),
+                error_code: ErrorCode::GROUP_ID_NOT_FOUND.code(),
+                error_message: Some(message),
+                ..Default::default()
+            };
+        };
+        let names = group.topic_names_by_id();
+        let describe = |assignment: &Assignment| DescribedAssignment {
+            topic_partitions: assignment
+                .iter()
+                .map(|(topic, ps)| DescribedTopicPartitions {
+                    topic_id: *topic,
+                    topic_name: names.get(topic).map(|n| n.to_string()).unwrap_or_default(),
+                    partitions: ps.iter().copied().collect(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let empty = Assignment::new();
+        let members = group
+            .members
+            .values()
+            .map(|m| DescribedMember {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id.clone(),
+                rack_id: m.rack_id.clone(),
+                member_epoch: m.member_epoch,
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+                subscribed_topic_regex: m.subscribed_topic_regex.clone(),
+                assignment: describe(&m.assigned_partitions),
+                target_assignment: describe(group.target.get(&m.member_id).unwrap_or(&empty)),
+                member_type: MEMBER_TYPE_CONSUMER,
+                ..Default::default()
+            })
+            .collect();
+        DescribedGroup {
+            group_id: group_id.to_string(),
+            group_state: group.state().name().to_string(),
+            group_epoch: group.group_epoch,
+            assignment_epoch: group.assignment_epoch,
+            assignor_name: group.preferred_assignor().to_string(),
+            members,
+            ..Default::default()
+        }
+    }
+}

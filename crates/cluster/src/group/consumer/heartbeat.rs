@@ -1,0 +1,568 @@
+//! ConsumerGroupHeartbeat v0-1: joining, heartbeating, leaving (Kafka's
+//! `GroupMetadataManager.consumerGroupHeartbeat` and `consumerGroupLeave`), and the
+//! target assignment and reconciliation steps they run.
+
+use super::{assignor, reconcile, records};
+use super::{Assignment, ConsumerGroup, ConsumerMember, MemberState, TopicInfo, TopicsView};
+use super::{INVALID_REGULAR_EXPRESSION, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH};
+use crate::group::records::{Continuation, Record};
+use crate::group::{GroupCoordinator, ReplyId, Response};
+use osprey_protocol::messages::consumer_group_heartbeat_request::TopicPartitions as RequestTopicPartitions;
+use osprey_protocol::messages::consumer_group_heartbeat_response::{
+    Assignment as ResponseAssignment, TopicPartitions as ResponseTopicPartitions,
+};
+use osprey_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
+use osprey_protocol::{ErrorCode, Uuid};
+use std::collections::BTreeMap;
+
+/// A heartbeat's failure: the error code and Kafka's message.
+struct Rejection {
+    code: i16,
+    message: String,
+}
+
+fn reject(error: ErrorCode, message: impl Into<String>) -> Rejection {
+    Rejection { code: error.code(), message: message.into() }
+}
+
+fn error_response(rejection: Rejection) -> ConsumerGroupHeartbeatResponse {
+    ConsumerGroupHeartbeatResponse {
+        error_code: rejection.code,
+        error_message: Some(rejection.message),
+        ..Default::default()
+    }
+}
+
+/// Whether a pattern uses regex syntax (else it names one topic).
+fn has_regex_metacharacters(pattern: &str) -> bool {
+    pattern.chars().any(|c| "\\^$.|?*+()[]{}".contains(c))
+}
+
+/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
+fn validate_request(request: &ConsumerGroupHeartbeatRequest, api_version: i16) -> Result<(), Rejection> {
+    let blank = |s: &str| s.trim().is_empty();
+    let invalid = |message: &str| Err(reject(ErrorCode::INVALID_REQUEST, message));
+    if blank(&request.group_id) {
+        return invalid("GroupId can't be empty.");
+    }
+    if request.instance_id.as_deref().is_some_and(blank) {
+        return invalid("InstanceId can't be empty.");
+    }
+    if request.rack_id.as_deref().is_some_and(blank) {
+        return invalid("RackId can't be empty.");
+    }
+    if api_version >= 1 && blank(&request.member_id) {
+        return invalid("MemberId can't be empty.");
+    }
+    match request.member_epoch {
+        0 => {
+            if request.rebalance_timeout_ms == -1 {
+                return invalid("RebalanceTimeoutMs must be provided in first request.");
+            }
+            if request.topic_partitions.as_ref().is_none_or(|tps| !tps.is_empty()) {
+                return invalid("TopicPartitions must be empty when (re-)joining.");
+            }
+            let has_names = request.subscribed_topic_names.as_ref().is_some_and(|n| !n.is_empty());
+            let has_regex = api_version >= 1 && request.subscribed_topic_regex.as_ref().is_some_and(|r| !r.is_empty());
+            if !has_names && !has_regex {
+                return invalid("SubscribedTopicNames or SubscribedTopicRegex must be set in first request.");
+            }
+        }
+        epoch if epoch > 0 || epoch == LEAVE_GROUP_MEMBER_EPOCH => {
+            if blank(&request.member_id) {
+                return invalid("MemberId can't be empty.");
+            }
+        }
+        LEAVE_GROUP_STATIC_MEMBER_EPOCH => {
+            if blank(&request.member_id) {
+                return invalid("MemberId can't be empty.");
+            }
+            if request.instance_id.is_none() {
+                return invalid("InstanceId can't be null.");
+            }
+        }
+        _ => return invalid("MemberEpoch is invalid."),
+    }
+    if api_version >= 1 {
+        if let Some(regex) = request.subscribed_topic_regex.as_deref().filter(|r| has_regex_metacharacters(r)) {
+            return Err(Rejection {
+                code: INVALID_REGULAR_EXPRESSION,
+                message: format!(
+                    "SubscribedTopicRegex `{regex}` is not supported: this broker only takes topic names."
+                ),
+            });
+        }
+    }
+    if let Some(name) = request.server_assignor.as_deref() {
+        if !assignor::ASSIGNORS.contains(&name) {
+            return Err(reject(
+                ErrorCode::UNSUPPORTED_ASSIGNOR,
+                format!("ServerAssignor {name} is not supported. Supported assignors: uniform, range."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Kafka's `throwIfMemberEpochIsInvalid`: a member may come back with its previous epoch
+/// if it owns a subset of its assignment (the response with the new epoch was lost).
+fn check_member_epoch(member: &ConsumerMember, received: i32, owned: Option<&Assignment>) -> Result<(), Rejection> {
+    let fenced = |relation: &str| {
+        Err(reject(
+            ErrorCode::FENCED_MEMBER_EPOCH,
+            format!(
+                "The consumer group member has a {relation} member epoch ({received}) than the one known by the \
+                 group coordinator ({}). The member must abandon all its partitions and rejoin.",
+                member.member_epoch
+            ),
+        ))
+    };
+    if received > member.member_epoch {
+        return fenced("greater");
+    }
+    if received < member.member_epoch {
+        let subset = owned.is_some_and(|owned| {
+            owned.iter().all(|(topic, ps)| member.assigned_partitions.get(topic).is_some_and(|a| ps.is_subset(a)))
+        });
+        if received != member.previous_member_epoch || !subset {
+            return fenced("smaller");
+        }
+    }
+    Ok(())
+}
+
+fn to_assignment(partitions: &[RequestTopicPartitions]) -> Assignment {
+    let mut assignment = Assignment::new();
+    for t in partitions {
+        if !t.partitions.is_empty() {
+            assignment.entry(t.topic_id).or_default().extend(t.partitions.iter().copied());
+        }
+    }
+    assignment
+}
+
+fn response_assignment(assignment: &Assignment) -> ResponseAssignment {
+    ResponseAssignment {
+        topic_partitions: assignment
+            .iter()
+            .map(|(topic, ps)| ResponseTopicPartitions {
+                topic_id: *topic,
+                partitions: ps.iter().copied().collect(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+/// Who is heartbeating, once validated: the member before this heartbeat (`previous`,
+/// for the change checks), the member to update (`base`), and the static member it
+/// replaces.
+struct Resolved {
+    previous: ConsumerMember,
+    base: ConsumerMember,
+    replaced: Option<String>,
+}
+
+impl GroupCoordinator {
+    /// A ConsumerGroupHeartbeat request (v0-1) from `client_id` at `client_host`. The
+    /// answer comes as [`super::Output::Respond`] for `reply`: at once when nothing
+    /// changed, else once the group's records are durable.
+    #[allow(clippy::too_many_arguments)]
+    pub fn consumer_group_heartbeat(
+        &mut self,
+        request: &ConsumerGroupHeartbeatRequest,
+        api_version: i16,
+        client_id: &str,
+        client_host: &str,
+        topics: &dyn TopicsView,
+        reply: ReplyId,
+        now_ms: i64,
+    ) {
+        let mut records = Vec::new();
+        let result = validate_request(request, api_version).and_then(|()| {
+            if matches!(request.member_epoch, LEAVE_GROUP_MEMBER_EPOCH | LEAVE_GROUP_STATIC_MEMBER_EPOCH) {
+                self.consumer_group_leave(request, &mut records)
+            } else {
+                self.consumer_group_join_or_heartbeat(
+                    request,
+                    api_version,
+                    (client_id, client_host),
+                    topics,
+                    &mut records,
+                    now_ms,
+                )
+            }
+        });
+        let response = match result {
+            Ok(response) => response,
+            Err(rejection) => return self.respond(reply, Response::ConsumerGroupHeartbeat(error_response(rejection))),
+        };
+        if records.is_empty() {
+            return self.respond(reply, Response::ConsumerGroupHeartbeat(response));
+        }
+        let then = Continuation::ConsumerGroupHeartbeat { reply, response: Box::new(response) };
+        self.persist(&request.group_id, records, then);
+    }
+
+    /// The records of a heartbeat are durable, or failed with `error`.
+    pub(in crate::group) fn consumer_heartbeat_persisted(
+        &mut self,
+        reply: ReplyId,
+        response: ConsumerGroupHeartbeatResponse,
+        result: Result<(), ErrorCode>,
+    ) {
+        let response = match result {
+            Ok(()) => response,
+            Err(error) => error_response(reject(error, error.name())),
+        };
+        self.respond(reply, Response::ConsumerGroupHeartbeat(response));
+    }
+
+    /// Kafka's `consumerGroupLeave`: epoch -1 removes the member (its partitions are
+    /// freed and the group epoch bumps); -2 marks a static member as gone for now.
+    fn consumer_group_leave(
+        &mut self,
+        request: &ConsumerGroupHeartbeatRequest,
+        records: &mut Vec<Record>,
+    ) -> Result<ConsumerGroupHeartbeatResponse, Rejection> {
+        let group_id = &request.group_id;
+        let Some(group) = self.consumer_groups.get_mut(group_id) else {
+            return Err(self.group_not_found(group_id));
+        };
+        let member_id = match request.instance_id.as_deref() {
+            None => {
+                if !group.members.contains_key(&request.member_id) {
+                    return Err(unknown_member(&request.member_id, group_id));
+                }
+                request.member_id.clone()
+            }
+            Some(instance_id) => {
+                let Some(member) = group.static_member(instance_id) else {
+                    return Err(reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Instance id {instance_id} is unknown.")));
+                };
+                if member.member_id != request.member_id {
+                    return Err(fenced_instance(instance_id, &member.member_id, &request.member_id));
+                }
+                member.member_id.clone()
+            }
+        };
+        if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
+            let member = group.members.get_mut(&member_id).expect("checked above");
+            member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
+            member.partitions_pending_revocation.clear();
+            member.rebalance_deadline = None;
+            records.push(records::current_assignment_record(group_id, member));
+        } else {
+            fence_member(group, &member_id, records);
+        }
+        Ok(ConsumerGroupHeartbeatResponse {
+            member_id: Some(request.member_id.clone()),
+            member_epoch: request.member_epoch,
+            ..Default::default()
+        })
+    }
+
+    fn group_not_found(&self, group_id: &str) -> Rejection {
+        if self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) {
+            reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Group {group_id} is not a consumer group."))
+        } else {
+            reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Consumer group {group_id} not found."))
+        }
+    }
+
+    /// A join (epoch 0) or a heartbeat of a member: Kafka's `consumerGroupHeartbeat`.
+    fn consumer_group_join_or_heartbeat(
+        &mut self,
+        request: &ConsumerGroupHeartbeatRequest,
+        api_version: i16,
+        client: (&str, &str),
+        topics: &dyn TopicsView,
+        records: &mut Vec<Record>,
+        now_ms: i64,
+    ) -> Result<ConsumerGroupHeartbeatResponse, Rejection> {
+        let group_id = request.group_id.as_str();
+        let joining = request.member_epoch == 0;
+        // A classic group with members is not ours to take over (no online upgrade); an
+        // empty one (offsets only, or a finished classic group) becomes a consumer group.
+        let mut convert_classic = false;
+        if !self.consumer_groups.contains_key(group_id) {
+            if let Some(classic) = self.groups.get(group_id) {
+                let in_use = !classic.members.is_empty() || !classic.pending_members.is_empty();
+                if in_use || !joining {
+                    return Err(reject(
+                        ErrorCode::GROUP_ID_NOT_FOUND,
+                        format!("Group {group_id} is not a consumer group."),
+                    ));
+                }
+                convert_classic = classic.protocol_type.is_some() || classic.generation_id > 0;
+            } else if !joining {
+                return Err(reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Consumer group {group_id} not found.")));
+            }
+        }
+        let existed = self.consumer_groups.contains_key(group_id);
+        let mut group = self.consumer_groups.remove(group_id).unwrap_or_else(|| ConsumerGroup::new(group_id));
+        let result = self.resolve_member(&group, request);
+        let resolved = match result {
+            Ok(resolved) => resolved,
+            Err(rejection) => {
+                if existed {
+                    self.consumer_groups.insert(group_id.to_string(), group);
+                }
+                return Err(rejection);
+            }
+        };
+        if convert_classic {
+            self.reset_classic_group(group_id, now_ms, records);
+        }
+        let response = self.update_member(&mut group, request, api_version, client, topics, resolved, records, now_ms);
+        self.consumer_groups.insert(group_id.to_string(), group);
+        Ok(response)
+    }
+
+    /// The checks of a heartbeat that come before any change.
+    fn resolve_member(
+        &mut self,
+        group: &ConsumerGroup,
+        request: &ConsumerGroupHeartbeatRequest,
+    ) -> Result<Resolved, Rejection> {
+        let max = self.config.consumer_group_max_size;
+        if group.members.len() >= max
+            && (request.member_id.is_empty() || !group.members.contains_key(&request.member_id))
+        {
+            return Err(reject(
+                ErrorCode::GROUP_MAX_SIZE_REACHED,
+                format!("The consumer group has reached its maximum capacity of {max} members."),
+            ));
+        }
+        let epoch = request.member_epoch;
+        let owned = request.topic_partitions.as_deref().map(to_assignment);
+        // ConsumerGroupHeartbeat v0: the coordinator names a joining member.
+        let member_id =
+            if request.member_id.is_empty() { self.member_ids.kafka_uuid() } else { request.member_id.clone() };
+        let Some(instance_id) = request.instance_id.as_deref() else {
+            let member = match group.members.get(&member_id) {
+                Some(member) => member.clone(),
+                None if epoch == 0 => ConsumerMember::new(&member_id),
+                None => return Err(unknown_member(&member_id, &group.group_id)),
+            };
+            check_member_epoch(&member, epoch, owned.as_ref())?;
+            return Ok(Resolved { previous: member.clone(), base: member, replaced: None });
+        };
+        let existing = group.static_member(instance_id);
+        if epoch == 0 {
+            return match existing {
+                None => {
+                    let member =
+                        group.members.get(&member_id).cloned().unwrap_or_else(|| ConsumerMember::new(&member_id));
+                    Ok(Resolved { previous: member.clone(), base: member, replaced: None })
+                }
+                Some(old) if old.member_epoch != LEAVE_GROUP_STATIC_MEMBER_EPOCH => Err(reject(
+                    ErrorCode::UNRELEASED_INSTANCE_ID,
+                    format!("Static member {} with instance id {instance_id} is not released yet.", old.member_id),
+                )),
+                Some(old) => {
+                    // The instance comes back under a new member id and takes over the
+                    // old member's partitions.
+                    let mut base = ConsumerMember::new(&member_id);
+                    base.assigned_partitions = old.assigned_partitions.clone();
+                    Ok(Resolved { previous: old.clone(), base, replaced: Some(old.member_id.clone()) })
+                }
+            };
+        }
+        let Some(old) = existing else {
+            return Err(reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Instance id {instance_id} is unknown.")));
+        };
+        if old.member_id != member_id {
+            return Err(fenced_instance(instance_id, &old.member_id, &member_id));
+        }
+        check_member_epoch(old, epoch, owned.as_ref())?;
+        Ok(Resolved { previous: old.clone(), base: old.clone(), replaced: None })
+    }
+
+    /// An empty classic group becomes a consumer group: its metadata goes (a tombstone),
+    /// its committed offsets stay.
+    fn reset_classic_group(&mut self, group_id: &str, now_ms: i64, records: &mut Vec<Record>) {
+        if let Some(classic) = self.groups.get_mut(group_id) {
+            let mut fresh = crate::group::state::Group::new(group_id, now_ms);
+            fresh.offsets = std::mem::take(&mut classic.offsets);
+            fresh.pending_offset_commits = std::mem::take(&mut classic.pending_offset_commits);
+            *classic = fresh;
+            records.push(crate::group::records::group_tombstone(group_id));
+        }
+    }
+
+    /// Steps 1-3 of Kafka's `consumerGroupHeartbeat` once the member is known: update the
+    /// member (bumping the group epoch if subscriptions changed), compute a new target
+    /// assignment if the group epoch moved, reconcile the member towards its target.
+    #[allow(clippy::too_many_arguments)]
+    fn update_member(
+        &mut self,
+        group: &mut ConsumerGroup,
+        request: &ConsumerGroupHeartbeatRequest,
+        api_version: i16,
+        (client_id, client_host): (&str, &str),
+        topics: &dyn TopicsView,
+        resolved: Resolved,
+        records: &mut Vec<Record>,
+        now_ms: i64,
+    ) -> ConsumerGroupHeartbeatResponse {
+        let group_id = group.group_id.clone();
+        let Resolved { previous, base, replaced } = resolved;
+        let member_id = base.member_id.clone();
+        let mut updated = base;
+        if let Some(instance_id) = &request.instance_id {
+            updated.instance_id = Some(instance_id.clone());
+        }
+        if let Some(rack_id) = &request.rack_id {
+            updated.rack_id = Some(rack_id.clone());
+        }
+        if request.rebalance_timeout_ms != -1 {
+            updated.rebalance_timeout_ms = request.rebalance_timeout_ms;
+        }
+        if let Some(name) = &request.server_assignor {
+            updated.server_assignor = Some(name.clone());
+        }
+        if let Some(names) = &request.subscribed_topic_names {
+            updated.subscribed_topic_names = names.iter().cloned().collect();
+        }
+        if api_version >= 1 {
+            if let Some(regex) = request.subscribed_topic_regex.as_ref() {
+                updated.subscribed_topic_regex = Some(regex.clone()).filter(|r| !r.is_empty());
+            }
+        }
+        updated.client_id = client_id.to_string();
+        updated.client_host = client_host.to_string();
+
+        if let Some(old_id) = &replaced {
+            // Kafka's `replaceMember`: the old member's records go, the new member takes
+            // over its target.
+            group.members.remove(old_id);
+            let target = group.target.remove(old_id).unwrap_or_default();
+            records.extend(records::member_tombstones(&group_id, old_id));
+            records.push(records::target_member_record(&group_id, &member_id, &target));
+            group.target.insert(member_id.clone(), target);
+        }
+        let mut bump = group.group_epoch == 0;
+        if !updated.same_metadata(&previous) {
+            records.push(records::member_metadata_record(&group_id, &updated));
+            bump |= updated.subscribed_topic_names != previous.subscribed_topic_names
+                || updated.subscribed_topic_regex != previous.subscribed_topic_regex;
+        }
+        group.members.insert(member_id.clone(), updated);
+        let metadata = group.compute_subscription_metadata(topics);
+        if metadata != group.subscription_metadata {
+            records.push(records::subscription_metadata_record(&group_id, &metadata));
+            group.subscription_metadata = metadata;
+            bump = true;
+        }
+        if bump {
+            group.group_epoch += 1;
+            records.push(records::group_epoch_record(&group_id, group.group_epoch));
+        }
+        if group.group_epoch > group.assignment_epoch {
+            compute_target_assignment(group, records);
+        }
+        let owned = request.topic_partitions.as_deref().map(to_assignment);
+        let session_timeout_ms = i64::from(self.config.consumer_group_session_timeout_ms);
+        let member = reconcile_member(group, &member_id, owned.as_ref(), records, now_ms);
+        member.session_deadline_ms = Some(now_ms + session_timeout_ms);
+        let include_assignment =
+            owned.is_some() || request.member_epoch == 0 || member.assigned_partitions != previous.assigned_partitions;
+        ConsumerGroupHeartbeatResponse {
+            member_id: Some(member_id.clone()),
+            member_epoch: member.member_epoch,
+            heartbeat_interval_ms: self.config.consumer_group_heartbeat_interval_ms,
+            assignment: include_assignment.then(|| response_assignment(&member.assigned_partitions)),
+            ..Default::default()
+        }
+    }
+}
+
+/// Kafka's `consumerGroupFenceMember`: the member's records go, the subscription
+/// metadata loses topics nobody subscribes to any more, the group epoch bumps.
+pub(super) fn fence_member(group: &mut ConsumerGroup, member_id: &str, records: &mut Vec<Record>) {
+    group.members.remove(member_id);
+    group.target.remove(member_id);
+    records.extend(records::member_tombstones(&group.group_id, member_id));
+    let subscribed = group.subscribed_topic_names();
+    let metadata: BTreeMap<String, TopicInfo> = group
+        .subscription_metadata
+        .iter()
+        .filter(|(name, _)| subscribed.contains(*name))
+        .map(|(n, t)| (n.clone(), *t))
+        .collect();
+    if metadata != group.subscription_metadata {
+        records.push(records::subscription_metadata_record(&group.group_id, &metadata));
+        group.subscription_metadata = metadata;
+    }
+    group.group_epoch += 1;
+    records.push(records::group_epoch_record(&group.group_id, group.group_epoch));
+}
+
+/// Kafka's `TargetAssignmentBuilder`: runs the group's preferred assignor for the group
+/// epoch and records each member whose target changed (and every new one).
+fn compute_target_assignment(group: &mut ConsumerGroup, records: &mut Vec<Record>) {
+    let partitions_per_topic: BTreeMap<Uuid, i32> =
+        group.subscription_metadata.values().map(|t| (t.topic_id, t.num_partitions)).collect();
+    let specs: BTreeMap<String, assignor::MemberSpec> = group
+        .members
+        .iter()
+        .map(|(id, m)| {
+            let subscribed_topic_ids = m
+                .subscribed_topics()
+                .filter_map(|name| group.subscription_metadata.get(name))
+                .map(|t| t.topic_id)
+                .collect();
+            let current = group.target.get(id).cloned().unwrap_or_default();
+            (id.clone(), assignor::MemberSpec { subscribed_topic_ids, current })
+        })
+        .collect();
+    let name = group.preferred_assignor();
+    let new_target = assignor::assign(name, &specs, &partitions_per_topic).expect("a known assignor");
+    for (member_id, assignment) in &new_target {
+        if group.target.get(member_id) != Some(assignment) {
+            records.push(records::target_member_record(&group.group_id, member_id, assignment));
+        }
+    }
+    group.target = new_target;
+    group.assignment_epoch = group.group_epoch;
+    records.push(records::target_epoch_record(&group.group_id, group.assignment_epoch));
+}
+
+/// Kafka's `maybeReconcile`: moves the member towards its target, records the change and
+/// (re)arms or clears its rebalance timeout.
+fn reconcile_member<'a>(
+    group: &'a mut ConsumerGroup,
+    member_id: &str,
+    owned: Option<&Assignment>,
+    records: &mut Vec<Record>,
+    now_ms: i64,
+) -> &'a mut ConsumerMember {
+    let target_epoch = group.assignment_epoch;
+    let current = group.members[member_id].clone();
+    if !current.is_reconciled_to(target_epoch) {
+        let empty = Assignment::new();
+        let target = group.target.get(member_id).unwrap_or(&empty);
+        let others = group.owned_by_others(member_id);
+        let mut next = reconcile::reconcile(&current, target_epoch, target, owned, &|t, p| others.contains(&(t, p)));
+        if !next.same_assignment(&current) {
+            records.push(records::current_assignment_record(&group.group_id, &next));
+            next.rebalance_deadline = (next.state == MemberState::UnrevokedPartitions)
+                .then(|| (now_ms + i64::from(next.rebalance_timeout_ms.max(0)), next.member_epoch));
+        }
+        group.members.insert(member_id.to_string(), next);
+    }
+    group.members.get_mut(member_id).expect("inserted above")
+}
+
+fn unknown_member(member_id: &str, group_id: &str) -> Rejection {
+    reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Member {member_id} is not a member of group {group_id}."))
+}
+
+fn fenced_instance(instance_id: &str, known: &str, received: &str) -> Rejection {
+    reject(
+        ErrorCode::FENCED_INSTANCE_ID,
+        format!("Static member {received} with instance id {instance_id} was fenced by member {known}."),
+    )
+}

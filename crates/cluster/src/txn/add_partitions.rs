@@ -1,0 +1,163 @@
+//! AddPartitionsToTxn and AddOffsetsToTxn (Kafka's `handleAddPartitionsToTransaction`),
+//! and the verify-only form partition leaders use before a transaction's first append
+//! (KIP-890 part 1, `handleVerifyPartitionsInTransaction`).
+
+use super::state::{TopicPartition, TxnState};
+use super::{ReplyId, Response, Then, TransactionCoordinator, GROUP_METADATA_TOPIC_NAME};
+use crate::group::partition_for;
+use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
+use osprey_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest};
+use osprey_protocol::ErrorCode;
+use std::collections::BTreeSet;
+
+/// The request kinds that add partitions, for the answer's shape.
+#[derive(Clone, Copy)]
+enum AddKind {
+    Partitions,
+    Offsets,
+}
+
+/// The transactions of an AddPartitionsToTxn request: v0-3 carry one at top level
+/// (never verify-only), v4+ a list. The server calls [`TransactionCoordinator::add_partitions`]
+/// or [`TransactionCoordinator::verify`] for each.
+pub fn transactions_of(request: &AddPartitionsToTxnRequest, version: i16) -> Vec<AddPartitionsToTxnTransaction> {
+    if version >= 4 {
+        return request.transactions.clone();
+    }
+    vec![AddPartitionsToTxnTransaction {
+        transactional_id: request.v3_and_below_transactional_id.clone(),
+        producer_id: request.v3_and_below_producer_id,
+        producer_epoch: request.v3_and_below_producer_epoch,
+        verify_only: false,
+        topics: request.v3_and_below_topics.clone(),
+        ..Default::default()
+    }]
+}
+
+fn partitions_of(transaction: &AddPartitionsToTxnTransaction) -> Vec<TopicPartition> {
+    transaction.topics.iter().flat_map(|t| t.partitions.iter().map(|p| (t.name.clone(), *p))).collect()
+}
+
+impl TransactionCoordinator {
+    /// AddPartitionsToTxn for one transaction of a request at `version` (see
+    /// [`transactions_of`]): the answer comes out as [`Response::AddPartitionsToTxn`] for
+    /// `reply`, one error for every partition.
+    pub fn add_partitions(
+        &mut self,
+        transaction: &AddPartitionsToTxnTransaction,
+        version: i16,
+        reply: ReplyId,
+        now_ms: i64,
+    ) {
+        let partitions: BTreeSet<TopicPartition> = partitions_of(transaction).into_iter().collect();
+        let producer = (transaction.producer_id, transaction.producer_epoch);
+        self.add(&transaction.transactional_id, producer, &partitions, AddKind::Partitions, (reply, version), now_ms);
+    }
+
+    /// AddOffsetsToTxn at `version`: adds the `__consumer_offsets` partition of the
+    /// request's group to the transaction; the answer comes out as
+    /// [`Response::AddOffsetsToTxn`] for `reply`.
+    pub fn add_offsets(&mut self, request: &AddOffsetsToTxnRequest, version: i16, reply: ReplyId, now_ms: i64) {
+        let partition = partition_for(&request.group_id, self.config.offsets_topic_num_partitions);
+        let partitions = BTreeSet::from([(GROUP_METADATA_TOPIC_NAME.to_string(), partition)]);
+        let producer = (request.producer_id, request.producer_epoch);
+        self.add(&request.transactional_id, producer, &partitions, AddKind::Offsets, (reply, version), now_ms);
+    }
+
+    /// AddPartitionsToTxn v4+ with `verify_only` (a partition leader before the first
+    /// transactional append, KIP-890 part 1): for each partition, NONE if it is in the
+    /// transaction, TRANSACTION_ABORTABLE if not; or one error for all. Answered at once;
+    /// nothing changes.
+    pub fn verify(&self, transaction: &AddPartitionsToTxnTransaction) -> Vec<(TopicPartition, ErrorCode)> {
+        let partitions = partitions_of(transaction);
+        let transactional_id = transaction.transactional_id.as_str();
+        let all = |error: ErrorCode| partitions.iter().map(|p| (p.clone(), error)).collect();
+        if transactional_id.is_empty() {
+            return all(ErrorCode::INVALID_REQUEST);
+        }
+        if let Err(error) = self.coordinator_epoch(transactional_id) {
+            return all(error);
+        }
+        let Some(metadata) = self.txns.get(transactional_id) else {
+            return all(ErrorCode::INVALID_PRODUCER_ID_MAPPING);
+        };
+        // The pending state is not checked: the partition leader validates again when it
+        // appends, and partitions join the set only once durable.
+        if metadata.producer_id != transaction.producer_id {
+            all(ErrorCode::INVALID_PRODUCER_ID_MAPPING)
+        } else if metadata.producer_epoch != transaction.producer_epoch {
+            all(ErrorCode::PRODUCER_FENCED)
+        } else if matches!(metadata.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+            all(ErrorCode::CONCURRENT_TRANSACTIONS)
+        } else {
+            partitions
+                .iter()
+                .map(|p| {
+                    let error = if metadata.partitions.contains(p) {
+                        ErrorCode::NONE
+                    } else {
+                        ErrorCode::TRANSACTION_ABORTABLE
+                    };
+                    (p.clone(), error)
+                })
+                .collect()
+        }
+    }
+
+    fn add(
+        &mut self,
+        transactional_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        partitions: &BTreeSet<TopicPartition>,
+        kind: AddKind,
+        (reply, version): (ReplyId, i16),
+        now_ms: i64,
+    ) {
+        let answer = |c: &mut Self, error: ErrorCode| {
+            let error = super::fenced_for_version(error, version, 2);
+            let response = match kind {
+                AddKind::Partitions => Response::AddPartitionsToTxn { error },
+                AddKind::Offsets => Response::AddOffsetsToTxn(AddOffsetsToTxnResponse {
+                    error_code: error.code(),
+                    ..Default::default()
+                }),
+            };
+            c.respond(reply, response);
+        };
+        if transactional_id.is_empty() {
+            return answer(self, ErrorCode::INVALID_REQUEST);
+        }
+        let coordinator_epoch = match self.coordinator_epoch(transactional_id) {
+            Ok(epoch) => epoch,
+            Err(e) => return answer(self, e),
+        };
+        let Some(metadata) = self.txns.get_mut(transactional_id) else {
+            return answer(self, ErrorCode::INVALID_PRODUCER_ID_MAPPING);
+        };
+        // An id whose first InitProducerId never became durable has no epoch: its producer
+        // id was never handed out (Kafka fails this internally; the mapping is what is wrong).
+        let error = if metadata.producer_id != producer_id || metadata.producer_epoch < 0 {
+            Some(ErrorCode::INVALID_PRODUCER_ID_MAPPING)
+        } else if metadata.producer_epoch != producer_epoch {
+            Some(ErrorCode::PRODUCER_FENCED)
+        } else if metadata.pending_transition_in_progress()
+            || matches!(metadata.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+        {
+            Some(ErrorCode::CONCURRENT_TRANSACTIONS)
+        } else if metadata.state == TxnState::Ongoing && partitions.is_subset(&metadata.partitions) {
+            // Already in the transaction: nothing to persist.
+            Some(ErrorCode::NONE)
+        } else {
+            None
+        };
+        if let Some(error) = error {
+            return answer(self, error);
+        }
+        let transit = metadata.prepare_add_partitions(partitions, now_ms);
+        let then = match kind {
+            AddKind::Partitions => Then::AddPartitions { reply, version },
+            AddKind::Offsets => Then::AddOffsets { reply, version },
+        };
+        self.append(transactional_id, coordinator_epoch, transit, then);
+    }
+}

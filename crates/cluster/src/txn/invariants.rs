@@ -1,0 +1,47 @@
+//! The coordinator's internal invariants, checked by tests after every step.
+
+use super::state::TxnState;
+use super::TransactionCoordinator;
+
+impl TransactionCoordinator {
+    /// Checks what must hold between any two calls; `Err` says what does not.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (id, m) in &self.txns {
+            if !self.is_coordinator_for(id) {
+                return Err(format!("{id}: held without its partition"));
+            }
+            if m.state == TxnState::Empty && !m.partitions.is_empty() {
+                return Err(format!("{id}: Empty with partitions {:?}", m.partitions));
+            }
+            if matches!(m.state, TxnState::Dead | TxnState::PrepareEpochFence) {
+                return Err(format!("{id}: in transient state {:?}", m.state));
+            }
+            if m.state == TxnState::Ongoing && m.txn_start_ms < 0 {
+                return Err(format!("{id}: Ongoing without a start time"));
+            }
+            if m.pending_state == Some(TxnState::PrepareEpochFence) {
+                return Err(format!("{id}: a fence is left pending between calls"));
+            }
+            if m.producer_epoch < super::NO_PRODUCER_EPOCH || m.producer_id < 0 {
+                return Err(format!("{id}: bad producer {} / {}", m.producer_id, m.producer_epoch));
+            }
+        }
+        for (id, pending) in &self.pending_markers {
+            let Some(m) = self.txns.get(id) else { return Err(format!("{id}: markers pending for an unknown id")) };
+            let completing = if pending.marker.committed { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
+            if m.pending_state != Some(completing) || m.state == completing {
+                return Err(format!("{id}: markers pending in {:?} -> {:?}", m.state, m.pending_state));
+            }
+        }
+        // Each id has at most one transition in flight.
+        let mut in_flight = std::collections::BTreeSet::new();
+        for pending in self.pending_persists.values() {
+            let live = self.txns.get(&pending.transactional_id).is_some_and(|m| m.pending_state.is_some())
+                && self.coordinator_epoch(&pending.transactional_id) == Ok(pending.coordinator_epoch);
+            if live && !in_flight.insert(pending.transactional_id.clone()) {
+                return Err(format!("{}: two transitions in flight", pending.transactional_id));
+            }
+        }
+        Ok(())
+    }
+}
