@@ -41,6 +41,8 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::GetTelemetrySubscriptions, 0, 0),
     (ApiKey::PushTelemetry, 0, 0),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    (ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
 
 /// The advertised range of `key`, if the broker serves it.

@@ -7,9 +7,10 @@ use crate::broker::Broker;
 use crate::dispatch::Reply;
 use osprey_cluster::group::Response;
 use osprey_protocol::messages::{
-    DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest,
-    JoinGroupResponse, LeaveGroupRequest, ListGroupsRequest, OffsetDeleteRequest, OffsetDeleteResponse,
-    SyncGroupRequest, SyncGroupResponse,
+    ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
+    DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
+    LeaveGroupRequest, ListGroupsRequest, OffsetDeleteRequest, OffsetDeleteResponse, SyncGroupRequest,
+    SyncGroupResponse,
 };
 use osprey_protocol::{ErrorCode, ResponseBody};
 use std::sync::Arc;
@@ -76,4 +77,29 @@ pub fn delete_offsets(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> Reply {
     let fallback =
         OffsetDeleteResponse { error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), ..Default::default() };
     later(rx, ResponseBody::OffsetDelete(fallback))
+}
+
+/// ConsumerGroupHeartbeat (KIP-848): the server-side assignor computes assignments from
+/// the current topics; the answer waits for the group's records to be durable.
+pub fn consumer_heartbeat(
+    broker: &Arc<Broker>,
+    req: ConsumerGroupHeartbeatRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+) -> Reply {
+    let image = broker.image();
+    let rx = broker.groups.call_later(broker, |c, reply, now| {
+        c.consumer_group_heartbeat(&req, version, client_id, client_host, &*image, reply, now)
+    });
+    let fallback = ConsumerGroupHeartbeatResponse {
+        error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(),
+        member_epoch: -1,
+        ..Default::default()
+    };
+    later(rx, ResponseBody::ConsumerGroupHeartbeat(fallback))
+}
+
+pub fn consumer_describe(broker: &Arc<Broker>, req: ConsumerGroupDescribeRequest) -> ResponseBody {
+    ResponseBody::ConsumerGroupDescribe(broker.groups.call(broker, |c, _| c.consumer_group_describe(&req.group_ids)))
 }

@@ -59,6 +59,10 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::DescribeGroups(body) => Reply::Now(groups::describe(broker, body, version)),
         RequestBody::DeleteGroups(body) => groups::delete(broker, body),
         RequestBody::OffsetDelete(body) => groups::delete_offsets(broker, body),
+        RequestBody::ConsumerGroupHeartbeat(body) => {
+            groups::consumer_heartbeat(broker, body, version, &client_id, &format!("/{}", peer.ip()))
+        }
+        RequestBody::ConsumerGroupDescribe(body) => Reply::Now(groups::consumer_describe(broker, body)),
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
         RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
         RequestBody::InitProducerId(body) => Reply::Now(init_producer_id::handle(broker, body)),

@@ -38,6 +38,22 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Re
                 })
                 .collect::<Vec<_>>()
         });
+        // Members of a consumer group (KIP-848) fetch with their member epoch (v9+).
+        let member_check = if version >= 9 {
+            broker
+                .groups
+                .call(broker, |c, _| c.validate_offset_fetch(&g.group_id, g.member_id.as_deref(), g.member_epoch))
+        } else {
+            Ok(())
+        };
+        if let Err(code) = member_check {
+            resp.groups.push(OffsetFetchResponseGroup {
+                group_id: g.group_id,
+                error_code: code.code(),
+                ..Default::default()
+            });
+            continue;
+        }
         let mut group = fetch(broker, &g.group_id, topics, req.require_stable);
         if by_id {
             for t in &mut group.topics {
