@@ -69,6 +69,9 @@ impl Settings {
             offsets_retention_minutes: c.offsets_retention_ms / 60_000,
             offsets_retention_check_interval_ms: c.offsets_retention_check_interval_ms,
             member_id_seed: seed,
+            consumer_group_heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
+            consumer_group_session_timeout_ms: c.group_consumer_session_timeout_ms,
+            consumer_group_max_size: c.group_consumer_max_size.max(1) as usize,
             ..Default::default()
         }
     }

@@ -203,6 +203,12 @@ pub struct BrokerConfig {
     pub group_min_session_timeout_ms: i32,
     /// `group.max.session.timeout.ms`.
     pub group_max_session_timeout_ms: i32,
+    /// `group.consumer.heartbeat.interval.ms`.
+    pub group_consumer_heartbeat_interval_ms: i32,
+    /// `group.consumer.session.timeout.ms`.
+    pub group_consumer_session_timeout_ms: i32,
+    /// `group.consumer.max.size`.
+    pub group_consumer_max_size: i32,
     /// `group.max.size`.
     pub group_max_size: i32,
     /// `transaction.state.log.num.partitions`.
@@ -360,6 +366,9 @@ impl BrokerConfig {
             group_initial_rebalance_delay_ms: r.i32("group.initial.rebalance.delay.ms"),
             group_min_session_timeout_ms: r.i32("group.min.session.timeout.ms"),
             group_max_session_timeout_ms: r.i32("group.max.session.timeout.ms"),
+            group_consumer_heartbeat_interval_ms: r.i32("group.consumer.heartbeat.interval.ms"),
+            group_consumer_session_timeout_ms: r.i32("group.consumer.session.timeout.ms"),
+            group_consumer_max_size: r.i32("group.consumer.max.size"),
             group_max_size: r.i32("group.max.size"),
             transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),
             transaction_state_log_replication_factor: r.i16("transaction.state.log.replication.factor"),

@@ -393,6 +393,12 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Largest session timeout a member may ask for."),
     ConfigKey::new("group.max.size", Int, Some(I32_MAX), AtLeast(1), G::Groups,
         "Most members in one consumer group."),
+    ConfigKey::new("group.consumer.heartbeat.interval.ms", Int, Some("5000"), AtLeast(1), G::Groups,
+        "How often KIP-848 consumer-protocol members heartbeat."),
+    ConfigKey::new("group.consumer.session.timeout.ms", Int, Some("45000"), AtLeast(1), G::Groups,
+        "A KIP-848 member silent this long is removed from its group."),
+    ConfigKey::new("group.consumer.max.size", Int, Some(I32_MAX), AtLeast(1), G::Groups,
+        "Most members in one KIP-848 consumer group."),
     // Transactions
     ConfigKey::new("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), G::Transactions,
         "Partitions of __transaction_state (fixed once the topic exists)."),
