@@ -20,3 +20,6 @@ if [ -x compat-tests/run.sh ]; then
   step "compat-tests against real clients"
   compat-tests/run.sh
 fi
+
+step "bench/run.sh quick (smoke test of the osprey-vs-Kafka benchmark harness)"
+bench/run.sh quick

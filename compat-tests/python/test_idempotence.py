@@ -1,5 +1,6 @@
 """The idempotent producer under faults: a TCP proxy between librdkafka and the broker
-cuts connections at random while 100,000 keyed messages go out with 5 requests in
+cuts connections at random (every 0.3-1 s, and at every 10,000th message) while
+100,000 keyed messages go out with 5 requests in
 flight. Retried batches must be stored once: a read_uncommitted consumer then finds
 every message exactly once, in order per key (zero duplicates, zero gaps)."""
 
@@ -65,6 +66,15 @@ class ChaosProxy:
                 pass
 
     def cut(self, rng: random.Random):
+        """Closes one live connection, waiting up to 2 s for one to exist."""
+        deadline = time.monotonic() + 2
+        while True:
+            with self.lock:
+                if any(p[0].fileno() != -1 for p in self.pairs):
+                    break
+            if time.monotonic() > deadline:
+                return
+            time.sleep(0.01)
         with self.lock:
             live = [p for p in self.pairs if p[0].fileno() != -1]
             if not live:
@@ -120,7 +130,9 @@ def test_idempotent_producer_with_cut_connections_stores_each_message_once_in_or
         stop_chaos = threading.Event()
 
         def chaos():
-            while not stop_chaos.wait(rng.uniform(0.05, 0.3)):
+            # Often enough that requests are in flight at every cut, rarely enough that
+            # librdkafka reconnects (and re-bootstraps) between cuts and makes progress.
+            while not stop_chaos.wait(rng.uniform(0.3, 1.0)):
                 proxy.cut(rng)
 
         chaos_thread = threading.Thread(target=chaos, daemon=True)
@@ -136,6 +148,10 @@ def test_idempotent_producer_with_cut_connections_stores_each_message_once_in_or
                     p.poll(0.05)
             if i % 1000 == 0:
                 p.poll(0)
+            if i % 10_000 == 9_999:
+                # Besides the random cuts, one at every 10k messages, so a fast run still
+                # has its in-flight requests cut at least ten times.
+                proxy.cut(rng)
         remaining = p.flush(180)
         stop_chaos.set()
         chaos_thread.join()

@@ -16,6 +16,9 @@ pub fn spawn(
     tokio::spawn(async move {
         let mut retention = tokio::time::interval(retention_every);
         let mut flush = tokio::time::interval(flush_every);
+        let cleaner_enabled = broker.settings.config.log_cleaner_enable;
+        let mut cleaner =
+            tokio::time::interval(Duration::from_millis(broker.settings.config.log_cleaner_backoff_ms.max(100) as u64));
         // Group session and rebalance timeouts are milliseconds-to-seconds; 100 ms is
         // fine enough and cheap.
         let mut group_timers = tokio::time::interval(Duration::from_millis(100));
@@ -26,7 +29,12 @@ pub fn spawn(
                 _ = retention.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {
+                        let expiration_ms = i64::from(b.settings.config.producer_id_expiration_ms);
                         for p in b.partitions() {
+                            let expired = p.log.expire_producers(now_ms(), expiration_ms);
+                            if expired > 0 {
+                                tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producer ids expired");
+                            }
                             match p.log.retention_pass(now_ms()) {
                                 Ok(o) if o.deleted_segments > 0 => tracing::info!(topic = %p.topic, partition = p.index, segments = o.deleted_segments, bytes = o.deleted_bytes, log_start_offset = o.log_start_offset, "retention deleted segments"),
                                 Ok(_) => {}
@@ -34,6 +42,10 @@ pub fn spawn(
                             }
                         }
                     }).await;
+                }
+                _ = cleaner.tick(), if cleaner_enabled => {
+                    let b = broker.clone();
+                    let _ = tokio::task::spawn_blocking(move || clean_compacted(&b)).await;
                 }
                 _ = flush.tick() => {
                     let b = broker.clone();
@@ -50,4 +62,28 @@ pub fn spawn(
             }
         }
     });
+}
+
+/// One compaction round: every partition whose topic is compacted gets a cleaning pass
+/// (which does nothing unless its dirty ratio or max lag calls for it).
+fn clean_compacted(broker: &Broker) {
+    let map_bytes = broker.settings.config.log_cleaner_dedupe_buffer_size.clamp(1024, 1 << 32) as usize;
+    for p in broker.partitions() {
+        if !p.log.config().cleanup_policy.compact {
+            continue;
+        }
+        match p.log.clean(now_ms(), map_bytes) {
+            Ok(o) if o.cleaned_segments > 0 => tracing::info!(
+                topic = %p.topic,
+                partition = p.index,
+                segments = o.cleaned_segments,
+                bytes_before = o.bytes_before,
+                bytes_after = o.bytes_after,
+                records_removed = o.records_removed,
+                "compacted"
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction pass failed"),
+        }
+    }
 }

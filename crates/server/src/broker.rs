@@ -9,7 +9,7 @@ use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::{Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, TopicImage};
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::{Flusher, LogConfig, PartitionLog, StdStorage};
+use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, StdStorage};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -119,6 +119,8 @@ pub struct Broker {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The group coordinator and its `__consumer_offsets` plumbing.
     pub groups: Groups,
+    /// Open segment and index files, shared by every partition log.
+    fd_budget: Arc<FdBudget>,
 }
 
 impl std::fmt::Debug for Broker {
@@ -161,6 +163,7 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
             stopping: tokio::sync::watch::channel(false).0,
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
+            fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -346,7 +349,8 @@ impl Broker {
             }
             let dir = self.partition_dir(&topic.name, p.index);
             write_partition_metadata(&dir, topic.id)?;
-            let log = PartitionLog::open(StdStorage, &dir, config.clone(), now_ms())
+            let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
+            let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
                 .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
             let partition =
                 Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
@@ -393,6 +397,31 @@ impl Broker {
             }
         }
         tracing::info!(closed, "partition logs closed");
+    }
+}
+
+/// The open-file budget: the configured one, but at most half the process's soft
+/// `RLIMIT_NOFILE` (sockets need the rest), read from /proc where available.
+fn open_file_budget(configured: i32) -> usize {
+    let configured = configured.max(16) as usize;
+    let soft = std::fs::read_to_string("/proc/self/limits").ok().and_then(|limits| {
+        limits
+            .lines()
+            .find(|l| l.starts_with("Max open files"))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .and_then(|v| v.parse::<usize>().ok())
+    });
+    match soft {
+        Some(soft) if soft / 2 < configured => {
+            tracing::warn!(
+                configured,
+                soft_limit = soft,
+                "osprey.log.max.open.files is above half the open-file limit; using {} (raise `ulimit -n` for more)",
+                (soft / 2).max(16)
+            );
+            (soft / 2).max(16)
+        }
+        _ => configured,
     }
 }
 

@@ -1,7 +1,10 @@
 //! A partition this broker leads: its log, and the signal fetchers wait on.
 
 use osprey_protocol::Uuid;
-use osprey_storage::{Flusher, PartitionLog, StorageError};
+use osprey_storage::{FdLimited, Flusher, PartitionLog, StdStorage, StorageError};
+
+/// A partition log whose files count against the broker's open-file budget.
+pub type Log = PartitionLog<FdLimited<StdStorage>>;
 use std::sync::Arc;
 use tokio::sync::{oneshot, watch};
 
@@ -11,7 +14,7 @@ pub struct Partition {
     pub topic_id: Uuid,
     pub index: i32,
     pub leader_epoch: i32,
-    pub log: Arc<PartitionLog>,
+    pub log: Arc<Log>,
     /// Acknowledge only after fsync (the default), or at once (`flush.messages`/`flush.ms` set).
     fsync_before_ack: std::sync::atomic::AtomicBool,
     /// The high watermark, published for long-polling fetches.
@@ -24,7 +27,7 @@ impl Partition {
         topic_id: Uuid,
         index: i32,
         leader_epoch: i32,
-        log: Arc<PartitionLog>,
+        log: Arc<Log>,
         fsync_before_ack: bool,
     ) -> Partition {
         let (high_watermark, _) = watch::channel(log.high_watermark());

@@ -19,6 +19,10 @@ pub const DEFAULT_INDEX_INTERVAL_BYTES: u64 = 4096;
 pub const DEFAULT_RETENTION_MS: i64 = 604_800_000;
 /// Kafka's `max.message.bytes` default (1 MiB plus the batch overhead).
 pub const DEFAULT_MAX_MESSAGE_BYTES: u32 = 1_048_588;
+/// Kafka's `min.cleanable.dirty.ratio` default.
+pub const DEFAULT_MIN_CLEANABLE_DIRTY_RATIO: f64 = 0.5;
+/// Kafka's `delete.retention.ms` default: 1 day.
+pub const DEFAULT_DELETE_RETENTION_MS: i64 = 86_400_000;
 
 /// Which timestamp a batch carries once it is in the log (`message.timestamp.type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,7 +38,7 @@ pub enum TimestampType {
 pub struct CleanupPolicy {
     /// Retention by `retention.ms` / `retention.bytes` deletes old segments.
     pub delete: bool,
-    /// Keep the last record per key (not implemented by the storage engine yet).
+    /// Keep the last record per key ([`crate::PartitionLog::clean`]).
     pub compact: bool,
 }
 
@@ -74,7 +78,7 @@ pub enum ConfigError {
 }
 
 /// Per-partition log settings. Field names are Kafka's keys with `.` replaced by `_`.
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq)]
 pub struct LogConfig {
     /// `segment.bytes`: roll the active segment before it would exceed this size.
     pub segment_bytes: u64,
@@ -99,7 +103,20 @@ pub struct LogConfig {
     pub message_timestamp_type: TimestampType,
     /// `cleanup.policy`.
     pub cleanup_policy: CleanupPolicy,
+    /// `min.cleanable.dirty.ratio`: compact once dirty bytes / cleanable bytes reach this
+    /// (0.0 to 1.0, never NaN: `set` rejects anything else).
+    pub min_cleanable_dirty_ratio: f64,
+    /// `delete.retention.ms`: how long a tombstone stays after the segment holding it
+    /// was first cleaned, so consumers reading the head see the delete.
+    pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a record is not compacted before it is this old.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty record this old forces a clean whatever the ratio.
+    pub max_compaction_lag_ms: i64,
 }
+
+// `min_cleanable_dirty_ratio` is an f64 but never NaN, so equality is total.
+impl Eq for LogConfig {}
 
 impl Default for LogConfig {
     fn default() -> Self {
@@ -115,6 +132,10 @@ impl Default for LogConfig {
             max_message_bytes: DEFAULT_MAX_MESSAGE_BYTES,
             message_timestamp_type: TimestampType::CreateTime,
             cleanup_policy: CleanupPolicy { delete: true, compact: false },
+            min_cleanable_dirty_ratio: DEFAULT_MIN_CLEANABLE_DIRTY_RATIO,
+            delete_retention_ms: DEFAULT_DELETE_RETENTION_MS,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
         }
     }
 }
@@ -133,6 +154,10 @@ impl fmt::Debug for LogConfig {
             .field("max.message.bytes", &self.max_message_bytes)
             .field("message.timestamp.type", &self.message_timestamp_type)
             .field("cleanup.policy", &self.cleanup_policy)
+            .field("min.cleanable.dirty.ratio", &self.min_cleanable_dirty_ratio)
+            .field("delete.retention.ms", &self.delete_retention_ms)
+            .field("min.compaction.lag.ms", &self.min_compaction_lag_ms)
+            .field("max.compaction.lag.ms", &self.max_compaction_lag_ms)
             .finish()
     }
 }
@@ -152,7 +177,9 @@ impl LogConfig {
     /// `log.retention.minutes`, `log.retention.hours`, `log.retention.bytes`,
     /// `log.flush.interval.messages`, `log.flush.interval.ms`, `log.index.size.max.bytes`,
     /// `log.index.interval.bytes`, `log.cleanup.policy`, `log.message.timestamp.type`,
-    /// `message.max.bytes`). Later pairs win.
+    /// `message.max.bytes`, `log.cleaner.min.cleanable.ratio`,
+    /// `log.cleaner.delete.retention.ms`, `log.cleaner.min.compaction.lag.ms`,
+    /// `log.cleaner.max.compaction.lag.ms`). Later pairs win.
     pub fn from_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) -> Result<LogConfig, ConfigError> {
         let mut config = LogConfig::default();
         for (key, value) in pairs {
@@ -188,6 +215,18 @@ impl LogConfig {
                 }
             }
             "cleanup.policy" | "log.cleanup.policy" => self.cleanup_policy = v.cleanup_policy()?,
+            "min.cleanable.dirty.ratio" | "log.cleaner.min.cleanable.ratio" => {
+                self.min_cleanable_dirty_ratio = v.ratio()?
+            }
+            "delete.retention.ms" | "log.cleaner.delete.retention.ms" => {
+                self.delete_retention_ms = v.positive_i64(0)?
+            }
+            "min.compaction.lag.ms" | "log.cleaner.min.compaction.lag.ms" => {
+                self.min_compaction_lag_ms = v.positive_i64(0)?
+            }
+            "max.compaction.lag.ms" | "log.cleaner.max.compaction.lag.ms" => {
+                self.max_compaction_lag_ms = v.positive_i64(1)?
+            }
             _ => return Err(ConfigError::UnknownKey(key.to_string())),
         }
         Ok(())
@@ -215,6 +254,13 @@ impl Value<'_> {
         match self.value.trim().parse::<i64>() {
             Ok(n) if n >= min => Ok(n),
             _ => Err(self.invalid("a positive integer")),
+        }
+    }
+
+    fn ratio(&self) -> Result<f64, ConfigError> {
+        match self.value.trim().parse::<f64>() {
+            Ok(r) if (0.0..=1.0).contains(&r) => Ok(r),
+            _ => Err(self.invalid("a number from 0.0 to 1.0")),
         }
     }
 
@@ -291,5 +337,25 @@ mod tests {
         assert!(matches!(LogConfig::from_pairs([("retention.ms", "-2")]), Err(ConfigError::InvalidValue { .. })));
         assert!(matches!(LogConfig::from_pairs([("cleanup.policy", "keep")]), Err(ConfigError::InvalidValue { .. })));
         assert!(matches!(LogConfig::from_pairs([("no.such.key", "1")]), Err(ConfigError::UnknownKey(_))));
+    }
+
+    #[test]
+    fn compaction_keys_have_kafka_defaults_and_bounds() {
+        let c = LogConfig::default();
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.5);
+        assert_eq!(c.delete_retention_ms, 86_400_000);
+        assert_eq!((c.min_compaction_lag_ms, c.max_compaction_lag_ms), (0, i64::MAX));
+        let c = LogConfig::from_pairs([
+            ("min.cleanable.dirty.ratio", "0.1"),
+            ("log.cleaner.delete.retention.ms", "5"),
+            ("min.compaction.lag.ms", "7"),
+            ("max.compaction.lag.ms", "9"),
+        ])
+        .unwrap();
+        assert_eq!(c.min_cleanable_dirty_ratio, 0.1);
+        assert_eq!((c.delete_retention_ms, c.min_compaction_lag_ms, c.max_compaction_lag_ms), (5, 7, 9));
+        for bad in ["1.5", "-0.1", "NaN", "x"] {
+            assert!(LogConfig::from_pairs([("min.cleanable.dirty.ratio", bad)]).is_err(), "{bad}");
+        }
     }
 }

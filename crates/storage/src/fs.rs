@@ -147,6 +147,9 @@ struct SimFaults {
     space_left: Option<u64>,
     /// Fail every fsync with an I/O error.
     fail_sync: bool,
+    /// Renames that may still succeed before every rename fails (a crash point in a
+    /// sequence of renames, such as a compaction swap).
+    renames_left: Option<u64>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -201,6 +204,12 @@ impl SimStorage {
     pub fn set_fail_sync(&self, fail: bool) {
         let disk = lock(&self.disk);
         lock(&disk.faults).fail_sync = fail;
+    }
+
+    /// Renames fail with an I/O error once `n` more have succeeded; `None` lifts it.
+    pub fn set_renames_left(&self, n: Option<u64>) {
+        let disk = lock(&self.disk);
+        lock(&disk.faults).renames_left = n;
     }
 
     /// The disk after a power loss at this instant, as a new independent `SimStorage`.
@@ -318,6 +327,12 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut disk = lock(&self.disk);
+        if let Some(left) = &mut lock(&disk.faults).renames_left {
+            if *left == 0 {
+                return Err(io::Error::other("injected rename failure"));
+            }
+            *left -= 1;
+        }
         let data = disk.files.remove(from).ok_or(io::ErrorKind::NotFound)?;
         disk.files.insert(to.to_path_buf(), data);
         Ok(())

@@ -1,6 +1,6 @@
 //! Osprey's durable partition log: segments of record batches stored exactly as
 //! accepted, sparse offset and time indexes, group-committed fsync, crash recovery,
-//! truncation, retention and checkpoints.
+//! truncation, retention, compaction and checkpoints.
 //!
 //! # Durability (precisely)
 //!
@@ -43,6 +43,13 @@
 //!   gets [`StorageError::Truncated`]; a blocking `wait_durable` that spans any truncation
 //!   may get it even for offsets the truncation kept (conservative; the producer retries).
 //!
+//! * Compaction ([`PartitionLog::clean`], `cleanup.policy=compact`) rewrites sealed
+//!   segments only, into `.cleaned` files that are fsynced with their indexes before the
+//!   swap; renaming the log file to `.swap` is the commit point. Reopen finishes a swap
+//!   that reached it (deleting the segments merged into it) and discards one that did
+//!   not, so a crash leaves each group of segments either wholly original or wholly
+//!   cleaned. Offsets never change.
+//!
 //! With `flush.messages=N` or `flush.ms=M` set (Kafka semantics), `wait_for_ack` returns
 //! at once: an acknowledged append survives a process crash (it is in the page cache)
 //! but not a power loss until the next fsync (every N records, or when
@@ -53,16 +60,21 @@
 //!
 //! A log keeps its active segment's file open plus at most
 //! [`log::MAX_OPEN_SEALED_SEGMENTS`] recently read sealed ones (others are reopened on
-//! demand), so descriptors grow with partitions, not segments. Fsyncs for async callers
+//! demand), so descriptors grow with partitions, not segments. To bound them across all
+//! partitions, open logs on [`FdLimited`] storage sharing one [`FdBudget`]: at most its
+//! `max_open` segment descriptors are open at once, active segments included, the least
+//! recently used being closed and reopened on demand. Fsyncs for async callers
 //! run on a fixed [`Flusher`] pool shared by all logs.
 
 #![cfg_attr(test, allow(clippy::unwrap_used))]
 
 pub mod batch;
+pub mod cleaner;
 pub mod config;
 pub mod durability;
 pub mod epoch;
 pub mod error;
+pub mod fdlimit;
 pub mod fs;
 pub mod log;
 pub mod producer;
@@ -70,9 +82,11 @@ pub mod producer;
 mod checkpoint;
 mod segment;
 
+pub use cleaner::CleanOutcome;
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, TimestampType};
 pub use durability::{DurableCallback, Flushable, Flusher, FsyncStats};
 pub use error::{Result, StorageError};
+pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
 pub use log::{AppendInfo, PartitionLog, ReadSlice, RetentionOutcome, TimestampOffset};
 pub use producer::{ProducerStateTable, SequenceError};

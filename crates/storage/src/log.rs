@@ -17,6 +17,7 @@ use bytes::Bytes;
 
 use crate::batch::{self, BatchHeader, HEADER_LEN};
 use crate::checkpoint;
+use crate::cleaner::{self, CleanOutcome, CleanRules, SourceSegment};
 use crate::config::{FlushPolicy, LogConfig, TimestampType};
 use crate::durability::{DurableCallback, Flushable, Flusher, FsyncCounters, FsyncStats};
 use crate::epoch::LeaderEpochCache;
@@ -33,6 +34,9 @@ pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 /// Checkpoint of the high watermark.
 pub const HIGH_WATERMARK_CHECKPOINT: &str = "high-watermark-checkpoint";
+/// Checkpoint of the compactor's first dirty offset (Kafka keeps one per log
+/// directory for all partitions; here each partition has its own).
+pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 /// Suffix of producer state snapshots, named by the offset they cover up to.
 const SNAPSHOT_SUFFIX: &str = ".snapshot";
 /// Producer snapshots kept; older ones go when a new one is written.
@@ -123,6 +127,8 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     durable_changed: Condvar,
     fsyncs: FsyncCounters,
     queued_on_flusher: AtomicBool,
+    /// Held for a whole compaction pass: one cleaner per log at a time.
+    cleaning: Mutex<()>,
     /// Whether open skipped recovery (clean-shutdown marker, or a new log).
     opened_clean: bool,
 }
@@ -138,6 +144,8 @@ struct LogState<F> {
     open_sealed: VecDeque<i64>,
     /// When the active segment began, for `segment.ms`.
     active_since_ms: i64,
+    /// Compaction has covered every offset below this (the cleaner checkpoint).
+    first_dirty_offset: i64,
     /// Records appended since open (for `flush.messages` accounting).
     appended_records: u64,
     /// `appended_records` covered by the last completed fsync.
@@ -225,6 +233,19 @@ impl<F: StorageFile> LogState<F> {
     }
 }
 
+/// What a compaction pass reads, planned under the lock.
+struct CleanPlan<F> {
+    /// The cleanable sealed segments, from the log start.
+    sources: Vec<SourceSegment<F>>,
+    first_dirty: i64,
+    /// End of the cleanable section (a segment boundary).
+    end: i64,
+    delete_horizon_ms: i64,
+    producer_last_offsets: std::collections::HashMap<i64, i64>,
+    generation: u64,
+    dirty_ratio: f64,
+}
+
 /// A batch validated on the way in: where it is in the appended buffer and its header.
 struct Incoming {
     position: usize,
@@ -253,6 +274,8 @@ impl<S: Storage> PartitionLog<S> {
             let path = dir.join(name);
             storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))?;
         }
+        cleaner::recover_swaps(&storage, &dir, &names)?;
+        let names = storage.list(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
         let mut bases: Vec<i64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
         bases.sort_unstable();
 
@@ -270,6 +293,7 @@ impl<S: Storage> PartitionLog<S> {
             producers: ProducerStateTable::default(),
             open_sealed: VecDeque::new(),
             active_since_ms: now_ms,
+            first_dirty_offset: 0,
             appended_records: 0,
             flushed_records: 0,
             oldest_unflushed_ms: None,
@@ -287,6 +311,8 @@ impl<S: Storage> PartitionLog<S> {
         state.log_start_offset = start.clamp(first_base, leo);
         let hw = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT).unwrap_or(0);
         state.high_watermark = hw.clamp(state.log_start_offset, leo);
+        let first_dirty = checkpoint::read_i64(&storage, &dir, CLEANER_OFFSET_CHECKPOINT).unwrap_or(0);
+        state.first_dirty_offset = first_dirty.clamp(state.log_start_offset, leo);
         state.epochs = load_epochs(&storage, &dir, &state)?;
         state.producers = load_producers(&storage, &dir, &state)?;
         if let Some(ts) = state.active().first_batch_timestamp {
@@ -308,6 +334,7 @@ impl<S: Storage> PartitionLog<S> {
             durable_changed: Condvar::new(),
             fsyncs: FsyncCounters::default(),
             queued_on_flusher: AtomicBool::new(false),
+            cleaning: Mutex::new(()),
             opened_clean: clean || bases.is_empty(),
         })
     }
@@ -580,6 +607,19 @@ impl<S: Storage> PartitionLog<S> {
             remove_snapshot(&self.storage, &self.dir, *old)?;
         }
         Ok(())
+    }
+
+    /// Drops the state of producers idle for `producer_id_expiration_ms` (the broker's
+    /// `producer.id.expiration.ms`, Kafka default 86400000), judged by their newest
+    /// batch's max timestamp, as Kafka's periodic expiry does. Returns how many went. The
+    /// next snapshot (roll, close) leaves them out; a reload from an older snapshot may
+    /// bring them back until the next expiry pass, as in Kafka.
+    pub fn expire_producers(&self, now_ms: i64, producer_id_expiration_ms: i64) -> usize {
+        let removed = lock(&self.state).producers.remove_expired(now_ms, producer_id_expiration_ms);
+        if removed > 0 {
+            tracing::debug!(dir = %self.dir.display(), removed, "expired idle producer ids");
+        }
+        removed
     }
 
     /// Producer state of one producer id, for DescribeProducers and tests.
@@ -1065,6 +1105,7 @@ impl<S: Storage> PartitionLog<S> {
         let new_leo = s.log_end_offset();
         s.high_watermark = s.high_watermark.min(new_leo);
         s.log_start_offset = s.log_start_offset.min(new_leo);
+        s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
         s.producers = load_producers(&self.storage, &self.dir, &s)?;
         if s.epochs.truncate_from_end(new_leo) {
             self.write_epoch_checkpoint(&s)?;
@@ -1182,6 +1223,182 @@ impl<S: Storage> PartitionLog<S> {
         outcome.log_start_offset = new_start;
         tracing::info!(dir = %self.dir.display(), segments = n, bytes = outcome.deleted_bytes, log_start_offset = new_start, "retention deleted segments");
         Ok(outcome)
+    }
+
+    // ----- compaction -----------------------------------------------------------------
+
+    /// One compaction pass (`cleanup.policy` containing `compact`), for the broker's
+    /// background cleaner; see [`crate::cleaner`] for the rules. Cleans sealed segments
+    /// only, up to the high watermark and `min.compaction.lag.ms`, when the dirty ratio
+    /// reaches `min.cleanable.dirty.ratio` (or a dirty segment is older than
+    /// `max.compaction.lag.ms`). The key → offset map is limited to `offset_map_bytes`
+    /// (like `log.cleaner.dedupe.buffer.size`); a dirty section with more keys is cleaned
+    /// a prefix per pass. The lock is taken only to plan and to swap each cleaned
+    /// segment in (renames and directory fsyncs); reading, filtering and writing run
+    /// without it, so appends and reads continue. A second concurrent call returns at
+    /// once with nothing done.
+    pub fn clean(&self, now_ms: i64, offset_map_bytes: usize) -> Result<CleanOutcome> {
+        let Ok(_one_cleaner) = self.cleaning.try_lock() else { return Ok(CleanOutcome::default()) };
+        let config = self.config();
+        if !config.cleanup_policy.compact {
+            return Ok(CleanOutcome::default());
+        }
+        let plan = match self.plan_clean(&config, now_ms)? {
+            Ok(plan) => plan,
+            Err(skipped) => return Ok(skipped),
+        };
+        let mut outcome = CleanOutcome { dirty_ratio: plan.dirty_ratio, ..Default::default() };
+        let (map, map_end) =
+            cleaner::build_offset_map(&self.storage, &plan.sources, plan.first_dirty, plan.end, offset_map_bytes)?;
+        outcome.map_full = map_end < plan.end;
+        let rules = CleanRules {
+            map: &map,
+            delete_horizon_ms: plan.delete_horizon_ms,
+            map_end,
+            producer_last_offsets: &plan.producer_last_offsets,
+            index_interval_bytes: config.index_interval_bytes,
+        };
+        let covered = plan.sources.iter().take_while(|src| src.base_offset < map_end).count();
+        let targets = &plan.sources[..covered];
+        for range in cleaner::group_by_size(targets, config.segment_bytes, config.segment_index_bytes) {
+            let group = &targets[range];
+            let Some(cleaned) = cleaner::clean_segment(&self.storage, &self.dir, group, &rules)? else { continue };
+            let (before, after) = (group.iter().map(|src| src.size).sum::<u64>(), cleaned.segment.size);
+            if !self.swap_in_cleaned(group, cleaned.segment, plan.generation)? {
+                tracing::info!(dir = %self.dir.display(), "log changed under the cleaner (truncation or retention); pass abandoned");
+                return Ok(outcome);
+            }
+            outcome.cleaned_segments += group.len();
+            outcome.segments_after += 1;
+            outcome.bytes_before += before;
+            outcome.bytes_after += after;
+            outcome.records_removed += cleaned.records_removed;
+        }
+        let mut s = lock(&self.state);
+        if s.generation == plan.generation && map_end > s.first_dirty_offset {
+            checkpoint::write(&self.storage, &self.dir, CLEANER_OFFSET_CHECKPOINT, &[map_end.to_string()])?;
+            s.first_dirty_offset = map_end;
+        }
+        outcome.first_dirty_offset = s.first_dirty_offset;
+        drop(s);
+        if outcome.cleaned_segments > 0 {
+            tracing::info!(dir = %self.dir.display(), segments = outcome.cleaned_segments, bytes_before = outcome.bytes_before, bytes_after = outcome.bytes_after, records_removed = outcome.records_removed, first_dirty_offset = outcome.first_dirty_offset, "log compacted");
+        }
+        Ok(outcome)
+    }
+
+    /// Under the lock: which segments a pass reads and up to where, or why it is skipped.
+    fn plan_clean(&self, c: &LogConfig, now_ms: i64) -> Result<std::result::Result<CleanPlan<S::File>, CleanOutcome>> {
+        let s = lock(&self.state);
+        if let Some(reason) = &s.offline {
+            return Err(self.offline_error(reason));
+        }
+        let skipped = |ratio: f64, first_dirty: i64| CleanOutcome {
+            dirty_ratio: ratio,
+            first_dirty_offset: first_dirty,
+            ..Default::default()
+        };
+        // Segments wholly below the log start are retention's to delete.
+        let start =
+            s.segments.iter().position(|seg| seg.next_offset > s.log_start_offset).unwrap_or(s.segments.len() - 1);
+        let mut end = start;
+        // Never the active segment, nor data above the high watermark (a new leader may
+        // truncate it), nor records younger than min.compaction.lag.ms.
+        while end + 1 < s.segments.len() {
+            let seg = &s.segments[end];
+            let too_young =
+                seg.max_timestamp >= 0 && now_ms.saturating_sub(seg.max_timestamp) < c.min_compaction_lag_ms;
+            if seg.next_offset > s.high_watermark || too_young {
+                break;
+            }
+            end += 1;
+        }
+        let first_dirty = s.first_dirty_offset.max(s.log_start_offset);
+        let cleanable = &s.segments[start..end];
+        let (clean, dirty): (Vec<_>, Vec<_>) = cleanable.iter().partition(|seg| seg.next_offset <= first_dirty);
+        let clean_bytes: u64 = clean.iter().map(|seg| seg.size).sum();
+        let dirty_bytes: u64 = dirty.iter().map(|seg| seg.size).sum();
+        if dirty_bytes == 0 {
+            return Ok(Err(skipped(0.0, first_dirty)));
+        }
+        let dirty_ratio = dirty_bytes as f64 / (clean_bytes + dirty_bytes) as f64;
+        let overdue = dirty.first().is_some_and(|seg| {
+            let ts = seg.first_batch_timestamp.unwrap_or(seg.max_timestamp);
+            ts >= 0 && now_ms.saturating_sub(ts) > c.max_compaction_lag_ms
+        });
+        if dirty_ratio < c.min_cleanable_dirty_ratio && !overdue {
+            return Ok(Err(skipped(dirty_ratio, first_dirty)));
+        }
+        // Kafka's legacy delete horizon: the newest timestamp of the clean section, minus
+        // delete.retention.ms. Nothing clean yet: no tombstone is old enough.
+        let delete_horizon_ms =
+            clean.last().map_or(i64::MIN, |seg| seg.max_timestamp.saturating_sub(c.delete_retention_ms));
+        let mut sources = Vec::with_capacity(cleanable.len());
+        for seg in cleanable {
+            sources.push(SourceSegment {
+                base_offset: seg.base_offset,
+                file: seg.file.clone(),
+                path: seg.path.clone(),
+                size: seg.size,
+                next_offset: seg.next_offset,
+                max_timestamp: seg.max_timestamp,
+                index_entries: seg.offset_index.len(),
+            });
+        }
+        let end_offset = cleanable.last().map_or(first_dirty, |seg| seg.next_offset);
+        Ok(Ok(CleanPlan {
+            sources,
+            first_dirty,
+            end: end_offset,
+            delete_horizon_ms,
+            producer_last_offsets: s.producers.last_batch_offsets(),
+            generation: s.generation,
+            dirty_ratio,
+        }))
+    }
+
+    /// Under the lock: replaces the segments of `group` by their cleaned copy (see
+    /// [`cleaner::commit_swap`]) if the log still holds them unchanged; otherwise
+    /// discards the copy and returns false.
+    fn swap_in_cleaned(
+        &self,
+        group: &[SourceSegment<S::File>],
+        mut cleaned: Segment<S::File>,
+        generation: u64,
+    ) -> Result<bool> {
+        let base = cleaned.base_offset;
+        let mut s = lock(&self.state);
+        let last = s.segments.len() - 1;
+        let found = s.segments[..last].iter().position(|seg| seg.base_offset == base);
+        let unchanged = found.is_some_and(|i| {
+            i + group.len() <= last
+                && group
+                    .iter()
+                    .zip(&s.segments[i..])
+                    .all(|(src, seg)| src.base_offset == seg.base_offset && src.size == seg.size)
+        });
+        let (Some(i), true) = (found, unchanged && s.generation == generation && s.offline.is_none()) else {
+            drop(s);
+            cleaner::discard_cleaned(&self.storage, &self.dir, base);
+            return Ok(false);
+        };
+        let merged: Vec<i64> = group[1..].iter().map(|src| src.base_offset).collect();
+        if let Err(e) = cleaner::commit_swap(&self.storage, &self.dir, base, &merged) {
+            // Files and memory may now disagree; reopening (recovery) reconciles them.
+            drop(s);
+            self.go_offline(format!("compaction swap of segment {base} failed: {e}"));
+            return Err(e);
+        }
+        let end = i + group.len();
+        // The group's offset range is kept (its last batch always survives).
+        debug_assert_eq!(cleaned.next_offset, s.segments[end - 1].next_offset);
+        cleaned.path = segment::log_path(&self.dir, base);
+        // Reopened by path when next read; readers holding the old files finish on them.
+        cleaned.file = None;
+        cleaned.first_batch_timestamp = s.segments[i].first_batch_timestamp;
+        s.segments.splice(i..end, [cleaned]);
+        s.open_sealed.retain(|b| !group.iter().any(|src| src.base_offset == *b));
+        Ok(true)
     }
 
     fn write_epoch_checkpoint(&self, s: &LogState<S::File>) -> Result<()> {

@@ -98,6 +98,24 @@ impl ProducerStateTable {
         self.producers.is_empty()
     }
 
+    /// Forgets producers idle for `expiration_ms` (Kafka's `producer.id.expiration.ms`):
+    /// those whose newest batch's max timestamp is at least that much older than
+    /// `now_ms`. Returns how many were removed. A later batch from one of them is then
+    /// accepted at any sequence, as for any unknown producer (KIP-360).
+    pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| {
+            e.batches.back().is_none_or(|last| now_ms.saturating_sub(last.max_timestamp) < expiration_ms)
+        });
+        before - self.producers.len()
+    }
+
+    /// Producer id → last offset of its newest batch: the batches compaction must keep
+    /// (emptied if need be) so the producer's sequence and epoch survive a reload.
+    pub(crate) fn last_batch_offsets(&self) -> HashMap<i64, i64> {
+        self.producers.iter().filter_map(|(&id, e)| Some((id, e.batches.back()?.last_offset))).collect()
+    }
+
     /// A copy of the entries of the given producers, to check a multi-batch append
     /// batch by batch without cloning the whole table.
     pub(crate) fn subset(&self, ids: impl Iterator<Item = i64>) -> ProducerStateTable {

@@ -29,11 +29,11 @@ pub(crate) fn log_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{}.log", file_stem(base_offset)))
 }
 
-fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
+pub(crate) fn index_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{}.index", file_stem(base_offset)))
 }
 
-fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
+pub(crate) fn time_index_path(dir: &Path, base_offset: i64) -> PathBuf {
     dir.join(format!("{}.timeindex", file_stem(base_offset)))
 }
 
@@ -79,6 +79,14 @@ impl<F: StorageFile> Segment<F> {
                 storage.remove(&p).map_err(|e| StorageError::io("remove", &p, e))?;
             }
         }
+        Ok(Segment::empty(base_offset, Some(Arc::new(file)), path))
+    }
+
+    /// Creates an empty segment for `base_offset` in a file at `path` (the compactor's
+    /// `.cleaned` output, renamed into place later).
+    pub fn create_at<S: Storage<File = F>>(storage: &S, path: PathBuf, base_offset: i64) -> Result<Self> {
+        let file = storage.open(&path, true).map_err(|e| StorageError::io("create", &path, e))?;
+        file.set_len(0).map_err(|e| StorageError::io("truncate", &path, e))?;
         Ok(Segment::empty(base_offset, Some(Arc::new(file)), path))
     }
 
@@ -326,19 +334,30 @@ impl<F: StorageFile> Segment<F> {
 
     /// Writes both index files from memory and fsyncs them and the log.
     pub fn persist_indexes<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
+        let (offsets, times) = (index_path(dir, self.base_offset), time_index_path(dir, self.base_offset));
+        self.persist_indexes_to(storage, &offsets, &times)
+    }
+
+    /// Writes the index files at the given paths and fsyncs them and the log.
+    pub fn persist_indexes_to<S: Storage<File = F>>(
+        &mut self,
+        storage: &S,
+        offset_index: &Path,
+        time_index: &Path,
+    ) -> Result<()> {
         self.maybe_append_time_entry();
         let mut raw = Vec::with_capacity(self.offset_index.len() * OFFSET_ENTRY as usize);
         for &(rel, pos) in &self.offset_index {
             raw.extend_from_slice(&rel.to_be_bytes());
             raw.extend_from_slice(&pos.to_be_bytes());
         }
-        write_whole(storage, &index_path(dir, self.base_offset), &raw)?;
+        write_whole(storage, offset_index, &raw)?;
         raw.clear();
         for &(ts, rel) in &self.time_index {
             raw.extend_from_slice(&ts.to_be_bytes());
             raw.extend_from_slice(&rel.to_be_bytes());
         }
-        write_whole(storage, &time_index_path(dir, self.base_offset), &raw)?;
+        write_whole(storage, time_index, &raw)?;
         self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
     }
 

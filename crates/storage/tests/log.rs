@@ -604,3 +604,21 @@ fn open_files_stay_bounded_however_many_segments_are_read() {
     assert_eq!(log.append(&mut batch(100, 1, 10), 0, 0).unwrap().base_offset, 3);
     assert_eq!(read_all(&log).len(), 4);
 }
+
+#[test]
+fn idle_producers_expire_after_producer_id_expiration_ms() {
+    let log = PartitionLog::open(SimStorage::new(), "/p", LogConfig::default(), 0).unwrap();
+    let mut old = idempotent(1, 0, 0, 1);
+    osprey_storage::batch::stamp_log_append_time(&mut old, 1_000);
+    log.append(&mut old, 0, 1_000).unwrap();
+    let mut recent = idempotent(2, 0, 0, 1);
+    osprey_storage::batch::stamp_log_append_time(&mut recent, 50_000);
+    log.append(&mut recent, 0, 50_000).unwrap();
+    assert_eq!(log.expire_producers(60_000, 59_001), 0, "producer 1 idle 59000 ms < 59001");
+    assert_eq!(log.expire_producers(60_000, 59_000), 1);
+    assert!(log.producer_state(1).is_none());
+    assert!(log.producer_state(2).is_some());
+    // An expired producer is unknown: any sequence is accepted again (KIP-360).
+    let info = log.append(&mut idempotent(1, 0, 7, 1), 0, 60_000).unwrap();
+    assert!(!info.duplicate);
+}

@@ -183,6 +183,12 @@ pub struct BrokerConfig {
     pub cleanup_policy: Vec<String>,
     /// `log.cleaner.enable`.
     pub log_cleaner_enable: bool,
+    /// `log.cleaner.dedupe.buffer.size`.
+    pub log_cleaner_dedupe_buffer_size: i64,
+    /// `log.cleaner.backoff.ms`.
+    pub log_cleaner_backoff_ms: i64,
+    /// `osprey.log.max.open.files`.
+    pub log_max_open_files: i32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: i64,
     /// `offsets.topic.num.partitions`.
@@ -356,6 +362,9 @@ impl BrokerConfig {
             retention_check_interval_ms: r.i64("log.retention.check.interval.ms"),
             cleanup_policy: r.list("log.cleanup.policy"),
             log_cleaner_enable: r.bool("log.cleaner.enable"),
+            log_cleaner_dedupe_buffer_size: r.i64("log.cleaner.dedupe.buffer.size"),
+            log_cleaner_backoff_ms: r.i64("log.cleaner.backoff.ms"),
+            log_max_open_files: r.i32("osprey.log.max.open.files"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
             offsets_topic_num_partitions: r.i32("offsets.topic.num.partitions"),
             offsets_topic_replication_factor: r.i16("offsets.topic.replication.factor"),

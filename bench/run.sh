@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Osprey against Apache Kafka 4.4, side by side, on this machine.
+#
+#   bench/run.sh full [--note "what else ran"] [--reps N]   # by hand: figures in bench/results/
+#   bench/run.sh quick                                      # smoke test (scripts/test.sh): seconds
+#
+# Fetches the Kafka broker and tools from Maven Central (bench/pom.xml), builds osprey
+# (release for full; quick reuses the debug build that the tests already compiled),
+# makes bench/work/venv (confluent-kafka, matplotlib) and runs bench/bench.py, which
+# alternates the brokers and kills both on any failure. Exits non-zero when a workload
+# failed; the last line says how many figures were obtained.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+cd "$root"
+
+mode="${1:-quick}"
+shift || true
+case "$mode" in
+    quick) profile=debug; out="$here/work/quick"; bound_s=300 ;;
+    full) profile=release; out="$here/results"; bound_s=7200 ;;
+    *) echo "usage: bench/run.sh quick|full [--note TEXT] [--reps N]" >&2; exit 2 ;;
+esac
+
+if [ "$profile" = release ]; then
+    cargo build --release --locked -p osprey-server --bin osprey
+else
+    cargo build --locked -p osprey-server --bin osprey
+fi
+
+# Every jar of the broker and the tools in one directory: the classpath of both.
+kafka_lib="$here/work/kafka-lib"
+stamp="$kafka_lib/.pom.sha256"
+want="$(sha256sum "$here/pom.xml" | cut -d' ' -f1)"
+if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    rm -rf "$kafka_lib"
+    (cd "$here" && mvn -B -q --no-transfer-progress dependency:copy-dependencies \
+        -DincludeScope=runtime -DoutputDirectory="$kafka_lib")
+    echo "$want" > "$stamp"
+fi
+
+venv="$here/work/venv"
+stamp="$venv/.requirements.sha256"
+want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
+if [[ ! -x "$venv/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
+    python3 -m venv "$venv"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
+    echo "$want" > "$stamp"
+fi
+
+# The bound is a backstop: bench.py bounds each tool and broker start itself, and on
+# SIGTERM kills the brokers before it exits.
+exec timeout --kill-after=30 "$bound_s" "$venv/bin/python" "$here/bench.py" --mode "$mode" \
+    --kafka-lib "$kafka_lib" --osprey-bin "$root/target/$profile/osprey" --profile "$profile" \
+    --out "$out" --workdir "$here/work/tmp" "$@"

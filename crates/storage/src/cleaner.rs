@@ -1,0 +1,590 @@
+//! Log compaction (`cleanup.policy=compact`), after Kafka's `LogCleaner`: the pieces that
+//! run without the log's lock. [`crate::PartitionLog::clean`] plans a pass under the lock,
+//! calls these to build the key → offset map and write cleaned copies of sealed segments,
+//! and swaps them in under the lock again.
+//!
+//! Rules (Kafka's, with the choices it leaves open stated):
+//!
+//! * A record is kept if its key is not in the offset map or its offset is at least the
+//!   map's offset for the key (the latest value wins). Records without a key are dropped,
+//!   as Kafka's `shouldRetainRecord` does (the broker rejects them on compacted topics).
+//! * Tombstones (null value) follow Kafka's legacy delete-horizon rule, not KIP-534's
+//!   per-batch horizon bit: the horizon is the newest timestamp of the last segment that
+//!   was already clean before the pass, minus `delete.retention.ms`; tombstones in a
+//!   segment whose newest timestamp is below the horizon are dropped (only below the end
+//!   of the pass's offset map, so every older value of the key is gone first). A
+//!   tombstone thus lives at least `delete.retention.ms` after it was first cleaned.
+//! * A rewritten batch keeps its base offset, lastOffsetDelta (so its last offset and,
+//!   for idempotent producers, its last sequence), timestamps, producer fields and
+//!   leader epoch; only recordsCount, the records, batchLength and the CRC change. An
+//!   emptied batch is dropped unless it is the newest batch of a producer still in the
+//!   producer state, or the last batch of its segment (which keeps the segment's offset
+//!   range, so segment bases, the log start offset and recovery are unaffected); those
+//!   are kept as empty batches (recordsCount 0, no compression), as Kafka's
+//!   `RETAIN_EMPTY`.
+//! * Consecutive segments whose sizes together fit `segment.bytes` (and the index and
+//!   relative-offset limits) are cleaned into one, named by the first one's base offset,
+//!   as Kafka's `groupSegmentsBySize` does; the swap deletes the others after its commit
+//!   point, and recovery of a committed swap deletes those its range covers.
+//! * Control batches (transaction markers) are always kept whole. Transactions are not
+//!   implemented by the broker yet, so no aborted data can exist; transactional data
+//!   batches are compacted like committed data, and markers are kept conservatively
+//!   (Kafka drops a marker once its transaction's data is gone and the delete horizon
+//!   passed).
+//! * A batch whose records cannot be decoded (impossible for data the broker accepted)
+//!   is kept whole and logged, never dropped.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use osprey_protocol::records::{compress, Compression, RecordBatch};
+
+use crate::batch::{self, BatchHeader, CRC_START, HEADER_LEN, LOG_OVERHEAD};
+use crate::error::{Result, StorageError};
+use crate::fs::{Storage, StorageFile};
+use crate::segment::{self, Segment};
+
+/// What a compaction pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct CleanOutcome {
+    /// Dirty bytes / cleanable bytes when the pass started (0 if nothing was dirty).
+    pub dirty_ratio: f64,
+    /// Segments rewritten and swapped in.
+    pub cleaned_segments: usize,
+    /// Segments they became (fewer when small cleaned segments were merged).
+    pub segments_after: usize,
+    /// Their bytes before the pass.
+    pub bytes_before: u64,
+    /// Their bytes after it.
+    pub bytes_after: u64,
+    /// Records removed (superseded values, expired tombstones, records without a key).
+    pub records_removed: u64,
+    /// The cleaner checkpoint after the pass: every offset below it has been compacted
+    /// against a map that covered it.
+    pub first_dirty_offset: i64,
+    /// The offset map reached its byte budget before the end of the dirty section: only
+    /// a prefix was compacted and the next pass continues from `first_dirty_offset`.
+    pub map_full: bool,
+}
+
+/// Bytes charged to the offset map per key besides the key itself: its offset and the
+/// hash table's own per-entry cost (pointer, length, capacity, hash slot).
+const MAP_ENTRY_OVERHEAD: usize = 48;
+/// Largest decompressed records section the cleaner inflates, so a hostile batch cannot
+/// make it allocate without bound.
+const MAX_DECOMPRESSED_BATCH_BYTES: usize = 64 << 20;
+/// Output is written in chunks of about this size.
+const WRITE_CHUNK: usize = 1 << 20;
+/// Attribute bits holding the compression codec.
+const COMPRESSION_MASK: i16 = 0x07;
+/// Attribute bit of control batches.
+const ATTR_CONTROL: i16 = 1 << 5;
+
+/// Suffix of a cleaned segment's files while they are being written.
+pub(crate) const CLEANED_SUFFIX: &str = ".cleaned";
+/// Suffix of a cleaned segment's files once complete and fsynced; a `.log.swap` is the
+/// commit point of the swap, which recovery then completes.
+pub(crate) const SWAP_SUFFIX: &str = ".swap";
+
+/// A sealed segment the cleaner reads. Its file is the log's open handle if it had one,
+/// else opened for the duration of one scan, so a pass holds at most one extra
+/// descriptor whatever the number of segments.
+#[derive(Debug)]
+pub(crate) struct SourceSegment<F> {
+    pub base_offset: i64,
+    pub file: Option<Arc<F>>,
+    pub path: PathBuf,
+    pub size: u64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    /// Offset index entries (bounds what a merged segment's indexes hold).
+    pub index_entries: usize,
+}
+
+/// Latest offset per key within a byte budget (Kafka's `SkimpyOffsetMap`, but exact:
+/// full keys, no hash collisions).
+#[derive(Debug, Default)]
+pub(crate) struct OffsetMap {
+    offsets: HashMap<Bytes, i64>,
+    bytes: usize,
+}
+
+impl OffsetMap {
+    fn get(&self, key: &[u8]) -> Option<i64> {
+        self.offsets.get(key).copied()
+    }
+
+    fn cost(key: &[u8]) -> usize {
+        key.len() + MAP_ENTRY_OVERHEAD
+    }
+}
+
+/// Builds the offset map of the dirty section `[first_dirty, end)` of `sources`. Stops
+/// before the first batch whose new keys would exceed `budget_bytes` (after at least one
+/// batch, so every pass makes progress); returns the map and the offset it covers up to.
+pub(crate) fn build_offset_map<S: Storage>(
+    storage: &S,
+    sources: &[SourceSegment<S::File>],
+    first_dirty: i64,
+    end: i64,
+    budget_bytes: usize,
+) -> Result<(OffsetMap, i64)> {
+    let mut map = OffsetMap::default();
+    let mut batches_done = 0usize;
+    for src in sources.iter().filter(|s| s.next_offset > first_dirty) {
+        let mut stop = None;
+        for_each_batch(storage, src, |raw, header| {
+            if header.last_offset() < first_dirty || header.base_offset >= end {
+                return Ok(true);
+            }
+            let Some(records) = decode_records(src, raw, header) else { return Ok(true) };
+            let mut new_keys: Vec<(Bytes, i64)> = Vec::new();
+            let mut cost = 0;
+            for (record, _) in records.iter().filter(|(r, _)| r.offset >= first_dirty) {
+                let Some(key) = &record.key else { continue };
+                if !map.offsets.contains_key(key) && !new_keys.iter().any(|(k, _)| k == key) {
+                    cost += OffsetMap::cost(key);
+                }
+                new_keys.push((key.clone(), record.offset));
+            }
+            if batches_done > 0 && map.bytes + cost > budget_bytes {
+                stop = Some(header.base_offset);
+                return Ok(false);
+            }
+            for (key, offset) in new_keys {
+                map.offsets.insert(key, offset);
+            }
+            map.bytes += cost;
+            batches_done += 1;
+            Ok(true)
+        })?;
+        if let Some(stop) = stop {
+            return Ok((map, stop));
+        }
+    }
+    Ok((map, end))
+}
+
+/// How one segment is cleaned.
+#[derive(Debug)]
+pub(crate) struct CleanRules<'a> {
+    pub map: &'a OffsetMap,
+    /// Tombstones in segments whose newest timestamp is below this are dropped.
+    pub delete_horizon_ms: i64,
+    /// End of the offset map's coverage: a tombstone at or after it is always kept, since
+    /// older values of its key may not have been removed yet.
+    pub map_end: i64,
+    /// Producer id → last offset of its newest batch (kept even when emptied).
+    pub producer_last_offsets: &'a HashMap<i64, i64>,
+    pub index_interval_bytes: u64,
+}
+
+/// A cleaned copy of one segment, its files complete and fsynced under `.cleaned` names.
+pub(crate) struct CleanedSegment<F> {
+    pub segment: Segment<F>,
+    pub records_removed: u64,
+}
+
+/// Writes the cleaned copy of a group of consecutive segments (one segment, or several
+/// merged as Kafka's cleaner does) to `<first base>.log.cleaned` (with its indexes as
+/// `.index.cleaned` / `.timeindex.cleaned`), everything fsynced, streaming: memory holds
+/// one batch and one write chunk. `None` if nothing changed (the files are removed).
+pub(crate) fn clean_segment<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    group: &[SourceSegment<S::File>],
+    rules: &CleanRules<'_>,
+) -> Result<Option<CleanedSegment<S::File>>> {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else { return Ok(None) };
+    let paths = SwapPaths::new(dir, first.base_offset);
+    let mut seg = Segment::create_at(storage, with_suffix(&paths.log, CLEANED_SUFFIX), first.base_offset)?;
+    let file = seg.handle()?.clone();
+    let mut removed = 0u64;
+    let mut changed = group.len() > 1;
+    let mut chunk: Vec<u8> = Vec::with_capacity(WRITE_CHUNK);
+    let mut chunk_at = 0u64;
+    let mut result = Ok(());
+    for src in group {
+        let retain_deletes = src.max_timestamp >= rules.delete_horizon_ms;
+        result = for_each_batch(storage, src, |raw, header| {
+            // Keeping the group's last batch keeps its offset range (see module docs).
+            let last_in_group = header.last_offset() + 1 >= last.next_offset;
+            let (out, n_removed) = filter_batch(src, raw, header, rules, retain_deletes, last_in_group)?;
+            removed += n_removed;
+            let bytes: &[u8] = match &out {
+                Filtered::Keep => raw,
+                Filtered::Rewritten(bytes) => bytes,
+                Filtered::Drop => &[],
+            };
+            changed |= !matches!(out, Filtered::Keep);
+            if !bytes.is_empty() {
+                // Checked again after rewriting, before it reaches the disk.
+                let h = batch::validate(bytes, u64::MAX)
+                    .map_err(|reason| StorageError::InvalidBatch { position: 0, reason })?;
+                debug_assert_eq!((h.base_offset, h.last_offset()), (header.base_offset, header.last_offset()));
+                seg.note_batch(&h, seg.size, rules.index_interval_bytes);
+                seg.size += bytes.len() as u64;
+                chunk.extend_from_slice(bytes);
+            }
+            if chunk.len() >= WRITE_CHUNK {
+                file.write_all_at(&chunk, chunk_at).map_err(|e| StorageError::io("write", &seg.path, e))?;
+                chunk_at += chunk.len() as u64;
+                chunk.clear();
+            }
+            Ok(true)
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    let result =
+        result.and_then(|()| file.write_all_at(&chunk, chunk_at).map_err(|e| StorageError::io("write", &seg.path, e)));
+    if result.is_err() || !changed {
+        drop(file);
+        drop(seg);
+        discard_cleaned(storage, dir, first.base_offset);
+        return result.map(|()| None);
+    }
+    // Writes the indexes and fsyncs them and the log.
+    let (index, time_index) =
+        (with_suffix(&paths.index, CLEANED_SUFFIX), with_suffix(&paths.time_index, CLEANED_SUFFIX));
+    if let Err(e) = seg.persist_indexes_to(storage, &index, &time_index) {
+        discard_cleaned(storage, dir, first.base_offset);
+        return Err(e);
+    }
+    Ok(Some(CleanedSegment { segment: seg, records_removed: removed }))
+}
+
+/// Splits consecutive segments into groups to be cleaned into one segment each, as
+/// Kafka's `groupSegmentsBySize`: a group's source segments together stay within
+/// `segment.bytes`, the index limit (`segment.index.bytes`), and 2^31 offsets from its
+/// base (relative offsets are 32-bit), so the merged segment is one the log could have
+/// written itself.
+pub(crate) fn group_by_size<F>(
+    sources: &[SourceSegment<F>],
+    max_bytes: u64,
+    max_index_bytes: u64,
+) -> Vec<std::ops::Range<usize>> {
+    let max_bytes = max_bytes.min(u64::from(u32::MAX));
+    let mut groups = Vec::new();
+    let mut start = 0;
+    while start < sources.len() {
+        let first = &sources[start];
+        let (mut bytes, mut entries) = (first.size, first.index_entries);
+        let mut end = start + 1;
+        while let Some(next) = sources.get(end) {
+            let fits = bytes + next.size <= max_bytes
+                && (entries + next.index_entries + 1) as u64 * segment::TIME_ENTRY <= max_index_bytes
+                && next.next_offset - first.base_offset <= i64::from(i32::MAX);
+            if !fits {
+                break;
+            }
+            bytes += next.size;
+            entries += next.index_entries;
+            end += 1;
+        }
+        groups.push(start..end);
+        start = end;
+    }
+    groups
+}
+
+enum Filtered {
+    Keep,
+    Drop,
+    Rewritten(Vec<u8>),
+}
+
+/// Decides one batch: kept as is, dropped, or rewritten with the surviving records.
+/// Returns the decision and the number of records removed.
+fn filter_batch<F: StorageFile>(
+    src: &SourceSegment<F>,
+    raw: &[u8],
+    header: &BatchHeader,
+    rules: &CleanRules<'_>,
+    retain_deletes: bool,
+    last_in_segment: bool,
+) -> Result<(Filtered, u64)> {
+    if header.attributes & ATTR_CONTROL != 0 {
+        return Ok((Filtered::Keep, 0));
+    }
+    let Some(records) = decode_records(src, raw, header) else { return Ok((Filtered::Keep, 0)) };
+    let mut spans: Vec<(usize, usize)> = Vec::with_capacity(records.len());
+    for (record, span) in &records {
+        let retain = match &record.key {
+            None => false,
+            Some(key) => {
+                let latest = rules.map.get(key).is_none_or(|o| record.offset >= o);
+                latest && (record.value.is_some() || retain_deletes || record.offset >= rules.map_end)
+            }
+        };
+        if retain {
+            spans.push(*span);
+        }
+    }
+    let removed = (records.len() - spans.len()) as u64;
+    let producer_last =
+        header.producer_id >= 0 && rules.producer_last_offsets.get(&header.producer_id) == Some(&header.last_offset());
+    // Also drops batches emptied by an earlier pass once nothing needs them any more.
+    if spans.is_empty() && !producer_last && !last_in_segment {
+        return Ok((Filtered::Drop, removed));
+    }
+    if removed == 0 {
+        return Ok((Filtered::Keep, 0));
+    }
+    let Some(data) = records_section(raw, header) else { return Ok((Filtered::Keep, 0)) };
+    Ok((Filtered::Rewritten(rebuild_batch(raw, header, &data, &spans)?), removed))
+}
+
+/// Decodes a data batch's records with the byte span of each in the (decompressed)
+/// records section; `None` (logged) if it does not decode.
+fn decode_records<F: StorageFile>(
+    src: &SourceSegment<F>,
+    raw: &[u8],
+    header: &BatchHeader,
+) -> Option<Vec<(osprey_protocol::records::Record, (usize, usize))>> {
+    let fail = |reason: String| {
+        tracing::warn!(file = %src.path.display(), offset = header.base_offset, %reason, "cannot decode batch for compaction; keeping it whole");
+        None
+    };
+    let data = records_section(raw, header)?;
+    let batch = match RecordBatch::new(Bytes::copy_from_slice(raw)) {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    let iter = match batch.records(MAX_DECOMPRESSED_BATCH_BYTES) {
+        Ok(r) => r,
+        Err(e) => return fail(e.to_string()),
+    };
+    let mut out = Vec::with_capacity(header.records_count.max(0) as usize);
+    let mut pos = 0usize;
+    for record in iter {
+        let record = match record {
+            Ok(r) => r,
+            Err(e) => return fail(e.to_string()),
+        };
+        let Some((len, prefix)) = read_varint(&data[pos.min(data.len())..]) else {
+            return fail("record length".into());
+        };
+        let end = pos + prefix + len;
+        if len > data.len() || end > data.len() {
+            return fail("record length beyond the batch".into());
+        }
+        out.push((record, (pos, end)));
+        pos = end;
+    }
+    Some(out)
+}
+
+/// The records section, decompressed if the batch is compressed.
+fn records_section(raw: &[u8], header: &BatchHeader) -> Option<Bytes> {
+    let payload = &raw[HEADER_LEN..];
+    match Compression::from_id(header.attributes & COMPRESSION_MASK).ok()? {
+        Compression::None => Some(Bytes::copy_from_slice(payload)),
+        codec => osprey_protocol::records::decompress(codec, payload, MAX_DECOMPRESSED_BATCH_BYTES).ok(),
+    }
+}
+
+/// A zigzag varint (a record's length prefix): (value, bytes read).
+fn read_varint(buf: &[u8]) -> Option<(usize, usize)> {
+    let mut raw: u64 = 0;
+    for (i, &b) in buf.iter().enumerate().take(5) {
+        raw |= u64::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            let value = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
+            return usize::try_from(value).ok().map(|v| (v, i + 1));
+        }
+    }
+    None
+}
+
+/// The batch with only the records at `spans` of its records section: same header
+/// except recordsCount, batchLength and CRC (an empty batch also loses its codec).
+fn rebuild_batch(raw: &[u8], header: &BatchHeader, data: &[u8], spans: &[(usize, usize)]) -> Result<Vec<u8>> {
+    let mut records = Vec::with_capacity(spans.iter().map(|(a, b)| b - a).sum());
+    for &(start, end) in spans {
+        records.extend_from_slice(&data[start..end]);
+    }
+    let mut attributes = header.attributes;
+    let codec = Compression::from_id(attributes & COMPRESSION_MASK).unwrap_or(Compression::None);
+    let payload = if spans.is_empty() {
+        attributes &= !COMPRESSION_MASK;
+        Vec::new()
+    } else if codec == Compression::None {
+        records
+    } else {
+        compress(codec, &records).map_err(|e| {
+            StorageError::io("compress", Path::new(""), std::io::Error::other(format!("compaction: {e}")))
+        })?
+    };
+    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
+    out.extend_from_slice(&raw[..HEADER_LEN]);
+    let batch_length = (HEADER_LEN - LOG_OVERHEAD + payload.len()) as i32;
+    out[8..12].copy_from_slice(&batch_length.to_be_bytes());
+    out[21..23].copy_from_slice(&attributes.to_be_bytes());
+    out[57..61].copy_from_slice(&(spans.len() as i32).to_be_bytes());
+    out.extend_from_slice(&payload);
+    let crc = crc32c::crc32c(&out[CRC_START..]);
+    out[17..21].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
+/// Calls `f` with each batch of the segment (bytes and header) until it returns false.
+fn for_each_batch<S: Storage>(
+    storage: &S,
+    src: &SourceSegment<S::File>,
+    mut f: impl FnMut(&[u8], &BatchHeader) -> Result<bool>,
+) -> Result<()> {
+    let file = match &src.file {
+        Some(file) => file.clone(),
+        None => Arc::new(storage.open(&src.path, false).map_err(|e| StorageError::io("open", &src.path, e))?),
+    };
+    let mut position = 0u64;
+    let mut head = [0u8; HEADER_LEN];
+    let mut buf = Vec::new();
+    while position + HEADER_LEN as u64 <= src.size {
+        let read =
+            |buf: &mut [u8], at: u64| file.read_exact_at(buf, at).map_err(|e| StorageError::io("read", &src.path, e));
+        read(&mut head, position)?;
+        let corrupt = |reason: batch::BatchError| StorageError::InvalidBatch { position: position as usize, reason };
+        let header = BatchHeader::parse(&head).map_err(corrupt)?;
+        let size = header.total_size();
+        if size > src.size - position {
+            return Err(corrupt(batch::BatchError::BadLength(header.batch_length)));
+        }
+        buf.resize(size as usize, 0);
+        read(&mut buf, position)?;
+        if !f(&buf, &header)? {
+            return Ok(());
+        }
+        position += size;
+    }
+    Ok(())
+}
+
+/// The three files of a segment.
+pub(crate) struct SwapPaths {
+    pub log: PathBuf,
+    pub index: PathBuf,
+    pub time_index: PathBuf,
+}
+
+impl SwapPaths {
+    pub fn new(dir: &Path, base: i64) -> SwapPaths {
+        SwapPaths {
+            log: segment::log_path(dir, base),
+            index: segment::index_path(dir, base),
+            time_index: segment::time_index_path(dir, base),
+        }
+    }
+}
+
+pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    PathBuf::from(format!("{}{suffix}", path.display()))
+}
+
+/// Replaces segment `base` (and the segments `merged` into it) by its `.cleaned` files,
+/// crash-safely (Kafka's scheme): the index files are renamed to `.swap`, then the log
+/// (the commit point: recovery finishes any swap whose `.log.swap` exists and discards
+/// the rest), then the merged segments are deleted and each `.swap` replaces its
+/// original, the log last.
+pub(crate) fn commit_swap<S: Storage>(storage: &S, dir: &Path, base: i64, merged: &[i64]) -> Result<()> {
+    let p = SwapPaths::new(dir, base);
+    for path in [&p.index, &p.time_index, &p.log] {
+        let (from, to) = (with_suffix(path, CLEANED_SUFFIX), with_suffix(path, SWAP_SUFFIX));
+        storage.rename(&from, &to).map_err(|e| StorageError::io("rename", &from, e))?;
+    }
+    storage.sync_dir(dir).map_err(|e| StorageError::io("fsync dir", dir, e))?;
+    for &other in merged {
+        Segment::<S::File>::delete_files(storage, dir, other)?;
+    }
+    finish_swap(storage, dir, base)
+}
+
+/// The second half of a swap: every `.swap` file of `base` replaces its original, the
+/// log last (so a `.log.swap` means the swap is still to be finished).
+pub(crate) fn finish_swap<S: Storage>(storage: &S, dir: &Path, base: i64) -> Result<()> {
+    let p = SwapPaths::new(dir, base);
+    for path in [&p.index, &p.time_index, &p.log] {
+        let from = with_suffix(path, SWAP_SUFFIX);
+        if storage.exists(&from) {
+            storage.rename(&from, path).map_err(|e| StorageError::io("rename", &from, e))?;
+        }
+    }
+    storage.sync_dir(dir).map_err(|e| StorageError::io("fsync dir", dir, e))
+}
+
+/// Removes the `.cleaned` files of segment `base` (a pass that was abandoned).
+pub(crate) fn discard_cleaned<S: Storage>(storage: &S, dir: &Path, base: i64) {
+    let p = SwapPaths::new(dir, base);
+    for path in [&p.index, &p.time_index, &p.log] {
+        let path = with_suffix(path, CLEANED_SUFFIX);
+        if storage.exists(&path) {
+            if let Err(e) = storage.remove(&path) {
+                tracing::warn!(file = %path.display(), error = %e, "could not remove an abandoned cleaned file");
+            }
+        }
+    }
+}
+
+/// At open: finishes swaps that reached their commit point (a `.log.swap` exists) and
+/// discards the rest (`.cleaned` files, and `.swap` index files left without a
+/// `.log.swap`, i.e. renamed before the commit point).
+pub(crate) fn recover_swaps<S: Storage>(storage: &S, dir: &Path, names: &[String]) -> Result<()> {
+    let log_swap = format!(".log{SWAP_SUFFIX}");
+    let segment_bases: Vec<i64> = names.iter().filter_map(|n| n.strip_suffix(".log")?.parse::<i64>().ok()).collect();
+    for base in names.iter().filter_map(|n| n.strip_suffix(&log_swap)?.parse::<i64>().ok()) {
+        tracing::info!(dir = %dir.display(), base, "finishing a compaction swap interrupted by a crash");
+        // Segments merged into it that the crash left behind go first.
+        let end = swap_end_offset(storage, &with_suffix(&SwapPaths::new(dir, base).log, SWAP_SUFFIX))?;
+        for &other in segment_bases.iter().filter(|&&b| b > base && b < end) {
+            Segment::<S::File>::delete_files(storage, dir, other)?;
+        }
+        finish_swap(storage, dir, base)?;
+    }
+    for name in names.iter().filter(|n| n.ends_with(CLEANED_SUFFIX) || n.ends_with(SWAP_SUFFIX)) {
+        let path = dir.join(name);
+        if storage.exists(&path) {
+            tracing::info!(file = %path.display(), "removing an unfinished compaction file");
+            storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// The offset after the last batch of a committed `.log.swap` (complete and fsynced
+/// before the commit, so its batches are whole).
+fn swap_end_offset<S: Storage>(storage: &S, path: &Path) -> Result<i64> {
+    let file = storage.open(path, false).map_err(|e| StorageError::io("open", path, e))?;
+    let size = file.len().map_err(|e| StorageError::io("stat", path, e))?;
+    let src = SourceSegment {
+        base_offset: 0,
+        file: Some(Arc::new(file)),
+        path: path.to_path_buf(),
+        size,
+        next_offset: 0,
+        max_timestamp: -1,
+        index_entries: 0,
+    };
+    let mut end = 0;
+    for_each_batch(storage, &src, |_, header| {
+        end = header.last_offset() + 1;
+        Ok(true)
+    })?;
+    Ok(end)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_reads_zigzag_lengths() {
+        assert_eq!(read_varint(&[0x02]), Some((1, 1)));
+        assert_eq!(read_varint(&[0xac, 0x02]), Some((150, 2)));
+        assert_eq!(read_varint(&[0x01]), None, "negative lengths are not record lengths");
+        assert_eq!(read_varint(&[0x80, 0x80]), None, "truncated");
+    }
+}
