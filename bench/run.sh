@@ -6,7 +6,7 @@
 #
 # Fetches the Kafka broker and tools from Maven Central (bench/pom.xml), builds osprey
 # (release for full; quick reuses the debug build that the tests already compiled),
-# makes bench/work/venv (confluent-kafka, matplotlib) and runs bench/bench.py, which
+# makes bench/scratch/venv (confluent-kafka, matplotlib) and runs bench/bench.py, which
 # alternates the brokers and kills both on any failure. Exits non-zero when a workload
 # failed; the last line says how many figures were obtained.
 set -euo pipefail
@@ -17,7 +17,7 @@ cd "$root"
 mode="${1:-quick}"
 shift || true
 case "$mode" in
-    quick) profile=debug; out="$here/work/quick"; bound_s=300 ;;
+    quick) profile=debug; out="$here/scratch/quick"; bound_s=300 ;;
     full) profile=release; out="$here/results"; bound_s=7200 ;;
     *) echo "usage: bench/run.sh quick|full [--note TEXT] [--reps N]" >&2; exit 2 ;;
 esac
@@ -29,7 +29,7 @@ else
 fi
 
 # Every jar of the broker and the tools in one directory: the classpath of both.
-kafka_lib="$here/work/kafka-lib"
+kafka_lib="$here/scratch/kafka-lib"
 stamp="$kafka_lib/.pom.sha256"
 want="$(sha256sum "$here/pom.xml" | cut -d' ' -f1)"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
@@ -39,7 +39,7 @@ if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
     echo "$want" > "$stamp"
 fi
 
-venv="$here/work/venv"
+venv="$here/scratch/venv"
 stamp="$venv/.requirements.sha256"
 want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
 if [[ ! -x "$venv/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
@@ -52,4 +52,4 @@ fi
 # SIGTERM kills the brokers before it exits.
 exec timeout --kill-after=30 "$bound_s" "$venv/bin/python" "$here/bench.py" --mode "$mode" \
     --kafka-lib "$kafka_lib" --osprey-bin "$root/target/$profile/osprey" --profile "$profile" \
-    --out "$out" --workdir "$here/work/tmp" "$@"
+    --out "$out" --workdir "$here/scratch/tmp" "$@"
