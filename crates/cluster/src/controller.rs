@@ -38,6 +38,10 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// The most partitions one topic may have. Kafka sets no limit, but every partition is a
+/// directory with open files: a request for millions must be refused, not attempted.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
+
 /// Checks one topic-level config; returns the message for INVALID_CONFIG.
 pub type ConfigValidator<'a> = &'a dyn Fn(&str, &str) -> Result<(), String>;
 
@@ -122,6 +126,9 @@ impl Controller {
                 format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
             ));
         }
+        if count > MAX_PARTITIONS_PER_TOPIC {
+            return Err(too_many_partitions(count));
+        }
         if count == current {
             return Err(ControllerError::new(
                 ErrorCode::INVALID_PARTITIONS,
@@ -204,6 +211,9 @@ impl Controller {
                 "Number of partitions was set to an invalid non-positive value.",
             ));
         }
+        if partitions > MAX_PARTITIONS_PER_TOPIC {
+            return Err(too_many_partitions(partitions));
+        }
         let rf =
             if topic.replication_factor == -1 { self.default_replication_factor } else { topic.replication_factor };
         if rf <= 0 {
@@ -260,6 +270,13 @@ pub fn validate_topic_name(name: &str) -> Result<(), ControllerError> {
         ));
     }
     Ok(())
+}
+
+fn too_many_partitions(n: i32) -> ControllerError {
+    ControllerError::new(
+        ErrorCode::INVALID_PARTITIONS,
+        format!("{n} partitions is more than osprey allows in one topic ({MAX_PARTITIONS_PER_TOPIC})."),
+    )
 }
 
 fn unknown_topic(name: &str) -> ControllerError {
@@ -321,6 +338,8 @@ mod tests {
         let code = |r: Result<TopicImage, ControllerError>| r.unwrap_err().code;
         assert_eq!(code(c.create_topic(&topic("a b", 1, 1), false, &accept_all)), ErrorCode::INVALID_TOPIC_EXCEPTION);
         assert_eq!(code(c.create_topic(&topic("a", 0, 1), false, &accept_all)), ErrorCode::INVALID_PARTITIONS);
+        let huge = topic("a", MAX_PARTITIONS_PER_TOPIC + 1, 1);
+        assert_eq!(code(c.create_topic(&huge, false, &accept_all)), ErrorCode::INVALID_PARTITIONS);
         assert_eq!(code(c.create_topic(&topic("a", 1, 3), false, &accept_all)), ErrorCode::INVALID_REPLICATION_FACTOR);
         let reject = |_: &str, _: &str| Err("nope".to_string());
         let mut with_config = topic("a", 1, 1);
