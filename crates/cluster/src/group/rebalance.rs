@@ -312,6 +312,15 @@ fn init_next_generation(group: &mut Group, now_ms: i64) {
         group.subscribed_topics = group.compute_subscribed_topics();
         group.transition_to(GroupState::CompletingRebalance, now_ms);
     }
+    // Kafka logs the same at INFO: the one line an operator needs to follow rebalances.
+    tracing::info!(
+        group = %group.group_id,
+        generation = group.generation_id,
+        members = group.members.len(),
+        protocol = group.protocol_name.as_deref().unwrap_or(""),
+        leader = group.leader_id.as_deref().unwrap_or(""),
+        "group rebalanced to a new generation"
+    );
     group.pending_sync_members.clear();
     group.pending_sync_deadline_ms = None;
 }
