@@ -168,8 +168,17 @@ impl Broker {
         });
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
+        let total: usize = image.topics().map(|t| t.partitions.len()).sum();
+        let mut opened = 0;
+        let mut reported = std::time::Instant::now();
         for topic in image.topics() {
             broker.open_partitions(topic)?;
+            opened += topic.partitions.len();
+            // Recovery after a crash can take a while on big logs: show that it moves.
+            if reported.elapsed() >= std::time::Duration::from_secs(5) {
+                tracing::info!(opened, total, "opening partition logs");
+                reported = std::time::Instant::now();
+            }
         }
         broker.groups.load(&broker).map_err(io::Error::other)?;
         let all = broker.partitions();
