@@ -14,6 +14,10 @@ pub const MIN_BATCH_LENGTH: i32 = (HEADER_LEN - LOG_OVERHEAD) as i32;
 pub const CRC_START: usize = 21;
 /// Attribute bit for LogAppendTime.
 pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
+/// Attributes bit: the batch belongs to a transaction.
+pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
+/// Attributes bit: the batch holds control records (transaction markers).
+pub const ATTR_CONTROL: i16 = 1 << 5;
 
 const OFF_PARTITION_LEADER_EPOCH: usize = 12;
 const OFF_MAGIC: usize = 16;
@@ -126,6 +130,16 @@ impl BatchHeader {
     /// Offset of the batch's last record.
     pub fn last_offset(&self) -> i64 {
         self.base_offset.saturating_add(i64::from(self.last_offset_delta))
+    }
+
+    /// Whether the batch belongs to a transaction (attributes bit 4).
+    pub fn is_transactional(&self) -> bool {
+        self.attributes & ATTR_TRANSACTIONAL != 0
+    }
+
+    /// Whether the batch holds control records (attributes bit 5).
+    pub fn is_control(&self) -> bool {
+        self.attributes & ATTR_CONTROL != 0
     }
 }
 

@@ -26,9 +26,10 @@
 //!   relative-offset limits) are cleaned into one, named by the first one's base offset,
 //!   as Kafka's `groupSegmentsBySize` does; the swap deletes the others after its commit
 //!   point, and recovery of a committed swap deletes those its range covers.
-//! * Control batches (transaction markers) are always kept whole. Transactions are not
-//!   implemented by the broker yet, so no aborted data can exist; transactional data
-//!   batches are compacted like committed data, and markers are kept conservatively
+//! * Control batches (transaction markers) are always kept whole, and so are the
+//!   aborted-transaction index entries of the segments merged. Aborted data is not yet
+//!   removed as Kafka's cleaner does: transactional data batches are compacted like
+//!   committed data (read_committed readers still skip aborted ones by the index), and markers are kept conservatively
 //!   (Kafka drops a marker once its transaction's data is gone and the delete horizon
 //!   passed).
 //! * A batch whose records cannot be decoded (impossible for data the broker accepted)
@@ -101,6 +102,8 @@ pub(crate) struct SourceSegment<F> {
     pub max_timestamp: i64,
     /// Offset index entries (bounds what a merged segment's indexes hold).
     pub index_entries: usize,
+    /// Its aborted-transaction index entries, carried into the cleaned segment.
+    pub aborted_txns: Vec<crate::txn_index::AbortedTxn>,
 }
 
 /// Latest offset per key within a byte budget (Kafka's `SkimpyOffsetMap`, but exact:
@@ -247,10 +250,15 @@ pub(crate) fn clean_segment<S: Storage>(
         discard_cleaned(storage, dir, first.base_offset);
         return result.map(|()| None);
     }
+    // Markers are kept, so every abort of the group stays indexed, in marker order.
+    seg.aborted_txns = group.iter().flat_map(|src| src.aborted_txns.iter().copied()).collect();
     // Writes the indexes and fsyncs them and the log.
     let (index, time_index) =
         (with_suffix(&paths.index, CLEANED_SUFFIX), with_suffix(&paths.time_index, CLEANED_SUFFIX));
-    if let Err(e) = seg.persist_indexes_to(storage, &index, &time_index) {
+    let written = seg
+        .persist_txn_index_to(storage, &with_suffix(&paths.txn_index, CLEANED_SUFFIX))
+        .and_then(|()| seg.persist_indexes_to(storage, &index, &time_index));
+    if let Err(e) = written {
         discard_cleaned(storage, dir, first.base_offset);
         return Err(e);
     }
@@ -464,11 +472,12 @@ fn for_each_batch<S: Storage>(
     Ok(())
 }
 
-/// The three files of a segment.
+/// The four files of a segment.
 pub(crate) struct SwapPaths {
     pub log: PathBuf,
     pub index: PathBuf,
     pub time_index: PathBuf,
+    pub txn_index: PathBuf,
 }
 
 impl SwapPaths {
@@ -477,6 +486,7 @@ impl SwapPaths {
             log: segment::log_path(dir, base),
             index: segment::index_path(dir, base),
             time_index: segment::time_index_path(dir, base),
+            txn_index: crate::txn_index::txn_index_path(dir, base),
         }
     }
 }
@@ -492,7 +502,7 @@ pub(crate) fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
 /// original, the log last.
 pub(crate) fn commit_swap<S: Storage>(storage: &S, dir: &Path, base: i64, merged: &[i64]) -> Result<()> {
     let p = SwapPaths::new(dir, base);
-    for path in [&p.index, &p.time_index, &p.log] {
+    for path in [&p.index, &p.time_index, &p.txn_index, &p.log] {
         let (from, to) = (with_suffix(path, CLEANED_SUFFIX), with_suffix(path, SWAP_SUFFIX));
         storage.rename(&from, &to).map_err(|e| StorageError::io("rename", &from, e))?;
     }
@@ -507,7 +517,7 @@ pub(crate) fn commit_swap<S: Storage>(storage: &S, dir: &Path, base: i64, merged
 /// log last (so a `.log.swap` means the swap is still to be finished).
 pub(crate) fn finish_swap<S: Storage>(storage: &S, dir: &Path, base: i64) -> Result<()> {
     let p = SwapPaths::new(dir, base);
-    for path in [&p.index, &p.time_index, &p.log] {
+    for path in [&p.index, &p.time_index, &p.txn_index, &p.log] {
         let from = with_suffix(path, SWAP_SUFFIX);
         if storage.exists(&from) {
             storage.rename(&from, path).map_err(|e| StorageError::io("rename", &from, e))?;
@@ -519,7 +529,7 @@ pub(crate) fn finish_swap<S: Storage>(storage: &S, dir: &Path, base: i64) -> Res
 /// Removes the `.cleaned` files of segment `base` (a pass that was abandoned).
 pub(crate) fn discard_cleaned<S: Storage>(storage: &S, dir: &Path, base: i64) {
     let p = SwapPaths::new(dir, base);
-    for path in [&p.index, &p.time_index, &p.log] {
+    for path in [&p.index, &p.time_index, &p.txn_index, &p.log] {
         let path = with_suffix(path, CLEANED_SUFFIX);
         if storage.exists(&path) {
             if let Err(e) = storage.remove(&path) {
@@ -567,6 +577,7 @@ fn swap_end_offset<S: Storage>(storage: &S, path: &Path) -> Result<i64> {
         next_offset: 0,
         max_timestamp: -1,
         index_entries: 0,
+        aborted_txns: Vec::new(),
     };
     let mut end = 0;
     for_each_batch(storage, &src, |_, header| {

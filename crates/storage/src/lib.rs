@@ -50,6 +50,15 @@
 //!   not, so a crash leaves each group of segments either wholly original or wholly
 //!   cleaned. Offsets never change.
 //!
+//! * Transactions: a transactional batch opens its producer's transaction; a control
+//!   batch holding a COMMIT/ABORT marker (appended with [`PartitionLog::append_marker`],
+//!   or through `append`/`append_as_follower`) closes it. The open transactions' first
+//!   offsets live in the producer state (and its snapshots), so
+//!   [`PartitionLog::last_stable_offset`] is right after any reopen. Each abort is indexed
+//!   in its segment's `.txnindex` (Kafka's format, see [`txn_index`]), written and
+//!   fsynced with the segment's other indexes at roll and close and otherwise rebuilt
+//!   from the markers in the log, so it is exactly as durable as the markers.
+//!
 //! With `flush.messages=N` or `flush.ms=M` set (Kafka semantics), `wait_for_ack` returns
 //! at once: an acknowledged append survives a process crash (it is in the page cache)
 //! but not a power loss until the next fsync (every N records, or when
@@ -78,6 +87,7 @@ pub mod fdlimit;
 pub mod fs;
 pub mod log;
 pub mod producer;
+pub mod txn_index;
 
 mod checkpoint;
 mod segment;
@@ -89,4 +99,5 @@ pub use error::{Result, StorageError};
 pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
 pub use log::{AppendInfo, PartitionLog, ReadSlice, RetentionOutcome, TimestampOffset};
-pub use producer::{ProducerStateTable, SequenceError};
+pub use producer::{CompletedTxn, ProducerStateTable, SequenceError};
+pub use txn_index::AbortedTxn;

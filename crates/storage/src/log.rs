@@ -25,6 +25,7 @@ use crate::error::{Result, StorageError};
 use crate::fs::{StdStorage, Storage, StorageFile};
 use crate::producer::{ProducerStateTable, SequenceCheck};
 use crate::segment::{self, Segment};
+use crate::txn_index::{self, AbortedTxn};
 
 /// Present only between a clean close and the next open; its absence means recovery.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
@@ -314,7 +315,12 @@ impl<S: Storage> PartitionLog<S> {
         let first_dirty = checkpoint::read_i64(&storage, &dir, CLEANER_OFFSET_CHECKPOINT).unwrap_or(0);
         state.first_dirty_offset = first_dirty.clamp(state.log_start_offset, leo);
         state.epochs = load_epochs(&storage, &dir, &state)?;
-        state.producers = load_producers(&storage, &dir, &state)?;
+        // After a crash the active segment's aborted index is rebuilt by the producer
+        // state scan, which must then start no later than that segment.
+        let replay_from = if clean { leo } else { state.active().base_offset };
+        let (producers, aborted) = load_producers(&storage, &dir, &state, replay_from)?;
+        state.producers = producers;
+        insert_aborted(&mut state, aborted);
         if let Some(ts) = state.active().first_batch_timestamp {
             state.active_since_ms = ts.min(now_ms);
         }
@@ -543,7 +549,10 @@ impl<S: Storage> PartitionLog<S> {
                 info.offset_of_max_timestamp = b.header.base_offset;
             }
             segment.note_batch(&b.header, write_at + b.position as u64, interval);
-            state.producers.record(&b.header);
+            let bytes = &batches[b.position..b.position + b.header.total_size() as usize];
+            if let Some(aborted) = record_batch(&mut state.producers, &b.header, bytes) {
+                txn_index::insert(&mut segment.aborted_txns, aborted);
+            }
         }
         segment.size = write_at + total;
         debug_assert_eq!(segment.next_offset, last_offset + 1);
@@ -1007,6 +1016,71 @@ impl<S: Storage> PartitionLog<S> {
         Ok(())
     }
 
+    // ----- transactions ---------------------------------------------------------------
+
+    /// The last stable offset: min(first offset of the oldest ongoing transaction, high
+    /// watermark). read_committed fetches pass it to [`read_bounded`](Self::read_bounded)
+    /// and ListOffsets(read_committed) returns it as the latest offset. A transaction
+    /// whose start was deleted (DeleteRecords, retention) holds it at the log start
+    /// offset, as Kafka's `maybeIncrementFirstUnstableOffset` does.
+    pub fn last_stable_offset(&self) -> i64 {
+        let s = lock(&self.state);
+        let unstable = s.producers.first_unstable_offset().map(|first| first.max(s.log_start_offset));
+        unstable.map_or(s.high_watermark, |first| first.min(s.high_watermark))
+    }
+
+    /// First offset of the oldest ongoing transaction (Kafka's `firstUnstableOffset`),
+    /// whatever the high watermark.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        lock(&self.state).producers.first_unstable_offset()
+    }
+
+    /// Aborted transactions overlapping `[fetch_offset, upper_offset)` as
+    /// `(producer_id, first_offset)`, oldest marker first: a read_committed Fetch's
+    /// AbortedTransactions for a read from `fetch_offset` bounded by `upper_offset`
+    /// (normally the read's `next_offset`, or the LSO).
+    pub fn aborted_transactions(&self, fetch_offset: i64, upper_offset: i64) -> Vec<(i64, i64)> {
+        self.aborted_transaction_entries(fetch_offset, upper_offset)
+            .into_iter()
+            .map(|t| (t.producer_id, t.first_offset))
+            .collect()
+    }
+
+    /// Like [`aborted_transactions`](Self::aborted_transactions), with whole index entries.
+    pub fn aborted_transaction_entries(&self, fetch_offset: i64, upper_offset: i64) -> Vec<AbortedTxn> {
+        let s = lock(&self.state);
+        let first = s.segments.partition_point(|seg| seg.base_offset <= fetch_offset).saturating_sub(1);
+        txn_index::collect(
+            s.segments[first..].iter().map(|seg| seg.aborted_txns.as_slice()),
+            fetch_offset,
+            upper_offset,
+        )
+    }
+
+    /// Appends a transaction marker as leader (WriteTxnMarkers): builds the control batch
+    /// with [`BatchBuilder::end_txn_marker`](osprey_protocol::records::BatchBuilder::end_txn_marker)
+    /// (timestamp `now_ms`) and appends it through [`append`](Self::append), which ends
+    /// the producer's transaction, indexes an abort and refuses a fenced epoch. Appending a
+    /// marker batch built elsewhere through `append` or `append_as_follower` has the same
+    /// effect.
+    pub fn append_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        commit: bool,
+        leader_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo> {
+        use osprey_protocol::records::{BatchBuilder, EndTxnMarker};
+        let marker = EndTxnMarker { commit, coordinator_epoch };
+        let built = BatchBuilder::end_txn_marker(marker, producer_id, producer_epoch, now_ms)
+            .and_then(|b| b.build())
+            .map_err(|e| StorageError::io("build marker", &self.dir, std::io::Error::other(e.to_string())))?;
+        let mut bytes = built.as_bytes().to_vec();
+        self.append(&mut bytes, leader_epoch, now_ms)
+    }
+
     /// The leader-epoch cache: (epoch, start offset), oldest first.
     pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
         lock(&self.state).epochs.entries().to_vec()
@@ -1106,7 +1180,9 @@ impl<S: Storage> PartitionLog<S> {
         s.high_watermark = s.high_watermark.min(new_leo);
         s.log_start_offset = s.log_start_offset.min(new_leo);
         s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
-        s.producers = load_producers(&self.storage, &self.dir, &s)?;
+        let (producers, aborted) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
+        s.producers = producers;
+        insert_aborted(&mut s, aborted);
         if s.epochs.truncate_from_end(new_leo) {
             self.write_epoch_checkpoint(&s)?;
         }
@@ -1343,6 +1419,7 @@ impl<S: Storage> PartitionLog<S> {
                 next_offset: seg.next_offset,
                 max_timestamp: seg.max_timestamp,
                 index_entries: seg.offset_index.len(),
+                aborted_txns: seg.aborted_txns.clone(),
             });
         }
         let end_offset = cleanable.last().map_or(first_dirty, |seg| seg.next_offset);
@@ -1573,9 +1650,14 @@ impl<F: StorageFile> SegmentView<F> {
     }
 }
 
-fn segment_files(dir: &Path, base: i64) -> [PathBuf; 3] {
+fn segment_files(dir: &Path, base: i64) -> [PathBuf; 4] {
     let stem = segment::file_stem(base);
-    [dir.join(format!("{stem}.log")), dir.join(format!("{stem}.index")), dir.join(format!("{stem}.timeindex"))]
+    [
+        dir.join(format!("{stem}.log")),
+        dir.join(format!("{stem}.index")),
+        dir.join(format!("{stem}.timeindex")),
+        dir.join(format!("{stem}.txnindex")),
+    ]
 }
 
 /// `00000000000000000042.log` → 42.
@@ -1679,7 +1761,16 @@ fn remove_snapshot<S: Storage>(storage: &S, dir: &Path, offset: i64) -> Result<(
 /// Producer state as of the log end: the newest readable snapshot at or below it, then
 /// the headers of the batches after it. Snapshots beyond the log end (the log was
 /// truncated or lost its tail) are deleted; a torn one is skipped for an older one.
-fn load_producers<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>) -> Result<ProducerStateTable> {
+///
+/// Snapshots above `replay_from` are not used (kept), so every marker from there on is
+/// replayed; the aborts found are returned with their LSO for the caller to index (those
+/// already indexed are skipped by [`insert_aborted`]).
+fn load_producers<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    state: &LogState<S::File>,
+    replay_from: i64,
+) -> Result<(ProducerStateTable, Vec<AbortedTxn>)> {
     let leo = state.log_end_offset();
     let mut snapshots = list_snapshots(storage, dir)?;
     snapshots.sort_unstable();
@@ -1688,6 +1779,9 @@ fn load_producers<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>
     for &offset in snapshots.iter().rev() {
         if offset > leo {
             remove_snapshot(storage, dir, offset)?;
+            continue;
+        }
+        if offset > replay_from {
             continue;
         }
         if offset < state.segments[0].base_offset {
@@ -1708,16 +1802,66 @@ fn load_producers<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>
         }
     }
     let mut table = table.unwrap_or_default();
+    let mut aborted = Vec::new();
     for seg in state.segments.iter().filter(|seg| seg.next_offset > from) {
         let view = SegmentView::transient(seg, storage, seg.index_lookup(from))?;
+        let mut failed = None;
+        let mut position = view.start_position;
         view.find(view.start_position, |h| {
-            if h.base_offset >= from {
-                table.record(h);
+            let at = position;
+            position += h.total_size();
+            if h.base_offset < from {
+                return false;
             }
+            // Only control batches are read beyond their header (markers are tiny).
+            let mut body = Vec::new();
+            if h.is_control() {
+                body.resize(h.total_size() as usize, 0);
+                if let Err(e) = view.file.read_exact_at(&mut body, at) {
+                    failed = Some(StorageError::io("read", &view.path, e));
+                    return true;
+                }
+            }
+            aborted.extend(record_batch(&mut table, h, &body));
             false
         })?;
+        if let Some(e) = failed {
+            return Err(e);
+        }
     }
-    Ok(table)
+    Ok((table, aborted))
+}
+
+/// Applies one appended (or replayed) batch to the producer state; for an ABORT marker
+/// returns the index entry, whose LSO is the state's right after the marker (Kafka's
+/// `ProducerStateManager.lastStableOffset(completedTxn)`).
+fn record_batch(table: &mut ProducerStateTable, h: &BatchHeader, batch: &[u8]) -> Option<AbortedTxn> {
+    if !h.is_control() {
+        table.record(h);
+        return None;
+    }
+    if h.producer_id < 0 {
+        return None;
+    }
+    let commit = txn_index::marker_of(h, batch)?;
+    let done = table.complete_txn(h, commit);
+    if done.commit {
+        return None;
+    }
+    Some(AbortedTxn {
+        producer_id: done.producer_id,
+        first_offset: done.first_offset,
+        last_offset: done.last_offset,
+        last_stable_offset: table.first_unstable_offset().unwrap_or(done.last_offset + 1),
+    })
+}
+
+/// Adds replayed aborts to the segments holding their markers (skipping those indexed).
+fn insert_aborted<F>(state: &mut LogState<F>, aborted: Vec<AbortedTxn>) {
+    for a in aborted {
+        let i = state.segments.partition_point(|seg| seg.base_offset <= a.last_offset).saturating_sub(1);
+        txn_index::insert(&mut state.segments[i].aborted_txns, a);
+    }
 }
 
 fn read_bounded_file<S: Storage>(storage: &S, path: &Path, max: u64) -> Option<Vec<u8>> {

@@ -3,6 +3,11 @@
 //! gap in sequences is refused. Everything needed is in the batch header, so the state
 //! is rebuilt from the log tail by reading headers only; snapshots (`<offset>.snapshot`)
 //! taken at segment roll and clean close bound that scan.
+//!
+//! It also holds each producer's ongoing transaction (Kafka's `currentTxnFirstOffset`):
+//! the first offset of its first transactional batch since its last transaction marker.
+//! The oldest of those bounds the last stable offset; snapshots carry them so the LSO is
+//! right after a restart.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,7 +17,10 @@ use crate::batch::BatchHeader;
 pub const BATCHES_PER_PRODUCER: usize = 5;
 /// Snapshot file magic and version.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OSPS";
-const SNAPSHOT_VERSION: u16 = 1;
+/// Version 2 adds each producer's ongoing transaction; version 1 is still read.
+const SNAPSHOT_VERSION: u16 = 2;
+const SNAPSHOT_VERSION_WITHOUT_TXNS: u16 = 1;
+/// Smallest entry of any version (id, epoch, batch count), to bound the entry count.
 const ENTRY_HEADER: usize = 8 + 2 + 1;
 const BATCH_ENTRY: usize = 4 + 4 + 8 + 8 + 8;
 
@@ -38,6 +46,21 @@ pub struct ProducerEntry {
     pub epoch: i16,
     /// Up to `BATCHES_PER_PRODUCER` batches.
     pub batches: VecDeque<BatchMetadata>,
+    /// First offset of its ongoing transaction, if one is open.
+    pub current_txn_first_offset: Option<i64>,
+}
+
+/// A transaction ended by a marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    /// Producer id.
+    pub producer_id: i64,
+    /// First offset of the transaction (the marker's own offset if none was open).
+    pub first_offset: i64,
+    /// Offset of the marker.
+    pub last_offset: i64,
+    /// Commit (true) or abort (false).
+    pub commit: bool,
 }
 
 /// Why an idempotent batch is refused.
@@ -104,8 +127,11 @@ impl ProducerStateTable {
     /// accepted at any sequence, as for any unknown producer (KIP-360).
     pub fn remove_expired(&mut self, now_ms: i64, expiration_ms: i64) -> usize {
         let before = self.producers.len();
+        // A producer with an open transaction is kept, as Kafka does: forgetting it would
+        // move the LSO past data whose fate is not decided yet.
         self.producers.retain(|_, e| {
-            e.batches.back().is_none_or(|last| now_ms.saturating_sub(last.max_timestamp) < expiration_ms)
+            e.current_txn_first_offset.is_some()
+                || e.batches.back().is_none_or(|last| now_ms.saturating_sub(last.max_timestamp) < expiration_ms)
         });
         before - self.producers.len()
     }
@@ -131,6 +157,17 @@ impl ProducerStateTable {
     /// Checks a batch against the producer's state (Kafka's rules; an unknown producer,
     /// e.g. one whose state expired, is accepted at any sequence since KIP-360).
     pub fn check(&self, h: &BatchHeader) -> Result<SequenceCheck, SequenceError> {
+        if h.is_control() && h.producer_id >= 0 {
+            // A marker carries no sequence, but one from a fenced epoch is refused.
+            return match self.producers.get(&h.producer_id) {
+                Some(e) if h.producer_epoch < e.epoch => Err(SequenceError::InvalidProducerEpoch {
+                    producer_id: h.producer_id,
+                    epoch: h.producer_epoch,
+                    current: e.epoch,
+                }),
+                _ => Ok(SequenceCheck::NotIdempotent),
+            };
+        }
         if h.producer_id < 0 || h.base_sequence < 0 {
             return Ok(SequenceCheck::NotIdempotent);
         }
@@ -189,6 +226,29 @@ impl ProducerStateTable {
             last_offset: h.last_offset(),
             max_timestamp: h.max_timestamp,
         });
+        if h.is_transactional() && !h.is_control() {
+            entry.current_txn_first_offset.get_or_insert(h.base_offset);
+        }
+    }
+
+    /// Records a transaction marker (a control batch at `h.base_offset` whose record says
+    /// commit or abort): ends the producer's ongoing transaction and adopts the marker's
+    /// epoch, as Kafka's `appendEndTxnMarker`. A marker with no open transaction still
+    /// completes one that starts and ends at the marker, as in Kafka.
+    pub fn complete_txn(&mut self, h: &BatchHeader, commit: bool) -> CompletedTxn {
+        let entry = self.producers.entry(h.producer_id).or_default();
+        if h.producer_epoch != entry.epoch {
+            entry.epoch = h.producer_epoch;
+            entry.batches.clear();
+        }
+        let first_offset = entry.current_txn_first_offset.take().unwrap_or(h.base_offset);
+        CompletedTxn { producer_id: h.producer_id, first_offset, last_offset: h.base_offset, commit }
+    }
+
+    /// First offset of the oldest ongoing transaction: the last stable offset can be no
+    /// higher. Linear in producers; called per read_committed fetch and per marker.
+    pub fn first_unstable_offset(&self) -> Option<i64> {
+        self.producers.values().filter_map(|e| e.current_txn_first_offset).min()
     }
 
     /// Serialises the table (with a trailing CRC-32C so a torn snapshot is detected).
@@ -204,6 +264,7 @@ impl ProducerStateTable {
             out.extend_from_slice(&id.to_be_bytes());
             out.extend_from_slice(&entry.epoch.to_be_bytes());
             out.push(entry.batches.len() as u8);
+            out.extend_from_slice(&entry.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
             for b in &entry.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
                 out.extend_from_slice(&b.last_seq.to_be_bytes());
@@ -224,7 +285,8 @@ impl ProducerStateTable {
             return None;
         }
         let mut r = Reader { buf: body, pos: 4 };
-        if r.u16()? != SNAPSHOT_VERSION {
+        let version = r.u16()?;
+        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_WITHOUT_TXNS {
             return None;
         }
         let count = r.u32()? as usize;
@@ -237,6 +299,10 @@ impl ProducerStateTable {
             let id = r.i64()?;
             let epoch = r.u16()? as i16;
             let n = usize::from(r.u8()?);
+            let current_txn_first_offset = match version {
+                SNAPSHOT_VERSION_WITHOUT_TXNS => None,
+                _ => Some(r.i64()?).filter(|&o| o >= 0),
+            };
             if n > BATCHES_PER_PRODUCER || r.buf.len() - r.pos < n * BATCH_ENTRY {
                 return None;
             }
@@ -250,7 +316,7 @@ impl ProducerStateTable {
                     max_timestamp: r.i64()?,
                 });
             }
-            table.producers.insert(id, ProducerEntry { epoch, batches });
+            table.producers.insert(id, ProducerEntry { epoch, batches, current_txn_first_offset });
         }
         (r.pos == body.len()).then_some(table)
     }
@@ -363,6 +429,51 @@ mod tests {
         let mut t = ProducerStateTable::default();
         t.record(&header(1, 0, i32::MAX, 1, 0));
         assert_eq!(t.check(&header(1, 0, 0, 1, -1)).unwrap(), SequenceCheck::Accept);
+    }
+
+    #[test]
+    fn ongoing_transactions_start_at_the_first_batch_end_at_a_marker_and_survive_snapshots() {
+        let mut t = ProducerStateTable::default();
+        let txn = |pid, seq, offset| {
+            let mut h = header(pid, 0, seq, 1, offset);
+            h.attributes = crate::batch::ATTR_TRANSACTIONAL;
+            h
+        };
+        t.record(&txn(1, 0, 10));
+        t.record(&txn(2, 0, 11));
+        t.record(&txn(1, 1, 12));
+        assert_eq!(t.first_unstable_offset(), Some(10));
+        let restored = ProducerStateTable::from_snapshot(&t.to_snapshot()).unwrap();
+        assert_eq!(restored, t);
+        let mut marker = header(1, 0, -1, 1, 13);
+        marker.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
+        let done = t.complete_txn(&marker, false);
+        assert_eq!(done, CompletedTxn { producer_id: 1, first_offset: 10, last_offset: 13, commit: false });
+        assert_eq!(t.first_unstable_offset(), Some(11));
+        marker.producer_epoch = -1;
+        assert!(matches!(t.check(&marker), Err(SequenceError::InvalidProducerEpoch { .. })));
+    }
+
+    #[test]
+    fn version_1_snapshots_are_still_read() {
+        let mut t = ProducerStateTable::default();
+        t.record(&header(7, 1, 0, 2, 100));
+        let mut v1 = Vec::new();
+        v1.extend_from_slice(SNAPSHOT_MAGIC);
+        v1.extend_from_slice(&SNAPSHOT_VERSION_WITHOUT_TXNS.to_be_bytes());
+        v1.extend_from_slice(&1u32.to_be_bytes());
+        v1.extend_from_slice(&7i64.to_be_bytes());
+        v1.extend_from_slice(&1i16.to_be_bytes());
+        v1.push(1);
+        for v in [0i32, 1] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        for v in [100i64, 101, 0] {
+            v1.extend_from_slice(&v.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&v1);
+        v1.extend_from_slice(&crc.to_be_bytes());
+        assert_eq!(ProducerStateTable::from_snapshot(&v1), Some(t));
     }
 
     #[test]

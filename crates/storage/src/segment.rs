@@ -5,6 +5,8 @@
 //! stops being active (roll, clean close) and then fsynced. So the index files of the
 //! active segment are trusted only after a clean shutdown; after a crash recovery
 //! rebuilds them from the log, which is why nothing on the append path writes them.
+//! The aborted-transaction index (`.txnindex`, see [`crate::txn_index`]) follows the same
+//! rule; the log rebuilds it with the producer state, which it needs for each entry's LSO.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use crate::batch::{self, BatchError, BatchHeader, HEADER_LEN};
 use crate::error::{Result, StorageError};
 use crate::fs::{Storage, StorageFile};
+use crate::txn_index::{self, AbortedTxn};
 
 /// Bytes per offset index entry: relative offset u32 + position u32 (big-endian).
 pub(crate) const OFFSET_ENTRY: u64 = 8;
@@ -59,6 +62,8 @@ pub(crate) struct Segment<F> {
     pub offset_of_max_timestamp: i64,
     /// maxTimestamp of the first batch, which `segment.ms` counts from (as Kafka).
     pub first_batch_timestamp: Option<i64>,
+    /// Transactions aborted by markers in this segment, in marker order.
+    pub aborted_txns: Vec<AbortedTxn>,
 }
 
 /// One batch found by walking a segment.
@@ -74,7 +79,11 @@ impl<F: StorageFile> Segment<F> {
         let path = log_path(dir, base_offset);
         let file = storage.open(&path, true).map_err(|e| StorageError::io("create", &path, e))?;
         file.set_len(0).map_err(|e| StorageError::io("truncate", &path, e))?;
-        for p in [index_path(dir, base_offset), time_index_path(dir, base_offset)] {
+        for p in [
+            index_path(dir, base_offset),
+            time_index_path(dir, base_offset),
+            txn_index::txn_index_path(dir, base_offset),
+        ] {
             if storage.exists(&p) {
                 storage.remove(&p).map_err(|e| StorageError::io("remove", &p, e))?;
             }
@@ -103,6 +112,7 @@ impl<F: StorageFile> Segment<F> {
             max_timestamp: -1,
             offset_of_max_timestamp: -1,
             first_batch_timestamp: None,
+            aborted_txns: Vec::new(),
         }
     }
 
@@ -159,6 +169,11 @@ impl<F: StorageFile> Segment<F> {
             }
             last = Some((rel, pos));
             self.offset_index.push((rel, pos));
+        }
+        // A sealed segment written before transactions were supported has no file.
+        let txn_path = txn_index::txn_index_path(dir, self.base_offset);
+        if storage.exists(&txn_path) {
+            self.aborted_txns = txn_index::decode(&read_small(storage, &txn_path)?)?;
         }
         let raw = read_small(storage, &time_index_path(dir, self.base_offset))?;
         let mut last: Option<(i64, u32)> = None;
@@ -335,7 +350,13 @@ impl<F: StorageFile> Segment<F> {
     /// Writes both index files from memory and fsyncs them and the log.
     pub fn persist_indexes<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
         let (offsets, times) = (index_path(dir, self.base_offset), time_index_path(dir, self.base_offset));
+        self.persist_txn_index_to(storage, &txn_index::txn_index_path(dir, self.base_offset))?;
         self.persist_indexes_to(storage, &offsets, &times)
+    }
+
+    /// Writes the aborted-transaction index to `path` and fsyncs it.
+    pub fn persist_txn_index_to<S: Storage<File = F>>(&self, storage: &S, path: &Path) -> Result<()> {
+        write_whole(storage, path, &txn_index::encode(&self.aborted_txns))
     }
 
     /// Writes the index files at the given paths and fsyncs them and the log.
@@ -363,7 +384,12 @@ impl<F: StorageFile> Segment<F> {
 
     /// Deletes the segment's files (open handles held by readers stay readable).
     pub fn delete_files<S: Storage<File = F>>(storage: &S, dir: &Path, base_offset: i64) -> Result<()> {
-        for p in [log_path(dir, base_offset), index_path(dir, base_offset), time_index_path(dir, base_offset)] {
+        for p in [
+            log_path(dir, base_offset),
+            index_path(dir, base_offset),
+            time_index_path(dir, base_offset),
+            txn_index::txn_index_path(dir, base_offset),
+        ] {
             match storage.remove(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -437,6 +463,8 @@ impl<F: StorageFile> Segment<F> {
         let rel_end = new_next_offset - self.base_offset;
         self.offset_index.retain(|e| i64::from(e.0) < rel_end && u64::from(e.1) < position);
         self.time_index.retain(|e| i64::from(e.1) < rel_end);
+        // As Kafka's `TxnIndex.truncateTo`: aborts whose marker was cut are forgotten.
+        self.aborted_txns.retain(|t| t.last_offset < new_next_offset);
         // Like Kafka: the newest surviving time index entry is the max timestamp; the
         // exact value is recomputed by a rescan if a batch after it held the max.
         match self.time_index.last() {
