@@ -9,7 +9,7 @@ use crate::dispatch::Reply;
 use crate::fetch_session::{Begin, PartitionFetch, PartitionKey, Sent, SessionId};
 use crate::partition::Partition;
 use crate::telemetry;
-use osprey_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use osprey_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
 use osprey_protocol::messages::{FetchRequest, FetchResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use osprey_storage::StorageError;
@@ -20,6 +20,8 @@ use tokio::task::JoinSet;
 /// What to read, resolved from the request (and its session) once.
 struct Plan {
     broker: Arc<Broker>,
+    /// read_committed (1): read up to the last stable offset, report aborted transactions.
+    read_committed: bool,
     max_bytes: usize,
     min_bytes: usize,
     session_id: SessionId,
@@ -76,6 +78,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .collect();
     let plan = Plan {
         broker: broker.clone(),
+        read_committed: req.isolation_level == 1,
         max_bytes: req.max_bytes.max(0) as usize,
         min_bytes: req.min_bytes.max(0) as usize,
         session_id,
@@ -130,7 +133,7 @@ fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
         // KIP-74: the first batch is returned even if it alone exceeds the limits, so a
         // consumer can always make progress.
         let budget = if total == 0 { max.max(1) } else { max.min(plan.max_bytes.saturating_sub(total)) };
-        let data = read_partition(p, budget);
+        let data = read_partition(p, budget, plan.read_committed);
         errors |= data.error_code != 0;
         total += data.records.as_ref().map_or(0, |r| r.len());
         reads.push(data);
@@ -171,7 +174,7 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
     ResponseBody::Fetch(resp)
 }
 
-fn read_partition(p: &PartitionPlan, budget: usize) -> PartitionData {
+fn read_partition(p: &PartitionPlan, budget: usize, read_committed: bool) -> PartitionData {
     let mut data = PartitionData {
         partition_index: p.key.partition,
         high_watermark: -1,
@@ -195,17 +198,34 @@ fn read_partition(p: &PartitionPlan, budget: usize) -> PartitionData {
     }
     let log = &partition.log;
     let high_watermark = log.high_watermark();
+    let last_stable_offset = log.last_stable_offset();
     data.high_watermark = high_watermark;
-    data.last_stable_offset = high_watermark;
+    data.last_stable_offset = last_stable_offset;
     data.log_start_offset = log.log_start_offset();
+    // read_committed stops at the last stable offset: nothing of an open transaction.
+    let bound = if read_committed { last_stable_offset } else { high_watermark };
     let offset = p.fetch.fetch_offset;
-    if offset >= high_watermark && offset <= log.log_end_offset() {
-        // Caught up (or past the high watermark but inside the log): nothing to read yet.
+    if offset >= bound && offset <= log.log_end_offset() {
+        // Caught up (or past the bound but inside the log): nothing to read yet.
         return data;
     }
-    match log.read_bounded(offset, budget, high_watermark) {
+    match log.read_bounded(offset, budget, bound) {
         Ok(slice) => {
             data.log_start_offset = slice.log_start_offset;
+            if read_committed {
+                // The consumer drops records of these producers from these offsets on
+                // until it meets their ABORT markers.
+                data.aborted_transactions = Some(
+                    log.aborted_transactions(offset, slice.next_offset)
+                        .into_iter()
+                        .map(|(producer_id, first_offset)| AbortedTransaction {
+                            producer_id,
+                            first_offset,
+                            ..Default::default()
+                        })
+                        .collect(),
+                );
+            }
             data.records = Some(slice.records);
             data
         }

@@ -27,7 +27,7 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Re
             let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
             let result = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch),
+                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1),
             };
             match result {
                 Ok((offset, timestamp, epoch)) => {
@@ -49,7 +49,12 @@ pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Re
 }
 
 /// (offset, timestamp, leader epoch) for one partition; offset -1 when no record matches.
-fn lookup(partition: &Partition, timestamp: i64, current_leader_epoch: i32) -> Result<(i64, i64, i32), ErrorCode> {
+fn lookup(
+    partition: &Partition,
+    timestamp: i64,
+    current_leader_epoch: i32,
+    read_committed: bool,
+) -> Result<(i64, i64, i32), ErrorCode> {
     if current_leader_epoch >= 0 && current_leader_epoch != partition.leader_epoch {
         return Err(if current_leader_epoch < partition.leader_epoch {
             ErrorCode::FENCED_LEADER_EPOCH
@@ -59,7 +64,8 @@ fn lookup(partition: &Partition, timestamp: i64, current_leader_epoch: i32) -> R
     }
     let log = &partition.log;
     let epoch = partition.leader_epoch;
-    let high_watermark = log.high_watermark();
+    // read_committed consumers see offsets only up to the last stable offset.
+    let high_watermark = if read_committed { log.last_stable_offset() } else { log.high_watermark() };
     match timestamp {
         LATEST => Ok((high_watermark, -1, epoch)),
         EARLIEST | EARLIEST_LOCAL => Ok((log.log_start_offset(), -1, epoch)),
