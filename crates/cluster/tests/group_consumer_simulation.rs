@@ -8,24 +8,10 @@ mod group_consumer_support;
 
 use group_consumer_support::*;
 use osprey_cluster::group::ConsumerGroupState;
+/// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
+use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
 
 struct Sim {
     h: Harness,
@@ -82,7 +68,7 @@ impl Sim {
 }
 
 fn run(seed: u64) {
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut sim = Sim { h: Harness::new(), clients: Vec::new(), next_id: 0 };
     for _ in 0..3 {
         let c = sim.new_client();
@@ -97,7 +83,7 @@ fn run(seed: u64) {
                 sim.heartbeat(i);
             }
             1 if sim.clients.len() > 1 => {
-                let i = rng.below(sim.clients.len());
+                let i = rng.below(sim.clients.len() as u64) as usize;
                 let mut leave = sim.clients[i].request();
                 leave.member_epoch = -1;
                 let response = sim.h.send(&leave);
@@ -115,7 +101,7 @@ fn run(seed: u64) {
                 topic.num_partitions = (topic.num_partitions + 1).min(12);
             }
             _ => {
-                let i = rng.below(sim.clients.len());
+                let i = rng.below(sim.clients.len() as u64) as usize;
                 sim.heartbeat(i);
             }
         }

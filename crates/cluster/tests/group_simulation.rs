@@ -12,27 +12,12 @@ mod group_support;
 use group_support::{subscription, Harness};
 use osprey_cluster::group::{GroupConfig, ReplyId, Response};
 use osprey_protocol::messages::leave_group_request::{LeaveGroupRequest, MemberIdentity};
+/// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
+use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;
 
 const G: &str = "sim-group";
-
-/// SplitMix64: the whole run replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 #[derive(Default, Clone)]
 struct Client {
@@ -69,7 +54,7 @@ impl Sim {
         h.auto_persist = false;
         Sim {
             h,
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             clients,
             outstanding: BTreeSet::new(),
             seen: Default::default(),
@@ -249,7 +234,7 @@ impl Sim {
         self.commits.clear();
         let log = self.h.log.clone();
         // A restarted broker seeds its member ids afresh.
-        let config = GroupConfig { member_id_seed: self.rng.next(), ..self.h.coordinator.config().clone() };
+        let config = GroupConfig { member_id_seed: self.rng.next_u64(), ..self.h.coordinator.config().clone() };
         let mut coordinator = osprey_cluster::group::GroupCoordinator::new(config);
         coordinator.load(log, self.h.now).expect("our own log loads");
         self.h.coordinator = coordinator;

@@ -15,6 +15,8 @@ mod txn_support;
 use bytes::Buf;
 use osprey_cluster::txn::{ReplyId, Response, TransactionCoordinator, TxnConfig, TxnState};
 use osprey_protocol::messages::InitProducerIdRequest;
+/// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
+use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 use txn_support::Harness;
@@ -22,27 +24,6 @@ use txn_support::Harness;
 const IDS: [&str; 3] = ["sim-0", "sim-1", "sim-2"];
 const TOPICS: [(&str, i32); 4] = [("orders", 0), ("orders", 1), ("audit", 0), ("audit", 1)];
 const PARTITIONS: i32 = 4;
-
-/// SplitMix64: the whole run replays from its seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-
-    fn chance(&mut self, percent: u64) -> bool {
-        self.below(100) < percent
-    }
-}
 
 #[derive(Clone, Copy, Debug)]
 enum Asked {
@@ -79,7 +60,7 @@ impl Sim {
         };
         Sim {
             h: Harness::with_config(config),
-            rng: Rng(seed),
+            rng: Rng::new(seed),
             trace: std::env::var("SIM_TRACE").is_ok(),
             clients: [[None; 2]; 3],
             asked: BTreeMap::new(),
@@ -99,7 +80,7 @@ impl Sim {
         let producer = self.clients[id][client];
         match self.rng.below(100) {
             0..=5 => {
-                let bump_expected = producer.is_some() && self.rng.chance(30);
+                let bump_expected = producer.is_some() && (self.rng.below(100) < 30);
                 let (pid, epoch) = if bump_expected { producer.unwrap() } else { (-1, -1) };
                 let request = InitProducerIdRequest {
                     transactional_id: Some(name.into()),
@@ -128,7 +109,7 @@ impl Sim {
             }
             35..=46 => {
                 let Some(p) = producer else { return };
-                let commit = self.rng.chance(60);
+                let commit = (self.rng.below(100) < 60);
                 self.trace(format!("end {name}/{client} {p:?} commit={commit}"));
                 let reply = self.h.end(name, p, commit, 3);
                 self.asked.insert(reply, Asked::Other);
@@ -177,7 +158,8 @@ impl Sim {
                 let Some((txn, marker)) = self.h.markers.pop_front() else { return };
                 self.trace(format!("markers {txn} {marker:?}"));
                 for tp in &marker.partitions {
-                    let error = if self.rng.chance(15) { ErrorCode::NOT_LEADER_OR_FOLLOWER } else { ErrorCode::NONE };
+                    let error =
+                        if (self.rng.below(100) < 15) { ErrorCode::NOT_LEADER_OR_FOLLOWER } else { ErrorCode::NONE };
                     self.h.c.marker_written(&txn, marker.coordinator_epoch, tp, error, self.h.now);
                 }
                 self.h.drain();
