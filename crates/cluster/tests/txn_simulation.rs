@@ -109,7 +109,7 @@ impl Sim {
             }
             35..=46 => {
                 let Some(p) = producer else { return };
-                let commit = (self.rng.below(100) < 60);
+                let commit = self.rng.below(100) < 60;
                 self.trace(format!("end {name}/{client} {p:?} commit={commit}"));
                 let reply = self.h.end(name, p, commit, 3);
                 self.asked.insert(reply, Asked::Other);
@@ -159,7 +159,7 @@ impl Sim {
                 self.trace(format!("markers {txn} {marker:?}"));
                 for tp in &marker.partitions {
                     let error =
-                        if (self.rng.below(100) < 15) { ErrorCode::NOT_LEADER_OR_FOLLOWER } else { ErrorCode::NONE };
+                        if self.rng.below(100) < 15 { ErrorCode::NOT_LEADER_OR_FOLLOWER } else { ErrorCode::NONE };
                     self.h.c.marker_written(&txn, marker.coordinator_epoch, tp, error, self.h.now);
                 }
                 self.h.drain();
