@@ -122,6 +122,15 @@ impl GroupCoordinator {
                     let group = self.groups.remove(group_id).expect("present");
                     let mut tombstones: Vec<records::Record> =
                         group.offsets.keys().map(|tp| records::offset_tombstone(group_id, tp)).collect();
+                    // Open transactions' offsets go too (Kafka's `deleteAllOffsets`): a
+                    // tombstone for each partition that has no committed offset to carry one.
+                    tombstones.extend(
+                        group
+                            .pending_txn_partitions()
+                            .iter()
+                            .filter(|tp| !group.offsets.contains_key(*tp))
+                            .map(|tp| records::offset_tombstone(group_id, tp)),
+                    );
                     tombstones.push(records::group_tombstone(group_id));
                     tombstones.extend(consumer_tombstones.unwrap_or_default());
                     let then = records::Continuation::DeleteGroup { batch_id, group_id: group_id.clone() };

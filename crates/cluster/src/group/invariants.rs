@@ -72,6 +72,16 @@ impl GroupCoordinator {
         if group.pending_offset_commits.values().any(|n| *n == 0) {
             return Err("a pending commit count of zero".into());
         }
+        if group.pending_txn_offsets.values().any(|offsets| offsets.is_empty()) {
+            return Err("a producer without pending transactional offsets".into());
+        }
+        let pending_txn = group.pending_txn_offsets.values().flat_map(|offsets| offsets.values());
+        for offset in group.offsets.values().chain(pending_txn) {
+            // Durable offsets carry the sequence they became durable at, never one to come.
+            if offset.log_sequence == 0 || offset.log_sequence >= self.next_log_sequence {
+                return Err(format!("log sequence {} (next {})", offset.log_sequence, self.next_log_sequence));
+            }
+        }
         if group.generation_id < 0 {
             return Err(format!("generation {}", group.generation_id));
         }

@@ -38,6 +38,13 @@
 //!   (NOT_LEADER_OR_FOLLOWER), which answers the OffsetCommits waiting on them.
 //! - [`GroupConfig::member_id_seed`] must be random per process: member ids of loaded
 //!   groups must not come round again.
+//! - TxnOffsetCommit ([`txn_commit_offsets`]) comes out as an [`Output::Persist`] with
+//!   `producer: Some((producer_id, producer_epoch))`: the server appends those records as
+//!   a transactional batch of that producer. Once durable the offsets are pending for the
+//!   producer, invisible to OffsetFetch, until the server has made the producer's COMMIT
+//!   or ABORT marker durable in that `__consumer_offsets` partition and calls
+//!   [`complete_txn`]. On load, [`load_replay`] takes transactional records and markers
+//!   as they are in the log.
 //! - KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the
 //!   member-epoch checks of OffsetCommit / OffsetFetch) live in the same coordinator:
 //!   see [`consumer`] for their part of this protocol.
@@ -87,6 +94,9 @@
 //! [`next_deadline`]: GroupCoordinator::next_deadline
 //! [`poll_output`]: GroupCoordinator::poll_output
 //! [`load`]: GroupCoordinator::load
+//! [`load_replay`]: GroupCoordinator::load_replay
+//! [`txn_commit_offsets`]: GroupCoordinator::txn_commit_offsets
+//! [`complete_txn`]: GroupCoordinator::complete_txn
 //! [`unload_partition`]: GroupCoordinator::unload_partition
 //! [`check_invariants`]: GroupCoordinator::check_invariants
 
@@ -103,16 +113,17 @@ pub mod records;
 mod state;
 mod sync;
 mod timers;
+mod txn_offsets;
 
 pub use consumer::{ConsumerGroupState, TopicInfo, TopicsView};
-pub use records::{partition_for, LoadError, LoadSummary, Record};
+pub use records::{partition_for, LoadError, LoadSummary, Record, Replay};
 pub use state::GroupState;
 
 use bytes::Bytes;
 use member_id::MemberIdGenerator;
 use osprey_protocol::messages::{
     ConsumerGroupHeartbeatResponse, DeleteGroupsResponse, JoinGroupResponse, OffsetCommitResponse,
-    OffsetDeleteResponse, SyncGroupResponse,
+    OffsetDeleteResponse, SyncGroupResponse, TxnOffsetCommitResponse,
 };
 use state::Group;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -131,8 +142,12 @@ pub enum Output {
     /// Send `response` for the held request `reply`.
     Respond { reply: ReplyId, response: Response },
     /// Append `records` to `__consumer_offsets` partition `partition_for(group_id, n)`,
-    /// then call [`GroupCoordinator::persisted`] with `id`.
-    Persist { id: PersistId, group_id: String, records: Vec<Record> },
+    /// then call [`GroupCoordinator::persisted`] with `id`. With `producer:
+    /// Some((producer_id, producer_epoch))` (a TxnOffsetCommit) the records go in one
+    /// transactional batch of that producer, checked as any transactional append is (a
+    /// fenced epoch fails the append, and its error code is what `persisted` gets);
+    /// `None`: a plain, non-transactional batch.
+    Persist { id: PersistId, group_id: String, records: Vec<Record>, producer: Option<(i64, i16)> },
 }
 
 /// A delayed response, shaped for the version its request came in.
@@ -144,6 +159,7 @@ pub enum Response {
     DeleteGroups(DeleteGroupsResponse),
     OffsetDelete(OffsetDeleteResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
+    TxnOffsetCommit(TxnOffsetCommitResponse),
 }
 
 /// The coordinator's settings, with Kafka's names and defaults.
@@ -218,6 +234,9 @@ pub struct GroupCoordinator {
     next_batch_id: u64,
     member_ids: MemberIdGenerator,
     next_offset_cleanup_ms: Option<i64>,
+    /// Counts the offset records made durable or replayed, in that order: the
+    /// [`state::CommittedOffset::log_sequence`] of the next one.
+    next_log_sequence: u64,
 }
 
 impl GroupCoordinator {
@@ -234,6 +253,7 @@ impl GroupCoordinator {
             next_batch_id: 0,
             member_ids,
             next_offset_cleanup_ms: None,
+            next_log_sequence: 1,
         }
     }
 
@@ -278,11 +298,29 @@ impl GroupCoordinator {
     }
 
     fn persist(&mut self, group_id: &str, records: Vec<Record>, then: records::Continuation) -> PersistId {
+        self.persist_as(group_id, records, then, None)
+    }
+
+    /// A persist written as `producer`'s transactional batch when `producer` is set.
+    fn persist_as(
+        &mut self,
+        group_id: &str,
+        records: Vec<Record>,
+        then: records::Continuation,
+        producer: Option<(i64, i16)>,
+    ) -> PersistId {
         let id = PersistId(self.next_persist_id);
         self.next_persist_id += 1;
         self.pending_persists.insert(id, then);
-        self.outputs.push_back(Output::Persist { id, group_id: group_id.to_string(), records });
+        self.outputs.push_back(Output::Persist { id, group_id: group_id.to_string(), records, producer });
         id
+    }
+
+    /// The log sequence of a record becoming durable (or replayed) now.
+    fn take_log_sequence(&mut self) -> u64 {
+        let sequence = self.next_log_sequence;
+        self.next_log_sequence += 1;
+        sequence
     }
 }
 

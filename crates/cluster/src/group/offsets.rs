@@ -47,6 +47,7 @@ impl GroupCoordinator {
                         commit_timestamp_ms: now_ms,
                         expire_timestamp_ms: (api_version <= 4 && retention != DEFAULT_RETENTION_TIME)
                             .then_some(now_ms.saturating_add(retention)),
+                        log_sequence: 0,
                     })
                 };
                 ((t.name.clone(), p.partition_index), offset)
@@ -124,6 +125,7 @@ impl GroupCoordinator {
     }
 
     pub(super) fn commit_persisted(&mut self, commit: PendingCommit, result: Result<(), ErrorCode>) {
+        let log_sequence = self.take_log_sequence();
         if let Some(group) = self.groups.get_mut(&commit.group_id) {
             for (tp, offset) in &commit.partitions {
                 let Ok(offset) = offset else { continue };
@@ -135,7 +137,7 @@ impl GroupCoordinator {
                     group.pending_offset_commits.remove(tp);
                 }
                 if result.is_ok() {
-                    group.offsets.insert(tp.clone(), offset.clone());
+                    group.offsets.insert(tp.clone(), CommittedOffset { log_sequence, ..offset.clone() });
                 }
             }
         }
@@ -170,8 +172,9 @@ impl GroupCoordinator {
 
     /// OffsetFetch for one group (v8+ shape; the server flattens it for v1-7 and maps
     /// topic names to ids for v10). `topics: None` asks for every committed offset.
-    /// With `require_stable`, a partition with a commit not yet durable gets
-    /// UNSTABLE_OFFSET_COMMIT. An unknown group has no offsets: -1 everywhere, no error.
+    /// With `require_stable`, a partition with a commit not yet durable, or with an offset
+    /// of a transaction not yet ended, gets UNSTABLE_OFFSET_COMMIT; without it such a
+    /// partition shows its last committed offset. An unknown group has no offsets: -1 everywhere, no error.
     pub fn fetch_offsets(
         &self,
         group_id: &str,
@@ -244,6 +247,9 @@ impl GroupCoordinator {
                 } else {
                     group.pending_offset_commits.remove(&tp);
                     if group.offsets.remove(&tp).is_some() {
+                        // Kafka writes a tombstone only over a committed offset; replayed,
+                        // it takes open transactions' offsets of the partition with it.
+                        group.remove_pending_txn_offsets(&tp);
                         records.push(records::offset_tombstone(&request.group_id, &tp));
                     }
                     ErrorCode::NONE

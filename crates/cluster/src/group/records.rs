@@ -144,6 +144,21 @@ pub struct LoadSummary {
     pub skipped: usize,
     /// KIP-848 consumer groups.
     pub consumer_groups: usize,
+    /// Offsets of transactions still open at the end of the log, left pending.
+    pub pending_txn_offsets: usize,
+}
+
+/// One entry of `__consumer_offsets` as [`GroupCoordinator::load_replay`] takes it, in log
+/// order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Replay {
+    /// A record of a non-transactional batch.
+    Record(Record),
+    /// A record of a transactional batch of `producer_id` (a TxnOffsetCommit).
+    Transactional { producer_id: i64, record: Record },
+    /// The COMMIT (`committed`) or ABORT marker of `producer_id` in `__consumer_offsets`
+    /// partition `partition`.
+    Marker { producer_id: i64, committed: bool, partition: i32 },
 }
 
 /// The decoded key of a `__consumer_offsets` record.
@@ -192,6 +207,7 @@ fn decode_offset(value: Bytes) -> Result<CommittedOffset, LoadError> {
         metadata: v.metadata,
         commit_timestamp_ms: v.commit_timestamp,
         expire_timestamp_ms: (v.expire_timestamp != -1).then_some(v.expire_timestamp),
+        log_sequence: 0,
     })
 }
 
@@ -242,6 +258,67 @@ fn loaded_group(group_id: &str, value: GroupMetadataValue, now_ms: i64) -> Group
     group
 }
 
+/// Offsets as a load replays them: committed ones and open transactions' by group.
+#[derive(Default)]
+struct ReplayedOffsets {
+    committed: BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>>,
+    /// Group -> producer id -> partition; no empty maps.
+    pending: BTreeMap<String, BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>>,
+}
+
+impl ReplayedOffsets {
+    fn put(&mut self, group_id: String, tp: TopicPartition, offset: CommittedOffset, producer_id: Option<i64>) {
+        match producer_id {
+            None => self.committed.entry(group_id).or_default().insert(tp, offset),
+            Some(producer_id) => {
+                self.pending.entry(group_id).or_default().entry(producer_id).or_default().insert(tp, offset)
+            }
+        };
+    }
+
+    /// Kafka replays a tombstone, transactional or not, over the committed offset and
+    /// every open transaction's offset of the partition.
+    fn tombstone(&mut self, group_id: &str, tp: &TopicPartition) {
+        if let Some(offsets) = self.committed.get_mut(group_id) {
+            offsets.remove(tp);
+        }
+        if let Some(by_producer) = self.pending.get_mut(group_id) {
+            for offsets in by_producer.values_mut() {
+                offsets.remove(tp);
+            }
+            by_producer.retain(|_, offsets| !offsets.is_empty());
+            if by_producer.is_empty() {
+                self.pending.remove(group_id);
+            }
+        }
+    }
+
+    /// A marker of `producer_id`, for the groups of its partition (`in_partition`).
+    fn end_transaction(&mut self, producer_id: i64, committed: bool, in_partition: impl Fn(&str) -> bool) {
+        for (group_id, by_producer) in self.pending.iter_mut().filter(|(g, _)| in_partition(g)) {
+            let Some(offsets) = by_producer.remove(&producer_id) else { continue };
+            if committed {
+                merge_committed_txn_offsets(self.committed.entry(group_id.clone()).or_default(), offsets);
+            }
+        }
+        self.pending.retain(|_, by_producer| !by_producer.is_empty());
+    }
+}
+
+/// A committed transaction's offsets join the committed ones; where both exist the later
+/// record wins (Kafka's `replayEndTransactionMarker` compares record offsets: a plain
+/// commit written after the transactional one, before the marker, stays).
+pub(super) fn merge_committed_txn_offsets(
+    committed: &mut BTreeMap<TopicPartition, CommittedOffset>,
+    offsets: BTreeMap<TopicPartition, CommittedOffset>,
+) {
+    for (tp, offset) in offsets {
+        if committed.get(&tp).is_none_or(|current| current.log_sequence < offset.log_sequence) {
+            committed.insert(tp, offset);
+        }
+    }
+}
+
 /// What to do once a persist is durable (or failed).
 #[derive(Debug)]
 pub(super) enum Continuation {
@@ -251,6 +328,9 @@ pub(super) enum Continuation {
     StaticReplace(Box<super::join::StaticReplace>),
     /// An OffsetCommit: on success its offsets become visible; then it is answered.
     OffsetCommit(Box<super::offsets::PendingCommit>),
+    /// A TxnOffsetCommit: on success its offsets become pending for the producer; then it
+    /// is answered.
+    TxnOffsetCommit(Box<super::txn_offsets::PendingTxnCommit>),
     /// One group of a DeleteGroups request.
     DeleteGroup { batch_id: u64, group_id: String },
     /// An OffsetDelete: answered once its tombstones are durable.
@@ -271,26 +351,58 @@ impl Continuation {
 }
 
 impl GroupCoordinator {
-    /// Replays `__consumer_offsets` records, oldest first: later records win, tombstones
-    /// delete. Call it when this broker becomes the coordinator of a partition, before
-    /// serving that partition's groups.
+    /// Replays `__consumer_offsets` records of non-transactional batches, oldest first:
+    /// later records win, tombstones delete. Call it when this broker becomes the
+    /// coordinator of a partition, before serving that partition's groups; a partition
+    /// that may hold transactional batches is loaded with [`GroupCoordinator::load_replay`].
     pub fn load(&mut self, records: impl IntoIterator<Item = Record>, now_ms: i64) -> Result<LoadSummary, LoadError> {
-        let mut offsets: BTreeMap<String, BTreeMap<TopicPartition, CommittedOffset>> = BTreeMap::new();
+        // Without markers the partition count is never consulted.
+        self.load_replay(records.into_iter().map(Replay::Record), 1, now_ms)
+    }
+
+    /// Replays a `__consumer_offsets` partition, oldest first, transactional batches and
+    /// markers included (Kafka's `OffsetMetadataManager.replay` and
+    /// `replayEndTransactionMarker`): a transactional offset is pending for its producer
+    /// until a marker of that producer in the partition of its group (of
+    /// `num_partitions`) commits it (the newer of it and the committed offset, by log
+    /// order, stays) or aborts it (dropped). A tombstone also removes the partition's
+    /// pending transactional offsets. Offsets of transactions still open at the end stay
+    /// pending, for [`GroupCoordinator::complete_txn`].
+    pub fn load_replay(
+        &mut self,
+        items: impl IntoIterator<Item = Replay>,
+        num_partitions: i32,
+        now_ms: i64,
+    ) -> Result<LoadSummary, LoadError> {
+        if num_partitions <= 0 {
+            return Err(LoadError(format!("offsets.topic.num.partitions {num_partitions} is not positive")));
+        }
+        let mut replayed = ReplayedOffsets::default();
         let mut groups: BTreeMap<String, Option<GroupMetadataValue>> = BTreeMap::new();
         let mut summary = LoadSummary::default();
         let mut consumer_groups = BTreeMap::new();
-        for record in records {
+        for item in items {
+            let (record, producer_id) = match item {
+                Replay::Record(record) => (record, None),
+                Replay::Transactional { producer_id, record } => (record, Some(producer_id)),
+                Replay::Marker { producer_id, committed, partition } => {
+                    replayed.end_transaction(producer_id, committed, |group_id| {
+                        partition_for(group_id, num_partitions) == partition
+                    });
+                    continue;
+                }
+            };
             match decode_key(record.key)? {
                 Key::Offset(group_id, tp) => match record.value {
                     Some(value) => {
-                        offsets.entry(group_id).or_default().insert(tp, decode_offset(value)?);
+                        let offset =
+                            CommittedOffset { log_sequence: self.take_log_sequence(), ..decode_offset(value)? };
+                        replayed.put(group_id, tp, offset, producer_id);
                     }
-                    None => {
-                        if let Some(group_offsets) = offsets.get_mut(&group_id) {
-                            group_offsets.remove(&tp);
-                        }
-                    }
+                    None => replayed.tombstone(&group_id, &tp),
                 },
+                // Kafka writes only offsets transactionally; anything else in a
+                // transactional batch is replayed as it would be outside one.
                 Key::Group(group_id) => {
                     let value = record.value.map(decode_value::<GroupMetadataValue>).transpose()?;
                     groups.insert(group_id, value);
@@ -307,12 +419,22 @@ impl GroupCoordinator {
                 loaded.insert(group_id.clone(), loaded_group(&group_id, value, now_ms));
             }
         }
-        for (group_id, group_offsets) in offsets {
+        for (group_id, group_offsets) in replayed.committed {
             if group_offsets.is_empty() {
                 continue;
             }
             summary.offsets += group_offsets.len();
             loaded.entry(group_id.clone()).or_insert_with(|| Group::new(&group_id, now_ms)).offsets = group_offsets;
+        }
+        for (group_id, by_producer) in replayed.pending {
+            if by_producer.is_empty() {
+                continue;
+            }
+            summary.pending_txn_offsets += by_producer.values().map(BTreeMap::len).sum::<usize>();
+            // A group whose only offsets are pending exists, as Kafka creates a simple
+            // group when it replays any offset commit.
+            loaded.entry(group_id.clone()).or_insert_with(|| Group::new(&group_id, now_ms)).pending_txn_offsets =
+                by_producer;
         }
         summary.groups = loaded.len();
         self.groups.extend(loaded);
@@ -333,6 +455,7 @@ impl GroupCoordinator {
             }
             Continuation::StaticReplace(replace) => self.static_replace_persisted(*replace, result, now_ms),
             Continuation::OffsetCommit(commit) => self.commit_persisted(*commit, result),
+            Continuation::TxnOffsetCommit(commit) => self.txn_commit_persisted(*commit, result),
             Continuation::DeleteGroup { batch_id, group_id } => {
                 self.delete_group_persisted(batch_id, &group_id, result)
             }

@@ -126,6 +126,13 @@ pub struct CommittedOffset {
     pub commit_timestamp_ms: i64,
     /// Only from OffsetCommit v2-v4 with a retention time (value version 1).
     pub expire_timestamp_ms: Option<i64>,
+    /// Where the record stands in `__consumer_offsets`: the coordinator's count of
+    /// records made durable (or replayed on load) when this one was. Kafka compares record
+    /// offsets to keep the newer of a transactional and a plain commit when a transaction
+    /// commits; the order in which appends become durable stands in for the log order
+    /// (the server appends in output order, one partition's appends complete in order).
+    /// 0 until the record is durable.
+    pub log_sequence: u64,
 }
 
 pub(super) type TopicPartition = (String, i32);
@@ -150,8 +157,13 @@ pub(super) struct Group {
     pub new_member_added: bool,
     pub join_timer: Option<JoinTimer>,
     pub offsets: BTreeMap<TopicPartition, CommittedOffset>,
-    /// Commits written but not yet durable, counted per partition.
+    /// Commits written but not yet durable, counted per partition (plain and
+    /// transactional alike).
     pub pending_offset_commits: BTreeMap<TopicPartition, u32>,
+    /// Durable TxnOffsetCommits of transactions not yet ended, by producer id: invisible
+    /// to OffsetFetch until the producer's COMMIT marker (Kafka's
+    /// `pendingTransactionalOffsets`). No producer maps to an empty map.
+    pub pending_txn_offsets: BTreeMap<i64, BTreeMap<TopicPartition, CommittedOffset>>,
     /// `None`: unknown (unparseable subscriptions), which Kafka treats as "subscribed".
     pub subscribed_topics: Option<BTreeSet<String>>,
 }
@@ -174,6 +186,7 @@ impl Group {
             join_timer: None,
             offsets: BTreeMap::new(),
             pending_offset_commits: BTreeMap::new(),
+            pending_txn_offsets: BTreeMap::new(),
             subscribed_topics: None,
         }
     }
@@ -339,8 +352,30 @@ impl Group {
         }
     }
 
+    /// Whether the committed offset of `tp` may still change without a new commit: a
+    /// commit is on its way to the log, or an open transaction holds an offset for it.
+    /// OffsetFetch with `require_stable` answers UNSTABLE_OFFSET_COMMIT then, and offset
+    /// expiry leaves the partition alone.
     pub fn has_pending_offset_commit(&self, tp: &TopicPartition) -> bool {
-        self.pending_offset_commits.contains_key(tp)
+        self.pending_offset_commits.contains_key(tp) || self.has_pending_txn_offset(tp)
+    }
+
+    pub fn has_pending_txn_offset(&self, tp: &TopicPartition) -> bool {
+        self.pending_txn_offsets.values().any(|offsets| offsets.contains_key(tp))
+    }
+
+    /// A tombstone for `tp` also removes every open transaction's offset for it (Kafka's
+    /// `OffsetMetadataManager.replay` of a tombstone).
+    pub fn remove_pending_txn_offsets(&mut self, tp: &TopicPartition) {
+        for offsets in self.pending_txn_offsets.values_mut() {
+            offsets.remove(tp);
+        }
+        self.pending_txn_offsets.retain(|_, offsets| !offsets.is_empty());
+    }
+
+    /// The partitions some open transaction holds an offset for.
+    pub fn pending_txn_partitions(&self) -> std::collections::BTreeSet<TopicPartition> {
+        self.pending_txn_offsets.values().flat_map(|offsets| offsets.keys().cloned()).collect()
     }
 }
 

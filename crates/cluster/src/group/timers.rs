@@ -98,7 +98,10 @@ impl GroupCoordinator {
             let expired = remove_expired_offsets(group, now_ms, retention_ms);
             let mut tombstones: Vec<records::Record> =
                 expired.iter().map(|tp| records::offset_tombstone(&group_id, tp)).collect();
-            let has_offsets = !group.offsets.is_empty() || !group.pending_offset_commits.is_empty();
+            // Kafka's `cleanupExpiredOffsets`: a group with open transactions' offsets stays.
+            let has_offsets = !group.offsets.is_empty()
+                || !group.pending_offset_commits.is_empty()
+                || !group.pending_txn_offsets.is_empty();
             if group.is(GroupState::Empty) && !has_offsets {
                 group.transition_to(GroupState::Dead, now_ms);
                 self.groups.remove(&group_id);
@@ -115,7 +118,8 @@ impl GroupCoordinator {
 /// `retention` after the group became Empty; a Stable consumer group's offsets of topics
 /// nobody subscribes to any more expire `retention` after their commit; a group that only
 /// stores offsets (no protocol type) expires each offset `retention` after its commit.
-/// Offsets with an explicit expire timestamp (OffsetCommit v2-v4) expire then.
+/// Offsets with an explicit expire timestamp (OffsetCommit v2-v4) expire then. A
+/// partition with a commit in flight or an open transaction's offset does not expire.
 fn remove_expired_offsets(group: &mut Group, now_ms: i64, retention_ms: i64) -> Vec<TopicPartition> {
     let state_timestamp = group.state_timestamp_ms;
     let no_subscriptions = Default::default();
@@ -130,7 +134,8 @@ fn remove_expired_offsets(group: &mut Group, now_ms: i64, retention_ms: i64) -> 
     let expired: Vec<TopicPartition> = group
         .offsets
         .iter()
-        .filter(|(tp, _)| !subscribed.contains(&tp.0) && !group.pending_offset_commits.contains_key(*tp))
+        // Kafka does not expire an offset while a transaction holds one for its partition.
+        .filter(|(tp, _)| !subscribed.contains(&tp.0) && !group.has_pending_offset_commit(tp))
         .filter(|(_, o)| match o.expire_timestamp_ms {
             Some(expire) => now_ms >= expire,
             None => {

@@ -242,6 +242,10 @@ impl TransactionCoordinator {
             self.completion_retries.push((transactional_id.to_string(), pending));
         } else if error != ErrorCode::NONE {
             tracing::info!(transactional_id, ?error, "completing transaction failed; left to the next load");
+        } else if pending.marker.committed {
+            self.stats.commits += 1;
+        } else {
+            self.stats.aborts += 1;
         }
     }
 

@@ -72,7 +72,13 @@ impl TransactionCoordinator {
             }
         }
         let metadata = self.txns.get_mut(transactional_id).expect("inserted above");
-        match prepare_transit(metadata, timeout_ms, expected, next_producer_id, now_ms) {
+        // A new producer instance (no id and epoch of its own) of an id already handed out.
+        let fences = expected.is_none() && metadata.producer_epoch != NO_PRODUCER_EPOCH;
+        let transit = prepare_transit(metadata, timeout_ms, expected, next_producer_id, now_ms);
+        if fences && transit.is_ok() {
+            self.stats.fenced_producers += 1;
+        }
+        match transit {
             Err(e) => answer(self, error(e, version)),
             Ok(transit) if transit.state == TxnState::PrepareEpochFence => {
                 // Abort the ongoing transaction at the bumped epoch; this epoch is never

@@ -213,6 +213,19 @@ pub struct TransactionCoordinator {
     completion_retries: Vec<(String, PendingComplete)>,
     next_abort_check_ms: Option<i64>,
     next_expiration_check_ms: Option<i64>,
+    stats: TxnStats,
+}
+
+/// Counters since this coordinator started, for the broker's metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxnStats {
+    /// Transactions whose CompleteCommit became durable.
+    pub commits: u64,
+    /// Transactions whose CompleteAbort became durable (client aborts, timeouts, fences).
+    pub aborts: u64,
+    /// Epoch bumps that fence an older producer of a transactional id: InitProducerId from
+    /// a new producer instance of an id already in use, and timed-out transactions.
+    pub fenced_producers: u64,
 }
 
 /// A prepared transaction waiting for its markers (Kafka's `PendingCompleteTxn`).
@@ -292,6 +305,7 @@ impl TransactionCoordinator {
             completion_retries: Vec::new(),
             next_abort_check_ms: None,
             next_expiration_check_ms: None,
+            stats: TxnStats::default(),
         }
     }
 
@@ -308,6 +322,11 @@ impl TransactionCoordinator {
     /// `Utils.abs(transactionalId.hashCode) % transaction.state.log.num.partitions`.
     pub fn partition_for(&self, transactional_id: &str) -> i32 {
         partition_for(transactional_id, self.config.transaction_state_log_num_partitions)
+    }
+
+    /// Whether `__transaction_state` partition `partition` is loaded.
+    pub fn is_loaded(&self, partition: i32) -> bool {
+        self.partitions.contains_key(&partition)
     }
 
     /// Whether this coordinator has loaded the partition of `transactional_id`.
@@ -328,9 +347,31 @@ impl TransactionCoordinator {
         })
     }
 
+    /// How many transactional ids the coordinator holds.
+    pub fn transactional_id_count(&self) -> usize {
+        self.txns.len()
+    }
+
     /// The transactional ids the coordinator holds.
     pub fn transactional_ids(&self) -> Vec<String> {
         self.txns.keys().cloned().collect()
+    }
+
+    /// Counters since start.
+    pub fn stats(&self) -> TxnStats {
+        self.stats
+    }
+
+    /// Transactions open or completing (Ongoing, PrepareCommit, PrepareAbort,
+    /// PrepareEpochFence): what the `ongoing transactions` gauge shows.
+    pub fn open_transactions(&self) -> usize {
+        self.txns
+            .values()
+            .filter(|m| {
+                matches!(m.state, TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort)
+                    || m.pending_state == Some(TxnState::PrepareEpochFence)
+            })
+            .count()
     }
 
     /// Persists the coordinator waits on (each holds at most one request), a bound the

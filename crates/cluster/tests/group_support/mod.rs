@@ -70,7 +70,7 @@ impl Harness {
                 Output::Respond { reply, response } => {
                     assert!(self.responses.insert(reply, response).is_none(), "two responses for {reply:?}");
                 }
-                Output::Persist { id, group_id, records } => {
+                Output::Persist { id, group_id, records, .. } => {
                     if self.auto_persist {
                         self.log.extend(records);
                         self.coordinator.persisted(id, Ok(()), self.now);

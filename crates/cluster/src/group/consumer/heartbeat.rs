@@ -381,12 +381,13 @@ impl GroupCoordinator {
     }
 
     /// An empty classic group becomes a consumer group: its metadata goes (a tombstone),
-    /// its committed offsets stay.
+    /// its committed offsets and open transactions' offsets stay.
     fn reset_classic_group(&mut self, group_id: &str, now_ms: i64, records: &mut Vec<Record>) {
         if let Some(classic) = self.groups.get_mut(group_id) {
             let mut fresh = crate::group::state::Group::new(group_id, now_ms);
             fresh.offsets = std::mem::take(&mut classic.offsets);
             fresh.pending_offset_commits = std::mem::take(&mut classic.pending_offset_commits);
+            fresh.pending_txn_offsets = std::mem::take(&mut classic.pending_txn_offsets);
             *classic = fresh;
             records.push(crate::group::records::group_tombstone(group_id));
         }
