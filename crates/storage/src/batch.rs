@@ -18,6 +18,9 @@ pub const ATTR_LOG_APPEND_TIME: i16 = 1 << 3;
 pub const ATTR_TRANSACTIONAL: i16 = 1 << 4;
 /// Attributes bit: the batch holds control records (transaction markers).
 pub const ATTR_CONTROL: i16 = 1 << 5;
+/// Attributes bit: compaction set the batch's delete horizon, stored as its baseTimestamp
+/// (KIP-534).
+pub const ATTR_DELETE_HORIZON: i16 = 1 << 6;
 
 const OFF_PARTITION_LEADER_EPOCH: usize = 12;
 const OFF_MAGIC: usize = 16;
@@ -140,6 +143,12 @@ impl BatchHeader {
     /// Whether the batch holds control records (attributes bit 5).
     pub fn is_control(&self) -> bool {
         self.attributes & ATTR_CONTROL != 0
+    }
+
+    /// The delete horizon compaction stamped into the batch (attributes bit 6, the value
+    /// in baseTimestamp, KIP-534), if any.
+    pub fn delete_horizon_ms(&self) -> Option<i64> {
+        (self.attributes & ATTR_DELETE_HORIZON != 0).then_some(self.base_timestamp)
     }
 }
 

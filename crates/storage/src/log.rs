@@ -193,6 +193,12 @@ impl<F: StorageFile> LogState<F> {
         self.segments.last_mut().expect("a log always has an active segment")
     }
 
+    /// See [`PartitionLog::last_stable_offset`].
+    fn last_stable_offset(&self) -> i64 {
+        let unstable = self.producers.first_unstable_offset().map(|first| first.max(self.log_start_offset));
+        unstable.map_or(self.high_watermark, |first| first.min(self.high_watermark))
+    }
+
     fn log_end_offset(&self) -> i64 {
         self.active().next_offset
     }
@@ -242,7 +248,10 @@ struct CleanPlan<F> {
     /// End of the cleanable section (a segment boundary).
     end: i64,
     delete_horizon_ms: i64,
-    producer_last_offsets: std::collections::HashMap<i64, i64>,
+    /// Aborted transactions overlapping `[sources[0].base_offset, end)`, from every
+    /// segment's `.txnindex` (a marker may lie beyond the cleanable section).
+    aborted: Vec<AbortedTxn>,
+    producer_last_batches: std::collections::HashMap<i64, crate::producer::LastBatch>,
     generation: u64,
     dirty_ratio: f64,
 }
@@ -629,6 +638,11 @@ impl<S: Storage> PartitionLog<S> {
             tracing::debug!(dir = %self.dir.display(), removed, "expired idle producer ids");
         }
         removed
+    }
+
+    /// Every producer's state, by producer id (DescribeProducers).
+    pub fn producer_states(&self) -> Vec<(i64, crate::producer::ProducerEntry)> {
+        lock(&self.state).producers.iter().map(|(id, e)| (id, e.clone())).collect()
     }
 
     /// Producer state of one producer id, for DescribeProducers and tests.
@@ -1024,9 +1038,7 @@ impl<S: Storage> PartitionLog<S> {
     /// whose start was deleted (DeleteRecords, retention) holds it at the log start
     /// offset, as Kafka's `maybeIncrementFirstUnstableOffset` does.
     pub fn last_stable_offset(&self) -> i64 {
-        let s = lock(&self.state);
-        let unstable = s.producers.first_unstable_offset().map(|first| first.max(s.log_start_offset));
-        unstable.map_or(s.high_watermark, |first| first.min(s.high_watermark))
+        lock(&self.state).last_stable_offset()
     }
 
     /// First offset of the oldest ongoing transaction (Kafka's `firstUnstableOffset`),
@@ -1324,21 +1336,35 @@ impl<S: Storage> PartitionLog<S> {
             Err(skipped) => return Ok(skipped),
         };
         let mut outcome = CleanOutcome { dirty_ratio: plan.dirty_ratio, ..Default::default() };
-        let (map, map_end) =
-            cleaner::build_offset_map(&self.storage, &plan.sources, plan.first_dirty, plan.end, offset_map_bytes)?;
+        // Transactions that ended before the dirty section are left out, or their
+        // producer's later data would read as aborted.
+        let dirty_aborted = plan.aborted.iter().filter(|t| t.last_offset >= plan.first_dirty).copied().collect();
+        let (map, map_end) = cleaner::build_offset_map(
+            &self.storage,
+            &plan.sources,
+            plan.first_dirty,
+            plan.end,
+            dirty_aborted,
+            offset_map_bytes,
+        )?;
         outcome.map_full = map_end < plan.end;
         let rules = CleanRules {
             map: &map,
             delete_horizon_ms: plan.delete_horizon_ms,
             map_end,
-            producer_last_offsets: &plan.producer_last_offsets,
+            producer_last_batches: &plan.producer_last_batches,
             index_interval_bytes: config.index_interval_bytes,
+            now_ms,
+            delete_retention_ms: config.delete_retention_ms,
         };
+        let mut txns = cleaner::TxnTracker::new(plan.aborted);
         let covered = plan.sources.iter().take_while(|src| src.base_offset < map_end).count();
         let targets = &plan.sources[..covered];
         for range in cleaner::group_by_size(targets, config.segment_bytes, config.segment_index_bytes) {
             let group = &targets[range];
-            let Some(cleaned) = cleaner::clean_segment(&self.storage, &self.dir, group, &rules)? else { continue };
+            let Some(cleaned) = cleaner::clean_segment(&self.storage, &self.dir, group, &rules, &mut txns)? else {
+                continue;
+            };
             let (before, after) = (group.iter().map(|src| src.size).sum::<u64>(), cleaned.segment.size);
             if !self.swap_in_cleaned(group, cleaned.segment, plan.generation)? {
                 tracing::info!(dir = %self.dir.display(), "log changed under the cleaner (truncation or retention); pass abandoned");
@@ -1379,12 +1405,15 @@ impl<S: Storage> PartitionLog<S> {
             s.segments.iter().position(|seg| seg.next_offset > s.log_start_offset).unwrap_or(s.segments.len() - 1);
         let mut end = start;
         // Never the active segment, nor data above the high watermark (a new leader may
-        // truncate it), nor records younger than min.compaction.lag.ms.
+        // truncate it) or the last stable offset (Kafka's firstUncleanableOffset: an open
+        // transaction's fate is not known, so neither is which of its values win), nor
+        // records younger than min.compaction.lag.ms.
+        let stable_end = s.last_stable_offset();
         while end + 1 < s.segments.len() {
             let seg = &s.segments[end];
             let too_young =
                 seg.max_timestamp >= 0 && now_ms.saturating_sub(seg.max_timestamp) < c.min_compaction_lag_ms;
-            if seg.next_offset > s.high_watermark || too_young {
+            if seg.next_offset > stable_end || too_young {
                 break;
             }
             end += 1;
@@ -1423,12 +1452,21 @@ impl<S: Storage> PartitionLog<S> {
             });
         }
         let end_offset = cleanable.last().map_or(first_dirty, |seg| seg.next_offset);
+        let pass_start = cleanable.first().map_or(first_dirty, |seg| seg.base_offset);
+        let aborted = s
+            .segments
+            .iter()
+            .flat_map(|seg| seg.aborted_txns.iter())
+            .filter(|t| t.last_offset >= pass_start && t.first_offset < end_offset)
+            .copied()
+            .collect();
         Ok(Ok(CleanPlan {
             sources,
             first_dirty,
             end: end_offset,
             delete_horizon_ms,
-            producer_last_offsets: s.producers.last_batch_offsets(),
+            aborted,
+            producer_last_batches: s.producers.last_batches(),
             generation: s.generation,
             dirty_ratio,
         }))

@@ -50,6 +50,28 @@ pub struct ProducerEntry {
     pub current_txn_first_offset: Option<i64>,
 }
 
+/// A producer's newest batch, as compaction must keep it (Kafka's `LastRecord`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LastBatch {
+    /// Last offset of its newest data batch; `None` when a marker bumped the epoch since
+    /// (the batches were forgotten), in which case that marker is the one to keep.
+    pub last_data_offset: Option<i64>,
+    /// Its current epoch.
+    pub epoch: i16,
+}
+
+impl LastBatch {
+    /// Whether `h` is this producer's newest batch (Kafka's `isBatchLastRecordOfProducer`):
+    /// the data batch ending at its last data offset, or, with no data batch remembered,
+    /// a marker of its current epoch.
+    pub(crate) fn is(&self, h: &BatchHeader) -> bool {
+        match self.last_data_offset {
+            Some(offset) => h.last_offset() == offset,
+            None => h.is_control() && h.producer_epoch == self.epoch,
+        }
+    }
+}
+
 /// A transaction ended by a marker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CompletedTxn {
@@ -106,6 +128,11 @@ pub struct ProducerStateTable {
 }
 
 impl ProducerStateTable {
+    /// Every producer, by producer id.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, e)| (*id, e))
+    }
+
     /// The state of one producer.
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
@@ -136,10 +163,16 @@ impl ProducerStateTable {
         before - self.producers.len()
     }
 
-    /// Producer id → last offset of its newest batch: the batches compaction must keep
-    /// (emptied if need be) so the producer's sequence and epoch survive a reload.
-    pub(crate) fn last_batch_offsets(&self) -> HashMap<i64, i64> {
-        self.producers.iter().filter_map(|(&id, e)| Some((id, e.batches.back()?.last_offset))).collect()
+    /// Producer id → what identifies its newest batch: the batches compaction must keep
+    /// (emptied if need be) so the producer's sequence and epoch survive a reload (Kafka's
+    /// `lastRecordsOfActiveProducers`).
+    pub(crate) fn last_batches(&self) -> HashMap<i64, LastBatch> {
+        self.producers
+            .iter()
+            .map(|(&id, e)| {
+                (id, LastBatch { last_data_offset: e.batches.back().map(|b| b.last_offset), epoch: e.epoch })
+            })
+            .collect()
     }
 
     /// A copy of the entries of the given producers, to check a multi-batch append
@@ -208,7 +241,20 @@ impl ProducerStateTable {
     /// Records a batch as appended (its header carries the assigned offsets). Called for
     /// every idempotent batch in log order, on append and when rebuilding from the log.
     pub fn record(&mut self, h: &BatchHeader) {
-        if h.producer_id < 0 || h.base_sequence < 0 {
+        if h.producer_id < 0 {
+            return;
+        }
+        if h.base_sequence < 0 {
+            // A coordinator's transactional write (offsets committed in a transaction)
+            // carries no sequence but still opens the producer's transaction here.
+            if h.is_transactional() && !h.is_control() {
+                let entry = self.producers.entry(h.producer_id).or_default();
+                if h.producer_epoch > entry.epoch {
+                    entry.epoch = h.producer_epoch;
+                    entry.batches.clear();
+                }
+                entry.current_txn_first_offset.get_or_insert(h.base_offset);
+            }
             return;
         }
         let entry = self.producers.entry(h.producer_id).or_default();
