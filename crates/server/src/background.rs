@@ -1,5 +1,5 @@
 //! Work off the request path: retention passes, time-based flushes (`flush.ms`), and the
-//! group coordinator's timers.
+//! group and transaction coordinators' timers.
 
 use crate::broker::{now_ms, Broker};
 use std::sync::Arc;
@@ -25,7 +25,10 @@ pub fn spawn(
         loop {
             tokio::select! {
                 _ = stopped.changed() => return,
-                _ = group_timers.tick() => broker.groups.tick(&broker),
+                _ = group_timers.tick() => {
+                    broker.groups.tick(&broker);
+                    broker.transactions.tick(&broker);
+                }
                 _ = retention.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {

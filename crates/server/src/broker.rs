@@ -5,6 +5,7 @@ use crate::config::{BrokerConfig, ConfigError, TopicConfig};
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::partition::Partition;
+use crate::transactions::Transactions;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::{Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, TopicImage};
@@ -76,6 +77,23 @@ impl Settings {
         }
     }
 
+    /// The transaction coordinator's settings, from the broker config (Kafka's keys).
+    pub fn txn_config(&self) -> osprey_cluster::txn::TxnConfig {
+        let c = &self.config;
+        osprey_cluster::txn::TxnConfig {
+            transaction_max_timeout_ms: c.transaction_max_timeout_ms,
+            transactional_id_expiration_ms: i64::from(c.transactional_id_expiration_ms),
+            transaction_state_log_num_partitions: c.transaction_state_log_num_partitions.max(1),
+            offsets_topic_num_partitions: self.offsets_topic_num_partitions.max(1),
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: i64::from(
+                c.transaction_abort_timed_out_cleanup_interval_ms,
+            ),
+            transaction_remove_expired_transaction_cleanup_interval_ms: i64::from(
+                c.transaction_remove_expired_cleanup_interval_ms,
+            ),
+        }
+    }
+
     /// Defaults for a single local node with data under `data_dir` (tests and `osprey`
     /// with no arguments).
     pub fn single_node(listen: SocketAddr, data_dir: PathBuf) -> Settings {
@@ -119,6 +137,8 @@ pub struct Broker {
     stopping: tokio::sync::watch::Sender<bool>,
     /// The group coordinator and its `__consumer_offsets` plumbing.
     pub groups: Groups,
+    /// The transaction coordinator and its `__transaction_state` plumbing.
+    pub transactions: Transactions,
     /// Open segment and index files, shared by every partition log.
     fd_budget: Arc<FdBudget>,
 }
@@ -163,6 +183,7 @@ impl Broker {
             fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
             stopping: tokio::sync::watch::channel(false).0,
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
+            transactions: Transactions::new(settings.txn_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             settings,
         });
@@ -181,6 +202,7 @@ impl Broker {
             }
         }
         broker.groups.load(&broker).map_err(io::Error::other)?;
+        broker.transactions.load(&broker).map_err(io::Error::other)?;
         let all = broker.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
         tracing::info!(
@@ -329,6 +351,7 @@ impl Broker {
         }
         let id = ids.start;
         ids.start += 1;
+        crate::telemetry::producer_id_allocated();
         Ok(id)
     }
 

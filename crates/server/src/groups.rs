@@ -6,10 +6,10 @@
 use crate::broker::{now_ms, Broker};
 use crate::partition::Partition;
 use osprey_cluster::group::{
-    partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, ReplyId, Response,
+    partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId, Response,
 };
 use osprey_cluster::NewTopic;
-use osprey_protocol::records::{BatchBuilder, Batches, Compression};
+use osprey_protocol::records::{BatchBuilder, Batches, Compression, EndTxnMarker};
 use osprey_protocol::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -89,8 +89,8 @@ impl Groups {
                         let _ = tx.send(response);
                     }
                 }
-                Output::Persist { id, group_id, records } => {
-                    if let Err(code) = self.persist(broker, id, &group_id, &records) {
+                Output::Persist { id, group_id, records, producer } => {
+                    if let Err(code) = self.persist(broker, id, &group_id, &records, producer) {
                         inner.coordinator.persisted(id, Err(code), now_ms());
                     }
                 }
@@ -106,10 +106,17 @@ impl Groups {
         id: PersistId,
         group_id: &str,
         records: &[Record],
+        producer: Option<(i64, i16)>,
     ) -> Result<(), ErrorCode> {
         let partition = offsets_partition(broker, partition_for(group_id, self.num_partitions))?;
         let now = now_ms();
         let mut builder = BatchBuilder::new(Compression::None);
+        if let Some((producer_id, producer_epoch)) = producer {
+            // Offsets committed in a transaction: a transactional batch of the producer,
+            // without a sequence (Kafka's coordinator writes are not sequence-checked),
+            // completed by the transaction's marker on this partition.
+            builder = builder.producer(producer_id, producer_epoch, -1).transactional(true);
+        }
         for r in records {
             builder.append(now, Some(&r.key), r.value.as_deref(), &[]).map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
         }
@@ -142,10 +149,11 @@ impl Groups {
         let mut records = Vec::new();
         for p in &topic.partitions {
             let Some(partition) = broker.partition(topic.id, p.index) else { continue };
-            read_all(&partition, &mut records)?;
+            read_replay(&partition, &mut records)?;
         }
         let count = records.len();
-        let summary = self.lock().coordinator.load(records, now_ms()).map_err(|e| e.to_string())?;
+        let n = self.num_partitions;
+        let summary = self.lock().coordinator.load_replay(records, n, now_ms()).map_err(|e| e.to_string())?;
         tracing::info!(records = count, groups = summary.groups, offsets = summary.offsets, "consumer groups loaded");
         Ok(())
     }
@@ -184,7 +192,20 @@ pub fn ensure_offsets_topic(broker: &Arc<Broker>) -> Result<osprey_protocol::Uui
     }
 }
 
-fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<(), String> {
+/// The records of a partition's log (up to the high watermark), control batches left out.
+pub(crate) fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<(), String> {
+    let mut items = Vec::new();
+    read_replay(partition, &mut items)?;
+    out.extend(items.into_iter().filter_map(|item| match item {
+        Replay::Record(r) | Replay::Transactional { record: r, .. } => Some(r),
+        Replay::Marker { .. } => None,
+    }));
+    Ok(())
+}
+
+/// The log of a `__consumer_offsets` partition as the group coordinator replays it:
+/// records, transactional records with their producer, and transaction markers.
+fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), String> {
     let log = &partition.log;
     let mut offset = log.log_start_offset();
     let end = log.high_watermark();
@@ -195,14 +216,28 @@ fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<(), String> 
         }
         for batch in Batches::new(slice.records.clone()) {
             let batch = batch.map_err(|e| format!("{}: {e}", log.dir().display()))?;
+            let records = batch.records(MAX_LOAD_BATCH_BYTES).map_err(|e| e.to_string())?;
+            let producer_id = batch.producer_id();
             if batch.is_control() {
+                // COMMIT / ABORT markers; other control records mean nothing here.
+                for r in records {
+                    let r = r.map_err(|e| e.to_string())?;
+                    if let Ok(marker) = EndTxnMarker::from_record(&r) {
+                        out.push(Replay::Marker { producer_id, committed: marker.commit, partition: partition.index });
+                    }
+                }
                 continue;
             }
-            let records = batch.records(MAX_LOAD_BATCH_BYTES).map_err(|e| e.to_string())?;
+            let transactional = batch.is_transactional();
             for r in records {
                 let r = r.map_err(|e| e.to_string())?;
                 if let Some(key) = r.key {
-                    out.push(Record { key, value: r.value });
+                    let record = Record { key, value: r.value };
+                    out.push(if transactional {
+                        Replay::Transactional { producer_id, record }
+                    } else {
+                        Replay::Record(record)
+                    });
                 }
             }
         }

@@ -12,3 +12,4 @@ pub mod network;
 pub mod partition;
 pub mod supported;
 pub mod telemetry;
+pub mod transactions;

@@ -31,6 +31,12 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    // v5 is transaction version 2 (KIP-890 part 2), not implemented.
+    (ApiKey::EndTxn, 0, 4),
+    (ApiKey::WriteTxnMarkers, 1, 2),
+    (ApiKey::TxnOffsetCommit, 0, 4),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
@@ -43,6 +49,9 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 2),
 ];
 
 /// The advertised range of `key`, if the broker serves it.

@@ -23,6 +23,13 @@
 //! | `osprey_fsync_seconds_total` | gauge | | time spent in them (divide by the count for the mean) |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
 //! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
+//! | `osprey_producer_ids_allocated_total` | counter | | producer ids handed out (idempotent and transactional) |
+//! | `osprey_txn_commits_total` | counter | | transactions committed (CompleteCommit durable) |
+//! | `osprey_txn_aborts_total` | counter | | transactions aborted (by the client, a timeout or a fence) |
+//! | `osprey_txn_fenced_producers_total` | counter | | producer epochs fenced by a new instance of the transactional id or a timeout |
+//! | `osprey_txn_ongoing` | gauge | | transactions open or completing on this coordinator |
+//! | `osprey_txn_transactional_ids` | gauge | | transactional ids this coordinator holds |
+//! | `osprey_txn_markers_total` | counter | result | transaction markers made durable (commit, abort) |
 
 use crate::broker::Broker;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
@@ -77,6 +84,23 @@ fn describe() {
     describe_gauge!("osprey_fsync_seconds_total", Unit::Seconds, "Time spent in partition log fsyncs.");
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
+    describe_counter!("osprey_producer_ids_allocated_total", "Producer ids handed out.");
+    describe_counter!("osprey_txn_commits_total", "Transactions committed.");
+    describe_counter!("osprey_txn_aborts_total", "Transactions aborted (client, timeout, fence).");
+    describe_counter!("osprey_txn_fenced_producers_total", "Producer epochs fenced by a newer instance or a timeout.");
+    describe_gauge!("osprey_txn_ongoing", "Transactions open or completing.");
+    describe_gauge!("osprey_txn_transactional_ids", "Transactional ids held by this coordinator.");
+    describe_counter!("osprey_txn_markers_total", "Transaction markers made durable, by result.");
+    // Shown at 0 from the start, so a scrape can tell "none yet" from "not exported".
+    for name in [
+        "osprey_producer_ids_allocated_total",
+        "osprey_txn_commits_total",
+        "osprey_txn_aborts_total",
+        "osprey_txn_fenced_producers_total",
+    ] {
+        counter!(name).increment(0);
+    }
+    gauge!("osprey_txn_ongoing").set(0.0);
 }
 
 fn refresh_group_gauges(broker: &Arc<Broker>) {
@@ -154,6 +178,30 @@ pub fn error_code(key: ApiKey, code: ErrorCode) {
     if code != ErrorCode::NONE {
         counter!("osprey_error_codes_total", "api" => key.name(), "error" => code.name()).increment(1);
     }
+}
+
+pub fn producer_id_allocated() {
+    counter!("osprey_producer_ids_allocated_total").increment(1);
+}
+
+pub fn txn_marker(committed: bool) {
+    counter!("osprey_txn_markers_total", "result" => if committed { "commit" } else { "abort" }).increment(1);
+}
+
+/// The transaction coordinator's counters moved by `delta`; `ongoing` and `ids` are its
+/// current gauges.
+pub fn txn_stats(delta: osprey_cluster::txn::TxnStats, ongoing: usize, ids: usize) {
+    if delta.commits > 0 {
+        counter!("osprey_txn_commits_total").increment(delta.commits);
+    }
+    if delta.aborts > 0 {
+        counter!("osprey_txn_aborts_total").increment(delta.aborts);
+    }
+    if delta.fenced_producers > 0 {
+        counter!("osprey_txn_fenced_producers_total").increment(delta.fenced_producers);
+    }
+    gauge!("osprey_txn_ongoing").set(ongoing as f64);
+    gauge!("osprey_txn_transactional_ids").set(ids as f64);
 }
 
 pub fn connection_opened() {

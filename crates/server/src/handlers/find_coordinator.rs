@@ -1,22 +1,29 @@
-//! FindCoordinator: this node coordinates every group (creating `__consumer_offsets` on
-//! first use, as Kafka does). Transaction coordinators come with transactions.
+//! FindCoordinator: this node coordinates every group and every transactional id
+//! (creating `__consumer_offsets` or `__transaction_state` on first use, as Kafka does).
 
 use crate::broker::Broker;
 use crate::groups::ensure_offsets_topic;
+use crate::transactions::ensure_state_topic;
 use osprey_protocol::messages::find_coordinator_response::Coordinator;
 use osprey_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 const KEY_TYPE_GROUP: i8 = 0;
+const KEY_TYPE_TRANSACTION: i8 = 1;
 
 pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -> ResponseBody {
     let s = &broker.settings;
     let find = |key_type: i8| -> Result<(), (ErrorCode, String)> {
-        if key_type != KEY_TYPE_GROUP {
-            return Err((ErrorCode::COORDINATOR_NOT_AVAILABLE, "transactions are not supported yet".into()));
+        match key_type {
+            KEY_TYPE_GROUP => ensure_offsets_topic(broker)
+                .map(drop)
+                .map_err(|code| (code, "the offsets topic is not available".into())),
+            KEY_TYPE_TRANSACTION => ensure_state_topic(broker)
+                .map(drop)
+                .map_err(|code| (code, "the transaction state topic is not available".into())),
+            other => Err((ErrorCode::INVALID_REQUEST, format!("unknown coordinator key type {other}"))),
         }
-        ensure_offsets_topic(broker).map(drop).map_err(|code| (code, "the offsets topic is not available".into()))
     };
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {

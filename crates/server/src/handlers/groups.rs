@@ -27,6 +27,7 @@ pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
             Ok(Response::DeleteGroups(r)) => ResponseBody::DeleteGroups(r),
             Ok(Response::OffsetDelete(r)) => ResponseBody::OffsetDelete(r),
             Ok(Response::ConsumerGroupHeartbeat(r)) => ResponseBody::ConsumerGroupHeartbeat(r),
+            Ok(Response::TxnOffsetCommit(r)) => ResponseBody::TxnOffsetCommit(r),
             Err(_) => fallback,
         }
     }))

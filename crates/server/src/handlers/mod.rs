@@ -22,6 +22,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod telemetry_subscriptions;
+pub mod transactions;
 
 use crate::broker::Broker;
 use crate::dispatch::{Reply, Request};
@@ -65,7 +66,18 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::ConsumerGroupDescribe(body) => Reply::Now(groups::consumer_describe(broker, body)),
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
         RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
+        RequestBody::InitProducerId(body) if body.transactional_id.is_some() => {
+            transactions::init_producer_id(broker, body, version)
+        }
         RequestBody::InitProducerId(body) => Reply::Now(init_producer_id::handle(broker, body)),
+        RequestBody::AddPartitionsToTxn(body) => transactions::add_partitions(broker, body, version),
+        RequestBody::AddOffsetsToTxn(body) => transactions::add_offsets(broker, body, version),
+        RequestBody::EndTxn(body) => transactions::end_txn(broker, body, version),
+        RequestBody::TxnOffsetCommit(body) => transactions::txn_offset_commit(broker, body, version),
+        RequestBody::WriteTxnMarkers(body) => transactions::write_txn_markers(broker, body),
+        RequestBody::DescribeTransactions(body) => Reply::Now(transactions::describe_transactions(broker, body)),
+        RequestBody::ListTransactions(body) => Reply::Now(transactions::list_transactions(broker, body)),
+        RequestBody::DescribeProducers(body) => Reply::Now(transactions::describe_producers(broker, body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),
     }

@@ -49,6 +49,7 @@ struct TopicOutcome {
 
 pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
     let acks = req.acks;
+    let transactional_id = req.transactional_id.as_deref();
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
         let image = broker.image();
@@ -67,7 +68,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
                     None => Outcome::Failed(unknown, None),
                     Some((topic, partition)) => match check_isr(broker, topic, p.index, acks) {
                         Err(outcome) => outcome,
-                        Ok(()) => append(broker, &partition, p.records, version, acks),
+                        Ok(()) => append(broker, &partition, p.records, version, acks, transactional_id),
                     },
                 }
             };
@@ -106,15 +107,55 @@ fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> 
     Ok(())
 }
 
-fn append(broker: &Broker, partition: &Arc<Partition>, records: Option<Bytes>, version: i16, acks: i16) -> Outcome {
+fn append(
+    broker: &Arc<Broker>,
+    partition: &Arc<Partition>,
+    records: Option<Bytes>,
+    version: i16,
+    acks: i16,
+    transactional_id: Option<&str>,
+) -> Outcome {
     let records = match records {
         Some(r) => r,
         None => return Outcome::Failed(ErrorCode::INVALID_RECORD, Some("null records".into())),
     };
-    if let Err((code, why)) = check_batch(&records, version) {
+    let producer = match check_batch(&records, version) {
+        Ok(producer) => producer,
+        Err((code, why)) => {
+            telemetry::error_code(ApiKey::Produce, code);
+            return Outcome::Failed(code, Some(why));
+        }
+    };
+    let Some(producer) = producer else { return append_checked(broker, partition, records, acks) };
+    // A transactional batch: the request names its transactional id, and the partition
+    // must be in that transaction (checked with the coordinator before its first batch).
+    let Some(transactional_id) = transactional_id.filter(|id| !id.is_empty()) else {
+        telemetry::error_code(ApiKey::Produce, ErrorCode::INVALID_REQUEST);
+        return Outcome::Failed(
+            ErrorCode::INVALID_REQUEST,
+            Some("a transactional batch needs the request's transactional_id".into()),
+        );
+    };
+    let appended = broker.transactions.append_transactional(partition, transactional_id, producer, || {
+        append_checked(broker, partition, records, acks)
+    });
+    appended.unwrap_or_else(|error| {
+        let code = super::transactions::verification_error(error, version, 11);
         telemetry::error_code(ApiKey::Produce, code);
-        return Outcome::Failed(code, Some(why));
-    }
+        Outcome::Failed(
+            code,
+            Some(format!(
+                "{}-{} is not in the transaction of {transactional_id} ({})",
+                partition.topic,
+                partition.index,
+                error.name()
+            )),
+        )
+    })
+}
+
+/// Appends a batch that passed [`check_batch`] (and, if transactional, verification).
+fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, acks: i16) -> Outcome {
     if partition.log.config().cleanup_policy.compact {
         if let Err(outcome) = check_keys(partition, &records) {
             telemetry::error_code(ApiKey::Produce, ErrorCode::INVALID_RECORD);
@@ -145,8 +186,9 @@ fn append(broker: &Broker, partition: &Arc<Partition>, records: Option<Bytes>, v
 }
 
 /// Produce v3+ carries exactly one v2 batch per partition, written by a client (not a
-/// control batch), compressed with a codec this request version may use.
-fn check_batch(records: &Bytes, version: i16) -> Result<(), (ErrorCode, String)> {
+/// control batch), compressed with a codec this request version may use. Returns the
+/// producer id and epoch of a transactional batch.
+fn check_batch(records: &Bytes, version: i16) -> Result<Option<(i64, i16)>, (ErrorCode, String)> {
     let mut batches = Batches::new(records.clone());
     let batch: RecordBatch = match batches.next() {
         Some(Ok(b)) => b,
@@ -160,18 +202,14 @@ fn check_batch(records: &Bytes, version: i16) -> Result<(), (ErrorCode, String)>
         ));
     }
     batch.check_produce_invariants().map_err(|e| (code_of(e.kafka_error_code()), e.to_string()))?;
-    if batch.is_transactional() {
-        // No transaction coordinator yet, so no transaction can be open: storing this
-        // would show read_committed consumers data that is never committed or aborted.
-        return Err((ErrorCode::INVALID_TXN_STATE, "transactions are not supported by this broker yet".into()));
-    }
     match batch.compression() {
         Ok(Compression::Zstd) if version < 7 => {
-            Err((ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
+            return Err((ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
         }
-        Ok(_) => Ok(()),
-        Err(e) => Err((code_of(e.kafka_error_code()), e.to_string())),
+        Ok(_) => {}
+        Err(e) => return Err((code_of(e.kafka_error_code()), e.to_string())),
     }
+    Ok(batch.is_transactional().then(|| (batch.producer_id(), batch.producer_epoch())))
 }
 
 /// A compacted topic keeps the latest value per key, so every record needs a key; Kafka
@@ -206,7 +244,7 @@ fn code_of(code: i16) -> ErrorCode {
     ErrorCode::from_code(code).unwrap_or(ErrorCode::CORRUPT_MESSAGE)
 }
 
-fn storage_error_code(e: &StorageError) -> ErrorCode {
+pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
     match e {
         StorageError::Io { .. } | StorageError::LogOffline { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
         StorageError::InvalidBatch { reason: BatchError::CrcMismatch { .. }, .. } => ErrorCode::CORRUPT_MESSAGE,

@@ -1,0 +1,419 @@
+//! The transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
+//! WriteTxnMarkers, DescribeTransactions, ListTransactions and DescribeProducers. The
+//! coordinator's decisions are `osprey_cluster::txn`'s; this file checks what Kafka's
+//! `KafkaApis` checks before calling in (topics exist, partitions exist) and shapes the
+//! answers for each version.
+
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
+use crate::telemetry;
+use crate::transactions::marker_durable;
+use osprey_cluster::group;
+use osprey_cluster::txn::{self, transactions_of, TopicPartition};
+use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
+use osprey_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use osprey_protocol::messages::describe_producers_response::{PartitionResponse, ProducerState, TopicResponse};
+use osprey_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use osprey_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use osprey_protocol::messages::{
+    AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest, AddPartitionsToTxnResponse,
+    DescribeProducersRequest, DescribeProducersResponse, DescribeTransactionsRequest, DescribeTransactionsResponse,
+    EndTxnRequest, EndTxnResponse, ListTransactionsRequest, ListTransactionsResponse, TxnOffsetCommitRequest,
+    TxnOffsetCommitResponse, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// AddPartitionsToTxn v0-5. v0-3 carry one transaction; v4+ (from partition leaders) a
+/// list, each either added or only verified (KIP-890 part 1).
+pub fn add_partitions(broker: &Arc<Broker>, req: AddPartitionsToTxnRequest, version: i16) -> Reply {
+    let mut waiting = Vec::new();
+    for transaction in transactions_of(&req, version) {
+        let partitions: Vec<TopicPartition> =
+            transaction.topics.iter().flat_map(|t| t.partitions.iter().map(move |p| (t.name.clone(), *p))).collect();
+        let unknown: Vec<&TopicPartition> = {
+            let image = broker.image();
+            partitions
+                .iter()
+                .filter(|(topic, p)| image.topic(topic).is_none_or(|t| *p < 0 || *p as usize >= t.partitions.len()))
+                .collect()
+        };
+        let outcome = if !unknown.is_empty() {
+            // Kafka's answer: the missing ones are unknown, the rest not attempted.
+            let errors = partitions
+                .iter()
+                .map(|tp| {
+                    let e = if unknown.contains(&tp) {
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                    } else {
+                        ErrorCode::OPERATION_NOT_ATTEMPTED
+                    };
+                    (tp.clone(), e)
+                })
+                .collect();
+            Added::Now(errors)
+        } else if version >= 4 && transaction.verify_only {
+            Added::Now(broker.transactions.call(broker, |c, _| c.verify(&transaction)))
+        } else {
+            let rx = broker
+                .transactions
+                .call_later(broker, |c, reply, now| c.add_partitions(&transaction, version, reply, now));
+            Added::Later(partitions, rx)
+        };
+        waiting.push((transaction.transactional_id.clone(), outcome));
+    }
+    Reply::Later(Box::pin(async move {
+        let mut resp = AddPartitionsToTxnResponse::default();
+        for (transactional_id, outcome) in waiting {
+            let errors = match outcome {
+                Added::Now(errors) => errors,
+                Added::Later(partitions, rx) => {
+                    let error = match rx.await {
+                        Ok(txn::Response::AddPartitionsToTxn { error }) => error,
+                        _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+                    };
+                    partitions.into_iter().map(|tp| (tp, error)).collect()
+                }
+            };
+            for (_, e) in &errors {
+                if *e != ErrorCode::NONE {
+                    telemetry::error_code(ApiKey::AddPartitionsToTxn, *e);
+                }
+            }
+            let topics = topic_results(errors);
+            if version >= 4 {
+                resp.results_by_transaction.push(AddPartitionsToTxnResult {
+                    transactional_id,
+                    topic_results: topics,
+                    ..Default::default()
+                });
+            } else {
+                resp.results_by_topic_v3_and_below = topics;
+            }
+        }
+        ResponseBody::AddPartitionsToTxn(resp)
+    }))
+}
+
+enum Added {
+    Now(Vec<(TopicPartition, ErrorCode)>),
+    Later(Vec<TopicPartition>, tokio::sync::oneshot::Receiver<txn::Response>),
+}
+
+fn topic_results(errors: Vec<(TopicPartition, ErrorCode)>) -> Vec<AddPartitionsToTxnTopicResult> {
+    let mut by_topic: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+    for ((topic, partition_index), e) in errors {
+        by_topic.entry(topic).or_default().push(AddPartitionsToTxnPartitionResult {
+            partition_index,
+            partition_error_code: e.code(),
+            ..Default::default()
+        });
+    }
+    by_topic
+        .into_iter()
+        .map(|(name, results_by_partition)| AddPartitionsToTxnTopicResult {
+            name,
+            results_by_partition,
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// AddOffsetsToTxn v0-4: adds the group's `__consumer_offsets` partition.
+pub fn add_offsets(broker: &Arc<Broker>, req: AddOffsetsToTxnRequest, version: i16) -> Reply {
+    if let Err(code) = ensure_offsets_topic(broker) {
+        let resp = AddOffsetsToTxnResponse { error_code: code.code(), ..Default::default() };
+        return Reply::Now(ResponseBody::AddOffsetsToTxn(resp));
+    }
+    let rx = broker.transactions.call_later(broker, |c, reply, now| c.add_offsets(&req, version, reply, now));
+    Reply::Later(Box::pin(async move {
+        let resp = match rx.await {
+            Ok(txn::Response::AddOffsetsToTxn(r)) => r,
+            _ => AddOffsetsToTxnResponse { error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(), ..Default::default() },
+        };
+        count_error(ApiKey::AddOffsetsToTxn, resp.error_code);
+        ResponseBody::AddOffsetsToTxn(resp)
+    }))
+}
+
+/// EndTxn v0-4: commit or abort; answered once PrepareCommit / PrepareAbort is durable.
+pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply {
+    let rx = broker.transactions.call_later(broker, |c, reply, now| c.end_txn(&req, version, reply, now));
+    Reply::Later(Box::pin(async move {
+        let resp = match rx.await {
+            Ok(txn::Response::EndTxn(r)) => r,
+            _ => EndTxnResponse {
+                error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(),
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            },
+        };
+        count_error(ApiKey::EndTxn, resp.error_code);
+        ResponseBody::EndTxn(resp)
+    }))
+}
+
+/// InitProducerId with a transactional id: the coordinator's answer, once durable.
+pub fn init_producer_id(
+    broker: &Arc<Broker>,
+    req: osprey_protocol::messages::InitProducerIdRequest,
+    version: i16,
+) -> Reply {
+    let rx = broker.transactions.call_later(broker, |c, reply, now| {
+        let mut next = || broker.next_producer_id().map_err(|e| e.code);
+        c.init_producer_id(&req, version, reply, &mut next, now)
+    });
+    Reply::Later(Box::pin(async move {
+        let resp = match rx.await {
+            Ok(txn::Response::InitProducerId(r)) => r,
+            _ => osprey_protocol::messages::InitProducerIdResponse {
+                error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(),
+                producer_id: -1,
+                producer_epoch: -1,
+                ..Default::default()
+            },
+        };
+        count_error(ApiKey::InitProducerId, resp.error_code);
+        ResponseBody::InitProducerId(resp)
+    }))
+}
+
+/// TxnOffsetCommit v0-4: offsets written in the transaction, visible once it commits.
+/// The group's offsets partition must be in the transaction (KIP-890 part 1).
+pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, version: i16) -> Reply {
+    let all = |error: ErrorCode| {
+        telemetry::error_code(ApiKey::TxnOffsetCommit, error);
+        let topics = req
+            .topics
+            .iter()
+            .map(|t| TxnOffsetCommitResponseTopic {
+                name: t.name.clone(),
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| TxnOffsetCommitResponsePartition {
+                        partition_index: p.partition_index,
+                        error_code: error.code(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        Reply::Now(ResponseBody::TxnOffsetCommit(TxnOffsetCommitResponse { topics, ..Default::default() }))
+    };
+    if let Err(code) = ensure_offsets_topic(broker) {
+        return all(code);
+    }
+    {
+        let image = broker.image();
+        if req.topics.iter().any(|t| image.topic(&t.name).is_none()) {
+            return all(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+        }
+    }
+    let offsets_partition = group::partition_for(&req.group_id, broker.settings.offsets_topic_num_partitions);
+    let transaction = AddPartitionsToTxnTransaction {
+        transactional_id: req.transactional_id.clone(),
+        producer_id: req.producer_id,
+        producer_epoch: req.producer_epoch,
+        verify_only: true,
+        topics: vec![osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic {
+            name: OFFSETS_TOPIC.to_string(),
+            partitions: vec![offsets_partition],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let verified = broker.transactions.call(broker, |c, _| c.verify(&transaction));
+    if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
+        return all(verification_error(error, version, 4));
+    }
+    let rx = broker.groups.call_later(broker, |c, reply, now| c.txn_commit_offsets(&req, version, reply, now));
+    Reply::Later(Box::pin(async move {
+        let resp = match rx.await {
+            Ok(group::Response::TxnOffsetCommit(r)) => r,
+            _ => TxnOffsetCommitResponse::default(),
+        };
+        for t in &resp.topics {
+            for p in &t.partitions {
+                count_error(ApiKey::TxnOffsetCommit, p.error_code);
+            }
+        }
+        ResponseBody::TxnOffsetCommit(resp)
+    }))
+}
+
+/// What a partition leader answers for a transactional write the coordinator did not
+/// verify: TRANSACTION_ABORTABLE only for versions that know it (`abortable_from`),
+/// INVALID_TXN_STATE before; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what data
+/// requests have always carried); coordinator trouble as the retriable
+/// NOT_ENOUGH_REPLICAS, as Kafka's `ReplicaManager` does.
+pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -> ErrorCode {
+    use ErrorCode as E;
+    match error {
+        E::TRANSACTION_ABORTABLE if version < abortable_from => E::INVALID_TXN_STATE,
+        E::PRODUCER_FENCED => E::INVALID_PRODUCER_EPOCH,
+        E::NOT_COORDINATOR
+        | E::COORDINATOR_NOT_AVAILABLE
+        | E::COORDINATOR_LOAD_IN_PROGRESS
+        | E::CONCURRENT_TRANSACTIONS => E::NOT_ENOUGH_REPLICAS,
+        other => other,
+    }
+}
+
+/// WriteTxnMarkers v1-2: markers for partitions led here (an admin's abort of a hanging
+/// transaction, or another broker's coordinator); answered once each is durable.
+pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
+    type Pending = (i32, tokio::sync::oneshot::Receiver<Result<(), osprey_storage::StorageError>>);
+    let mut markers = Vec::new();
+    for m in req.markers {
+        let mut topics = Vec::new();
+        for t in m.topics {
+            let image = broker.image();
+            let topic_image = image.topic(&t.name).cloned();
+            let mut partitions: Vec<Result<Pending, (i32, ErrorCode)>> = Vec::new();
+            for index in t.partition_indexes {
+                let Some(partition) = topic_image.as_ref().and_then(|ti| broker.partition(ti.id, index)) else {
+                    partitions.push(Err((index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)));
+                    continue;
+                };
+                let marker = (m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result);
+                match broker.transactions.append_marker_locked(&partition, marker) {
+                    Ok(info) => partitions.push(Ok((index, partition.acknowledged(info.last_offset, &broker.flusher)))),
+                    Err(e) => {
+                        let code = crate::handlers::produce::storage_error_code(&e);
+                        tracing::warn!(topic = %t.name, partition = index, error = %e, "WriteTxnMarkers: marker not written");
+                        partitions.push(Err((index, code)));
+                    }
+                }
+            }
+            topics.push((t.name, topic_image.map(|ti| ti.id), partitions));
+        }
+        markers.push((m.producer_id, m.transaction_result, topics));
+    }
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let mut resp = WriteTxnMarkersResponse::default();
+        for (producer_id, committed, topics) in markers {
+            let mut result = WritableTxnMarkerResult { producer_id, ..Default::default() };
+            for (name, topic_id, partitions) in topics {
+                let mut out = WritableTxnMarkerTopicResult { name: name.clone(), ..Default::default() };
+                for p in partitions {
+                    let (partition_index, error) = match p {
+                        Err((index, code)) => (index, code),
+                        Ok((index, rx)) => match rx.await {
+                            Ok(Ok(())) => {
+                                if let Some(id) = topic_id {
+                                    marker_durable(&broker, id, &(name.clone(), index), producer_id, committed);
+                                }
+                                (index, ErrorCode::NONE)
+                            }
+                            _ => (index, ErrorCode::KAFKA_STORAGE_ERROR),
+                        },
+                    };
+                    count_error(ApiKey::WriteTxnMarkers, error.code());
+                    out.partitions.push(WritableTxnMarkerPartitionResult {
+                        partition_index,
+                        error_code: error.code(),
+                        ..Default::default()
+                    });
+                }
+                result.topics.push(out);
+            }
+            resp.markers.push(result);
+        }
+        ResponseBody::WriteTxnMarkers(resp)
+    }))
+}
+
+/// DescribeTransactions v0.
+pub fn describe_transactions(broker: &Arc<Broker>, req: DescribeTransactionsRequest) -> ResponseBody {
+    let transaction_states =
+        broker.transactions.call(broker, |c, _| req.transactional_ids.iter().map(|id| c.describe(id)).collect());
+    ResponseBody::DescribeTransactions(DescribeTransactionsResponse { transaction_states, ..Default::default() })
+}
+
+/// ListTransactions v0-2; v2's `transactional_id_pattern` is a regular expression the
+/// whole id must match (Java's `Matcher.matches`).
+pub fn list_transactions(broker: &Arc<Broker>, req: ListTransactionsRequest) -> ResponseBody {
+    let pattern = match req.transactional_id_pattern.as_deref().filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => match regex::Regex::new(&format!("^(?:{p})$")) {
+            Ok(re) => Some(re),
+            Err(_) => {
+                telemetry::error_code(ApiKey::ListTransactions, ErrorCode::INVALID_REGULAR_EXPRESSION);
+                return ResponseBody::ListTransactions(ListTransactionsResponse {
+                    error_code: ErrorCode::INVALID_REGULAR_EXPRESSION.code(),
+                    ..Default::default()
+                });
+            }
+        },
+    };
+    let mut resp = broker.transactions.call(broker, |c, now| c.list(&req, now));
+    if let Some(re) = pattern {
+        resp.transaction_states.retain(|t| re.is_match(&t.transactional_id));
+    }
+    ResponseBody::ListTransactions(resp)
+}
+
+/// DescribeProducers v0: the producers with state on each partition led here.
+pub fn describe_producers(broker: &Arc<Broker>, req: DescribeProducersRequest) -> ResponseBody {
+    let image = broker.image();
+    let mut resp = DescribeProducersResponse::default();
+    for t in req.topics {
+        let topic = image.topic(&t.name);
+        let mut out = TopicResponse { name: t.name.clone(), ..Default::default() };
+        for index in t.partition_indexes {
+            let mut p = PartitionResponse { partition_index: index, ..Default::default() };
+            match topic.and_then(|ti| broker.partition(ti.id, index)) {
+                None => {
+                    let code = if topic.is_some_and(|ti| index >= 0 && (index as usize) < ti.partitions.len()) {
+                        ErrorCode::NOT_LEADER_OR_FOLLOWER
+                    } else {
+                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+                    };
+                    telemetry::error_code(ApiKey::DescribeProducers, code);
+                    p.error_code = code.code();
+                }
+                Some(partition) => {
+                    let mut producers = partition.log.producer_states();
+                    producers.sort_by_key(|(id, _)| *id);
+                    p.active_producers = producers
+                        .into_iter()
+                        .map(|(producer_id, e)| ProducerState {
+                            producer_id,
+                            producer_epoch: i32::from(e.epoch),
+                            last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                            last_timestamp: e.batches.back().map_or(-1, |b| b.max_timestamp),
+                            // The partition does not record which coordinator epoch wrote
+                            // the last marker.
+                            coordinator_epoch: -1,
+                            current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
+                            ..Default::default()
+                        })
+                        .collect();
+                }
+            }
+            out.partitions.push(p);
+        }
+        resp.topics.push(out);
+    }
+    ResponseBody::DescribeProducers(resp)
+}
+
+fn count_error(api: ApiKey, code: i16) {
+    if code != 0 {
+        if let Some(e) = ErrorCode::from_code(code) {
+            telemetry::error_code(api, e);
+        }
+    }
+}

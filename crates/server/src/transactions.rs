@@ -1,0 +1,386 @@
+//! The bridge between the transaction coordinator state machine (`osprey_cluster::txn`)
+//! and the broker: it holds the replies the coordinator answers later, appends its
+//! records to `__transaction_state`, writes transaction markers to the partitions of a
+//! transaction, runs its timers, and loads the topic at startup.
+//!
+//! One lock orders transactional appends against markers: a partition's first
+//! transactional append of a transaction is checked with the coordinator (KIP-890 part 1)
+//! and appended under the same lock that marker appends take, so a marker can never land
+//! between the check and the append and leave a transaction hanging on the partition.
+
+use crate::broker::{now_ms, Broker};
+use crate::groups::{read_all, OFFSETS_TOPIC};
+use crate::partition::Partition;
+use crate::telemetry;
+use osprey_cluster::group::Record;
+use osprey_cluster::txn::{
+    Output, PersistId, ReplyId, Response, TopicPartition, TransactionCoordinator, TxnConfig, TxnMarker, TxnStats,
+    TRANSACTION_STATE_TOPIC_NAME,
+};
+use osprey_cluster::NewTopic;
+use osprey_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
+use osprey_protocol::records::{BatchBuilder, Compression};
+use osprey_protocol::{ErrorCode, Uuid};
+use osprey_storage::StorageError;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use tokio::sync::oneshot;
+
+/// How long a marker whose write failed waits before it is sent again.
+const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+#[derive(Debug)]
+pub struct Transactions {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Debug)]
+pub struct Inner {
+    coordinator: TransactionCoordinator,
+    replies: HashMap<ReplyId, oneshot::Sender<Response>>,
+    next_reply: u64,
+    /// Markers whose last write failed: the next attempt backs off first.
+    failed_markers: HashSet<(String, TopicPartition)>,
+    /// The coordinator's counters as last published to the metrics.
+    published: TxnStats,
+}
+
+impl Transactions {
+    pub fn new(config: TxnConfig) -> Transactions {
+        Transactions {
+            inner: Mutex::new(Inner {
+                coordinator: TransactionCoordinator::new(config),
+                replies: HashMap::new(),
+                next_reply: 1,
+                failed_markers: HashSet::new(),
+                published: TxnStats::default(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
+    /// returned receiver, then carries out the coordinator's outputs.
+    pub fn call_later(
+        &self,
+        broker: &Arc<Broker>,
+        op: impl FnOnce(&mut TransactionCoordinator, ReplyId, i64),
+    ) -> oneshot::Receiver<Response> {
+        let (tx, rx) = oneshot::channel();
+        let mut inner = self.lock();
+        let id = ReplyId(inner.next_reply);
+        inner.next_reply += 1;
+        inner.replies.insert(id, tx);
+        op(&mut inner.coordinator, id, now_ms());
+        drain(broker, &mut inner);
+        rx
+    }
+
+    /// Runs `op`, then carries out the outputs it queued.
+    pub fn call<T>(&self, broker: &Arc<Broker>, op: impl FnOnce(&mut TransactionCoordinator, i64) -> T) -> T {
+        let mut inner = self.lock();
+        let result = op(&mut inner.coordinator, now_ms());
+        drain(broker, &mut inner);
+        result
+    }
+
+    /// Runs the coordinator's timers (transaction timeouts, id expiry, retries).
+    pub fn tick(&self, broker: &Arc<Broker>) {
+        self.call(broker, |c, now| c.tick(now));
+    }
+
+    /// Appends a transactional batch of `producer` to `partition` through `append`, after
+    /// checking with the coordinator that the partition is in the producer's transaction
+    /// when this is the transaction's first batch there (KIP-890 part 1). Markers are
+    /// written under the same lock. The error is the coordinator's (NONE never).
+    pub fn append_transactional<T>(
+        &self,
+        partition: &Partition,
+        transactional_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        append: impl FnOnce() -> T,
+    ) -> Result<T, ErrorCode> {
+        let inner = self.lock();
+        let open_here = partition
+            .log
+            .producer_state(producer_id)
+            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
+        if !open_here {
+            let transaction = AddPartitionsToTxnTransaction {
+                transactional_id: transactional_id.to_string(),
+                producer_id,
+                producer_epoch,
+                verify_only: true,
+                topics: vec![AddPartitionsToTxnTopic {
+                    name: partition.topic.clone(),
+                    partitions: vec![partition.index],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            };
+            let verified = inner.coordinator.verify(&transaction);
+            if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
+                return Err(error);
+            }
+        }
+        Ok(append())
+    }
+
+    /// Writes one marker (WriteTxnMarkers from an admin client) under the marker lock.
+    pub fn append_marker_locked(
+        &self,
+        partition: &Partition,
+        marker: (i64, i16, i32, bool),
+    ) -> Result<osprey_storage::AppendInfo, StorageError> {
+        let _inner = self.lock();
+        let (producer_id, producer_epoch, coordinator_epoch, committed) = marker;
+        partition.log.append_marker(
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            committed,
+            partition.leader_epoch,
+            now_ms(),
+        )
+    }
+
+    /// Loads every `__transaction_state` partition led here that the coordinator has not
+    /// loaded (at startup, and after the topic is created).
+    pub fn load(&self, broker: &Arc<Broker>) -> Result<(), String> {
+        let image = broker.image();
+        let Some(topic) = image.topic(TRANSACTION_STATE_TOPIC_NAME) else { return Ok(()) };
+        for p in &topic.partitions {
+            if self.lock().coordinator.is_loaded(p.index) {
+                continue;
+            }
+            let Some(partition) = broker.partition(topic.id, p.index) else { continue };
+            let mut records: Vec<Record> = Vec::new();
+            read_all(&partition, &mut records)?;
+            let count = records.len();
+            let mut inner = self.lock();
+            let summary = inner
+                .coordinator
+                .load(p.index, partition.leader_epoch, records, now_ms())
+                .map_err(|e| format!("{}: {e}", partition.log.dir().display()))?;
+            if count > 0 {
+                tracing::info!(
+                    partition = p.index,
+                    records = count,
+                    transactional_ids = summary.transactional_ids,
+                    completing = summary.completing,
+                    "transaction state loaded"
+                );
+            }
+            drain(broker, &mut inner);
+        }
+        Ok(())
+    }
+}
+
+/// Answers held replies, appends requested records and writes markers, in the order
+/// they come out.
+fn drain(broker: &Arc<Broker>, inner: &mut Inner) {
+    while let Some(output) = inner.coordinator.poll_output() {
+        match output {
+            Output::Respond { reply, response } => {
+                if let Some(tx) = inner.replies.remove(&reply) {
+                    let _ = tx.send(response);
+                }
+            }
+            Output::Persist { id, partition, record } => {
+                if let Err(code) = persist(broker, id, partition, &record) {
+                    inner.coordinator.persisted(id, Err(code), now_ms());
+                }
+            }
+            Output::WriteMarkers { transactional_id, marker } => {
+                let retry: Vec<TopicPartition> = marker
+                    .partitions
+                    .iter()
+                    .filter(|tp| inner.failed_markers.remove(&(transactional_id.clone(), (*tp).clone())))
+                    .cloned()
+                    .collect();
+                if retry.is_empty() {
+                    write_markers(broker, inner, &transactional_id, &marker);
+                } else {
+                    // A retry: back off, then write under the lock again.
+                    let broker = broker.clone();
+                    tokio::spawn(async move {
+                        tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
+                        let transactions = &broker.transactions;
+                        let mut inner = transactions.lock();
+                        write_markers(&broker, &mut inner, &transactional_id, &marker);
+                        drain(&broker, &mut inner);
+                    });
+                }
+            }
+        }
+    }
+    publish_stats(inner);
+}
+
+/// Moves the metrics by what the coordinator counted since the last call.
+fn publish_stats(inner: &mut Inner) {
+    let now = inner.coordinator.stats();
+    let before = inner.published;
+    let delta = TxnStats {
+        commits: now.commits - before.commits,
+        aborts: now.aborts - before.aborts,
+        fenced_producers: now.fenced_producers - before.fenced_producers,
+    };
+    inner.published = now;
+    let c = &inner.coordinator;
+    telemetry::txn_stats(delta, c.open_transactions(), c.transactional_id_count());
+}
+
+/// Appends `record` to its `__transaction_state` partition; once durable, tells the
+/// coordinator (from a task, so the lock is not held across the wait).
+fn persist(broker: &Arc<Broker>, id: PersistId, index: i32, record: &Record) -> Result<(), ErrorCode> {
+    let partition = state_partition(broker, index)?;
+    let now = now_ms();
+    let mut builder = BatchBuilder::new(Compression::None);
+    builder
+        .append(now, Some(&record.key), record.value.as_deref(), &[])
+        .map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+    let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+    let mut bytes = batch.into_bytes_mut();
+    let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
+        tracing::error!(partition = index, error = %e, "writing to __transaction_state failed");
+        if e.is_kafka_storage_error() {
+            ErrorCode::KAFKA_STORAGE_ERROR
+        } else {
+            ErrorCode::UNKNOWN_SERVER_ERROR
+        }
+    })?;
+    let durable = partition.acknowledged(info.last_offset, &broker.flusher);
+    let broker = broker.clone();
+    tokio::spawn(async move {
+        let result = match durable.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ErrorCode::KAFKA_STORAGE_ERROR),
+        };
+        broker.transactions.call(&broker, |c, now| c.persisted(id, result, now));
+    });
+    Ok(())
+}
+
+/// Appends the marker to each of its partitions (under the lock, so no transactional
+/// append races it) and reports each once durable.
+fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str, marker: &TxnMarker) {
+    let image = broker.image();
+    for tp in &marker.partitions {
+        let (topic, index) = tp;
+        let report = |c: &mut TransactionCoordinator, error: ErrorCode| {
+            c.marker_written(transactional_id, marker.coordinator_epoch, tp, error, now_ms())
+        };
+        let Some(topic_image) = image.topic(topic) else {
+            // Deleted since it joined the transaction: nothing to mark.
+            report(&mut inner.coordinator, ErrorCode::NONE);
+            continue;
+        };
+        let Some(partition) = broker.partition(topic_image.id, *index) else {
+            inner.failed_markers.insert((transactional_id.to_string(), tp.clone()));
+            report(&mut inner.coordinator, ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            continue;
+        };
+        let appended = partition.log.append_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.committed,
+            partition.leader_epoch,
+            now_ms(),
+        );
+        let info = match appended {
+            Ok(info) => info,
+            Err(e) => {
+                let code = crate::handlers::produce::storage_error_code(&e);
+                tracing::warn!(transactional_id, topic = %topic, partition = index, error = %e, "transaction marker not written");
+                if code != ErrorCode::INVALID_PRODUCER_EPOCH {
+                    inner.failed_markers.insert((transactional_id.to_string(), tp.clone()));
+                }
+                report(&mut inner.coordinator, code);
+                continue;
+            }
+        };
+        let durable = partition.acknowledged(info.last_offset, &broker.flusher);
+        let broker = broker.clone();
+        let transactional_id = transactional_id.to_string();
+        let (marker, tp, topic_id) = (marker.clone(), tp.clone(), topic_image.id);
+        tokio::spawn(async move {
+            let error = match durable.await {
+                Ok(Ok(())) => ErrorCode::NONE,
+                _ => ErrorCode::KAFKA_STORAGE_ERROR,
+            };
+            if error == ErrorCode::NONE {
+                marker_durable(&broker, topic_id, &tp, marker.producer_id, marker.committed);
+            }
+            let transactions = &broker.transactions;
+            let mut inner = transactions.lock();
+            if error != ErrorCode::NONE {
+                inner.failed_markers.insert((transactional_id.clone(), tp.clone()));
+            }
+            inner.coordinator.marker_written(&transactional_id, marker.coordinator_epoch, &tp, error, now_ms());
+            drain(&broker, &mut inner);
+        });
+    }
+}
+
+/// A marker is durable on `tp`: counts it, and hands offsets committed in the
+/// transaction to the group coordinator when `tp` is an offsets partition.
+pub fn marker_durable(broker: &Arc<Broker>, _topic_id: Uuid, tp: &TopicPartition, producer_id: i64, committed: bool) {
+    telemetry::txn_marker(committed);
+    if tp.0 == OFFSETS_TOPIC {
+        let n = broker.settings.offsets_topic_num_partitions;
+        broker.groups.call(broker, |c, now| c.complete_txn(producer_id, committed, tp.1, n, now));
+    }
+}
+
+/// The leader of a `__transaction_state` partition, creating the topic on first use.
+fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
+    let topic = ensure_state_topic(broker)?;
+    broker.partition(topic, index).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+}
+
+/// Creates `__transaction_state` (compacted, `transaction.state.log.num.partitions`) if
+/// missing, and loads its partitions into the coordinator.
+pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
+    if let Some(t) = broker.image().topic(TRANSACTION_STATE_TOPIC_NAME) {
+        return Ok(t.id);
+    }
+    let c = &broker.settings.config;
+    let mut configs = BTreeMap::new();
+    configs.insert("cleanup.policy".to_string(), "compact".to_string());
+    configs.insert("segment.bytes".to_string(), c.transaction_state_log_segment_bytes.to_string());
+    configs.insert("min.insync.replicas".to_string(), c.transaction_state_log_min_isr.to_string());
+    configs.insert("unclean.leader.election.enable".to_string(), "false".to_string());
+    let topic = NewTopic {
+        name: TRANSACTION_STATE_TOPIC_NAME.into(),
+        num_partitions: c.transaction_state_log_num_partitions,
+        replication_factor: -1,
+        configs,
+        ..Default::default()
+    };
+    let id = match broker.create_topic(&topic, false) {
+        Ok(t) => t.id,
+        Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => broker
+            .image()
+            .topic(TRANSACTION_STATE_TOPIC_NAME)
+            .map(|t| t.id)
+            .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot create __transaction_state");
+            return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+        }
+    };
+    if let Err(e) = broker.transactions.load(broker) {
+        tracing::error!(error = %e, "cannot load __transaction_state");
+        return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+    }
+    Ok(id)
+}
