@@ -177,7 +177,7 @@ impl Broker {
             controller: Mutex::new(controller),
             image: RwLock::new(image.clone()),
             partitions: DashMap::new(),
-            flusher: Flusher::new(1)?,
+            flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
             fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),

@@ -362,6 +362,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Memory for the compaction key map of one cleaning pass; larger logs are cleaned over several passes."),
     ConfigKey::new("log.cleaner.backoff.ms", Long, Some("15000"), AtLeast(0), G::Retention,
         "Pause between compaction rounds over all compacted partitions."),
+    ConfigKey::new("osprey.log.flusher.threads", Int, Some("4"), AtLeast(1), G::Retention,
+        "Threads doing the group-commit fsyncs; several let fsyncs of different partitions overlap."),
     ConfigKey::new("osprey.log.max.open.files", Int, Some("4096"), AtLeast(16), G::Retention,
         "Most segment and index files held open at once across all partitions (least recently used are closed)."),
     ConfigKey::new("log.cleaner.threads", Int, Some("1"), AtLeast(0), G::Retention,
