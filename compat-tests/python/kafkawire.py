@@ -20,6 +20,9 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
 API_API_VERSIONS = 18
+API_FIND_COORDINATOR = 10
+API_INIT_PRODUCER_ID = 22
+API_ADD_PARTITIONS_TO_TXN = 24
 
 # ----- CRC-32C (Castagnoli), table driven -------------------------------------------
 
@@ -109,8 +112,9 @@ def record(offset_delta: int, key, value, timestamp_delta: int = 0, headers=()) 
     return varint(len(body)) + bytes(body)
 
 
-def record_batch(records, base_timestamp=None, attributes=0) -> bytes:
-    """An uncompressed v2 batch of (key, value) pairs, with a correct CRC-32C."""
+def record_batch(records, base_timestamp=None, attributes=0, producer=(-1, -1, -1)) -> bytes:
+    """An uncompressed v2 batch of (key, value) pairs, with a correct CRC-32C;
+    `producer` is (producerId, producerEpoch, baseSequence)."""
     ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
     encoded = b"".join(record(i, k, v) for i, (k, v) in enumerate(records))
     # attributes..end: the part the CRC covers.
@@ -120,9 +124,9 @@ def record_batch(records, base_timestamp=None, attributes=0) -> bytes:
         len(records) - 1,  # lastOffsetDelta
         ts,  # baseTimestamp
         ts,  # maxTimestamp
-        -1,  # producerId
-        -1,  # producerEpoch
-        -1,  # baseSequence
+        producer[0],  # producerId
+        producer[1],  # producerEpoch
+        producer[2],  # baseSequence
         len(records),
     ) + encoded
     batch_length = 4 + 1 + 4 + len(after_crc)  # partitionLeaderEpoch, magic, crc, rest
@@ -173,8 +177,9 @@ def api_versions_flexible(version: int, correlation_id: int) -> bytes:
     return request(API_API_VERSIONS, version, correlation_id, body, flexible=True)
 
 
-def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, acks=-1, timeout_ms=10000) -> bytes:
-    body = string16(None) + struct.pack(">hi", acks, timeout_ms)
+def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, acks=-1, timeout_ms=10000,
+               transactional_id=None) -> bytes:
+    body = string16(transactional_id) + struct.pack(">hi", acks, timeout_ms)
     body += struct.pack(">i", 1) + string16(topic)
     body += struct.pack(">i", 1) + struct.pack(">i", partition) + bytes32(records)
     return request(API_PRODUCE, 3, correlation_id, body)
@@ -185,6 +190,22 @@ def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, max_b
     body += struct.pack(">i", 1) + string16(topic)
     body += struct.pack(">i", 1) + struct.pack(">iqi", partition, offset, max_bytes)
     return request(API_FETCH, 4, correlation_id, body)
+
+
+def find_coordinator_v1(correlation_id: int, key: str, key_type: int) -> bytes:
+    return request(API_FIND_COORDINATOR, 1, correlation_id, string16(key) + struct.pack(">b", key_type))
+
+
+def init_producer_id_v0(correlation_id: int, transactional_id, timeout_ms=60000) -> bytes:
+    return request(API_INIT_PRODUCER_ID, 0, correlation_id, string16(transactional_id) + struct.pack(">i", timeout_ms))
+
+
+def add_partitions_to_txn_v0(correlation_id: int, transactional_id: str, producer_id: int, epoch: int, topic: str,
+                             partitions) -> bytes:
+    body = string16(transactional_id) + struct.pack(">qh", producer_id, epoch)
+    body += struct.pack(">i", 1) + string16(topic) + struct.pack(">i", len(partitions))
+    body += b"".join(struct.pack(">i", p) for p in partitions)
+    return request(API_ADD_PARTITIONS_TO_TXN, 0, correlation_id, body)
 
 
 # ----- responses ------------------------------------------------------------------------
@@ -237,6 +258,34 @@ def parse_produce_v3(payload: bytes):
         for _ in range(r.take(">i")):
             partition, error_code, base_offset, _append_time = r.take(">ihqq")
             out.append((topic, partition, error_code, base_offset))
+    return correlation_id, out
+
+
+def parse_find_coordinator_v1(payload: bytes):
+    """(correlation_id, error_code, node_id)."""
+    r = Reader(payload)
+    correlation_id, _throttle, error_code = r.take(">iih")
+    r.string16()  # error message
+    node_id = r.take(">i")
+    return correlation_id, error_code, node_id
+
+
+def parse_init_producer_id_v0(payload: bytes):
+    """(correlation_id, error_code, producer_id, producer_epoch)."""
+    correlation_id, _throttle, error_code, producer_id, epoch = Reader(payload).take(">iihqh")
+    return correlation_id, error_code, producer_id, epoch
+
+
+def parse_add_partitions_to_txn_v0(payload: bytes):
+    """(correlation_id, [(topic, partition, error_code)])."""
+    r = Reader(payload)
+    correlation_id, _throttle = r.take(">ii")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, error_code = r.take(">ih")
+            out.append((topic, partition, error_code))
     return correlation_id, out
 
 
