@@ -147,6 +147,12 @@ fn init_producer_id_during_an_ongoing_transaction_aborts_it_and_answers_concurre
     h.persist_one();
     assert_eq!(h.c.transaction(T).unwrap().state, TxnState::CompleteAbort);
     assert_eq!(h.init_settled(T, 60_000), (ErrorCode::NONE, pid, epoch + 2));
+    // One producer fenced, though it took two bumps and three retries; one abort.
+    let stats = h.c.stats();
+    assert_eq!((stats.fenced_producers, stats.aborts, stats.commits), (1, 1, 0));
+    // A later new instance fences again.
+    h.init_settled(T, 60_000);
+    assert_eq!(h.c.stats().fenced_producers, 2);
 }
 
 #[test]

@@ -72,11 +72,19 @@ impl TransactionCoordinator {
             }
         }
         let metadata = self.txns.get_mut(transactional_id).expect("inserted above");
-        // A new producer instance (no id and epoch of its own) of an id already handed out.
-        let fences = expected.is_none() && metadata.producer_epoch != NO_PRODUCER_EPOCH;
+        // A new producer instance (no id and epoch of its own) of an id already handed out
+        // fences the previous one: counted once, though it may take two bumps (abort the
+        // open transaction, then the new epoch) and client retries in between.
+        let new_instance = expected.is_none() && metadata.producer_epoch != NO_PRODUCER_EPOCH;
         let transit = prepare_transit(metadata, timeout_ms, expected, next_producer_id, now_ms);
-        if fences && transit.is_ok() {
-            self.stats.fenced_producers += 1;
+        if let Ok(t) = &transit {
+            let already_counted = self.fenced_counted.remove(transactional_id);
+            if t.state == TxnState::PrepareEpochFence {
+                self.fenced_counted.insert(transactional_id.to_string());
+            }
+            if new_instance && !already_counted {
+                self.stats.fenced_producers += 1;
+            }
         }
         match transit {
             Err(e) => answer(self, error(e, version)),

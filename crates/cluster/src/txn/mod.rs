@@ -100,7 +100,7 @@ use crate::group::{partition_for, Record};
 use osprey_protocol::messages::{AddOffsetsToTxnResponse, EndTxnResponse, InitProducerIdResponse};
 use osprey_protocol::ErrorCode;
 use state::{TxnMetadata, TxnTransit};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 
 /// The group coordinator's topic, whose partitions AddOffsetsToTxn adds.
 pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
@@ -214,6 +214,9 @@ pub struct TransactionCoordinator {
     next_abort_check_ms: Option<i64>,
     next_expiration_check_ms: Option<i64>,
     stats: TxnStats,
+    /// Ids whose producer was fenced and counted, until the next InitProducerId: the new
+    /// instance's own bump is the same fence.
+    fenced_counted: HashSet<String>,
 }
 
 /// Counters since this coordinator started, for the broker's metrics.
@@ -306,6 +309,7 @@ impl TransactionCoordinator {
             next_abort_check_ms: None,
             next_expiration_check_ms: None,
             stats: TxnStats::default(),
+            fenced_counted: HashSet::new(),
         }
     }
 
@@ -418,6 +422,7 @@ impl TransactionCoordinator {
         for id in ids {
             self.txns.remove(&id);
             self.pending_markers.remove(&id);
+            self.fenced_counted.remove(&id);
         }
         let retries = std::mem::take(&mut self.completion_retries);
         self.completion_retries = retries.into_iter().filter(|(id, _)| !ours(self, id)).collect();

@@ -47,7 +47,9 @@ impl TransactionCoordinator {
             let transit = metadata.prepare_fence_producer_epoch();
             let (producer_id, epoch) = (transit.producer_id, transit.producer_epoch);
             tracing::info!(transactional_id, producer_id, epoch, "aborting timed-out transaction");
-            self.stats.fenced_producers += 1;
+            if self.fenced_counted.insert(transactional_id.clone()) {
+                self.stats.fenced_producers += 1;
+            }
             self.end_transaction(&transactional_id, producer_id, epoch, false, EndOrigin::Timeout, now_ms);
         }
     }
