@@ -99,7 +99,11 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
 /// runs out.
 async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
     let deadline = tokio::time::Instant::now() + wait;
+    let mut timed_out = false;
     loop {
+        // Watch first, then read: a high watermark that moves after the read wakes the
+        // wait. (Reading first would miss one that moved in between, and the fetch would
+        // sit out its whole max.wait.ms with data waiting.)
         let mut watchers = JoinSet::new();
         for p in &plan.partitions {
             if let Ok(partition) = &p.partition {
@@ -107,18 +111,18 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
                 watchers.spawn(async move { rx.changed().await.is_ok() });
             }
         }
+        let (reads, bytes, errors) = read(&plan);
+        if timed_out || bytes >= plan.min_bytes.max(1) || errors {
+            return respond(&plan, reads);
+        }
         let stopping = plan.broker.stopping();
-        let timed_out = tokio::select! {
+        timed_out = tokio::select! {
             // An empty set resolves at once; only wait on it when something is watched.
             Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
             _ = tokio::time::sleep_until(deadline) => true,
             // Shutting down: answer parked fetches now rather than at their deadline.
             _ = stopping => true,
         };
-        let (reads, bytes, errors) = read(&plan);
-        if timed_out || bytes >= plan.min_bytes.max(1) || errors {
-            return respond(&plan, reads);
-        }
     }
 }
 
