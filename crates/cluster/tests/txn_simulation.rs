@@ -8,6 +8,9 @@
 //! At the end every request not lost to a crash is answered, nothing stays held, and every
 //! transaction is finished.
 //!
+//! Each producer instance uses transaction version 1 or 2 (AddPartitionsToTxn v5 and
+//! EndTxn v5, whose answers move the producer to the bumped epoch), chosen by the seed.
+//!
 //! A failure prints its seed; `SIM_SEEDS=n` runs more seeds, `SIM_TRACE=1` prints steps.
 
 mod txn_support;
@@ -27,7 +30,16 @@ const PARTITIONS: i32 = 4;
 
 #[derive(Clone, Copy, Debug)]
 enum Asked {
-    Init { id: usize, client: usize, bump_expected: bool },
+    Init {
+        id: usize,
+        client: usize,
+        bump_expected: bool,
+    },
+    /// A TV2 EndTxn: its answer carries the producer's next id and epoch.
+    EndV2 {
+        id: usize,
+        client: usize,
+    },
     Other,
 }
 
@@ -37,6 +49,8 @@ struct Sim {
     trace: bool,
     /// Per id, two producer instances and the producer id / epoch each holds.
     clients: [[Option<(i64, i16)>; 2]; 3],
+    /// Per id, whether each producer instance uses transaction version 2.
+    tv2: [[bool; 2]; 3],
     asked: BTreeMap<ReplyId, Asked>,
     /// Answers taken in so far.
     seen: usize,
@@ -58,9 +72,15 @@ impl Sim {
             transaction_remove_expired_transaction_cleanup_interval_ms: 30_000,
             ..TxnConfig::default()
         };
+        let mut rng = Rng::new(seed);
+        let mut tv2 = [[false; 2]; 3];
+        for flag in tv2.iter_mut().flatten() {
+            *flag = rng.below(2) == 1;
+        }
         Sim {
             h: Harness::with_config(config),
-            rng: Rng::new(seed),
+            rng,
+            tv2,
             trace: std::env::var("SIM_TRACE").is_ok(),
             clients: [[None; 2]; 3],
             asked: BTreeMap::new(),
@@ -78,6 +98,7 @@ impl Sim {
         let client = self.rng.below(2) as usize;
         let name = IDS[id];
         let producer = self.clients[id][client];
+        let tv2 = self.tv2[id][client];
         match self.rng.below(100) {
             0..=5 => {
                 let bump_expected = producer.is_some() && (self.rng.below(100) < 30);
@@ -98,7 +119,7 @@ impl Sim {
                 let n = 1 + self.rng.below(2) as usize;
                 let partitions: Vec<(&str, i32)> = (0..n).map(|_| TOPICS[self.rng.below(4) as usize]).collect();
                 self.trace(format!("add {name}/{client} {p:?} {partitions:?}"));
-                let reply = self.h.add(name, p, &partitions, 3);
+                let reply = self.h.add(name, p, &partitions, if tv2 { 5 } else { 3 });
                 self.asked.insert(reply, Asked::Other);
             }
             30..=34 => {
@@ -110,9 +131,9 @@ impl Sim {
             35..=46 => {
                 let Some(p) = producer else { return };
                 let commit = self.rng.below(100) < 60;
-                self.trace(format!("end {name}/{client} {p:?} commit={commit}"));
-                let reply = self.h.end(name, p, commit, 3);
-                self.asked.insert(reply, Asked::Other);
+                self.trace(format!("end {name}/{client} {p:?} commit={commit} tv2={tv2}"));
+                let reply = self.h.end(name, p, commit, if tv2 { 5 } else { 3 });
+                self.asked.insert(reply, if tv2 { Asked::EndV2 { id, client } } else { Asked::Other });
             }
             47..=49 => {
                 let Some(p) = producer else { return };
@@ -226,8 +247,24 @@ impl Sim {
         self.seen = self.h.answer_order.len();
         for (reply, response) in fresh {
             assert!(!self.lost.contains(&reply), "{reply:?} answered after its connection was lost");
-            let Some(Asked::Init { id, client, bump_expected }) = self.asked.get(&reply).copied() else { continue };
-            let (error, pid, epoch) = txn_support::init_result(&response);
+            let (id, client, bump_expected, (error, pid, epoch)) = match self.asked.get(&reply).copied() {
+                Some(Asked::Init { id, client, bump_expected }) => {
+                    (id, client, bump_expected, txn_support::init_result(&response))
+                }
+                Some(Asked::EndV2 { id, client }) => {
+                    let answer = txn_support::end_ids(&response);
+                    if answer.0 == ErrorCode::NONE {
+                        // The next transaction runs at the bumped epoch; a retry's answer
+                        // may repeat the newest one.
+                        let newest = self.returned.entry((id, answer.1)).or_insert(-1);
+                        assert!(answer.2 >= *newest, "EndTxn epoch went back: {} after {newest}", answer.2);
+                        *newest = answer.2;
+                        self.clients[id][client] = Some((answer.1, answer.2));
+                    }
+                    continue;
+                }
+                _ => continue,
+            };
             if error != ErrorCode::NONE {
                 continue;
             }

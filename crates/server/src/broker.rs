@@ -46,6 +46,8 @@ pub struct Settings {
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.segment.bytes`.
     pub offsets_topic_segment_bytes: i32,
+    /// The finalized `transaction.version` feature (`osprey.transaction.version`).
+    pub transaction_version: i16,
     /// The whole resolved configuration, for DescribeConfigs.
     pub config: Arc<BrokerConfig>,
 }
@@ -115,6 +117,7 @@ impl Settings {
             fetch_session_slots: 1000,
             offsets_topic_num_partitions: 50,
             offsets_topic_segment_bytes: 104_857_600,
+            transaction_version: crate::supported::MAX_TRANSACTION_VERSION,
             config: Arc::new(BrokerConfig::default()),
         }
     }

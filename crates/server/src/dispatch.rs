@@ -76,7 +76,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, peer: std::net::SocketAddr) 
     let correlation_id = split.header.correlation_id;
     let done = |reply| Dispatched { api_key: Some(api_key), api_version: version, correlation_id, reply };
 
-    let Some((min, max)) = supported::advertised(api_key) else {
+    let Some((min, max)) = supported::advertised_at(api_key, broker.settings.transaction_version) else {
         return close(
             Some(api_key),
             version,
@@ -90,7 +90,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, peer: std::net::SocketAddr) 
             api_key: Some(api_key),
             api_version: 0,
             correlation_id,
-            reply: Reply::Now(handlers::api_versions::unsupported_version()),
+            reply: Reply::Now(handlers::api_versions::unsupported_version(broker)),
         };
     }
     if !(min..=max).contains(&version) {

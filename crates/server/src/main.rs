@@ -121,6 +121,7 @@ fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String
     s.fetch_session_slots = config.max_incremental_fetch_session_cache_slots.max(0) as usize;
     s.offsets_topic_num_partitions = config.offsets_topic_num_partitions;
     s.offsets_topic_segment_bytes = config.offsets_topic_segment_bytes;
+    s.transaction_version = config.transaction_version;
     s.config = Arc::new(config.clone());
     Ok(s)
 }

@@ -19,6 +19,10 @@ pub struct Partition {
     fsync_before_ack: std::sync::atomic::AtomicBool,
     /// The high watermark, published for long-polling fetches.
     high_watermark: watch::Sender<i64>,
+    /// Transactional appends waiting for their partition to join the transaction (KIP-890
+    /// part 2). While any wait, later transactional batches wait behind them, so a batch
+    /// never overtakes an earlier one of its producer.
+    pub deferred_txn_appends: std::sync::atomic::AtomicUsize,
 }
 
 impl Partition {
@@ -32,7 +36,16 @@ impl Partition {
     ) -> Partition {
         let (high_watermark, _) = watch::channel(log.high_watermark());
         let fsync_before_ack = std::sync::atomic::AtomicBool::new(fsync_before_ack);
-        Partition { topic, topic_id, index, leader_epoch, log, fsync_before_ack, high_watermark }
+        Partition {
+            topic,
+            topic_id,
+            index,
+            leader_epoch,
+            log,
+            fsync_before_ack,
+            high_watermark,
+            deferred_txn_appends: std::sync::atomic::AtomicUsize::new(0),
+        }
     }
 
     /// Applies a topic config change to this partition's log.

@@ -33,10 +33,10 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 5),
     (ApiKey::AddPartitionsToTxn, 0, 5),
     (ApiKey::AddOffsetsToTxn, 0, 4),
-    // v5 is transaction version 2 (KIP-890 part 2), not implemented.
-    (ApiKey::EndTxn, 0, 4),
+    // v5 is transaction version 2 (KIP-890 part 2): see `advertised_at`.
+    (ApiKey::EndTxn, 0, 5),
     (ApiKey::WriteTxnMarkers, 1, 2),
-    (ApiKey::TxnOffsetCommit, 0, 4),
+    (ApiKey::TxnOffsetCommit, 0, 5),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::DescribeConfigs, 1, 4),
     (ApiKey::AlterConfigs, 0, 2),
@@ -54,9 +54,22 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListTransactions, 0, 2),
 ];
 
-/// The advertised range of `key`, if the broker serves it.
+/// The highest `transaction.version` feature level this broker implements.
+pub const MAX_TRANSACTION_VERSION: i16 = 2;
+
+/// The advertised range of `key`, if the broker serves it, with transaction version 2.
 pub fn advertised(key: ApiKey) -> Option<(i16, i16)> {
     ADVERTISED.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max))
+}
+
+/// The advertised range of `key` when the finalized `transaction.version` is
+/// `transaction_version`: below 2, EndTxn and TxnOffsetCommit stop at v4, their last
+/// versions before transaction version 2 (Kafka's `LAST_BEFORE_TRANSACTION_V2_VERSION`),
+/// so no client starts the KIP-890 part 2 protocol.
+pub fn advertised_at(key: ApiKey, transaction_version: i16) -> Option<(i16, i16)> {
+    let (min, max) = advertised(key)?;
+    let capped = transaction_version < 2 && matches!(key, ApiKey::EndTxn | ApiKey::TxnOffsetCommit);
+    Some((min, if capped { max.min(4) } else { max }))
 }
 
 #[cfg(test)]
@@ -70,6 +83,14 @@ mod tests {
             assert!(min <= max, "{key:?}");
             assert!(cmin <= min && max <= cmax, "{key:?} advertises {min}-{max}, codec knows {cmin}-{cmax}");
         }
+    }
+
+    #[test]
+    fn transaction_version_1_hides_the_part_2_versions() {
+        assert_eq!(advertised_at(ApiKey::EndTxn, 1), Some((0, 4)));
+        assert_eq!(advertised_at(ApiKey::TxnOffsetCommit, 1), Some((0, 4)));
+        assert_eq!(advertised_at(ApiKey::EndTxn, 2), Some((0, 5)));
+        assert_eq!(advertised_at(ApiKey::Produce, 1), advertised(ApiKey::Produce));
     }
 
     #[test]

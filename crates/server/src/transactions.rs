@@ -183,6 +183,36 @@ impl Transactions {
     }
 }
 
+/// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms`: how a partition
+/// leader retries an implicit add that found the transaction busy (the previous one still
+/// completing, or another add of it in flight) before answering the client.
+const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
+
+/// Adds partitions to a transaction on a transaction version 2 client's behalf (Produce
+/// v12+, TxnOffsetCommit v5): `first` is the answer to the add already issued (issued when
+/// the request arrived, so adds go out in request order). CONCURRENT_TRANSACTIONS is
+/// retried for up to 100 ms, as Kafka's partition leaders do; the final error is returned.
+pub async fn add_implicitly(
+    broker: Arc<Broker>,
+    transaction: AddPartitionsToTxnTransaction,
+    first: oneshot::Receiver<Response>,
+) -> ErrorCode {
+    let deadline = tokio::time::Instant::now() + ADD_RETRY_MAX;
+    let mut answer = first;
+    loop {
+        let error = match answer.await {
+            Ok(Response::AddPartitionsToTxn { error }) => error,
+            _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+        };
+        if error != ErrorCode::CONCURRENT_TRANSACTIONS || tokio::time::Instant::now() + ADD_RETRY_BACKOFF > deadline {
+            return error;
+        }
+        tokio::time::sleep(ADD_RETRY_BACKOFF).await;
+        answer = broker.transactions.call_later(&broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now));
+    }
+}
+
 /// Answers held replies, appends requested records and writes markers, in the order
 /// they come out.
 fn drain(broker: &Arc<Broker>, inner: &mut Inner) {

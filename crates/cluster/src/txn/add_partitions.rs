@@ -2,7 +2,7 @@
 //! and the verify-only form partition leaders use before a transaction's first append
 //! (KIP-890 part 1, `handleVerifyPartitionsInTransaction`).
 
-use super::state::{TopicPartition, TxnState};
+use super::state::{TopicPartition, TxnState, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2};
 use super::{ReplyId, Response, Then, TransactionCoordinator, GROUP_METADATA_TOPIC_NAME};
 use crate::group::partition_for;
 use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
@@ -15,6 +15,18 @@ use std::collections::BTreeSet;
 enum AddKind {
     Partitions,
     Offsets,
+}
+
+impl AddKind {
+    /// The transaction version a request of this kind at `version` implies (Kafka's
+    /// `KafkaApis`): AddPartitionsToTxn v5+ comes from a broker acting for a TV2 client;
+    /// AddOffsetsToTxn is never sent by TV2 clients.
+    fn client_transaction_version(self, version: i16) -> i16 {
+        match self {
+            AddKind::Partitions if version > 4 => TRANSACTION_VERSION_2,
+            AddKind::Partitions | AddKind::Offsets => TRANSACTION_VERSION_1,
+        }
+    }
 }
 
 /// The transactions of an AddPartitionsToTxn request: v0-3 carry one at top level
@@ -41,7 +53,9 @@ fn partitions_of(transaction: &AddPartitionsToTxnTransaction) -> Vec<TopicPartit
 impl TransactionCoordinator {
     /// AddPartitionsToTxn for one transaction of a request at `version` (see
     /// [`transactions_of`]): the answer comes out as [`Response::AddPartitionsToTxn`] for
-    /// `reply`, one error for every partition.
+    /// `reply`, one error for every partition. At v5+ the transaction becomes (or stays)
+    /// transaction version 2 once the partitions are durable in it; the errors are the
+    /// same as at v4 (Kafka's coordinator answers TRANSACTION_ABORTABLE only to `verify`).
     pub fn add_partitions(
         &mut self,
         transaction: &AddPartitionsToTxnTransaction,
@@ -153,7 +167,7 @@ impl TransactionCoordinator {
         if let Some(error) = error {
             return answer(self, error);
         }
-        let transit = metadata.prepare_add_partitions(partitions, now_ms);
+        let transit = metadata.prepare_add_partitions(partitions, kind.client_transaction_version(version), now_ms);
         let then = match kind {
             AddKind::Partitions => Then::AddPartitions { reply, version },
             AddKind::Offsets => Then::AddOffsets { reply, version },

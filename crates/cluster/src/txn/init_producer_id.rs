@@ -4,7 +4,9 @@
 //! client is answered CONCURRENT_TRANSACTIONS and retries); an exhausted epoch rotates to
 //! a new producer id (KIP-360).
 
-use super::state::{is_epoch_exhausted, TxnMetadata, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
+use super::state::{
+    is_epoch_exhausted, TxnMetadata, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TRANSACTION_VERSION_1,
+};
 use super::{fenced_for_version, EndOrigin, ReplyId, Response, Then, TransactionCoordinator};
 use osprey_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
 use osprey_protocol::ErrorCode;
@@ -91,13 +93,16 @@ impl TransactionCoordinator {
             Ok(transit) if transit.state == TxnState::PrepareEpochFence => {
                 // Abort the ongoing transaction at the bumped epoch; this epoch is never
                 // returned: the client retries and bumps again.
-                let (producer_id, epoch) = (transit.producer_id, transit.producer_epoch);
+                let producer = (transit.producer_id, transit.producer_epoch);
+                let client_transaction_version =
+                    self.txns.get(transactional_id).map_or(TRANSACTION_VERSION_1, |m| m.client_transaction_version);
                 self.end_transaction(
                     transactional_id,
-                    producer_id,
-                    epoch,
+                    producer,
                     false,
                     EndOrigin::InitProducerId { reply, version },
+                    client_transaction_version,
+                    Some(next_producer_id),
                     now_ms,
                 );
             }

@@ -22,6 +22,11 @@ impl TransactionCoordinator {
             if m.pending_state == Some(TxnState::PrepareEpochFence) {
                 return Err(format!("{id}: a fence is left pending between calls"));
             }
+            if m.next_producer_id != super::NO_PRODUCER_ID
+                && !matches!(m.state, TxnState::PrepareCommit | TxnState::PrepareAbort)
+            {
+                return Err(format!("{id}: next producer id {} outside a prepared state", m.next_producer_id));
+            }
             if m.producer_epoch < super::NO_PRODUCER_EPOCH || m.producer_id < 0 {
                 return Err(format!("{id}: bad producer {} / {}", m.producer_id, m.producer_epoch));
             }

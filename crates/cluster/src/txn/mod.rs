@@ -6,9 +6,13 @@
 //! PrepareAbort, CompleteCommit, CompleteAbort, Dead, PrepareEpochFence), the same error
 //! codes in the same situations, the same timers (`transaction.abort.timed.out.transaction.cleanup.interval.ms`,
 //! `transactional.id.expiration.ms`) and the same `__transaction_state` record formats,
-//! so a log written by Kafka loads here and the other way round. Transactions are
-//! Kafka's transaction version 1 (KIP-890 part 1: partition verification); the part-2
-//! epoch bump on every EndTxn is not done (see [`TransactionCoordinator::end_txn`]).
+//! so a log written by Kafka loads here and the other way round. Both transaction
+//! versions are coordinated, per transaction, as Kafka 4.x does: version 1 (KIP-890 part
+//! 1, partition verification) for AddPartitionsToTxn up to v4 and EndTxn up to v4, and
+//! version 2 (KIP-890 part 2) for AddPartitionsToTxn v5+ (sent by the server for Produce
+//! v12+ and TxnOffsetCommit v5+) and EndTxn v5+: every EndTxn bumps the producer epoch
+//! (rotating the producer id when the epoch runs out) and answers with the new producer
+//! id and epoch (see [`TransactionCoordinator::end_txn`]).
 //!
 //! No I/O, no clock: every input takes `now_ms`; replies, durable writes and markers come
 //! out as [`Output`]s the server drains with [`TransactionCoordinator::poll_output`].
@@ -39,15 +43,16 @@
 //! - [`tick`]`(now)` aborts timed-out transactions, expires idle transactional ids and
 //!   retries failed completion appends; call it on a period (e.g. 100 ms - 1 s).
 //! - After every call, drain [`poll_output`] until `None`.
-//! - Producer ids come from the server: [`init_producer_id`] takes a
-//!   `&mut dyn FnMut() -> Result<i64, ErrorCode>` (the cluster's producer-id blocks);
-//!   its error is returned to the client.
+//! - Producer ids come from the server: [`init_producer_id`] and [`end_txn`] take a
+//!   `&mut dyn FnMut() -> Result<i64, ErrorCode>` (the cluster's producer-id blocks),
+//!   called only when a new id is needed; its error is returned to the client.
 //! - AddPartitionsToTxn v4+ carries several transactions: the server calls
 //!   [`add_partitions`] (or [`verify`] when `verify_only`) per transaction and merges.
 //!   Authorization and unknown-topic checks (OPERATION_NOT_ATTEMPTED for the others) are
 //!   the server's, before calling in.
-//! - Advertise EndTxn up to v4 and no `transaction.version` feature ≥ 2: clients then use
-//!   transaction version 1, which is what this coordinator implements.
+//! - Transaction version 2 is what clients use once the `transaction.version` feature is
+//!   finalized at 2 and EndTxn v5 / AddPartitionsToTxn v5 are advertised. Markers carry
+//!   the transaction's version ([`TxnMarker::transaction_version`], WriteTxnMarkers v2).
 //!
 //! ```
 //! use osprey_cluster::txn::{Output, ReplyId, Response, TransactionCoordinator, TxnConfig};
@@ -80,6 +85,7 @@
 //! [`tick`]: TransactionCoordinator::tick
 //! [`poll_output`]: TransactionCoordinator::poll_output
 //! [`init_producer_id`]: TransactionCoordinator::init_producer_id
+//! [`end_txn`]: TransactionCoordinator::end_txn
 //! [`add_partitions`]: TransactionCoordinator::add_partitions
 //! [`verify`]: TransactionCoordinator::verify
 
@@ -94,7 +100,10 @@ mod timers;
 
 pub use add_partitions::transactions_of;
 pub use records::{LoadError, LoadSummary};
-pub use state::{is_epoch_exhausted, TopicPartition, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID};
+pub use state::{
+    is_epoch_exhausted, TopicPartition, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TRANSACTION_VERSION_1,
+    TRANSACTION_VERSION_2,
+};
 
 use crate::group::{partition_for, Record};
 use osprey_protocol::messages::{AddOffsetsToTxnResponse, EndTxnResponse, InitProducerIdResponse};
@@ -139,6 +148,10 @@ pub struct TxnMarker {
     /// COMMIT when true, ABORT when false (WriteTxnMarkers `transaction_result`).
     pub committed: bool,
     pub partitions: Vec<TopicPartition>,
+    /// The transaction's client transaction version, WriteTxnMarkers v2's
+    /// `transaction_version`: 2 for transaction version 2, 0 for version 1 (Kafka's
+    /// `TransactionVersion.featureLevel`).
+    pub transaction_version: i8,
 }
 
 /// An answer to a request.
@@ -194,6 +207,11 @@ pub struct TxnView {
     pub partitions: Vec<TopicPartition>,
     pub txn_timeout_ms: i32,
     pub txn_start_ms: i64,
+    /// [`TRANSACTION_VERSION_1`] or [`TRANSACTION_VERSION_2`], as the last transition set it.
+    pub client_transaction_version: i16,
+    /// The producer id a prepared TV2 transaction moves to on completion (its epoch ran
+    /// out), or -1.
+    pub next_producer_id: i64,
 }
 
 /// The transaction coordinator of one broker: every transactional id of the
@@ -269,6 +287,7 @@ enum Then {
         producer_epoch: i16,
         committed: bool,
         is_epoch_fence: bool,
+        client_transaction_version: i16,
     },
     /// CompleteCommit / CompleteAbort after the markers.
     Completed {
@@ -348,6 +367,8 @@ impl TransactionCoordinator {
             partitions: t.partitions.iter().cloned().collect(),
             txn_timeout_ms: t.txn_timeout_ms,
             txn_start_ms: t.txn_start_ms,
+            client_transaction_version: t.client_transaction_version,
+            next_producer_id: t.next_producer_id,
         })
     }
 
@@ -513,9 +534,23 @@ impl TransactionCoordinator {
                 let response = AddOffsetsToTxnResponse { error_code, ..Default::default() };
                 self.respond(reply, Response::AddOffsetsToTxn(response));
             }
-            Then::EndTxnPrepared { origin, producer_id, producer_epoch, committed, is_epoch_fence } => {
+            Then::EndTxnPrepared {
+                origin,
+                producer_id,
+                producer_epoch,
+                committed,
+                is_epoch_fence,
+                client_transaction_version,
+            } => {
                 let producer = (producer_id, producer_epoch);
-                let prepared = PreparedEnd { coordinator_epoch, origin, producer, committed, is_epoch_fence };
+                let prepared = PreparedEnd {
+                    coordinator_epoch,
+                    origin,
+                    producer,
+                    committed,
+                    is_epoch_fence,
+                    client_transaction_version,
+                };
                 self.after_prepare_persisted(&transactional_id, prepared, error, now_ms);
             }
             Then::Completed { pending } => self.after_completion_persisted(&transactional_id, pending, error),
@@ -532,6 +567,7 @@ struct PreparedEnd {
     producer: (i64, i16),
     committed: bool,
     is_epoch_fence: bool,
+    client_transaction_version: i16,
 }
 
 /// Maps an append error to the error the client gets (Kafka's

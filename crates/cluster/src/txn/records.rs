@@ -2,8 +2,12 @@
 //!
 //! Key = int16 version + `TransactionLogKey` (version 0); value = int16 version +
 //! `TransactionLogValue`; a `None` value is a tombstone (an expired transactional id).
-//! Values are written at version 0, as Kafka does until `transaction.version` 1 is
-//! finalized, so every Kafka version reads them; version 1 values (tagged fields) load.
+//! Transaction-version-1 values are written at version 0, as Kafka does until
+//! `transaction.version` 1 is finalized, so every Kafka version reads them. A transaction
+//! of transaction version 2 exists only where `transaction.version` 2 is finalized, so its
+//! values are version 1 with `client_transaction_version` (Kafka's
+//! `TransactionVersion.transactionLogValueVersion`), and `next_producer_id` while a
+//! completion is to rotate the producer id; both load back.
 //! An `Empty` value has null `transaction_partitions`, as Kafka writes it.
 
 use super::state::{TopicPartition, TxnMetadata, TxnState, TxnTransit, NO_PRODUCER_EPOCH};
@@ -15,7 +19,6 @@ use osprey_protocol::Message;
 use std::collections::{BTreeMap, BTreeSet};
 
 const KEY_VERSION: i16 = 0;
-const VALUE_VERSION: i16 = 0;
 
 fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
     let mut buf = BytesMut::new();
@@ -62,7 +65,20 @@ pub(super) fn transit_record(transactional_id: &str, transit: &TxnTransit) -> Re
         transaction_start_timestamp_ms: transit.txn_start_ms,
         ..Default::default()
     };
-    Record { key: key(transactional_id), value: Some(versioned(&value, VALUE_VERSION)) }
+    let (value, version) = if transit.client_transaction_version >= 1 {
+        // Kafka writes `next_producer_id` nowhere; kept here so that a coordinator taking
+        // over between a rotating PrepareCommit / PrepareAbort and its completion still
+        // rotates (Kafka's loader reads the field).
+        let value = TransactionLogValue {
+            client_transaction_version: transit.client_transaction_version,
+            next_producer_id: transit.next_producer_id,
+            ..value
+        };
+        (value, 1)
+    } else {
+        (value, 0)
+    };
+    Record { key: key(transactional_id), value: Some(versioned(&value, version)) }
 }
 
 /// A record of `__transaction_state` this coordinator could not read.
@@ -138,6 +154,7 @@ fn decode_value(transactional_id: &str, mut value: Bytes) -> Result<TxnMetadata,
         transactional_id: transactional_id.to_string(),
         producer_id: v.producer_id,
         previous_producer_id: v.previous_producer_id,
+        next_producer_id: v.next_producer_id,
         producer_epoch: v.producer_epoch,
         last_producer_epoch: NO_PRODUCER_EPOCH,
         txn_timeout_ms: v.transaction_timeout_ms,
@@ -145,6 +162,7 @@ fn decode_value(transactional_id: &str, mut value: Bytes) -> Result<TxnMetadata,
         partitions,
         txn_start_ms: v.transaction_start_timestamp_ms,
         txn_last_update_ms: v.transaction_last_update_timestamp_ms,
+        client_transaction_version: v.client_transaction_version,
         pending_state: None,
         has_failed_epoch_fence: false,
     })

@@ -83,7 +83,9 @@ impl TxnState {
             Empty => &[Empty, CompleteCommit, CompleteAbort],
             Ongoing => &[Ongoing, Empty, CompleteCommit, CompleteAbort],
             PrepareCommit => &[Ongoing],
-            PrepareAbort => &[Ongoing, PrepareEpochFence],
+            // Transaction version 2 aborts without a transaction too (the client may not
+            // know whether one is open), from Empty, CompleteCommit and CompleteAbort.
+            PrepareAbort => &[Ongoing, PrepareEpochFence, Empty, CompleteCommit, CompleteAbort],
             CompleteCommit => &[PrepareCommit],
             CompleteAbort => &[PrepareAbort],
             Dead => &[Empty, CompleteAbort, CompleteCommit],
@@ -103,12 +105,26 @@ pub fn is_epoch_exhausted(producer_epoch: i16) -> bool {
     producer_epoch >= i16::MAX - 1
 }
 
+/// `transaction.version` 0/1 as a client uses it (`TransactionVersion.TV_0`): what
+/// AddPartitionsToTxn up to v4 and EndTxn up to v4 mean, and a new transactional id.
+pub const TRANSACTION_VERSION_1: i16 = 0;
+/// `TransactionVersion.TV_2` (KIP-890 part 2): AddPartitionsToTxn v5+ and EndTxn v5+; every
+/// EndTxn bumps the producer epoch.
+pub const TRANSACTION_VERSION_2: i16 = 2;
+
+/// Kafka's `TransactionVersion.supportsEpochBump`.
+pub(super) fn supports_epoch_bump(client_transaction_version: i16) -> bool {
+    client_transaction_version >= TRANSACTION_VERSION_2
+}
+
 /// The target of a prepared transition (Kafka's `TxnTransitMetadata`): what gets written
 /// to `__transaction_state` and applied once durable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct TxnTransit {
     pub producer_id: i64,
     pub previous_producer_id: i64,
+    /// The producer id a TV2 completion rotates to (epoch exhausted), or -1.
+    pub next_producer_id: i64,
     pub producer_epoch: i16,
     pub last_producer_epoch: i16,
     pub txn_timeout_ms: i32,
@@ -116,6 +132,7 @@ pub(super) struct TxnTransit {
     pub partitions: BTreeSet<TopicPartition>,
     pub txn_start_ms: i64,
     pub txn_last_update_ms: i64,
+    pub client_transaction_version: i16,
 }
 
 #[derive(Debug, Clone)]
@@ -124,6 +141,9 @@ pub(super) struct TxnMetadata {
     pub producer_id: i64,
     /// The producer id before the last rotation (KIP-360), for retried InitProducerIds.
     pub previous_producer_id: i64,
+    /// Set between a TV2 PrepareCommit / PrepareAbort at an exhausted epoch and its
+    /// completion: the producer id the completion moves to, at epoch 0.
+    pub next_producer_id: i64,
     pub producer_epoch: i16,
     /// The epoch before the last bump, so a retried InitProducerId gets the same answer.
     pub last_producer_epoch: i16,
@@ -134,6 +154,9 @@ pub(super) struct TxnMetadata {
     pub partitions: BTreeSet<TopicPartition>,
     pub txn_start_ms: i64,
     pub txn_last_update_ms: i64,
+    /// The transaction version of the client's last transition ([`TRANSACTION_VERSION_1`]
+    /// or [`TRANSACTION_VERSION_2`]).
+    pub client_transaction_version: i16,
     /// The state a prepared transition goes to; blocks other transitions meanwhile.
     pub pending_state: Option<TxnState>,
     /// A previous epoch fence failed to persist: its bumped epoch was never returned to a
@@ -147,6 +170,7 @@ impl TxnMetadata {
             transactional_id: transactional_id.to_string(),
             producer_id,
             previous_producer_id: NO_PRODUCER_ID,
+            next_producer_id: NO_PRODUCER_ID,
             producer_epoch: NO_PRODUCER_EPOCH,
             last_producer_epoch: NO_PRODUCER_EPOCH,
             txn_timeout_ms,
@@ -154,6 +178,7 @@ impl TxnMetadata {
             partitions: BTreeSet::new(),
             txn_start_ms: -1,
             txn_last_update_ms: now_ms,
+            client_transaction_version: TRANSACTION_VERSION_1,
             pending_state: None,
             has_failed_epoch_fence: false,
         }
@@ -167,27 +192,47 @@ impl TxnMetadata {
         is_epoch_exhausted(self.producer_epoch)
     }
 
+    /// The producer id and epoch the completion of the prepared transaction leaves: under
+    /// TV2 the next producer id at epoch 0 when the epoch ran out, else the current ones.
+    pub fn completed_producer(&self) -> (i64, i16) {
+        if supports_epoch_bump(self.client_transaction_version) && self.next_producer_id != NO_PRODUCER_ID {
+            (self.next_producer_id, 0)
+        } else {
+            (self.producer_id, self.producer_epoch)
+        }
+    }
+
+    /// The current metadata as a transition to `state` (Kafka's `TransitionData`), for the
+    /// `prepare_*` methods to change.
+    fn transition_to(&self, state: TxnState) -> TxnTransit {
+        TxnTransit {
+            producer_id: self.producer_id,
+            previous_producer_id: self.producer_id,
+            next_producer_id: self.next_producer_id,
+            producer_epoch: self.producer_epoch,
+            last_producer_epoch: self.last_producer_epoch,
+            txn_timeout_ms: self.txn_timeout_ms,
+            state,
+            partitions: self.partitions.clone(),
+            txn_start_ms: self.txn_start_ms,
+            txn_last_update_ms: self.txn_last_update_ms,
+            client_transaction_version: self.client_transaction_version,
+        }
+    }
+
     pub fn prepare_fence_producer_epoch(&mut self) -> TxnTransit {
-        assert!(self.producer_epoch != i16::MAX, "fencing epoch i16::MAX would overflow");
-        // A fence whose append failed was never returned to anyone: reuse its epoch.
-        let bumped = if self.has_failed_epoch_fence { self.producer_epoch } else { self.producer_epoch + 1 };
-        let (pid, timeout, partitions, start, update) = (
-            self.producer_id,
-            self.txn_timeout_ms,
-            self.partitions.clone(),
-            self.txn_start_ms,
-            self.txn_last_update_ms,
-        );
-        self.prepare_transition(
-            TxnState::PrepareEpochFence,
-            pid,
-            bumped,
-            NO_PRODUCER_EPOCH,
-            timeout,
-            partitions,
-            start,
-            update,
-        )
+        // A fence whose append failed was never returned to anyone: reuse its epoch. At
+        // i16::MAX (only reachable through a bug or a foreign log) stay there rather than
+        // overflow (KAFKA-20090).
+        let bumped = if self.has_failed_epoch_fence || self.producer_epoch == i16::MAX {
+            self.producer_epoch
+        } else {
+            self.producer_epoch + 1
+        };
+        let mut transit = self.transition_to(TxnState::PrepareEpochFence);
+        transit.producer_epoch = bumped;
+        transit.last_producer_epoch = NO_PRODUCER_EPOCH;
+        self.prepare_transition(transit)
     }
 
     /// InitProducerId on an existing id whose epoch is not exhausted (Kafka's
@@ -214,17 +259,14 @@ impl TxnMetadata {
             Some(expected) if expected == self.last_producer_epoch => (self.producer_epoch, self.last_producer_epoch),
             Some(_) => return Err(osprey_protocol::ErrorCode::PRODUCER_FENCED),
         };
-        let (pid, start) = (self.producer_id, -1);
-        Ok(self.prepare_transition(
-            TxnState::Empty,
-            pid,
-            epoch,
-            last_epoch,
-            new_txn_timeout_ms,
-            BTreeSet::new(),
-            start,
-            now_ms,
-        ))
+        let mut transit = self.transition_to(TxnState::Empty);
+        transit.producer_epoch = epoch;
+        transit.last_producer_epoch = last_epoch;
+        transit.txn_timeout_ms = new_txn_timeout_ms;
+        transit.partitions = BTreeSet::new();
+        transit.txn_start_ms = -1;
+        transit.txn_last_update_ms = now_ms;
+        Ok(self.prepare_transition(transit))
     }
 
     /// InitProducerId on an id whose epoch is exhausted: a new producer id, epoch 0.
@@ -239,40 +281,62 @@ impl TxnMetadata {
             !matches!(self.state, TxnState::Ongoing | TxnState::PrepareAbort | TxnState::PrepareCommit),
             "cannot rotate producer ids while a transaction is pending"
         );
-        let last_epoch = if record_last_epoch { self.producer_epoch } else { NO_PRODUCER_EPOCH };
-        self.prepare_transition(
-            TxnState::Empty,
-            new_producer_id,
-            0,
-            last_epoch,
-            new_txn_timeout_ms,
-            BTreeSet::new(),
-            -1,
-            now_ms,
-        )
+        let mut transit = self.transition_to(TxnState::Empty);
+        transit.producer_id = new_producer_id;
+        transit.producer_epoch = 0;
+        transit.last_producer_epoch = if record_last_epoch { self.producer_epoch } else { NO_PRODUCER_EPOCH };
+        transit.txn_timeout_ms = new_txn_timeout_ms;
+        transit.partitions = BTreeSet::new();
+        transit.txn_start_ms = -1;
+        transit.txn_last_update_ms = now_ms;
+        self.prepare_transition(transit)
     }
 
-    pub fn prepare_add_partitions(&mut self, added: &BTreeSet<TopicPartition>, now_ms: i64) -> TxnTransit {
+    /// AddPartitionsToTxn / AddOffsetsToTxn; the request's transaction version becomes the
+    /// transaction's.
+    pub fn prepare_add_partitions(
+        &mut self,
+        added: &BTreeSet<TopicPartition>,
+        client_transaction_version: i16,
+        now_ms: i64,
+    ) -> TxnTransit {
         let start = match self.state {
             TxnState::Empty | TxnState::CompleteAbort | TxnState::CompleteCommit => now_ms,
             _ => self.txn_start_ms,
         };
-        let partitions = self.partitions.union(added).cloned().collect();
-        let (pid, epoch, last, timeout) =
-            (self.producer_id, self.producer_epoch, self.last_producer_epoch, self.txn_timeout_ms);
-        self.prepare_transition(TxnState::Ongoing, pid, epoch, last, timeout, partitions, start, now_ms)
+        let mut transit = self.transition_to(TxnState::Ongoing);
+        transit.partitions = self.partitions.union(added).cloned().collect();
+        transit.txn_start_ms = start;
+        transit.txn_last_update_ms = now_ms;
+        transit.client_transaction_version = client_transaction_version;
+        self.prepare_transition(transit)
     }
 
-    pub fn prepare_abort_or_commit(&mut self, state: TxnState, now_ms: i64) -> TxnTransit {
-        let (pid, epoch, last, timeout, partitions, start) = (
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            self.partitions.clone(),
-            self.txn_start_ms,
-        );
-        self.prepare_transition(state, pid, epoch, last, timeout, partitions, start, now_ms)
+    /// PrepareCommit / PrepareAbort (Kafka's `prepareAbortOrCommit`). Under TV2 the epoch
+    /// is bumped (`next_producer_id` is set when that exhausts it), and an abort may come
+    /// with no transaction open (`no_partition_added`): then it starts now.
+    pub fn prepare_abort_or_commit(
+        &mut self,
+        state: TxnState,
+        client_transaction_version: i16,
+        next_producer_id: i64,
+        no_partition_added: bool,
+        now_ms: i64,
+    ) -> TxnTransit {
+        let mut transit = self.transition_to(state);
+        if supports_epoch_bump(client_transaction_version) {
+            // The caller rotates the producer id when the epoch is exhausted, so the bump
+            // reaches i16::MAX at most; stay there rather than overflow.
+            transit.producer_epoch = self.producer_epoch.saturating_add(1);
+            transit.last_producer_epoch = self.producer_epoch;
+        }
+        if no_partition_added {
+            transit.txn_start_ms = now_ms;
+        }
+        transit.next_producer_id = next_producer_id;
+        transit.txn_last_update_ms = now_ms;
+        transit.client_transaction_version = client_transaction_version;
+        self.prepare_transition(transit)
     }
 
     pub fn prepare_complete(&mut self, now_ms: i64) -> TxnTransit {
@@ -280,35 +344,25 @@ impl TxnMetadata {
             if self.state == TxnState::PrepareCommit { TxnState::CompleteCommit } else { TxnState::CompleteAbort };
         // The prepare record is durable, so the failed fence (if any) is behind us.
         self.has_failed_epoch_fence = false;
-        let (pid, epoch, timeout, start) =
-            (self.producer_id, self.producer_epoch, self.txn_timeout_ms, self.txn_start_ms);
-        self.prepare_transition(state, pid, epoch, epoch, timeout, BTreeSet::new(), start, now_ms)
+        let (producer_id, producer_epoch) = self.completed_producer();
+        let mut transit = self.transition_to(state);
+        // The last epoch stays the one the client last saw (i16::MAX - 1 on a rotation).
+        transit.producer_id = producer_id;
+        transit.producer_epoch = producer_epoch;
+        transit.next_producer_id = NO_PRODUCER_ID;
+        transit.partitions = BTreeSet::new();
+        transit.txn_last_update_ms = now_ms;
+        self.prepare_transition(transit)
     }
 
     pub fn prepare_dead(&mut self) -> TxnTransit {
-        let (pid, epoch, last, timeout, start, update) = (
-            self.producer_id,
-            self.producer_epoch,
-            self.last_producer_epoch,
-            self.txn_timeout_ms,
-            self.txn_start_ms,
-            self.txn_last_update_ms,
-        );
-        self.prepare_transition(TxnState::Dead, pid, epoch, last, timeout, BTreeSet::new(), start, update)
+        let mut transit = self.transition_to(TxnState::Dead);
+        transit.partitions = BTreeSet::new();
+        self.prepare_transition(transit)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn prepare_transition(
-        &mut self,
-        state: TxnState,
-        producer_id: i64,
-        producer_epoch: i16,
-        last_producer_epoch: i16,
-        txn_timeout_ms: i32,
-        partitions: BTreeSet<TopicPartition>,
-        txn_start_ms: i64,
-        now_ms: i64,
-    ) -> TxnTransit {
+    fn prepare_transition(&mut self, transit: TxnTransit) -> TxnTransit {
+        let state = transit.state;
         // Callers check for a pending transition first; a second one here is a bug.
         assert!(
             self.pending_state.is_none(),
@@ -316,8 +370,12 @@ impl TxnMetadata {
             self.transactional_id,
             self.pending_state
         );
-        assert!(producer_id >= 0, "illegal producer id {producer_id}");
-        assert!(state == TxnState::Dead || producer_epoch >= 0, "illegal producer epoch {producer_epoch}");
+        assert!(transit.producer_id >= 0, "illegal producer id {}", transit.producer_id);
+        assert!(
+            state == TxnState::Dead || transit.producer_epoch >= 0,
+            "illegal producer epoch {}",
+            transit.producer_epoch
+        );
         assert!(
             state.valid_previous_states().contains(&self.state),
             "{}: {state:?} cannot follow {:?}",
@@ -325,16 +383,22 @@ impl TxnMetadata {
             self.state
         );
         self.pending_state = Some(state);
-        TxnTransit {
-            producer_id,
-            previous_producer_id: self.producer_id,
-            producer_epoch,
-            last_producer_epoch,
-            txn_timeout_ms,
-            state,
-            partitions,
-            txn_start_ms,
-            txn_last_update_ms: now_ms,
+        transit
+    }
+
+    /// Whether a transition keeps the producer as Kafka's `validProducerEpoch` requires:
+    /// under TV2 a prepare bumps the epoch by one and a completion may rotate the id.
+    fn valid_producer_epoch(&self, transit: &TxnTransit) -> bool {
+        let tv2 = supports_epoch_bump(transit.client_transaction_version);
+        match transit.state {
+            TxnState::CompleteCommit | TxnState::CompleteAbort if tv2 && transit.producer_epoch == 0 => {
+                transit.last_producer_epoch == self.last_producer_epoch
+                    && transit.previous_producer_id == self.producer_id
+            }
+            TxnState::PrepareCommit | TxnState::PrepareAbort if tv2 => {
+                transit.last_producer_epoch == self.producer_epoch && transit.producer_id == self.producer_id
+            }
+            _ => transit.producer_id == self.producer_id && transit.producer_epoch == self.producer_epoch,
         }
     }
 
@@ -343,7 +407,7 @@ impl TxnMetadata {
     pub fn complete_transition(&mut self, transit: &TxnTransit) {
         let id = &self.transactional_id;
         assert_eq!(self.pending_state, Some(transit.state), "{id}: completing a transition that was not prepared");
-        let same_producer = transit.producer_id == self.producer_id && transit.producer_epoch == self.producer_epoch;
+        let valid_producer = self.valid_producer_epoch(transit);
         match transit.state {
             TxnState::Empty => {
                 let bump = transit.producer_epoch == self.producer_epoch.wrapping_add(1)
@@ -354,38 +418,33 @@ impl TxnMetadata {
                         && transit.txn_start_ms == -1,
                     "{id}: bad InitProducerId transition {transit:?}"
                 );
-                self.txn_timeout_ms = transit.txn_timeout_ms;
-                self.producer_epoch = transit.producer_epoch;
-                self.last_producer_epoch = transit.last_producer_epoch;
-                self.producer_id = transit.producer_id;
-                self.previous_producer_id = transit.previous_producer_id;
             }
             TxnState::Ongoing => {
                 assert!(
-                    same_producer
+                    valid_producer
                         && self.partitions.is_subset(&transit.partitions)
                         && self.txn_timeout_ms == transit.txn_timeout_ms,
                     "{id}: bad AddPartitions transition {transit:?}"
                 );
-                self.txn_start_ms = transit.txn_start_ms;
-                self.partitions.extend(transit.partitions.iter().cloned());
             }
             TxnState::PrepareCommit | TxnState::PrepareAbort => {
+                // A TV2 abort with no transaction open starts it now.
+                let empty_abort = transit.state == TxnState::PrepareAbort
+                    && supports_epoch_bump(transit.client_transaction_version)
+                    && matches!(self.state, TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort);
                 assert!(
-                    same_producer
+                    valid_producer
                         && self.partitions == transit.partitions
                         && self.txn_timeout_ms == transit.txn_timeout_ms
-                        && self.txn_start_ms == transit.txn_start_ms,
+                        && (self.txn_start_ms == transit.txn_start_ms || empty_abort),
                     "{id}: bad EndTxn transition {transit:?}"
                 );
             }
             TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 assert!(
-                    same_producer && self.txn_timeout_ms == transit.txn_timeout_ms && transit.txn_start_ms != -1,
+                    valid_producer && self.txn_timeout_ms == transit.txn_timeout_ms && transit.txn_start_ms != -1,
                     "{id}: bad completion {transit:?}"
                 );
-                self.txn_start_ms = transit.txn_start_ms;
-                self.partitions.clear();
             }
             // PrepareEpochFence is never persisted (it turns into PrepareAbort) and Dead
             // ends in removal from the cache.
@@ -393,8 +452,50 @@ impl TxnMetadata {
                 panic!("{id}: {:?} is never completed", transit.state)
             }
         }
+        if supports_epoch_bump(transit.client_transaction_version) {
+            self.apply_all(transit);
+        } else {
+            self.apply_transaction_version_1(transit);
+        }
         self.txn_last_update_ms = transit.txn_last_update_ms;
         self.pending_state = None;
         self.state = transit.state;
+    }
+
+    /// A TV2 transition replaces the whole metadata, as Kafka's `completeTransitionTo`.
+    fn apply_all(&mut self, transit: &TxnTransit) {
+        self.producer_id = transit.producer_id;
+        self.previous_producer_id = transit.previous_producer_id;
+        self.next_producer_id = transit.next_producer_id;
+        self.producer_epoch = transit.producer_epoch;
+        self.last_producer_epoch = transit.last_producer_epoch;
+        self.txn_timeout_ms = transit.txn_timeout_ms;
+        self.partitions = transit.partitions.clone();
+        self.txn_start_ms = transit.txn_start_ms;
+        self.client_transaction_version = transit.client_transaction_version;
+    }
+
+    /// A transaction-version-1 transition changes what it always changed here.
+    fn apply_transaction_version_1(&mut self, transit: &TxnTransit) {
+        self.client_transaction_version = transit.client_transaction_version;
+        self.next_producer_id = transit.next_producer_id;
+        match transit.state {
+            TxnState::Empty => {
+                self.txn_timeout_ms = transit.txn_timeout_ms;
+                self.producer_epoch = transit.producer_epoch;
+                self.last_producer_epoch = transit.last_producer_epoch;
+                self.producer_id = transit.producer_id;
+                self.previous_producer_id = transit.previous_producer_id;
+            }
+            TxnState::Ongoing => {
+                self.txn_start_ms = transit.txn_start_ms;
+                self.partitions.extend(transit.partitions.iter().cloned());
+            }
+            TxnState::CompleteCommit | TxnState::CompleteAbort => {
+                self.txn_start_ms = transit.txn_start_ms;
+                self.partitions.clear();
+            }
+            _ => {}
+        }
     }
 }

@@ -30,7 +30,8 @@ impl TransactionCoordinator {
     }
 
     /// Aborts every Ongoing transaction older than its timeout at a bumped epoch, so its
-    /// producer is fenced and cannot add to it or commit it any more.
+    /// producer is fenced and cannot add to it or commit it any more. A transaction of
+    /// transaction version 2 is aborted as its own EndTxn would be: one epoch bump.
     pub fn abort_timed_out_transactions(&mut self, now_ms: i64) {
         let timed_out: Vec<String> = self
             .txns
@@ -44,13 +45,24 @@ impl TransactionCoordinator {
             .collect();
         for transactional_id in timed_out {
             let metadata = self.txns.get_mut(&transactional_id).expect("listed above");
+            let client_transaction_version = metadata.client_transaction_version;
             let transit = metadata.prepare_fence_producer_epoch();
             let (producer_id, epoch) = (transit.producer_id, transit.producer_epoch);
             tracing::info!(transactional_id, producer_id, epoch, "aborting timed-out transaction");
             if self.fenced_counted.insert(transactional_id.clone()) {
                 self.stats.fenced_producers += 1;
             }
-            self.end_transaction(&transactional_id, producer_id, epoch, false, EndOrigin::Timeout, now_ms);
+            // No producer-id source here: a TV2 abort at an exhausted epoch ends at
+            // i16::MAX and the next InitProducerId (or EndTxn) rotates the id.
+            self.end_transaction(
+                &transactional_id,
+                (producer_id, epoch),
+                false,
+                EndOrigin::Timeout,
+                client_transaction_version,
+                None,
+                now_ms,
+            );
         }
     }
 

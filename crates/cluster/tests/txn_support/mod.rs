@@ -181,12 +181,24 @@ impl Harness {
                 }),
             }
         }
-        let request = AddPartitionsToTxnRequest {
-            v3_and_below_transactional_id: transactional_id.into(),
-            v3_and_below_producer_id: producer.0,
-            v3_and_below_producer_epoch: producer.1,
-            v3_and_below_topics: topics,
-            ..Default::default()
+        // v4+ carries transactions in a list (the server's form); v0-3 one at top level.
+        let request = if version >= 4 {
+            let transaction = AddPartitionsToTxnTransaction {
+                transactional_id: transactional_id.into(),
+                producer_id: producer.0,
+                producer_epoch: producer.1,
+                topics,
+                ..Default::default()
+            };
+            AddPartitionsToTxnRequest { transactions: vec![transaction], ..Default::default() }
+        } else {
+            AddPartitionsToTxnRequest {
+                v3_and_below_transactional_id: transactional_id.into(),
+                v3_and_below_producer_id: producer.0,
+                v3_and_below_producer_epoch: producer.1,
+                v3_and_below_topics: topics,
+                ..Default::default()
+            }
         };
         let transaction = transactions_of(&request, version).remove(0);
         let reply = self.reply();
@@ -230,13 +242,64 @@ impl Harness {
             ..Default::default()
         };
         let reply = self.reply();
-        self.c.end_txn(&request, version, reply, self.now);
+        let next = &mut self.next_producer_id;
+        let mut allocate = || {
+            let id = *next;
+            *next += 1;
+            Ok(id)
+        };
+        self.c.end_txn(&request, version, reply, &mut allocate, self.now);
         self.drain();
         reply
     }
 
     pub fn end_error(&mut self, reply: ReplyId) -> Option<ErrorCode> {
         self.answer(reply).map(|r| end_result(&r))
+    }
+
+    /// The EndTxn answer: (error, producer id, epoch).
+    pub fn end_answer(&mut self, reply: ReplyId) -> Option<(ErrorCode, i64, i16)> {
+        self.answer(reply).map(|r| end_ids(&r))
+    }
+
+    /// EndTxn v5 (transaction version 2), let through with its markers: (error, producer
+    /// id, epoch).
+    pub fn end_v2_settled(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        committed: bool,
+    ) -> (ErrorCode, i64, i16) {
+        let reply = self.end(transactional_id, producer, committed, 5);
+        self.settle();
+        self.end_answer(reply).expect("EndTxn answered")
+    }
+
+    /// AddPartitionsToTxn v5 (as the server sends it for a TV2 producer), let through: its
+    /// error.
+    pub fn add_v2_settled(
+        &mut self,
+        transactional_id: &str,
+        producer: (i64, i16),
+        partitions: &[(&str, i32)],
+    ) -> ErrorCode {
+        let reply = self.add(transactional_id, producer, partitions, 5);
+        self.persist_all();
+        add_result(&self.answer(reply).expect("AddPartitionsToTxn answered"))
+    }
+
+    /// Reloads every partition from the durable log at the next coordinator epoch, as a
+    /// new coordinator would (held persists and markers are dropped).
+    pub fn reload(&mut self) {
+        self.coordinator_epoch += 1;
+        self.persists.clear();
+        self.markers.clear();
+        let partitions = self.c.config().transaction_state_log_num_partitions;
+        for p in 0..partitions {
+            let records = self.log.get(&p).cloned().unwrap_or_default();
+            self.c.load(p, self.coordinator_epoch, records, self.now).unwrap();
+        }
+        self.drain();
     }
 
     pub fn verify(&self, transactional_id: &str, producer: (i64, i16), partitions: &[(&str, i32)]) -> Vec<ErrorCode> {
@@ -275,6 +338,13 @@ pub fn add_result(response: &Response) -> ErrorCode {
         Response::AddPartitionsToTxn { error } => *error,
         Response::AddOffsetsToTxn(r) => code(r.error_code),
         other => panic!("not an AddPartitionsToTxn answer: {other:?}"),
+    }
+}
+
+pub fn end_ids(response: &Response) -> (ErrorCode, i64, i16) {
+    match response {
+        Response::EndTxn(r) => (code(r.error_code), r.producer_id, r.producer_epoch),
+        other => panic!("not an EndTxn answer: {other:?}"),
     }
 }
 

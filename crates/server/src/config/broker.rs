@@ -219,6 +219,8 @@ pub struct BrokerConfig {
     pub group_consumer_max_size: i32,
     /// `group.max.size`.
     pub group_max_size: i32,
+    /// `osprey.transaction.version`.
+    pub transaction_version: i16,
     /// `transaction.state.log.num.partitions`.
     pub transaction_state_log_num_partitions: i32,
     /// `transaction.state.log.replication.factor`.
@@ -382,6 +384,7 @@ impl BrokerConfig {
             group_consumer_session_timeout_ms: r.i32("group.consumer.session.timeout.ms"),
             group_consumer_max_size: r.i32("group.consumer.max.size"),
             group_max_size: r.i32("group.max.size"),
+            transaction_version: r.i16("osprey.transaction.version"),
             transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),
             transaction_state_log_replication_factor: r.i16("transaction.state.log.replication.factor"),
             transaction_state_log_min_isr: r.i32("transaction.state.log.min.isr"),

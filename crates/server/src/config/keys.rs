@@ -408,6 +408,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("group.consumer.max.size", Int, Some(I32_MAX), AtLeast(1), G::Groups,
         "Most members in one KIP-848 consumer group."),
     // Transactions
+    ConfigKey::new("osprey.transaction.version", Short, Some("2"), Between(1, 2), G::Transactions,
+        "The finalized transaction.version feature: 2 lets clients use KIP-890 part 2 (an epoch bump per transaction, implicit partition adds), 1 keeps them on the older protocol."),
     ConfigKey::new("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), G::Transactions,
         "Partitions of __transaction_state (fixed once the topic exists)."),
     ConfigKey::new("transaction.state.log.replication.factor", Short, Some("1"), AtLeast(1), G::Transactions,

@@ -1,30 +1,52 @@
-//! ApiVersions: the truthful table of what this broker serves (see `supported.rs`).
+//! ApiVersions: the truthful table of what this broker serves (see `supported.rs`), and
+//! from v3 the `transaction.version` feature (KIP-584), which tells clients whether to use
+//! transaction version 2 (KIP-890 part 2).
 
-use crate::supported::ADVERTISED;
-use osprey_protocol::messages::{api_versions_response::ApiVersion, ApiVersionsResponse};
+use crate::broker::Broker;
+use crate::supported::{advertised_at, ADVERTISED, MAX_TRANSACTION_VERSION};
+use osprey_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
+use osprey_protocol::messages::ApiVersionsResponse;
 use osprey_protocol::{ErrorCode, ResponseBody};
 
-fn table() -> Vec<ApiVersion> {
+/// The epoch of the finalized features: they change only with the broker's configuration.
+const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+fn table(transaction_version: i16) -> Vec<ApiVersion> {
     ADVERTISED
         .iter()
-        .map(|&(key, min, max)| ApiVersion {
-            api_key: key as i16,
-            min_version: min,
-            max_version: max,
-            ..Default::default()
+        .filter_map(|&(key, _, _)| {
+            let (min, max) = advertised_at(key, transaction_version)?;
+            Some(ApiVersion { api_key: key as i16, min_version: min, max_version: max, ..Default::default() })
         })
         .collect()
 }
 
-pub fn handle(_version: i16) -> ResponseBody {
-    ResponseBody::ApiVersions(ApiVersionsResponse { api_keys: table(), ..Default::default() })
+pub fn handle(broker: &Broker, _version: i16) -> ResponseBody {
+    let transaction_version = broker.settings.transaction_version;
+    ResponseBody::ApiVersions(ApiVersionsResponse {
+        api_keys: table(transaction_version),
+        supported_features: vec![SupportedFeatureKey {
+            name: "transaction.version".into(),
+            min_version: 0,
+            max_version: MAX_TRANSACTION_VERSION,
+            ..Default::default()
+        }],
+        finalized_features_epoch: FINALIZED_FEATURES_EPOCH,
+        finalized_features: vec![FinalizedFeatureKey {
+            name: "transaction.version".into(),
+            max_version_level: transaction_version,
+            min_version_level: transaction_version,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
 }
 
 /// KIP-511: the client asked a version we do not know. Answered in v0 with our ranges.
-pub fn unsupported_version() -> ResponseBody {
+pub fn unsupported_version(broker: &Broker) -> ResponseBody {
     ResponseBody::ApiVersions(ApiVersionsResponse {
         error_code: ErrorCode::UNSUPPORTED_VERSION.code(),
-        api_keys: table(),
+        api_keys: table(broker.settings.transaction_version),
         ..Default::default()
     })
 }

@@ -15,6 +15,9 @@ use osprey_protocol::records::{Batches, Compression, RecordBatch};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use osprey_storage::batch::BatchError;
 use osprey_storage::{AppendInfo, StorageError};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
@@ -34,6 +37,9 @@ enum Outcome {
         info: AppendInfo,
         durable: Option<oneshot::Receiver<Result<(), StorageError>>>,
     },
+    /// Appended later: a transaction version 2 batch whose partition the coordinator
+    /// is adding to the transaction first (KIP-890 part 2). Resolves to another outcome.
+    Deferred(Pin<Box<dyn Future<Output = Outcome> + Send>>),
 }
 
 struct PartitionOutcome {
@@ -77,6 +83,10 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, partitions });
     }
     if acks == 0 {
+        // Nobody waits for the answer, but deferred appends must still happen.
+        if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Deferred(_))) {
+            tokio::spawn(respond(topics));
+        }
         return Reply::Nothing;
     }
     Reply::Later(Box::pin(respond(topics)))
@@ -136,9 +146,20 @@ fn append(
             Some("a transactional batch needs the request's transactional_id".into()),
         );
     };
+    if version >= 12 && partition.deferred_txn_appends.load(Ordering::Acquire) > 0 {
+        // Earlier batches wait for the coordinator: this one queues behind them.
+        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
+    }
     let appended = broker.transactions.append_transactional(partition, transactional_id, producer, || {
-        append_checked(broker, partition, records, acks)
+        append_checked(broker, partition, records.clone(), acks)
     });
+    if version >= 12 && appended.is_err() {
+        // Transaction version 2: the client does not add partitions itself; the leader asks
+        // the coordinator to, then appends (KIP-890 part 2). The add's answer is the
+        // authoritative one (a fenced epoch, or the previous transaction still completing,
+        // which is retried briefly).
+        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
+    }
     appended.unwrap_or_else(|error| {
         let code = super::transactions::verification_error(error, version, 11);
         telemetry::error_code(ApiKey::Produce, code);
@@ -152,6 +173,81 @@ fn append(
             )),
         )
     })
+}
+
+/// A transaction version 2 batch for a partition not yet in its transaction: the
+/// coordinator adds the partition (AddPartitionsToTxn v5 on the client's behalf, durable
+/// before it answers), then the batch is appended under the marker lock. The append waits
+/// in the response future, which the connection polls in request order, so batches of
+/// one producer still land in the order they were sent.
+fn add_then_append(
+    broker: &Arc<Broker>,
+    partition: &Arc<Partition>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    records: Bytes,
+    acks: i16,
+    version: i16,
+) -> Outcome {
+    use osprey_protocol::messages::add_partitions_to_txn_request::{
+        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+    };
+    let transaction = AddPartitionsToTxnTransaction {
+        transactional_id: transactional_id.to_string(),
+        producer_id: producer.0,
+        producer_epoch: producer.1,
+        verify_only: false,
+        topics: vec![AddPartitionsToTxnTopic {
+            name: partition.topic.clone(),
+            partitions: vec![partition.index],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let rx = broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now));
+    let waiting = DeferredAppend::new(partition);
+    let (broker, partition, transactional_id) = (broker.clone(), partition.clone(), transactional_id.to_string());
+    Outcome::Deferred(Box::pin(async move {
+        let _waiting = waiting;
+        let error = crate::transactions::add_implicitly(broker.clone(), transaction, rx).await;
+        let appended = if error == ErrorCode::NONE {
+            broker.transactions.append_transactional(&partition, &transactional_id, producer, || {
+                append_checked(&broker, &partition, records, acks)
+            })
+        } else {
+            Err(error)
+        };
+        appended.unwrap_or_else(|error| {
+            let code = super::transactions::verification_error(error, version, 11);
+            telemetry::error_code(ApiKey::Produce, code);
+            Outcome::Failed(
+                code,
+                Some(format!(
+                    "adding {}-{} to the transaction of {transactional_id}: {}",
+                    partition.topic,
+                    partition.index,
+                    error.name()
+                )),
+            )
+        })
+    }))
+}
+
+/// Counts a deferred transactional append on its partition for as long as it lives
+/// (dropped with its future, even if the connection goes before it runs).
+struct DeferredAppend(Arc<Partition>);
+
+impl DeferredAppend {
+    fn new(partition: &Arc<Partition>) -> DeferredAppend {
+        partition.deferred_txn_appends.fetch_add(1, Ordering::AcqRel);
+        DeferredAppend(partition.clone())
+    }
+}
+
+impl Drop for DeferredAppend {
+    fn drop(&mut self) {
+        self.0.deferred_txn_appends.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Appends a batch that passed [`check_batch`] (and, if transactional, verification).
@@ -267,7 +363,15 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
         let mut out = TopicProduceResponse { name: topic.name, topic_id: topic.topic_id, ..Default::default() };
         for p in topic.partitions {
             let mut r = PartitionProduceResponse { index: p.index, base_offset: -1, ..Default::default() };
-            match p.outcome {
+            let outcome = match p.outcome {
+                Outcome::Deferred(deferred) => deferred.await,
+                other => other,
+            };
+            match outcome {
+                Outcome::Deferred(_) => {
+                    // A deferred append never defers again.
+                    r.error_code = ErrorCode::UNKNOWN_SERVER_ERROR.code();
+                }
                 Outcome::Failed(code, message) => {
                     r.error_code = code.code();
                     r.error_message = message;

@@ -144,9 +144,14 @@ pub fn add_offsets(broker: &Arc<Broker>, req: AddOffsetsToTxnRequest, version: i
     }))
 }
 
-/// EndTxn v0-4: commit or abort; answered once PrepareCommit / PrepareAbort is durable.
+/// EndTxn v0-5: commit or abort; answered once PrepareCommit / PrepareAbort is durable.
+/// v5 (transaction version 2) bumps the epoch and answers the producer's new id and epoch.
 pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply {
-    let rx = broker.transactions.call_later(broker, |c, reply, now| c.end_txn(&req, version, reply, now));
+    let rx = broker.transactions.call_later(broker, |c, reply, now| {
+        // Transaction version 2 may move the producer to a new id when its epoch runs out.
+        let mut next = || broker.next_producer_id().map_err(|e| e.code);
+        c.end_txn(&req, version, reply, &mut next, now)
+    });
     Reply::Later(Box::pin(async move {
         let resp = match rx.await {
             Ok(txn::Response::EndTxn(r)) => r,
@@ -187,29 +192,13 @@ pub fn init_producer_id(
     }))
 }
 
-/// TxnOffsetCommit v0-4: offsets written in the transaction, visible once it commits.
-/// The group's offsets partition must be in the transaction (KIP-890 part 1).
+/// TxnOffsetCommit v0-5: offsets written in the transaction, visible once it commits.
+/// Up to v4 the group's offsets partition must already be in the transaction (KIP-890
+/// part 1); v5 (transaction version 2) adds it, as the client sent no AddOffsetsToTxn.
 pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, version: i16) -> Reply {
     let all = |error: ErrorCode| {
         telemetry::error_code(ApiKey::TxnOffsetCommit, error);
-        let topics = req
-            .topics
-            .iter()
-            .map(|t| TxnOffsetCommitResponseTopic {
-                name: t.name.clone(),
-                partitions: t
-                    .partitions
-                    .iter()
-                    .map(|p| TxnOffsetCommitResponsePartition {
-                        partition_index: p.partition_index,
-                        error_code: error.code(),
-                        ..Default::default()
-                    })
-                    .collect(),
-                ..Default::default()
-            })
-            .collect();
-        Reply::Now(ResponseBody::TxnOffsetCommit(TxnOffsetCommitResponse { topics, ..Default::default() }))
+        Reply::Now(ResponseBody::TxnOffsetCommit(error_response(&req, error)))
     };
     if let Err(code) = ensure_offsets_topic(broker) {
         return all(code);
@@ -225,7 +214,9 @@ pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, vers
         transactional_id: req.transactional_id.clone(),
         producer_id: req.producer_id,
         producer_epoch: req.producer_epoch,
-        verify_only: true,
+        // v5 (transaction version 2): the client sent no AddOffsetsToTxn; the partition is
+        // added here. Before, it must already be in the transaction.
+        verify_only: version < 5,
         topics: vec![osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic {
             name: OFFSETS_TOPIC.to_string(),
             partitions: vec![offsets_partition],
@@ -233,12 +224,25 @@ pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, vers
         }],
         ..Default::default()
     };
-    let verified = broker.transactions.call(broker, |c, _| c.verify(&transaction));
-    if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
-        return all(verification_error(error, version, 4));
+    if version < 5 {
+        let verified = broker.transactions.call(broker, |c, _| c.verify(&transaction));
+        if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
+            return all(offsets_verification_error(error, version));
+        }
     }
-    let rx = broker.groups.call_later(broker, |c, reply, now| c.txn_commit_offsets(&req, version, reply, now));
+    let added = (version >= 5)
+        .then(|| broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now)));
+    let broker = broker.clone();
     Reply::Later(Box::pin(async move {
+        if let Some(added) = added {
+            let error = crate::transactions::add_implicitly(broker.clone(), transaction, added).await;
+            if error != ErrorCode::NONE {
+                let error = offsets_verification_error(error, version);
+                telemetry::error_code(ApiKey::TxnOffsetCommit, error);
+                return ResponseBody::TxnOffsetCommit(error_response(&req, error));
+            }
+        }
+        let rx = broker.groups.call_later(&broker, |c, reply, now| c.txn_commit_offsets(&req, version, reply, now));
         let resp = match rx.await {
             Ok(group::Response::TxnOffsetCommit(r)) => r,
             _ => TxnOffsetCommitResponse::default(),
@@ -250,6 +254,44 @@ pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, vers
         }
         ResponseBody::TxnOffsetCommit(resp)
     }))
+}
+
+/// The transaction coordinator's answer about the offsets partition, as TxnOffsetCommit
+/// carries it: TRANSACTION_ABORTABLE only from v4, PRODUCER_FENCED as
+/// INVALID_PRODUCER_EPOCH, and coordinator trouble as COORDINATOR_LOAD_IN_PROGRESS, which
+/// every client retries for this request.
+fn offsets_verification_error(error: ErrorCode, version: i16) -> ErrorCode {
+    use ErrorCode as E;
+    match error {
+        E::TRANSACTION_ABORTABLE if version < 4 => E::INVALID_TXN_STATE,
+        E::PRODUCER_FENCED => E::INVALID_PRODUCER_EPOCH,
+        E::NOT_COORDINATOR | E::COORDINATOR_NOT_AVAILABLE | E::CONCURRENT_TRANSACTIONS => {
+            E::COORDINATOR_LOAD_IN_PROGRESS
+        }
+        other => other,
+    }
+}
+
+/// `error` for every partition of `req`, in request order.
+fn error_response(req: &TxnOffsetCommitRequest, error: ErrorCode) -> TxnOffsetCommitResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| TxnOffsetCommitResponseTopic {
+            name: t.name.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| TxnOffsetCommitResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: error.code(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    TxnOffsetCommitResponse { topics, ..Default::default() }
 }
 
 /// What a partition leader answers for a transactional write the coordinator did not
