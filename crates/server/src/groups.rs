@@ -4,12 +4,12 @@
 //! loads the topic at startup.
 
 use crate::broker::{now_ms, Broker};
-use crate::partition::Partition;
+use crate::partition::{append_coordinator_records, Partition};
 use osprey_cluster::group::{
     partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId, Response,
 };
 use osprey_cluster::NewTopic;
-use osprey_protocol::records::{BatchBuilder, Batches, Compression, EndTxnMarker};
+use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -109,28 +109,10 @@ impl Groups {
         producer: Option<(i64, i16)>,
     ) -> Result<(), ErrorCode> {
         let partition = offsets_partition(broker, partition_for(group_id, self.num_partitions))?;
-        let now = now_ms();
-        let mut builder = BatchBuilder::new(Compression::None);
-        if let Some((producer_id, producer_epoch)) = producer {
-            // Offsets committed in a transaction: a transactional batch of the producer,
-            // without a sequence (Kafka's coordinator writes are not sequence-checked),
-            // completed by the transaction's marker on this partition.
-            builder = builder.producer(producer_id, producer_epoch, -1).transactional(true);
-        }
-        for r in records {
-            builder.append(now, Some(&r.key), r.value.as_deref(), &[]).map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
-        }
-        let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
-        let mut bytes = batch.into_bytes_mut();
-        let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
-            tracing::error!(group = group_id, error = %e, "writing to __consumer_offsets failed");
-            if e.is_kafka_storage_error() {
-                ErrorCode::KAFKA_STORAGE_ERROR
-            } else {
-                ErrorCode::UNKNOWN_SERVER_ERROR
-            }
-        })?;
-        let durable = partition.acknowledged(info.last_offset, &broker.flusher);
+        // Offsets committed in a transaction are a transactional batch of the producer,
+        // completed by the transaction's marker on this partition.
+        let what = "writing to __consumer_offsets";
+        let durable = append_coordinator_records(&partition, &broker.flusher, records, producer, what)?;
         let broker = broker.clone();
         tokio::spawn(async move {
             let result = match durable.await {

@@ -107,3 +107,37 @@ impl Partition {
         rx
     }
 }
+
+/// Appends coordinator records (`__consumer_offsets`, `__transaction_state`) as one
+/// uncompressed batch, transactional for `producer` if given (no sequence: coordinator
+/// writes are not sequence-checked, as in Kafka), and returns the durability wait. `what`
+/// names the write in the error log.
+pub fn append_coordinator_records(
+    partition: &Arc<Partition>,
+    flusher: &Flusher,
+    records: &[osprey_cluster::group::Record],
+    producer: Option<(i64, i16)>,
+    what: &str,
+) -> Result<oneshot::Receiver<Result<(), StorageError>>, osprey_protocol::ErrorCode> {
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    use osprey_protocol::ErrorCode;
+    let now = crate::broker::now_ms();
+    let mut builder = BatchBuilder::new(Compression::None);
+    if let Some((producer_id, producer_epoch)) = producer {
+        builder = builder.producer(producer_id, producer_epoch, -1).transactional(true);
+    }
+    for r in records {
+        builder.append(now, Some(&r.key), r.value.as_deref(), &[]).map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+    }
+    let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
+    let mut bytes = batch.into_bytes_mut();
+    let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
+        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "{what} failed");
+        if e.is_kafka_storage_error() {
+            ErrorCode::KAFKA_STORAGE_ERROR
+        } else {
+            ErrorCode::UNKNOWN_SERVER_ERROR
+        }
+    })?;
+    Ok(partition.acknowledged(info.last_offset, flusher))
+}

@@ -10,7 +10,7 @@
 
 use crate::broker::{now_ms, Broker};
 use crate::groups::{read_all, OFFSETS_TOPIC};
-use crate::partition::Partition;
+use crate::partition::{append_coordinator_records, Partition};
 use crate::telemetry;
 use osprey_cluster::group::Record;
 use osprey_cluster::txn::{
@@ -21,7 +21,6 @@ use osprey_cluster::NewTopic;
 use osprey_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
-use osprey_protocol::records::{BatchBuilder, Compression};
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::StorageError;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -272,22 +271,8 @@ fn publish_stats(inner: &mut Inner) {
 /// coordinator (from a task, so the lock is not held across the wait).
 fn persist(broker: &Arc<Broker>, id: PersistId, index: i32, record: &Record) -> Result<(), ErrorCode> {
     let partition = state_partition(broker, index)?;
-    let now = now_ms();
-    let mut builder = BatchBuilder::new(Compression::None);
-    builder
-        .append(now, Some(&record.key), record.value.as_deref(), &[])
-        .map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
-    let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
-    let mut bytes = batch.into_bytes_mut();
-    let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
-        tracing::error!(partition = index, error = %e, "writing to __transaction_state failed");
-        if e.is_kafka_storage_error() {
-            ErrorCode::KAFKA_STORAGE_ERROR
-        } else {
-            ErrorCode::UNKNOWN_SERVER_ERROR
-        }
-    })?;
-    let durable = partition.acknowledged(info.last_offset, &broker.flusher);
+    let what = "writing to __transaction_state";
+    let durable = append_coordinator_records(&partition, &broker.flusher, std::slice::from_ref(record), None, what)?;
     let broker = broker.clone();
     tokio::spawn(async move {
         let result = match durable.await {

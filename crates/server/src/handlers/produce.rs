@@ -160,19 +160,20 @@ fn append(
         // which is retried briefly).
         return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
     }
-    appended.unwrap_or_else(|error| {
-        let code = super::transactions::verification_error(error, version, 11);
-        telemetry::error_code(ApiKey::Produce, code);
-        Outcome::Failed(
-            code,
-            Some(format!(
-                "{}-{} is not in the transaction of {transactional_id} ({})",
-                partition.topic,
-                partition.index,
-                error.name()
-            )),
-        )
-    })
+    appended.unwrap_or_else(|error| not_in_transaction(partition, transactional_id, error, version))
+}
+
+/// The answer for a transactional batch the coordinator did not let in.
+fn not_in_transaction(partition: &Partition, transactional_id: &str, error: ErrorCode, version: i16) -> Outcome {
+    let code = super::transactions::verification_error(error, version, 11);
+    telemetry::error_code(ApiKey::Produce, code);
+    let why = format!(
+        "{}-{} is not in the transaction of {transactional_id} ({})",
+        partition.topic,
+        partition.index,
+        error.name()
+    );
+    Outcome::Failed(code, Some(why))
 }
 
 /// A transaction version 2 batch for a partition not yet in its transaction: the
@@ -217,19 +218,7 @@ fn add_then_append(
         } else {
             Err(error)
         };
-        appended.unwrap_or_else(|error| {
-            let code = super::transactions::verification_error(error, version, 11);
-            telemetry::error_code(ApiKey::Produce, code);
-            Outcome::Failed(
-                code,
-                Some(format!(
-                    "adding {}-{} to the transaction of {transactional_id}: {}",
-                    partition.topic,
-                    partition.index,
-                    error.name()
-                )),
-            )
-        })
+        appended.unwrap_or_else(|error| not_in_transaction(&partition, &transactional_id, error, version))
     }))
 }
 
