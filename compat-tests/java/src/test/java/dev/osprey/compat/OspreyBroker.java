@@ -13,6 +13,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
@@ -54,6 +55,8 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
     private static final Pattern READY = Pattern.compile("osprey is ready.*listener=([0-9.]+):(\\d+)");
     private static final Pattern NODE_ID = Pattern.compile("node_id=(-?\\d+)");
 
+    /** Extra {@code key=value} broker settings, passed as {@code --override}. */
+    private final List<String> overrides;
     private Path dataDir;
     private Path logFile;
     private Process process;
@@ -62,6 +65,16 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
     private int nodeId;
     /** Set when afterEach replaced a wedged broker: its log went into the failure message. */
     private boolean replaced;
+
+    /** A broker with osprey's defaults. */
+    public OspreyBroker() {
+        this(List.of());
+    }
+
+    /** A broker with these {@code key=value} settings on top of the defaults. */
+    public OspreyBroker(List<String> overrides) {
+        this.overrides = List.copyOf(overrides);
+    }
 
     @Override
     public void beforeAll(ExtensionContext context) throws Exception {
@@ -185,10 +198,15 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         dataDir = Files.createTempDirectory("osprey-compat-");
         logFile = dataDir.resolve("osprey.log");
         Path logDir = dataDir.resolve("data");
-        ProcessBuilder builder = new ProcessBuilder(bin,
+        List<String> command = new ArrayList<>(List.of(bin,
                 "--override", "listeners=PLAINTEXT://127.0.0.1:0",
                 "--override", "log.dirs=" + logDir,
-                "--override", "metrics.listener=127.0.0.1:0")
+                "--override", "metrics.listener=127.0.0.1:0"));
+        for (String override : overrides) {
+            command.add("--override");
+            command.add(override);
+        }
+        ProcessBuilder builder = new ProcessBuilder(command)
                 .redirectErrorStream(true)
                 .redirectOutput(logFile.toFile());
         builder.environment().put("NO_COLOR", "1");

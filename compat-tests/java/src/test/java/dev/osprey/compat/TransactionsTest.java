@@ -96,57 +96,11 @@ class TransactionsTest {
     /**
      * The broker finalizes {@code transaction.version=2}, so kafka-clients 4.4 runs KIP-890
      * part 2: no AddPartitionsToTxn or AddOffsetsToTxn of its own, EndTxn v5, and an epoch
-     * bump at the end of every transaction. The epoch the coordinator and the partition
-     * report after N transactions proves which protocol ran (transaction version 1 keeps
-     * epoch 0), and offsets sent in the transactions move only with the commits.
+     * bump at every transaction end, which the epoch reported after four transactions shows.
      */
     @Test
     void transaction_version_2_bumps_the_epoch_at_every_transaction_end() throws Exception {
-        String topic = "tx-tv2";
-        String transactionalId = "tx-tv2-id";
-        String group = "tx-tv2-group";
-        createTopic(topic, 1);
-        createTopic("tv2-input", 1);
-        TopicPartition tp = new TopicPartition(topic, 0);
-        List<String> finishes = List.of("commit", "abort", "commit", "commit");
-        List<String> committed = new ArrayList<>();
-        try (KafkaProducer<String, String> producer = transactionalProducer(transactionalId, 60_000)) {
-            producer.initTransactions();
-            for (int t = 0; t < finishes.size(); t++) {
-                producer.beginTransaction();
-                for (int i = 0; i < 5; i++) {
-                    String value = finishes.get(t) + "-" + t + "-" + i;
-                    producer.send(new ProducerRecord<>(topic, 0, null, value));
-                    if (finishes.get(t).equals("commit")) {
-                        committed.add(value);
-                    }
-                }
-                producer.sendOffsetsToTransaction(
-                        Map.of(new TopicPartition("tv2-input", 0), new OffsetAndMetadata(100L * (t + 1))),
-                        new org.apache.kafka.clients.consumer.ConsumerGroupMetadata(group));
-                if (finishes.get(t).equals("commit")) {
-                    producer.commitTransaction();
-                } else {
-                    producer.flush();
-                    producer.abortTransaction();
-                }
-            }
-        }
-        assertEquals(committed, valuesByPartition(readToEnd(topic, 1, "read_committed")).get(0));
-        try (Admin admin = Admin.create(BROKER.clientProps())) {
-            var described = admin.describeTransactions(List.of(transactionalId)).description(transactionalId)
-                    .get(30, TimeUnit.SECONDS);
-            assertEquals(finishes.size(), described.producerEpoch(),
-                    "one epoch bump per transaction end (transaction version 2): " + described);
-            var producers = admin.describeProducers(List.of(tp)).partitionResult(tp).get(30, TimeUnit.SECONDS);
-            assertEquals(1, producers.activeProducers().size(), producers.toString());
-            assertEquals(finishes.size(), producers.activeProducers().get(0).producerEpoch(),
-                    "the last marker carries the bumped epoch: " + producers);
-            // Offsets sent with the aborted transaction (200) never showed; the last commit's did.
-            var offsets = admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata()
-                    .get(30, TimeUnit.SECONDS);
-            assertEquals(400L, offsets.get(new TopicPartition("tv2-input", 0)).offset());
-        }
+        TransactionRounds.run(BROKER, "tx-tv2", 4);
     }
 
     // ----- Kafka's TransactionalMessageCopier -------------------------------------------------
