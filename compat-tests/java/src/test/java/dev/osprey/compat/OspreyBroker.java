@@ -191,30 +191,47 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
     }
 
     private void start() throws IOException, InterruptedException {
+        dataDir = Files.createTempDirectory("osprey-compat-");
+        logFile = dataDir.resolve("osprey.log");
+        launch("PLAINTEXT://127.0.0.1:0");
+    }
+
+    /**
+     * SIGKILLs the broker and starts it again on the same data directory and port, as an
+     * operator would after a crash; returns once it is ready again. Clients keep their
+     * bootstrap address.
+     */
+    public void kill9AndRestart() throws IOException, InterruptedException {
+        process.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+        launch("PLAINTEXT://" + host + ":" + port);
+    }
+
+    private void launch(String listener) throws IOException, InterruptedException {
         String bin = System.getProperty("osprey.bin");
         if (bin == null || bin.isBlank() || !Files.isExecutable(Path.of(bin))) {
             fail("system property osprey.bin must name the built osprey binary, got: " + bin);
         }
-        dataDir = Files.createTempDirectory("osprey-compat-");
-        logFile = dataDir.resolve("osprey.log");
         Path logDir = dataDir.resolve("data");
         List<String> command = new ArrayList<>(List.of(bin,
-                "--override", "listeners=PLAINTEXT://127.0.0.1:0",
+                "--override", "listeners=" + listener,
                 "--override", "log.dirs=" + logDir,
                 "--override", "metrics.listener=127.0.0.1:0"));
         for (String override : overrides) {
             command.add("--override");
             command.add(override);
         }
+        // A restart appends to the log; only its own "ready" line counts.
+        int logStart = Files.exists(logFile) ? log().length() : 0;
         ProcessBuilder builder = new ProcessBuilder(command)
                 .redirectErrorStream(true)
-                .redirectOutput(logFile.toFile());
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
         builder.environment().put("NO_COLOR", "1");
         builder.environment().putIfAbsent("OSPREY_LOG", "info");
         process = builder.start();
         long deadline = System.nanoTime() + READY_TIMEOUT.toNanos();
         while (System.nanoTime() < deadline) {
-            Matcher ready = READY.matcher(log());
+            String log = log();
+            Matcher ready = READY.matcher(log.substring(Math.min(logStart, log.length())));
             if (ready.find()) {
                 host = ready.group(1);
                 port = Integer.parseInt(ready.group(2));

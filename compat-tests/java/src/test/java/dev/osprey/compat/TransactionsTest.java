@@ -171,6 +171,48 @@ class TransactionsTest {
         assertCopiedExactlyOnce(output, messages, group, input, resumed.describe());
     }
 
+    /**
+     * The broker is killed with SIGKILL while the copier runs (transaction version 2, random
+     * aborts) and restarted on the same data: the copier carries on through its retries,
+     * and the output holds every input record exactly once, read_committed.
+     */
+    @Test
+    void broker_killed_mid_copy_and_restarted_loses_and_duplicates_nothing() throws Exception {
+        int messages = 10_000;
+        String input = "tx-crash-in";
+        String output = "tx-crash-out";
+        String group = "tx-crash-group";
+        setUpCopy(input, output, messages);
+        Path dir = Files.createTempDirectory("copier-");
+        Path stdout = dir.resolve("stdout");
+        Process copier = new ProcessBuilder(javaCommand(COPIER, copierArgs(input, output, "tx-crash-copier", group)))
+                .redirectOutput(stdout.toFile())
+                .redirectError(dir.resolve("stderr").toFile())
+                .start();
+        try {
+            long deadline = System.nanoTime() + COPIER_TIMEOUT.toNanos();
+            long processed = 0;
+            while (processed < messages / 3) {
+                assertTrue(copier.isAlive(), "the copier exited before the broker was killed:\n"
+                        + Files.readString(stdout) + "\n" + Files.readString(dir.resolve("stderr")));
+                assertTrue(System.nanoTime() < deadline, "the copier processed only " + processed);
+                Thread.sleep(20);
+                processed = lastTotalProcessed(Files.readString(stdout, StandardCharsets.UTF_8));
+            }
+            assertTrue(processed < messages, "killed too late to be mid-way: " + processed);
+            BROKER.kill9AndRestart();
+            assertTrue(BROKER.log().contains("unclean shutdown, recovery ran"), "no recovery after the kill");
+            assertTrue(copier.waitFor(COPIER_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS),
+                    "the copier did not finish after the restart:\n" + Files.readString(stdout));
+        } finally {
+            copier.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
+        }
+        String out = Files.readString(stdout, StandardCharsets.UTF_8);
+        assertEquals(0, copier.exitValue(), out + "\n" + Files.readString(dir.resolve("stderr")));
+        assertEquals(messages, lastTotalProcessed(out), out);
+        assertCopiedExactlyOnce(output, messages, group, input, out);
+    }
+
     // ----- kafka-transactions.sh ----------------------------------------------------------------
 
     @Test
