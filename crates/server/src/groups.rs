@@ -5,13 +5,14 @@
 
 use crate::broker::{now_ms, Broker};
 use crate::partition::{append_coordinator_records, Partition};
+use crate::replies::Replies;
 use osprey_cluster::group::{
     partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId, Response,
 };
 use osprey_cluster::NewTopic;
 use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use tokio::sync::oneshot;
 
@@ -30,18 +31,13 @@ pub struct Groups {
 #[derive(Debug)]
 struct Inner {
     coordinator: GroupCoordinator,
-    replies: HashMap<ReplyId, oneshot::Sender<Response>>,
-    next_reply: u64,
+    replies: Replies<Response>,
 }
 
 impl Groups {
     pub fn new(config: GroupConfig, num_partitions: i32) -> Groups {
         Groups {
-            inner: Mutex::new(Inner {
-                coordinator: GroupCoordinator::new(config),
-                replies: HashMap::new(),
-                next_reply: 1,
-            }),
+            inner: Mutex::new(Inner { coordinator: GroupCoordinator::new(config), replies: Replies::default() }),
             num_partitions: num_partitions.max(1),
         }
     }
@@ -57,12 +53,9 @@ impl Groups {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut GroupCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
-        let (tx, rx) = oneshot::channel();
         let mut inner = self.lock();
-        let id = ReplyId(inner.next_reply);
-        inner.next_reply += 1;
-        inner.replies.insert(id, tx);
-        op(&mut inner.coordinator, id, now_ms());
+        let (id, rx) = inner.replies.hold();
+        op(&mut inner.coordinator, ReplyId(id), now_ms());
         self.drain(broker, &mut inner);
         rx
     }
@@ -84,11 +77,7 @@ impl Groups {
     fn drain(&self, broker: &Arc<Broker>, inner: &mut Inner) {
         while let Some(output) = inner.coordinator.poll_output() {
             match output {
-                Output::Respond { reply, response } => {
-                    if let Some(tx) = inner.replies.remove(&reply) {
-                        let _ = tx.send(response);
-                    }
-                }
+                Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
                 Output::Persist { id, group_id, records, producer } => {
                     if let Err(code) = self.persist(broker, id, &group_id, &records, producer) {
                         inner.coordinator.persisted(id, Err(code), now_ms());

@@ -10,6 +10,7 @@ pub mod groups;
 pub mod handlers;
 pub mod network;
 pub mod partition;
+pub mod replies;
 pub mod supported;
 pub mod telemetry;
 pub mod transactions;

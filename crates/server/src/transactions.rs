@@ -11,6 +11,7 @@
 use crate::broker::{now_ms, Broker};
 use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
+use crate::replies::Replies;
 use crate::telemetry;
 use osprey_cluster::group::Record;
 use osprey_cluster::txn::{
@@ -23,7 +24,7 @@ use osprey_protocol::messages::add_partitions_to_txn_request::{
 };
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::StorageError;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::oneshot;
@@ -39,8 +40,7 @@ pub struct Transactions {
 #[derive(Debug)]
 pub struct Inner {
     coordinator: TransactionCoordinator,
-    replies: HashMap<ReplyId, oneshot::Sender<Response>>,
-    next_reply: u64,
+    replies: Replies<Response>,
     /// Markers whose last write failed: the next attempt backs off first.
     failed_markers: HashSet<(String, TopicPartition)>,
     /// The coordinator's counters as last published to the metrics.
@@ -52,8 +52,7 @@ impl Transactions {
         Transactions {
             inner: Mutex::new(Inner {
                 coordinator: TransactionCoordinator::new(config),
-                replies: HashMap::new(),
-                next_reply: 1,
+                replies: Replies::default(),
                 failed_markers: HashSet::new(),
                 published: TxnStats::default(),
             }),
@@ -71,12 +70,9 @@ impl Transactions {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut TransactionCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
-        let (tx, rx) = oneshot::channel();
         let mut inner = self.lock();
-        let id = ReplyId(inner.next_reply);
-        inner.next_reply += 1;
-        inner.replies.insert(id, tx);
-        op(&mut inner.coordinator, id, now_ms());
+        let (id, rx) = inner.replies.hold();
+        op(&mut inner.coordinator, ReplyId(id), now_ms());
         drain(broker, &mut inner);
         rx
     }
@@ -217,11 +213,7 @@ pub async fn add_implicitly(
 fn drain(broker: &Arc<Broker>, inner: &mut Inner) {
     while let Some(output) = inner.coordinator.poll_output() {
         match output {
-            Output::Respond { reply, response } => {
-                if let Some(tx) = inner.replies.remove(&reply) {
-                    let _ = tx.send(response);
-                }
-            }
+            Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
             Output::Persist { id, partition, record } => {
                 if let Err(code) = persist(broker, id, partition, &record) {
                     inner.coordinator.persisted(id, Err(code), now_ms());
