@@ -129,10 +129,12 @@ use state::Group;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// Identifies a held request; chosen by the server (e.g. connection and correlation id).
+/// The transaction coordinator uses the same type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReplyId(pub u64);
 
-/// Identifies one [`Output::Persist`]; handed back in [`GroupCoordinator::persisted`].
+/// Identifies one `Output::Persist` of a coordinator; handed back to its `persisted`
+/// ([`GroupCoordinator::persisted`], `TransactionCoordinator::persisted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PersistId(pub u64);
 

@@ -116,13 +116,8 @@ pub const GROUP_METADATA_TOPIC_NAME: &str = "__consumer_offsets";
 /// This coordinator's topic.
 pub const TRANSACTION_STATE_TOPIC_NAME: &str = "__transaction_state";
 
-/// Identifies a request waiting for its answer; chosen by the server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ReplyId(pub u64);
-
-/// Identifies one [`Output::Persist`]; handed back in [`TransactionCoordinator::persisted`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PersistId(pub u64);
+/// The coordinators share the server's handles for held requests and pending persists.
+pub use crate::group::{PersistId, ReplyId};
 
 /// What the coordinator asks of the server.
 #[derive(Debug, Clone, PartialEq)]

@@ -238,26 +238,8 @@ class GroupToolsTest {
      * runs of spaces.
      */
     private static List<Map<String, String>> table(KafkaTool.Result result) {
-        List<String> lines = result.stdoutLines().stream().filter(l -> !l.isBlank()).toList();
-        int header = -1;
-        for (int i = 0; i < lines.size(); i++) {
-            if (lines.get(i).matches("^(GROUP|TOPIC)\\s+.*[A-Z-]+\\s*$") && lines.get(i).equals(lines.get(i).toUpperCase())) {
-                header = i;
-                break;
-            }
-        }
-        assertTrue(header >= 0, "no table header\n" + result.describe());
-        String[] names = lines.get(header).trim().split("\\s+");
-        List<Map<String, String>> rows = new ArrayList<>();
-        for (String line : lines.subList(header + 1, lines.size())) {
-            String[] values = line.trim().split("\\s+");
-            assertEquals(names.length, values.length, "columns of '" + line + "'\n" + result.describe());
-            Map<String, String> row = new HashMap<>();
-            for (int i = 0; i < names.length; i++) {
-                row.put(names[i], values[i]);
-            }
-            rows.add(row);
-        }
+        List<Map<String, String>> rows = new ArrayList<>(
+                result.rows(l -> l.matches("^(GROUP|TOPIC)\\s+.*[A-Z-]+\\s*$") && l.equals(l.toUpperCase())));
         rows.sort(java.util.Comparator.comparing((Map<String, String> r) -> r.getOrDefault("TOPIC", ""))
                 .thenComparing(r -> Integer.parseInt(r.getOrDefault("PARTITION", "0"))));
         return rows;

@@ -1,6 +1,7 @@
 package dev.osprey.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 
 import java.io.File;
 import java.io.IOException;
@@ -9,8 +10,12 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.HashMap;
 import java.util.List;
+import java.util.Map;
 import java.util.concurrent.TimeUnit;
+import java.util.function.Predicate;
+import java.util.stream.IntStream;
 
 /**
  * Runs one of Kafka's command-line tools as its own JVM on the test classpath, as
@@ -25,6 +30,29 @@ final class KafkaTool {
     record Result(String tool, List<String> args, int exitCode, String stdout, String stderr) {
         List<String> stdoutLines() {
             return stdout.lines().toList();
+        }
+
+        /**
+         * The table the tool printed: the first non-blank line {@code isHeader} accepts names
+         * the columns, and every later non-blank line is one row. Columns are separated by
+         * runs of spaces; a row with another number of columns fails the test.
+         */
+        List<Map<String, String>> rows(Predicate<String> isHeader) {
+            List<String> lines = stdoutLines().stream().filter(l -> !l.isBlank()).toList();
+            int header = IntStream.range(0, lines.size()).filter(i -> isHeader.test(lines.get(i))).findFirst().orElse(-1);
+            assertTrue(header >= 0, () -> "no table header\n" + describe());
+            String[] names = lines.get(header).trim().split("\\s+");
+            List<Map<String, String>> rows = new ArrayList<>();
+            for (String line : lines.subList(header + 1, lines.size())) {
+                String[] values = line.trim().split("\\s+");
+                assertEquals(names.length, values.length, () -> "columns of '" + line + "'\n" + describe());
+                Map<String, String> row = new HashMap<>();
+                for (int i = 0; i < names.length; i++) {
+                    row.put(names[i], values[i]);
+                }
+                rows.add(row);
+            }
+            return rows;
         }
 
         /** Fails with everything the tool printed unless it exited 0. */

@@ -497,29 +497,9 @@ class TransactionsTest {
      * of column names, then rows; columns are separated by runs of spaces.
      */
     private static Map<String, String> rowWhere(KafkaTool.Result result, String column, String value) {
-        List<String> lines = result.stdoutLines().stream().filter(l -> !l.isBlank()).toList();
-        int header = -1;
-        for (int i = 0; i < lines.size() && header < 0; i++) {
-            if (List.of(lines.get(i).trim().split("\\s+")).contains(column)) {
-                header = i;
-            }
-        }
-        assertTrue(header >= 0, "no table header with " + column + "\n" + result.describe());
-        String[] names = lines.get(header).trim().split("\\s+");
-        Map<String, String> found = null;
-        for (String line : lines.subList(header + 1, lines.size())) {
-            String[] values = line.trim().split("\\s+");
-            assertEquals(names.length, values.length, "columns of '" + line + "'\n" + result.describe());
-            Map<String, String> row = new HashMap<>();
-            for (int i = 0; i < names.length; i++) {
-                row.put(names[i], values[i]);
-            }
-            if (value.equals(row.get(column))) {
-                assertTrue(found == null, "two rows with " + column + " " + value + "\n" + result.describe());
-                found = row;
-            }
-        }
-        assertTrue(found != null, "no row with " + column + " " + value + "\n" + result.describe());
-        return found;
+        List<Map<String, String>> found = result.rows(l -> List.of(l.trim().split("\\s+")).contains(column))
+                .stream().filter(row -> value.equals(row.get(column))).toList();
+        assertEquals(1, found.size(), "rows with " + column + " " + value + "\n" + result.describe());
+        return found.get(0);
     }
 }
