@@ -1,6 +1,7 @@
 package dev.osprey.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
@@ -14,13 +15,16 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
+import java.util.Set;
 import java.util.TreeMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import java.util.stream.Collectors;
 import java.util.stream.IntStream;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.ListTransactionsOptions;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -31,6 +35,7 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.InvalidRegularExpression;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.junit.jupiter.api.Test;
@@ -101,6 +106,28 @@ class TransactionsTest {
     @Test
     void transaction_version_2_bumps_the_epoch_at_every_transaction_end() throws Exception {
         TransactionRounds.run(BROKER, "tx-tv2", 4);
+    }
+
+    /**
+     * ListTransactions v2's transactional id pattern (KIP-1152): a regular expression the
+     * whole id must match; a bad one is INVALID_REGULAR_EXPRESSION.
+     */
+    @Test
+    void list_transactions_filters_by_transactional_id_pattern() throws Exception {
+        for (String id : List.of("pattern-a-1", "pattern-a-2", "other-pattern-a")) {
+            try (KafkaProducer<String, String> producer = transactionalProducer(id, 60_000)) {
+                producer.initTransactions();
+            }
+        }
+        try (Admin admin = Admin.create(BROKER.clientProps())) {
+            var listed = admin.listTransactions(new ListTransactionsOptions().filterOnTransactionalIdPattern("pattern-a-.*"))
+                    .all().get(CLIENT_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            assertEquals(Set.of("pattern-a-1", "pattern-a-2"),
+                    listed.stream().map(t -> t.transactionalId()).collect(Collectors.toSet()));
+            var bad = admin.listTransactions(new ListTransactionsOptions().filterOnTransactionalIdPattern("pattern-(")).all();
+            var thrown = assertThrows(ExecutionException.class, () -> bad.get(CLIENT_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS));
+            assertTrue(thrown.getCause() instanceof InvalidRegularExpression, thrown.toString());
+        }
     }
 
     // ----- Kafka's TransactionalMessageCopier -------------------------------------------------
