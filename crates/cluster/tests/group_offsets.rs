@@ -59,6 +59,22 @@ fn commits_become_visible_only_once_durable() {
 }
 
 #[test]
+fn pipelined_commits_take_effect_in_the_order_sent_whatever_order_their_appends_report() {
+    // librdkafka's 0030_offset_commit: many async commits on one connection, then
+    // committed() must be the last one sent.
+    let mut h = Harness::new();
+    h.auto_persist = false;
+    let replies: Vec<_> =
+        (1..=50).map(|offset| h.send_commit(&Harness::commit_request(G, -1, "", &[("t", 0, offset)]))).collect();
+    h.complete_persists_reported_newest_first();
+    for reply in replies {
+        assert_eq!(h.take_commit(reply).unwrap().topics[0].partitions[0].error_code, 0);
+    }
+    assert_eq!(h.fetch(G, "t", &[0])[0].committed_offset, 50);
+    h.coordinator.check_invariants().unwrap();
+}
+
+#[test]
 fn a_failed_commit_append_is_reported_and_not_visible() {
     let mut h = Harness::new();
     h.auto_persist = false;

@@ -106,6 +106,7 @@ impl Sim {
         match self.rng.below(4) {
             0 => {}
             1 if self.rng.below(4) == 0 => self.h.fail_persists(ErrorCode::NOT_ENOUGH_REPLICAS),
+            1 => self.h.complete_persists_reported_newest_first(),
             _ => self.h.complete_persists(),
         }
     }

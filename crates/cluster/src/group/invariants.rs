@@ -15,6 +15,13 @@ impl GroupCoordinator {
             }
             self.check_group(group).map_err(|e| format!("group {group_id} ({:?}): {e}", group.state))?;
         }
+        if self.persist_order.len() != self.pending_persists.len() {
+            return Err(format!(
+                "{} persists in issue order, {} pending",
+                self.persist_order.len(),
+                self.pending_persists.len()
+            ));
+        }
         self.check_consumer_invariants()
     }
 

@@ -25,7 +25,9 @@
 //!   exact formats) to partition [`partition_for`]`(group_id, offsets.topic.num.partitions)`
 //!   of `__consumer_offsets`, in the order the outputs come out, and to call
 //!   [`persisted`]`(id, result, now)` once the append is durable (or failed, with the
-//!   append's error code). Whatever depended on it (a SyncGroup completing the group, an
+//!   append's error code). The reports may come in any order: each group's are applied
+//!   in the order its persists were issued, so a connection's pipelined OffsetCommits
+//!   take effect in the order sent. Whatever depended on it (a SyncGroup completing the group, an
 //!   OffsetCommit becoming visible to OffsetFetch, a static member's replacement) happens
 //!   only then: nothing is acknowledged to a client before it is durable.
 //! - [`tick`]`(now)` runs the timers; call it at least every [`next_deadline`] (or on a
@@ -108,6 +110,7 @@ mod join;
 mod leave;
 mod member_id;
 mod offsets;
+mod persist_order;
 mod rebalance;
 pub mod records;
 mod state;
@@ -230,6 +233,8 @@ pub struct GroupCoordinator {
     consumer_groups: BTreeMap<String, consumer::ConsumerGroup>,
     outputs: VecDeque<Output>,
     pending_persists: HashMap<PersistId, records::Continuation>,
+    /// Each group's persists in issue order, so that completions apply in that order.
+    persist_order: persist_order::PersistOrder,
     next_persist_id: u64,
     /// DeleteGroups requests waiting for several groups' tombstones.
     delete_batches: HashMap<u64, admin::DeleteBatch>,
@@ -250,6 +255,7 @@ impl GroupCoordinator {
             consumer_groups: BTreeMap::new(),
             outputs: VecDeque::new(),
             pending_persists: HashMap::new(),
+            persist_order: Default::default(),
             next_persist_id: 0,
             delete_batches: HashMap::new(),
             next_batch_id: 0,
@@ -314,6 +320,7 @@ impl GroupCoordinator {
         let id = PersistId(self.next_persist_id);
         self.next_persist_id += 1;
         self.pending_persists.insert(id, then);
+        self.persist_order.issued(group_id, id);
         self.outputs.push_back(Output::Persist { id, group_id: group_id.to_string(), records, producer });
         id
     }

@@ -443,8 +443,15 @@ impl GroupCoordinator {
     }
 
     /// The server reports that the records of `id` are durable (`Ok`) or that the append
-    /// failed (`Err` with the append's error code).
+    /// failed (`Err` with the append's error code). Reports may arrive in any order; a
+    /// group's are applied in the order its persists were issued.
     pub fn persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
+        for (id, result) in self.persist_order.reported(id, result) {
+            self.apply_persisted(id, result, now_ms);
+        }
+    }
+
+    fn apply_persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
         let Some(then) = self.pending_persists.remove(&id) else {
             return;
         };
