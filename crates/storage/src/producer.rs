@@ -228,14 +228,18 @@ impl ProducerStateTable {
         if let Some(dup) = entry.batches.iter().find(|b| b.first_seq == h.base_sequence && b.last_seq == last_seq) {
             return Ok(SequenceCheck::Duplicate(*dup));
         }
-        match entry.batches.back() {
-            Some(last) if h.base_sequence != next_sequence(last.last_seq) => Err(SequenceError::OutOfOrderSequence {
+        // No batch of this epoch yet (a transaction version 2 marker bumped the epoch):
+        // the epoch's first batch must be sequence 0, as in Kafka's `checkSequence`.
+        // Accepting a later one would leave a gap that no retry of sequence 0 can fill.
+        let expected_after = entry.batches.back().map_or(-1, |last| last.last_seq);
+        if h.base_sequence != next_sequence(expected_after) {
+            return Err(SequenceError::OutOfOrderSequence {
                 producer_id: h.producer_id,
                 first_seq: h.base_sequence,
-                expected_after: last.last_seq,
-            }),
-            _ => Ok(SequenceCheck::Accept),
+                expected_after,
+            });
         }
+        Ok(SequenceCheck::Accept)
     }
 
     /// Records a batch as appended (its header carries the assigned offsets). Called for
@@ -459,6 +463,23 @@ mod tests {
         assert_eq!(t.check(&header(7, 3, 0, 1, -1)).unwrap(), SequenceCheck::Accept);
         assert_eq!(t.check(&header(8, 0, 42, 1, -1)).unwrap(), SequenceCheck::Accept, "unknown producer");
         assert_eq!(t.check(&header(-1, -1, -1, 1, -1)).unwrap(), SequenceCheck::NotIdempotent);
+    }
+
+    #[test]
+    fn after_a_marker_bumps_the_epoch_the_first_batch_must_be_sequence_0() {
+        // Transaction version 2: the coordinator writes the marker at the bumped epoch.
+        let mut t = ProducerStateTable::default();
+        t.record(&header(7, 4, 0, 10, 0));
+        let mut marker = header(7, 5, -1, 1, 10);
+        marker.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
+        t.complete_txn(&marker, true);
+        // Sequence 0 of the new epoch was delayed (its partition being added to the
+        // transaction); a later batch of the epoch must not overtake it.
+        assert_eq!(
+            t.check(&header(7, 5, 3, 2, -1)).unwrap_err(),
+            SequenceError::OutOfOrderSequence { producer_id: 7, first_seq: 3, expected_after: -1 }
+        );
+        assert_eq!(t.check(&header(7, 5, 0, 3, -1)).unwrap(), SequenceCheck::Accept);
     }
 
     #[test]
