@@ -38,6 +38,11 @@ pub struct Settings {
     pub connections_max_idle_ms: u64,
     /// `osprey.max.inflight.requests.per.connection`: reading pauses beyond this many.
     pub max_inflight_per_connection: usize,
+    /// `queued.max.request.bytes`: request bytes in flight across connections; `None`:
+    /// no bound.
+    pub queued_max_request_bytes: Option<usize>,
+    /// `osprey.max.pending.response.bytes.per.connection`.
+    pub max_pending_response_bytes_per_connection: usize,
     /// Topic-level config defaults from the broker config, by topic config name.
     pub topic_defaults: BTreeMap<String, String>,
     /// `max.incremental.fetch.session.cache.slots`.
@@ -113,6 +118,8 @@ impl Settings {
             max_connections: 10_000,
             connections_max_idle_ms: 600_000,
             max_inflight_per_connection: 100,
+            queued_max_request_bytes: Some(104_857_600),
+            max_pending_response_bytes_per_connection: 16 * 1024 * 1024,
             topic_defaults: BTreeMap::new(),
             fetch_session_slots: 1000,
             offsets_topic_num_partitions: 50,

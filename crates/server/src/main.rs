@@ -11,6 +11,11 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+/// mimalloc returns freed memory to the OS; glibc's malloc kept what a burst of large
+/// fetch responses had used long after the load ended.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// How long SIGTERM waits for in-flight requests before closing connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 
@@ -117,6 +122,8 @@ fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String
     s.max_connections = config.max_connections.max(1) as usize;
     s.connections_max_idle_ms = config.connections_max_idle_ms.max(0) as u64;
     s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
+    s.queued_max_request_bytes = usize::try_from(config.queued_max_request_bytes).ok();
+    s.max_pending_response_bytes_per_connection = config.max_pending_response_bytes_per_connection.max(1) as usize;
     s.topic_defaults = config.topic_defaults().values().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     s.fetch_session_slots = config.max_incremental_fetch_session_cache_slots.max(0) as usize;
     s.offsets_topic_num_partitions = config.offsets_topic_num_partitions;

@@ -3,14 +3,24 @@
 //! A connection's reader parses frames and runs each request's synchronous part in
 //! arrival order (so two produce requests to one partition append in the order sent);
 //! the writer sends responses strictly in request order, awaiting any that wait for
-//! fsync or fetch data. The queue between them is bounded by
-//! `osprey.max.inflight.requests.per.connection`: when full, the reader stops reading.
+//! fsync or fetch data. Three bounds keep what clients send and leave unread in check,
+//! and each pauses reading from the connection that reaches it (as Kafka mutes a
+//! channel) rather than dropping anything:
+//! - `osprey.max.inflight.requests.per.connection`: requests read and not yet answered;
+//! - `queued.max.request.bytes`: request bytes read and not yet answered, broker-wide.
+//!   A frame's bytes are reserved as they arrive, a read chunk at a time, so a client
+//!   must really send what it holds. Frames of one chunk or less (ApiVersions, Metadata,
+//!   heartbeats, commits) are not counted: clients stalled mid-way through large frames
+//!   cannot lock everyone else out;
+//! - `osprey.max.pending.response.bytes.per.connection`: response bytes built and not
+//!   yet written to the socket, e.g. fetches pipelined by a client that does not read.
 
 use crate::broker::Broker;
-use crate::dispatch::{dispatch, Dispatched, Reply};
+use crate::dispatch::{dispatch, Reply};
 use crate::telemetry;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::encode_response;
+use osprey_protocol::ResponseBody;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -18,7 +28,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// Read buffers grow by at most this much per read, so a frame's declared size is
@@ -32,6 +42,8 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 /// connections to finish their in-flight requests.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>, drain: Duration) {
     let slots = Arc::new(Semaphore::new(broker.settings.max_connections));
+    let request_bytes =
+        RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -51,9 +63,10 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
                 };
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
+                let request_bytes = request_bytes.clone();
                 connections.spawn(async move {
                     telemetry::connection_opened();
-                    if let Err(e) = connection(broker, stream, peer, shutdown).await {
+                    if let Err(e) = connection(broker, stream, peer, request_bytes, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                     telemetry::connection_closed();
@@ -72,36 +85,138 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
     }
 }
 
+/// The broker-wide bound on request bytes in flight (`queued.max.request.bytes`).
+#[derive(Debug, Clone)]
+pub struct RequestBytes {
+    semaphore: Arc<Semaphore>,
+}
+
+impl RequestBytes {
+    /// `max` bytes of requests in flight across connections; `None`: no bound. A frame
+    /// of up to `max_frame` bytes must always fit, so the bound is at least that.
+    pub fn new(max: Option<usize>, max_frame: usize) -> RequestBytes {
+        let max = max.map_or(Semaphore::MAX_PERMITS, |m| m.max(max_frame).min(Semaphore::MAX_PERMITS));
+        RequestBytes { semaphore: Arc::new(Semaphore::new(max)) }
+    }
+
+    /// Nothing reserved yet (a frame of at most one read chunk, or before its body).
+    fn none(&self) -> OwnedSemaphorePermit {
+        self.semaphore.clone().try_acquire_many_owned(0).expect("zero permits are always there")
+    }
+
+    /// Adds `bytes` to `held`, waiting (reading paused) while the broker is at its bound.
+    async fn reserve(&self, held: &mut OwnedSemaphorePermit, bytes: usize, peer: SocketAddr) {
+        let permits = u32::try_from(bytes).expect("at most one read chunk");
+        let more = match self.semaphore.clone().try_acquire_many_owned(permits) {
+            Ok(permit) => permit,
+            Err(_) => {
+                telemetry::reading_paused("queued.max.request.bytes");
+                tracing::debug!(%peer, "queued.max.request.bytes reached; reading paused");
+                self.semaphore.clone().acquire_many_owned(permits).await.expect("never closed")
+            }
+        };
+        held.merge(more);
+    }
+}
+
+/// A request on its way to the writer, with the bytes it holds reserved.
+struct Queued {
+    api_key: Option<osprey_protocol::ApiKey>,
+    api_version: i16,
+    correlation_id: i32,
+    started: Instant,
+    reply: Outgoing,
+    /// Released once the response is written (or the request needs none).
+    _request_bytes: OwnedSemaphorePermit,
+    _response_bytes: OwnedSemaphorePermit,
+}
+
+enum Outgoing {
+    /// A response already framed (size prefix included).
+    Frame(Bytes),
+    Later(crate::dispatch::Pending),
+    Nothing,
+    Close(String),
+}
+
 async fn connection(
     broker: Arc<Broker>,
     stream: TcpStream,
     peer: SocketAddr,
+    request_bytes: RequestBytes,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
     let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<(Dispatched, Instant)>(broker.settings.max_inflight_per_connection.max(1));
+    let (tx, rx) = mpsc::channel::<Queued>(broker.settings.max_inflight_per_connection.max(1));
     let writer = tokio::spawn(write_loop(wr, rx, peer));
     let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
     let max_frame = broker.settings.socket_request_max_bytes;
+    let max_pending_response = broker.settings.max_pending_response_bytes_per_connection.max(1);
+    let pending_response = Arc::new(Semaphore::new(max_pending_response));
     let mut buf = BytesMut::new();
     let result = loop {
-        let frame = tokio::select! {
+        let size = tokio::select! {
             _ = shutdown.changed() => break Ok(()),
-            read = tokio::time::timeout(idle, read_frame(&mut rd, &mut buf, max_frame)) => match read {
+            read = tokio::time::timeout(idle, read_size(&mut rd, &mut buf, max_frame, peer)) => match read {
                 Err(_) => {
                     tracing::debug!(%peer, "closing idle connection (connections.max.idle.ms)");
                     break Ok(());
                 }
-                Ok(Ok(Some(frame))) => frame,
+                Ok(Ok(Some(size))) => size,
                 Ok(Ok(None)) => break Ok(()),
                 Ok(Err(e)) => break Err(e),
             },
         };
+        let mut reserved = request_bytes.none();
+        let frame = tokio::select! {
+            _ = shutdown.changed() => break Ok(()),
+            read = tokio::time::timeout(idle, read_body(&mut rd, &mut buf, size, &request_bytes, &mut reserved, peer)) => match read {
+                Err(_) => {
+                    tracing::debug!(%peer, "closing connection idle mid-frame (connections.max.idle.ms)");
+                    break Ok(());
+                }
+                Ok(Ok(frame)) => frame,
+                Ok(Err(e)) => break Err(e),
+            },
+        };
+        // Responses built and not yet written hold the connection's budget: start no
+        // new request while it is spent (the client is not reading its responses).
+        let mut response_bytes = tokio::select! {
+            _ = shutdown.changed() => break Ok(()),
+            permit = reserve_response_bytes(&pending_response, peer) => permit,
+        };
         let started = Instant::now();
-        let dispatched = dispatch(&broker, frame, peer);
-        let closing = matches!(dispatched.reply, Reply::Close(_));
-        if tx.send((dispatched, started)).await.is_err() || closing {
+        let d = dispatch(&broker, frame, peer);
+        let closing = matches!(d.reply, Reply::Close(_));
+        let reply = match d.reply {
+            Reply::Now(body) => match frame_response(d.correlation_id, d.api_version, &body) {
+                Ok(frame) => {
+                    // Hold what the response weighs, as far as the budget has it: one
+                    // response larger than the whole budget still goes out, alone.
+                    let wanted = frame.len().min(max_pending_response).saturating_sub(1);
+                    let extra = wanted.min(pending_response.available_permits());
+                    if let Ok(more) = pending_response.clone().try_acquire_many_owned(extra as u32) {
+                        response_bytes.merge(more);
+                    }
+                    Outgoing::Frame(frame)
+                }
+                Err(why) => Outgoing::Close(why),
+            },
+            Reply::Later(pending) => Outgoing::Later(pending),
+            Reply::Nothing => Outgoing::Nothing,
+            Reply::Close(why) => Outgoing::Close(why),
+        };
+        let queued = Queued {
+            api_key: d.api_key,
+            api_version: d.api_version,
+            correlation_id: d.correlation_id,
+            started,
+            reply,
+            _request_bytes: reserved,
+            _response_bytes: response_bytes,
+        };
+        if tx.send(queued).await.is_err() || closing {
             break Ok(());
         }
     };
@@ -110,27 +225,46 @@ async fn connection(
     result
 }
 
-/// Reads one size-prefixed frame; `None` at a clean end of stream.
-async fn read_frame(rd: &mut OwnedReadHalf, buf: &mut BytesMut, max_frame: usize) -> io::Result<Option<Bytes>> {
-    loop {
-        if buf.len() >= 4 {
-            let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
-            if size < 0 || size as usize > max_frame {
-                telemetry::frame_rejected();
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!("frame of {size} bytes is outside 0..={max_frame} (socket.request.max.bytes)"),
-                ));
-            }
-            let total = 4 + size as usize;
-            if buf.len() >= total {
-                buf.advance(4);
-                return Ok(Some(buf.split_to(size as usize).freeze()));
-            }
-            buf.reserve((total - buf.len()).min(READ_CHUNK_BYTES));
-        } else {
-            buf.reserve(4096);
+/// Takes one byte of the connection's pending-response budget, waiting (reading
+/// paused) while responses not yet written hold all of it.
+async fn reserve_response_bytes(budget: &Arc<Semaphore>, peer: SocketAddr) -> OwnedSemaphorePermit {
+    match budget.clone().try_acquire_owned() {
+        Ok(permit) => permit,
+        Err(_) => {
+            telemetry::reading_paused("osprey.max.pending.response.bytes.per.connection");
+            tracing::debug!(%peer, "responses not yet written fill the connection's budget; reading paused");
+            budget.clone().acquire_owned().await.expect("never closed")
         }
+    }
+}
+
+/// Frames a response: size prefix, header, body.
+fn frame_response(correlation_id: i32, api_version: i16, body: &ResponseBody) -> Result<Bytes, String> {
+    let mut out = BytesMut::new();
+    encode_into(correlation_id, api_version, body, &mut out)?;
+    Ok(out.freeze())
+}
+
+fn encode_into(correlation_id: i32, api_version: i16, body: &ResponseBody, out: &mut BytesMut) -> Result<(), String> {
+    out.clear();
+    out.put_i32(0);
+    // A handler built a response its version cannot carry: a bug, not the client's.
+    encode_response(correlation_id, api_version, body, out)
+        .map_err(|e| format!("response does not encode (a bug): {e}"))?;
+    let size = (out.len() - 4) as i32;
+    out[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(())
+}
+
+/// Reads the next frame's size prefix; `None` at a clean end of stream.
+async fn read_size(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    max_frame: usize,
+    peer: SocketAddr,
+) -> io::Result<Option<usize>> {
+    while buf.len() < 4 {
+        buf.reserve(4096);
         if rd.read_buf(buf).await? == 0 {
             return if buf.is_empty() {
                 Ok(None)
@@ -139,41 +273,79 @@ async fn read_frame(rd: &mut OwnedReadHalf, buf: &mut BytesMut, max_frame: usize
             };
         }
     }
+    let size = i32::from_be_bytes([buf[0], buf[1], buf[2], buf[3]]);
+    if size < 0 || size as usize > max_frame {
+        telemetry::frame_rejected(peer, size, max_frame);
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {size} bytes is outside 0..={max_frame} (socket.request.max.bytes)"),
+        ));
+    }
+    Ok(Some(size as usize))
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<(Dispatched, Instant)>, peer: SocketAddr) {
+/// Reads the body of a frame whose size prefix is at the front of `buf`, reserving
+/// its bytes (beyond the first read chunk) against `queued.max.request.bytes` before
+/// reading them.
+async fn read_body(
+    rd: &mut OwnedReadHalf,
+    buf: &mut BytesMut,
+    size: usize,
+    request_bytes: &RequestBytes,
+    reserved: &mut OwnedSemaphorePermit,
+    peer: SocketAddr,
+) -> io::Result<Bytes> {
+    let total = 4 + size;
+    while buf.len() < total {
+        let chunk = (total - buf.len()).min(READ_CHUNK_BYTES);
+        if size > READ_CHUNK_BYTES && (reserved.num_permits()) < buf.len() + chunk - 4 {
+            let wanted = (buf.len() + chunk - 4).min(size) - reserved.num_permits();
+            request_bytes.reserve(reserved, wanted, peer).await;
+        }
+        // Grow by what may arrive next, never by the declared size at once.
+        buf.reserve(chunk);
+        if rd.read_buf(buf).await? == 0 {
+            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-frame"));
+        }
+    }
+    buf.advance(4);
+    Ok(buf.split_to(size).freeze())
+}
+
+async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
     let mut out = BytesMut::new();
-    while let Some((d, started)) = rx.recv().await {
-        let body = match d.reply {
-            Reply::Now(body) => body,
-            Reply::Later(pending) => pending.await,
-            Reply::Nothing => {
-                telemetry::request_done(d.api_key, d.api_version, started, 0);
+    while let Some(q) = rx.recv().await {
+        let written = match q.reply {
+            Outgoing::Frame(frame) => wr.write_all(&frame).await.map(|()| frame.len()),
+            Outgoing::Later(pending) => {
+                let body = pending.await;
+                if let Err(why) = encode_into(q.correlation_id, q.api_version, &body, &mut out) {
+                    tracing::error!(%peer, api = q.api_key.map(|k| k.name()), version = q.api_version, error = %why, "closing");
+                    break;
+                }
+                let written = wr.write_all(&out).await.map(|()| out.len());
+                if out.capacity() > RETAINED_WRITE_BUFFER_BYTES {
+                    // One large fetch response must not pin its buffer for the connection's life.
+                    out = BytesMut::new();
+                }
+                written
+            }
+            Outgoing::Nothing => {
+                telemetry::request_done(q.api_key, q.api_version, q.started, 0);
                 continue;
             }
-            Reply::Close(why) => {
-                tracing::warn!(%peer, api = d.api_key.map(|k| k.name()), version = d.api_version, reason = %why, "closing connection");
-                telemetry::request_failed(d.api_key, d.api_version);
+            Outgoing::Close(why) => {
+                tracing::warn!(%peer, api = q.api_key.map(|k| k.name()), version = q.api_version, reason = %why, "closing connection");
+                telemetry::request_failed(q.api_key, q.api_version);
                 break;
             }
         };
-        out.clear();
-        out.put_i32(0);
-        if let Err(e) = encode_response(d.correlation_id, d.api_version, &body, &mut out) {
-            // A handler built a response its version cannot carry: a bug, not the client's.
-            tracing::error!(%peer, api = d.api_key.map(|k| k.name()), version = d.api_version, error = %e, "response does not encode; closing");
-            break;
-        }
-        let size = (out.len() - 4) as i32;
-        out[..4].copy_from_slice(&size.to_be_bytes());
-        if let Err(e) = wr.write_all(&out).await {
-            tracing::debug!(%peer, error = %e, "write failed");
-            break;
-        }
-        telemetry::request_done(d.api_key, d.api_version, started, out.len());
-        if out.capacity() > RETAINED_WRITE_BUFFER_BYTES {
-            // One large fetch response must not pin its buffer for the connection's life.
-            out = BytesMut::new();
+        match written {
+            Ok(bytes) => telemetry::request_done(q.api_key, q.api_version, q.started, bytes),
+            Err(e) => {
+                tracing::debug!(%peer, error = %e, "write failed");
+                break;
+            }
         }
     }
     let _ = wr.shutdown().await;

@@ -9,7 +9,8 @@
 //! | `osprey_response_bytes_total` | counter | api | response bytes written |
 //! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
 //! | `osprey_connections` | gauge | | open client connections |
-//! | `osprey_frames_rejected_total` | counter | | frames over `socket.request.max.bytes` or negative |
+//! | `osprey_frames_rejected_total` | counter | | frames over `socket.request.max.bytes` or negative (each also logged, at most once a second) |
+//! | `osprey_reads_paused_total` | counter | bound | times reading from a connection paused at `queued.max.request.bytes` or `osprey.max.pending.response.bytes.per.connection` |
 //! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
 //! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
 //! | `osprey_topic_messages_in_total` | counter | topic | records appended |
@@ -71,6 +72,10 @@ fn describe() {
     describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
     describe_gauge!("osprey_connections", "Open client connections.");
     describe_counter!("osprey_frames_rejected_total", "Frames refused for a size outside socket.request.max.bytes.");
+    describe_counter!(
+        "osprey_reads_paused_total",
+        "Times reading from a connection paused at a memory bound, by bound."
+    );
     describe_counter!("osprey_topic_bytes_in_total", Unit::Bytes, "Record batch bytes appended, by topic.");
     describe_counter!("osprey_topic_bytes_out_total", Unit::Bytes, "Record batch bytes fetched, by topic.");
     describe_counter!("osprey_topic_messages_in_total", "Records appended, by topic.");
@@ -212,8 +217,34 @@ pub fn connection_closed() {
     gauge!("osprey_connections").decrement(1.0);
 }
 
-pub fn frame_rejected() {
+/// A frame refused for its declared size: counted, and logged at most once a second
+/// (a flood of them must not flood the log), with how many went unlogged meanwhile.
+pub fn frame_rejected(peer: SocketAddr, size: i32, max_frame: usize) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
     counter!("osprey_frames_rejected_total").increment(1);
+    let now_ms = crate::broker::now_ms().max(0) as u64;
+    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
+    if now_ms.saturating_sub(last) >= 1000
+        && LAST_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+        tracing::warn!(
+            %peer,
+            size,
+            max = max_frame,
+            unlogged,
+            "closing connection: frame size outside 0..=socket.request.max.bytes (not a Kafka client, or a bug)"
+        );
+    } else {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// Reading from a connection paused at a memory bound (named by its config key).
+pub fn reading_paused(bound: &'static str) {
+    counter!("osprey_reads_paused_total", "bound" => bound).increment(1);
 }
 
 pub fn bytes_in(topic: &str, bytes: u64, records: u64) {

@@ -93,6 +93,7 @@ fn deviations_from_kafka_are_exactly_the_deliberate_ones_and_documented() {
             "node.id",
             "process.roles",
             "listeners",
+            "queued.max.request.bytes",
             "log.dir",
             "log.flush.interval.messages",
             "log.flush.interval.ms",

@@ -129,6 +129,8 @@ pub struct BrokerConfig {
     pub background_threads: i32,
     /// `osprey.max.inflight.requests.per.connection`.
     pub max_inflight_requests_per_connection: i32,
+    /// `osprey.max.pending.response.bytes.per.connection`.
+    pub max_pending_response_bytes_per_connection: i32,
     /// `fetch.max.bytes`.
     pub fetch_max_bytes: i32,
     /// `max.incremental.fetch.session.cache.slots`.
@@ -339,6 +341,7 @@ impl BrokerConfig {
             num_io_threads: r.i32("num.io.threads"),
             background_threads: r.i32("background.threads"),
             max_inflight_requests_per_connection: r.i32("osprey.max.inflight.requests.per.connection"),
+            max_pending_response_bytes_per_connection: r.i32("osprey.max.pending.response.bytes.per.connection"),
             fetch_max_bytes: r.i32("fetch.max.bytes"),
             max_incremental_fetch_session_cache_slots: r.i32("max.incremental.fetch.session.cache.slots"),
             num_partitions: r.i32("num.partitions"),

@@ -1,0 +1,99 @@
+"""Memory a client can make the broker hold is bounded (issue 12, item 3): request
+bytes in flight across connections (`queued.max.request.bytes`), and responses built
+for a connection that does not read them
+(`osprey.max.pending.response.bytes.per.connection`). At either bound the broker stops
+reading from the connection, counts it, and keeps serving everyone else.
+
+Without the bounds RSS reached 274 MiB (30 connections each sending 8 MiB of a declared
+64 MiB frame) and 768 MiB (30 pipelined 30 MiB fetches left unread); see
+bench/results/memory.md for the figures before and after.
+"""
+
+import socket
+import struct
+import time
+
+import clients
+import kafkawire as kw
+from test_bad_input import assert_broker_still_serves
+from test_metrics import scrape, value
+
+# The broker's own ~40 MiB, plus a bound's worth of buffers (twice, for buffer growth).
+RSS_LIMIT_BYTES = 140 * 1024 * 1024
+
+
+class Peak:
+    """The broker's peak RSS over repeated samples."""
+
+    def __init__(self, broker):
+        self.broker, self.bytes = broker, broker.rss_bytes()
+
+    def sample(self):
+        self.bytes = max(self.bytes, self.broker.rss_bytes())
+
+
+def paused(broker, bound):
+    return value(scrape(broker), "osprey_reads_paused_total", bound=bound) or 0
+
+
+def test_large_frames_on_many_connections_are_bounded_broker_wide(start_broker):
+    # 30 connections send 240 MiB between them; the broker holds at most 32 MiB of it.
+    broker = start_broker({"queued.max.request.bytes": 32 << 20, "socket.request.max.bytes": 32 << 20})
+    peak = Peak(broker)
+    conns = []
+    try:
+        for _ in range(30):
+            s = socket.create_connection((broker.host, broker.port))
+            s.settimeout(0.5)
+            s.sendall(struct.pack(">i", 30 << 20))
+            conns.append(s)
+        chunk = b"\0" * (1 << 20)
+        for s in conns:
+            try:
+                for _ in range(8):
+                    s.sendall(chunk)
+                    peak.sample()
+            except socket.timeout:
+                pass  # the broker stopped reading this connection: the bound at work
+        time.sleep(1)
+        peak.sample()
+        assert peak.bytes < RSS_LIMIT_BYTES, f"peak RSS {peak.bytes / 2**20:.0f} MiB"
+        assert paused(broker, "queued.max.request.bytes") > 0
+        assert_broker_still_serves(broker)
+    finally:
+        for s in conns:
+            s.close()
+
+
+def test_pipelined_fetches_left_unread_are_bounded_per_connection(broker):
+    topic = "memory-fetch"
+    clients.create_topic(broker, topic)
+    value_bytes = b"x" * (900 << 10)
+    with kw.Conn(broker.host, broker.port, timeout=60) as c:
+        for i in range(40):
+            c.send(kw.produce_v3(i, topic, 0, kw.record_batch([(None, value_bytes)]), acks=1))
+        errors = [kw.parse_produce_v3(c.recv_frame())[1][0][2] for _ in range(40)]
+    assert set(errors) == {0}, errors
+    peak = Peak(broker)
+    s = socket.create_connection((broker.host, broker.port))
+    try:
+        s.settimeout(5)
+        for i in range(30):
+            s.sendall(kw.fetch_v4(i, topic, 0, 0, max_bytes=30 << 20, max_wait_ms=0))
+            peak.sample()
+        for _ in range(20):
+            time.sleep(0.1)
+            peak.sample()
+        assert peak.bytes < RSS_LIMIT_BYTES, f"peak RSS {peak.bytes / 2**20:.0f} MiB"
+        assert paused(broker, "osprey.max.pending.response.bytes.per.connection") > 0
+        assert_broker_still_serves(broker)
+        # Reading the responses resumes the connection: every fetch is answered, in order.
+        s.settimeout(30)
+        conn = kw.Conn.__new__(kw.Conn)
+        conn.sock = s
+        for i in range(30):
+            correlation, [(_, _, error, _hw, records)] = kw.parse_fetch_v4(conn.recv_frame())
+            assert (correlation, error) == (i, 0)
+            assert records
+    finally:
+        s.close()
