@@ -1,7 +1,7 @@
 """Just enough of the Kafka wire protocol, in plain Python, to send hand-made (and
 deliberately broken) requests over a raw socket: request framing with header v1/v2,
-ApiVersions, Produce v3 with a record batch v2 built here (CRC-32C included), Fetch v4,
-and the parsing of their responses. No client library, so the bytes are exactly what the
+ApiVersions, Produce v3 with a record batch v2 built here (CRC-32C included), Fetch v4
+and v7 (sessions), and the parsing of their responses. No client library, so the bytes are exactly what the
 test says they are.
 """
 
@@ -192,6 +192,33 @@ def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, max_b
     return request(API_FETCH, 4, correlation_id, body)
 
 
+def fetch_v4_partitions(correlation_id: int, topic: str, partitions, max_bytes: int, max_wait_ms=0, min_bytes=1) -> bytes:
+    """Fetch v4 of several partitions of one topic: `partitions` is [(partition, offset,
+    partition_max_bytes)], `max_bytes` the response's limit."""
+    body = struct.pack(">iiiib", -1, max_wait_ms, min_bytes, max_bytes, 0)
+    body += struct.pack(">i", 1) + string16(topic) + struct.pack(">i", len(partitions))
+    body += b"".join(struct.pack(">iqi", p, offset, limit) for p, offset, limit in partitions)
+    return request(API_FETCH, 4, correlation_id, body)
+
+
+def fetch_v7(correlation_id: int, session_id: int, epoch: int, topic: str, partitions, forgotten=(),
+             max_bytes=1 << 20, max_wait_ms=0, min_bytes=1) -> bytes:
+    """Fetch v7 (KIP-227 sessions): `partitions` is [(partition, offset)] named in this
+    request, `forgotten` the partitions of `topic` to drop from the session."""
+    body = struct.pack(">iiiibii", -1, max_wait_ms, min_bytes, max_bytes, 0, session_id, epoch)
+    if partitions:
+        body += struct.pack(">i", 1) + string16(topic) + struct.pack(">i", len(partitions))
+        body += b"".join(struct.pack(">iqqi", p, offset, -1, 1 << 20) for p, offset in partitions)
+    else:
+        body += struct.pack(">i", 0)
+    if forgotten:
+        body += struct.pack(">i", 1) + string16(topic) + struct.pack(">i", len(forgotten))
+        body += b"".join(struct.pack(">i", p) for p in forgotten)
+    else:
+        body += struct.pack(">i", 0)
+    return request(API_FETCH, 7, correlation_id, body)
+
+
 def find_coordinator_v1(correlation_id: int, key: str, key_type: int) -> bytes:
     return request(API_FIND_COORDINATOR, 1, correlation_id, string16(key) + struct.pack(">b", key_type))
 
@@ -303,6 +330,22 @@ def parse_fetch_v4(payload: bytes):
                 r.take(">qq")
             out.append((topic, partition, error_code, hw, r.bytes32() or b""))
     return correlation_id, out
+
+
+def parse_fetch_v7(payload: bytes):
+    """(correlation_id, error_code, session_id, [(topic, partition, error_code, high_watermark, records)])."""
+    r = Reader(payload)
+    correlation_id, _throttle, error_code, session_id = r.take(">iihi")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, partition_error, hw, _lso, _log_start = r.take(">ihqqq")
+            aborted = r.take(">i")
+            for _ in range(max(aborted, 0)):
+                r.take(">qq")
+            out.append((topic, partition, partition_error, hw, r.bytes32() or b""))
+    return correlation_id, error_code, session_id, out
 
 
 # ----- a raw connection -----------------------------------------------------------------

@@ -159,8 +159,19 @@ impl std::fmt::Debug for Broker {
     }
 }
 
-/// A fetch session unused this long may give its slot to a new one.
-const FETCH_SESSION_IDLE_MS: i64 = 120_000;
+/// A fetch session unused this long may give its slot to a new one (Kafka's
+/// `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`).
+const FETCH_SESSION_EVICTION_MS: i64 = 120_000;
+
+/// Seeds fetch session ids, which should not repeat across restarts; the clock if the
+/// OS has no randomness to give.
+fn random_seed() -> u64 {
+    let mut seed = [0u8; 8];
+    match getrandom::fill(&mut seed) {
+        Ok(()) => u64::from_le_bytes(seed),
+        Err(_) => now_ms() as u64,
+    }
+}
 
 /// Milliseconds since the epoch: the broker's clock for timestamps and retention.
 pub fn now_ms() -> i64 {
@@ -190,7 +201,11 @@ impl Broker {
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
-            fetch_sessions: Mutex::new(FetchSessions::new(settings.fetch_session_slots, FETCH_SESSION_IDLE_MS)),
+            fetch_sessions: Mutex::new(FetchSessions::new(
+                settings.fetch_session_slots,
+                FETCH_SESSION_EVICTION_MS,
+                random_seed(),
+            )),
             stopping: tokio::sync::watch::channel(false).0,
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
             transactions: Transactions::new(settings.txn_config()),

@@ -916,6 +916,20 @@ impl<S: Storage> PartitionLog<S> {
     /// Like [`read`](Self::read) but returns only batches wholly below `end_offset`
     /// (the high watermark or last stable offset for consumers).
     pub fn read_bounded(&self, fetch_offset: i64, max_bytes: usize, end_offset: i64) -> Result<ReadSlice> {
+        self.read_limited(fetch_offset, max_bytes, end_offset, true)
+    }
+
+    /// Like [`read_bounded`](Self::read_bounded), but a first batch larger than
+    /// `max_bytes` is returned only if `min_one_batch`; otherwise the slice is empty.
+    /// (Kafka's `minOneMessage`: a fetch grants it to its first partition with data only,
+    /// so its response stays within its limit.) The offset is checked either way.
+    pub fn read_limited(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        end_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<ReadSlice> {
         let (views, mut slice) = {
             let mut s = lock(&self.state);
             let leo = s.log_end_offset();
@@ -945,6 +959,9 @@ impl<S: Storage> PartitionLog<S> {
             }
             (views, slice)
         };
+        if max_bytes == 0 && !min_one_batch {
+            return Ok(slice);
+        }
         for view in views {
             let Some(first) = view.find(view.start_position, |h| h.last_offset() >= fetch_offset)? else {
                 continue;
@@ -952,9 +969,11 @@ impl<S: Storage> PartitionLog<S> {
             if first.header.last_offset() >= end_offset {
                 break;
             }
-            let (records, next_offset) = view.read_batches(first.position, max_bytes, end_offset)?;
-            slice.records = records;
-            slice.next_offset = next_offset;
+            let (records, next_offset) = view.read_batches(first.position, max_bytes, end_offset, min_one_batch)?;
+            if !records.is_empty() {
+                slice.records = records;
+                slice.next_offset = next_offset;
+            }
             break;
         }
         Ok(slice)
@@ -1641,7 +1660,13 @@ impl<F: StorageFile> SegmentView<F> {
 
     /// Reads whole batches from `position` (at least one), up to `max_bytes`, stopping
     /// before the first batch reaching `end_offset`. One pread in the common case.
-    fn read_batches(&self, position: u64, max_bytes: usize, end_offset: i64) -> Result<(Bytes, i64)> {
+    fn read_batches(
+        &self,
+        position: u64,
+        max_bytes: usize,
+        end_offset: i64,
+        min_one_batch: bool,
+    ) -> Result<(Bytes, i64)> {
         let available = self.size - position;
         let want = (max_bytes as u64).max(HEADER_LEN as u64).min(available) as usize;
         let mut buf = vec![0u8; want];
@@ -1658,7 +1683,7 @@ impl<F: StorageFile> SegmentView<F> {
                 break;
             }
             if used as u64 + size > buf.len() as u64 {
-                if used == 0 {
+                if used == 0 && min_one_batch {
                     // The first batch is larger than max_bytes: return it whole anyway.
                     buf.resize(size as usize, 0);
                     let tail = &mut buf[want..];

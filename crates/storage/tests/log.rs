@@ -67,6 +67,25 @@ fn read_returns_whole_batches_within_max_bytes_but_at_least_one() {
 }
 
 #[test]
+fn read_limited_without_min_one_batch_never_exceeds_max_bytes() {
+    let storage = SimStorage::new();
+    let log = sim_log(&storage, LogConfig::default());
+    for seed in 0..3 {
+        log.append(&mut batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
+    }
+    // A fetch's later partitions: what fits, and nothing when the first batch does not.
+    assert_eq!(split(&log.read_limited(0, 2500, i64::MAX, false).unwrap().records).len(), 2);
+    let none = log.read_limited(1, 999, i64::MAX, false).unwrap();
+    assert!(none.records.is_empty());
+    assert_eq!(none.next_offset, 1);
+    assert!(log.read_limited(0, 0, i64::MAX, false).unwrap().records.is_empty());
+    // Its first partition with data: one batch whatever the limit (KIP-74).
+    assert_eq!(split(&log.read_limited(1, 0, i64::MAX, true).unwrap().records).len(), 1);
+    // The offset is still checked when nothing is to be read.
+    assert!(matches!(log.read_limited(9, 0, i64::MAX, false), Err(StorageError::OffsetOutOfRange { .. })));
+}
+
+#[test]
 fn segments_roll_on_size_and_are_named_by_base_offset() {
     let tmp = TempDir::new("roll");
     let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();

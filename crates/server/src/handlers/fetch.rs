@@ -1,12 +1,12 @@
 //! Fetch (v4+): read whole batches up to the high watermark (read_uncommitted) or the
-//! last stable offset (read_committed; equal to the high watermark until transactions
-//! exist), honouring partition and response byte limits; when fewer than `min_bytes`
-//! are available, wait up to `max_wait_ms` for appends without blocking anything else.
-//! Incremental fetch sessions (KIP-227) are kept in `fetch_session.rs`.
+//! last stable offset (read_committed), honouring partition and response byte limits
+//! (KIP-74); when fewer than `min_bytes` are available, wait up to `max_wait_ms` for
+//! appends without blocking anything else. Incremental fetch sessions (KIP-227) are
+//! kept in `fetch_session.rs`.
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
-use crate::fetch_session::{Begin, PartitionFetch, PartitionKey, Sent, SessionId};
+use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, PartitionRead, Respond};
 use crate::partition::Partition;
 use crate::telemetry;
 use osprey_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
@@ -22,10 +22,11 @@ struct Plan {
     broker: Arc<Broker>,
     /// read_committed (1): read up to the last stable offset, report aborted transactions.
     read_committed: bool,
+    /// The response's byte limit: the request's `max_bytes`, at most the broker's
+    /// `fetch.max.bytes`.
     max_bytes: usize,
     min_bytes: usize,
-    session_id: SessionId,
-    full: bool,
+    session: Context,
     partitions: Vec<PartitionPlan>,
 }
 
@@ -58,9 +59,11 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| key(&t.topic, t.topic_id, *p)))
         .collect();
-    let begin = broker.fetch_sessions().begin(req.session_id, req.session_epoch, requested, &forgotten, now_ms());
-    let (session_id, full, partitions) = match begin {
-        Begin::Fetch { session_id, full, partitions } => (session_id, full, partitions),
+    // Every fetch is a consumer's: Osprey has no followers, so no session is privileged.
+    let begin =
+        broker.fetch_sessions().begin(req.session_id, req.session_epoch, by_id, false, requested, &forgotten, now_ms());
+    let (session, partitions) = match begin {
+        Begin::Fetch { context, partitions } => (context, partitions),
         Begin::Error(code) => {
             telemetry::error_code(ApiKey::Fetch, code);
             return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));
@@ -79,10 +82,9 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
     let plan = Plan {
         broker: broker.clone(),
         read_committed: req.isolation_level == 1,
-        max_bytes: req.max_bytes.max(0) as usize,
+        max_bytes: req.max_bytes.clamp(0, broker.settings.config.fetch_max_bytes.max(0)) as usize,
         min_bytes: req.min_bytes.max(0) as usize,
-        session_id,
-        full,
+        session,
         partitions,
     };
     let (reads, bytes, errors) = read(&plan);
@@ -126,18 +128,21 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
     }
 }
 
-/// Reads every planned partition once: the data, its record bytes in total, and whether
-/// any partition failed (errors are answered at once rather than waited on).
+/// Reads every planned partition once, in order: the data, its record bytes in total,
+/// and whether any partition failed (errors are answered at once rather than waited on).
+///
+/// As Kafka's `ReplicaManager.readFromLog` (KIP-74): each partition reads at most its
+/// `partition_max_bytes` and what is left of the response's limit; the first partition
+/// with data returns its first batch even if that is larger, so a consumer always makes
+/// progress; once the limit is used up the remaining partitions return no records.
 fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
     let mut reads = Vec::with_capacity(plan.partitions.len());
     let mut total = 0usize;
     let mut errors = false;
     for p in &plan.partitions {
-        let max = p.fetch.max_bytes.max(0) as usize;
-        // KIP-74: the first batch is returned even if it alone exceeds the limits, so a
-        // consumer can always make progress.
-        let budget = if total == 0 { max.max(1) } else { max.min(plan.max_bytes.saturating_sub(total)) };
-        let data = read_partition(p, budget, plan.read_committed);
+        let left = plan.max_bytes.saturating_sub(total);
+        let budget = (p.fetch.max_bytes.max(0) as usize).min(left);
+        let data = read_partition(p, budget, total == 0, plan.read_committed);
         errors |= data.error_code != 0;
         total += data.records.as_ref().map_or(0, |r| r.len());
         reads.push(data);
@@ -146,20 +151,31 @@ fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
 }
 
 /// Builds the response: every partition of a full fetch, or those with news in an
-/// incremental one, grouped by topic in request order.
+/// incremental one, grouped by topic in read order.
 fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
-    let mut resp = FetchResponse { session_id: plan.session_id, ..Default::default() };
-    let mut sessions = plan.broker.fetch_sessions();
-    for (p, data) in plan.partitions.iter().zip(reads) {
-        let n = data.records.as_ref().map_or(0, |r| r.len());
-        let now = Sent {
+    let summaries = plan.partitions.iter().zip(&reads).map(|(p, data)| {
+        let read = PartitionRead {
             high_watermark: data.high_watermark,
-            last_stable_offset: data.last_stable_offset,
             log_start_offset: data.log_start_offset,
+            records_bytes: data.records.as_ref().map_or(0, |r| r.len()),
+            error: data.error_code != 0,
         };
-        if !sessions.filter(plan.session_id, plan.full, &p.key, now, n > 0, data.error_code != 0) {
+        (&p.key, &p.fetch, read)
+    });
+    let answer = plan.broker.fetch_sessions().respond(plan.session, summaries, now_ms());
+    let (session_id, include) = match answer {
+        Respond::Partitions { session_id, include } => (session_id, include),
+        Respond::Error { code, session_id } => {
+            telemetry::error_code(ApiKey::Fetch, code);
+            return ResponseBody::Fetch(FetchResponse { error_code: code.code(), session_id, ..Default::default() });
+        }
+    };
+    let mut resp = FetchResponse { session_id, ..Default::default() };
+    for ((p, data), included) in plan.partitions.iter().zip(reads).zip(include) {
+        if !included {
             continue;
         }
+        let n = data.records.as_ref().map_or(0, |r| r.len());
         if let (Ok(partition), true) = (&p.partition, n > 0) {
             telemetry::bytes_out(&partition.topic, n as u64);
         }
@@ -178,7 +194,7 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
     ResponseBody::Fetch(resp)
 }
 
-fn read_partition(p: &PartitionPlan, budget: usize, read_committed: bool) -> PartitionData {
+fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_committed: bool) -> PartitionData {
     let mut data = PartitionData {
         partition_index: p.key.partition,
         high_watermark: -1,
@@ -213,7 +229,7 @@ fn read_partition(p: &PartitionPlan, budget: usize, read_committed: bool) -> Par
         // Caught up (or past the bound but inside the log): nothing to read yet.
         return data;
     }
-    match log.read_bounded(offset, budget, bound) {
+    match log.read_limited(offset, budget, bound, min_one_batch) {
         Ok(slice) => {
             data.log_start_offset = slice.log_start_offset;
             if read_committed {
