@@ -58,6 +58,14 @@ fn consume(log: &PartitionLog<SimStorage>) -> Vec<(i64, Vec<u8>)> {
     out
 }
 
+/// Checks the served batches against the expected ones: offsets first, for a readable
+/// failure, then the bytes.
+fn assert_served(got: &[(i64, Vec<u8>)], expected: &[(i64, Vec<u8>)], what: &str) {
+    let offsets = |v: &[(i64, Vec<u8>)]| v.iter().map(|(o, _)| *o).collect::<Vec<_>>();
+    assert_eq!(offsets(got), offsets(expected), "{what}");
+    assert!(got == expected, "{what}: same offsets, different bytes");
+}
+
 /// The acknowledged batches of segment `i` (by base offsets).
 fn in_segment(acked: &[(i64, Vec<u8>)], files: &[PathBuf], i: usize) -> Vec<(i64, Vec<u8>)> {
     let start = base_of(&files[i]);
@@ -79,7 +87,7 @@ fn truncated_older_segment_after_a_crash_keeps_every_later_segment() {
     let damaged_seg = in_segment(&acked, &files, 1);
     let (lost_offset, _) = damaged_seg.last().unwrap().clone();
     let expected: Vec<_> = acked.iter().filter(|(o, _)| *o != lost_offset).cloned().collect();
-    assert_eq!(consume(&log), expected, "every intact batch, in every later segment, is still served");
+    assert_served(&consume(&log), &expected, "every intact batch, in every later segment, is still served");
     assert_eq!(log.log_end_offset(), BATCHES as i64);
 
     let report = log.recovery_report();
@@ -117,7 +125,7 @@ fn corrupt_byte_in_an_older_segment_cuts_only_that_segment_and_indexes_are_rebui
     let log = open(&storage);
     let lost: Vec<i64> = seg[1..].iter().map(|(o, _)| *o).collect();
     let expected: Vec<_> = acked.iter().filter(|(o, _)| !lost.contains(o)).cloned().collect();
-    assert_eq!(consume(&log), expected);
+    assert_served(&consume(&log), &expected, "intact batches");
     let report = log.recovery_report().clone();
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     assert_eq!(report.damaged[0].kind, DamageKind::CutShort);
@@ -127,7 +135,7 @@ fn corrupt_byte_in_an_older_segment_cuts_only_that_segment_and_indexes_are_rebui
 
     // The next open finds the segment consistent; the hole is still reported, as a gap.
     let log = open(&storage);
-    assert_eq!(consume(&log), expected);
+    assert_served(&consume(&log), &expected, "intact batches");
     let again = &log.recovery_report().damaged;
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(again[0].kind, DamageKind::Gap);
@@ -143,7 +151,7 @@ fn deleted_older_segment_file_is_reported_and_the_rest_is_served() {
     let log = open(&storage);
     let (first, end) = (base_of(&files[2]), base_of(&files[3]));
     let expected: Vec<_> = acked.iter().filter(|(o, _)| *o < first || *o >= end).cloned().collect();
-    assert_eq!(consume(&log), expected);
+    assert_served(&consume(&log), &expected, "intact batches");
     let report = log.recovery_report();
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     let d = &report.damaged[0];
