@@ -293,7 +293,8 @@ impl<S: Storage> PartitionLog<S> {
         let mut bases: Vec<i64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
         bases.sort_unstable();
 
-        let (segments, mut damaged) = open_segments(&storage, &dir, &bases, clean, &config)?;
+        let mut damaged = Vec::new();
+        let segments = open_segments(&storage, &dir, &bases, clean, &config, &mut damaged)?;
         if clean {
             tracing::debug!(dir = %dir.display(), "clean shutdown marker found; recovery skipped");
         } else if !bases.is_empty() {
@@ -1788,16 +1789,17 @@ fn parse_offset_name(name: &str, suffix: &str) -> Option<i64> {
 /// was clean; older ones were sealed with their indexes at roll. A damaged older
 /// segment is cut after its last valid batch (its tail copied aside) and a segment
 /// overlapping its predecessor is renamed aside; the segments after either are kept,
-/// since they hold acknowledged, durable data (see [`crate::recovery`]).
+/// since they hold acknowledged, durable data (see [`crate::recovery`]). The losses are
+/// added to `damaged`.
 fn open_segments<S: Storage>(
     storage: &S,
     dir: &Path,
     bases: &[i64],
     clean: bool,
     config: &LogConfig,
-) -> Result<(Vec<Segment<S::File>>, Vec<DamagedRange>)> {
+    damaged: &mut Vec<DamagedRange>,
+) -> Result<Vec<Segment<S::File>>> {
     let mut segments: Vec<Segment<S::File>> = Vec::new();
-    let mut damaged = Vec::new();
     for (i, &base) in bases.iter().enumerate() {
         let sealed = i + 1 < bases.len();
         if let Some(prev) = segments.last().filter(|prev| prev.next_offset > base) {
@@ -1822,7 +1824,7 @@ fn open_segments<S: Storage>(
     for seg in &mut segments[..sealed] {
         seg.file = None;
     }
-    Ok((segments, damaged))
+    Ok(segments)
 }
 
 /// Renames a segment that starts below the end of the one before it to
