@@ -46,6 +46,17 @@ def segments(broker, topic):
     return sorted(d.glob("*.log"))
 
 
+def fill_segments_and_kill_9(broker, topic):
+    """A topic of several 1 MiB segments, every message acknowledged, then `kill -9`.
+    Returns {offset: value} and the segment files, oldest first."""
+    clients.create_topic(broker, topic, config={"segment.bytes": str(SEGMENT_BYTES)})
+    acked = produce_acknowledged(broker, topic)
+    broker.kill9()
+    files = segments(broker, topic)
+    assert len(files) >= 4, f"the test needs several sealed segments, got {[f.name for f in files]}"
+    return acked, files
+
+
 def batch_starts(data: bytes):
     """Byte positions of the record batches in a segment file (walked by length)."""
     starts, pos = [], 0
@@ -58,11 +69,7 @@ def batch_starts(data: bytes):
 
 def test_truncated_older_segment_after_kill_9_keeps_every_intact_segment(broker):
     topic = "damaged"
-    clients.create_topic(broker, topic, config={"segment.bytes": str(SEGMENT_BYTES)})
-    acked = produce_acknowledged(broker, topic)
-    broker.kill9()
-    files = segments(broker, topic)
-    assert len(files) >= 4, f"the test needs several sealed segments, got {[f.name for f in files]}"
+    acked, files = fill_segments_and_kill_9(broker, topic)
     # Tear the second segment's last batch, as a lost write would.
     damaged = files[1]
     data = damaged.read_bytes()
@@ -99,10 +106,7 @@ def test_truncated_older_segment_after_kill_9_keeps_every_intact_segment(broker)
 
 def test_deleted_older_segment_is_reported_at_startup(broker):
     topic = "missing-segment"
-    clients.create_topic(broker, topic, config={"segment.bytes": str(SEGMENT_BYTES)})
-    acked = produce_acknowledged(broker, topic)
-    broker.kill9()
-    files = segments(broker, topic)
+    acked, files = fill_segments_and_kill_9(broker, topic)
     files[1].unlink()
     first, end = int(files[1].stem), int(files[2].stem)
 

@@ -6,7 +6,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{batch, split, stamped};
+use common::{batch, read_all, split, stamped};
 use osprey_storage::{DamageKind, LogConfig, PartitionLog, ScrubCursor, SimStorage, Storage};
 
 const DIR: &str = "/data/topic-0";
@@ -45,19 +45,6 @@ fn base_of(path: &Path) -> i64 {
     path.file_name().unwrap().to_str().unwrap().trim_end_matches(".log").parse().unwrap()
 }
 
-/// Every batch a consumer reading from the log start gets, following `next_offset`.
-fn consume(log: &PartitionLog<SimStorage>) -> Vec<(i64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut offset = log.log_start_offset();
-    while offset < log.log_end_offset() {
-        let slice = log.read(offset, 1 << 20).unwrap();
-        assert!(!slice.records.is_empty(), "read at {offset} returned nothing before the log end");
-        out.extend(split(&slice.records));
-        offset = slice.next_offset;
-    }
-    out
-}
-
 /// Checks the served batches against the expected ones: offsets first, for a readable
 /// failure, then the bytes.
 fn assert_served(got: &[(i64, Vec<u8>)], expected: &[(i64, Vec<u8>)], what: &str) {
@@ -87,7 +74,7 @@ fn truncated_older_segment_after_a_crash_keeps_every_later_segment() {
     let damaged_seg = in_segment(&acked, &files, 1);
     let (lost_offset, _) = damaged_seg.last().unwrap().clone();
     let expected: Vec<_> = acked.iter().filter(|(o, _)| *o != lost_offset).cloned().collect();
-    assert_served(&consume(&log), &expected, "every intact batch, in every later segment, is still served");
+    assert_served(&read_all(&log), &expected, "every intact batch, in every later segment, is still served");
     assert_eq!(log.log_end_offset(), BATCHES as i64);
 
     let report = log.recovery_report();
@@ -125,7 +112,7 @@ fn corrupt_byte_in_an_older_segment_cuts_only_that_segment_and_indexes_are_rebui
     let log = open(&storage);
     let lost: Vec<i64> = seg[1..].iter().map(|(o, _)| *o).collect();
     let expected: Vec<_> = acked.iter().filter(|(o, _)| !lost.contains(o)).cloned().collect();
-    assert_served(&consume(&log), &expected, "intact batches");
+    assert_served(&read_all(&log), &expected, "intact batches");
     let report = log.recovery_report().clone();
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     assert_eq!(report.damaged[0].kind, DamageKind::CutShort);
@@ -135,7 +122,7 @@ fn corrupt_byte_in_an_older_segment_cuts_only_that_segment_and_indexes_are_rebui
 
     // The next open finds the segment consistent; the hole is still reported, as a gap.
     let log = open(&storage);
-    assert_served(&consume(&log), &expected, "intact batches");
+    assert_served(&read_all(&log), &expected, "intact batches");
     let again = &log.recovery_report().damaged;
     assert_eq!(again.len(), 1, "{again:?}");
     assert_eq!(again[0].kind, DamageKind::Gap);
@@ -151,7 +138,7 @@ fn deleted_older_segment_file_is_reported_and_the_rest_is_served() {
     let log = open(&storage);
     let (first, end) = (base_of(&files[2]), base_of(&files[3]));
     let expected: Vec<_> = acked.iter().filter(|(o, _)| *o < first || *o >= end).cloned().collect();
-    assert_served(&consume(&log), &expected, "intact batches");
+    assert_served(&read_all(&log), &expected, "intact batches");
     let report = log.recovery_report();
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     let d = &report.damaged[0];
@@ -237,7 +224,7 @@ fn deleted_first_segment_is_reported_and_the_log_starts_after_it() {
     assert_eq!((d.kind, d.first_offset, d.end_offset), (DamageKind::MissingSegment, 0, first_kept));
     assert_eq!(log.log_start_offset(), first_kept);
     let expected: Vec<_> = acked.iter().filter(|(o, _)| *o >= first_kept).cloned().collect();
-    assert_served(&consume(&log), &expected, "every later segment");
+    assert_served(&read_all(&log), &expected, "every later segment");
 }
 
 #[test]
@@ -250,7 +237,7 @@ fn segment_overlapping_its_predecessor_is_set_aside_and_later_segments_kept() {
     storage.put(&stray, storage.contents(&files[2]).unwrap());
 
     let log = open(&storage);
-    assert_served(&consume(&log), &acked, "every acknowledged batch");
+    assert_served(&read_all(&log), &acked, "every acknowledged batch");
     let report = log.recovery_report();
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     let d = &report.damaged[0];
