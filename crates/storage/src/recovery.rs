@@ -184,3 +184,36 @@ pub(crate) fn missing_ranges(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(base_offset: i64, next_offset: i64) -> Extent {
+        Extent { base_offset, next_offset, cut_short: false }
+    }
+
+    #[test]
+    fn compaction_gaps_are_not_damage_but_orphaned_indexes_are() {
+        let dir = Path::new("/p");
+        let extents = [extent(0, 7), extent(10, 15), extent(20, 25)];
+        assert_eq!(missing_ranges(dir, &extents, &[], Some(0), Some(25), true), vec![]);
+        let found = missing_ranges(dir, &extents, &[15], Some(0), Some(25), true);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].kind, found[0].first_offset, found[0].end_offset), (DamageKind::MissingSegment, 15, 20));
+        // Without compaction every gap is a loss.
+        let found = missing_ranges(dir, &extents, &[], Some(0), Some(25), false);
+        let ranges: Vec<_> = found.iter().map(|d| (d.kind, d.first_offset, d.end_offset)).collect();
+        assert_eq!(ranges, vec![(DamageKind::Gap, 7, 10), (DamageKind::Gap, 15, 20)]);
+    }
+
+    #[test]
+    fn retention_leftovers_are_not_damage_and_a_lost_newest_segment_is_bounded_by_the_high_watermark() {
+        let dir = Path::new("/p");
+        let extents = [extent(10, 20), extent(20, 30)];
+        assert_eq!(missing_ranges(dir, &extents, &[0], Some(10), None, false), vec![]);
+        let found = missing_ranges(dir, &extents, &[30], Some(10), Some(42), false);
+        assert_eq!(found.len(), 1);
+        assert_eq!((found[0].kind, found[0].first_offset, found[0].end_offset), (DamageKind::MissingSegment, 30, 42));
+    }
+}

@@ -192,8 +192,10 @@ fn scrubber_finds_a_flipped_byte_in_a_sealed_segment() {
     let mut cursor = ScrubCursor::default();
     let mut findings = Vec::new();
     let mut bytes_verified = 0;
+    let largest_batch = acked.iter().map(|(_, b)| b.len() as u64).max().unwrap();
     loop {
         let step = log.scrub(&mut cursor, 1000).unwrap();
+        assert!(step.bytes < 1000 + largest_batch, "a step reads its budget and at most one batch more");
         bytes_verified += step.bytes;
         findings.extend(step.findings);
         if step.pass_done {
