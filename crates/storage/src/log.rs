@@ -305,7 +305,7 @@ impl<S: Storage> PartitionLog<S> {
             .map(|seg| recovery::Extent {
                 base_offset: seg.base_offset,
                 next_offset: seg.next_offset,
-                cut_short: damaged.iter().any(|d| d.kind == DamageKind::CutShort && d.file == seg.path),
+                loss_reported: damaged.iter().any(|d| d.first_offset == seg.next_offset),
             })
             .collect();
         damaged.extend(recovery::missing_ranges(
@@ -1803,7 +1803,8 @@ fn open_segments<S: Storage>(
     for (i, &base) in bases.iter().enumerate() {
         let sealed = i + 1 < bases.len();
         if let Some(prev) = segments.last().filter(|prev| prev.next_offset > base) {
-            damaged.push(set_aside_overlapping(storage, dir, base, prev.next_offset)?);
+            let next_base = bases.get(i + 1).copied();
+            damaged.push(set_aside_overlapping(storage, dir, base, prev.next_offset, next_base)?);
             continue;
         }
         let (seg, cut) = Segment::open(storage, dir, base, clean || sealed, sealed, config.index_interval_bytes)?;
@@ -1829,8 +1830,15 @@ fn open_segments<S: Storage>(
 
 /// Renames a segment that starts below the end of the one before it to
 /// `<name>.log.overlapping` (its index files, derived data, are deleted), so the log
-/// stays a sequence of increasing offsets without destroying the bytes.
-fn set_aside_overlapping<S: Storage>(storage: &S, dir: &Path, base: i64, prev_end: i64) -> Result<DamagedRange> {
+/// stays a sequence of increasing offsets without destroying the bytes. What it held
+/// beyond the previous segment's end, up to the next segment, is no longer served.
+fn set_aside_overlapping<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: i64,
+    prev_end: i64,
+    next_base: Option<i64>,
+) -> Result<DamagedRange> {
     let path = segment::log_path(dir, base);
     let len = storage.open(&path, false).and_then(|f| f.len()).map_err(|e| StorageError::io("open", &path, e))?;
     let to = PathBuf::from(format!("{}{}", path.display(), recovery::OVERLAPPING_SUFFIX));
@@ -1840,8 +1848,8 @@ fn set_aside_overlapping<S: Storage>(storage: &S, dir: &Path, base: i64, prev_en
     Ok(DamagedRange {
         kind: DamageKind::Overlapping,
         file: path,
-        first_offset: base,
-        end_offset: base.max(prev_end),
+        first_offset: prev_end,
+        end_offset: next_base.map_or(prev_end, |next| next.max(prev_end)),
         bytes: len,
         quarantined: Some(to),
     })

@@ -60,7 +60,8 @@ pub enum DamageKind {
     /// leaves such gaps on purpose): a segment file lost without a trace, or a range
     /// cut by an earlier recovery (reported at every open, since the log still lacks it).
     Gap,
-    /// A segment starts below the end of the one before it; renamed aside.
+    /// A segment starts below the end of the one before it: renamed aside, and what it
+    /// held beyond the previous segment's end (up to the next segment) is not served.
     Overlapping,
 }
 
@@ -128,8 +129,9 @@ pub(crate) fn copy_tail<S: Storage>(storage: &S, file: &S::File, from: u64, len:
 pub(crate) struct Extent {
     pub base_offset: i64,
     pub next_offset: i64,
-    /// Recovery cut it short (its loss is already reported).
-    pub cut_short: bool,
+    /// A loss starting at `next_offset` is already reported (the segment was cut short,
+    /// or the one after it set aside).
+    pub loss_reported: bool,
 }
 
 /// Offset ranges whose segment file is missing, from three kinds of evidence:
@@ -164,7 +166,7 @@ pub(crate) fn missing_ranges(
     }
     for pair in extents.windows(2) {
         let (prev, next) = (pair[0], pair[1]);
-        if prev.cut_short || prev.next_offset >= next.base_offset {
+        if prev.loss_reported || prev.next_offset >= next.base_offset {
             continue;
         }
         let (first, end) = (prev.next_offset, next.base_offset);
@@ -190,7 +192,7 @@ mod tests {
     use super::*;
 
     fn extent(base_offset: i64, next_offset: i64) -> Extent {
-        Extent { base_offset, next_offset, cut_short: false }
+        Extent { base_offset, next_offset, loss_reported: false }
     }
 
     #[test]

@@ -244,6 +244,8 @@ fn segment_overlapping_its_predecessor_is_set_aside_and_later_segments_kept() {
     assert_eq!(report.damaged.len(), 1, "{report:?}");
     let d = &report.damaged[0];
     assert_eq!((d.kind, d.file.clone()), (DamageKind::Overlapping, stray.clone()));
+    // It held nothing beyond segment 1 that segment 2 does not hold: no offset is lost.
+    assert_eq!((d.first_offset, d.end_offset), (base_of(&files[2]), base_of(&files[2])));
     assert!(!storage.exists(&stray));
     assert!(storage.exists(d.quarantined.as_ref().unwrap()), "the stray file is renamed aside, not deleted");
 }
