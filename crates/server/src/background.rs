@@ -143,7 +143,7 @@ fn scrub_until_stopped(broker: &Broker, rate: u64, pause: Duration, stopped: &wa
                         position = f.position,
                         offset = f.batch_base_offset.map_or(-1, |o| o),
                         reason = %f.reason,
-                        "scrubber found a corrupt batch in a sealed segment; consumers fetching it will fail its CRC check"
+                        "scrubber found a corrupt batch in a sealed segment; consumers that check CRCs (check.crcs) will reject it"
                     );
                 }
                 let budget = Duration::from_secs_f64(step.bytes as f64 / rate as f64);
