@@ -1,9 +1,11 @@
-//! Work off the request path: retention passes, time-based flushes (`flush.ms`), and the
-//! group and transaction coordinators' timers.
+//! Work off the request path: retention passes, time-based flushes (`flush.ms`), the
+//! group and transaction coordinators' timers, and the scrubber.
 
 use crate::broker::{now_ms, Broker};
+use metrics::counter;
+use osprey_storage::ScrubCursor;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 /// Runs until `stopped` changes.
@@ -88,5 +90,94 @@ fn clean_compacted(broker: &Broker) {
             Ok(_) => {}
             Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "compaction pass failed"),
         }
+    }
+}
+
+/// Starts the scrubber (`osprey.log.scrub.bytes.per.second` > 0) on a thread of its own:
+/// it reads sealed segments for hours at a paced rate, which is no work for a tokio
+/// worker nor for the blocking pool that retention and flushes share. It stops when
+/// `stopped` changes.
+pub fn spawn_scrubber(broker: Arc<Broker>, stopped: watch::Receiver<bool>) {
+    let rate = broker.settings.config.log_scrub_bytes_per_second;
+    if rate <= 0 {
+        tracing::info!("log scrubber disabled (osprey.log.scrub.bytes.per.second = 0)");
+        return;
+    }
+    let pause = Duration::from_millis(broker.settings.config.log_scrub_interval_ms.max(0) as u64);
+    let spawned = std::thread::Builder::new()
+        .name("osprey-scrubber".into())
+        .spawn(move || scrub_until_stopped(&broker, rate as u64, pause, &stopped));
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "could not start the log scrubber thread");
+    }
+}
+
+/// Pass after pass over every partition's sealed segments, `rate` bytes per second at
+/// most, pausing `pause` between passes.
+fn scrub_until_stopped(broker: &Broker, rate: u64, pause: Duration, stopped: &watch::Receiver<bool>) {
+    // Steps of about a tenth of a second's budget keep the pace smooth.
+    let step_bytes = (rate / 10).clamp(4096, 1 << 20);
+    loop {
+        let (started, mut bytes, mut corrupt) = (Instant::now(), 0u64, 0u64);
+        for p in broker.partitions() {
+            let mut cursor = ScrubCursor::default();
+            loop {
+                let step_started = Instant::now();
+                let step = match p.log.scrub(&mut cursor, step_bytes) {
+                    Ok(step) => step,
+                    Err(e) => {
+                        tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scrubber could not read the log; skipping it this pass");
+                        break;
+                    }
+                };
+                counter!("osprey_log_scrub_bytes_total").increment(step.bytes);
+                bytes += step.bytes;
+                for f in &step.findings {
+                    counter!("osprey_log_scrub_corrupt_batches_total").increment(1);
+                    corrupt += 1;
+                    tracing::error!(
+                        topic = %p.topic,
+                        partition = p.index,
+                        file = %f.file.display(),
+                        segment_base_offset = f.segment_base_offset,
+                        position = f.position,
+                        offset = f.batch_base_offset.map_or(-1, |o| o),
+                        reason = %f.reason,
+                        "scrubber found a corrupt batch in a sealed segment; consumers that check CRCs (check.crcs) will reject it"
+                    );
+                }
+                let budget = Duration::from_secs_f64(step.bytes as f64 / rate as f64);
+                if !sleep_unless_stopped(budget.saturating_sub(step_started.elapsed()), stopped) {
+                    return;
+                }
+                if step.pass_done {
+                    break;
+                }
+            }
+        }
+        tracing::info!(
+            bytes,
+            corrupt_batches = corrupt,
+            took_ms = started.elapsed().as_millis() as u64,
+            "scrubber pass over sealed segments done"
+        );
+        if !sleep_unless_stopped(pause, stopped) {
+            return;
+        }
+    }
+}
+
+/// Sleeps `how_long` in short slices; false as soon as the broker is stopping.
+fn sleep_unless_stopped(how_long: Duration, stopped: &watch::Receiver<bool>) -> bool {
+    let until = Instant::now() + how_long;
+    loop {
+        if *stopped.borrow() {
+            return false;
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(200)));
     }
 }

@@ -230,6 +230,17 @@ impl Broker {
         broker.transactions.load(&broker).map_err(io::Error::other)?;
         let all = broker.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
+        for p in all.iter().filter(|p| !p.log.recovery_report().damaged.is_empty()) {
+            let damaged = &p.log.recovery_report().damaged;
+            let ranges: Vec<String> =
+                damaged.iter().map(|d| format!("{} [{}, {})", d.kind.name(), d.first_offset, d.end_offset)).collect();
+            tracing::error!(
+                topic = %p.topic,
+                partition = p.index,
+                lost = %ranges.join(", "),
+                "partition log damaged: the lost offset ranges are skipped by fetches, every intact segment is served"
+            );
+        }
         tracing::info!(
             partitions = all.len(),
             recovered,

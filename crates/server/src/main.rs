@@ -81,6 +81,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         Duration::from_millis(config.flush_scheduler_interval_ms.clamp(100, 60_000) as u64),
         stopped.clone(),
     );
+    background::spawn_scrubber(broker.clone(), stopped.clone());
     tracing::info!(
         listener = %local,
         node_id = broker.settings.node_id,

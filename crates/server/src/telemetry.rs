@@ -31,11 +31,16 @@
 //! | `osprey_txn_ongoing` | gauge | | transactions open or completing on this coordinator |
 //! | `osprey_txn_transactional_ids` | gauge | | transactional ids this coordinator holds |
 //! | `osprey_txn_markers_total` | counter | result | transaction markers made durable (commit, abort) |
+//! | `osprey_log_damaged_ranges_total` | counter | kind | offset ranges partition logs lost to damage found when they were opened (cut_short, missing_segment, gap, overlapping) |
+//! | `osprey_log_damaged_bytes_total` | counter | | bytes cut from damaged sealed segments at open (copied aside to `.damaged` files) |
+//! | `osprey_log_scrub_bytes_total` | counter | | sealed segment bytes the scrubber verified |
+//! | `osprey_log_scrub_corrupt_batches_total` | counter | | batches the scrubber found corrupt (each also logged) |
 
 use crate::broker::Broker;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use osprey_protocol::{ApiKey, ErrorCode};
+use osprey_storage::DamageKind;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -96,12 +101,19 @@ fn describe() {
     describe_gauge!("osprey_txn_ongoing", "Transactions open or completing.");
     describe_gauge!("osprey_txn_transactional_ids", "Transactional ids held by this coordinator.");
     describe_counter!("osprey_txn_markers_total", "Transaction markers made durable, by result.");
+    describe_counter!("osprey_log_damaged_ranges_total", "Offset ranges lost to log damage found at open, by kind.");
+    describe_counter!("osprey_log_damaged_bytes_total", Unit::Bytes, "Bytes cut from damaged sealed segments at open.");
+    describe_counter!("osprey_log_scrub_bytes_total", Unit::Bytes, "Sealed segment bytes verified by the scrubber.");
+    describe_counter!("osprey_log_scrub_corrupt_batches_total", "Corrupt batches found by the scrubber.");
     // Shown at 0 from the start, so a scrape can tell "none yet" from "not exported".
     for name in [
         "osprey_producer_ids_allocated_total",
         "osprey_txn_commits_total",
         "osprey_txn_aborts_total",
         "osprey_txn_fenced_producers_total",
+        "osprey_log_damaged_bytes_total",
+        "osprey_log_scrub_bytes_total",
+        "osprey_log_scrub_corrupt_batches_total",
     ] {
         counter!(name).increment(0);
     }
@@ -157,11 +169,31 @@ fn refresh_partition_gauges(broker: &Broker) {
         gauge!("osprey_partition_log_end_offset", &labels).set(p.log.log_end_offset() as f64);
         gauge!("osprey_partition_high_watermark", &labels).set(p.log.high_watermark() as f64);
     }
+    refresh_damage_counters(broker);
     counter!("osprey_fsyncs_total").absolute(count);
     // A gauge: metrics counters are integers and this sum is fractional seconds.
     gauge!("osprey_fsync_seconds_total").set(seconds);
     gauge!("osprey_fsync_max_seconds").set(max);
     counter!("osprey_fsync_errors_total").absolute(errors);
+}
+
+/// Damage found by recovery when the partitions were opened (each log keeps its report).
+fn refresh_damage_counters(broker: &Broker) {
+    let kinds = [DamageKind::CutShort, DamageKind::MissingSegment, DamageKind::Gap, DamageKind::Overlapping];
+    let mut ranges = [0u64; 4];
+    let mut bytes = 0;
+    for p in broker.partitions() {
+        for d in &p.log.recovery_report().damaged {
+            if let Some(i) = kinds.iter().position(|&k| k == d.kind) {
+                ranges[i] += 1;
+            }
+            bytes += d.bytes;
+        }
+    }
+    for (kind, n) in kinds.iter().zip(ranges) {
+        counter!("osprey_log_damaged_ranges_total", "kind" => kind.name()).absolute(n);
+    }
+    counter!("osprey_log_damaged_bytes_total").absolute(bytes);
 }
 
 fn api_name(key: Option<ApiKey>) -> &'static str {

@@ -25,6 +25,10 @@
 //!   segment is cut before the first bad one (logged with file and byte position).
 //!   Unacknowledged appends may survive in whole or vanish, never in part: what remains
 //!   is a prefix of the appended batches.
+//! * Damage beyond that (a sealed segment torn or corrupted, a segment file deleted)
+//!   never makes recovery delete the intact segments after it: see [`recovery`] for
+//!   what is kept, what the partition serves and how it is reported. Corruption inside
+//!   sealed segments, which open does not scan, is found by [`PartitionLog::scrub`].
 //! * If a write fails (ENOSPC, EIO) the append fails with [`StorageError::Io`]
 //!   (KAFKA_STORAGE_ERROR) and its partial bytes are cut off again. If an fsync fails the
 //!   log goes offline ([`StorageError::LogOffline`]): every waiting and later append
@@ -87,6 +91,8 @@ pub mod fdlimit;
 pub mod fs;
 pub mod log;
 pub mod producer;
+pub mod recovery;
+pub mod scrub;
 pub mod txn_index;
 
 mod checkpoint;
@@ -100,4 +106,6 @@ pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
 pub use log::{AppendInfo, PartitionLog, ReadSlice, RetentionOutcome, TimestampOffset};
 pub use producer::{CompletedTxn, ProducerStateTable, SequenceError};
+pub use recovery::{DamageKind, DamagedRange, RecoveryReport};
+pub use scrub::{ScrubCursor, ScrubFinding, ScrubStep};
 pub use txn_index::AbortedTxn;

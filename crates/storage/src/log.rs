@@ -24,6 +24,8 @@ use crate::epoch::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fs::{StdStorage, Storage, StorageFile};
 use crate::producer::{ProducerStateTable, SequenceCheck};
+use crate::recovery::{self, DamageKind, DamagedRange, RecoveryReport};
+use crate::scrub::{self, ScrubCursor, ScrubStep, ScrubTarget};
 use crate::segment::{self, Segment};
 use crate::txn_index::{self, AbortedTxn};
 
@@ -132,6 +134,8 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     cleaning: Mutex<()>,
     /// Whether open skipped recovery (clean-shutdown marker, or a new log).
     opened_clean: bool,
+    /// What open found damaged.
+    recovery: RecoveryReport,
 }
 
 struct LogState<F> {
@@ -289,11 +293,32 @@ impl<S: Storage> PartitionLog<S> {
         let mut bases: Vec<i64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
         bases.sort_unstable();
 
-        let segments = open_segments(&storage, &dir, &bases, clean, &config)?;
+        let mut damaged = Vec::new();
+        let segments = open_segments(&storage, &dir, &bases, clean, &config, &mut damaged)?;
         if clean {
             tracing::debug!(dir = %dir.display(), "clean shutdown marker found; recovery skipped");
         } else if !bases.is_empty() {
             tracing::info!(dir = %dir.display(), "no clean shutdown marker; the last segment was scanned and recovered");
+        }
+        let extents: Vec<recovery::Extent> = segments
+            .iter()
+            .map(|seg| recovery::Extent {
+                base_offset: seg.base_offset,
+                next_offset: seg.next_offset,
+                loss_reported: damaged.iter().any(|d| d.first_offset == seg.next_offset),
+            })
+            .collect();
+        damaged.extend(recovery::missing_ranges(
+            &dir,
+            &extents,
+            &orphan_index_bases(&names, &bases),
+            checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT),
+            checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT),
+            config.cleanup_policy.compact,
+        ));
+        damaged.sort_by_key(|d| d.first_offset);
+        for range in &damaged {
+            range.log(&dir);
         }
         let mut state = LogState {
             segments,
@@ -351,6 +376,7 @@ impl<S: Storage> PartitionLog<S> {
             queued_on_flusher: AtomicBool::new(false),
             cleaning: Mutex::new(()),
             opened_clean: clean || bases.is_empty(),
+            recovery: RecoveryReport { damaged },
         })
     }
 
@@ -364,6 +390,11 @@ impl<S: Storage> PartitionLog<S> {
     /// retention pass; existing segments are not rewritten.
     pub fn set_config(&self, config: LogConfig) {
         *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+    }
+
+    /// The damage this open found (offset ranges lost), already logged at ERROR.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.recovery
     }
 
     /// True when this open found a clean-shutdown marker (or a new, empty log) and so
@@ -1332,6 +1363,47 @@ impl<S: Storage> PartitionLog<S> {
         Ok(outcome)
     }
 
+    // ----- scrubbing ------------------------------------------------------------------
+
+    /// One step of the background scrubber (see [`crate::scrub`]): verifies about
+    /// `max_bytes` of batches (at least one) of the sealed segment at `cursor`, moving it
+    /// to the next sealed segment at the end of one. The active segment is never
+    /// scrubbed (its batches are verified on append and by recovery). Reads run without
+    /// the lock.
+    pub fn scrub(&self, cursor: &mut ScrubCursor<S::File>, max_bytes: u64) -> Result<ScrubStep> {
+        let mut step = ScrubStep::default();
+        if cursor.current.is_none() {
+            let s = lock(&self.state);
+            let sealed = &s.segments[..s.segments.len() - 1];
+            let Some(seg) = sealed.iter().find(|seg| seg.base_offset >= cursor.next_base) else {
+                cursor.next_base = i64::MIN;
+                step.pass_done = true;
+                return Ok(step);
+            };
+            cursor.current = Some(ScrubTarget {
+                base_offset: seg.base_offset,
+                path: seg.path.clone(),
+                file: seg.handle_or_open(&self.storage)?,
+                size: seg.size,
+                position: 0,
+                generation: s.generation,
+            });
+        }
+        let Some(target) = cursor.current.as_mut() else { return Ok(step) };
+        let (bytes, findings, segment_done) = scrub::verify_step(target, max_bytes);
+        step.bytes = bytes;
+        let truncated = lock(&self.state).generation != target.generation;
+        if !truncated {
+            step.findings = findings;
+        }
+        // Truncated meanwhile: the bytes read may be new ones at old positions; skip on.
+        if segment_done || truncated {
+            cursor.next_base = target.base_offset.saturating_add(1);
+            cursor.current = None;
+        }
+        Ok(step)
+    }
+
     // ----- compaction -----------------------------------------------------------------
 
     /// One compaction pass (`cleanup.policy` containing `compact`), for the broker's
@@ -1715,11 +1787,12 @@ impl<F: StorageFile> SegmentView<F> {
 
 fn segment_files(dir: &Path, base: i64) -> [PathBuf; 4] {
     let stem = segment::file_stem(base);
+    // The `.log` last, as in `Segment::delete_files`.
     [
-        dir.join(format!("{stem}.log")),
         dir.join(format!("{stem}.index")),
         dir.join(format!("{stem}.timeindex")),
         dir.join(format!("{stem}.txnindex")),
+        dir.join(format!("{stem}.log")),
     ]
 }
 
@@ -1738,38 +1811,39 @@ fn parse_offset_name(name: &str, suffix: &str) -> Option<i64> {
 }
 
 /// Opens segments oldest first. The last one is recovered (CRC scan) unless the shutdown
-/// was clean; older ones were sealed with their indexes at roll. If recovery had to cut
-/// a segment short, or a segment overlaps its predecessor, the later segments cannot
-/// follow on from it and are deleted.
+/// was clean; older ones were sealed with their indexes at roll. A damaged older
+/// segment is cut after its last valid batch (its tail copied aside) and a segment
+/// overlapping its predecessor is renamed aside; the segments after either are kept,
+/// since they hold acknowledged, durable data (see [`crate::recovery`]). The losses are
+/// added to `damaged`.
 fn open_segments<S: Storage>(
     storage: &S,
     dir: &Path,
     bases: &[i64],
     clean: bool,
     config: &LogConfig,
+    damaged: &mut Vec<DamagedRange>,
 ) -> Result<Vec<Segment<S::File>>> {
     let mut segments: Vec<Segment<S::File>> = Vec::new();
     for (i, &base) in bases.iter().enumerate() {
-        let last = i + 1 == bases.len();
-        let consistent = segments.last().is_none_or(|prev| prev.next_offset <= base);
-        if consistent {
-            let path = segment::log_path(dir, base);
-            let len =
-                storage.open(&path, false).and_then(|f| f.len()).map_err(|e| StorageError::io("open", &path, e))?;
-            let seg = Segment::open(storage, dir, base, clean || !last, config.index_interval_bytes)?;
-            let cut_short = seg.size < len;
-            segments.push(seg);
-            if !cut_short || last {
-                continue;
-            }
-            tracing::warn!(file = %path.display(), position = len, "segment cut short by recovery; deleting the segments after it");
-        } else {
-            tracing::warn!(dir = %dir.display(), base, "segment overlaps the previous one; deleting it and later segments");
+        let sealed = i + 1 < bases.len();
+        if let Some(prev) = segments.last().filter(|prev| prev.next_offset > base) {
+            let next_base = bases.get(i + 1).copied();
+            damaged.push(set_aside_overlapping(storage, dir, base, prev.next_offset, next_base)?);
+            continue;
         }
-        for &later in &bases[if consistent { i + 1 } else { i }..] {
-            Segment::<S::File>::delete_files(storage, dir, later)?;
+        let (seg, cut) = Segment::open(storage, dir, base, clean || sealed, sealed, config.index_interval_bytes)?;
+        if let Some(cut) = cut.filter(|_| sealed) {
+            damaged.push(DamagedRange {
+                kind: DamageKind::CutShort,
+                file: seg.path.clone(),
+                first_offset: seg.next_offset,
+                end_offset: bases[i + 1].max(seg.next_offset),
+                bytes: cut.bytes,
+                quarantined: cut.quarantined,
+            });
         }
-        break;
+        segments.push(seg);
     }
     // Sealed segments are reopened when read; only the active one keeps its file open.
     let sealed = segments.len().saturating_sub(1);
@@ -1777,6 +1851,49 @@ fn open_segments<S: Storage>(
         seg.file = None;
     }
     Ok(segments)
+}
+
+/// Renames a segment that starts below the end of the one before it to
+/// `<name>.log.overlapping` (its index files, derived data, are deleted), so the log
+/// stays a sequence of increasing offsets without destroying the bytes. What it held
+/// beyond the previous segment's end, up to the next segment, is no longer served.
+fn set_aside_overlapping<S: Storage>(
+    storage: &S,
+    dir: &Path,
+    base: i64,
+    prev_end: i64,
+    next_base: Option<i64>,
+) -> Result<DamagedRange> {
+    let path = segment::log_path(dir, base);
+    let len = storage.open(&path, false).and_then(|f| f.len()).map_err(|e| StorageError::io("open", &path, e))?;
+    let to = PathBuf::from(format!("{}{}", path.display(), recovery::OVERLAPPING_SUFFIX));
+    storage.rename(&path, &to).map_err(|e| StorageError::io("rename", &path, e))?;
+    Segment::<S::File>::delete_files(storage, dir, base)?;
+    storage.sync_dir(dir).map_err(|e| StorageError::io("fsync dir", dir, e))?;
+    Ok(DamagedRange {
+        kind: DamageKind::Overlapping,
+        file: path,
+        first_offset: prev_end,
+        end_offset: next_base.map_or(prev_end, |next| next.max(prev_end)),
+        bytes: len,
+        quarantined: Some(to),
+    })
+}
+
+/// Base offsets of segments whose index files are present but whose `.log` is not.
+fn orphan_index_bases(names: &[String], bases: &[i64]) -> Vec<i64> {
+    let mut orphans: Vec<i64> = names
+        .iter()
+        .filter_map(|n| {
+            parse_offset_name(n, ".index")
+                .or_else(|| parse_offset_name(n, ".timeindex"))
+                .or_else(|| parse_offset_name(n, ".txnindex"))
+        })
+        .filter(|b| bases.binary_search(b).is_err())
+        .collect();
+    orphans.sort_unstable();
+    orphans.dedup();
+    orphans
 }
 
 /// The epoch checkpoint, cut to the recovered log; rebuilt from batch headers if missing.

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use crate::batch::{self, BatchError, BatchHeader, HEADER_LEN};
 use crate::error::{Result, StorageError};
 use crate::fs::{Storage, StorageFile};
+use crate::recovery;
 use crate::txn_index::{self, AbortedTxn};
 
 /// Bytes per offset index entry: relative offset u32 + position u32 (big-endian).
@@ -66,6 +67,14 @@ pub(crate) struct Segment<F> {
     pub aborted_txns: Vec<AbortedTxn>,
 }
 
+/// Bytes cut from the end of a segment by recovery.
+#[derive(Debug, Clone)]
+pub(crate) struct Cut {
+    pub bytes: u64,
+    /// The copy of the cut bytes (sealed segments only).
+    pub quarantined: Option<PathBuf>,
+}
+
 /// One batch found by walking a segment.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Located {
@@ -116,18 +125,24 @@ impl<F: StorageFile> Segment<F> {
         }
     }
 
-    /// Opens an existing segment. With `trust_indexes` (a clean shutdown, or a segment
-    /// that was fsynced with its indexes at roll) it loads the index files and walks only
-    /// the batches after the last index entry; otherwise, or if the indexes are missing
-    /// or inconsistent, it scans the whole file checking every CRC and rebuilds them.
-    /// Either way the file is truncated after the last valid batch.
+    /// Opens an existing segment. A `sealed` segment (every one but the newest) was
+    /// fsynced with its indexes at roll, and after a clean shutdown so was the newest:
+    /// then (`trust_indexes`) the index files are loaded and only the batches after the
+    /// last index entry are walked. Otherwise, or if the indexes are missing or do not
+    /// match the log, the whole file is scanned checking every CRC and the indexes are
+    /// rebuilt (they are derived data; a sealed segment's are written back).
+    ///
+    /// Either way the file is cut after the last valid batch. The newest segment's cut
+    /// is a write torn by the crash; a sealed segment's is damage, and the bytes cut are
+    /// first copied aside (see [`crate::recovery`]) and returned as a [`Cut`].
     pub fn open<S: Storage<File = F>>(
         storage: &S,
         dir: &Path,
         base_offset: i64,
         trust_indexes: bool,
+        sealed: bool,
         index_interval_bytes: u64,
-    ) -> Result<Self> {
+    ) -> Result<(Self, Option<Cut>)> {
         let path = log_path(dir, base_offset);
         let file = storage.open(&path, false).map_err(|e| StorageError::io("open", &path, e))?;
         let len = file.len().map_err(|e| StorageError::io("stat", &path, e))?;
@@ -143,18 +158,45 @@ impl<F: StorageFile> Segment<F> {
                 }
                 let end = seg.walk_and_index(from, len, false, index_interval_bytes)?;
                 if end == len {
-                    return Ok(seg);
+                    return Ok((seg, None));
                 }
-                tracing::warn!(file = %seg.path.display(), position = end, "segment inconsistent with its index after a clean shutdown; rescanning");
+                // Not "after a clean shutdown": sealed segments are trusted after a crash
+                // too, since they were fsynced with their indexes when they were rolled.
+                tracing::warn!(file = %seg.path.display(), position = end, "segment does not match its index files; rescanning it and rebuilding them");
             }
             seg = Segment::empty(base_offset, seg.file, seg.path);
         }
         let end = seg.walk_and_index(0, len, true, index_interval_bytes)?;
+        let mut cut = None;
         if end < len {
+            let quarantined = if sealed {
+                let to = recovery::damaged_path(dir, base_offset, end);
+                recovery::copy_tail(storage, &file, end, len, &to)?;
+                Some(to)
+            } else {
+                None
+            };
             file.set_len(end).map_err(|e| StorageError::io("truncate", &seg.path, e))?;
             file.sync_data().map_err(|e| StorageError::io("fsync", &seg.path, e))?;
+            cut = Some(Cut { bytes: len - end, quarantined });
         }
-        Ok(seg)
+        if sealed {
+            seg.rewrite_indexes_after_scan(storage, dir)?;
+        }
+        Ok((seg, cut))
+    }
+
+    /// A sealed segment rescanned at open: keeps the aborted transactions of its
+    /// `.txnindex` (the scan does not rebuild them; only the newest segment's are
+    /// replayed with the producer state) up to where the segment now ends, and writes
+    /// the rebuilt indexes back so the next open need not rescan.
+    fn rewrite_indexes_after_scan<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
+        let txn_path = txn_index::txn_index_path(dir, self.base_offset);
+        if storage.exists(&txn_path) {
+            let aborted = read_small(storage, &txn_path).and_then(|raw| txn_index::decode(&raw)).unwrap_or_default();
+            self.aborted_txns = aborted.into_iter().filter(|t| t.last_offset < self.next_offset).collect();
+        }
+        self.persist_indexes(storage, dir)
     }
 
     /// Loads and checks index files; `None` if they are missing or inconsistent.
@@ -384,11 +426,13 @@ impl<F: StorageFile> Segment<F> {
 
     /// Deletes the segment's files (open handles held by readers stay readable).
     pub fn delete_files<S: Storage<File = F>>(storage: &S, dir: &Path, base_offset: i64) -> Result<()> {
+        // The `.log` last: index files without their log are how recovery recognises a
+        // segment file lost to something outside the broker.
         for p in [
-            log_path(dir, base_offset),
             index_path(dir, base_offset),
             time_index_path(dir, base_offset),
             txn_index::txn_index_path(dir, base_offset),
+            log_path(dir, base_offset),
         ] {
             match storage.remove(&p) {
                 Ok(()) => {}

@@ -5,7 +5,7 @@ mod common;
 use std::path::Path;
 use std::sync::{mpsc, Arc};
 
-use common::{batch, batch_at, idempotent, split, stamped, TempDir};
+use common::{batch, batch_at, idempotent, read_all, split, stamped, TempDir};
 use osprey_storage::{CrashMode, Flusher, LogConfig, PartitionLog, SimStorage, StdStorage, StorageError};
 
 fn small_segments() -> LogConfig {
@@ -14,18 +14,6 @@ fn small_segments() -> LogConfig {
 
 fn sim_log(storage: &SimStorage, config: LogConfig) -> PartitionLog<SimStorage> {
     PartitionLog::open(storage.clone(), "/data/topic-0", config, 0).unwrap()
-}
-
-fn read_all<S: osprey_storage::Storage>(log: &PartitionLog<S>) -> Vec<(i64, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut offset = log.log_start_offset();
-    while offset < log.log_end_offset() {
-        let slice = log.read(offset, 1 << 20).unwrap();
-        assert!(!slice.records.is_empty(), "read at {offset} returned nothing before the log end");
-        out.extend(split(&slice.records));
-        offset = slice.next_offset;
-    }
-    out
 }
 
 #[test]

@@ -191,6 +191,10 @@ pub struct BrokerConfig {
     pub log_cleaner_backoff_ms: i64,
     /// `osprey.log.max.open.files`.
     pub log_max_open_files: i32,
+    /// `osprey.log.scrub.bytes.per.second` (0: no scrubber).
+    pub log_scrub_bytes_per_second: i64,
+    /// `osprey.log.scrub.interval.ms`.
+    pub log_scrub_interval_ms: i64,
     /// `osprey.log.flusher.threads`.
     pub log_flusher_threads: i32,
     /// `replica.lag.time.max.ms`.
@@ -372,6 +376,8 @@ impl BrokerConfig {
             log_cleaner_dedupe_buffer_size: r.i64("log.cleaner.dedupe.buffer.size"),
             log_cleaner_backoff_ms: r.i64("log.cleaner.backoff.ms"),
             log_max_open_files: r.i32("osprey.log.max.open.files"),
+            log_scrub_bytes_per_second: r.i64("osprey.log.scrub.bytes.per.second"),
+            log_scrub_interval_ms: r.i64("osprey.log.scrub.interval.ms"),
             log_flusher_threads: r.i32("osprey.log.flusher.threads"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
             offsets_topic_num_partitions: r.i32("offsets.topic.num.partitions"),

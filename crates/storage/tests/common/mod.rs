@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use osprey_storage::batch::testing::{build, BatchSpec};
+use osprey_storage::PartitionLog;
 
 /// A directory under the system temp dir, removed on drop.
 pub struct TempDir(pub PathBuf);
@@ -66,4 +67,18 @@ pub fn idempotent(pid: i64, epoch: i16, seq: i32, records: i32) -> Vec<u8> {
         base_sequence: seq,
         ..Default::default()
     })
+}
+
+/// Every batch from the log start to the log end, following each read's `next_offset`
+/// (as a consumer does, so offsets missing from the log are skipped).
+pub fn read_all<S: osprey_storage::Storage>(log: &PartitionLog<S>) -> Vec<(i64, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut offset = log.log_start_offset();
+    while offset < log.log_end_offset() {
+        let slice = log.read(offset, 1 << 20).unwrap();
+        assert!(!slice.records.is_empty(), "read at {offset} returned nothing before the log end");
+        out.extend(split(&slice.records));
+        offset = slice.next_offset;
+    }
+    out
 }
