@@ -52,6 +52,10 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
+    // Served as Kafka serves them without an authorizer: SECURITY_DISABLED (acls.rs).
+    (ApiKey::DescribeAcls, 1, 3),
+    (ApiKey::CreateAcls, 1, 3),
+    (ApiKey::DeleteAcls, 1, 3),
 ];
 
 /// The highest `transaction.version` feature level this broker implements.

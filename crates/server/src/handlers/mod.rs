@@ -1,6 +1,7 @@
 //! One file per request kind. Each handler takes the decoded request and returns a
 //! [`Reply`]: a response now, one that resolves later (fsync, long poll), or nothing.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
@@ -78,6 +79,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::DescribeTransactions(body) => Reply::Now(transactions::describe_transactions(broker, body)),
         RequestBody::ListTransactions(body) => Reply::Now(transactions::list_transactions(broker, body)),
         RequestBody::DescribeProducers(body) => Reply::Now(transactions::describe_producers(broker, body)),
+        RequestBody::DescribeAcls(_) => Reply::Now(acls::describe()),
+        RequestBody::CreateAcls(body) => Reply::Now(acls::create(body)),
+        RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),
     }
