@@ -175,6 +175,7 @@ error_codes! {
     DUPLICATE_VOTER = 126, false;
     VOTER_NOT_FOUND = 127, false;
     INVALID_REGULAR_EXPRESSION = 128, false;
+    REBOOTSTRAP_REQUIRED = 129, false;
 }
 
 #[cfg(test)]

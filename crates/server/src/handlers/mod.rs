@@ -35,7 +35,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
     let version = request.version();
     let client_id = request.header.client_id.clone().unwrap_or_default();
     match request.body {
-        RequestBody::ApiVersions(_) => Reply::Now(api_versions::handle(broker, version)),
+        RequestBody::ApiVersions(body) => Reply::Now(api_versions::handle(broker, &body, version)),
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
         RequestBody::Produce(body) => produce::handle(broker, body, version),
         RequestBody::Fetch(body) => fetch::handle(broker, body, version),
