@@ -1,22 +1,24 @@
-"""Admin questions a broker without an authorizer answers as Kafka does: authorized
-operations (KIP-430) through kafka-python and confluent-kafka, and the ACL APIs, which
-Kafka serves with SECURITY_DISABLED when no authorizer is configured."""
+"""Admin questions answered as Kafka answers them: authorized operations (KIP-430) through
+kafka-python and confluent-kafka, the ACL APIs, which Kafka without an authorizer serves
+with SECURITY_DISABLED, and ListOffsets for the largest timestamp (KIP-734)."""
 
 import time
 
 import pytest
-from confluent_kafka import KafkaException, TopicCollection
+from confluent_kafka import KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
+    OffsetSpec,
     ResourcePatternType,
     ResourceType,
 )
 from kafka.admin import KafkaAdminClient
 
 import clients
+import kafkawire
 
 T = clients.TIMEOUT_S
 
@@ -152,3 +154,26 @@ def test_delete_acls_fails_with_security_disabled(broker):
     [future] = a.delete_acls([ANY_ACL], request_timeout=T).values()
     error = failure(future)
     assert (error.code(), error.str()) == (SECURITY_DISABLED, "No Authorizer is configured.")
+
+
+# ----- ListOffsets: the largest timestamp ----------------------------------------------
+
+
+def test_list_offsets_max_timestamp_is_the_record_holding_it_not_its_batch(broker):
+    """librdkafka's 0081_admin: three records in one batch, the middle one the newest."""
+    clients.create_topic(broker, "max-ts")
+    base = int(time.time() * 1000) - 60_000
+    timestamps = [base, base + 2000, base + 1000]
+    p = clients.producer(broker, linger_ms=5000)
+    for i, ts in enumerate(timestamps):
+        p.produce("max-ts", value=b"v%d" % i, partition=0, timestamp=ts)
+    assert p.flush(T) == 0
+    with kafkawire.Conn(broker.host, broker.port) as c:
+        _, [(_, _, _, _, records)] = kafkawire.parse_fetch_v4(c.roundtrip(kafkawire.fetch_v4(1, "max-ts", 0, 0)))
+    assert [(b[0], b[2]) for b in kafkawire.parse_batches(records)] == [(0, 3)], "not one batch of three"
+
+    a = clients.admin(broker)
+    partition = TopicPartition("max-ts", 0)
+    futures = a.list_offsets({partition: OffsetSpec.max_timestamp()}, request_timeout=T)
+    found = futures[partition].result(timeout=T)
+    assert (found.offset, found.timestamp) == (1, base + 2000)

@@ -39,7 +39,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
         RequestBody::Produce(body) => produce::handle(broker, body, version),
         RequestBody::Fetch(body) => fetch::handle(broker, body, version),
-        RequestBody::ListOffsets(body) => Reply::Now(list_offsets::handle(broker, body, version)),
+        RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
         RequestBody::CreateTopics(body) => Reply::Now(create_topics::handle(broker, body, version)),
         RequestBody::DeleteTopics(body) => Reply::Now(delete_topics::handle(broker, body, version)),
         RequestBody::CreatePartitions(body) => Reply::Now(create_partitions::handle(broker, body)),
