@@ -1,8 +1,10 @@
 package dev.osprey.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 
+import java.time.Duration;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -11,6 +13,13 @@ import java.util.concurrent.TimeUnit;
 import java.util.regex.Matcher;
 import java.util.regex.Pattern;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.DescribeClusterOptions;
+import org.apache.kafka.clients.admin.DescribeConsumerGroupsOptions;
+import org.apache.kafka.clients.admin.DescribeTopicsOptions;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.acl.AclOperation;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -27,16 +36,13 @@ class ClusterToolsTest {
 
     private static final String ACL_COMMAND = "org.apache.kafka.tools.AclCommand";
     private static final String FEATURE_COMMAND = "org.apache.kafka.tools.FeatureCommand";
-    private static final Pattern API_VERSIONS_REQUESTS =
-            Pattern.compile("^osprey_requests_total\\{(?=[^}]*api=\"ApiVersions\")[^}]*version=\"(\\d+)\"[^}]*\\} (\\d+)$",
-                    Pattern.MULTILINE);
     private static final Pattern FEATURE = Pattern.compile(
             "^Feature: (\\S+)\\s+SupportedMinVersion: (\\S+)\\s+SupportedMaxVersion: (\\S+)\\s+"
                     + "FinalizedVersionLevel: (\\S+)\\s+Epoch: (\\S+)$");
 
     @Test
     void java_client_api_versions_is_answered_at_its_own_version_5() throws Exception {
-        Map<String, Long> before = apiVersionsRequestsByVersion();
+        Map<String, Long> before = requestsByVersion("ApiVersions");
         try (Admin admin = Admin.create(BROKER.clientProps())) {
             admin.describeCluster().clusterId().get(30, TimeUnit.SECONDS);
             // A second connection, to the node the metadata named: ApiVersions v5 then
@@ -44,7 +50,7 @@ class ClusterToolsTest {
             admin.describeCluster().nodes().get(30, TimeUnit.SECONDS);
             admin.listTopics().names().get(30, TimeUnit.SECONDS);
         }
-        Map<String, Long> after = apiVersionsRequestsByVersion();
+        Map<String, Long> after = requestsByVersion("ApiVersions");
         Map<String, Long> sent = new HashMap<>();
         after.forEach((version, count) -> {
             long delta = count - before.getOrDefault(version, 0L);
@@ -55,6 +61,55 @@ class ClusterToolsTest {
         // An older broker answers v5 with UNSUPPORTED_VERSION in v0 (counted as v0) and
         // the client asks again at v4: a wasted round trip on every connection.
         assertEquals(Set.of("5"), sent.keySet(), "ApiVersions requests by version during the Admin calls: " + sent);
+    }
+
+    /**
+     * Without an authorizer Kafka reports every operation of the resource type. The Java
+     * Admin describes topics with DescribeTopicPartitions and consumer groups (classic
+     * protocol here) with DescribeGroups.
+     */
+    @Test
+    void admin_gets_every_operation_of_topics_groups_and_the_cluster() throws Exception {
+        String topic = "authorized-ops";
+        String group = "authorized-ops-group";
+        try (Admin admin = Admin.create(BROKER.clientProps())) {
+            admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            Set<AclOperation> topicOps = admin.describeTopics(List.of(topic),
+                            new DescribeTopicsOptions().includeAuthorizedOperations(true))
+                    .allTopicNames().get(30, TimeUnit.SECONDS).get(topic).authorizedOperations();
+            assertEquals(Set.of(AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+                    AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+                    AclOperation.ALTER_CONFIGS), topicOps);
+            assertTrue(requestsByVersion("DescribeTopicPartitions").values().stream().mapToLong(Long::longValue).sum() > 0,
+                    "the Admin described the topic without DescribeTopicPartitions");
+
+            Set<AclOperation> clusterOps = admin.describeCluster(
+                            new DescribeClusterOptions().includeAuthorizedOperations(true))
+                    .authorizedOperations().get(30, TimeUnit.SECONDS);
+            assertEquals(Set.of(AclOperation.CREATE, AclOperation.ALTER, AclOperation.DESCRIBE,
+                    AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS,
+                    AclOperation.IDEMPOTENT_WRITE), clusterOps);
+            // Not asked: not provided.
+            assertNull(admin.describeCluster().authorizedOperations().get(30, TimeUnit.SECONDS));
+
+            java.util.Properties props = BROKER.clientProps();
+            props.put("group.id", group);
+            props.put("group.protocol", "classic");
+            try (KafkaConsumer<byte[], byte[]> consumer =
+                    new KafkaConsumer<>(props, new ByteArrayDeserializer(), new ByteArrayDeserializer())) {
+                consumer.subscribe(List.of(topic));
+                long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+                while (consumer.assignment().isEmpty()) {
+                    assertTrue(System.nanoTime() < deadline, "no assignment");
+                    consumer.poll(Duration.ofMillis(200));
+                }
+                Set<AclOperation> groupOps = admin.describeConsumerGroups(List.of(group),
+                                new DescribeConsumerGroupsOptions().includeAuthorizedOperations(true))
+                        .all().get(30, TimeUnit.SECONDS).get(group).authorizedOperations();
+                assertEquals(Set.of(AclOperation.READ, AclOperation.DELETE, AclOperation.DESCRIBE,
+                        AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS), groupOps);
+            }
+        }
     }
 
     @Test
@@ -103,10 +158,12 @@ class ClusterToolsTest {
                 result.stdoutLines().get(0), result.describe());
     }
 
-    /** {@code osprey_requests_total} of ApiVersions, by version label. */
-    private static Map<String, Long> apiVersionsRequestsByVersion() {
+    /** {@code osprey_requests_total} of {@code api}, by version label. */
+    private static Map<String, Long> requestsByVersion(String api) {
+        Pattern requests = Pattern.compile("^osprey_requests_total\\{(?=[^}]*api=\"" + api
+                + "\")[^}]*version=\"(\\d+)\"[^}]*\\} (\\d+)$", Pattern.MULTILINE);
         Map<String, Long> counts = new HashMap<>();
-        Matcher m = API_VERSIONS_REQUESTS.matcher(BROKER.metrics());
+        Matcher m = requests.matcher(BROKER.metrics());
         while (m.find()) {
             counts.merge(m.group(1), Long.parseLong(m.group(2)), Long::sum);
         }
