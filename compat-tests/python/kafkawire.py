@@ -14,7 +14,9 @@ NONE = 0
 CORRUPT_MESSAGE = 2
 MESSAGE_TOO_LARGE = 10
 UNSUPPORTED_VERSION = 35
+INVALID_REQUEST = 42
 INVALID_RECORD = 87
+REBOOTSTRAP_REQUIRED = 129
 
 API_PRODUCE = 0
 API_FETCH = 1
@@ -175,6 +177,15 @@ def api_versions_flexible(version: int, correlation_id: int) -> bytes:
     name, ver = b"osprey-compat", b"1.0"
     body = uvarint(len(name) + 1) + name + uvarint(len(ver) + 1) + ver + b"\x00"
     return request(API_API_VERSIONS, version, correlation_id, body, flexible=True)
+
+
+def api_versions_v5(correlation_id: int, cluster_id, node_id: int) -> bytes:
+    """ApiVersions v5: v3's fields plus the cluster id (nullable) and node id the client
+    believes it is talking to (-1: none)."""
+    name, ver = b"osprey-compat", b"1.0"
+    cluster = b"\x00" if cluster_id is None else uvarint(len(cluster_id) + 1) + cluster_id.encode()
+    body = uvarint(len(name) + 1) + name + uvarint(len(ver) + 1) + ver + cluster + struct.pack(">i", node_id) + b"\x00"
+    return request(API_API_VERSIONS, 5, correlation_id, body, flexible=True)
 
 
 def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, acks=-1, timeout_ms=10000,

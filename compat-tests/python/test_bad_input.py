@@ -113,11 +113,31 @@ def test_api_versions_v99_gets_a_v0_answer_with_unsupported_version_and_the_rang
         correlation_id, error_code, ranges = kw.parse_api_versions_v0(c.roundtrip(kw.api_versions_flexible(99, 77)))
         assert (correlation_id, error_code) == (77, kw.UNSUPPORTED_VERSION)
         assert ranges == expected
-        assert ranges[kw.API_API_VERSIONS] == (0, 4)
+        assert ranges[kw.API_API_VERSIONS] == (0, 5)
         assert ranges[kw.API_PRODUCE][0] == 0
         # KIP-511: the connection stays open and the client retries with a version it knows.
         body = c.roundtrip(kw.api_versions_flexible(3, 78))
         assert struct.unpack_from(">ih", body) == (78, kw.NONE)
+    assert_broker_still_serves(broker)
+
+
+def test_api_versions_v5_names_the_cluster_and_node_it_expects(broker):
+    """Kafka 4.4: a client that names another cluster or node is told to bootstrap again
+    (REBOOTSTRAP_REQUIRED); naming only one of the two is INVALID_REQUEST."""
+    a = clients.admin(broker)
+    cluster_id = a.list_topics(timeout=clients.TIMEOUT_S).cluster_id
+    cases = [
+        (None, -1, kw.NONE),
+        (cluster_id, 1, kw.NONE),
+        (cluster_id, 2, kw.REBOOTSTRAP_REQUIRED),
+        ("AAAAAAAAAAAAAAAAAAAAAA", 1, kw.REBOOTSTRAP_REQUIRED),
+        (cluster_id, -1, kw.INVALID_REQUEST),
+        (None, 1, kw.INVALID_REQUEST),
+    ]
+    with kw.Conn(broker.host, broker.port) as c:
+        for i, (cluster, node, expected) in enumerate(cases):
+            body = c.roundtrip(kw.api_versions_v5(100 + i, cluster, node))
+            assert struct.unpack_from(">ih", body) == (100 + i, expected), (cluster, node)
     assert_broker_still_serves(broker)
 
 

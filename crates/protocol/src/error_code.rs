@@ -175,6 +175,7 @@ error_codes! {
     DUPLICATE_VOTER = 126, false;
     VOTER_NOT_FOUND = 127, false;
     INVALID_REGULAR_EXPRESSION = 128, false;
+    REBOOTSTRAP_REQUIRED = 129, false;
 }
 
 #[cfg(test)]
@@ -187,7 +188,7 @@ mod tests {
             assert_eq!(ErrorCode::from_code(e.code()), Some(e));
             assert_eq!(e.code(), i as i16 - 1, "{} is out of sequence", e.name());
         }
-        assert_eq!(ErrorCode::from_code(129), None);
+        assert_eq!(ErrorCode::from_code(130), None);
         assert_eq!(ErrorCode::NOT_LEADER_OR_FOLLOWER.code(), 6);
         assert_eq!(ErrorCode::INVALID_RECORD.name(), "INVALID_RECORD");
     }

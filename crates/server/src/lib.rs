@@ -1,6 +1,7 @@
 //! The Osprey broker as a library, so its parts can be tested from `tests/`; the
 //! `osprey` binary (`main.rs`) is a thin wrapper around it.
 
+pub mod authorized_operations;
 pub mod background;
 pub mod broker;
 pub mod config;

@@ -1,15 +1,47 @@
 //! ApiVersions: the truthful table of what this broker serves (see `supported.rs`), and
-//! from v3 the `transaction.version` feature (KIP-584), which tells clients whether to use
-//! transaction version 2 (KIP-890 part 2).
+//! from v3 the features (KIP-584) with the levels this broker implements; among them
+//! `transaction.version`, which tells clients whether to use transaction version 2
+//! (KIP-890 part 2).
 
 use crate::broker::Broker;
 use crate::supported::{advertised_at, ADVERTISED, MAX_TRANSACTION_VERSION};
 use osprey_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
-use osprey_protocol::messages::ApiVersionsResponse;
-use osprey_protocol::{ErrorCode, ResponseBody};
+use osprey_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 
 /// The epoch of the finalized features: they change only with the broker's configuration.
 const FINALIZED_FEATURES_EPOCH: i64 = 1;
+
+/// `metadata.version` 4.2-IV1: the Kafka release whose client APIs this broker serves.
+const METADATA_VERSION_4_2_IV1: i16 = 29;
+
+/// A feature (KIP-584) as this broker reports it: the levels it can run at and the level
+/// it runs at. Kafka 4.4 reports these seven; a feature at level 0 is one whose
+/// protocol this broker does not implement.
+struct Feature {
+    name: &'static str,
+    min: i16,
+    max: i16,
+    finalized: i16,
+}
+
+fn features(transaction_version: i16) -> [Feature; 7] {
+    let fixed = |name, level| Feature { name, min: level, max: level, finalized: level };
+    [
+        fixed("metadata.version", METADATA_VERSION_4_2_IV1),
+        // The cluster metadata is this node's own log, not a KRaft quorum.
+        fixed("kraft.version", 0),
+        // The KIP-848 consumer group protocol.
+        fixed("group.version", 1),
+        // `osprey.transaction.version` picks 1 or 2 (KIP-890).
+        Feature { name: "transaction.version", min: 1, max: MAX_TRANSACTION_VERSION, finalized: transaction_version },
+        // Not implemented: eligible leader replicas (KIP-966), share groups (KIP-932),
+        // streams groups (KIP-1071).
+        fixed("eligible.leader.replicas.version", 0),
+        fixed("share.version", 0),
+        fixed("streams.version", 0),
+    ]
+}
 
 fn table(transaction_version: i16) -> Vec<ApiVersion> {
     ADVERTISED
@@ -21,25 +53,56 @@ fn table(transaction_version: i16) -> Vec<ApiVersion> {
         .collect()
 }
 
-pub fn handle(broker: &Broker, _version: i16) -> ResponseBody {
+pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> ResponseBody {
+    if version >= 5 {
+        if let Err(code) = check_addressee(broker, req) {
+            crate::telemetry::error_code(ApiKey::ApiVersions, code);
+            return ResponseBody::ApiVersions(ApiVersionsResponse { error_code: code.code(), ..Default::default() });
+        }
+    }
     let transaction_version = broker.settings.transaction_version;
+    let features = features(transaction_version);
     ResponseBody::ApiVersions(ApiVersionsResponse {
         api_keys: table(transaction_version),
-        supported_features: vec![SupportedFeatureKey {
-            name: "transaction.version".into(),
-            min_version: 0,
-            max_version: MAX_TRANSACTION_VERSION,
-            ..Default::default()
-        }],
+        // Before v4 a supported range starting at 0 broke clients (KAFKA-17011), so
+        // Kafka leaves those features out for them; so does this broker.
+        supported_features: features
+            .iter()
+            .filter(|f| version >= 4 || f.min > 0)
+            .map(|f| SupportedFeatureKey {
+                name: f.name.into(),
+                min_version: f.min,
+                max_version: f.max,
+                ..Default::default()
+            })
+            .collect(),
         finalized_features_epoch: FINALIZED_FEATURES_EPOCH,
-        finalized_features: vec![FinalizedFeatureKey {
-            name: "transaction.version".into(),
-            max_version_level: transaction_version,
-            min_version_level: transaction_version,
-            ..Default::default()
-        }],
+        // Level 0 is "not finalized": Kafka lists only features above it.
+        finalized_features: features
+            .iter()
+            .filter(|f| f.finalized > 0)
+            .map(|f| FinalizedFeatureKey {
+                name: f.name.into(),
+                max_version_level: f.finalized,
+                min_version_level: f.finalized,
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     })
+}
+
+/// v5: a client that names the cluster and node it means to reach (both or neither)
+/// must have reached them; otherwise it is told to bootstrap again, as Kafka 4.4 does.
+fn check_addressee(broker: &Broker, req: &ApiVersionsRequest) -> Result<(), ErrorCode> {
+    match (&req.cluster_id, req.node_id) {
+        (None, -1) => Ok(()),
+        (None, _) | (Some(_), -1) => Err(ErrorCode::INVALID_REQUEST),
+        (Some(cluster_id), node_id) if *cluster_id != broker.cluster_id || node_id != broker.settings.node_id => {
+            Err(ErrorCode::REBOOTSTRAP_REQUIRED)
+        }
+        (Some(_), _) => Ok(()),
+    }
 }
 
 /// KIP-511: the client asked a version we do not know. Answered in v0 with our ranges.

@@ -1,5 +1,6 @@
 //! DescribeCluster: this node is the whole cluster and its controller.
 
+use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
 use osprey_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use osprey_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
@@ -15,6 +16,10 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest, version: i16) -
         endpoint_type: if version >= 1 { req.endpoint_type } else { ENDPOINT_BROKERS },
         cluster_id: broker.cluster_id.clone(),
         controller_id: s.node_id,
+        cluster_authorized_operations: if_requested(
+            req.include_cluster_authorized_operations,
+            authorized_operations::CLUSTER,
+        ),
         brokers: vec![DescribeClusterBroker {
             broker_id: s.node_id,
             host: s.advertised_host.clone(),

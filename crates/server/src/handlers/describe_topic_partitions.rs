@@ -1,6 +1,7 @@
 //! DescribeTopicPartitions (KIP-966): topics and partitions with a cursor, for admin
 //! clients describing large topics.
 
+use crate::authorized_operations;
 use crate::broker::Broker;
 use osprey_cluster::TopicImage;
 use osprey_protocol::messages::describe_topic_partitions_response::{
@@ -27,6 +28,7 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest) -> Resp
             resp.topics.push(DescribeTopicPartitionsResponseTopic {
                 error_code: ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
                 name: Some(name),
+                topic_authorized_operations: authorized_operations::TOPIC,
                 ..Default::default()
             });
             continue;
@@ -51,6 +53,8 @@ fn describe(topic: &TopicImage, first: i32, budget: usize) -> (DescribeTopicPart
         name: Some(topic.name.clone()),
         topic_id: topic.id,
         is_internal: topic.name.starts_with("__"),
+        // No request flag here: Kafka always reports them (KIP-966).
+        topic_authorized_operations: authorized_operations::TOPIC,
         partitions: partitions
             .into_iter()
             .take(budget)

@@ -3,6 +3,7 @@
 //! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 //! Offsets have their own files (`offset_commit.rs`, `offset_fetch.rs`).
 
+use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
 use crate::dispatch::Reply;
 use osprey_cluster::group::Response;
@@ -64,8 +65,17 @@ pub fn list(broker: &Arc<Broker>, req: ListGroupsRequest, version: i16) -> Respo
     )
 }
 
+/// DescribeGroups; v3+ adds the authorized operations of each group described without
+/// error, when asked (as Kafka's `KafkaApis.handleDescribeGroupsRequest`).
 pub fn describe(broker: &Arc<Broker>, req: DescribeGroupsRequest, version: i16) -> ResponseBody {
-    ResponseBody::DescribeGroups(broker.groups.call(broker, |c, _| c.describe_groups(&req.groups, version)))
+    let mut resp = broker.groups.call(broker, |c, _| c.describe_groups(&req.groups, version));
+    if version >= 3 {
+        let operations = if_requested(req.include_authorized_operations, authorized_operations::GROUP);
+        for group in resp.groups.iter_mut().filter(|g| g.error_code == ErrorCode::NONE.code()) {
+            group.authorized_operations = operations;
+        }
+    }
+    ResponseBody::DescribeGroups(resp)
 }
 
 pub fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> Reply {
@@ -101,6 +111,13 @@ pub fn consumer_heartbeat(
     later(rx, ResponseBody::ConsumerGroupHeartbeat(fallback))
 }
 
+/// ConsumerGroupDescribe, with the authorized operations of each group described without
+/// error when asked.
 pub fn consumer_describe(broker: &Arc<Broker>, req: ConsumerGroupDescribeRequest) -> ResponseBody {
-    ResponseBody::ConsumerGroupDescribe(broker.groups.call(broker, |c, _| c.consumer_group_describe(&req.group_ids)))
+    let mut resp = broker.groups.call(broker, |c, _| c.consumer_group_describe(&req.group_ids));
+    let operations = if_requested(req.include_authorized_operations, authorized_operations::GROUP);
+    for group in resp.groups.iter_mut().filter(|g| g.error_code == ErrorCode::NONE.code()) {
+        group.authorized_operations = operations;
+    }
+    ResponseBody::ConsumerGroupDescribe(resp)
 }

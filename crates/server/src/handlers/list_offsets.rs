@@ -2,6 +2,7 @@
 //! (-4), or the first offset whose timestamp is at least the one given.
 
 use crate::broker::Broker;
+use crate::dispatch::Reply;
 use crate::partition::Partition;
 use osprey_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use osprey_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -17,7 +18,45 @@ const EARLIEST_LOCAL: i64 = -4;
 /// A batch decompressed to find a timestamp may not inflate beyond this.
 const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 
-pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ResponseBody {
+/// Timestamp lookups read batches from disk, so the request is answered on a blocking
+/// thread, not on an async worker.
+pub fn handle(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let fallback = failed(&req);
+        match tokio::task::spawn_blocking(move || answer(&broker, req, version)).await {
+            Ok(resp) => resp,
+            Err(e) => {
+                tracing::error!(error = %e, "ListOffsets lookup failed");
+                fallback
+            }
+        }
+    }))
+}
+
+/// Every partition of `req` with UNKNOWN_SERVER_ERROR: the answer when a lookup panicked.
+fn failed(req: &ListOffsetsRequest) -> ResponseBody {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| ListOffsetsTopicResponse {
+            name: t.name.clone(),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| ListOffsetsPartitionResponse {
+                    partition_index: p.partition_index,
+                    error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect();
+    ResponseBody::ListOffsets(ListOffsetsResponse { topics, ..Default::default() })
+}
+
+fn answer(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ResponseBody {
     let image = broker.image();
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
@@ -69,21 +108,33 @@ fn lookup(
     match timestamp {
         LATEST => Ok((high_watermark, -1, epoch)),
         EARLIEST | EARLIEST_LOCAL => Ok((log.log_start_offset(), -1, epoch)),
-        MAX_TIMESTAMP => Ok(match log.max_timestamp_and_offset() {
-            Some((ts, offset)) if offset < high_watermark => (offset, ts, epoch),
-            _ => (-1, -1, -1),
-        }),
-        ts if ts >= 0 => {
-            let found = log.offset_for_timestamp(ts).map_err(|e| {
-                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "timestamp lookup failed");
-                ErrorCode::KAFKA_STORAGE_ERROR
-            })?;
-            match found.and_then(|f| first_record_at_or_after(f.batch, ts)) {
-                Some((offset, record_ts)) if offset < high_watermark => Ok((offset, record_ts, epoch)),
-                _ => Ok((-1, -1, -1)),
-            }
-        }
+        // KIP-734: the first record carrying the log's largest timestamp. The segments know
+        // only the batch that holds it, so that batch is searched, as Kafka's
+        // `RecordBatch.offsetOfMaxTimestamp` does: the first batch whose largest timestamp
+        // is the log's is also the first batch at or after it.
+        MAX_TIMESTAMP => match log.max_timestamp_and_offset() {
+            Some((max_timestamp, _)) => record_at_or_after(partition, max_timestamp, high_watermark, epoch),
+            None => Ok((-1, -1, -1)),
+        },
+        ts if ts >= 0 => record_at_or_after(partition, ts, high_watermark, epoch),
         // Tiered-storage lookups (-5 and beyond) have nothing to find on a broker without it.
+        _ => Ok((-1, -1, -1)),
+    }
+}
+
+/// The first record with a timestamp at or after `ts` below `high_watermark`.
+fn record_at_or_after(
+    partition: &Partition,
+    ts: i64,
+    high_watermark: i64,
+    epoch: i32,
+) -> Result<(i64, i64, i32), ErrorCode> {
+    let found = partition.log.offset_for_timestamp(ts).map_err(|e| {
+        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "timestamp lookup failed");
+        ErrorCode::KAFKA_STORAGE_ERROR
+    })?;
+    match found.and_then(|f| first_record_at_or_after(f.batch, ts)) {
+        Some((offset, record_ts)) if offset < high_watermark => Ok((offset, record_ts, epoch)),
         _ => Ok((-1, -1, -1)),
     }
 }

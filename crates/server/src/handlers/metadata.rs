@@ -1,6 +1,7 @@
 //! Metadata: brokers, topics (by name or id), partitions with leaders and epochs; creates
 //! missing topics when both the request and `auto.create.topics.enable` allow it.
 
+use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
 use osprey_cluster::{NewTopic, TopicImage};
 use osprey_protocol::messages::metadata_response::{
@@ -11,6 +12,22 @@ use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> ResponseBody {
+    let mut resp = topics_and_brokers(broker, &req, version);
+    // v8+ (KIP-430): authorized operations when asked; the cluster's only up to v10.
+    if version >= 8 {
+        let topic_operations = if_requested(req.include_topic_authorized_operations, authorized_operations::TOPIC);
+        for topic in &mut resp.topics {
+            topic.topic_authorized_operations = topic_operations;
+        }
+        if version <= 10 {
+            resp.cluster_authorized_operations =
+                if_requested(req.include_cluster_authorized_operations, authorized_operations::CLUSTER);
+        }
+    }
+    ResponseBody::Metadata(resp)
+}
+
+fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16) -> MetadataResponse {
     let s = &broker.settings;
     let mut resp = MetadataResponse {
         brokers: vec![MetadataResponseBroker {
@@ -24,11 +41,11 @@ pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Respo
         ..Default::default()
     };
     // v0: an empty list means every topic; v1+: null means every topic.
-    let requested = match req.topics {
+    let requested = match &req.topics {
         Some(t) if !(version == 0 && t.is_empty()) => t,
         _ => {
             resp.topics = broker.image().topics().map(|t| describe(t, version)).collect();
-            return ResponseBody::Metadata(resp);
+            return resp;
         }
     };
     let auto_create = req.allow_auto_topic_creation && s.auto_create_topics;
@@ -57,7 +74,7 @@ pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Respo
             }
         });
     }
-    ResponseBody::Metadata(resp)
+    resp
 }
 
 fn create(broker: &Arc<Broker>, name: &str) -> Result<TopicImage, ErrorCode> {

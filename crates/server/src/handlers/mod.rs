@@ -1,6 +1,7 @@
 //! One file per request kind. Each handler takes the decoded request and returns a
 //! [`Reply`]: a response now, one that resolves later (fsync, long poll), or nothing.
 
+pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
 pub mod create_partitions;
@@ -34,11 +35,11 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
     let version = request.version();
     let client_id = request.header.client_id.clone().unwrap_or_default();
     match request.body {
-        RequestBody::ApiVersions(_) => Reply::Now(api_versions::handle(broker, version)),
+        RequestBody::ApiVersions(body) => Reply::Now(api_versions::handle(broker, &body, version)),
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
         RequestBody::Produce(body) => produce::handle(broker, body, version),
         RequestBody::Fetch(body) => fetch::handle(broker, body, version),
-        RequestBody::ListOffsets(body) => Reply::Now(list_offsets::handle(broker, body, version)),
+        RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
         RequestBody::CreateTopics(body) => Reply::Now(create_topics::handle(broker, body, version)),
         RequestBody::DeleteTopics(body) => Reply::Now(delete_topics::handle(broker, body, version)),
         RequestBody::CreatePartitions(body) => Reply::Now(create_partitions::handle(broker, body)),
@@ -78,6 +79,9 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::DescribeTransactions(body) => Reply::Now(transactions::describe_transactions(broker, body)),
         RequestBody::ListTransactions(body) => Reply::Now(transactions::list_transactions(broker, body)),
         RequestBody::DescribeProducers(body) => Reply::Now(transactions::describe_producers(broker, body)),
+        RequestBody::DescribeAcls(_) => Reply::Now(acls::describe()),
+        RequestBody::CreateAcls(body) => Reply::Now(acls::create(body)),
+        RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),
     }

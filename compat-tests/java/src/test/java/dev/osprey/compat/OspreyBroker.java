@@ -7,8 +7,14 @@ import java.io.DataInputStream;
 import java.io.DataOutputStream;
 import java.io.IOException;
 import java.io.UncheckedIOException;
+import java.net.InetAddress;
 import java.net.InetSocketAddress;
+import java.net.ServerSocket;
 import java.net.Socket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -63,6 +69,8 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
     private String host;
     private int port;
     private int nodeId;
+    /** The Prometheus endpoint's port: picked free at the first start, kept across restarts. */
+    private int metricsPort;
     /** Set when afterEach replaced a wedged broker: its log went into the failure message. */
     private boolean replaced;
 
@@ -158,6 +166,21 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         return apiVersions().containsKey(apiKey);
     }
 
+    /** The broker's Prometheus metrics, as text. */
+    public String metrics() {
+        HttpRequest request = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + metricsPort + "/metrics"))
+                .timeout(Duration.ofMillis(LIVENESS_TIMEOUT_MS))
+                .build();
+        try {
+            return HttpClient.newHttpClient().send(request, HttpResponse.BodyHandlers.ofString()).body();
+        } catch (IOException e) {
+            throw new UncheckedIOException("metrics of " + bootstrapServers(), e);
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IllegalStateException(e);
+        }
+    }
+
     /** ApiVersions v0 over a raw socket: api key to {min, max}. */
     public Map<Short, short[]> apiVersions() {
         byte[] clientId = "osprey-compat".getBytes(StandardCharsets.UTF_8);
@@ -193,6 +216,9 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
     private void start() throws IOException, InterruptedException {
         dataDir = Files.createTempDirectory("osprey-compat-");
         logFile = dataDir.resolve("osprey.log");
+        try (ServerSocket free = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            metricsPort = free.getLocalPort();
+        }
         launch("PLAINTEXT://127.0.0.1:0");
     }
 
@@ -215,7 +241,7 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         List<String> command = new ArrayList<>(List.of(bin,
                 "--override", "listeners=" + listener,
                 "--override", "log.dirs=" + logDir,
-                "--override", "metrics.listener=127.0.0.1:0"));
+                "--override", "metrics.listener=127.0.0.1:" + metricsPort));
         for (String override : overrides) {
             command.add("--override");
             command.add(override);
