@@ -75,6 +75,8 @@ impl Settings {
             consumer_group_heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
             consumer_group_session_timeout_ms: c.group_consumer_session_timeout_ms,
             consumer_group_max_size: c.group_consumer_max_size.max(1) as usize,
+            consumer_group_regex_max_patterns: c.group_consumer_regex_max_patterns.max(1) as usize,
+            consumer_group_regex_max_compiled_bytes: c.group_consumer_regex_max_compiled_bytes.max(1024) as usize,
             ..Default::default()
         }
     }

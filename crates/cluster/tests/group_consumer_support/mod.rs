@@ -39,6 +39,8 @@ pub struct Client {
     pub epoch: i32,
     pub owned: Assignment,
     pub topics: Vec<String>,
+    /// Subscribes with this SubscribedTopicRegex instead of `topics`.
+    pub pattern: Option<String>,
     pub assignor: Option<String>,
 }
 
@@ -50,8 +52,14 @@ impl Client {
             epoch: 0,
             owned: Assignment::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            pattern: None,
             assignor: None,
         }
+    }
+
+    /// A consumer subscribing with a pattern (`subscribe(Pattern)`).
+    pub fn with_pattern(member_id: &str, pattern: &str) -> Client {
+        Client { pattern: Some(pattern.to_string()), ..Client::new(member_id, &[]) }
     }
 
     pub fn with_instance(mut self, instance_id: &str) -> Client {
@@ -69,7 +77,8 @@ impl Client {
             member_epoch: self.epoch,
             instance_id: self.instance_id.clone(),
             rebalance_timeout_ms: if joining { REBALANCE_MS } else { -1 },
-            subscribed_topic_names: joining.then(|| self.topics.clone()),
+            subscribed_topic_names: (joining && self.pattern.is_none()).then(|| self.topics.clone()),
+            subscribed_topic_regex: self.pattern.clone().filter(|_| joining),
             server_assignor: if joining { self.assignor.clone() } else { None },
             topic_partitions: Some(owned_list(&self.owned)),
             ..Default::default()

@@ -217,6 +217,10 @@ pub struct BrokerConfig {
     pub group_consumer_session_timeout_ms: i32,
     /// `group.consumer.max.size`.
     pub group_consumer_max_size: i32,
+    /// `osprey.group.consumer.regex.max.patterns`.
+    pub group_consumer_regex_max_patterns: i32,
+    /// `osprey.group.consumer.regex.max.compiled.bytes`.
+    pub group_consumer_regex_max_compiled_bytes: i32,
     /// `group.max.size`.
     pub group_max_size: i32,
     /// `osprey.transaction.version`.
@@ -383,6 +387,8 @@ impl BrokerConfig {
             group_consumer_heartbeat_interval_ms: r.i32("group.consumer.heartbeat.interval.ms"),
             group_consumer_session_timeout_ms: r.i32("group.consumer.session.timeout.ms"),
             group_consumer_max_size: r.i32("group.consumer.max.size"),
+            group_consumer_regex_max_patterns: r.i32("osprey.group.consumer.regex.max.patterns"),
+            group_consumer_regex_max_compiled_bytes: r.i32("osprey.group.consumer.regex.max.compiled.bytes"),
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
             transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),

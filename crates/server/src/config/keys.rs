@@ -407,6 +407,10 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "A KIP-848 member silent this long is removed from its group."),
     ConfigKey::new("group.consumer.max.size", Int, Some(I32_MAX), AtLeast(1), G::Groups,
         "Most members in one KIP-848 consumer group."),
+    ConfigKey::new("osprey.group.consumer.regex.max.patterns", Int, Some("100"), AtLeast(1), G::Groups,
+        "Most distinct SubscribedTopicRegex patterns one KIP-848 consumer group may use at once (each is matched against every topic when topics change)."),
+    ConfigKey::new("osprey.group.consumer.regex.max.compiled.bytes", Int, Some("1048576"), AtLeast(1024), G::Groups,
+        "Most memory one compiled SubscribedTopicRegex may take; a larger pattern is INVALID_REGULAR_EXPRESSION."),
     // Transactions
     ConfigKey::new("osprey.transaction.version", Short, Some("2"), Between(1, 2), G::Transactions,
         "The finalized transaction.version feature: 2 lets clients use KIP-890 part 2 (an epoch bump per transaction, implicit partition adds), 1 keeps them on the older protocol."),
