@@ -190,6 +190,13 @@ pub enum ConsumerGroupState {
 }
 
 impl ConsumerGroupState {
+    pub const ALL: [ConsumerGroupState; 4] = [
+        ConsumerGroupState::Empty,
+        ConsumerGroupState::Assigning,
+        ConsumerGroupState::Reconciling,
+        ConsumerGroupState::Stable,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             ConsumerGroupState::Empty => "Empty",
