@@ -167,6 +167,37 @@ impl Controller {
         self.commit(records)
     }
 
+    /// Sets (`Some`) or resets (`None`) a group's configs, all or nothing: the group's
+    /// whole set after the change must pass `validate` (Kafka checks the heartbeat
+    /// interval against the session timeout, so one key is not checked alone).
+    pub fn set_group_configs(
+        &mut self,
+        group: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+        validate: &dyn Fn(&BTreeMap<String, String>) -> Result<(), String>,
+    ) -> Result<(), ControllerError> {
+        if group.is_empty() {
+            return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));
+        }
+        let mut after = self.image.group_configs(group).cloned().unwrap_or_default();
+        for (k, v) in changes {
+            match v {
+                Some(v) => after.insert(k.clone(), v.clone()),
+                None => after.remove(k),
+            };
+        }
+        validate(&after).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
+        if validate_only || changes.is_empty() {
+            return Ok(());
+        }
+        let records = changes
+            .iter()
+            .map(|(k, v)| MetadataRecord::SetGroupConfig { group: group.to_string(), key: k.clone(), value: v.clone() })
+            .collect();
+        self.commit(records)
+    }
+
     /// Reserves `count` producer ids, durably: ids of a block are never handed out again,
     /// even if the broker crashes before using them.
     pub fn allocate_producer_ids(&mut self, count: i64) -> Result<std::ops::Range<i64>, ControllerError> {

@@ -102,6 +102,7 @@
 
 mod admin;
 pub mod consumer;
+pub mod group_config;
 mod heartbeat;
 mod invariants;
 mod join;

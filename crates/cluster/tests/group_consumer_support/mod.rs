@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use osprey_cluster::group::consumer::Assignment;
-use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo};
+use osprey_cluster::group::group_config::ConsumerGroupOverrides;
+use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo, TopicsView};
 use osprey_protocol::messages::consumer_group_heartbeat_request::{ConsumerGroupHeartbeatRequest, TopicPartitions};
 use osprey_protocol::messages::ConsumerGroupHeartbeatResponse;
 use osprey_protocol::{ErrorCode, Uuid};
@@ -29,6 +30,29 @@ pub struct Harness {
     pub fail_persists: Option<ErrorCode>,
     /// The number of persists that carried a heartbeat's answer.
     pub persists: usize,
+    /// Group configs, by group id, as the server's metadata view carries them.
+    pub group_overrides: BTreeMap<String, ConsumerGroupOverrides>,
+}
+
+/// The harness's topics and group configs as the coordinator's view of the cluster.
+struct View<'a> {
+    topics: &'a BTreeMap<String, TopicInfo>,
+    group_overrides: &'a BTreeMap<String, ConsumerGroupOverrides>,
+}
+
+impl TopicsView for View<'_> {
+    fn topic(&self, name: &str) -> Option<TopicInfo> {
+        self.topics.topic(name)
+    }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.topics.for_each_name(f)
+    }
+    fn version(&self) -> u64 {
+        self.topics.version()
+    }
+    fn consumer_group_overrides(&self, group_id: &str) -> ConsumerGroupOverrides {
+        self.group_overrides.get(group_id).copied().unwrap_or_default()
+    }
 }
 
 /// A consumer following the protocol.
@@ -121,6 +145,7 @@ impl Harness {
             log: Vec::new(),
             fail_persists: None,
             persists: 0,
+            group_overrides: BTreeMap::new(),
         }
     }
 
@@ -142,7 +167,7 @@ impl Harness {
             version,
             "client",
             "/10.0.0.1",
-            &self.topics,
+            &View { topics: &self.topics, group_overrides: &self.group_overrides },
             reply,
             self.now,
         );

@@ -465,7 +465,12 @@ impl GroupCoordinator {
             compute_target_assignment(group, records);
         }
         let owned = request.topic_partitions.as_deref().map(to_assignment);
-        let session_timeout_ms = i64::from(self.config.consumer_group_session_timeout_ms);
+        // The group's configs override the broker's (Kafka's `GroupConfigManager`).
+        let overrides = topics.consumer_group_overrides(&group_id);
+        let session_timeout_ms =
+            i64::from(overrides.session_timeout_ms.unwrap_or(self.config.consumer_group_session_timeout_ms));
+        let heartbeat_interval_ms =
+            overrides.heartbeat_interval_ms.unwrap_or(self.config.consumer_group_heartbeat_interval_ms);
         let member = reconcile_member(group, &member_id, owned.as_ref(), records, now_ms);
         member.session_deadline_ms = Some(now_ms + session_timeout_ms);
         let include_assignment =
@@ -473,7 +478,7 @@ impl GroupCoordinator {
         ConsumerGroupHeartbeatResponse {
             member_id: Some(member_id.clone()),
             member_epoch: member.member_epoch,
-            heartbeat_interval_ms: self.config.consumer_group_heartbeat_interval_ms,
+            heartbeat_interval_ms,
             assignment: include_assignment.then(|| response_assignment(&member.assigned_partitions)),
             ..Default::default()
         }

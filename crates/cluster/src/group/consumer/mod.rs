@@ -23,6 +23,9 @@
 //!   the view's [`TopicsView::version`] has moved).
 //! - ConsumerGroupHeartbeat names topics by id; [`GroupCoordinator::consumer_group_describe`]
 //!   fills in names from the group's subscribed topics.
+//! - The group's configs (`consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms`,
+//!   [`crate::group::group_config`]) come with the view too, and override the broker's
+//!   settings for that group's heartbeats.
 //! - Sessions (`group.consumer.session.timeout.ms`) and rebalance timeouts (a member that
 //!   does not revoke within its rebalance timeout) run in [`GroupCoordinator::tick`];
 //!   [`GroupCoordinator::next_deadline`] includes them.
@@ -60,6 +63,7 @@ mod reconcile;
 pub(crate) mod records;
 mod subscription_regex;
 
+use crate::group::group_config::ConsumerGroupOverrides;
 use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -81,6 +85,11 @@ pub trait TopicsView {
     /// Changes whenever a topic is created, deleted or changes its partitions (and may
     /// change more often): patterns are resolved again when it moves.
     fn version(&self) -> u64;
+    /// The group's configs where they override the broker's (group configs live in the
+    /// cluster metadata with the topics); none unless the view has group configs.
+    fn consumer_group_overrides(&self, _group_id: &str) -> ConsumerGroupOverrides {
+        ConsumerGroupOverrides::default()
+    }
 }
 
 /// A version for the maps tests use as views: a digest of their contents, independent
@@ -135,6 +144,9 @@ impl TopicsView for crate::MetadataImage {
     }
     fn version(&self) -> u64 {
         self.applied
+    }
+    fn consumer_group_overrides(&self, group_id: &str) -> ConsumerGroupOverrides {
+        self.group_configs(group_id).map(ConsumerGroupOverrides::from_configs).unwrap_or_default()
     }
 }
 
