@@ -44,6 +44,8 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
 
 /// Checks one topic-level config; returns the message for INVALID_CONFIG.
 pub type ConfigValidator<'a> = &'a dyn Fn(&str, &str) -> Result<(), String>;
+/// Checks a group's whole set of configs (Kafka's `GroupConfig.validate`).
+pub type GroupConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Result<(), String>;
 
 #[derive(Debug)]
 pub struct Controller {
@@ -175,7 +177,7 @@ impl Controller {
         group: &str,
         changes: &[(String, Option<String>)],
         validate_only: bool,
-        validate: &dyn Fn(&BTreeMap<String, String>) -> Result<(), String>,
+        validate: GroupConfigValidator<'_>,
     ) -> Result<(), ControllerError> {
         if group.is_empty() {
             return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));

@@ -47,8 +47,8 @@ fn topics_created_and_deleted_after_subscribing_join_and_leave_the_assignment() 
         Client::with_pattern("member-a-0000000000001", "PFX-.*"),
         Client::with_pattern("member-b-0000000000002", "PFX-.*"),
     ];
-    for i in 0..clients.len() {
-        h.heartbeat(&mut clients[i]);
+    for client in &mut clients {
+        h.heartbeat(client);
     }
     h.converge(&mut clients);
     assert_eq!(clients.iter().map(Client::count).sum::<usize>(), 0, "nothing matches yet");
@@ -75,8 +75,8 @@ fn names_and_patterns_mix_in_one_group() {
     add_topic(&mut h, "PFX-orders", 10, 2);
     let mut clients =
         vec![Client::new("member-a-0000000000001", &["t1"]), Client::with_pattern("member-b-0000000000002", "PFX-.*")];
-    for i in 0..clients.len() {
-        h.heartbeat(&mut clients[i]);
+    for client in &mut clients {
+        h.heartbeat(client);
     }
     h.converge(&mut clients);
     assert_eq!(topics_of(&h, &clients[0]), BTreeSet::from(["t1".to_string()]));
