@@ -97,6 +97,10 @@ fn a_group_takes_at_most_the_configured_number_of_distinct_patterns() {
     let third = h.send(&Client::with_pattern("member-d-0000000000004", "t.*").request());
     assert_eq!(third.error_code, INVALID_REGULAR_EXPRESSION);
     assert!(third.error_message.unwrap().contains("osprey.group.consumer.regex.max.patterns"));
+    // A member changing its own pattern replaces it: b was the only one using "t2".
+    let mut change = b.request();
+    change.subscribed_topic_regex = Some("t.*".into());
+    assert_eq!(h.send(&change).error_code, 0);
 }
 
 #[test]

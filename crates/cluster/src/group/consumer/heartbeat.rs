@@ -13,7 +13,7 @@ use osprey_protocol::messages::consumer_group_heartbeat_response::{
 };
 use osprey_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 use osprey_protocol::{ErrorCode, Uuid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A heartbeat's failure: the error code and Kafka's message.
 struct Rejection {
@@ -571,7 +571,13 @@ fn check_pattern_count(
     max: usize,
 ) -> Result<(), Rejection> {
     let Some(pattern) = request.subscribed_topic_regex.as_deref().filter(|p| !p.is_empty()) else { return Ok(()) };
-    let patterns = group.subscribed_patterns();
+    // The member's own current pattern is replaced, not added to.
+    let patterns: BTreeSet<&str> = group
+        .members
+        .values()
+        .filter(|m| m.member_id != request.member_id)
+        .filter_map(|m| m.subscribed_topic_regex.as_deref())
+        .collect();
     if patterns.contains(pattern) || patterns.len() < max {
         return Ok(());
     }
