@@ -37,7 +37,6 @@
 //! - ListGroups lists consumer groups with type "consumer"; DeleteGroups deletes an
 //!   empty one (NON_EMPTY_GROUP otherwise); `load` replays their records and
 //!   `unload_partition` drops them.
-//!
 //! - Regular-expression subscriptions (`subscribed_topic_regex`, RE2 syntax) are
 //!   resolved against the cluster's topics and resolved again when the topics change
 //!   ([`subscription_regex`]).
