@@ -63,3 +63,45 @@ def test_two_consumer_protocol_members_split_partitions_and_process_everything_o
     finally:
         for c in consumers:
             c.close()
+
+
+def test_a_regex_subscription_consumes_matching_topics_including_ones_created_later(broker):
+    """librdkafka sends a subscription starting with '^' as KIP-848's SubscribedTopicRegex;
+    the broker resolves it against the topics that exist and again when a matching topic
+    is created after the consumer subscribed."""
+    clients.create_topic(broker, "PFX-early", partitions=2)
+    clients.create_topic(broker, "unrelated", partitions=1)
+    p = clients.producer(broker, acks="all")
+    clients.produce_all(p, "PFX-early", [{"value": b"early-%d" % i} for i in range(10)])
+    clients.produce_all(p, "unrelated", [{"value": b"unrelated-%d" % i} for i in range(10)])
+    c = clients.consumer(
+        broker,
+        **{"group.id": "kip848-regex", "group.protocol": "consumer", "auto.offset.reset": "earliest"},
+    )
+    seen = []
+
+    def consume_until(count):
+        deadline = time.monotonic() + 60
+        while len(seen) < count:
+            assert time.monotonic() < deadline, f"consumed {seen}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen.append((m.topic(), m.value()))
+
+    try:
+        c.subscribe(["^PFX-.*"])
+        consume_until(10)
+        clients.create_topic(broker, "PFX-late", partitions=1)
+        clients.produce_all(p, "PFX-late", [{"value": b"late-%d" % i} for i in range(5)])
+        consume_until(15)
+        topics = {t for t, _ in seen}
+        assert topics == {"PFX-early", "PFX-late"}, seen
+        assert len(set(seen)) == 15, seen
+        a = clients.admin(broker)
+        d = a.describe_consumer_groups(["kip848-regex"], request_timeout=clients.TIMEOUT_S)["kip848-regex"].result(
+            timeout=clients.TIMEOUT_S
+        )
+        assigned = {tp.topic for m in d.members for tp in m.assignment.topic_partitions}
+        assert assigned == {"PFX-early", "PFX-late"}, d
+    finally:
+        c.close()

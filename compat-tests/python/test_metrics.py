@@ -96,3 +96,37 @@ def test_metrics_show_groups_by_state_generation_and_consumer_lag(broker):
     assert lag == 6
     assert empty >= 1
     assert value(samples, "osprey_group_generation", group="lag-group") == 0
+
+
+def test_a_deleted_kip848_group_leaves_the_state_gauges(broker):
+    """A consumer group held in Reconciling (its first member does not poll, so it never
+    revokes what the second member is to get), then deleted: its state gauge returns to 0."""
+    topic, group = "gauged", "gauged-kip848"
+    clients.create_topic(broker, topic, partitions=4)
+    conf = {"group.id": group, "group.protocol": "consumer", "auto.offset.reset": "earliest"}
+    first = clients.consumer(broker, **conf)
+    second = None
+    try:
+        first.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(first.assignment()) < 4:
+            assert time.monotonic() < deadline, first.assignment()
+            first.poll(0.2)
+        second = clients.consumer(broker, **conf)
+        second.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while scrape(broker).get(("osprey_groups", frozenset({("state", "Reconciling")})), 0) < 1:
+            assert time.monotonic() < deadline, "the group was never counted as Reconciling"
+            second.poll(0.5)
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+    a = clients.admin(broker)
+    deleted = a.delete_consumer_groups([group], request_timeout=clients.TIMEOUT_S)
+    deleted[group].result(timeout=clients.TIMEOUT_S)
+    # Group gauges are refreshed every 5 s.
+    deadline = time.monotonic() + 15
+    while value(scrape(broker), "osprey_groups", state="Reconciling") != 0:
+        assert time.monotonic() < deadline, "a deleted group is still counted as Reconciling"
+        time.sleep(0.5)

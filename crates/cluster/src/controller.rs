@@ -44,6 +44,8 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
 
 /// Checks one topic-level config; returns the message for INVALID_CONFIG.
 pub type ConfigValidator<'a> = &'a dyn Fn(&str, &str) -> Result<(), String>;
+/// Checks a group's whole set of configs (Kafka's `GroupConfig.validate`).
+pub type GroupConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Result<(), String>;
 
 #[derive(Debug)]
 pub struct Controller {
@@ -163,6 +165,37 @@ impl Controller {
         let records = changes
             .iter()
             .map(|(k, v)| MetadataRecord::SetTopicConfig { id: id.0, key: k.clone(), value: v.clone() })
+            .collect();
+        self.commit(records)
+    }
+
+    /// Sets (`Some`) or resets (`None`) a group's configs, all or nothing: the group's
+    /// whole set after the change must pass `validate` (Kafka checks the heartbeat
+    /// interval against the session timeout, so one key is not checked alone).
+    pub fn set_group_configs(
+        &mut self,
+        group: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+        validate: GroupConfigValidator<'_>,
+    ) -> Result<(), ControllerError> {
+        if group.is_empty() {
+            return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));
+        }
+        let mut after = self.image.group_configs(group).cloned().unwrap_or_default();
+        for (k, v) in changes {
+            match v {
+                Some(v) => after.insert(k.clone(), v.clone()),
+                None => after.remove(k),
+            };
+        }
+        validate(&after).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
+        if validate_only || changes.is_empty() {
+            return Ok(());
+        }
+        let records = changes
+            .iter()
+            .map(|(k, v)| MetadataRecord::SetGroupConfig { group: group.to_string(), key: k.clone(), value: v.clone() })
             .collect();
         self.commit(records)
     }

@@ -34,6 +34,13 @@ pub enum MetadataRecord {
         key: String,
         value: Option<String>,
     },
+    /// A group config (ConfigResource type GROUP) set (`Some`) or reset to the broker
+    /// default (`None`); the group need not exist, as in Kafka.
+    SetGroupConfig {
+        group: String,
+        key: String,
+        value: Option<String>,
+    },
 }
 
 /// The current metadata: what every handler reads.
@@ -45,6 +52,8 @@ pub struct MetadataImage {
     pub applied: u64,
     /// The first producer id not yet handed out.
     pub next_producer_id: i64,
+    /// Group configs (overrides only) by group id.
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -79,6 +88,11 @@ impl MetadataImage {
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicImage> {
         self.topics.get(&id)
+    }
+
+    /// A group's config overrides (empty when it has none).
+    pub fn group_configs(&self, group_id: &str) -> Option<&BTreeMap<String, String>> {
+        self.group_configs.get(group_id)
     }
 
     /// Topics in name order.
@@ -131,6 +145,20 @@ impl MetadataImage {
                 },
                 None => tracing::warn!(topic_id = %Uuid(*id), "metadata record configures a missing topic"),
             },
+            MetadataRecord::SetGroupConfig { group, key, value } => {
+                let configs = self.group_configs.entry(group.clone()).or_default();
+                match value {
+                    Some(v) => {
+                        configs.insert(key.clone(), v.clone());
+                    }
+                    None => {
+                        configs.remove(key);
+                    }
+                }
+                if configs.is_empty() {
+                    self.group_configs.remove(group);
+                }
+            }
         }
     }
 }
@@ -176,6 +204,20 @@ mod tests {
         image.apply(&MetadataRecord::DeleteTopic { id: [1; 16] });
         assert!(image.topic("a").is_none());
         assert_eq!(image.applied, 5);
+    }
+
+    #[test]
+    fn group_configs_are_set_and_reset_for_any_group_id() {
+        let mut image = MetadataImage::default();
+        let set = |value: Option<&str>| MetadataRecord::SetGroupConfig {
+            group: "g".into(),
+            key: "consumer.session.timeout.ms".into(),
+            value: value.map(str::to_string),
+        };
+        image.apply(&set(Some("50000")));
+        assert_eq!(image.group_configs("g").unwrap()["consumer.session.timeout.ms"], "50000");
+        image.apply(&set(None));
+        assert!(image.group_configs("g").is_none());
     }
 
     #[test]

@@ -5,6 +5,7 @@ mod group_consumer_support;
 
 use group_consumer_support::*;
 use osprey_cluster::group::consumer::{Assignment, INVALID_REGULAR_EXPRESSION};
+use osprey_cluster::group::group_config::ConsumerGroupOverrides;
 use osprey_cluster::group::{ConsumerGroupState, GroupConfig};
 use osprey_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use osprey_protocol::ErrorCode;
@@ -255,11 +256,13 @@ fn malformed_first_heartbeats_are_invalid_requests() {
     assert_eq!(h.send(&unknown).error_code, code(ErrorCode::UNSUPPORTED_ASSIGNOR));
     let regex = ConsumerGroupHeartbeatRequest {
         subscribed_topic_names: None,
-        subscribed_topic_regex: Some("t.*".into()),
+        subscribed_topic_regex: Some("t[".into()),
         ..good.clone()
     };
-    assert_eq!(h.send(&regex).error_code, INVALID_REGULAR_EXPRESSION);
-    // A pattern without metacharacters names a topic.
+    let refused = h.send(&regex);
+    assert_eq!(refused.error_code, INVALID_REGULAR_EXPRESSION);
+    assert!(refused.error_message.unwrap().contains("is not a valid regular expression"));
+    // A pattern without metacharacters matches the one topic of that name.
     let literal = ConsumerGroupHeartbeatRequest {
         subscribed_topic_names: None,
         subscribed_topic_regex: Some("t2".into()),
@@ -368,4 +371,26 @@ fn list_groups_shows_consumer_groups_with_their_type() {
         (GROUP, "consumer", "Stable", "consumer")
     );
     assert!(h.coordinator.list_groups(&[], &["classic".to_string()], 5).groups.is_empty());
+}
+
+#[test]
+fn a_group_config_overrides_the_heartbeat_interval_and_session_timeout_of_that_group() {
+    let mut h = Harness::new();
+    let overrides = ConsumerGroupOverrides { session_timeout_ms: Some(50_000), heartbeat_interval_ms: Some(6_000) };
+    h.group_overrides.insert(GROUP.to_string(), overrides);
+    let mut client = Client::new("member-a-0000000000001", &["t1"]);
+    let response = h.heartbeat(&mut client);
+    assert_eq!(response.heartbeat_interval_ms, 6_000);
+    // The broker's session timeout is 45 s; the group's is 50 s.
+    h.advance(49_999);
+    assert_eq!(h.coordinator.consumer_group_state(GROUP), Some(ConsumerGroupState::Stable));
+    h.advance(1);
+    assert_eq!(h.coordinator.consumer_group_state(GROUP), Some(ConsumerGroupState::Empty));
+    // Another group keeps the broker's settings.
+    let mut other = Client::new("member-b-0000000000002", &["t1"]);
+    let mut request = other.request();
+    request.group_id = "other".into();
+    let response = h.send(&request);
+    other.epoch = response.member_epoch;
+    assert_eq!(response.heartbeat_interval_ms, GroupConfig::default().consumer_group_heartbeat_interval_ms);
 }

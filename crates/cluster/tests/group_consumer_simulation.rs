@@ -1,5 +1,6 @@
 //! Seeded simulation of a consumer group: members join, heartbeat, leave, go silent,
-//! topics grow, in random order. After every step the coordinator's invariants hold and
+//! topics grow, in random order; in half the seeds the members subscribe with a pattern
+//! and topics matching it (or not) are created and deleted. After every step the coordinator's invariants hold and
 //! every live client owns exactly what the coordinator says it owns (so no partition is
 //! owned twice); once the chaos stops the group converges to a complete, balanced,
 //! Stable assignment. A failure names its seed.
@@ -7,22 +8,50 @@
 mod group_consumer_support;
 
 use group_consumer_support::*;
-use osprey_cluster::group::ConsumerGroupState;
+use osprey_cluster::group::{ConsumerGroupState, TopicInfo};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;
 
+/// The pattern of the pattern-subscribing seeds: `t1`, `t2` and the topics `t3`-`t5`
+/// created on the way, never `x1`.
+const PATTERN: &str = "t[0-9]+";
+
 struct Sim {
     h: Harness,
     clients: Vec<Client>,
     next_id: u32,
+    by_pattern: bool,
 }
 
 impl Sim {
     fn new_client(&mut self) -> Client {
         self.next_id += 1;
-        Client::new(&format!("member-{:016}", self.next_id), &["t1", "t2"])
+        let id = format!("member-{:016}", self.next_id);
+        if self.by_pattern {
+            Client::with_pattern(&id, PATTERN)
+        } else {
+            Client::new(&id, &["t1", "t2"])
+        }
+    }
+
+    /// Creates or deletes one of the topics only a pattern can pick up.
+    fn create_or_delete_topic(&mut self, rng: &mut Rng) {
+        let names = ["t3", "t4", "t5", "x1"];
+        let i = rng.below(names.len() as u64) as usize;
+        let name = names[i];
+        if self.h.topics.remove(name).is_none() {
+            let info = TopicInfo { topic_id: topic_id(10 + i as u8), num_partitions: 1 + rng.below(4) as i32 };
+            self.h.topics.insert(name.to_string(), info);
+        }
+    }
+
+    /// The partitions the group's subscriptions cover.
+    fn subscribed_partitions(&self) -> usize {
+        let subscribed =
+            |name: &str| if self.by_pattern { name.starts_with('t') } else { ["t1", "t2"].contains(&name) };
+        self.h.topics.iter().filter(|(n, _)| subscribed(n)).map(|(_, t)| t.num_partitions as usize).sum()
     }
 
     fn heartbeat(&mut self, i: usize) {
@@ -69,7 +98,7 @@ impl Sim {
 
 fn run(seed: u64) {
     let mut rng = Rng::new(seed);
-    let mut sim = Sim { h: Harness::new(), clients: Vec::new(), next_id: 0 };
+    let mut sim = Sim { h: Harness::new(), clients: Vec::new(), next_id: 0, by_pattern: seed % 2 == 1 };
     for _ in 0..3 {
         let c = sim.new_client();
         sim.clients.push(c);
@@ -100,6 +129,7 @@ fn run(seed: u64) {
                 let topic = sim.h.topics.get_mut(t).unwrap();
                 topic.num_partitions = (topic.num_partitions + 1).min(12);
             }
+            4 if sim.by_pattern && rng.below(3) == 0 => sim.create_or_delete_topic(&mut rng),
             _ => {
                 let i = rng.below(sim.clients.len() as u64) as usize;
                 sim.heartbeat(i);
@@ -114,7 +144,7 @@ fn run(seed: u64) {
             sim.check_clients(seed);
         }
     }
-    let total: usize = sim.h.topics.values().map(|t| t.num_partitions as usize).sum();
+    let total = sim.subscribed_partitions();
     let counts: Vec<usize> = sim.clients.iter().map(Client::count).collect();
     assert_eq!(counts.iter().sum::<usize>(), total, "seed {seed}: {counts:?}");
     let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());

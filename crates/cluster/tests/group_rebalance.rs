@@ -619,3 +619,16 @@ fn next_deadline_tells_the_server_when_to_tick() {
     h.advance(3_000);
     assert_eq!(h.coordinator.next_deadline(), Some(h.now + i64::from(SESSION_MS)), "the member's session");
 }
+
+#[test]
+fn a_silent_static_member_expires_exactly_one_session_timeout_after_its_last_heartbeat() {
+    let mut h = Harness::new();
+    let member_id = stable_static_member(&mut h, "instance-a");
+    h.advance(1_000);
+    assert_eq!(h.heartbeat(G, 1, &member_id, Some("instance-a")), 0);
+    // The member closes without LeaveGroup (as a static member does).
+    h.advance(i64::from(SESSION_MS) - 1);
+    assert_eq!(h.coordinator.group_state(G), Some(GroupState::Stable), "one millisecond early");
+    h.advance(1);
+    assert_eq!(h.coordinator.group_state(G), Some(GroupState::Empty), "expired at the session timeout");
+}

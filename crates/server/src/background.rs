@@ -15,22 +15,16 @@ pub fn spawn(
     flush_every: Duration,
     mut stopped: watch::Receiver<bool>,
 ) {
+    spawn_coordinator_timers(broker.clone(), stopped.clone());
     tokio::spawn(async move {
         let mut retention = tokio::time::interval(retention_every);
         let mut flush = tokio::time::interval(flush_every);
         let cleaner_enabled = broker.settings.config.log_cleaner_enable;
         let mut cleaner =
             tokio::time::interval(Duration::from_millis(broker.settings.config.log_cleaner_backoff_ms.max(100) as u64));
-        // Group session and rebalance timeouts are milliseconds-to-seconds; 100 ms is
-        // fine enough and cheap.
-        let mut group_timers = tokio::time::interval(Duration::from_millis(100));
         loop {
             tokio::select! {
                 _ = stopped.changed() => return,
-                _ = group_timers.tick() => {
-                    broker.groups.tick(&broker);
-                    broker.transactions.tick(&broker);
-                }
                 _ = retention.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {
@@ -63,6 +57,27 @@ pub fn spawn(
                             }
                         }
                     }).await;
+                }
+            }
+        }
+    });
+}
+
+/// The group and transaction coordinators' timers, in a task of their own: in the loop
+/// above, an arm awaits its disk pass (retention, flush, compaction of every partition)
+/// before the loop can select again, and session timeouts must not wait for that.
+fn spawn_coordinator_timers(broker: Arc<Broker>, mut stopped: watch::Receiver<bool>) {
+    tokio::spawn(async move {
+        // Session and rebalance timeouts are milliseconds-to-seconds; 100 ms is fine
+        // enough and cheap. A tick that fell behind is not made up in a burst.
+        let mut timers = tokio::time::interval(Duration::from_millis(100));
+        timers.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                _ = timers.tick() => {
+                    broker.groups.tick(&broker);
+                    broker.transactions.tick(&broker);
                 }
             }
         }

@@ -8,6 +8,7 @@ use crate::partition::Partition;
 use crate::transactions::Transactions;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::group::group_config;
 use osprey_cluster::{Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, TopicImage};
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, StdStorage};
@@ -80,6 +81,8 @@ impl Settings {
             consumer_group_heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
             consumer_group_session_timeout_ms: c.group_consumer_session_timeout_ms,
             consumer_group_max_size: c.group_consumer_max_size.max(1) as usize,
+            consumer_group_regex_max_patterns: c.group_consumer_regex_max_patterns.max(1) as usize,
+            consumer_group_regex_max_compiled_bytes: c.group_consumer_regex_max_compiled_bytes.max(1024) as usize,
             ..Default::default()
         }
     }
@@ -341,6 +344,32 @@ impl Broker {
             self.reconfigure(name);
         }
         Ok(())
+    }
+
+    /// Sets or resets a group's configs (ConfigResource GROUP), durably in the metadata
+    /// log; the coordinator reads them from the image at the group's next heartbeat.
+    pub fn set_group_configs(
+        &self,
+        group: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let bounds = self.group_config_bounds();
+        let validate = |configs: &BTreeMap<String, String>| group_config::validate(configs, &bounds);
+        self.with_controller(|c| c.set_group_configs(group, changes, validate_only, &validate))
+    }
+
+    /// The broker settings group configs are checked against and default to.
+    pub fn group_config_bounds(&self) -> group_config::GroupConfigBounds {
+        let c = &self.settings.config;
+        group_config::GroupConfigBounds {
+            session_timeout_ms: c.group_consumer_session_timeout_ms,
+            min_session_timeout_ms: c.group_consumer_min_session_timeout_ms,
+            max_session_timeout_ms: c.group_consumer_max_session_timeout_ms,
+            heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
+            min_heartbeat_interval_ms: c.group_consumer_min_heartbeat_interval_ms,
+            max_heartbeat_interval_ms: c.group_consumer_max_heartbeat_interval_ms,
+        }
     }
 
     /// Applies a topic's current configs to its open partition logs.

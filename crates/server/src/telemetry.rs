@@ -39,6 +39,7 @@
 use crate::broker::Broker;
 use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
 use metrics_exporter_prometheus::PrometheusBuilder;
+use osprey_cluster::group::{ConsumerGroupState, GroupState};
 use osprey_protocol::{ApiKey, ErrorCode};
 use osprey_storage::DamageKind;
 use std::net::SocketAddr;
@@ -120,12 +121,19 @@ fn describe() {
     gauge!("osprey_txn_ongoing").set(0.0);
 }
 
+/// Every state a group can be listed in, classic and KIP-848 consumer groups alike, at
+/// 0: a state no group is in any more must be set back to 0 at each refresh, or its
+/// gauge keeps the count of its last refresh (a deleted consumer group stayed counted
+/// as Reconciling).
+fn zeroed_group_states() -> std::collections::BTreeMap<String, u64> {
+    let classic = GroupState::ALL.iter().map(|s| s.name());
+    let consumer = ConsumerGroupState::ALL.iter().map(|s| s.name());
+    classic.chain(consumer).map(|state| (state.to_string(), 0)).collect()
+}
+
 fn refresh_group_gauges(broker: &Arc<Broker>) {
     let listed = broker.groups.call(broker, |c, _| c.list_groups(&[], &[], 5));
-    let mut by_state: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
-    for state in ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead"] {
-        by_state.insert(state.to_string(), 0);
-    }
+    let mut by_state = zeroed_group_states();
     let image = broker.image();
     for g in &listed.groups {
         *by_state.entry(g.group_state.clone()).or_default() += 1;
@@ -286,4 +294,19 @@ pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
 
 pub fn bytes_out(topic: &str, bytes: u64) {
     counter!("osprey_topic_bytes_out_total", "topic" => topic.to_string()).increment(bytes);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_group_state_is_zeroed_before_counting_kip848_ones_included() {
+        let zeroed = zeroed_group_states();
+        for state in
+            ["Empty", "PreparingRebalance", "CompletingRebalance", "Stable", "Dead", "Assigning", "Reconciling"]
+        {
+            assert_eq!(zeroed.get(state), Some(&0), "{state}");
+        }
+    }
 }

@@ -104,6 +104,7 @@
 
 mod admin;
 pub mod consumer;
+pub mod group_config;
 mod heartbeat;
 mod invariants;
 mod join;
@@ -195,6 +196,13 @@ pub struct GroupConfig {
     pub consumer_group_session_timeout_ms: i32,
     /// `group.consumer.max.size`
     pub consumer_group_max_size: usize,
+    /// `osprey.group.consumer.regex.max.patterns`: distinct SubscribedTopicRegex
+    /// patterns one consumer group may use at once (each is matched against every
+    /// topic whenever the topics change).
+    pub consumer_group_regex_max_patterns: usize,
+    /// `osprey.group.consumer.regex.max.compiled.bytes`: the most memory one compiled
+    /// SubscribedTopicRegex may take (a larger one is INVALID_REGULAR_EXPRESSION).
+    pub consumer_group_regex_max_compiled_bytes: usize,
 }
 
 impl Default for GroupConfig {
@@ -212,6 +220,8 @@ impl Default for GroupConfig {
             consumer_group_heartbeat_interval_ms: 5_000,
             consumer_group_session_timeout_ms: 45_000,
             consumer_group_max_size: i32::MAX as usize,
+            consumer_group_regex_max_patterns: 100,
+            consumer_group_regex_max_compiled_bytes: 1 << 20,
         }
     }
 }

@@ -18,6 +18,14 @@ pub enum GroupState {
 }
 
 impl GroupState {
+    pub const ALL: [GroupState; 5] = [
+        GroupState::Empty,
+        GroupState::PreparingRebalance,
+        GroupState::CompletingRebalance,
+        GroupState::Stable,
+        GroupState::Dead,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             GroupState::Empty => "Empty",

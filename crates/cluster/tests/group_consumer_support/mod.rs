@@ -5,7 +5,8 @@
 #![allow(dead_code)]
 
 use osprey_cluster::group::consumer::Assignment;
-use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo};
+use osprey_cluster::group::group_config::ConsumerGroupOverrides;
+use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo, TopicsView};
 use osprey_protocol::messages::consumer_group_heartbeat_request::{ConsumerGroupHeartbeatRequest, TopicPartitions};
 use osprey_protocol::messages::ConsumerGroupHeartbeatResponse;
 use osprey_protocol::{ErrorCode, Uuid};
@@ -29,6 +30,29 @@ pub struct Harness {
     pub fail_persists: Option<ErrorCode>,
     /// The number of persists that carried a heartbeat's answer.
     pub persists: usize,
+    /// Group configs, by group id, as the server's metadata view carries them.
+    pub group_overrides: BTreeMap<String, ConsumerGroupOverrides>,
+}
+
+/// The harness's topics and group configs as the coordinator's view of the cluster.
+struct View<'a> {
+    topics: &'a BTreeMap<String, TopicInfo>,
+    group_overrides: &'a BTreeMap<String, ConsumerGroupOverrides>,
+}
+
+impl TopicsView for View<'_> {
+    fn topic(&self, name: &str) -> Option<TopicInfo> {
+        self.topics.topic(name)
+    }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.topics.for_each_name(f)
+    }
+    fn version(&self) -> u64 {
+        self.topics.version()
+    }
+    fn consumer_group_overrides(&self, group_id: &str) -> ConsumerGroupOverrides {
+        self.group_overrides.get(group_id).copied().unwrap_or_default()
+    }
 }
 
 /// A consumer following the protocol.
@@ -39,6 +63,8 @@ pub struct Client {
     pub epoch: i32,
     pub owned: Assignment,
     pub topics: Vec<String>,
+    /// Subscribes with this SubscribedTopicRegex instead of `topics`.
+    pub pattern: Option<String>,
     pub assignor: Option<String>,
 }
 
@@ -50,8 +76,14 @@ impl Client {
             epoch: 0,
             owned: Assignment::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            pattern: None,
             assignor: None,
         }
+    }
+
+    /// A consumer subscribing with a pattern (`subscribe(Pattern)`).
+    pub fn with_pattern(member_id: &str, pattern: &str) -> Client {
+        Client { pattern: Some(pattern.to_string()), ..Client::new(member_id, &[]) }
     }
 
     pub fn with_instance(mut self, instance_id: &str) -> Client {
@@ -69,7 +101,8 @@ impl Client {
             member_epoch: self.epoch,
             instance_id: self.instance_id.clone(),
             rebalance_timeout_ms: if joining { REBALANCE_MS } else { -1 },
-            subscribed_topic_names: joining.then(|| self.topics.clone()),
+            subscribed_topic_names: (joining && self.pattern.is_none()).then(|| self.topics.clone()),
+            subscribed_topic_regex: self.pattern.clone().filter(|_| joining),
             server_assignor: if joining { self.assignor.clone() } else { None },
             topic_partitions: Some(owned_list(&self.owned)),
             ..Default::default()
@@ -112,6 +145,7 @@ impl Harness {
             log: Vec::new(),
             fail_persists: None,
             persists: 0,
+            group_overrides: BTreeMap::new(),
         }
     }
 
@@ -133,7 +167,7 @@ impl Harness {
             version,
             "client",
             "/10.0.0.1",
-            &self.topics,
+            &View { topics: &self.topics, group_overrides: &self.group_overrides },
             reply,
             self.now,
         );

@@ -223,6 +223,18 @@ pub struct BrokerConfig {
     pub group_consumer_session_timeout_ms: i32,
     /// `group.consumer.max.size`.
     pub group_consumer_max_size: i32,
+    /// `group.consumer.min.session.timeout.ms`.
+    pub group_consumer_min_session_timeout_ms: i32,
+    /// `group.consumer.max.session.timeout.ms`.
+    pub group_consumer_max_session_timeout_ms: i32,
+    /// `group.consumer.min.heartbeat.interval.ms`.
+    pub group_consumer_min_heartbeat_interval_ms: i32,
+    /// `group.consumer.max.heartbeat.interval.ms`.
+    pub group_consumer_max_heartbeat_interval_ms: i32,
+    /// `osprey.group.consumer.regex.max.patterns`.
+    pub group_consumer_regex_max_patterns: i32,
+    /// `osprey.group.consumer.regex.max.compiled.bytes`.
+    pub group_consumer_regex_max_compiled_bytes: i32,
     /// `group.max.size`.
     pub group_max_size: i32,
     /// `osprey.transaction.version`.
@@ -288,6 +300,11 @@ impl BrokerConfig {
                 }
             })
             .collect()
+    }
+
+    /// Where one broker key's value came from (the built-in default for an unknown key).
+    pub fn source_of(&self, key: &str) -> ConfigSource {
+        self.entries.iter().find(|e| e.key.name == key).map_or(ConfigSource::DefaultConfig, |e| e.source())
     }
 
     /// The value of one broker key as DescribeConfigs shows it (`None`: unset).
@@ -392,6 +409,12 @@ impl BrokerConfig {
             group_consumer_heartbeat_interval_ms: r.i32("group.consumer.heartbeat.interval.ms"),
             group_consumer_session_timeout_ms: r.i32("group.consumer.session.timeout.ms"),
             group_consumer_max_size: r.i32("group.consumer.max.size"),
+            group_consumer_min_session_timeout_ms: r.i32("group.consumer.min.session.timeout.ms"),
+            group_consumer_max_session_timeout_ms: r.i32("group.consumer.max.session.timeout.ms"),
+            group_consumer_min_heartbeat_interval_ms: r.i32("group.consumer.min.heartbeat.interval.ms"),
+            group_consumer_max_heartbeat_interval_ms: r.i32("group.consumer.max.heartbeat.interval.ms"),
+            group_consumer_regex_max_patterns: r.i32("osprey.group.consumer.regex.max.patterns"),
+            group_consumer_regex_max_compiled_bytes: r.i32("osprey.group.consumer.regex.max.compiled.bytes"),
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
             transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),
@@ -711,6 +734,18 @@ fn resolve_inter_broker(r: &Resolver<'_>, client_listeners: &[Listener]) -> Resu
 }
 
 fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
+    if c.group_consumer_min_session_timeout_ms > c.group_consumer_max_session_timeout_ms {
+        return Err(r.entry("group.consumer.min.session.timeout.ms").invalid(format!(
+            "at most group.consumer.max.session.timeout.ms ({})",
+            c.group_consumer_max_session_timeout_ms
+        )));
+    }
+    if c.group_consumer_min_heartbeat_interval_ms > c.group_consumer_max_heartbeat_interval_ms {
+        return Err(r.entry("group.consumer.min.heartbeat.interval.ms").invalid(format!(
+            "at most group.consumer.max.heartbeat.interval.ms ({})",
+            c.group_consumer_max_heartbeat_interval_ms
+        )));
+    }
     if c.group_min_session_timeout_ms > c.group_max_session_timeout_ms {
         return Err(r
             .entry("group.min.session.timeout.ms")

@@ -1,9 +1,12 @@
 //! AlterConfigs (the legacy, whole-set form) and IncrementalAlterConfigs (SET, DELETE,
 //! APPEND, SUBTRACT). Topic configs are validated, made durable in the metadata log, and
-//! applied to the topic's partition logs at once. Broker configs are static in Osprey.
+//! applied to the topic's partition logs at once. Group configs (IncrementalAlterConfigs
+//! only, as in Kafka) are validated against the broker's bounds and made durable the
+//! same way. Broker configs are static in Osprey.
 
 use crate::broker::Broker;
-use crate::handlers::describe_configs::{RESOURCE_BROKER, RESOURCE_TOPIC};
+use crate::handlers::describe_configs::{RESOURCE_BROKER, RESOURCE_GROUP, RESOURCE_TOPIC};
+use osprey_protocol::messages::incremental_alter_configs_request::AlterConfigsResource;
 use osprey_protocol::messages::incremental_alter_configs_response as incremental;
 use osprey_protocol::messages::{
     alter_configs_response, AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
@@ -52,35 +55,11 @@ pub fn handle_alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> ResponseB
 pub fn handle_incremental(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequest) -> ResponseBody {
     let mut resp = IncrementalAlterConfigsResponse::default();
     for r in req.resources {
-        let outcome = check_resource(broker, r.resource_type, &r.resource_name).and_then(|()| {
-            let image = broker.image();
-            let topic = image.topic(&r.resource_name).ok_or_else(|| unknown(&r.resource_name))?;
-            let mut changes = Vec::new();
-            for c in &r.configs {
-                let current = topic.configs.get(&c.name).cloned();
-                let change = match c.config_operation {
-                    OP_SET => c.value.clone(),
-                    OP_DELETE => None,
-                    OP_APPEND | OP_SUBTRACT => {
-                        let mut items: Vec<String> = current
-                            .or_else(|| broker.settings.topic_defaults.get(&c.name).cloned())
-                            .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
-                            .unwrap_or_default();
-                        for v in c.value.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
-                            if c.config_operation == OP_APPEND && !items.iter().any(|i| i == v) {
-                                items.push(v.to_string());
-                            } else if c.config_operation == OP_SUBTRACT {
-                                items.retain(|i| i != v);
-                            }
-                        }
-                        Some(items.join(","))
-                    }
-                    other => return Err((ErrorCode::INVALID_REQUEST, format!("Unknown config operation {other}"))),
-                };
-                changes.push((c.name.clone(), change));
-            }
-            apply(broker, &r.resource_name, &changes, req.validate_only)
-        });
+        let outcome = if r.resource_type == RESOURCE_GROUP {
+            alter_group(broker, &r, req.validate_only)
+        } else {
+            alter_topic(broker, &r, req.validate_only)
+        };
         let (error_code, error_message) = split(outcome);
         resp.responses.push(incremental::AlterConfigsResourceResponse {
             error_code,
@@ -93,9 +72,69 @@ pub fn handle_incremental(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequ
     ResponseBody::IncrementalAlterConfigs(resp)
 }
 
+/// A group's configs: SET and DELETE (none of them is a list, so APPEND and SUBTRACT are
+/// INVALID_CONFIG, as Kafka answers for a non-list config).
+fn alter_group(broker: &Broker, r: &AlterConfigsResource, validate_only: bool) -> Outcome {
+    let mut changes = Vec::new();
+    for c in &r.configs {
+        let change = match c.config_operation {
+            OP_SET => c.value.clone(),
+            OP_DELETE => None,
+            OP_APPEND | OP_SUBTRACT => {
+                return Err((
+                    ErrorCode::INVALID_CONFIG,
+                    format!(
+                        "Config value append or subtract is not allowed for config key {}, it is not a list",
+                        c.name
+                    ),
+                ))
+            }
+            other => return Err((ErrorCode::INVALID_REQUEST, format!("Unknown config operation {other}"))),
+        };
+        changes.push((c.name.clone(), change));
+    }
+    broker.set_group_configs(&r.resource_name, &changes, validate_only).map_err(|e| (e.code, e.message))
+}
+
+fn alter_topic(broker: &Arc<Broker>, r: &AlterConfigsResource, validate_only: bool) -> Outcome {
+    check_resource(broker, r.resource_type, &r.resource_name).and_then(|()| {
+        let image = broker.image();
+        let topic = image.topic(&r.resource_name).ok_or_else(|| unknown(&r.resource_name))?;
+        let mut changes = Vec::new();
+        for c in &r.configs {
+            let current = topic.configs.get(&c.name).cloned();
+            let change = match c.config_operation {
+                OP_SET => c.value.clone(),
+                OP_DELETE => None,
+                OP_APPEND | OP_SUBTRACT => {
+                    let mut items: Vec<String> = current
+                        .or_else(|| broker.settings.topic_defaults.get(&c.name).cloned())
+                        .map(|v| v.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect())
+                        .unwrap_or_default();
+                    for v in c.value.iter().flat_map(|v| v.split(',')).map(str::trim).filter(|s| !s.is_empty()) {
+                        if c.config_operation == OP_APPEND && !items.iter().any(|i| i == v) {
+                            items.push(v.to_string());
+                        } else if c.config_operation == OP_SUBTRACT {
+                            items.retain(|i| i != v);
+                        }
+                    }
+                    Some(items.join(","))
+                }
+                other => return Err((ErrorCode::INVALID_REQUEST, format!("Unknown config operation {other}"))),
+            };
+            changes.push((c.name.clone(), change));
+        }
+        apply(broker, &r.resource_name, &changes, validate_only)
+    })
+}
+
 fn check_resource(broker: &Broker, resource_type: i8, _name: &str) -> Outcome {
     match resource_type {
         RESOURCE_TOPIC => Ok(()),
+        RESOURCE_GROUP => Err((
+            ErrorCode::INVALID_REQUEST,
+            "Group configs are altered with IncrementalAlterConfigs, not the legacy AlterConfigs".into(),
+        )),
         RESOURCE_BROKER => Err((
             ErrorCode::INVALID_REQUEST,
             format!(

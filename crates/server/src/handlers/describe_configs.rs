@@ -1,8 +1,10 @@
 //! DescribeConfigs: topic configs (defaults from the broker, the topic's overrides on
-//! top, with sources and synonyms) and the broker's own configuration.
+//! top, with sources and synonyms), the broker's own configuration, and group configs
+//! (KIP-848's per-group session timeout and heartbeat interval over the broker's).
 
 use crate::broker::Broker;
-use crate::config::ConfigEntry;
+use crate::config::{ConfigEntry, ConfigSource, ConfigSynonym, ConfigType};
+use osprey_cluster::group::group_config;
 use osprey_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -13,6 +15,7 @@ use std::sync::Arc;
 /// Kafka's ConfigResource types.
 pub const RESOURCE_TOPIC: i8 = 2;
 pub const RESOURCE_BROKER: i8 = 4;
+pub const RESOURCE_GROUP: i8 = 32;
 
 pub fn handle(broker: &Arc<Broker>, req: DescribeConfigsRequest, version: i16) -> ResponseBody {
     let mut resp = DescribeConfigsResponse::default();
@@ -63,8 +66,58 @@ fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigE
             }
             Ok(broker.settings.config.describe())
         }
+        RESOURCE_GROUP => group_entries(broker, name),
         other => Err((ErrorCode::INVALID_REQUEST, format!("Unsupported resource type {other}"))),
     }
+}
+
+/// A group's configs: its override where it has one (source GROUP_CONFIG), else the
+/// broker's setting (Kafka's `ConfigHelper` for a GROUP resource). The group need not
+/// exist, as in Kafka.
+fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (ErrorCode, String)> {
+    if group.is_empty() {
+        return Err((ErrorCode::INVALID_REQUEST, "Group name must not be empty".into()));
+    }
+    let image = broker.image();
+    let overrides = image.group_configs(group);
+    let bounds = broker.group_config_bounds();
+    let entry = |name: &'static str, broker_key: &'static str, broker_value: i32, documentation: &'static str| {
+        let broker_synonym = ConfigSynonym {
+            name: broker_key,
+            value: Some(broker_value.to_string()),
+            source: broker.settings.config.source_of(broker_key),
+        };
+        let set = overrides.and_then(|o| o.get(name)).cloned();
+        let mut synonyms = Vec::new();
+        if let Some(v) = &set {
+            synonyms.push(ConfigSynonym { name, value: Some(v.clone()), source: ConfigSource::GroupConfig });
+        }
+        synonyms.push(broker_synonym);
+        ConfigEntry {
+            name,
+            value: Some(set.clone().unwrap_or_else(|| broker_value.to_string())),
+            source: if set.is_some() { ConfigSource::GroupConfig } else { ConfigSource::DefaultConfig },
+            is_sensitive: false,
+            read_only: false,
+            config_type: ConfigType::Int,
+            documentation,
+            synonyms,
+        }
+    };
+    Ok(vec![
+        entry(
+            group_config::CONSUMER_HEARTBEAT_INTERVAL_MS,
+            "group.consumer.heartbeat.interval.ms",
+            bounds.heartbeat_interval_ms,
+            "The heartbeat interval given to this group's members.",
+        ),
+        entry(
+            group_config::CONSUMER_SESSION_TIMEOUT_MS,
+            "group.consumer.session.timeout.ms",
+            bounds.session_timeout_ms,
+            "The timeout to detect client failures of this group's members.",
+        ),
+    ])
 }
 
 fn describe(e: &ConfigEntry, version: i16, synonyms: bool, documentation: bool) -> DescribeConfigsResourceResult {

@@ -2,7 +2,7 @@
 //! `GroupMetadataManager.consumerGroupHeartbeat` and `consumerGroupLeave`), and the
 //! target assignment and reconciliation steps they run.
 
-use super::{assignor, reconcile, records};
+use super::{assignor, reconcile, records, subscription_regex};
 use super::{Assignment, ConsumerGroup, ConsumerMember, MemberState, TopicInfo, TopicsView};
 use super::{INVALID_REGULAR_EXPRESSION, LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH};
 use crate::group::records::{Continuation, Record};
@@ -13,7 +13,7 @@ use osprey_protocol::messages::consumer_group_heartbeat_response::{
 };
 use osprey_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse};
 use osprey_protocol::{ErrorCode, Uuid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A heartbeat's failure: the error code and Kafka's message.
 struct Rejection {
@@ -33,13 +33,14 @@ fn error_response(rejection: Rejection) -> ConsumerGroupHeartbeatResponse {
     }
 }
 
-/// Whether a pattern uses regex syntax (else it names one topic).
-fn has_regex_metacharacters(pattern: &str) -> bool {
-    pattern.chars().any(|c| "\\^$.|?*+()[]{}".contains(c))
-}
-
-/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
-fn validate_request(request: &ConsumerGroupHeartbeatRequest, api_version: i16) -> Result<(), Rejection> {
+/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid` (and
+/// `throwIfRegularExpressionIsInvalid`: a pattern must compile, within
+/// `max_regex_bytes`).
+fn validate_request(
+    request: &ConsumerGroupHeartbeatRequest,
+    api_version: i16,
+    max_regex_bytes: usize,
+) -> Result<(), Rejection> {
     let blank = |s: &str| s.trim().is_empty();
     let invalid = |message: &str| Err(reject(ErrorCode::INVALID_REQUEST, message));
     if blank(&request.group_id) {
@@ -84,13 +85,9 @@ fn validate_request(request: &ConsumerGroupHeartbeatRequest, api_version: i16) -
         _ => return invalid("MemberEpoch is invalid."),
     }
     if api_version >= 1 {
-        if let Some(regex) = request.subscribed_topic_regex.as_deref().filter(|r| has_regex_metacharacters(r)) {
-            return Err(Rejection {
-                code: INVALID_REGULAR_EXPRESSION,
-                message: format!(
-                    "SubscribedTopicRegex `{regex}` is not supported: this broker only takes topic names."
-                ),
-            });
+        if let Some(pattern) = request.subscribed_topic_regex.as_deref().filter(|r| !r.is_empty()) {
+            subscription_regex::compile(pattern, max_regex_bytes)
+                .map_err(|message| Rejection { code: INVALID_REGULAR_EXPRESSION, message })?;
         }
     }
     if let Some(name) = request.server_assignor.as_deref() {
@@ -180,7 +177,8 @@ impl GroupCoordinator {
         now_ms: i64,
     ) {
         let mut records = Vec::new();
-        let result = validate_request(request, api_version).and_then(|()| {
+        let max_regex_bytes = self.config.consumer_group_regex_max_compiled_bytes;
+        let result = validate_request(request, api_version, max_regex_bytes).and_then(|()| {
             if matches!(request.member_epoch, LEAVE_GROUP_MEMBER_EPOCH | LEAVE_GROUP_STATIC_MEMBER_EPOCH) {
                 self.consumer_group_leave(request, &mut records)
             } else {
@@ -335,6 +333,7 @@ impl GroupCoordinator {
                 format!("The consumer group has reached its maximum capacity of {max} members."),
             ));
         }
+        check_pattern_count(group, request, self.config.consumer_group_regex_max_patterns)?;
         let epoch = request.member_epoch;
         let owned = request.topic_partitions.as_deref().map(to_assignment);
         // ConsumerGroupHeartbeat v0: the coordinator names a joining member.
@@ -451,6 +450,7 @@ impl GroupCoordinator {
                 || updated.subscribed_topic_regex != previous.subscribed_topic_regex;
         }
         group.members.insert(member_id.clone(), updated);
+        group.refresh_regexes(topics, self.config.consumer_group_regex_max_compiled_bytes);
         let metadata = group.compute_subscription_metadata(topics);
         if metadata != group.subscription_metadata {
             records.push(records::subscription_metadata_record(&group_id, &metadata));
@@ -465,7 +465,12 @@ impl GroupCoordinator {
             compute_target_assignment(group, records);
         }
         let owned = request.topic_partitions.as_deref().map(to_assignment);
-        let session_timeout_ms = i64::from(self.config.consumer_group_session_timeout_ms);
+        // The group's configs override the broker's (Kafka's `GroupConfigManager`).
+        let overrides = topics.consumer_group_overrides(&group_id);
+        let session_timeout_ms =
+            i64::from(overrides.session_timeout_ms.unwrap_or(self.config.consumer_group_session_timeout_ms));
+        let heartbeat_interval_ms =
+            overrides.heartbeat_interval_ms.unwrap_or(self.config.consumer_group_heartbeat_interval_ms);
         let member = reconcile_member(group, &member_id, owned.as_ref(), records, now_ms);
         member.session_deadline_ms = Some(now_ms + session_timeout_ms);
         let include_assignment =
@@ -473,7 +478,7 @@ impl GroupCoordinator {
         ConsumerGroupHeartbeatResponse {
             member_id: Some(member_id.clone()),
             member_epoch: member.member_epoch,
-            heartbeat_interval_ms: self.config.consumer_group_heartbeat_interval_ms,
+            heartbeat_interval_ms,
             assignment: include_assignment.then(|| response_assignment(&member.assigned_partitions)),
             ..Default::default()
         }
@@ -510,8 +515,8 @@ fn compute_target_assignment(group: &mut ConsumerGroup, records: &mut Vec<Record
         .members
         .iter()
         .map(|(id, m)| {
-            let subscribed_topic_ids = m
-                .subscribed_topics()
+            let subscribed_topic_ids = group
+                .member_topics(m)
                 .filter_map(|name| group.subscription_metadata.get(name))
                 .map(|t| t.topic_id)
                 .collect();
@@ -555,6 +560,35 @@ fn reconcile_member<'a>(
         group.members.insert(member_id.to_string(), next);
     }
     group.members.get_mut(member_id).expect("inserted above")
+}
+
+/// A group matches each distinct pattern against every topic whenever the topics
+/// change: a pattern the group does not use yet is refused once it uses `max` of them
+/// (`osprey.group.consumer.regex.max.patterns`; Kafka has no such bound).
+fn check_pattern_count(
+    group: &ConsumerGroup,
+    request: &ConsumerGroupHeartbeatRequest,
+    max: usize,
+) -> Result<(), Rejection> {
+    let Some(pattern) = request.subscribed_topic_regex.as_deref().filter(|p| !p.is_empty()) else { return Ok(()) };
+    // The member's own current pattern is replaced, not added to.
+    let patterns: BTreeSet<&str> = group
+        .members
+        .values()
+        .filter(|m| m.member_id != request.member_id)
+        .filter_map(|m| m.subscribed_topic_regex.as_deref())
+        .collect();
+    if patterns.contains(pattern) || patterns.len() < max {
+        return Ok(());
+    }
+    Err(Rejection {
+        code: INVALID_REGULAR_EXPRESSION,
+        message: format!(
+            "SubscribedTopicRegex `{pattern}` is refused: consumer group {} already uses {max} distinct patterns, the \
+             most osprey.group.consumer.regex.max.patterns allows.",
+            group.group_id
+        ),
+    })
 }
 
 fn unknown_member(member_id: &str, group_id: &str) -> Rejection {

@@ -19,9 +19,13 @@
 //!   that changed nothing is answered at once.
 //! - The server passes a [`TopicsView`] of the cluster's topics (name → id, partition
 //!   count) on every heartbeat: the coordinator resolves subscriptions with it and
-//!   notices topics created, deleted or grown at the next heartbeat.
+//!   notices topics created, deleted or grown at the next heartbeat (for patterns: when
+//!   the view's [`TopicsView::version`] has moved).
 //! - ConsumerGroupHeartbeat names topics by id; [`GroupCoordinator::consumer_group_describe`]
 //!   fills in names from the group's subscribed topics.
+//! - The group's configs (`consumer.session.timeout.ms`, `consumer.heartbeat.interval.ms`,
+//!   [`crate::group::group_config`]) come with the view too, and override the broker's
+//!   settings for that group's heartbeats.
 //! - Sessions (`group.consumer.session.timeout.ms`) and rebalance timeouts (a member that
 //!   does not revoke within its rebalance timeout) run in [`GroupCoordinator::tick`];
 //!   [`GroupCoordinator::next_deadline`] includes them.
@@ -33,13 +37,12 @@
 //! - ListGroups lists consumer groups with type "consumer"; DeleteGroups deletes an
 //!   empty one (NON_EMPTY_GROUP otherwise); `load` replays their records and
 //!   `unload_partition` drops them.
+//! - Regular-expression subscriptions (`subscribed_topic_regex`, RE2 syntax) are
+//!   resolved against the cluster's topics and resolved again when the topics change
+//!   ([`subscription_regex`]).
 //!
 //! # Not (yet) supported
 //!
-//! - Regular-expression subscriptions (`subscribed_topic_regex`): a pattern without
-//!   regex metacharacters is taken as a topic name; any other pattern is answered
-//!   INVALID_REGULAR_EXPRESSION (128) with a message saying so (Kafka answers that code
-//!   for patterns it cannot compile; Osprey has no RE2 engine yet).
 //! - The online upgrade/downgrade between classic and consumer groups (KIP-848's mixed
 //!   groups): a classic JoinGroup to a consumer group with members gets
 //!   INCONSISTENT_GROUP_PROTOCOL, a consumer heartbeat to a classic group with members
@@ -57,7 +60,9 @@ mod heartbeat;
 mod lifecycle;
 mod reconcile;
 pub(crate) mod records;
+mod subscription_regex;
 
+use crate::group::group_config::ConsumerGroupOverrides;
 use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -65,7 +70,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 pub type Assignment = BTreeMap<Uuid, BTreeSet<i32>>;
 
 /// What the coordinator needs to know of a topic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct TopicInfo {
     pub topic_id: Uuid,
     pub num_partitions: i32,
@@ -74,11 +79,40 @@ pub struct TopicInfo {
 /// The cluster's topics as the server sees them: name → id and partition count.
 pub trait TopicsView {
     fn topic(&self, name: &str) -> Option<TopicInfo>;
+    /// Calls `f` with every topic's name (subscription patterns are matched against them).
+    fn for_each_name(&self, f: &mut dyn FnMut(&str));
+    /// Changes whenever a topic is created, deleted or changes its partitions (and may
+    /// change more often): patterns are resolved again when it moves.
+    fn version(&self) -> u64;
+    /// The group's configs where they override the broker's (group configs live in the
+    /// cluster metadata with the topics); none unless the view has group configs.
+    fn consumer_group_overrides(&self, _group_id: &str) -> ConsumerGroupOverrides {
+        ConsumerGroupOverrides::default()
+    }
+}
+
+/// A version for the maps tests use as views: a digest of their contents, independent
+/// of iteration order.
+fn digest_of<'a>(topics: impl Iterator<Item = (&'a String, &'a TopicInfo)>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    topics
+        .map(|entry| {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            entry.hash(&mut hasher);
+            hasher.finish()
+        })
+        .fold(0u64, u64::wrapping_add)
 }
 
 impl TopicsView for BTreeMap<String, TopicInfo> {
     fn topic(&self, name: &str) -> Option<TopicInfo> {
         self.get(name).copied()
+    }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.keys().for_each(|name| f(name));
+    }
+    fn version(&self) -> u64 {
+        digest_of(self.iter())
     }
 }
 
@@ -86,15 +120,32 @@ impl TopicsView for HashMap<String, TopicInfo> {
     fn topic(&self, name: &str) -> Option<TopicInfo> {
         self.get(name).copied()
     }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.keys().for_each(|name| f(name));
+    }
+    fn version(&self) -> u64 {
+        digest_of(self.iter())
+    }
 }
 
-/// The server's view is the cluster metadata: a topic's partitions are the image's.
+/// The server's view is the cluster metadata: a topic's partitions are the image's, and
+/// the version is the metadata log offset the image has applied (Kafka resolves
+/// patterns again when its image's offset moves).
 impl TopicsView for crate::MetadataImage {
     fn topic(&self, name: &str) -> Option<TopicInfo> {
         crate::MetadataImage::topic(self, name).map(|t| TopicInfo {
             topic_id: t.id,
             num_partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
         })
+    }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.topics().for_each(|t| f(&t.name));
+    }
+    fn version(&self) -> u64 {
+        self.applied
+    }
+    fn consumer_group_overrides(&self, group_id: &str) -> ConsumerGroupOverrides {
+        self.group_configs(group_id).map(ConsumerGroupOverrides::from_configs).unwrap_or_default()
     }
 }
 
@@ -150,6 +201,13 @@ pub enum ConsumerGroupState {
 }
 
 impl ConsumerGroupState {
+    pub const ALL: [ConsumerGroupState; 4] = [
+        ConsumerGroupState::Empty,
+        ConsumerGroupState::Assigning,
+        ConsumerGroupState::Reconciling,
+        ConsumerGroupState::Stable,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             ConsumerGroupState::Empty => "Empty",
@@ -216,12 +274,6 @@ impl ConsumerMember {
         self.state == MemberState::Stable && self.member_epoch == target_epoch
     }
 
-    /// The topics the member subscribes to: its names, and its pattern, which can only
-    /// be a plain topic name here (see the module documentation).
-    fn subscribed_topics(&self) -> impl Iterator<Item = &String> {
-        self.subscribed_topic_names.iter().chain(self.subscribed_topic_regex.iter())
-    }
-
     /// Whether the ConsumerGroupMemberMetadata record of the two differs.
     fn same_metadata(&self, other: &ConsumerMember) -> bool {
         self.member_id == other.member_id
@@ -256,6 +308,8 @@ pub(crate) struct ConsumerGroup {
     pub target: BTreeMap<String, Assignment>,
     /// The subscribed topics that exist, by name.
     pub subscription_metadata: BTreeMap<String, TopicInfo>,
+    /// What the members' patterns matched (not persisted: resolved again after a load).
+    pub resolved_regexes: subscription_regex::ResolvedRegexes,
 }
 
 impl ConsumerGroup {
@@ -267,6 +321,7 @@ impl ConsumerGroup {
             members: BTreeMap::new(),
             target: BTreeMap::new(),
             subscription_metadata: BTreeMap::new(),
+            resolved_regexes: Default::default(),
         }
     }
 
@@ -320,7 +375,13 @@ impl ConsumerGroup {
     }
 
     fn subscribed_topic_names(&self) -> BTreeSet<String> {
-        self.members.values().flat_map(|m| m.subscribed_topics().cloned()).collect()
+        self.members.values().flat_map(|m| self.member_topics(m).cloned()).collect()
+    }
+
+    /// The topics `member` subscribes to: its names, and what its pattern resolved to.
+    fn member_topics<'a>(&'a self, member: &'a ConsumerMember) -> impl Iterator<Item = &'a String> {
+        let by_pattern = member.subscribed_topic_regex.as_deref().into_iter().flat_map(|p| self.regex_topics(p));
+        member.subscribed_topic_names.iter().chain(by_pattern)
     }
 
     fn topic_names_by_id(&self) -> BTreeMap<Uuid, &str> {

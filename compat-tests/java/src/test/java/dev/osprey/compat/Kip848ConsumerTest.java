@@ -21,6 +21,7 @@ import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -35,7 +36,9 @@ import org.junit.jupiter.api.extension.RegisterExtension;
 /**
  * The KIP-848 consumer protocol ({@code group.protocol=consumer}) with the Java 4.x client:
  * the broker's assignor spreads partitions over two members, every record is processed
- * and committed once, and the group is described as a consumer group.
+ * and committed once, and the group is described as a consumer group. A
+ * {@link SubscriptionPattern} (resolved by the broker, KIP-848's SubscribedTopicRegex)
+ * consumes the matching topics, one created after subscribing included.
  */
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class Kip848ConsumerTest {
@@ -121,6 +124,65 @@ class Kip848ConsumerTest {
         } finally {
             for (KafkaConsumer<String, String> c : consumers) {
                 c.close(Duration.ofSeconds(10));
+            }
+        }
+    }
+
+    @Test
+    void a_broker_side_pattern_subscription_consumes_matching_topics_including_one_created_later() throws Exception {
+        String group = "kip848-pattern";
+        try (Admin admin = Admin.create(BROKER.clientProps())) {
+            admin.createTopics(List.of(new NewTopic("JPFX-early", 2, (short) 1), new NewTopic("jother", 1, (short) 1)))
+                    .all()
+                    .get(30, TimeUnit.SECONDS);
+        }
+        Properties pp = BROKER.clientProps();
+        pp.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        pp.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, StringSerializer.class.getName());
+        Properties cp = BROKER.clientProps();
+        cp.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        cp.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        cp.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        cp.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        cp.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, StringDeserializer.class.getName());
+        Set<String> seen = new HashSet<>();
+        try (KafkaProducer<String, String> producer = new KafkaProducer<>(pp);
+                KafkaConsumer<String, String> consumer = new KafkaConsumer<>(cp)) {
+            for (int i = 0; i < 10; i++) {
+                producer.send(new ProducerRecord<>("JPFX-early", "early-" + i));
+                producer.send(new ProducerRecord<>("jother", "other-" + i));
+            }
+            producer.flush();
+            consumer.subscribe(new SubscriptionPattern("JPFX-.*"));
+            pollUntil(consumer, seen, 10);
+            try (Admin admin = Admin.create(BROKER.clientProps())) {
+                admin.createTopics(List.of(new NewTopic("JPFX-late", 1, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            }
+            for (int i = 0; i < 5; i++) {
+                producer.send(new ProducerRecord<>("JPFX-late", "late-" + i));
+            }
+            producer.flush();
+            pollUntil(consumer, seen, 15);
+            Set<String> expected = new HashSet<>();
+            for (int i = 0; i < 10; i++) {
+                expected.add("JPFX-early:early-" + i);
+            }
+            for (int i = 0; i < 5; i++) {
+                expected.add("JPFX-late:late-" + i);
+            }
+            assertEquals(expected, seen);
+            Set<String> assignedTopics = new HashSet<>();
+            consumer.assignment().forEach(tp -> assignedTopics.add(tp.topic()));
+            assertEquals(Set.of("JPFX-early", "JPFX-late"), assignedTopics);
+        }
+    }
+
+    /** Polls until {@code seen} holds {@code count} "topic:value" entries or 60 s passed. */
+    private static void pollUntil(KafkaConsumer<String, String> consumer, Set<String> seen, int count) {
+        long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(60);
+        while (seen.size() < count && System.nanoTime() < deadline) {
+            for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(200))) {
+                seen.add(r.topic() + ":" + r.value());
             }
         }
     }
