@@ -17,6 +17,12 @@ if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
         || echo "compat-tests: kcat could not be installed; its tests will be skipped" >&2
 fi
 
+# promtool (Debian's prometheus package) lints the metrics endpoint; skipped without it.
+if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq prometheus >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)) \
+        || echo "compat-tests: promtool could not be installed; its test will be skipped" >&2
+fi
+
 export OSPREY_BIN="${OSPREY_BIN:-$root/target/debug/osprey}"
 status=0
 "$here/.venv/bin/python" -m pytest "$here/python" -q -ra \

@@ -130,3 +130,29 @@ def test_a_deleted_kip848_group_leaves_the_state_gauges(broker):
     while value(scrape(broker), "osprey_groups", state="Reconciling") != 0:
         assert time.monotonic() < deadline, "a deleted group is still counted as Reconciling"
         time.sleep(0.5)
+
+
+def test_promtool_finds_nothing_to_lint_in_the_metrics(broker):
+    """Names, types and suffixes as Prometheus expects them (`promtool check metrics`:
+    a counter ends in `_total`, nothing else does, units spelled out)."""
+    import shutil
+    import subprocess
+
+    import pytest
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian's prometheus package; compat-tests/run.sh installs it as root)")
+    # Traffic that makes every kind of metric appear: produce (fsync histogram, topic
+    # counters), fetch, a group with a commit.
+    clients.create_topic(broker, "linted")
+    p = clients.producer(broker, acks="all")
+    clients.produce_all(p, "linted", [{"key": b"k", "value": b"v%d" % i} for i in range(20)])
+    clients.read_partitions(broker, "linted", [0], 20, group_id="linted-group")
+    time.sleep(6)  # the partition gauges refresh every 5 s
+    with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
+        text = r.read()
+    assert b"osprey_fsync_duration_seconds_bucket" in text
+    checked = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    problems = (checked.stdout + checked.stderr).decode().strip()
+    assert checked.returncode == 0 and not problems, problems

@@ -21,7 +21,7 @@
 //! | `osprey_group_generation` | gauge | group | the group's generation: each rebalance adds one |
 //! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset |
 //! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
-//! | `osprey_fsync_seconds_total` | gauge | | time spent in them (divide by the count for the mean) |
+//! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
 //! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
 //! | `osprey_producer_ids_allocated_total` | counter | | producer ids handed out (idempotent and transactional) |
@@ -92,7 +92,8 @@ fn describe() {
     describe_gauge!("osprey_group_generation", "Generation of each group; every rebalance adds one.");
     describe_gauge!("osprey_consumer_lag", "High watermark minus the committed offset, by group and partition.");
     describe_counter!("osprey_fsyncs_total", "Group-commit fsyncs of partition logs.");
-    describe_gauge!("osprey_fsync_seconds_total", Unit::Seconds, "Time spent in partition log fsyncs.");
+    describe_histogram!("osprey_fsync_duration_seconds", Unit::Seconds, "Duration of each partition log fsync.");
+    osprey_storage::set_fsync_observer(|took| histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64()));
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
     describe_counter!("osprey_producer_ids_allocated_total", "Producer ids handed out.");
@@ -165,11 +166,10 @@ fn refresh_group_gauges(broker: &Arc<Broker>) {
 }
 
 fn refresh_partition_gauges(broker: &Broker) {
-    let (mut count, mut seconds, mut max, mut errors) = (0u64, 0f64, 0f64, 0u64);
+    let (mut count, mut max, mut errors) = (0u64, 0f64, 0u64);
     for p in broker.partitions() {
         let f = p.log.fsync_stats();
         count += f.count;
-        seconds += f.total.as_secs_f64();
         max = max.max(f.max.as_secs_f64());
         errors += f.errors;
         let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
@@ -179,8 +179,6 @@ fn refresh_partition_gauges(broker: &Broker) {
     }
     refresh_damage_counters(broker);
     counter!("osprey_fsyncs_total").absolute(count);
-    // A gauge: metrics counters are integers and this sum is fractional seconds.
-    gauge!("osprey_fsync_seconds_total").set(seconds);
     gauge!("osprey_fsync_max_seconds").set(max);
     counter!("osprey_fsync_errors_total").absolute(errors);
 }

@@ -115,8 +115,20 @@ pub struct FsyncStats {
     pub errors: u64,
 }
 
+/// Called with the duration of every append-path fsync of every log in the process (the
+/// server records it in a histogram); set once, at startup.
+static FSYNC_OBSERVER: std::sync::OnceLock<fn(Duration)> = std::sync::OnceLock::new();
+
+/// Installs the process's fsync observer; later calls are ignored.
+pub fn set_fsync_observer(observer: fn(Duration)) {
+    let _ = FSYNC_OBSERVER.set(observer);
+}
+
 impl FsyncCounters {
     pub fn record(&self, took: Duration, ok: bool) {
+        if let Some(observe) = FSYNC_OBSERVER.get() {
+            observe(took);
+        }
         let micros = took.as_micros().min(u128::from(u64::MAX)) as u64;
         self.count.fetch_add(1, Ordering::Relaxed);
         self.total_micros.fetch_add(micros, Ordering::Relaxed);

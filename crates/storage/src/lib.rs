@@ -100,7 +100,7 @@ mod segment;
 
 pub use cleaner::CleanOutcome;
 pub use config::{CleanupPolicy, FlushPolicy, LogConfig, TimestampType};
-pub use durability::{DurableCallback, Flushable, Flusher, FsyncStats};
+pub use durability::{set_fsync_observer, DurableCallback, Flushable, Flusher, FsyncStats};
 pub use error::{Result, StorageError};
 pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
