@@ -252,7 +252,10 @@ fn member_and_generation_are_checked_from_v3() {
     // Naming nobody is allowed even in a group with members: v0-2 cannot name anyone.
     assert_eq!(txn_commit(&mut h, PRODUCER, -1, "", &[(1, 11)]), [0]);
     let old = request(G, PRODUCER, generation + 5, "client-x", &[(2, 12)]);
-    let Sent::InFlight { .. } = send(&mut h, &old, 2) else { panic!("v2 carries no member fields to check") };
+    let sent = send(&mut h, &old, 2);
+    assert!(matches!(sent, Sent::InFlight { .. }), "v2 carries no member fields to check");
+    // Persists of a group complete in order: finish this one before the next commit.
+    assert_eq!(finish(&mut h, sent, Ok(()), None), [0]);
     // CompletingRebalance does not refuse a transactional commit (no REBALANCE_IN_PROGRESS).
     let rejoin_a = h.join(G, m, None, &[T]);
     let rejoin_b = h.join(G, &members[1], None, &[T]);

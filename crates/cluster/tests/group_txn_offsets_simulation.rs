@@ -188,8 +188,16 @@ impl Sim {
         coordinator
     }
 
+    /// Drops responses. A persist the coordinator asks for on its own (a timer's: the
+    /// tombstone of an empty group that has no offsets) fails:
+    /// the model keeps no such records, and a persist never reported would hold back the
+    /// group's later completions, which apply in issue order.
     fn drain(&mut self) {
-        while self.coordinator.poll_output().is_some() {}
+        while let Some(output) = self.coordinator.poll_output() {
+            if let Output::Persist { id, .. } = output {
+                self.coordinator.persisted(id, Err(osprey_protocol::ErrorCode::NOT_ENOUGH_REPLICAS), self.now);
+            }
+        }
     }
 
     fn fetch(coordinator: &GroupCoordinator, require_stable: bool) -> Vec<(i64, i16)> {
