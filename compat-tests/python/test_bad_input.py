@@ -251,6 +251,19 @@ def test_zstd_record_inflating_past_the_decompression_budget_is_refused_not_stor
     assert broker.rss_bytes() < RSS_LIMIT_BYTES
 
 
+def test_compressed_batch_past_the_configured_decompression_budget_is_refused(start_broker):
+    broker = start_broker({"osprey.produce.decompressed.max.bytes": 1 << 20})
+    clients.create_topic(broker, "budget")
+    big = [kw.record(i, b"k", bytes(512 * 1024)) for i in range(3)]  # 1.5 MiB inflated
+    small = [kw.record(i, b"k", bytes(256 * 1024)) for i in range(3)]  # 0.75 MiB
+    with kw.Conn(broker.host, broker.port) as c:
+        refused = kw.raw_batch(gzip.compress(b"".join(big)), 3, attributes=kw.ATTR_GZIP)
+        assert produce_raw(c, 1, "budget", refused) == (kw.MESSAGE_TOO_LARGE, -1)
+        accepted = kw.raw_batch(gzip.compress(b"".join(small)), 3, attributes=kw.ATTR_GZIP)
+        assert produce_raw(c, 2, "budget", accepted) == (kw.NONE, 0)
+        assert fetch_batches(c, 3, "budget") == (3, [(0, 3, True)])
+
+
 # ----- memory ---------------------------------------------------------------------------
 
 

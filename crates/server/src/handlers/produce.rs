@@ -21,10 +21,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::oneshot;
 
-/// A compressed batch may not inflate beyond this while its records are validated; past
-/// it the batch is refused (MESSAGE_TOO_LARGE), never stored.
-const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
-
 /// A partition's outcome before the durability wait.
 enum Outcome {
     Failed(ErrorCode, Option<String>),
@@ -130,7 +126,7 @@ fn append(
         Some(r) => r,
         None => return Outcome::Failed(ErrorCode::INVALID_RECORD, Some("null records".into())),
     };
-    let producer = match check_batch(partition, &records, version) {
+    let producer = match check_batch(broker, partition, &records, version) {
         Ok(producer) => producer,
         Err(outcome) => return outcome,
     };
@@ -266,7 +262,12 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
 /// control batch), compressed with a codec this request version may use, whose records
 /// are what its header says (see [`check_records`]). Returns the producer id and epoch of
 /// a transactional batch.
-fn check_batch(partition: &Partition, records: &Bytes, version: i16) -> Result<Option<(i64, i16)>, Outcome> {
+fn check_batch(
+    broker: &Broker,
+    partition: &Partition,
+    records: &Bytes,
+    version: i16,
+) -> Result<Option<(i64, i16)>, Outcome> {
     let failed = |code: ErrorCode, why: String| {
         telemetry::error_code(ApiKey::Produce, code);
         Outcome::Failed(code, Some(why))
@@ -291,21 +292,25 @@ fn check_batch(partition: &Partition, records: &Bytes, version: i16) -> Result<O
         Ok(_) => {}
         Err(e) => return Err(failed(code_of(e.kafka_error_code()), e.to_string())),
     }
-    check_records(partition, &batch)?;
+    // A compressed batch may not inflate past this while its records are walked; past it
+    // the batch is refused (MESSAGE_TOO_LARGE), never stored.
+    let max_decompressed_bytes = usize::try_from(broker.settings.config.produce_decompressed_max_bytes).unwrap_or(0);
+    check_records(partition, &batch, max_decompressed_bytes)?;
     Ok(batch.is_transactional().then(|| (batch.producer_id(), batch.producer_epoch())))
 }
 
 /// Walks the batch's records before it is stored, as Kafka's `LogValidator` iterates them:
 /// recordsCount records with offset deltas 0, 1, 2, ..., each taking exactly its declared
-/// length, and nothing after them; a compressed batch within the decompression budget.
+/// length, and nothing after them; a compressed batch within the decompression budget
+/// (`osprey.produce.decompressed.max.bytes`).
 /// Osprey stores the batch as sent, so a batch lying about its records would otherwise
 /// take fewer offsets than it hands consumers. A compacted topic also needs a key on
 /// every record: Kafka refuses the batch with INVALID_RECORD and names the keyless
 /// records (KIP-467).
-fn check_records(partition: &Partition, batch: &RecordBatch) -> Result<(), Outcome> {
+fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_bytes: usize) -> Result<(), Outcome> {
     let compacted = partition.log.config().cleanup_policy.compact;
     let mut keyless = Vec::new();
-    let walked = batch.validate_records(MAX_DECOMPRESSED_BYTES, |record| {
+    let walked = batch.validate_records(max_decompressed_bytes, |record| {
         if compacted && record.key_len.is_none() {
             keyless.push(record.index);
         }
