@@ -219,6 +219,12 @@ def test_garbage_in_place_of_records_is_refused_with_invalid_record(broker):
     assert_refused_and_nothing_stored(broker, "garbage-records", lying, kw.INVALID_RECORD)
 
 
+def test_garbage_records_under_a_wrong_crc_are_corrupt_message_as_kafka_checks_the_crc_first(broker):
+    garbage = bytes((i * 151 + 7) % 256 for i in range(300))
+    damaged = kw.with_bad_crc(kw.raw_batch(garbage, 3))
+    assert_refused_and_nothing_stored(broker, "garbage-bad-crc", damaged, kw.CORRUPT_MESSAGE)
+
+
 def test_records_whose_offset_deltas_skip_are_refused_with_invalid_record(broker):
     lying = kw.raw_batch(kw.record(0, b"k", b"a") + kw.record(5, b"k", b"b"), 2)
     assert_refused_and_nothing_stored(broker, "skipping-deltas", lying, kw.INVALID_RECORD)
