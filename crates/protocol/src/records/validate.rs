@@ -120,6 +120,9 @@ fn record(input: &mut impl Input, index: i32) -> Result<RecordShape, RecordsErro
     Ok(RecordShape { index, key_len, value_len, header_count })
 }
 
+/// `varint::read_varint` or `read_varlong`: the value and the bytes it took.
+type ReadVarint<T> = fn(&[u8]) -> Result<(T, usize), VarintError>;
+
 /// Reads the fields of one record, never past `end`, naming the record in its errors.
 struct Body<'a, I: Input> {
     input: &'a mut I,
@@ -146,7 +149,7 @@ impl<I: Input> Body<'_, I> {
         &mut self,
         field: &'static str,
         max_bytes: usize,
-        read: fn(&[u8]) -> Result<(T, usize), VarintError>,
+        read: ReadVarint<T>,
     ) -> Result<T, RecordsError> {
         let (index, at, left) = (self.index, self.input.pos(), self.left());
         let bytes = self.input.peek(max_bytes.min(left))?;
