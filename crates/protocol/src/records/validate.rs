@@ -120,8 +120,9 @@ fn record(input: &mut impl Input, index: i32) -> Result<RecordShape, RecordsErro
     Ok(RecordShape { index, key_len, value_len, header_count })
 }
 
-/// `varint::read_varint` or `read_varlong`: the value and the bytes it took.
-type ReadVarint<T> = fn(&[u8]) -> Result<(T, usize), VarintError>;
+/// What `varint::read_varint` and `read_varlong` return: the value and the bytes it took.
+/// They are passed as functions, not pointers, so that each call is inlined.
+type VarintRead<T> = Result<(T, usize), VarintError>;
 
 /// Reads the fields of one record, never past `end`, naming the record in its errors.
 struct Body<'a, I: Input> {
@@ -149,7 +150,7 @@ impl<I: Input> Body<'_, I> {
         &mut self,
         field: &'static str,
         max_bytes: usize,
-        read: ReadVarint<T>,
+        read: impl Fn(&[u8]) -> VarintRead<T>,
     ) -> Result<T, RecordsError> {
         let (index, at, left) = (self.index, self.input.pos(), self.left());
         let bytes = self.input.peek(max_bytes.min(left))?;
