@@ -270,6 +270,17 @@ def test_compressed_batch_past_the_configured_decompression_budget_is_refused(st
         assert fetch_batches(c, 3, "budget") == (3, [(0, 3, True)])
 
 
+def test_compressed_batch_inflating_to_many_mib_within_the_budget_is_stored(broker):
+    # Past the first MiB the broker walks the records again off its worker, with the whole
+    # budget (64 MiB by default): the batch is stored like any other.
+    clients.create_topic(broker, "inflating")
+    records = b"".join(kw.record(i, b"k", bytes(1 << 20)) for i in range(5))
+    batch = kw.raw_batch(gzip.compress(records), 5, attributes=kw.ATTR_GZIP)
+    with kw.Conn(broker.host, broker.port) as c:
+        assert produce_raw(c, 1, "inflating", batch) == (kw.NONE, 0)
+        assert fetch_batches(c, 2, "inflating") == (5, [(0, 5, True)])
+
+
 # ----- memory ---------------------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
-use osprey_protocol::records::{Batches, Compression, RecordBatch};
+use osprey_protocol::records::{Batches, Compression, RecordBatch, RecordsError};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use osprey_storage::batch::BatchError;
 use osprey_storage::{AppendInfo, StorageError};
@@ -310,11 +310,25 @@ fn check_batch(
 fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_bytes: usize) -> Result<(), Outcome> {
     let compacted = partition.log.config().cleanup_policy.compact;
     let mut keyless = Vec::new();
-    let walked = batch.validate_records(max_decompressed_bytes, |record| {
-        if compacted && record.key_len.is_none() {
-            keyless.push(record.index);
+    let mut walk = |budget| {
+        keyless.clear();
+        batch.validate_records(budget, |record| {
+            if compacted && record.key_len.is_none() {
+                keyless.push(record.index);
+            }
+        })
+    };
+    // Batches as producers send them inflate to well under a MiB and are walked here, on
+    // the connection's task. One inflating further (up to the budget: tens of ms of CPU)
+    // is walked again with the whole budget, after telling the runtime to move this
+    // worker's other tasks elsewhere; the request still completes before the next one of
+    // its connection, so appends keep their order.
+    let walked = match walk(max_decompressed_bytes.min(INLINE_DECOMPRESSED_BYTES)) {
+        Err(RecordsError::DecompressionBudgetExceeded { .. }) if max_decompressed_bytes > INLINE_DECOMPRESSED_BYTES => {
+            off_the_worker(|| walk(max_decompressed_bytes))
         }
-    });
+        walked => walked,
+    };
     if let Err(e) = walked {
         // Kafka checks the CRC before it reads a record: a batch damaged in transit is
         // CORRUPT_MESSAGE, whatever its records now look like. Computed here only for a
@@ -333,6 +347,20 @@ fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_by
         partition.topic, partition.index
     );
     Err(Outcome::Rejected { code: ErrorCode::INVALID_RECORD, message, record_errors: keyless })
+}
+
+/// Decompressed bytes a batch's records may take while they are walked on the
+/// connection's task; a batch inflating further is walked by [`off_the_worker`].
+const INLINE_DECOMPRESSED_BYTES: usize = 1 << 20;
+
+/// Runs CPU-heavy work with the runtime told that this worker blocks (its other tasks
+/// move to another worker), where the runtime can do that: a multi-threaded one.
+fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 fn code_of(code: i16) -> ErrorCode {
