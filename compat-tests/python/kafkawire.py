@@ -135,6 +135,45 @@ def record_batch(records, base_timestamp=None, attributes=0, producer=(-1, -1, -
     return struct.pack(">qiib", 0, batch_length, -1, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
 
 
+def raw_batch(records_section: bytes, records_count: int, attributes=0, base_timestamp=None) -> bytes:
+    """A v2 batch around an arbitrary (possibly compressed, possibly lying) records
+    section, declaring `records_count` records with lastOffsetDelta `records_count - 1`
+    so the header agrees with itself, and a correct CRC-32C: only the records can give
+    it away."""
+    ts = int(time.time() * 1000) if base_timestamp is None else base_timestamp
+    after_crc = struct.pack(">hiqqqhii", attributes, records_count - 1, ts, ts, -1, -1, -1, records_count)
+    after_crc += records_section
+    batch_length = 4 + 1 + 4 + len(after_crc)
+    return struct.pack(">qiib", 0, batch_length, -1, 2) + struct.pack(">I", crc32c(after_crc)) + after_crc
+
+
+ATTR_GZIP = 1
+ATTR_ZSTD = 4
+
+
+def zstd_rle_frame(prefix: bytes, zeros: int) -> bytes:
+    """A zstd frame holding `prefix` (one raw block) then `zeros` zero bytes as RLE
+    blocks of 128 KiB, each 4 bytes on the wire: a bomb of N GiB takes N * 32 KiB. Written
+    by hand from RFC 8878 (no zstd library needed): magic, a frame header with a 128 KiB
+    window and no content size, then blocks."""
+    block_max = 128 * 1024
+    out = bytearray(struct.pack("<I", 0xFD2FB528))
+    out += bytes([0x00, 7 << 3])  # descriptor: no size, no checksum; window 2^(10+7)
+    blocks = []
+    if prefix:
+        blocks.append((0, len(prefix), prefix))  # raw block
+    left = zeros
+    while left > 0:
+        n = min(left, block_max)
+        blocks.append((1, n, b"\x00"))  # RLE block: one byte, repeated n times
+        left -= n
+    for i, (block_type, size, content) in enumerate(blocks):
+        last = 1 if i == len(blocks) - 1 else 0
+        header = last | (block_type << 1) | (size << 3)
+        out += struct.pack("<I", header)[:3] + content
+    return bytes(out)
+
+
 def with_bad_crc(batch: bytes) -> bytes:
     """The same batch with its CRC field flipped, so it no longer matches the content."""
     crc = struct.unpack_from(">I", batch, CRC_POSITION)[0]
@@ -194,6 +233,14 @@ def produce_v3(correlation_id: int, topic: str, partition: int, records: bytes, 
     body += struct.pack(">i", 1) + string16(topic)
     body += struct.pack(">i", 1) + struct.pack(">i", partition) + bytes32(records)
     return request(API_PRODUCE, 3, correlation_id, body)
+
+
+def produce(correlation_id: int, topic: str, partition: int, records: bytes, version: int, acks=-1,
+            timeout_ms=10000) -> bytes:
+    """Produce v3-v8: the request body is the same for all of them (zstd needs v7)."""
+    assert 3 <= version <= 8
+    frame = produce_v3(correlation_id, topic, partition, records, acks, timeout_ms)
+    return frame[:6] + struct.pack(">h", version) + frame[8:]
 
 
 def fetch_v4(correlation_id: int, topic: str, partition: int, offset: int, max_bytes=1 << 20, max_wait_ms=100) -> bytes:
@@ -296,6 +343,21 @@ def parse_produce_v3(payload: bytes):
         for _ in range(r.take(">i")):
             partition, error_code, base_offset, _append_time = r.take(">ihqq")
             out.append((topic, partition, error_code, base_offset))
+    return correlation_id, out
+
+
+def parse_produce_v8(payload: bytes):
+    """(correlation_id, [(topic, partition, error_code, base_offset, record_errors, error_message)])
+    where record_errors is [(batch_index, message)] (KIP-467)."""
+    r = Reader(payload)
+    correlation_id = r.take(">i")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, error_code, base_offset, _append_time, _log_start = r.take(">ihqqq")
+            record_errors = [(r.take(">i"), r.string16()) for _ in range(r.take(">i"))]
+            out.append((topic, partition, error_code, base_offset, record_errors, r.string16()))
     return correlation_id, out
 
 

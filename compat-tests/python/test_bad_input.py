@@ -2,6 +2,7 @@
 connection was either answered with the right Kafka error or closed, the broker is still
 running, and a new, normal connection (a librdkafka producer and consumer) still works."""
 
+import gzip
 import struct
 import time
 
@@ -189,6 +190,115 @@ def test_batch_length_larger_than_the_bytes_sent_is_refused(broker):
         # Kafka answers INVALID_RECORD (no whole batch); CORRUPT_MESSAGE is as clear.
         assert error_code in (kw.INVALID_RECORD, kw.CORRUPT_MESSAGE) and base_offset == -1, error_code
     assert_broker_still_serves(broker)
+
+
+# ----- batches whose records contradict their header (valid CRC) ------------------------
+
+
+def records_section(n: int, first_delta=0) -> bytes:
+    return b"".join(kw.record(first_delta + i, b"k", f"lie-{i}".encode()) for i in range(n))
+
+
+def fetch_batches(conn, correlation_id, topic):
+    """(high watermark, [(base_offset, records_count, crc_ok)]) of the partition from 0."""
+    _, ((_, _, error_code, hw, data),) = kw.parse_fetch_v4(conn.roundtrip(kw.fetch_v4(correlation_id, topic, 0, 0)))
+    assert error_code == kw.NONE
+    return hw, [(base, count, crc_ok) for base, _, count, crc_ok in kw.parse_batches(data)]
+
+
+def assert_refused_and_nothing_stored(broker, topic, lying, expected, version=3):
+    """The lying batch is refused with `expected` and takes no offset: a good batch sent
+    next lands at offset 0, and a fetch returns only the good batch."""
+    clients.create_topic(broker, topic)
+    good = kw.record_batch([(b"k", b"good-1"), (b"k", b"good-2")])
+    with kw.Conn(broker.host, broker.port) as c:
+        _, ((_, _, error_code, base_offset, _, message),) = kw.parse_produce_v8(
+            c.roundtrip(kw.produce(1, topic, 0, lying, version=8)))
+        assert (error_code, base_offset) == (expected, -1), message
+        assert produce_raw(c, 2, topic, good) == (kw.NONE, 0)
+        assert fetch_batches(c, 3, topic) == (2, [(0, 2, True)])
+    assert_broker_still_serves(broker)
+
+
+@pytest.mark.parametrize("count, present", [(0x7FFFFFFF, 1), (1, 1000), (1000, 1)],
+                         ids=["count-2^31-1-holds-1", "count-1-holds-1000", "count-1000-holds-1"])
+def test_batch_whose_record_count_is_a_lie_is_refused_with_invalid_record(broker, count, present):
+    lying = kw.raw_batch(records_section(present), count)
+    assert_refused_and_nothing_stored(broker, f"lying-count-{count}-{present}", lying, kw.INVALID_RECORD)
+
+
+def test_record_with_a_negative_length_is_refused_with_invalid_record(broker):
+    record = kw.record(0, b"k", b"value")
+    lying = kw.raw_batch(kw.varint(-5) + record[1:], 1)
+    assert_refused_and_nothing_stored(broker, "negative-record-length", lying, kw.INVALID_RECORD)
+
+
+def test_garbage_in_place_of_records_is_refused_with_invalid_record(broker):
+    garbage = bytes((i * 151 + 7) % 256 for i in range(300))
+    lying = kw.raw_batch(garbage, 3)
+    assert_refused_and_nothing_stored(broker, "garbage-records", lying, kw.INVALID_RECORD)
+
+
+def test_garbage_records_under_a_wrong_crc_are_corrupt_message_as_kafka_checks_the_crc_first(broker):
+    garbage = bytes((i * 151 + 7) % 256 for i in range(300))
+    damaged = kw.with_bad_crc(kw.raw_batch(garbage, 3))
+    assert_refused_and_nothing_stored(broker, "garbage-bad-crc", damaged, kw.CORRUPT_MESSAGE)
+
+
+def test_records_whose_offset_deltas_skip_are_refused_with_invalid_record(broker):
+    lying = kw.raw_batch(kw.record(0, b"k", b"a") + kw.record(5, b"k", b"b"), 2)
+    assert_refused_and_nothing_stored(broker, "skipping-deltas", lying, kw.INVALID_RECORD)
+
+
+def test_gzip_batch_whose_record_count_is_a_lie_is_refused_with_invalid_record(broker):
+    lying = kw.raw_batch(gzip.compress(records_section(1000)), 1, attributes=kw.ATTR_GZIP)
+    assert_refused_and_nothing_stored(broker, "lying-gzip", lying, kw.INVALID_RECORD)
+
+
+def test_zstd_bomb_of_4_gib_zeros_is_refused_not_stored(broker):
+    # 4 GiB of zeros in 131 KB: zeros are no record, so the first record refuses it.
+    bomb = kw.zstd_rle_frame(b"", 4 << 30)
+    assert len(bomb) < 140_000
+    lying = kw.raw_batch(bomb, 1, attributes=kw.ATTR_ZSTD)
+    assert_refused_and_nothing_stored(broker, "zstd-bomb", lying, kw.INVALID_RECORD)
+    assert broker.rss_bytes() < RSS_LIMIT_BYTES
+
+
+def test_zstd_record_inflating_past_the_decompression_budget_is_refused_not_stored(broker):
+    # One well-formed record whose value is 2 GiB of zeros: only its size gives it away,
+    # and the broker stops inflating at its budget (MESSAGE_TOO_LARGE, as for any batch
+    # too large: a Java producer splits it).
+    value_bytes = (2 << 30) - 64
+    head = b"\x00" + kw.varint(0) + kw.varint(0) + kw.varint(-1) + kw.varint(value_bytes)
+    prefix = kw.varint(len(head) + value_bytes + 1) + head
+    bomb = kw.zstd_rle_frame(prefix, value_bytes + 1)  # the last zero: no headers
+    lying = kw.raw_batch(bomb, 1, attributes=kw.ATTR_ZSTD)
+    assert_refused_and_nothing_stored(broker, "zstd-value-bomb", lying, kw.MESSAGE_TOO_LARGE)
+    assert broker.rss_bytes() < RSS_LIMIT_BYTES
+
+
+def test_compressed_batch_past_the_configured_decompression_budget_is_refused(start_broker):
+    broker = start_broker({"osprey.produce.decompressed.max.bytes": 1 << 20})
+    clients.create_topic(broker, "budget")
+    big = [kw.record(i, b"k", bytes(512 * 1024)) for i in range(3)]  # 1.5 MiB inflated
+    small = [kw.record(i, b"k", bytes(256 * 1024)) for i in range(3)]  # 0.75 MiB
+    with kw.Conn(broker.host, broker.port) as c:
+        refused = kw.raw_batch(gzip.compress(b"".join(big)), 3, attributes=kw.ATTR_GZIP)
+        assert produce_raw(c, 1, "budget", refused) == (kw.MESSAGE_TOO_LARGE, -1)
+        accepted = kw.raw_batch(gzip.compress(b"".join(small)), 3, attributes=kw.ATTR_GZIP)
+        assert produce_raw(c, 2, "budget", accepted) == (kw.NONE, 0)
+        assert fetch_batches(c, 3, "budget") == (3, [(0, 3, True)])
+
+
+def test_compressed_batch_inflating_to_many_mib_within_the_budget_is_stored(broker):
+    # Past the first MiB the broker walks the records again off its worker, with the whole
+    # budget (64 MiB by default): the batch is stored like any other.
+    clients.create_topic(broker, "inflating")
+    records = b"".join(kw.record(i, b"k", bytes(1 << 20)) for i in range(5))
+    batch = kw.raw_batch(gzip.compress(records), 5, attributes=kw.ATTR_GZIP)
+    with kw.Conn(broker.host, broker.port) as c:
+        assert produce_raw(c, 1, "inflating", batch) == (kw.NONE, 0)
+        assert fetch_batches(c, 2, "inflating") == (5, [(0, 5, True)])
 
 
 # ----- memory ---------------------------------------------------------------------------

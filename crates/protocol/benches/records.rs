@@ -1,5 +1,6 @@
 //! Record batch throughput over 1 MiB of records: CRC validation, splitting a buffer into
-//! batches, iterating records, and decompressing (and compressing) with every codec.
+//! batches, iterating records, validating them as Produce does before storing a batch,
+//! and decompressing (and compressing) with every codec.
 //! Run with `cargo bench -p osprey-protocol --bench records`.
 
 use bytes::Bytes;
@@ -82,6 +83,21 @@ fn record_iteration(c: &mut Criterion) {
     group.finish();
 }
 
+/// What Produce now pays per batch: the walk over every record, and for a compressed batch
+/// the streaming decompression under it (compare with `records/decompress`).
+fn validation(c: &mut Criterion) {
+    let mut group = c.benchmark_group("records/validate");
+    for codec in Compression::ALL {
+        let batch = batch(codec, MIB, 0);
+        // Throughput in record bytes (uncompressed), as the other groups count it.
+        group.throughput(Throughput::Bytes(batch.records(2 * MIB).expect("records").data().len() as u64));
+        group.bench_function(format!("{}_1mib", codec.name()), |b| {
+            b.iter(|| black_box(&batch).validate_records(64 * MIB, |_| {}).expect("valid"))
+        });
+    }
+    group.finish();
+}
+
 fn codecs(c: &mut Criterion) {
     let plain = batch(Compression::None, MIB, 0);
     let records = plain.as_bytes().slice(61..);
@@ -106,6 +122,6 @@ criterion_group! {
     name = benches;
     // Short runs: the figures are for comparison on a shared two-core machine.
     config = Criterion::default().sample_size(20).measurement_time(Duration::from_secs(3)).warm_up_time(Duration::from_secs(1));
-    targets = crc, batch_iteration, record_iteration, codecs
+    targets = crc, batch_iteration, record_iteration, validation, codecs
 }
 criterion_main!(benches);

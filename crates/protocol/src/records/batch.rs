@@ -211,7 +211,7 @@ impl RecordBatch {
     /// - an idempotent batch (producerId >= 0) has a base sequence >= 0.
     ///
     /// Kafka makes the same checks for every batch a client sends, compressed or not; the
-    /// records themselves are checked against recordsCount while iterating them.
+    /// records themselves are checked against the header by [`Self::validate_records`].
     pub fn check_produce_invariants(&self) -> Result<(), RecordsError> {
         let last_offset_delta = self.last_offset_delta();
         let count = self.records_count();

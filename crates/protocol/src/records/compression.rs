@@ -121,14 +121,21 @@ pub fn decompress(codec: Compression, input: &[u8], max_output_bytes: usize) -> 
             }
             input.to_vec()
         }
-        Compression::Gzip => {
-            read_bounded(codec, flate2::read::MultiGzDecoder::new(input), input.len(), max_output_bytes)?
-        }
         Compression::Snappy if input.starts_with(&XERIAL_MAGIC) => decompress_snappy_xerial(input, max_output_bytes)?,
         Compression::Snappy => decompress_snappy_raw(input, max_output_bytes)?,
-        Compression::Lz4 => {
-            read_bounded(codec, lz4_flex::frame::FrameDecoder::new(input), input.len(), max_output_bytes)?
+        Compression::Gzip | Compression::Lz4 | Compression::Zstd => {
+            read_bounded(codec, stream_decoder(codec, input)?, input.len(), max_output_bytes)?
         }
+    };
+    Ok(Bytes::from(out))
+}
+
+/// A reader of the decompressed bytes of `input`, for the codecs that stream (gzip, LZ4,
+/// zstd); the caller bounds how much it reads. Snappy and none are not streamed here.
+pub(crate) fn stream_decoder<'a>(codec: Compression, input: &'a [u8]) -> Result<Box<dyn Read + 'a>, RecordsError> {
+    match codec {
+        Compression::Gzip => Ok(Box::new(flate2::read::MultiGzDecoder::new(input))),
+        Compression::Lz4 => Ok(Box::new(lz4_flex::frame::FrameDecoder::new(input))),
         Compression::Zstd => {
             let mut decoder = zstd::stream::read::Decoder::with_buffer(input).map_err(|e| malformed(codec, e))?;
             // zstd sizes its window buffer from the frame header. Capping the window log
@@ -136,10 +143,10 @@ pub fn decompress(codec: Compression, input: &[u8], max_output_bytes: usize) -> 
             // written, so resident memory follows the budget); 27 is what zstd itself and
             // Java's zstd-jni accept, so no frame a client can write is refused.
             decoder.window_log_max(ZSTD_WINDOW_LOG_MAX).map_err(|e| malformed(codec, e))?;
-            read_bounded(codec, decoder, input.len(), max_output_bytes)?
+            Ok(Box::new(decoder))
         }
-    };
-    Ok(Bytes::from(out))
+        Compression::None | Compression::Snappy => Err(malformed(codec, "not a streaming codec")),
+    }
 }
 
 /// zstd level Kafka uses by default (`compression.zstd.level`).

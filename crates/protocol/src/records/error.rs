@@ -59,6 +59,10 @@ pub enum RecordsError {
     /// The record's fields do not add up to its declared length.
     #[error("record {index} at byte {at}: declares {declared} bytes but its fields take {consumed}")]
     RecordLengthMismatch { index: i32, at: usize, declared: i32, consumed: usize },
+    /// A record's offsetDelta is not its position in the batch: the offsets the broker
+    /// assigns to the batch would not be the ones its records read back.
+    #[error("record {index} has offsetDelta {offset_delta}; a batch's records take consecutive offsets from 0")]
+    OffsetDeltaMismatch { index: i32, offset_delta: i32 },
     /// Bytes remain in the records section after recordsCount records.
     #[error("batch declares {declared} records but {trailing} bytes follow the last of them")]
     TrailingRecordBytes { declared: i32, trailing: usize },
@@ -119,6 +123,7 @@ impl RecordsError {
             | VarintTooLong { .. }
             | InvalidLength { .. }
             | RecordLengthMismatch { .. }
+            | OffsetDeltaMismatch { .. }
             | TrailingRecordBytes { .. }
             | InvalidOffsetRange { .. }
             | InvalidRecordCount { .. }

@@ -3,7 +3,8 @@
 //!
 //! Bytes from an untrusted peer are split into batches; each has its CRC and produce
 //! invariants checked, its header rewritten in place, its records decompressed within a
-//! budget and iterated, and what parsed is built again. Nothing may panic, and the
+//! budget and iterated (and walked as the broker validates them, which must agree), and
+//! what parsed is built again. Nothing may panic, and the
 //! properties asserted here must hold for any input.
 
 use super::{
@@ -23,8 +24,15 @@ pub fn check_untrusted_batches(data: &[u8]) {
         let crc_valid = batch.validate_crc();
         let _ = batch.check_produce_invariants();
         check_rewrites(&batch, crc_valid);
-        let Ok(records) = batch.records(BUDGET) else { continue };
-        if let Ok(records) = records.collect::<Result<Vec<Record>, _>>() {
+        let walked = batch.validate_records(BUDGET, |_| {});
+        let Ok(records) = batch.records(BUDGET) else {
+            assert!(walked.is_err(), "the walk accepted records the iterator cannot read");
+            continue;
+        };
+        let records = records.collect::<Result<Vec<Record>, _>>();
+        let consecutive = records.as_ref().is_ok_and(|r| r.iter().zip(0..).all(|(r, i)| r.offset_delta == i));
+        assert_eq!(walked.is_ok(), consecutive, "the walk and the iterator disagree: {walked:?}");
+        if let Ok(records) = records {
             check_rebuild(&batch, &records);
         }
     }

@@ -9,6 +9,8 @@
 //! - [`RecordBatchMut`] rewrites baseOffset and partitionLeaderEpoch in place (outside the
 //!   CRC) and maxTimestamp/timestamp type (inside it, so the CRC is recomputed).
 //! - [`Records`] iterates the records lazily, after decompressing within a byte budget.
+//! - [`RecordBatch::validate_records`] walks them without building them, as the broker
+//!   does before it stores a client's batch, decompressing as a stream within a budget.
 //! - [`BatchBuilder`] writes batches, including the transaction markers the broker writes.
 //! - [`compress`] / [`decompress`] implement the five codecs; decompression is bounded.
 //! - `fuzzing` (with the `testing` feature) holds the checks of the `record_batch` fuzz
@@ -25,6 +27,7 @@ mod error;
 #[cfg(any(test, feature = "testing"))]
 pub mod fuzzing;
 mod record;
+mod validate;
 mod varint;
 
 pub use batch::{Batches, RecordBatch, RecordBatchMut, TimestampType};
@@ -33,6 +36,7 @@ pub use compression::{compress, compress_snappy_raw, decompress, Compression};
 pub use control::{ControlRecordType, EndTxnMarker};
 pub use error::RecordsError;
 pub use record::{Header, Record, Records};
+pub use validate::RecordShape;
 
 /// Size of the v2 batch header, from baseOffset through recordsCount.
 pub const BATCH_HEADER_BYTES: usize = 61;

@@ -151,6 +151,8 @@ pub struct BrokerConfig {
     pub compression_type: String,
     /// `message.max.bytes`.
     pub message_max_bytes: i32,
+    /// `osprey.produce.decompressed.max.bytes`.
+    pub produce_decompressed_max_bytes: i32,
     /// `log.message.timestamp.type`: `CreateTime` or `LogAppendTime`.
     pub message_timestamp_type: String,
     /// `log.dirs`, else `log.dir`.
@@ -373,6 +375,7 @@ impl BrokerConfig {
             unclean_leader_election_enable: r.bool("unclean.leader.election.enable"),
             compression_type: r.string("compression.type"),
             message_max_bytes: r.i32("message.max.bytes"),
+            produce_decompressed_max_bytes: r.i32("osprey.produce.decompressed.max.bytes"),
             message_timestamp_type: r.string("log.message.timestamp.type"),
             data_dirs: resolve_data_dirs(&r)?,
             segment_bytes: r.i32("log.segment.bytes"),

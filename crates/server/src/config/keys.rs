@@ -306,6 +306,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "zstd level when compression.type is zstd."),
     ConfigKey::new("message.max.bytes", Int, Some("1048588"), AtLeast(0), G::Topics,
         "Largest record batch accepted, after compression, including the batch header."),
+    ConfigKey::new("osprey.produce.decompressed.max.bytes", Int, Some("67108864"), AtLeast(1), G::Topics,
+        "Osprey: bytes a compressed batch may inflate to while Produce validates its records; past it the batch is refused (MESSAGE_TOO_LARGE)."),
     ConfigKey::new("log.message.timestamp.type", ConfigType::String, Some("CreateTime"), OneOf(TIMESTAMP_TYPES), G::Topics,
         "Timestamp stored in batches: the producer's (CreateTime) or the broker's at append (LogAppendTime)."),
     ConfigKey::new("log.message.timestamp.before.max.ms", Long, Some(I64_MAX), AtLeast(0), G::Topics,

@@ -11,7 +11,7 @@ use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
-use osprey_protocol::records::{Batches, Compression, RecordBatch};
+use osprey_protocol::records::{Batches, Compression, RecordBatch, RecordsError};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use osprey_storage::batch::BatchError;
 use osprey_storage::{AppendInfo, StorageError};
@@ -20,9 +20,6 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::oneshot;
-
-/// A compressed batch checked for keys may not inflate beyond this.
-const MAX_DECOMPRESSED_BYTES: usize = 64 * 1024 * 1024;
 
 /// A partition's outcome before the durability wait.
 enum Outcome {
@@ -129,12 +126,9 @@ fn append(
         Some(r) => r,
         None => return Outcome::Failed(ErrorCode::INVALID_RECORD, Some("null records".into())),
     };
-    let producer = match check_batch(&records, version) {
+    let producer = match check_batch(broker, partition, &records, version) {
         Ok(producer) => producer,
-        Err((code, why)) => {
-            telemetry::error_code(ApiKey::Produce, code);
-            return Outcome::Failed(code, Some(why));
-        }
+        Err(outcome) => return outcome,
     };
     let Some(producer) = producer else { return append_checked(broker, partition, records, acks) };
     // A transactional batch: the request names its transactional id, and the partition
@@ -241,12 +235,6 @@ impl Drop for DeferredAppend {
 
 /// Appends a batch that passed [`check_batch`] (and, if transactional, verification).
 fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, acks: i16) -> Outcome {
-    if partition.log.config().cleanup_policy.compact {
-        if let Err(outcome) = check_keys(partition, &records) {
-            telemetry::error_code(ApiKey::Produce, ErrorCode::INVALID_RECORD);
-            return outcome;
-        }
-    }
     // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
     let mut bytes = records.to_vec();
     match partition.log.append(&mut bytes, partition.leader_epoch, now_ms()) {
@@ -271,58 +259,108 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
 }
 
 /// Produce v3+ carries exactly one v2 batch per partition, written by a client (not a
-/// control batch), compressed with a codec this request version may use. Returns the
-/// producer id and epoch of a transactional batch.
-fn check_batch(records: &Bytes, version: i16) -> Result<Option<(i64, i16)>, (ErrorCode, String)> {
+/// control batch), compressed with a codec this request version may use, whose records
+/// are what its header says (see [`check_records`]). Returns the producer id and epoch of
+/// a transactional batch.
+fn check_batch(
+    broker: &Broker,
+    partition: &Partition,
+    records: &Bytes,
+    version: i16,
+) -> Result<Option<(i64, i16)>, Outcome> {
+    let failed = |code: ErrorCode, why: String| {
+        telemetry::error_code(ApiKey::Produce, code);
+        Outcome::Failed(code, Some(why))
+    };
     let mut batches = Batches::new(records.clone());
     let batch: RecordBatch = match batches.next() {
         Some(Ok(b)) => b,
-        Some(Err(e)) => return Err((code_of(e.kafka_error_code()), e.to_string())),
-        None => return Err((ErrorCode::INVALID_RECORD, "no record batch".into())),
+        Some(Err(e)) => return Err(failed(code_of(e.kafka_error_code()), e.to_string())),
+        None => return Err(failed(ErrorCode::INVALID_RECORD, "no record batch".into())),
     };
     if batches.next().is_some() {
-        return Err((
+        return Err(failed(
             ErrorCode::INVALID_RECORD,
             "Produce v3+ must carry exactly one record batch per partition".into(),
         ));
     }
-    batch.check_produce_invariants().map_err(|e| (code_of(e.kafka_error_code()), e.to_string()))?;
+    batch.check_produce_invariants().map_err(|e| failed(code_of(e.kafka_error_code()), e.to_string()))?;
     match batch.compression() {
         Ok(Compression::Zstd) if version < 7 => {
-            return Err((ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
+            return Err(failed(ErrorCode::UNSUPPORTED_COMPRESSION_TYPE, "zstd needs Produce v7 or later".into()))
         }
         Ok(_) => {}
-        Err(e) => return Err((code_of(e.kafka_error_code()), e.to_string())),
+        Err(e) => return Err(failed(code_of(e.kafka_error_code()), e.to_string())),
     }
+    // A compressed batch may not inflate past this while its records are walked; past it
+    // the batch is refused (MESSAGE_TOO_LARGE), never stored.
+    let max_decompressed_bytes = usize::try_from(broker.settings.config.produce_decompressed_max_bytes).unwrap_or(0);
+    check_records(partition, &batch, max_decompressed_bytes)?;
     Ok(batch.is_transactional().then(|| (batch.producer_id(), batch.producer_epoch())))
 }
 
-/// A compacted topic keeps the latest value per key, so every record needs a key; Kafka
-/// refuses the batch with INVALID_RECORD and names the keyless records (KIP-467).
-fn check_keys(partition: &Partition, records: &Bytes) -> Result<(), Outcome> {
-    let batch = match RecordBatch::new(records.clone()) {
-        Ok(b) => b,
-        Err(e) => return Err(Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string()))),
-    };
-    let iter = batch
-        .records(MAX_DECOMPRESSED_BYTES)
-        .map_err(|e| Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string())))?;
+/// Walks the batch's records before it is stored, as Kafka's `LogValidator` iterates them:
+/// recordsCount records with offset deltas 0, 1, 2, ..., each taking exactly its declared
+/// length, and nothing after them; a compressed batch within the decompression budget
+/// (`osprey.produce.decompressed.max.bytes`).
+/// Osprey stores the batch as sent, so a batch lying about its records would otherwise
+/// take fewer offsets than it hands consumers. A compacted topic also needs a key on
+/// every record: Kafka refuses the batch with INVALID_RECORD and names the keyless
+/// records (KIP-467).
+fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_bytes: usize) -> Result<(), Outcome> {
+    let compacted = partition.log.config().cleanup_policy.compact;
     let mut keyless = Vec::new();
-    for (i, r) in iter.enumerate() {
-        match r {
-            Ok(r) if r.key.is_none() => keyless.push(i as i32),
-            Ok(_) => {}
-            Err(e) => return Err(Outcome::Failed(code_of(e.kafka_error_code()), Some(e.to_string()))),
+    let mut walk = |budget| {
+        keyless.clear();
+        batch.validate_records(budget, |record| {
+            if compacted && record.key_len.is_none() {
+                keyless.push(record.index);
+            }
+        })
+    };
+    // Batches as producers send them inflate to well under a MiB and are walked here, on
+    // the connection's task. One inflating further (up to the budget: tens of ms of CPU)
+    // is walked again with the whole budget, after telling the runtime to move this
+    // worker's other tasks elsewhere; the request still completes before the next one of
+    // its connection, so appends keep their order.
+    let walked = match walk(max_decompressed_bytes.min(INLINE_DECOMPRESSED_BYTES)) {
+        Err(RecordsError::DecompressionBudgetExceeded { .. }) if max_decompressed_bytes > INLINE_DECOMPRESSED_BYTES => {
+            off_the_worker(|| walk(max_decompressed_bytes))
         }
+        walked => walked,
+    };
+    if let Err(e) = walked {
+        // Kafka checks the CRC before it reads a record: a batch damaged in transit is
+        // CORRUPT_MESSAGE, whatever its records now look like. Computed here only for a
+        // refused batch; the log checks it for every batch it appends.
+        let e = batch.ensure_valid_crc().err().unwrap_or(e);
+        let code = code_of(e.kafka_error_code());
+        telemetry::error_code(ApiKey::Produce, code);
+        return Err(Outcome::Failed(code, Some(e.to_string())));
     }
     if keyless.is_empty() {
         return Ok(());
     }
+    telemetry::error_code(ApiKey::Produce, ErrorCode::INVALID_RECORD);
     let message = format!(
         "Compacted topic cannot accept message without key in topic partition {}-{}.",
         partition.topic, partition.index
     );
     Err(Outcome::Rejected { code: ErrorCode::INVALID_RECORD, message, record_errors: keyless })
+}
+
+/// Decompressed bytes a batch's records may take while they are walked on the
+/// connection's task; a batch inflating further is walked by [`off_the_worker`].
+const INLINE_DECOMPRESSED_BYTES: usize = 1 << 20;
+
+/// Runs CPU-heavy work with the runtime told that this worker blocks (its other tasks
+/// move to another worker), where the runtime can do that: a multi-threaded one.
+fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
+        _ => work(),
+    }
 }
 
 fn code_of(code: i16) -> ErrorCode {
