@@ -419,7 +419,7 @@ impl Broker {
                 self.open_partition(topic, p, config, *fsync)?;
                 // Recovery after a crash can take a while on many logs: show that it moves.
                 let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n % 10_000 == 0 {
+                if n.is_multiple_of(10_000) {
                     tracing::info!(opened = n, total, "opening partition logs");
                 }
                 Ok(())
@@ -601,4 +601,53 @@ fn context(e: io::Error, what: &str, path: &Path) -> io::Error {
 
 fn storage_error(e: io::Error) -> ControllerError {
     ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_parallel;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn run_parallel_runs_every_item_once() {
+        let items: Vec<usize> = (0..1000).collect();
+        let seen: Vec<AtomicUsize> = items.iter().map(|_| AtomicUsize::new(0)).collect();
+        let done = run_parallel(&items, 8, &|| false, &|i| -> Result<(), ()> {
+            seen[*i].fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+        assert_eq!(done, Ok(1000));
+        assert!(seen.iter().all(|n| n.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn run_parallel_starts_nothing_once_told_to_stop() {
+        let items: Vec<usize> = (0..1000).collect();
+        let started = AtomicUsize::new(0);
+        let stop = || started.load(Ordering::Relaxed) >= 10;
+        let done = run_parallel(&items, 4, &stop, &|_| -> Result<(), ()> {
+            started.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        // Each thread may have passed the check just before the tenth item started.
+        assert!((10..10 + 4).contains(&done), "{done}");
+    }
+
+    #[test]
+    fn run_parallel_returns_the_first_error_and_stops() {
+        let items: Vec<usize> = (0..1000).collect();
+        let ran = AtomicUsize::new(0);
+        // One thread, so that which items ran is certain.
+        let result = run_parallel(&items, 1, &|| false, &|i| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if *i == 5 {
+                Err(format!("item {i}"))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(result, Err("item 5".to_string()));
+        assert_eq!(ran.load(Ordering::Relaxed), 6);
+    }
 }
