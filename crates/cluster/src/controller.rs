@@ -54,6 +54,8 @@ pub struct Controller {
     brokers: Vec<i32>,
     default_partitions: i32,
     default_replication_factor: i16,
+    /// `osprey.max.partitions`: the most partitions the cluster may hold.
+    max_partitions: i64,
 }
 
 impl Controller {
@@ -70,7 +72,19 @@ impl Controller {
             image.apply(r);
         }
         tracing::info!(records = records.len(), topics = image.topics().count(), "metadata loaded");
-        Ok(Controller { log, image, brokers, default_partitions, default_replication_factor })
+        Ok(Controller {
+            log,
+            image,
+            brokers,
+            default_partitions,
+            default_replication_factor,
+            max_partitions: i64::from(MAX_PARTITIONS_PER_TOPIC),
+        })
+    }
+
+    /// Sets the cluster-wide partition limit (`osprey.max.partitions`).
+    pub fn set_max_partitions(&mut self, max_partitions: i32) {
+        self.max_partitions = i64::from(max_partitions.max(1));
     }
 
     pub fn image(&self) -> &MetadataImage {
@@ -95,6 +109,7 @@ impl Controller {
             validate_config(k, v).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
         }
         let replicas = self.assign(topic)?;
+        self.check_partition_limit(replicas.len())?;
         let id = random_uuid().map_err(|e| ControllerError::new(ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string()))?;
         let record = MetadataRecord::CreateTopic {
             name: topic.name.clone(),
@@ -137,6 +152,7 @@ impl Controller {
                 format!("Topic already has {current} partitions."),
             ));
         }
+        self.check_partition_limit((count - current) as usize)?;
         let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
         let replicas = (current..count).map(|p| self.replicas_for(p, rf)).collect();
         if !validate_only {
@@ -273,6 +289,24 @@ impl Controller {
         (0..rf).map(|i| self.brokers[(partition as usize + i) % n]).collect()
     }
 
+    /// Refuses to grow the cluster past `osprey.max.partitions`: every partition is a
+    /// directory, files and memory on every replica, and start-up and shutdown take
+    /// time in proportion to them.
+    fn check_partition_limit(&self, adding: usize) -> Result<(), ControllerError> {
+        let existing: usize = self.image.topics().map(|t| t.partitions.len()).sum();
+        let total = (existing + adding) as i64;
+        if total > self.max_partitions {
+            return Err(ControllerError::new(
+                ErrorCode::POLICY_VIOLATION,
+                format!(
+                    "Adding {adding} partitions would bring the cluster to {total}, more than osprey.max.partitions ({}); the cluster has {existing}.",
+                    self.max_partitions
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         self.log.append(&records).map_err(|e| {
             tracing::error!(error = %e, file = %self.log.path().display(), "metadata log write failed");
@@ -382,6 +416,19 @@ mod tests {
         assert_eq!(code(c.create_topic(&topic("a", 1, 1), false, &accept_all)), ErrorCode::TOPIC_ALREADY_EXISTS);
         assert_eq!(c.create_partitions("a", 1, false).unwrap_err().code, ErrorCode::INVALID_PARTITIONS);
         assert_eq!(c.delete_topic("zzz").unwrap_err().code, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+    }
+
+    #[test]
+    fn cluster_partition_limit_counts_every_topic() {
+        let mut c = controller("limit", vec![1]);
+        c.set_max_partitions(10);
+        c.create_topic(&topic("a", 6, 1), false, &accept_all).unwrap();
+        let err = c.create_topic(&topic("b", 5, 1), true, &accept_all).unwrap_err();
+        assert_eq!(err.code, ErrorCode::POLICY_VIOLATION);
+        assert!(err.message.contains("osprey.max.partitions (10)"), "{}", err.message);
+        assert_eq!(c.create_partitions("a", 11, false).unwrap_err().code, ErrorCode::POLICY_VIOLATION);
+        c.create_topic(&topic("b", 4, 1), false, &accept_all).unwrap();
+        assert_eq!(c.create_partitions("a", 7, false).unwrap_err().code, ErrorCode::POLICY_VIOLATION);
     }
 
     #[test]

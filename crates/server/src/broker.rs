@@ -9,7 +9,9 @@ use crate::transactions::Transactions;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::group::group_config;
-use osprey_cluster::{Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, TopicImage};
+use osprey_cluster::{
+    Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, PartitionImage, TopicImage,
+};
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, StdStorage};
 use std::collections::BTreeMap;
@@ -189,12 +191,13 @@ impl Broker {
         let meta = MetaProperties::load_or_create(&settings.data_dir, settings.node_id)?;
         let metadata_dir = settings.data_dir.join("__cluster_metadata-0");
         std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
-        let controller = Controller::open(
+        let mut controller = Controller::open(
             &metadata_dir.join("metadata.log"),
             vec![settings.node_id],
             settings.num_partitions,
             settings.default_replication_factor,
         )?;
+        controller.set_max_partitions(settings.config.max_partitions);
         let image = Arc::new(controller.image().clone());
         let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
@@ -217,18 +220,7 @@ impl Broker {
         });
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
-        let total: usize = image.topics().map(|t| t.partitions.len()).sum();
-        let mut opened = 0;
-        let mut reported = std::time::Instant::now();
-        for topic in image.topics() {
-            broker.open_partitions(topic)?;
-            opened += topic.partitions.len();
-            // Recovery after a crash can take a while on big logs: show that it moves.
-            if reported.elapsed() >= std::time::Duration::from_secs(5) {
-                tracing::info!(opened, total, "opening partition logs");
-                reported = std::time::Instant::now();
-            }
-        }
+        broker.open_partitions(&image.topics().collect::<Vec<_>>())?;
         broker.groups.load(&broker).map_err(io::Error::other)?;
         broker.transactions.load(&broker).map_err(io::Error::other)?;
         let all = broker.partitions();
@@ -298,7 +290,7 @@ impl Broker {
         let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
         let created = self.with_controller(|c| c.create_topic(topic, validate_only, validator))?;
         if !validate_only {
-            self.open_partitions(&created).map_err(storage_error)?;
+            self.open_new_partitions(&created)?;
             tracing::info!(topic = %created.name, id = %created.id, partitions = created.partitions.len(), "topic created");
         }
         Ok(created)
@@ -326,7 +318,7 @@ impl Broker {
         self.with_controller(|c| c.create_partitions(name, count, validate_only))?;
         if !validate_only {
             if let Some(topic) = self.image().topic(name) {
-                self.open_partitions(topic).map_err(storage_error)?;
+                self.open_new_partitions(topic)?;
             }
         }
         Ok(())
@@ -436,27 +428,95 @@ impl Broker {
         self.settings.data_dir.join(format!("{topic}-{index}"))
     }
 
-    /// Opens the logs of a topic's partitions that are not open yet.
-    fn open_partitions(&self, topic: &TopicImage) -> io::Result<()> {
-        let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-        let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
-        for p in &topic.partitions {
-            if p.leader != self.settings.node_id || self.partitions.contains_key(&(topic.id, p.index)) {
-                continue;
+    /// Opens the logs of partitions the controller just created. Shutdown may interrupt
+    /// this: the metadata already holds them, as in Kafka once its controller committed
+    /// the records, and the next start opens the rest, so the request still succeeded.
+    fn open_new_partitions(&self, topic: &TopicImage) -> Result<(), ControllerError> {
+        match self.open_partitions(&[topic]) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                tracing::info!(topic = %topic.name, "{e}");
+                Ok(())
             }
-            let dir = self.partition_dir(&topic.name, p.index);
-            write_partition_metadata(&dir, topic.id)?;
-            let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
-            let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
-                .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
-            let partition =
-                Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
-            // A single node is its own ISR: everything recovery kept (and open made
-            // durable) is committed, including acknowledged data written after the last
-            // high-watermark checkpoint.
-            partition.advance_high_watermark(partition.log.durable_end_offset());
-            self.partitions.insert((topic.id, p.index), Arc::new(partition));
+            other => other.map_err(storage_error),
         }
+    }
+
+    /// Threads that open and close partition logs (`num.recovery.threads.per.data.dir`).
+    fn log_threads(&self) -> usize {
+        self.settings.config.num_recovery_threads_per_data_dir.clamp(1, 256) as usize
+    }
+
+    /// True once shutdown has begun: long work (opening thousands of logs) stops early.
+    fn is_stopping(&self) -> bool {
+        *self.stopping.borrow()
+    }
+
+    /// Opens the logs of these topics' partitions that are led here and not open yet, on
+    /// `num.recovery.threads.per.data.dir` threads: opening is mostly fsyncs, and
+    /// concurrent fsyncs share the file system's journal commits. Runs on the caller's
+    /// (blocking) thread; stops early, with an error, once shutdown begins. Logs not opened
+    /// then open at the next start, from the metadata that already lists them.
+    fn open_partitions(&self, topics: &[&TopicImage]) -> io::Result<()> {
+        let mut jobs = Vec::new();
+        for topic in topics {
+            let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+            let config = Arc::new(config);
+            for p in &topic.partitions {
+                if p.leader == self.settings.node_id && !self.partitions.contains_key(&(topic.id, p.index)) {
+                    jobs.push((*topic, p, config.clone(), fsync_before_ack));
+                }
+            }
+        }
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let total = jobs.len();
+        let opened = std::sync::atomic::AtomicUsize::new(0);
+        let done = run_parallel(
+            &jobs,
+            self.log_threads(),
+            &|| self.is_stopping(),
+            &|(topic, p, config, fsync)| -> io::Result<()> {
+                self.open_partition(topic, p, config, *fsync)?;
+                // Recovery after a crash can take a while on many logs: show that it moves.
+                let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                if n.is_multiple_of(10_000) {
+                    tracing::info!(opened = n, total, "opening partition logs");
+                }
+                Ok(())
+            },
+        )?;
+        // The new partition directories' names in the data directory.
+        sync_dir(&self.settings.data_dir)?;
+        if done < total {
+            return Err(io::Error::new(
+                io::ErrorKind::Interrupted,
+                format!("shutting down: {done} of {total} partition logs opened; the rest open at the next start"),
+            ));
+        }
+        Ok(())
+    }
+
+    fn open_partition(
+        &self,
+        topic: &TopicImage,
+        p: &PartitionImage,
+        config: &LogConfig,
+        fsync_before_ack: bool,
+    ) -> io::Result<()> {
+        let dir = self.partition_dir(&topic.name, p.index);
+        write_partition_metadata(&dir, topic.id)?;
+        let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
+        let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
+            .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
+        let partition =
+            Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
+        // A single node is its own ISR: everything recovery kept (and open made
+        // durable) is committed, including acknowledged data written after the last
+        // high-watermark checkpoint.
+        partition.advance_high_watermark(partition.log.durable_end_offset());
+        self.partitions.insert((topic.id, p.index), Arc::new(partition));
         Ok(())
     }
 
@@ -479,21 +539,33 @@ impl Broker {
     }
 
     /// Flushes and closes every partition log, leaving clean-shutdown markers so the next
-    /// start skips recovery.
-    pub fn shutdown(&self) {
-        let keys: Vec<_> = self.partitions.iter().map(|e| *e.key()).collect();
-        let mut closed = 0;
-        for key in keys {
-            let Some((_, partition)) = self.partitions.remove(&key) else { continue };
-            let dir = partition.log.dir().to_path_buf();
-            match partition.log.close() {
-                Ok(()) => closed += 1,
-                Err(e) => {
-                    tracing::error!(dir = %dir.display(), error = %e, "closing log failed; it will be recovered at the next start")
+    /// start skips recovery. Logs close in parallel (`num.recovery.threads.per.data.dir`),
+    /// and none starts closing after `deadline`: those left are recovered at the next
+    /// start, which loses nothing acknowledged under fsync-before-ack. Returns how many
+    /// were left open.
+    pub fn shutdown(&self, deadline: std::time::Instant) -> usize {
+        let started = std::time::Instant::now();
+        let partitions: Vec<Arc<Partition>> = self.partitions();
+        self.partitions.clear();
+        let failed = std::sync::atomic::AtomicUsize::new(0);
+        let closed = run_parallel(
+            &partitions,
+            self.log_threads(),
+            &|| std::time::Instant::now() >= deadline,
+            &|partition| -> Result<(), std::convert::Infallible> {
+                if let Err(e) = partition.log.close() {
+                    failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let dir = partition.log.dir().display();
+                    tracing::error!(%dir, error = %e, "closing log failed; it will be recovered at the next start");
                 }
-            }
-        }
-        tracing::info!(closed, "partition logs closed");
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|never| match never {});
+        let closed = closed - failed.into_inner();
+        let left = partitions.len() - closed;
+        tracing::info!(closed, left, took_ms = started.elapsed().as_millis() as u64, "partition logs closed");
+        left
     }
 }
 
@@ -522,6 +594,55 @@ fn open_file_budget(configured: i32) -> usize {
     }
 }
 
+/// Runs `work` on each item, on up to `threads` threads, and returns how many items it
+/// ran on: all of them, unless `stop` said to stop (checked before each item) or `work`
+/// failed (the first error is returned, and no new items start).
+fn run_parallel<T: Sync, E: Send>(
+    items: &[T],
+    threads: usize,
+    stop: &(dyn Fn() -> bool + Sync),
+    work: &(dyn Fn(&T) -> Result<(), E> + Sync),
+) -> Result<usize, E> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let failed = AtomicBool::new(false);
+    let first_error = Mutex::new(None);
+    let worker = || loop {
+        if failed.load(Ordering::Relaxed) || stop() {
+            return;
+        }
+        let Some(item) = items.get(next.fetch_add(1, Ordering::Relaxed)) else { return };
+        match work(item) {
+            Ok(()) => {
+                done.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                failed.store(true, Ordering::Relaxed);
+                first_error.lock().unwrap_or_else(|e| e.into_inner()).get_or_insert(e);
+            }
+        }
+    };
+    let threads = threads.clamp(1, items.len().max(1));
+    if threads == 1 {
+        worker();
+    } else {
+        std::thread::scope(|scope| {
+            for _ in 0..threads {
+                scope.spawn(worker);
+            }
+        });
+    }
+    match first_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        Some(e) => Err(e),
+        None => Ok(done.into_inner()),
+    }
+}
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    std::fs::File::open(dir).and_then(|d| d.sync_all()).map_err(|e| context(e, "fsync", dir))
+}
+
 /// Kafka's `partition.metadata`: ties a partition directory to its topic id.
 fn write_partition_metadata(dir: &Path, id: Uuid) -> io::Result<()> {
     std::fs::create_dir_all(dir).map_err(|e| context(e, "create", dir))?;
@@ -542,4 +663,53 @@ fn context(e: io::Error, what: &str, path: &Path) -> io::Error {
 
 fn storage_error(e: io::Error) -> ControllerError {
     ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::run_parallel;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn run_parallel_runs_every_item_once() {
+        let items: Vec<usize> = (0..1000).collect();
+        let seen: Vec<AtomicUsize> = items.iter().map(|_| AtomicUsize::new(0)).collect();
+        let done = run_parallel(&items, 8, &|| false, &|i| -> Result<(), ()> {
+            seen[*i].fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        });
+        assert_eq!(done, Ok(1000));
+        assert!(seen.iter().all(|n| n.load(Ordering::Relaxed) == 1));
+    }
+
+    #[test]
+    fn run_parallel_starts_nothing_once_told_to_stop() {
+        let items: Vec<usize> = (0..1000).collect();
+        let started = AtomicUsize::new(0);
+        let stop = || started.load(Ordering::Relaxed) >= 10;
+        let done = run_parallel(&items, 4, &stop, &|_| -> Result<(), ()> {
+            started.fetch_add(1, Ordering::Relaxed);
+            Ok(())
+        })
+        .unwrap();
+        // Each thread may have passed the check just before the tenth item started.
+        assert!((10..10 + 4).contains(&done), "{done}");
+    }
+
+    #[test]
+    fn run_parallel_returns_the_first_error_and_stops() {
+        let items: Vec<usize> = (0..1000).collect();
+        let ran = AtomicUsize::new(0);
+        // One thread, so that which items ran is certain.
+        let result = run_parallel(&items, 1, &|| false, &|i| {
+            ran.fetch_add(1, Ordering::Relaxed);
+            if *i == 5 {
+                Err(format!("item {i}"))
+            } else {
+                Ok(())
+            }
+        });
+        assert_eq!(result, Err("item 5".to_string()));
+        assert_eq!(ran.load(Ordering::Relaxed), 6);
+    }
 }

@@ -183,7 +183,6 @@ log.retention.check.interval.ms=300000
         unknown,
         [
             "controller.quorum.bootstrap.servers",
-            "num.recovery.threads.per.data.dir",
             "share.coordinator.state.topic.min.isr",
             "share.coordinator.state.topic.replication.factor",
         ]

@@ -199,6 +199,10 @@ pub struct BrokerConfig {
     pub log_scrub_interval_ms: i64,
     /// `osprey.log.flusher.threads`.
     pub log_flusher_threads: i32,
+    /// `num.recovery.threads.per.data.dir`: opens and closes partition logs.
+    pub num_recovery_threads_per_data_dir: i32,
+    /// `osprey.max.partitions`: the most partitions the cluster may hold.
+    pub max_partitions: i32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: i64,
     /// `offsets.topic.num.partitions`.
@@ -399,6 +403,8 @@ impl BrokerConfig {
             log_scrub_bytes_per_second: r.i64("osprey.log.scrub.bytes.per.second"),
             log_scrub_interval_ms: r.i64("osprey.log.scrub.interval.ms"),
             log_flusher_threads: r.i32("osprey.log.flusher.threads"),
+            num_recovery_threads_per_data_dir: r.i32("num.recovery.threads.per.data.dir"),
+            max_partitions: r.i32("osprey.max.partitions"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
             offsets_topic_num_partitions: r.i32("offsets.topic.num.partitions"),
             offsets_topic_replication_factor: r.i16("offsets.topic.replication.factor"),

@@ -286,6 +286,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     // Topic defaults
     ConfigKey::new("num.partitions", Int, Some("1"), AtLeast(1), G::Topics,
         "Partitions of a topic created without a count (auto-created, or CreateTopics with -1)."),
+    ConfigKey::new("osprey.max.partitions", Int, Some("100000"), AtLeast(1), G::Topics,
+        "Most partitions in the cluster, internal topics included; CreateTopics and CreatePartitions beyond it fail with POLICY_VIOLATION."),
     ConfigKey::new("default.replication.factor", Int, Some("1"), AtLeast(1), G::Topics,
         "Replication factor of a topic created without one."),
     ConfigKey::new("min.insync.replicas", Int, Some("1"), AtLeast(1), G::Topics,
@@ -375,6 +377,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Pause between two scrubber passes over all partitions."),
     ConfigKey::new("osprey.log.max.open.files", Int, Some("4096"), AtLeast(16), G::Retention,
         "Most segment and index files held open at once across all partitions (least recently used are closed)."),
+    ConfigKey::new("num.recovery.threads.per.data.dir", Int, Some("8"), AtLeast(1), G::Retention,
+        "Threads opening partition logs (at start-up and topic creation) and closing them at shutdown; the work is mostly fsyncs, which overlap (Kafka's default is 2)."),
     ConfigKey::new("log.cleaner.threads", Int, Some("1"), AtLeast(0), G::Retention,
         "Log cleaner threads."),
     ConfigKey::new("log.cleaner.delete.retention.ms", Long, Some("86400000"), AtLeast(0), G::Retention,

@@ -1,13 +1,25 @@
-//! CreatePartitions: grow a topic; the new partitions' logs open at once.
+//! CreatePartitions: grow a topic; the new partitions' logs open before the answer, on a
+//! blocking thread, so that other requests go on meanwhile.
 
 use crate::broker::Broker;
+use crate::dispatch::Reply;
 use osprey_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use osprey_protocol::messages::{CreatePartitionsRequest, CreatePartitionsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::collections::HashSet;
 use std::sync::Arc;
 
-pub fn handle(broker: &Arc<Broker>, req: CreatePartitionsRequest) -> ResponseBody {
+pub fn handle(broker: &Arc<Broker>, req: CreatePartitionsRequest) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        tokio::task::spawn_blocking(move || create(&broker, req)).await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "CreatePartitions failed");
+            ResponseBody::CreatePartitions(CreatePartitionsResponse::default())
+        })
+    }))
+}
+
+fn create(broker: &Arc<Broker>, req: CreatePartitionsRequest) -> ResponseBody {
     let mut resp = CreatePartitionsResponse::default();
     let mut seen = HashSet::new();
     for t in req.topics {

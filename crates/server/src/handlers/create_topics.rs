@@ -1,8 +1,12 @@
 //! CreateTopics: validated by the controller (names, counts, replication factor,
 //! configs), optionally validate-only; v5+ responses describe the created topic's configs.
+//! Creating thousands of partition logs takes a while, so the work runs on a blocking
+//! thread and the connection's other requests, and every other connection, go on.
 
 use crate::broker::Broker;
+use crate::dispatch::Reply;
 use osprey_cluster::NewTopic;
+use osprey_protocol::messages::create_topics_request::CreatableTopic;
 use osprey_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use osprey_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -13,7 +17,21 @@ use std::sync::Arc;
 const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
 const SOURCE_DEFAULT_CONFIG: i8 = 5;
 
-pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> ResponseBody {
+pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        tokio::task::spawn_blocking(move || create(&broker, req, version)).await.unwrap_or_else(|e| {
+            tracing::error!(error = %e, "CreateTopics failed");
+            ResponseBody::CreateTopics(CreateTopicsResponse::default())
+        })
+    }))
+}
+
+/// Creates the topics, one after the other, on the calling (blocking) thread.
+fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> ResponseBody {
+    if let Some(refused) = refuse_oversized(broker, &req, version) {
+        return refused;
+    }
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> =
@@ -73,6 +91,43 @@ pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> R
     ResponseBody::CreateTopics(resp)
 }
 
+/// Kafka's controller refuses a CreateTopics asking for more partitions than this in
+/// all (`ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`), validate-only or not.
+pub const MAX_PARTITIONS_PER_REQUEST: i64 = 10_000;
+
+/// Refuses the whole request, as Kafka's controller does, when it asks for more than
+/// [`MAX_PARTITIONS_PER_REQUEST`] partitions in all: every topic gets POLICY_VIOLATION.
+fn refuse_oversized(broker: &Broker, req: &CreateTopicsRequest, version: i16) -> Option<ResponseBody> {
+    let asked = requested_partitions(&req.topics, broker.settings.num_partitions);
+    if asked <= MAX_PARTITIONS_PER_REQUEST {
+        return None;
+    }
+    let mut resp = CreateTopicsResponse::default();
+    for t in &req.topics {
+        crate::telemetry::error_code(ApiKey::CreateTopics, ErrorCode::POLICY_VIOLATION);
+        resp.topics.push(CreatableTopicResult {
+            name: t.name.clone(),
+            error_code: ErrorCode::POLICY_VIOLATION.code(),
+            error_message: (version >= 1).then(|| "Excessively large number of partitions per request.".to_string()),
+            ..Default::default()
+        });
+    }
+    Some(ResponseBody::CreateTopics(resp))
+}
+
+/// Partitions a request asks for in all, counted as Kafka's controller counts them: the
+/// assignments if given, else the count, -1 meaning `num.partitions`.
+fn requested_partitions(topics: &[CreatableTopic], default_partitions: i32) -> i64 {
+    topics
+        .iter()
+        .map(|t| match (t.assignments.len(), t.num_partitions) {
+            (0, -1) => i64::from(default_partitions),
+            (0, n) => i64::from(n.max(0)),
+            (n, _) => n as i64,
+        })
+        .sum()
+}
+
 /// The topic's effective configs: its overrides, then the broker's topic defaults.
 fn describe_configs(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     let mut all: BTreeMap<&str, (String, i8)> = BTreeMap::new();
@@ -92,4 +147,26 @@ fn describe_configs(broker: &Broker, overrides: &BTreeMap<String, String>) -> Ve
             ..Default::default()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprey_protocol::messages::create_topics_request::CreatableReplicaAssignment;
+
+    fn topic(num_partitions: i32, assignments: usize) -> CreatableTopic {
+        CreatableTopic {
+            num_partitions,
+            assignments: (0..assignments as i32)
+                .map(|i| CreatableReplicaAssignment { partition_index: i, ..Default::default() })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn requested_partitions_count_as_kafka_does() {
+        let topics = [topic(3, 0), topic(-1, 0), topic(-1, 2), topic(0, 0), topic(-5, 0)];
+        assert_eq!(requested_partitions(&topics, 7), 3 + 7 + 2);
+    }
 }
