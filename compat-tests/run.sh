@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Compatibility tests: the real osprey binary driven by real Kafka clients
-# (confluent-kafka, i.e. librdkafka) and by raw sockets, with pytest.
-# Usage: compat-tests/run.sh [pytest args...], e.g. -k durability.
+# (confluent-kafka, i.e. librdkafka) and by raw sockets, with pytest; then the Java
+# suite (java-tests.sh) and franz-go's own kgo tests (franz-go-kgo.sh).
+# Usage: compat-tests/run.sh [pytest args...], e.g. -k durability; the arguments go to
+# pytest only, the Java and franz-go suites run whole.
 # Fails on any test failure, and when no test ran at all.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,4 +35,6 @@ if [ "$status" -eq 5 ]; then
 fi
 # The Java client and Kafka's own tools (Maven), whatever pytest said.
 "$here/java-tests.sh" || status=$?
+# franz-go's own kgo integration tests (Go), whatever the others said.
+"$here/franz-go-kgo.sh" || status=$?
 exit "$status"
