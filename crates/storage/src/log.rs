@@ -751,7 +751,7 @@ impl<S: Storage> PartitionLog<S> {
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let sealed = state.active().base_offset;
         state.segments.push(segment);
-        // Followers and consumers that lag a little read the just-sealed segment next.
+        // Consumers that lag a little read the just-sealed segment next.
         state.note_open_sealed(sealed);
         state.active_since_ms = now_ms;
         self.write_producer_snapshot(state)?;
