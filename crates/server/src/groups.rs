@@ -42,8 +42,11 @@ impl Groups {
         }
     }
 
+    /// The coordinator, exclusively. A poisoned lock means a panic (a broken invariant)
+    /// left the coordinator half-updated: that is fatal, never served from (README,
+    /// "Failure stance").
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().expect("group coordinator lock poisoned by an earlier panic")
     }
 
     /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
@@ -221,4 +224,23 @@ fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), Strin
         offset = slice.next_offset;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "group coordinator lock poisoned")]
+    fn a_coordinator_poisoned_by_a_panic_is_never_used_again() {
+        let groups = Groups::new(GroupConfig::default(), 1);
+        std::thread::scope(|s| {
+            let broke = s.spawn(|| {
+                let _held = groups.lock();
+                panic!("a broken invariant while the coordinator is locked");
+            });
+            assert!(broke.join().is_err());
+        });
+        drop(groups.lock());
+    }
 }

@@ -59,8 +59,11 @@ impl Transactions {
         }
     }
 
+    /// The coordinator, exclusively. A poisoned lock means a panic (a broken invariant)
+    /// left the coordinator half-updated: that is fatal, never served from (README,
+    /// "Failure stance").
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().expect("transaction coordinator lock poisoned by an earlier panic")
     }
 
     /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
@@ -397,4 +400,23 @@ pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
         return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
     }
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "transaction coordinator lock poisoned")]
+    fn a_coordinator_poisoned_by_a_panic_is_never_used_again() {
+        let transactions = Transactions::new(TxnConfig::default());
+        std::thread::scope(|s| {
+            let broke = s.spawn(|| {
+                let _held = transactions.lock();
+                panic!("a broken invariant while the coordinator is locked");
+            });
+            assert!(broke.join().is_err());
+        });
+        drop(transactions.lock());
+    }
 }

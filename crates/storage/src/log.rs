@@ -182,10 +182,12 @@ impl<S: Storage> fmt::Debug for PartitionLog<S> {
     }
 }
 
+/// A poisoned lock means a panic (a broken invariant) while the log's state was being
+/// changed: that is fatal, never read from or appended to (README, "Failure stance").
+const POISONED: &str = "log lock poisoned by an earlier panic";
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // State is only mutated in ways that keep it consistent at every await-free step, so
-    // a panic elsewhere while holding the lock does not make it unusable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().expect(POISONED)
 }
 
 impl<F: StorageFile> LogState<F> {
@@ -382,14 +384,14 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The log's current settings.
     pub fn config(&self) -> LogConfig {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config.read().expect(POISONED).clone()
     }
 
     /// Replaces the settings (a topic config change): segment size and time, retention,
     /// flush policy, message size and timestamp type apply from the next append, roll or
     /// retention pass; existing segments are not rewritten.
     pub fn set_config(&self, config: LogConfig) {
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        *self.config.write().expect(POISONED) = config;
     }
 
     /// The damage this open found (offset ranges lost), already logged at ERROR.
@@ -786,7 +788,7 @@ impl<S: Storage> PartitionLog<S> {
                 d = lock(&self.durability);
                 continue;
             }
-            d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+            d = self.durable_changed.wait(d).expect(POISONED);
         }
     }
 
@@ -1622,7 +1624,7 @@ impl<S: Storage> Flushable for PartitionLog<S> {
         loop {
             let mut d = lock(&self.durability);
             while d.flushing {
-                d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+                d = self.durable_changed.wait(d).expect(POISONED);
             }
             let pending = d.waiters.iter().any(|(end, _)| *end > d.durable_end);
             if !pending || d.offline.is_some() {
