@@ -80,6 +80,16 @@ pub struct AppendInfo {
     pub duplicate: bool,
 }
 
+/// A partition's offsets at one instant ([`PartitionLog::offsets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOffsets {
+    pub log_start_offset: i64,
+    /// min(first offset of the oldest ongoing transaction, high watermark).
+    pub last_stable_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+}
+
 /// Whole batches returned by a read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadSlice {
@@ -1061,6 +1071,19 @@ impl<S: Storage> PartitionLog<S> {
     /// The high watermark.
     pub fn high_watermark(&self) -> i64 {
         lock(&self.state).high_watermark
+    }
+
+    /// The log's offsets read together under one lock, so they agree with each other
+    /// (log start <= LSO <= HW <= log end). Reading them one by one races appends and
+    /// durability: an LSO read after the HW can be above it.
+    pub fn offsets(&self) -> LogOffsets {
+        let s = lock(&self.state);
+        LogOffsets {
+            log_start_offset: s.log_start_offset,
+            last_stable_offset: s.last_stable_offset(),
+            high_watermark: s.high_watermark,
+            log_end_offset: s.log_end_offset(),
+        }
     }
 
     /// Moves the high watermark forward. It never moves back (except through
