@@ -142,3 +142,17 @@ def test_compacted_topic_refuses_keyless_messages_and_stores_nothing(broker):
     assert (kept[0].error, kept[0].offset) == (None, 0)
     got = clients.read_partitions(broker, topic, [0], 1)
     assert (got[0].key(), got[0].value()) == (b"k", b"with key")
+
+
+def test_acks_all_on_one_replica_with_min_insync_replicas_2_is_acknowledged(broker):
+    # Kafka caps min.insync.replicas at the replica count (KAFKA-15583, 3.7+): on a
+    # single-replica topic with min.insync.replicas=2, acks=all is acknowledged.
+    topic = "min-isr-above-replicas"
+    clients.create_topic(broker, topic, config={"min.insync.replicas": "2"})
+    p = clients.producer(broker, acks="all", retries=0)
+    messages = [{"value": f"v{i}".encode()} for i in range(10)]
+    reports = clients.produce_all(p, topic, messages)
+    assert [r.error for r in reports] == [None] * 10
+    assert [r.offset for r in reports] == list(range(10))
+    got = clients.read_partitions(broker, topic, [0], 10)
+    assert [m.value() for m in got] == [m["value"] for m in messages]

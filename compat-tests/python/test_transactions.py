@@ -592,3 +592,35 @@ def test_metrics_count_commits_aborts_ongoing_producer_ids_and_fencing(broker):
     )
     produce_txn(b, [(topic, 0, b"b")], "commit")
     wait_metrics(broker, base, {"osprey_txn_commits_total": 1, "osprey_txn_aborts_total": 0}, {"osprey_txn_ongoing": 0})
+
+
+# ----- internal topics deleted under a running coordinator --------------------------------
+
+
+def test_deleting_internal_topics_leaves_transactions_and_commits_working(broker):
+    # Kafka 4.4's controller accepts DeleteTopics of __consumer_offsets and
+    # __transaction_state (only kafka-topics.sh refuses them, client-side). The state the
+    # coordinators held in them is gone, but the broker must go on serving: a producer
+    # that already knows its coordinator commits a transaction, which needs the state
+    # topic again, and a group commits offsets.
+    topic, group = "after-internal-delete", "after-internal-delete-group"
+    clients.create_topic(broker, topic)
+    p = txn_producer(broker, "after-internal-delete-txn")
+    produce_txn(p, [(topic, 0, b"before")], "commit")
+    member = clients.consumer(broker, group_id=group, enable_auto_commit=False)
+    member.assign([TopicPartition(topic, 0, 0)])
+    member.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+
+    a = clients.admin(broker)
+    internal = ["__consumer_offsets", "__transaction_state"]
+    futures = a.delete_topics(internal, operation_timeout=10, request_timeout=clients.TIMEOUT_S)
+    for name in internal:
+        assert futures[name].result(timeout=clients.TIMEOUT_S) is None
+
+    produce_txn(p, [(topic, 0, b"after")], "commit")
+    member.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+    tps = member.committed([TopicPartition(topic, 0)], timeout=clients.TIMEOUT_S)
+    assert [(tp.offset, tp.error) for tp in tps] == [(2, None)]
+    member.close()
+    got = read_all(broker, [(topic, 0)], 2, "read_committed")
+    assert [m.value() for m in got] == [b"before", b"after"]

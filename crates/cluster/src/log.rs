@@ -4,6 +4,12 @@
 //! On open, frames are replayed until the first one that is short or fails its CRC (a
 //! write torn by a crash); the file is cut there, since nothing after it was ever
 //! acknowledged to an admin client.
+//!
+//! A failed write or fsync cuts the file back to its last durable length, so a restart
+//! does not replay records the admin client was told had failed, and the log refuses
+//! every later append until the process restarts: after a failed fsync the kernel may
+//! have dropped the dirty pages, so nothing written since can be trusted (Kafka's
+//! controller stops on a metadata log write failure).
 
 use crate::image::MetadataRecord;
 use std::fs::{File, OpenOptions};
@@ -14,9 +20,32 @@ use std::path::{Path, PathBuf};
 const MAX_RECORD_BYTES: u32 = 16 * 1024 * 1024;
 
 #[derive(Debug)]
-pub struct MetadataLog {
+pub struct MetadataLog<F: MetadataFile = File> {
     path: PathBuf,
-    file: File,
+    file: F,
+    /// Bytes of the file that are intact and durable.
+    durable_len: u64,
+    /// Why appends are refused: an earlier write or fsync failed.
+    failed: Option<String>,
+}
+
+/// What the log needs of its file: a trait, so that tests can fail writes and fsyncs.
+pub trait MetadataFile {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()>;
+    fn sync_data(&mut self) -> io::Result<()>;
+    fn set_len(&mut self, len: u64) -> io::Result<()>;
+}
+
+impl MetadataFile for File {
+    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        Write::write_all(self, buf)
+    }
+    fn sync_data(&mut self) -> io::Result<()> {
+        File::sync_data(self)
+    }
+    fn set_len(&mut self, len: u64) -> io::Result<()> {
+        File::set_len(self, len)
+    }
 }
 
 impl MetadataLog {
@@ -40,11 +69,24 @@ impl MetadataLog {
         if let Some(dir) = path.parent() {
             File::open(dir)?.sync_all()?;
         }
-        Ok((MetadataLog { path: path.to_path_buf(), file }, records))
+        Ok((MetadataLog::with_file(path, file, valid_len as u64), records))
+    }
+}
+
+impl<F: MetadataFile> MetadataLog<F> {
+    /// A log over `file`, whose first `durable_len` bytes are intact and durable.
+    pub fn with_file(path: &Path, file: F, durable_len: u64) -> MetadataLog<F> {
+        MetadataLog { path: path.to_path_buf(), file, durable_len, failed: None }
     }
 
-    /// Appends records and fsyncs them; returns only once they are durable.
+    /// Appends records and fsyncs them; returns only once they are durable. After a
+    /// failure, the records are cut off again and every later append is refused.
     pub fn append(&mut self, records: &[MetadataRecord]) -> io::Result<()> {
+        if let Some(reason) = &self.failed {
+            return Err(io::Error::other(format!(
+                "metadata log refuses writes since an earlier failure ({reason}); restart the broker"
+            )));
+        }
         let mut buf = Vec::new();
         for r in records {
             let json = serde_json::to_vec(r).map_err(io::Error::other)?;
@@ -52,8 +94,21 @@ impl MetadataLog {
             buf.extend_from_slice(&crc32c::crc32c(&json).to_be_bytes());
             buf.extend_from_slice(&json);
         }
-        self.file.write_all(&buf)?;
-        self.file.sync_data()
+        let written = self.file.write_all(&buf).and_then(|()| self.file.sync_data());
+        if let Err(e) = written {
+            self.failed = Some(e.to_string());
+            let cut = self.file.set_len(self.durable_len).and_then(|()| self.file.sync_data());
+            if let Err(cut_error) = cut {
+                tracing::error!(
+                    file = %self.path.display(),
+                    error = %cut_error,
+                    "cannot cut a failed metadata write off: it may reappear after a restart"
+                );
+            }
+            return Err(e);
+        }
+        self.durable_len += buf.len() as u64;
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -139,6 +194,46 @@ mod tests {
         }
         let (_, records) = MetadataLog::open(&path).unwrap();
         assert_eq!(records, vec![record(1), record(2)]);
+    }
+
+    /// A file in memory whose fsync can fail; what was written stays in it, as the page
+    /// cache keeps it after a failed fsync and may still write it out.
+    #[derive(Debug, Default)]
+    struct FlakyFile {
+        bytes: Vec<u8>,
+        fail_sync: bool,
+    }
+
+    impl MetadataFile for &mut FlakyFile {
+        fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+            self.bytes.extend_from_slice(buf);
+            Ok(())
+        }
+        fn sync_data(&mut self) -> io::Result<()> {
+            if self.fail_sync {
+                return Err(io::Error::other("injected fsync failure"));
+            }
+            Ok(())
+        }
+        fn set_len(&mut self, len: u64) -> io::Result<()> {
+            self.bytes.truncate(len as usize);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_failed_fsync_cuts_the_records_off_and_refuses_later_appends() {
+        let mut file = FlakyFile::default();
+        let mut log = MetadataLog::with_file(Path::new("metadata.log"), &mut file, 0);
+        log.append(&[record(1)]).unwrap();
+        log.file.fail_sync = true;
+        assert!(log.append(&[record(2)]).is_err(), "the fsync failed");
+        log.file.fail_sync = false;
+        assert!(log.append(&[record(3)]).is_err(), "no append after a failed fsync");
+        drop(log);
+        // A restart replays what the file holds: the client was told record 2 failed,
+        // and record 3 was refused.
+        assert_eq!(replay(&file.bytes).0, vec![record(1)]);
     }
 
     #[test]

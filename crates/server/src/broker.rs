@@ -168,6 +168,10 @@ impl std::fmt::Debug for Broker {
 /// `MIN_INCREMENTAL_FETCH_SESSION_EVICTION_MS`).
 const FETCH_SESSION_EVICTION_MS: i64 = 120_000;
 
+/// A poisoned lock means a panic (a broken invariant) while the state behind it was being
+/// changed: that is fatal, never served from (README, "Failure stance").
+const POISONED: &str = "broker state lock poisoned by an earlier panic";
+
 /// Seeds fetch session ids, which should not repeat across restarts; the clock if the
 /// OS has no randomness to give.
 fn random_seed() -> u64 {
@@ -248,7 +252,7 @@ impl Broker {
 
     /// The current metadata (a cheap snapshot: clone the `Arc`).
     pub fn image(&self) -> Arc<MetadataImage> {
-        self.image.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.image.read().expect(POISONED).clone()
     }
 
     pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
@@ -396,13 +400,13 @@ impl Broker {
 
     /// The incremental fetch sessions (KIP-227).
     pub fn fetch_sessions(&self) -> std::sync::MutexGuard<'_, FetchSessions> {
-        self.fetch_sessions.lock().unwrap_or_else(|e| e.into_inner())
+        self.fetch_sessions.lock().expect(POISONED)
     }
 
     /// A producer id never handed out before (InitProducerId without a transactional id).
     pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
         const BLOCK: i64 = 1000;
-        let mut ids = self.producer_ids.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ids = self.producer_ids.lock().expect(POISONED);
         if ids.is_empty() {
             *ids = self.with_controller(|c| c.allocate_producer_ids(BLOCK))?;
         }
@@ -417,10 +421,10 @@ impl Broker {
         &self,
         op: impl FnOnce(&mut Controller) -> Result<T, ControllerError>,
     ) -> Result<T, ControllerError> {
-        let mut controller = self.controller.lock().unwrap_or_else(|e| e.into_inner());
+        let mut controller = self.controller.lock().expect(POISONED);
         let result = op(&mut controller);
         let image = Arc::new(controller.image().clone());
-        *self.image.write().unwrap_or_else(|e| e.into_inner()) = image;
+        *self.image.write().expect(POISONED) = image;
         result
     }
 

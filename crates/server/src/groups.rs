@@ -42,8 +42,11 @@ impl Groups {
         }
     }
 
+    /// The coordinator, exclusively. A poisoned lock means a panic (a broken invariant)
+    /// left the coordinator half-updated: that is fatal, never served from (README,
+    /// "Failure stance").
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().expect("group coordinator lock poisoned by an earlier panic")
     }
 
     /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
@@ -53,6 +56,9 @@ impl Groups {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut GroupCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
+        // The topic is created here, before the lock, so no metadata write happens under
+        // it. A failure is logged, and the append answers it.
+        let _ = ensure_offsets_topic(broker);
         let mut inner = self.lock();
         let (id, rx) = inner.replies.hold();
         op(&mut inner.coordinator, ReplyId(id), now_ms());
@@ -130,10 +136,13 @@ impl Groups {
     }
 }
 
-/// The leader of an offsets-topic partition, creating the topic on first use as Kafka does.
+/// The leader of an offsets-topic partition. Called under the coordinator lock, so it
+/// never creates the topic (no metadata write under that lock): a missing topic (deleted
+/// by an admin) is COORDINATOR_NOT_AVAILABLE, the client looks the coordinator up again,
+/// and FindCoordinator creates the topic, as Kafka does on first use.
 fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
-    let topic = ensure_offsets_topic(broker)?;
-    broker.partition(topic, index).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    let topic = broker.image().topic(OFFSETS_TOPIC).map(|t| t.id);
+    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
 }
 
 /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) if missing.
@@ -215,4 +224,23 @@ fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), Strin
         offset = slice.next_offset;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "group coordinator lock poisoned")]
+    fn a_coordinator_poisoned_by_a_panic_is_never_used_again() {
+        let groups = Groups::new(GroupConfig::default(), 1);
+        std::thread::scope(|s| {
+            let broke = s.spawn(|| {
+                let _held = groups.lock();
+                panic!("a broken invariant while the coordinator is locked");
+            });
+            assert!(broke.join().is_err());
+        });
+        drop(groups.lock());
+    }
 }

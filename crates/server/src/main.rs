@@ -44,6 +44,7 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info".into()))
         .with_target(false)
         .init();
+    stop_on_panic();
     if !unknown.is_empty() {
         tracing::warn!(keys = ?unknown, "these configuration keys are not used by osprey");
     }
@@ -64,6 +65,18 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A panic is a broken invariant: the process stops (after the usual panic message)
+/// rather than lose one task and go on serving the state it left half-updated (README,
+/// "Failure stance"). Release builds abort on panic anyway (`panic = "abort"`); this
+/// makes the debug build, which the compatibility tests run, behave the same.
+fn stop_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
 
 async fn run(config: BrokerConfig) -> Result<(), String> {

@@ -59,8 +59,11 @@ impl Transactions {
         }
     }
 
+    /// The coordinator, exclusively. A poisoned lock means a panic (a broken invariant)
+    /// left the coordinator half-updated: that is fatal, never served from (README,
+    /// "Failure stance").
     fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.lock().expect("transaction coordinator lock poisoned by an earlier panic")
     }
 
     /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
@@ -70,6 +73,9 @@ impl Transactions {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut TransactionCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
+        // The topic is created here, before the lock: creating it loads the coordinator,
+        // which takes the lock. A failure is logged, and the append answers it.
+        let _ = ensure_state_topic(broker);
         let mut inner = self.lock();
         let (id, rx) = inner.replies.hold();
         op(&mut inner.coordinator, ReplyId(id), now_ms());
@@ -348,14 +354,18 @@ pub fn marker_durable(broker: &Arc<Broker>, _topic_id: Uuid, tp: &TopicPartition
     }
 }
 
-/// The leader of a `__transaction_state` partition, creating the topic on first use.
+/// The leader of a `__transaction_state` partition. Called under the coordinator lock, so
+/// it never creates the topic: creating it loads the coordinator, which takes that lock.
+/// A missing topic (deleted by an admin) is COORDINATOR_NOT_AVAILABLE; the client looks
+/// the coordinator up again, and FindCoordinator creates the topic outside the lock.
 fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
-    let topic = ensure_state_topic(broker)?;
-    broker.partition(topic, index).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    let topic = broker.image().topic(TRANSACTION_STATE_TOPIC_NAME).map(|t| t.id);
+    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
 }
 
 /// Creates `__transaction_state` (compacted, `transaction.state.log.num.partitions`) if
-/// missing, and loads its partitions into the coordinator.
+/// missing, and loads its partitions into the coordinator. Takes the coordinator lock:
+/// never call it with that lock held.
 pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
     if let Some(t) = broker.image().topic(TRANSACTION_STATE_TOPIC_NAME) {
         return Ok(t.id);
@@ -390,4 +400,23 @@ pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
         return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
     }
     Ok(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "transaction coordinator lock poisoned")]
+    fn a_coordinator_poisoned_by_a_panic_is_never_used_again() {
+        let transactions = Transactions::new(TxnConfig::default());
+        std::thread::scope(|s| {
+            let broke = s.spawn(|| {
+                let _held = transactions.lock();
+                panic!("a broken invariant while the coordinator is locked");
+            });
+            assert!(broke.join().is_err());
+        });
+        drop(transactions.lock());
+    }
 }

@@ -80,6 +80,16 @@ pub struct AppendInfo {
     pub duplicate: bool,
 }
 
+/// A partition's offsets at one instant ([`PartitionLog::offsets`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogOffsets {
+    pub log_start_offset: i64,
+    /// min(first offset of the oldest ongoing transaction, high watermark).
+    pub last_stable_offset: i64,
+    pub high_watermark: i64,
+    pub log_end_offset: i64,
+}
+
 /// Whole batches returned by a read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReadSlice {
@@ -182,10 +192,12 @@ impl<S: Storage> fmt::Debug for PartitionLog<S> {
     }
 }
 
+/// A poisoned lock means a panic (a broken invariant) while the log's state was being
+/// changed: that is fatal, never read from or appended to (README, "Failure stance").
+const POISONED: &str = "log lock poisoned by an earlier panic";
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // State is only mutated in ways that keep it consistent at every await-free step, so
-    // a panic elsewhere while holding the lock does not make it unusable.
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().expect(POISONED)
 }
 
 impl<F: StorageFile> LogState<F> {
@@ -382,14 +394,14 @@ impl<S: Storage> PartitionLog<S> {
 
     /// The log's current settings.
     pub fn config(&self) -> LogConfig {
-        self.config.read().unwrap_or_else(|e| e.into_inner()).clone()
+        self.config.read().expect(POISONED).clone()
     }
 
     /// Replaces the settings (a topic config change): segment size and time, retention,
     /// flush policy, message size and timestamp type apply from the next append, roll or
     /// retention pass; existing segments are not rewritten.
     pub fn set_config(&self, config: LogConfig) {
-        *self.config.write().unwrap_or_else(|e| e.into_inner()) = config;
+        *self.config.write().expect(POISONED) = config;
     }
 
     /// The damage this open found (offset ranges lost), already logged at ERROR.
@@ -751,7 +763,7 @@ impl<S: Storage> PartitionLog<S> {
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let sealed = state.active().base_offset;
         state.segments.push(segment);
-        // Followers and consumers that lag a little read the just-sealed segment next.
+        // Consumers that lag a little read the just-sealed segment next.
         state.note_open_sealed(sealed);
         state.active_since_ms = now_ms;
         self.write_producer_snapshot(state)?;
@@ -786,7 +798,7 @@ impl<S: Storage> PartitionLog<S> {
                 d = lock(&self.durability);
                 continue;
             }
-            d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+            d = self.durable_changed.wait(d).expect(POISONED);
         }
     }
 
@@ -1059,6 +1071,19 @@ impl<S: Storage> PartitionLog<S> {
     /// The high watermark.
     pub fn high_watermark(&self) -> i64 {
         lock(&self.state).high_watermark
+    }
+
+    /// The log's offsets read together under one lock, so they agree with each other
+    /// (log start <= LSO <= HW <= log end). Reading them one by one races appends and
+    /// durability: an LSO read after the HW can be above it.
+    pub fn offsets(&self) -> LogOffsets {
+        let s = lock(&self.state);
+        LogOffsets {
+            log_start_offset: s.log_start_offset,
+            last_stable_offset: s.last_stable_offset(),
+            high_watermark: s.high_watermark,
+            log_end_offset: s.log_end_offset(),
+        }
     }
 
     /// Moves the high watermark forward. It never moves back (except through
@@ -1622,7 +1647,7 @@ impl<S: Storage> Flushable for PartitionLog<S> {
         loop {
             let mut d = lock(&self.durability);
             while d.flushing {
-                d = self.durable_changed.wait(d).unwrap_or_else(|e| e.into_inner());
+                d = self.durable_changed.wait(d).expect(POISONED);
             }
             let pending = d.waiters.iter().any(|(end, _)| *end > d.durable_end);
             if !pending || d.offline.is_some() {

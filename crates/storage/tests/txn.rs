@@ -305,3 +305,35 @@ fn compaction_keeps_the_aborted_index_of_merged_segments() {
     let log = open(&storage, config);
     assert_eq!(log.aborted_transaction_entries(0, log.log_end_offset()), before);
 }
+
+#[test]
+fn one_offsets_snapshot_never_has_the_lso_above_the_high_watermark_under_concurrent_writes() {
+    let log = open(&SimStorage::new(), LogConfig::default());
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            // Transactions opened and ended, plain batches in between, the high
+            // watermark moved after each append, as produce and markers do.
+            for seq in 0..3000 {
+                produce(&log, 7, seq, 1);
+                log.append(&mut common::batch(0, 1, 16), 0, 0).unwrap();
+                log.update_high_watermark(log.log_end_offset()).unwrap();
+                end_txn(&log, 7, seq % 2 == 0);
+            }
+            done.store(true, std::sync::atomic::Ordering::Release);
+        });
+        let mut snapshots = 0u64;
+        let mut last_hw = 0;
+        while !done.load(std::sync::atomic::Ordering::Acquire) || snapshots == 0 {
+            let o = log.offsets();
+            assert!(o.log_start_offset <= o.last_stable_offset, "{o:?}");
+            assert!(o.last_stable_offset <= o.high_watermark, "{o:?}");
+            assert!(o.high_watermark <= o.log_end_offset, "{o:?}");
+            assert!(o.high_watermark >= last_hw, "the high watermark went back: {o:?}");
+            last_hw = o.high_watermark;
+            snapshots += 1;
+        }
+    });
+    let o = log.offsets();
+    assert_eq!((o.last_stable_offset, o.high_watermark, o.log_end_offset), (9000, 9000, 9000));
+}

@@ -391,7 +391,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Compact records at the latest after this long."),
     // Replication
     ConfigKey::new("replica.lag.time.max.ms", Long, Some("30000"), AtLeast(1), G::Replication,
-        "A follower that has not caught up for this long is removed from the ISR."),
+        "Accepted for Kafka compatibility; unused, since a single node has no followers to remove from the ISR."),
     // Group coordinator
     ConfigKey::new("offsets.topic.num.partitions", Int, Some("50"), AtLeast(1), G::Groups,
         "Partitions of __consumer_offsets (fixed once the topic exists)."),

@@ -217,15 +217,15 @@ fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_co
         return failed(data, code);
     }
     let log = &partition.log;
-    let high_watermark = log.high_watermark();
-    let last_stable_offset = log.last_stable_offset();
-    data.high_watermark = high_watermark;
-    data.last_stable_offset = last_stable_offset;
-    data.log_start_offset = log.log_start_offset();
+    // One snapshot, so the response never reports an LSO above its high watermark.
+    let offsets = log.offsets();
+    data.high_watermark = offsets.high_watermark;
+    data.last_stable_offset = offsets.last_stable_offset;
+    data.log_start_offset = offsets.log_start_offset;
     // read_committed stops at the last stable offset: nothing of an open transaction.
-    let bound = if read_committed { last_stable_offset } else { high_watermark };
+    let bound = if read_committed { offsets.last_stable_offset } else { offsets.high_watermark };
     let offset = p.fetch.fetch_offset;
-    if offset >= bound && offset <= log.log_end_offset() {
+    if offset >= bound && offset <= offsets.log_end_offset {
         // Caught up (or past the bound but inside the log): nothing to read yet.
         return data;
     }

@@ -89,8 +89,10 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
     Reply::Later(Box::pin(respond(topics)))
 }
 
-/// acks=all needs at least `min.insync.replicas` in the ISR, else nothing is written
-/// (NOT_ENOUGH_REPLICAS), exactly as Kafka refuses it.
+/// acks=all needs at least the effective `min.insync.replicas` in the ISR, else nothing
+/// is written (NOT_ENOUGH_REPLICAS), exactly as Kafka refuses it. The effective value is
+/// capped at the partition's replica count, as Kafka's has been since 3.7 (KAFKA-15583):
+/// a one-replica topic with `min.insync.replicas=2` takes acks=all.
 fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> Result<(), Outcome> {
     if acks != -1 {
         return Ok(());
@@ -101,7 +103,9 @@ fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> 
         .or_else(|| broker.settings.topic_defaults.get("min.insync.replicas"))
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let isr = topic.partitions.get(partition as usize).map_or(0, |p| p.isr.len());
+    let Some(image) = topic.partitions.get(partition as usize) else { return Ok(()) };
+    let min_isr = min_isr.min(image.replicas.len());
+    let isr = image.isr.len();
     if isr < min_isr {
         telemetry::error_code(ApiKey::Produce, ErrorCode::NOT_ENOUGH_REPLICAS);
         return Err(Outcome::Failed(
