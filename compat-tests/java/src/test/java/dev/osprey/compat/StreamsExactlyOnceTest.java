@@ -58,7 +58,12 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * is that no producer was fenced: a fencing (the broker aborting a transaction on its
  * timeout) costs a Streams application a rebalance, although the counts stay exact. Issue
  * 13 item 3 was such a storm: after the epoch bump a later batch of the new epoch was
- * accepted ahead of a delayed sequence 0, which then could never land.
+ * accepted ahead of a delayed sequence 0, which then could never land. That needs a race
+ * (sequence 0 refused with CONCURRENT_TRANSACTIONS while the previous transaction's
+ * markers are written, a later batch let in just after), so this test catches a broker
+ * without the rule only in the runs where the race happens (about half of the runs on a
+ * busy 2-core host); the summary it prints counts the races as Produce
+ * OUT_OF_ORDER_SEQUENCE_NUMBER. The rule itself is unit-tested in the storage crate.
  */
 @Timeout(value = 180, unit = TimeUnit.SECONDS)
 class StreamsExactlyOnceTest {
