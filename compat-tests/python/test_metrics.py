@@ -46,11 +46,20 @@ def test_metrics_count_requests_bytes_messages_and_connections(broker):
             _, parts = kw.parse_fetch_v4(c.roundtrip(kw.fetch_v4(10 + i, "metered", 0, 0)))
             assert [(p[2], p[3]) for p in parts] == [(kw.NONE, 6)]
 
-        # This raw connection is the only client connection open now.
+        # This raw connection is the only client connection open now. A request is
+        # counted once its response is written, which can be just after the client has
+        # read it: scrape until the counts settle (or the deadline passes).
+        def settled(samples):
+            return (
+                value(samples, "osprey_connections") == 1
+                and value(samples, "osprey_requests_total", api="Produce", version="3") >= 3
+                and value(samples, "osprey_requests_total", api="Fetch", version="4") >= 2
+            )
+
         deadline = time.monotonic() + 10
         while True:
             samples = scrape(broker)
-            if value(samples, "osprey_connections") == 1 or time.monotonic() > deadline:
+            if settled(samples) or time.monotonic() > deadline:
                 break
             time.sleep(0.2)
         assert value(samples, "osprey_connections") == 1
