@@ -77,6 +77,10 @@ fn describe() {
     describe_counter!("osprey_response_bytes_total", Unit::Bytes, "Response bytes written.");
     describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
     describe_gauge!("osprey_connections", "Open client connections.");
+    describe_counter!(
+        "osprey_accept_errors_total",
+        "Failed accepts of new connections (e.g. out of file descriptors)."
+    );
     describe_counter!("osprey_frames_rejected_total", "Frames refused for a size outside socket.request.max.bytes.");
     describe_counter!(
         "osprey_reads_paused_total",
@@ -253,6 +257,29 @@ pub fn connection_opened() {
 
 pub fn connection_closed() {
     gauge!("osprey_connections").decrement(1.0);
+}
+
+/// A failed `accept` (most often EMFILE: the open-file limit is reached): counted, and
+/// logged at most once a second, since the accept loop retries every 50 ms.
+pub fn accept_failed(error: &std::io::Error) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    counter!("osprey_accept_errors_total").increment(1);
+    let now_ms = crate::broker::now_ms().max(0) as u64;
+    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
+    if now_ms.saturating_sub(last) >= 1000
+        && LAST_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+        tracing::error!(
+            %error,
+            unlogged,
+            "cannot accept a connection; new connections wait unserved (if this is \"Too many open files\", raise `ulimit -n`)"
+        );
+    } else {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A frame refused for its declared size: counted, and logged at most once a second
