@@ -1,7 +1,8 @@
 """Connection limits from the broker config: `connections.max.idle.ms` closes idle
-connections, `max.connections` refuses connections beyond it, and a connection that
-is closed frees its slot."""
+connections, `max.connections` makes connections beyond it wait (as Kafka does), and a connection
+that is closed frees its slot."""
 
+import select
 import time
 
 import kafkawire as kw
@@ -21,40 +22,35 @@ def test_idle_connection_is_closed_after_connections_max_idle_ms(start_broker):
             time.sleep(0.3)
 
 
-def test_connections_beyond_max_connections_are_closed_and_slots_are_freed(start_broker):
-    broker = start_broker({"max.connections": "2"})
-    # The fixture's own readiness probe may still hold a slot for a moment after it
-    # closed (the broker frees it when it notices), so the first two may need a retry.
-    deadline = time.monotonic() + 5
-    while True:
-        a = kw.Conn(broker.host, broker.port)
-        b = kw.Conn(broker.host, broker.port)
-        try:
-            a.roundtrip(kw.api_versions_v0(1))
-            b.roundtrip(kw.api_versions_v0(2))
-            break
-        except (kw.Closed, ConnectionResetError):
-            a.close()
-            b.close()
-            assert time.monotonic() < deadline, "two connections never both fitted under max.connections=2"
-            time.sleep(0.1)
+def test_connections_beyond_max_connections_wait_and_are_served_as_slots_free(start_broker):
+    """As Kafka's acceptor (KIP-402): at max.connections the broker stops accepting, so
+    further connections wait in the listen backlog (socket.listen.backlog.size, 50)
+    instead of being closed, and each is served when a served one closes."""
+    broker = start_broker({"max.connections": "50"})
+    conns = [kw.Conn(broker.host, broker.port) for _ in range(80)]
     try:
-        with kw.Conn(broker.host, broker.port) as third:
-            assert third.is_closed_by_peer(timeout=5), "a third connection was accepted with max.connections=2"
-        a.close()
-        # The slot is released when the broker notices the close.
-        deadline = time.monotonic() + 5
-        while True:
-            c = kw.Conn(broker.host, broker.port)
-            try:
-                c.roundtrip(kw.api_versions_v0(3))
-                c.close()
-                break
-            except (kw.Closed, ConnectionResetError):
-                c.close()
-                assert time.monotonic() < deadline, "the freed slot never came back"
-                time.sleep(0.1)
-        b.roundtrip(kw.api_versions_v0(4))
+        for i, c in enumerate(conns):
+            c.send(kw.api_versions_v0(i))
+        # The fixture's readiness probe may hold a slot until the broker notices it
+        # closed, so the fiftieth answer can lag; there is never a fifty-first.
+        answered = set()
+        deadline = time.monotonic() + 10
+        while len(answered) < 50 and time.monotonic() < deadline:
+            ready, _, _ = select.select([c.sock for c in conns if c not in answered], [], [], 0.5)
+            for c in conns:
+                if c.sock in ready:
+                    c.recv_frame()
+                    answered.add(c)
+        assert len(answered) == 50, f"{len(answered)} of 80 connections served with max.connections=50"
+        waiting = [c for c in conns if c not in answered]
+        ready, _, _ = select.select([c.sock for c in waiting], [], [], 1.0)
+        assert not ready, "a connection beyond max.connections was answered or closed"
+        for c in answered:
+            c.close()
+        # The 30 that waited are served now, none closed.
+        for i, c in enumerate(waiting):
+            assert kw.parse_api_versions_v0(c.recv_frame())[1] == 0
+            c.roundtrip(kw.api_versions_v0(100 + i))
     finally:
-        a.close()
-        b.close()
+        for c in conns:
+            c.close()

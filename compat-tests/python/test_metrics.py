@@ -141,6 +141,70 @@ def test_a_deleted_kip848_group_leaves_the_state_gauges(broker):
         time.sleep(0.5)
 
 
+def test_a_deleted_topics_and_groups_series_leave_the_metrics(broker):
+    """As Kafka removes a deleted topic's metrics: after DeleteTopics and DeleteGroups the
+    topic's counters and partition gauges and the group's gauges leave /metrics, while
+    another topic's and group's stay, and so do global counters that never moved."""
+    from confluent_kafka import TopicPartition
+
+    gone, kept = "metered-gone", "metered-kept"
+    for topic in (gone, kept):
+        clients.create_topic(broker, topic)
+        p = clients.producer(broker, acks="all")
+        assert [r.error for r in clients.produce_all(p, topic, [{"value": b"x"} for _ in range(3)])] == [None] * 3
+        clients.read_partitions(broker, topic, [0], 3)
+        c = clients.consumer(broker, **{"group.id": topic + "-group", "enable.auto.commit": False})
+        try:
+            c.commit(offsets=[TopicPartition(topic, 0, 1)], asynchronous=False)
+        finally:
+            c.close()
+
+    def series(samples, label, value):
+        return sorted(n for n, ls in samples if (label, value) in ls)
+
+    per_topic = [
+        "osprey_topic_bytes_in_total",
+        "osprey_topic_bytes_out_total",
+        "osprey_topic_messages_in_total",
+        "osprey_partition_log_size_bytes",
+        "osprey_partition_log_end_offset",
+        "osprey_partition_high_watermark",
+        "osprey_consumer_lag",
+    ]
+    per_group = ["osprey_consumer_lag", "osprey_group_generation"]
+    # Partition and group gauges are refreshed every 5 s.
+    deadline = time.monotonic() + 30
+    while True:
+        samples = scrape(broker)
+        if all(series(samples, "topic", t) == sorted(per_topic) for t in (gone, kept)) and all(
+            series(samples, "group", t + "-group") == sorted(per_group) for t in (gone, kept)
+        ):
+            break
+        assert time.monotonic() < deadline, (series(samples, "topic", gone), series(samples, "group", gone + "-group"))
+        time.sleep(0.5)
+
+    a = clients.admin(broker)
+    a.delete_topics([gone], request_timeout=clients.TIMEOUT_S)[gone].result(timeout=clients.TIMEOUT_S)
+    group = gone + "-group"
+    a.delete_consumer_groups([group], request_timeout=clients.TIMEOUT_S)[group].result(timeout=clients.TIMEOUT_S)
+    # Series untouched for 30 s leave at the next scrape; the bound is generous.
+    deadline = time.monotonic() + 80
+    while True:
+        samples = scrape(broker)
+        left = series(samples, "topic", gone) + series(samples, "group", group)
+        if not left:
+            break
+        assert time.monotonic() < deadline, f"still shown after the topic and group were deleted: {left}"
+        time.sleep(1)
+    assert series(samples, "topic", kept) == sorted(per_topic)
+    assert series(samples, "group", kept + "-group") == sorted(per_group)
+    assert value(samples, "osprey_topic_messages_in_total", topic=kept) == 3
+    # Never moved since start, yet still shown.
+    assert value(samples, "osprey_txn_commits_total") == 0
+    assert value(samples, "osprey_requests_total", api="DeleteTopics") >= 1
+    value(samples, "osprey_connections")
+
+
 def test_promtool_finds_nothing_to_lint_in_the_metrics(broker):
     """Names, types and suffixes as Prometheus expects them (`promtool check metrics`:
     a counter ends in `_total`, nothing else does, units spelled out)."""

@@ -50,7 +50,7 @@ pub struct PartitionRead {
 }
 
 /// How a request is answered, decided by [`FetchSessions::begin`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Context {
     /// Answer every partition read, with session id 0.
     Sessionless,
@@ -58,8 +58,10 @@ pub enum Context {
     Full { privileged: bool, uses_topic_ids: bool },
     /// Answer only the partitions of this session with news. `epoch` is the one the
     /// request carried: a response is only built if no other request used the session
-    /// since.
-    Incremental { session_id: SessionId, epoch: i32 },
+    /// since. `told`: each partition's (high watermark, log start offset) as the session
+    /// held them at `begin`, in its order, to filter against should the session be
+    /// closed or evicted before the response (Kafka's context keeps the session itself).
+    Incremental { session_id: SessionId, epoch: i32, told: Vec<(i64, i64)> },
 }
 
 /// The outcome of reading a request's session metadata.
@@ -177,7 +179,12 @@ impl FetchSessions {
         session.touch(now_ms, self.eviction_ms);
         session.epoch = next_epoch(session.epoch);
         let partitions = session.order.values().map(|key| (key.clone(), session.partitions[key].fetch)).collect();
-        Begin::Fetch { context: Context::Incremental { session_id, epoch }, partitions }
+        let told = session
+            .order
+            .values()
+            .map(|key| (session.partitions[key].high_watermark, session.partitions[key].log_start_offset))
+            .collect();
+        Begin::Fetch { context: Context::Incremental { session_id, epoch, told }, partitions }
     }
 
     /// Decides which reads go into the response, records what they tell the consumer,
@@ -185,22 +192,25 @@ impl FetchSessions {
     /// its order, each with what its read found.
     pub fn respond<'a>(
         &mut self,
-        context: Context,
+        context: &Context,
         reads: impl ExactSizeIterator<Item = (&'a PartitionKey, &'a PartitionFetch, PartitionRead)>,
         now_ms: i64,
     ) -> Respond {
         match context {
             Context::Sessionless => Respond::Partitions { session_id: 0, include: vec![true; reads.len()] },
-            Context::Full { privileged, uses_topic_ids } => {
+            &Context::Full { privileged, uses_topic_ids } => {
                 let size = reads.len();
                 let session_id = self.create(privileged, uses_topic_ids, reads, now_ms);
                 Respond::Partitions { session_id, include: vec![true; size] }
             }
-            Context::Incremental { session_id, epoch } => {
-                // Closed or evicted since `begin`: the consumer learns that on its next
-                // request; answering everything read is always correct meanwhile.
+            &Context::Incremental { session_id, epoch, ref told } => {
+                // Closed or evicted since `begin` (a consumer's closing fetch while its
+                // long poll waits): still an incremental response, so only the partitions
+                // with news as the session stood; the consumer treats any other as an
+                // error. It learns the session is gone on its next request.
                 let Some(session) = self.sessions.get_mut(&session_id) else {
-                    return Respond::Partitions { session_id, include: vec![true; reads.len()] };
+                    let include = reads.zip(told).map(|((_, _, read), &told)| has_news(told, read)).collect();
+                    return Respond::Partitions { session_id, include };
                 };
                 if session.epoch != next_epoch(epoch) {
                     // Another request with this session was begun since (a duplicate).
@@ -365,6 +375,12 @@ impl Session {
     }
 }
 
+/// Whether a read has news for a consumer last told this (high watermark, log start
+/// offset): records, an error, or either offset changed.
+fn has_news(told: (i64, i64), read: PartitionRead) -> bool {
+    read.records_bytes > 0 || read.error || told != (read.high_watermark, read.log_start_offset)
+}
+
 /// Epochs wrap from i32::MAX to 1 (0 and -1 are reserved).
 fn next_epoch(epoch: i32) -> i32 {
     if epoch < 0 {
@@ -412,7 +428,7 @@ mod tests {
     /// Answers what `begin` gave, each partition read as `read(partition)`.
     fn respond(s: &mut FetchSessions, begun: Begin, read: impl Fn(i32) -> PartitionRead, now: i64) -> Respond {
         let Begin::Fetch { context, partitions } = begun else { panic!("not a fetch: {begun:?}") };
-        s.respond(context, partitions.iter().map(|(k, f)| (k, f, read(k.partition))), now)
+        s.respond(&context, partitions.iter().map(|(k, f)| (k, f, read(k.partition))), now)
     }
 
     /// A full fetch (id, 0) of these partitions; the new session's id (0: none).
@@ -636,6 +652,28 @@ mod tests {
         assert_ne!(follower, 0);
         assert_eq!(begin(&mut s, consumer, 1, &[], &[], 2), Begin::Error(ErrorCode::FETCH_SESSION_ID_NOT_FOUND));
         assert_eq!(open(&mut s, 0, &[0, 1, 2, 3], false, 3), 0);
+    }
+
+    #[test]
+    fn a_session_closed_during_a_long_poll_still_answers_only_news() {
+        let mut s = cache(10);
+        let id = open(&mut s, 0, &[0, 1, 2], false, 0);
+        // The incremental long poll is parked when the consumer's closing fetch arrives.
+        let parked = begin(&mut s, id, 1, &[], &[], 1);
+        let closing = begin(&mut s, id, FINAL_EPOCH, &[], &[], 2);
+        assert_eq!(respond(&mut s, closing, |_| quiet(0), 2), Respond::Partitions { session_id: 0, include: vec![] });
+        assert!(s.is_empty());
+        // As Kafka's: still filtered against what the session had told the consumer; a
+        // partition it has not been told of would be an error to the consumer.
+        let read = |p| match p {
+            0 => records(0),
+            1 => quiet(4),
+            _ => quiet(0),
+        };
+        assert_eq!(
+            respond(&mut s, parked, read, 3),
+            Respond::Partitions { session_id: id, include: vec![true, true, false] }
+        );
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 
 /// mimalloc returns freed memory to the OS; glibc's malloc kept what a burst of large
@@ -45,6 +45,7 @@ fn main() -> ExitCode {
         .with_target(false)
         .init();
     stop_on_panic();
+    raise_open_file_limit(config.max_connections);
     if !unknown.is_empty() {
         tracing::warn!(keys = ?unknown, "these configuration keys are not used by osprey");
     }
@@ -67,6 +68,45 @@ fn main() -> ExitCode {
     }
 }
 
+/// Raises the soft `RLIMIT_NOFILE` to the hard limit, as the JVM does for Kafka: every
+/// connection is a file descriptor, and so is every open segment and index (half the
+/// soft limit at most, see `osprey.log.max.open.files`). Says so at startup when an
+/// explicitly set `max.connections` cannot be met with the limit it ends up with,
+/// since past it accepting fails (EMFILE) and connections wait unserved.
+fn raise_open_file_limit(max_connections: i32) {
+    use rustix::process::{getrlimit, setrlimit, Resource};
+    let mut limit = getrlimit(Resource::Nofile);
+    if let (Some(soft), Some(hard)) = (limit.current, limit.maximum) {
+        if soft >= hard {
+            return warn_if_short(max_connections, soft);
+        }
+        let raised = rustix::process::Rlimit { current: Some(hard), maximum: Some(hard) };
+        match setrlimit(Resource::Nofile, raised) {
+            Ok(()) => limit = getrlimit(Resource::Nofile),
+            Err(e) => tracing::warn!(error = %e, "cannot raise the soft open-file limit to the hard limit"),
+        }
+    }
+    if let Some(soft) = limit.current {
+        warn_if_short(max_connections, soft);
+    }
+}
+
+/// Logs at startup when `max.connections` (if set) exceeds what the open-file limit
+/// leaves for sockets.
+fn warn_if_short(max_connections: i32, soft: u64) {
+    let for_connections = soft - soft / 2;
+    if max_connections < i32::MAX && max_connections as u64 > for_connections {
+        tracing::error!(
+            max_connections,
+            open_file_limit = soft,
+            for_connections,
+            "max.connections cannot be met: up to half the open-file limit is kept for log segments, so \
+             accepting fails beyond about {for_connections} connections; raise the hard `ulimit -n` to at least {}",
+            2 * max_connections as u64
+        );
+    }
+}
+
 /// A panic is a broken invariant: the process stops (after the usual panic message)
 /// rather than lose one task and go on serving the state it left half-updated (README,
 /// "Failure stance"). Release builds abort on panic anyway (`panic = "abort"`); this
@@ -82,8 +122,7 @@ fn stop_on_panic() {
 async fn run(config: BrokerConfig) -> Result<(), String> {
     let listener = config.listeners.first().ok_or("no listener configured (listeners)")?;
     let bind = resolve(&listener.bind_address())?;
-    let tcp = TcpListener::bind(bind)
-        .await
+    let tcp = listen(bind, config.socket_listen_backlog_size)
         .map_err(|e| format!("cannot listen on {bind} (listeners): {e}; is another broker running there?"))?;
     let local = tcp.local_addr().map_err(|e| e.to_string())?;
     let settings = settings(&config, local)?;
@@ -134,6 +173,16 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
     }
+}
+
+/// Binds the client listener with `socket.listen.backlog.size`: at `max.connections`
+/// new connections wait there until a slot frees up (the kernel caps it at
+/// `net.core.somaxconn`).
+fn listen(bind: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
+    let socket = if bind.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(bind)?;
+    socket.listen(backlog.max(1) as u32)
 }
 
 /// The broker settings from the resolved configuration and the address actually bound.

@@ -40,27 +40,34 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
 /// Accepts connections until `shutdown` turns true, then waits (up to `drain`) for open
 /// connections to finish their in-flight requests.
+///
+/// At `max.connections` the loop stops accepting until a connection closes, as Kafka's
+/// acceptor does (KIP-402): new connections wait in the listen backlog rather than being
+/// closed, and are served as slots free up.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>, drain: Duration) {
     let slots = Arc::new(Semaphore::new(broker.settings.max_connections));
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
+    let mut slot: Option<OwnedSemaphorePermit> = None;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
-            accepted = listener.accept() => {
+            permit = slots.clone().acquire_owned(), if slot.is_none() => {
+                slot = Some(permit.expect("the connection semaphore is never closed"));
+            }
+            accepted = listener.accept(), if slot.is_some() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
+                        // EMFILE/ENFILE: out of file descriptors; the connection waits
+                        // in the backlog until one frees up.
+                        telemetry::accept_failed(&e);
                         tokio::time::sleep(Duration::from_millis(50)).await;
                         continue;
                     }
                 };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, max = broker.settings.max_connections, "max.connections reached; closing new connection");
-                    continue;
-                };
+                let Some(permit) = slot.take() else { continue };
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
                 let request_bytes = request_bytes.clone();

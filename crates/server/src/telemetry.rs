@@ -35,39 +35,140 @@
 //! | `osprey_log_damaged_bytes_total` | counter | | bytes cut from damaged sealed segments at open (copied aside to `.damaged` files) |
 //! | `osprey_log_scrub_bytes_total` | counter | | sealed segment bytes the scrubber verified |
 //! | `osprey_log_scrub_corrupt_batches_total` | counter | | batches the scrubber found corrupt (each also logged) |
+//!
+//! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
+//! [`IDLE_TIMEOUT`]; [`KeepAlive`] touches every other one at each refresh.
 
 use crate::broker::Broker;
-use metrics::{counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit};
-use metrics_exporter_prometheus::PrometheusBuilder;
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Counter, Gauge, Histogram, Key,
+    KeyName, Level, Metadata, Recorder, SharedString, Unit,
+};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
+use metrics_util::MetricKindMask;
 use osprey_cluster::group::{ConsumerGroupState, GroupState};
 use osprey_protocol::{ApiKey, ErrorCode};
 use osprey_storage::DamageKind;
+use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
+
+/// How often the partition and group gauges are refreshed and every live series touched.
+const REFRESH: Duration = Duration::from_secs(5);
+
+/// A counter or gauge untouched for this long leaves `/metrics` at the next scrape: the
+/// series of deleted topics and groups, which [`KeepAlive`] stops touching. Well above
+/// [`REFRESH`], so that a late refresh never drops (and so resets) a live series.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Starts the Prometheus endpoint (`GET /metrics`) and the periodic gauge refresher.
 /// Must run inside the tokio runtime.
 pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
-    PrometheusBuilder::new()
+    let (recorder, exporter) = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("duration_seconds".into()),
             &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
         )
         .map_err(|e| e.to_string())?
-        .install()
+        .idle_timeout(MetricKindMask::COUNTER | MetricKindMask::GAUGE, Some(IDLE_TIMEOUT))
+        .build()
         .map_err(|e| format!("metrics listener {addr}: {e}"))?;
+    tokio::spawn(exporter);
+    let kept = KeepAlive::new(recorder);
+    metrics::set_global_recorder(kept.clone()).map_err(|e| e.to_string())?;
     describe();
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        let mut tick = tokio::time::interval(REFRESH);
         loop {
             tick.tick().await;
             refresh_partition_gauges(&broker);
-            refresh_group_gauges(&broker);
+            let groups = refresh_group_gauges(&broker);
+            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
+            kept.touch(&topics, &groups);
         }
     });
     Ok(())
+}
+
+/// The Prometheus recorder, remembering every counter and gauge registered so that each
+/// refresh can touch the live ones. The exporter drops a series untouched for
+/// [`IDLE_TIMEOUT`], so a deleted topic's or group's series leave `/metrics` (as Kafka
+/// removes a deleted topic's metrics) while a global counter that rarely moves stays.
+#[derive(Clone)]
+struct KeepAlive(Arc<Kept>);
+
+struct Kept {
+    prometheus: PrometheusRecorder,
+    counters: RwLock<HashSet<Key>>,
+    gauges: RwLock<HashSet<Key>>,
+}
+
+/// Touches carry no metadata the exporter uses.
+static TOUCH: Metadata<'static> = Metadata::new(module_path!(), Level::INFO, Some(module_path!()));
+
+impl KeepAlive {
+    fn new(prometheus: PrometheusRecorder) -> KeepAlive {
+        KeepAlive(Arc::new(Kept { prometheus, counters: RwLock::default(), gauges: RwLock::default() }))
+    }
+
+    fn remember(keys: &RwLock<HashSet<Key>>, key: &Key) {
+        if !keys.read().unwrap_or_else(PoisonError::into_inner).contains(key) {
+            keys.write().unwrap_or_else(PoisonError::into_inner).insert(key.clone());
+        }
+    }
+
+    /// Forgets the series labelled with a topic or group not in these, and touches the
+    /// others (adding 0 counts as an update).
+    fn touch(&self, topics: &HashSet<String>, groups: &HashSet<String>) {
+        let alive = |key: &Key| {
+            key.labels().all(|label| match label.key() {
+                "topic" => topics.contains(label.value()),
+                "group" => groups.contains(label.value()),
+                _ => true,
+            })
+        };
+        let mut counters = self.0.counters.write().unwrap_or_else(PoisonError::into_inner);
+        counters.retain(|key| alive(key));
+        for key in counters.iter() {
+            self.0.prometheus.register_counter(key, &TOUCH).increment(0);
+        }
+        drop(counters);
+        let mut gauges = self.0.gauges.write().unwrap_or_else(PoisonError::into_inner);
+        gauges.retain(|key| alive(key));
+        for key in gauges.iter() {
+            self.0.prometheus.register_gauge(key, &TOUCH).increment(0.0);
+        }
+    }
+}
+
+impl Recorder for KeepAlive {
+    fn describe_counter(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.prometheus.describe_counter(key, unit, description);
+    }
+
+    fn describe_gauge(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.prometheus.describe_gauge(key, unit, description);
+    }
+
+    fn describe_histogram(&self, key: KeyName, unit: Option<Unit>, description: SharedString) {
+        self.0.prometheus.describe_histogram(key, unit, description);
+    }
+
+    fn register_counter(&self, key: &Key, metadata: &Metadata<'_>) -> Counter {
+        KeepAlive::remember(&self.0.counters, key);
+        self.0.prometheus.register_counter(key, metadata)
+    }
+
+    fn register_gauge(&self, key: &Key, metadata: &Metadata<'_>) -> Gauge {
+        KeepAlive::remember(&self.0.gauges, key);
+        self.0.prometheus.register_gauge(key, metadata)
+    }
+
+    fn register_histogram(&self, key: &Key, metadata: &Metadata<'_>) -> Histogram {
+        self.0.prometheus.register_histogram(key, metadata)
+    }
 }
 
 fn describe() {
@@ -77,6 +178,10 @@ fn describe() {
     describe_counter!("osprey_response_bytes_total", Unit::Bytes, "Response bytes written.");
     describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
     describe_gauge!("osprey_connections", "Open client connections.");
+    describe_counter!(
+        "osprey_accept_errors_total",
+        "Failed accepts of new connections (e.g. out of file descriptors)."
+    );
     describe_counter!("osprey_frames_rejected_total", "Frames refused for a size outside socket.request.max.bytes.");
     describe_counter!(
         "osprey_reads_paused_total",
@@ -132,7 +237,8 @@ fn zeroed_group_states() -> std::collections::BTreeMap<String, u64> {
     classic.chain(consumer).map(|state| (state.to_string(), 0)).collect()
 }
 
-fn refresh_group_gauges(broker: &Arc<Broker>) {
+/// Returns the groups listed, whose series stay.
+fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
     let listed = broker.groups.call(broker, |c, _| c.list_groups(&[], &[], 5));
     let mut by_state = zeroed_group_states();
     let image = broker.image();
@@ -163,6 +269,7 @@ fn refresh_group_gauges(broker: &Arc<Broker>) {
     for (state, n) in by_state {
         gauge!("osprey_groups", "state" => state).set(n as f64);
     }
+    listed.groups.into_iter().map(|g| g.group_id).collect()
 }
 
 fn refresh_partition_gauges(broker: &Broker) {
@@ -253,6 +360,29 @@ pub fn connection_opened() {
 
 pub fn connection_closed() {
     gauge!("osprey_connections").decrement(1.0);
+}
+
+/// A failed `accept` (most often EMFILE: the open-file limit is reached): counted, and
+/// logged at most once a second, since the accept loop retries every 50 ms.
+pub fn accept_failed(error: &std::io::Error) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
+    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    counter!("osprey_accept_errors_total").increment(1);
+    let now_ms = crate::broker::now_ms().max(0) as u64;
+    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
+    if now_ms.saturating_sub(last) >= 1000
+        && LAST_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    {
+        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+        tracing::error!(
+            %error,
+            unlogged,
+            "cannot accept a connection; new connections wait unserved (if this is \"Too many open files\", raise `ulimit -n`)"
+        );
+    } else {
+        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// A frame refused for its declared size: counted, and logged at most once a second

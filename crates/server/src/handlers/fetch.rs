@@ -162,7 +162,7 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
         };
         (&p.key, &p.fetch, read)
     });
-    let answer = plan.broker.fetch_sessions().respond(plan.session, summaries, now_ms());
+    let answer = plan.broker.fetch_sessions().respond(&plan.session, summaries, now_ms());
     let (session_id, include) = match answer {
         Respond::Partitions { session_id, include } => (session_id, include),
         Respond::Error { code, session_id } => {
