@@ -14,24 +14,8 @@ cd "$root"
 
 cargo build --release --locked -p osprey-server --bin osprey
 
-kafka_lib="$here/scratch/kafka-lib"
-stamp="$kafka_lib/.pom.sha256"
-want="$(sha256sum "$here/pom.xml" | cut -d' ' -f1)"
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    rm -rf "$kafka_lib"
-    (cd "$here" && mvn -B -q --no-transfer-progress dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$kafka_lib")
-    echo "$want" > "$stamp"
-fi
-
-venv="$here/scratch/venv"
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-    echo "$want" > "$stamp"
-fi
+# shellcheck source=bench/setup.sh
+source "$here/setup.sh"
 
 exec timeout --kill-after=30 7200 "$venv/bin/python" "$here/partitions.py" \
     --kafka-lib "$kafka_lib" --osprey-bin "$root/target/release/osprey" \

@@ -28,25 +28,8 @@ else
     cargo build --locked -p osprey-server --bin osprey
 fi
 
-# Every jar of the broker and the tools in one directory: the classpath of both.
-kafka_lib="$here/scratch/kafka-lib"
-stamp="$kafka_lib/.pom.sha256"
-want="$(sha256sum "$here/pom.xml" | cut -d' ' -f1)"
-if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    rm -rf "$kafka_lib"
-    (cd "$here" && mvn -B -q --no-transfer-progress dependency:copy-dependencies \
-        -DincludeScope=runtime -DoutputDirectory="$kafka_lib")
-    echo "$want" > "$stamp"
-fi
-
-venv="$here/scratch/venv"
-stamp="$venv/.requirements.sha256"
-want="$(sha256sum "$here/requirements.txt" | cut -d' ' -f1)"
-if [[ ! -x "$venv/bin/python" || ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
-    python3 -m venv "$venv"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt"
-    echo "$want" > "$stamp"
-fi
+# shellcheck source=bench/setup.sh
+source "$here/setup.sh"
 
 # The bound is a backstop: bench.py bounds each tool and broker start itself, and on
 # SIGTERM kills the brokers before it exits.
