@@ -7,8 +7,9 @@
 //! written element by element. This file holds a single test so that the process's peak
 //! memory reflects it alone.
 
-use bytes::Bytes;
-use osprey_protocol::records::{compress, decompress, Compression, RecordBatch, RecordsError, BATCH_HEADER_BYTES};
+mod common;
+use common::batch_around;
+use osprey_protocol::records::{compress, decompress, Compression, RecordBatch, RecordsError};
 use std::time::{Duration, Instant};
 
 const MIB: usize = 1 << 20;
@@ -75,27 +76,6 @@ fn bombs() -> Vec<(Compression, &'static str, Vec<u8>)> {
         (Compression::Lz4, "lz4 blocks", lz4_bomb(&zeros)),
         (Compression::Zstd, "zstd frames", repeated(&compress(Compression::Zstd, &zeros).expect("zstd"), times)),
     ]
-}
-
-/// Wraps a compressed payload in a batch header claiming one record, with a valid CRC.
-fn batch_around(codec: Compression, payload: &[u8]) -> RecordBatch {
-    let mut out = Vec::with_capacity(BATCH_HEADER_BYTES + payload.len());
-    out.extend_from_slice(&0i64.to_be_bytes());
-    out.extend_from_slice(&((BATCH_HEADER_BYTES - 12 + payload.len()) as i32).to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes());
-    out.push(2);
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&codec.id().to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes()); // lastOffsetDelta
-    out.extend_from_slice(&[0; 16]); // timestamps
-    out.extend_from_slice(&(-1i64).to_be_bytes());
-    out.extend_from_slice(&(-1i16).to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-    out.extend_from_slice(&1i32.to_be_bytes());
-    out.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    RecordBatch::new(Bytes::from(out)).expect("framed")
 }
 
 /// Peak resident memory of this process so far, where Linux reports it.

@@ -2,7 +2,9 @@
 //! makes before storing a client's batch refuses each with INVALID_RECORD, compressed or
 //! not, and agrees with the record iterator on every input.
 
+mod common;
 use bytes::Bytes;
+use common::batch_around;
 use osprey_protocol::records::{compress, BatchBuilder, Compression, Header, RecordBatch, RecordsError};
 use proptest::prelude::*;
 
@@ -203,26 +205,6 @@ fn value_bomb(codec: Compression, value_bytes: usize) -> Vec<u8> {
     payload.extend_from_slice(&zeros.repeat(value_bytes / MIB));
     payload.extend_from_slice(&compress(codec, &[0]).expect("compress")); // no headers
     payload
-}
-
-fn batch_around(codec: Compression, payload: &[u8]) -> RecordBatch {
-    let mut out = Vec::new();
-    out.extend_from_slice(&0i64.to_be_bytes());
-    out.extend_from_slice(&((49 + payload.len()) as i32).to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-    out.push(2);
-    out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&codec.id().to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes());
-    out.extend_from_slice(&[0; 16]);
-    out.extend_from_slice(&(-1i64).to_be_bytes());
-    out.extend_from_slice(&(-1i16).to_be_bytes());
-    out.extend_from_slice(&(-1i32).to_be_bytes());
-    out.extend_from_slice(&1i32.to_be_bytes());
-    out.extend_from_slice(payload);
-    let crc = crc32c::crc32c(&out[21..]);
-    out[17..21].copy_from_slice(&crc.to_be_bytes());
-    RecordBatch::new(Bytes::from(out)).expect("framed")
 }
 
 #[test]
