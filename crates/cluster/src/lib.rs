@@ -8,11 +8,9 @@
 //! records with openraft, so nothing above this crate changes.
 
 pub mod controller;
-pub mod group;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
-pub mod txn;
 
 pub use controller::{Controller, ControllerError, NewTopic};
 pub use image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage};

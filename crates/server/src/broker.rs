@@ -8,10 +8,10 @@ use crate::partition::Partition;
 use crate::transactions::Transactions;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
-use osprey_cluster::group::group_config;
 use osprey_cluster::{
     Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, PartitionImage, TopicImage,
 };
+use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, StdStorage};
 use std::collections::BTreeMap;
@@ -62,7 +62,7 @@ pub struct Settings {
 
 impl Settings {
     /// The group coordinator's settings, from the broker config (Kafka's keys).
-    pub fn group_config(&self) -> osprey_cluster::group::GroupConfig {
+    pub fn group_config(&self) -> osprey_coordinator::group::GroupConfig {
         let c = &self.config;
         let mut seed = [0u8; 8];
         // Member ids must not repeat across restarts; fall back to the clock if the OS
@@ -71,7 +71,7 @@ impl Settings {
             Ok(()) => u64::from_le_bytes(seed),
             Err(_) => now_ms() as u64,
         };
-        osprey_cluster::group::GroupConfig {
+        osprey_coordinator::group::GroupConfig {
             group_min_session_timeout_ms: c.group_min_session_timeout_ms,
             group_max_session_timeout_ms: c.group_max_session_timeout_ms,
             group_initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
@@ -90,9 +90,9 @@ impl Settings {
     }
 
     /// The transaction coordinator's settings, from the broker config (Kafka's keys).
-    pub fn txn_config(&self) -> osprey_cluster::txn::TxnConfig {
+    pub fn txn_config(&self) -> osprey_coordinator::txn::TxnConfig {
         let c = &self.config;
-        osprey_cluster::txn::TxnConfig {
+        osprey_coordinator::txn::TxnConfig {
             transaction_max_timeout_ms: c.transaction_max_timeout_ms,
             transactional_id_expiration_ms: i64::from(c.transactional_id_expiration_ms),
             transaction_state_log_num_partitions: c.transaction_state_log_num_partitions.max(1),

@@ -1,4 +1,4 @@
-//! The bridge between the group coordinator state machine (`osprey_cluster::group`) and
+//! The bridge between the group coordinator state machine (`osprey_coordinator::group`) and
 //! the broker: it holds the replies the coordinator answers later, appends the records it
 //! asks to persist to `__consumer_offsets`, reports them durable, runs its timers, and
 //! loads the topic at startup.
@@ -6,10 +6,10 @@
 use crate::broker::{now_ms, Broker};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
-use osprey_cluster::group::{
+use osprey_cluster::NewTopic;
+use osprey_coordinator::group::{
     partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId, Response,
 };
-use osprey_cluster::NewTopic;
 use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeMap;

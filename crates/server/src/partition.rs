@@ -115,7 +115,7 @@ impl Partition {
 pub fn append_coordinator_records(
     partition: &Arc<Partition>,
     flusher: &Flusher,
-    records: &[osprey_cluster::group::Record],
+    records: &[osprey_coordinator::group::Record],
     producer: Option<(i64, i16)>,
     what: &str,
 ) -> Result<oneshot::Receiver<Result<(), StorageError>>, osprey_protocol::ErrorCode> {

@@ -46,7 +46,7 @@ use metrics::{
 };
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusRecorder};
 use metrics_util::MetricKindMask;
-use osprey_cluster::group::{ConsumerGroupState, GroupState};
+use osprey_coordinator::group::{ConsumerGroupState, GroupState};
 use osprey_protocol::{ApiKey, ErrorCode};
 use osprey_storage::DamageKind;
 use std::collections::HashSet;
@@ -340,7 +340,7 @@ pub fn txn_marker(committed: bool) {
 
 /// The transaction coordinator's counters moved by `delta`; `ongoing` and `ids` are its
 /// current gauges.
-pub fn txn_stats(delta: osprey_cluster::txn::TxnStats, ongoing: usize, ids: usize) {
+pub fn txn_stats(delta: osprey_coordinator::txn::TxnStats, ongoing: usize, ids: usize) {
     if delta.commits > 0 {
         counter!("osprey_txn_commits_total").increment(delta.commits);
     }

@@ -1,4 +1,4 @@
-//! The bridge between the transaction coordinator state machine (`osprey_cluster::txn`)
+//! The bridge between the transaction coordinator state machine (`osprey_coordinator::txn`)
 //! and the broker: it holds the replies the coordinator answers later, appends its
 //! records to `__transaction_state`, writes transaction markers to the partitions of a
 //! transaction, runs its timers, and loads the topic at startup.
@@ -13,12 +13,12 @@ use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
 use crate::telemetry;
-use osprey_cluster::group::Record;
-use osprey_cluster::txn::{
+use osprey_cluster::NewTopic;
+use osprey_coordinator::group::Record;
+use osprey_coordinator::txn::{
     Output, PersistId, ReplyId, Response, TopicPartition, TransactionCoordinator, TxnConfig, TxnMarker, TxnStats,
     TRANSACTION_STATE_TOPIC_NAME,
 };
-use osprey_cluster::NewTopic;
 use osprey_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };

@@ -4,7 +4,7 @@
 
 use crate::broker::Broker;
 use crate::config::{ConfigEntry, ConfigSource, ConfigSynonym, ConfigType};
-use osprey_cluster::group::group_config;
+use osprey_coordinator::group::group_config;
 use osprey_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };

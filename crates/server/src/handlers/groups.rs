@@ -1,12 +1,12 @@
 //! The classic consumer-group APIs, answered by the group coordinator state machine
-//! (`osprey_cluster::group`, bridged by `crate::groups`): JoinGroup, SyncGroup,
+//! (`osprey_coordinator::group`, bridged by `crate::groups`): JoinGroup, SyncGroup,
 //! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 //! Offsets have their own files (`offset_commit.rs`, `offset_fetch.rs`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use osprey_cluster::group::Response;
+use osprey_coordinator::group::Response;
 use osprey_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,

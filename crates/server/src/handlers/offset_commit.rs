@@ -5,7 +5,7 @@
 
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use osprey_cluster::group::Response;
+use osprey_coordinator::group::Response;
 use osprey_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
 use osprey_protocol::messages::{OffsetCommitRequest, OffsetCommitResponse};
 use osprey_protocol::{ErrorCode, ResponseBody, Uuid};

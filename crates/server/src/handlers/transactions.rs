@@ -1,6 +1,6 @@
 //! The transaction APIs: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit,
 //! WriteTxnMarkers, DescribeTransactions, ListTransactions and DescribeProducers. The
-//! coordinator's decisions are `osprey_cluster::txn`'s; this file checks what Kafka's
+//! coordinator's decisions are `osprey_coordinator::txn`'s; this file checks what Kafka's
 //! `KafkaApis` checks before calling in (topics exist, partitions exist) and shapes the
 //! answers for each version.
 
@@ -9,8 +9,8 @@ use crate::dispatch::Reply;
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::telemetry;
 use crate::transactions::marker_durable;
-use osprey_cluster::group;
-use osprey_cluster::txn::{self, transactions_of, TopicPartition};
+use osprey_coordinator::group;
+use osprey_coordinator::txn::{self, transactions_of, TopicPartition};
 use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
 use osprey_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,

@@ -131,9 +131,9 @@ impl TopicsView for HashMap<String, TopicInfo> {
 /// The server's view is the cluster metadata: a topic's partitions are the image's, and
 /// the version is the metadata log offset the image has applied (Kafka resolves
 /// patterns again when its image's offset moves).
-impl TopicsView for crate::MetadataImage {
+impl TopicsView for osprey_cluster::MetadataImage {
     fn topic(&self, name: &str) -> Option<TopicInfo> {
-        crate::MetadataImage::topic(self, name).map(|t| TopicInfo {
+        osprey_cluster::MetadataImage::topic(self, name).map(|t| TopicInfo {
             topic_id: t.id,
             num_partitions: i32::try_from(t.partitions.len()).unwrap_or(i32::MAX),
         })

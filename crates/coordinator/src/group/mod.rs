@@ -59,7 +59,7 @@
 //! before calling and maps them back in the response.
 //!
 //! ```
-//! use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, ReplyId, Response};
+//! use osprey_coordinator::group::{GroupConfig, GroupCoordinator, Output, ReplyId, Response};
 //! use osprey_protocol::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
 //!
 //! let mut coordinator = GroupCoordinator::new(GroupConfig::default());

@@ -4,7 +4,7 @@
 mod group_consumer_support;
 
 use group_consumer_support::{Client, Harness, GROUP};
-use osprey_cluster::group::{partition_for, Response};
+use osprey_coordinator::group::{partition_for, Response};
 use osprey_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };

@@ -4,9 +4,11 @@
 //! adds, and report what they own in their next heartbeat.
 #![allow(dead_code)]
 
-use osprey_cluster::group::consumer::Assignment;
-use osprey_cluster::group::group_config::ConsumerGroupOverrides;
-use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo, TopicsView};
+use osprey_coordinator::group::consumer::Assignment;
+use osprey_coordinator::group::group_config::ConsumerGroupOverrides;
+use osprey_coordinator::group::{
+    GroupConfig, GroupCoordinator, Output, Record, ReplyId, Response, TopicInfo, TopicsView,
+};
 use osprey_protocol::messages::consumer_group_heartbeat_request::{ConsumerGroupHeartbeatRequest, TopicPartitions};
 use osprey_protocol::messages::ConsumerGroupHeartbeatResponse;
 use osprey_protocol::{ErrorCode, Uuid};

@@ -10,7 +10,7 @@
 mod group_support;
 
 use group_support::{subscription, Harness};
-use osprey_cluster::group::{GroupConfig, ReplyId, Response};
+use osprey_coordinator::group::{GroupConfig, ReplyId, Response};
 use osprey_protocol::messages::leave_group_request::{LeaveGroupRequest, MemberIdentity};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::TestRng as Rng;
@@ -237,7 +237,7 @@ impl Sim {
         let log = self.h.log.clone();
         // A restarted broker seeds its member ids afresh.
         let config = GroupConfig { member_id_seed: self.rng.next_u64(), ..self.h.coordinator.config().clone() };
-        let mut coordinator = osprey_cluster::group::GroupCoordinator::new(config);
+        let mut coordinator = osprey_coordinator::group::GroupCoordinator::new(config);
         coordinator.load(log, self.h.now).expect("our own log loads");
         self.h.coordinator = coordinator;
     }
@@ -245,7 +245,7 @@ impl Sim {
     /// The coordinator loses the group's partition (everything held is answered
     /// NOT_COORDINATOR, appends in flight fail) and later gets it back and loads it.
     fn move_away_and_back(&mut self) {
-        let partition = osprey_cluster::group::partition_for(G, 50);
+        let partition = osprey_coordinator::group::partition_for(G, 50);
         let present = usize::from(self.h.coordinator.group_state(G).is_some());
         assert_eq!(self.h.coordinator.unload_partition(partition, 50), present);
         self.h.drain();

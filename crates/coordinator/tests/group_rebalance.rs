@@ -5,7 +5,7 @@ mod group_support;
 
 use bytes::Bytes;
 use group_support::{code, subscription, Harness, REBALANCE_MS, SESSION_MS};
-use osprey_cluster::group::{GroupConfig, GroupState};
+use osprey_coordinator::group::{GroupConfig, GroupState};
 use osprey_protocol::messages::leave_group_request::{LeaveGroupRequest, MemberIdentity};
 use osprey_protocol::ErrorCode;
 
@@ -601,7 +601,7 @@ fn a_rejoin_with_unchanged_metadata_returns_the_current_generation() {
 fn unloading_the_partition_answers_held_requests_not_coordinator() {
     let mut h = Harness::new();
     let (_, ra) = h.join_new(G, &["t"]);
-    let partition = osprey_cluster::group::partition_for(G, 50);
+    let partition = osprey_coordinator::group::partition_for(G, 50);
     assert_eq!(h.coordinator.unload_partition((partition + 1) % 50, 50), 0);
     assert_eq!(h.coordinator.unload_partition(partition, 50), 1);
     h.drain();

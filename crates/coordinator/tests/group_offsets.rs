@@ -4,7 +4,7 @@
 mod group_support;
 
 use group_support::{code, Harness};
-use osprey_cluster::group::{GroupConfig, GroupState, Response};
+use osprey_coordinator::group::{GroupConfig, GroupState, Response};
 use osprey_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};
 use osprey_protocol::messages::{OffsetCommitRequest, OffsetDeleteRequest};
 use osprey_protocol::ErrorCode;

@@ -6,8 +6,8 @@
 mod group_consumer_support;
 
 use group_consumer_support::*;
-use osprey_cluster::group::consumer::INVALID_REGULAR_EXPRESSION;
-use osprey_cluster::group::{ConsumerGroupState, GroupConfig, TopicInfo};
+use osprey_coordinator::group::consumer::INVALID_REGULAR_EXPRESSION;
+use osprey_coordinator::group::{ConsumerGroupState, GroupConfig, TopicInfo};
 use std::collections::BTreeSet;
 
 fn topics_of(h: &Harness, client: &Client) -> BTreeSet<String> {

@@ -6,8 +6,8 @@
 mod txn_support;
 
 use bytes::{Buf, Bytes, BytesMut};
-use osprey_cluster::group::Record;
-use osprey_cluster::txn::{TxnState, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2};
+use osprey_coordinator::group::Record;
+use osprey_coordinator::txn::{TxnState, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2};
 use osprey_protocol::messages::{TransactionLogKey, TransactionLogValue};
 use osprey_protocol::{ErrorCode, Message};
 use txn_support::{init_result, Harness, FIRST_PRODUCER_ID};

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use bytes::{BufMut, Bytes, BytesMut};
-use osprey_cluster::group::{GroupConfig, GroupCoordinator, Output, PersistId, Record, ReplyId, Response};
+use osprey_coordinator::group::{GroupConfig, GroupCoordinator, Output, PersistId, Record, ReplyId, Response};
 use osprey_protocol::messages::consumer_protocol_subscription::ConsumerProtocolSubscription;
 use osprey_protocol::messages::heartbeat_request::HeartbeatRequest;
 use osprey_protocol::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
@@ -252,7 +252,9 @@ impl Harness {
         // Members arriving during the initial delay extend it (by up to the rebalance timeout).
         let delay = i64::from(self.coordinator.config().group_initial_rebalance_delay_ms);
         while !self.responses.contains_key(&joins[0].1) {
-            assert!(self.coordinator.group_state(group) == Some(osprey_cluster::group::GroupState::PreparingRebalance));
+            assert!(
+                self.coordinator.group_state(group) == Some(osprey_coordinator::group::GroupState::PreparingRebalance)
+            );
             self.advance(delay);
         }
         let responses: Vec<JoinGroupResponse> =

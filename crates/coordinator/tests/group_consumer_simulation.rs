@@ -8,7 +8,7 @@
 mod group_consumer_support;
 
 use group_consumer_support::*;
-use osprey_cluster::group::{ConsumerGroupState, TopicInfo};
+use osprey_coordinator::group::{ConsumerGroupState, TopicInfo};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;

@@ -4,8 +4,8 @@
 
 #![allow(dead_code)]
 
-use osprey_cluster::group::Record;
-use osprey_cluster::txn::{
+use osprey_coordinator::group::Record;
+use osprey_coordinator::txn::{
     transactions_of, Output, PersistId, ReplyId, Response, TransactionCoordinator, TxnConfig, TxnMarker,
 };
 use osprey_protocol::messages::add_partitions_to_txn_request::{

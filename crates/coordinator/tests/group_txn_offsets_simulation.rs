@@ -7,7 +7,9 @@
 //!
 //! A failure prints its seed.
 
-use osprey_cluster::group::{partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId};
+use osprey_coordinator::group::{
+    partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId,
+};
 use osprey_protocol::messages::offset_commit_request::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };

@@ -16,7 +16,7 @@
 mod txn_support;
 
 use bytes::Buf;
-use osprey_cluster::txn::{ReplyId, Response, TransactionCoordinator, TxnConfig, TxnState};
+use osprey_coordinator::txn::{ReplyId, Response, TransactionCoordinator, TxnConfig, TxnState};
 use osprey_protocol::messages::InitProducerIdRequest;
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::TestRng as Rng;
@@ -343,7 +343,7 @@ impl Sim {
 }
 
 /// The transactional id and state of a `__transaction_state` record (`None`: tombstone).
-fn id_and_state(record: &osprey_cluster::group::Record) -> (String, Option<TxnState>) {
+fn id_and_state(record: &osprey_coordinator::group::Record) -> (String, Option<TxnState>) {
     let mut key = record.key.clone();
     key.advance(2);
     let len = key.get_i16() as usize;

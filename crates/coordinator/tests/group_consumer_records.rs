@@ -5,7 +5,7 @@ mod group_consumer_support;
 
 use bytes::Buf;
 use group_consumer_support::*;
-use osprey_cluster::group::{partition_for, GroupConfig, GroupCoordinator, Record};
+use osprey_coordinator::group::{partition_for, GroupConfig, GroupCoordinator, Record};
 use osprey_protocol::messages::{ConsumerGroupMetadataKey, ConsumerGroupMetadataValue};
 use osprey_protocol::Message;
 

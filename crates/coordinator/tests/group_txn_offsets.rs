@@ -5,7 +5,7 @@
 mod group_support;
 
 use group_support::{code, Harness};
-use osprey_cluster::group::{
+use osprey_coordinator::group::{
     partition_for, GroupCoordinator, GroupState, Output, PersistId, Record, Replay, ReplyId, Response,
 };
 use osprey_protocol::messages::offset_delete_request::{OffsetDeleteRequestPartition, OffsetDeleteRequestTopic};

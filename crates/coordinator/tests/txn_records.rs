@@ -4,8 +4,8 @@
 mod txn_support;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use osprey_cluster::group::{partition_for, Record};
-use osprey_cluster::txn::{TransactionCoordinator, TxnConfig, TxnState};
+use osprey_coordinator::group::{partition_for, Record};
+use osprey_coordinator::txn::{TransactionCoordinator, TxnConfig, TxnState};
 use osprey_protocol::messages::{InitProducerIdRequest, ListTransactionsRequest};
 use osprey_protocol::ErrorCode;
 use txn_support::Harness;

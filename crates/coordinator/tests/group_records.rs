@@ -5,7 +5,7 @@ mod group_support;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use group_support::{subscription, Harness, SESSION_MS};
-use osprey_cluster::group::{partition_for, GroupConfig, GroupCoordinator, GroupState, Record};
+use osprey_coordinator::group::{partition_for, GroupConfig, GroupCoordinator, GroupState, Record};
 use osprey_protocol::ErrorCode;
 
 const G: &str = "my-group";
@@ -22,7 +22,7 @@ fn partition_for_matches_kafka() {
     assert_eq!(partition_for("g😀", 50), 32); // a surrogate pair: two UTF-16 units
     assert_eq!(partition_for("a-negative-hash-group", 50), 22);
     assert_eq!(partition_for("connect-cluster", 7), 5);
-    assert_eq!(osprey_cluster::group::records::java_string_hash_code("my-group"), -1906497762);
+    assert_eq!(osprey_coordinator::group::records::java_string_hash_code("my-group"), -1906497762);
 }
 
 fn put_str(buf: &mut BytesMut, s: &str) {

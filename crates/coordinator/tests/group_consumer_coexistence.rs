@@ -4,7 +4,7 @@
 mod group_consumer_support;
 
 use group_consumer_support::*;
-use osprey_cluster::group::Response;
+use osprey_coordinator::group::Response;
 use osprey_protocol::messages::join_group_request::{JoinGroupRequest, JoinGroupRequestProtocol};
 use osprey_protocol::messages::offset_commit_request::{
     OffsetCommitRequest, OffsetCommitRequestPartition, OffsetCommitRequestTopic,
@@ -151,7 +151,7 @@ fn delete_groups_removes_an_empty_consumer_group_and_its_offsets() {
     assert_eq!(committed(&h), -1);
     assert_eq!(delete(&mut h), ErrorCode::GROUP_ID_NOT_FOUND.code());
     // Replaying the log after the deletion finds nothing.
-    let mut restarted = osprey_cluster::group::GroupCoordinator::new(Default::default());
+    let mut restarted = osprey_coordinator::group::GroupCoordinator::new(Default::default());
     restarted.load(h.log.clone(), h.now).unwrap();
     assert_eq!(restarted.consumer_group_state(GROUP), None);
 }

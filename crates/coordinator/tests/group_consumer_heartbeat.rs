@@ -4,9 +4,9 @@
 mod group_consumer_support;
 
 use group_consumer_support::*;
-use osprey_cluster::group::consumer::{Assignment, INVALID_REGULAR_EXPRESSION};
-use osprey_cluster::group::group_config::ConsumerGroupOverrides;
-use osprey_cluster::group::{ConsumerGroupState, GroupConfig};
+use osprey_coordinator::group::consumer::{Assignment, INVALID_REGULAR_EXPRESSION};
+use osprey_coordinator::group::group_config::ConsumerGroupOverrides;
+use osprey_coordinator::group::{ConsumerGroupState, GroupConfig};
 use osprey_protocol::messages::consumer_group_heartbeat_request::ConsumerGroupHeartbeatRequest;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;

@@ -55,7 +55,7 @@
 //!   the transaction's version ([`TxnMarker::transaction_version`], WriteTxnMarkers v2).
 //!
 //! ```
-//! use osprey_cluster::txn::{Output, ReplyId, Response, TransactionCoordinator, TxnConfig};
+//! use osprey_coordinator::txn::{Output, ReplyId, Response, TransactionCoordinator, TxnConfig};
 //! use osprey_protocol::messages::InitProducerIdRequest;
 //!
 //! let mut coordinator = TransactionCoordinator::new(TxnConfig::default());

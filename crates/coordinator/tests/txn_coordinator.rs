@@ -3,8 +3,8 @@
 
 mod txn_support;
 
-use osprey_cluster::group::partition_for;
-use osprey_cluster::txn::{Response, TxnConfig, TxnState, GROUP_METADATA_TOPIC_NAME};
+use osprey_coordinator::group::partition_for;
+use osprey_coordinator::txn::{Response, TxnConfig, TxnState, GROUP_METADATA_TOPIC_NAME};
 use osprey_protocol::messages::InitProducerIdRequest;
 use osprey_protocol::ErrorCode;
 use txn_support::{init_result, Harness, FIRST_PRODUCER_ID};
