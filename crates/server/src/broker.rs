@@ -156,12 +156,23 @@ pub struct Broker {
     pub transactions: Transactions,
     /// Open segment and index files, shared by every partition log.
     fd_budget: Arc<FdBudget>,
+    /// Held while an internal topic is created or its logs opened, so that two requests
+    /// never open the same partition log twice.
+    internal_topics: Mutex<()>,
 }
 
 impl std::fmt::Debug for Broker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Broker").field("node_id", &self.settings.node_id).field("cluster_id", &self.cluster_id).finish()
     }
+}
+
+/// An internal topic ready to serve.
+#[derive(Debug, Clone, Copy)]
+pub struct InternalTopic {
+    pub id: Uuid,
+    /// This call created the topic or opened some of its logs: a coordinator loads them.
+    pub opened_now: bool,
 }
 
 /// A fetch session unused this long may give its slot to a new one (Kafka's
@@ -220,6 +231,7 @@ impl Broker {
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
             transactions: Transactions::new(settings.txn_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
+            internal_topics: Mutex::new(()),
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -298,6 +310,59 @@ impl Broker {
             tracing::info!(topic = %created.name, id = %created.id, partitions = created.partitions.len(), "topic created");
         }
         Ok(created)
+    }
+
+    /// An internal topic (`__consumer_offsets`, `__transaction_state`) ready to serve:
+    /// created on first use, as Kafka does, with every partition log led here open. A log
+    /// an earlier attempt could not open (a full disk) is opened again, so the coordinator
+    /// comes back once the cause is fixed, without a restart. A failure is counted and
+    /// logged (rate-limited) with what to do; the client gets COORDINATOR_NOT_AVAILABLE,
+    /// as from Kafka while the topic is missing or its partition has no leader.
+    /// `partitions_key` is the config that sizes the topic, `waiting` says what cannot
+    /// work without it, and `new_topic` describes it for creation.
+    pub fn ensure_internal_topic(
+        &self,
+        name: &str,
+        partitions_key: &str,
+        waiting: &str,
+        new_topic: impl FnOnce() -> NewTopic,
+    ) -> Result<InternalTopic, ErrorCode> {
+        if let Some(t) = self.image().topic(name).filter(|t| self.opened_all(t)) {
+            return Ok(InternalTopic { id: t.id, opened_now: false });
+        }
+        let _creating = self.internal_topics.lock().expect(POISONED);
+        let image = self.image();
+        let result = match image.topic(name) {
+            Some(t) if self.opened_all(t) => return Ok(InternalTopic { id: t.id, opened_now: false }),
+            Some(t) => self.open_new_partitions(t).map(|()| t.id),
+            None => match self.create_topic(&new_topic(), false) {
+                // An admin's CreateTopics won the race and is opening the logs: not a failure.
+                Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => {
+                    return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+                }
+                created => created.map(|t| t.id),
+            },
+        };
+        result.map(|id| InternalTopic { id, opened_now: true }).map_err(|e| {
+            let fix = match e.code {
+                ErrorCode::POLICY_VIOLATION => {
+                    format!("raise osprey.max.partitions, lower {partitions_key}, or delete topics")
+                }
+                ErrorCode::KAFKA_STORAGE_ERROR => format!(
+                    "free space in {} (or fix what the error names); the next request retries, no restart needed",
+                    self.settings.data_dir.display()
+                ),
+                _ => format!("check {partitions_key} and the broker's topic defaults"),
+            };
+            crate::telemetry::internal_topic_unavailable(name, &e.to_string(), waiting, &fix);
+            ErrorCode::COORDINATOR_NOT_AVAILABLE
+        })
+    }
+
+    /// True when every partition of `topic` led here has its log open.
+    fn opened_all(&self, topic: &TopicImage) -> bool {
+        let node = self.settings.node_id;
+        topic.partitions.iter().all(|p| p.leader != node || self.partitions.contains_key(&(topic.id, p.index)))
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ControllerError> {

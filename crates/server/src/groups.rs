@@ -137,39 +137,33 @@ impl Groups {
 }
 
 /// The leader of an offsets-topic partition. Called under the coordinator lock, so it
-/// never creates the topic (no metadata write under that lock): a missing topic (deleted
-/// by an admin) is COORDINATOR_NOT_AVAILABLE, the client looks the coordinator up again,
-/// and FindCoordinator creates the topic, as Kafka does on first use.
+/// never creates the topic or opens its logs (no disk I/O under that lock): a partition
+/// not served here (the topic deleted by an admin, or a log not opened for a full disk) is
+/// NOT_COORDINATOR, as from Kafka's coordinator runtime for a partition it has not loaded;
+/// the client looks the coordinator up again, and FindCoordinator creates or reopens it.
 fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
     let topic = broker.image().topic(OFFSETS_TOPIC).map(|t| t.id);
-    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::NOT_COORDINATOR)
 }
 
-/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) if missing.
+/// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) if missing,
+/// or opens its logs that could not be opened before.
 pub fn ensure_offsets_topic(broker: &Arc<Broker>) -> Result<osprey_protocol::Uuid, ErrorCode> {
-    if let Some(t) = broker.image().topic(OFFSETS_TOPIC) {
-        return Ok(t.id);
-    }
-    let mut configs = BTreeMap::new();
-    configs.insert("cleanup.policy".to_string(), "compact".to_string());
-    configs.insert("segment.bytes".to_string(), broker.settings.offsets_topic_segment_bytes.to_string());
-    let topic = NewTopic {
-        name: OFFSETS_TOPIC.into(),
-        num_partitions: broker.settings.offsets_topic_num_partitions,
-        replication_factor: -1,
-        configs,
-        ..Default::default()
+    let offsets_topic = || {
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), broker.settings.offsets_topic_segment_bytes.to_string());
+        NewTopic {
+            name: OFFSETS_TOPIC.into(),
+            num_partitions: broker.settings.offsets_topic_num_partitions,
+            replication_factor: -1,
+            configs,
+            ..Default::default()
+        }
     };
-    match broker.create_topic(&topic, false) {
-        Ok(t) => Ok(t.id),
-        Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => {
-            broker.image().topic(OFFSETS_TOPIC).map(|t| t.id).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-        }
-        Err(e) => {
-            tracing::error!(error = %e, "cannot create __consumer_offsets");
-            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
-        }
-    }
+    let waiting = "consumer groups cannot join or commit offsets";
+    let sized_by = "offsets.topic.num.partitions";
+    broker.ensure_internal_topic(OFFSETS_TOPIC, sized_by, waiting, offsets_topic).map(|t| t.id)
 }
 
 /// The records of a partition's log (up to the high watermark), control batches left out.

@@ -9,7 +9,9 @@
 //! - `osprey.max.inflight.requests.per.connection`: requests read and not yet answered;
 //! - `queued.max.request.bytes`: request bytes read and not yet answered, broker-wide.
 //!   A frame's bytes are reserved as they arrive, a read chunk at a time, so a client
-//!   must really send what it holds. Frames of one chunk or less (ApiVersions, Metadata,
+//!   must really send what it holds; beyond its first 2 MiB a frame is read into a
+//!   buffer of its declared size, never grown by doubling, so what large frames hold
+//!   stays near the bound rather than at twice it. Frames of one chunk or less (ApiVersions, Metadata,
 //!   heartbeats, commits) are not counted: clients stalled mid-way through large frames
 //!   cannot lock everyone else out;
 //! - `osprey.max.pending.response.bytes.per.connection`: response bytes built and not
@@ -31,9 +33,16 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
-/// Read buffers grow by at most this much per read, so a frame's declared size is
-/// never allocated before its bytes actually arrive.
+/// A frame larger than this is read at most this much at a time, each read's bytes
+/// reserved against `queued.max.request.bytes` before it; smaller ones are not counted.
 const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// A frame is read into the connection's buffer until that holds this much; the rest of
+/// a larger frame goes to a buffer of its own, of the frame's declared size. Below it,
+/// frames stalled early hold memory shared with other connections' buffers, in
+/// proportion to what they sent; a buffer of its own costs a whole 2 MiB transparent
+/// huge page (the allocator's large blocks use them) as soon as it is touched.
+const SHARED_BUFFER_BYTES: usize = 2 << 20;
 
 /// A connection keeps at most this much write buffer between responses.
 const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
@@ -113,7 +122,7 @@ impl RequestBytes {
 
     /// Adds `bytes` to `held`, waiting (reading paused) while the broker is at its bound.
     async fn reserve(&self, held: &mut OwnedSemaphorePermit, bytes: usize, peer: SocketAddr) {
-        let permits = u32::try_from(bytes).expect("at most one read chunk");
+        let permits = u32::try_from(bytes).expect("at most one frame, whose size is an i32");
         let more = match self.semaphore.clone().try_acquire_many_owned(permits) {
             Ok(permit) => permit,
             Err(_) => {
@@ -291,9 +300,15 @@ async fn read_size(
     Ok(Some(size as usize))
 }
 
-/// Reads the body of a frame whose size prefix is at the front of `buf`, reserving
-/// its bytes (beyond the first read chunk) against `queued.max.request.bytes` before
-/// reading them.
+/// Reads the body of a frame whose size prefix is at the front of `buf`, reserving the
+/// bytes of a frame larger than one read chunk against `queued.max.request.bytes`, a
+/// chunk at a time before reading it. A frame is read into `buf` until `buf` holds
+/// [`SHARED_BUFFER_BYTES`]; the rest of a larger one goes to a buffer of its own,
+/// allocated once at the declared size, so that it never grows by doubling (which left a
+/// stale copy at each step). Its memory is used only as bytes land in it (pages are
+/// touched as they are written), so a client that declares 100 MB and sends little
+/// holds little. Either way the frame comes back as one `Bytes`, which the decoder
+/// slices without copying.
 async fn read_body(
     rd: &mut OwnedReadHalf,
     buf: &mut BytesMut,
@@ -302,21 +317,58 @@ async fn read_body(
     reserved: &mut OwnedSemaphorePermit,
     peer: SocketAddr,
 ) -> io::Result<Bytes> {
-    let total = 4 + size;
-    while buf.len() < total {
-        let chunk = (total - buf.len()).min(READ_CHUNK_BYTES);
-        if size > READ_CHUNK_BYTES && (reserved.num_permits()) < buf.len() + chunk - 4 {
-            let wanted = (buf.len() + chunk - 4).min(size) - reserved.num_permits();
-            request_bytes.reserve(reserved, wanted, peer).await;
+    let counted = size > READ_CHUNK_BYTES;
+    let in_buf = (4 + size).min(SHARED_BUFFER_BYTES);
+    if counted {
+        // Bytes of this frame that came with an earlier read.
+        reserve_through(request_bytes, reserved, (buf.len() - 4).min(size), peer).await;
+    }
+    while buf.len() < in_buf {
+        let chunk = (in_buf - buf.len()).min(READ_CHUNK_BYTES);
+        if counted {
+            reserve_through(request_bytes, reserved, buf.len() - 4 + chunk, peer).await;
         }
-        // Grow by what may arrive next, never by the declared size at once.
         buf.reserve(chunk);
-        if rd.read_buf(buf).await? == 0 {
-            return Err(io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-frame"));
+        // A counted frame is read no further than reserved (and never past its end).
+        let limit = if counted { chunk } else { usize::MAX };
+        if rd.read_buf(&mut (&mut *buf).limit(limit)).await? == 0 {
+            return Err(closed_mid_frame());
         }
     }
     buf.advance(4);
-    Ok(buf.split_to(size).freeze())
+    if buf.len() >= size {
+        return Ok(buf.split_to(size).freeze());
+    }
+    let mut frame = BytesMut::with_capacity(size);
+    frame.extend_from_slice(buf);
+    // `buf` held only this frame and grew for it: let it go rather than keep it for the
+    // connection's life.
+    *buf = BytesMut::new();
+    while frame.len() < size {
+        let chunk = (size - frame.len()).min(READ_CHUNK_BYTES);
+        reserve_through(request_bytes, reserved, frame.len() + chunk, peer).await;
+        if rd.read_buf(&mut (&mut frame).limit(chunk)).await? == 0 {
+            return Err(closed_mid_frame());
+        }
+    }
+    Ok(frame.freeze())
+}
+
+/// Tops up what the frame has reserved to `bytes`.
+async fn reserve_through(
+    request_bytes: &RequestBytes,
+    reserved: &mut OwnedSemaphorePermit,
+    bytes: usize,
+    peer: SocketAddr,
+) {
+    let wanted = bytes.saturating_sub(reserved.num_permits());
+    if wanted > 0 {
+        request_bytes.reserve(reserved, wanted, peer).await;
+    }
+}
+
+fn closed_mid_frame() -> io::Error {
+    io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-frame")
 }
 
 async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {

@@ -35,6 +35,7 @@
 //! | `osprey_log_damaged_bytes_total` | counter | | bytes cut from damaged sealed segments at open (copied aside to `.damaged` files) |
 //! | `osprey_log_scrub_bytes_total` | counter | | sealed segment bytes the scrubber verified |
 //! | `osprey_log_scrub_corrupt_batches_total` | counter | | batches the scrubber found corrupt (each also logged) |
+//! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
 //! [`IDLE_TIMEOUT`]; [`KeepAlive`] touches every other one at each refresh.
@@ -51,6 +52,7 @@ use osprey_protocol::{ApiKey, ErrorCode};
 use osprey_storage::DamageKind;
 use std::collections::HashSet;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
@@ -212,6 +214,16 @@ fn describe() {
     describe_counter!("osprey_log_damaged_bytes_total", Unit::Bytes, "Bytes cut from damaged sealed segments at open.");
     describe_counter!("osprey_log_scrub_bytes_total", Unit::Bytes, "Sealed segment bytes verified by the scrubber.");
     describe_counter!("osprey_log_scrub_corrupt_batches_total", "Corrupt batches found by the scrubber.");
+    describe_counter!(
+        "osprey_internal_topic_create_errors_total",
+        "Failed attempts to create an internal topic or open its logs, by internal topic."
+    );
+    // The label is not `topic`: a `topic` series leaves /metrics while its topic does not
+    // exist, and this one matters most then. Shown at 0 from the start, so a scrape can
+    // tell "no failure" from "not exported".
+    for topic in [crate::groups::OFFSETS_TOPIC, osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME] {
+        counter!("osprey_internal_topic_create_errors_total", "internal_topic" => topic).increment(0);
+    }
     // Shown at 0 from the start, so a scrape can tell "none yet" from "not exported".
     for name in [
         "osprey_producer_ids_allocated_total",
@@ -362,42 +374,53 @@ pub fn connection_closed() {
     gauge!("osprey_connections").decrement(1.0);
 }
 
+/// Lets a line that can repeat many times a second into the log at most once per
+/// interval, counting the ones it held back, so that a flood never floods the log.
+struct LogLimiter {
+    last_logged_ms: AtomicU64,
+    unlogged: AtomicU64,
+}
+
+impl LogLimiter {
+    const fn new() -> LogLimiter {
+        LogLimiter { last_logged_ms: AtomicU64::new(0), unlogged: AtomicU64::new(0) }
+    }
+
+    /// `Some(lines held back since the last one)` when this line may be logged now.
+    fn admit(&self, interval: Duration) -> Option<u64> {
+        let now_ms = crate::broker::now_ms().max(0) as u64;
+        let last = self.last_logged_ms.load(Ordering::Relaxed);
+        if now_ms.saturating_sub(last) >= interval.as_millis() as u64
+            && self.last_logged_ms.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            Some(self.unlogged.swap(0, Ordering::Relaxed))
+        } else {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
 /// A failed `accept` (most often EMFILE: the open-file limit is reached): counted, and
 /// logged at most once a second, since the accept loop retries every 50 ms.
 pub fn accept_failed(error: &std::io::Error) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
-    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    static LIMITER: LogLimiter = LogLimiter::new();
     counter!("osprey_accept_errors_total").increment(1);
-    let now_ms = crate::broker::now_ms().max(0) as u64;
-    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
-    if now_ms.saturating_sub(last) >= 1000
-        && LAST_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    {
-        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+    if let Some(unlogged) = LIMITER.admit(Duration::from_secs(1)) {
         tracing::error!(
             %error,
             unlogged,
             "cannot accept a connection; new connections wait unserved (if this is \"Too many open files\", raise `ulimit -n`)"
         );
-    } else {
-        UNLOGGED.fetch_add(1, Ordering::Relaxed);
     }
 }
 
 /// A frame refused for its declared size: counted, and logged at most once a second
 /// (a flood of them must not flood the log), with how many went unlogged meanwhile.
 pub fn frame_rejected(peer: SocketAddr, size: i32, max_frame: usize) {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static LAST_LOGGED_MS: AtomicU64 = AtomicU64::new(0);
-    static UNLOGGED: AtomicU64 = AtomicU64::new(0);
+    static LIMITER: LogLimiter = LogLimiter::new();
     counter!("osprey_frames_rejected_total").increment(1);
-    let now_ms = crate::broker::now_ms().max(0) as u64;
-    let last = LAST_LOGGED_MS.load(Ordering::Relaxed);
-    if now_ms.saturating_sub(last) >= 1000
-        && LAST_LOGGED_MS.compare_exchange(last, now_ms, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-    {
-        let unlogged = UNLOGGED.swap(0, Ordering::Relaxed);
+    if let Some(unlogged) = LIMITER.admit(Duration::from_secs(1)) {
         tracing::warn!(
             %peer,
             size,
@@ -405,8 +428,25 @@ pub fn frame_rejected(peer: SocketAddr, size: i32, max_frame: usize) {
             unlogged,
             "closing connection: frame size outside 0..=socket.request.max.bytes (not a Kafka client, or a bug)"
         );
-    } else {
-        UNLOGGED.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// An internal topic (`__consumer_offsets`, `__transaction_state`) could not be created,
+/// or its logs opened. Clients retry this every few hundred milliseconds for as long as
+/// the cause lasts, so each attempt is counted and one line per topic is logged at most
+/// every 10 s, saying what fails and how to fix it.
+pub fn internal_topic_unavailable(topic: &str, error: &str, waiting: &str, fix: &str) {
+    static OFFSETS: LogLimiter = LogLimiter::new();
+    static OTHERS: LogLimiter = LogLimiter::new();
+    counter!("osprey_internal_topic_create_errors_total", "internal_topic" => topic.to_string()).increment(1);
+    let limiter = if topic == crate::groups::OFFSETS_TOPIC { &OFFSETS } else { &OTHERS };
+    if let Some(unlogged) = limiter.admit(Duration::from_secs(10)) {
+        tracing::error!(
+            topic,
+            error,
+            unlogged,
+            "cannot create internal topic {topic} or open its logs: {waiting} until it is served. To fix: {fix}"
+        );
     }
 }
 

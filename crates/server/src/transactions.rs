@@ -364,42 +364,36 @@ fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, E
 }
 
 /// Creates `__transaction_state` (compacted, `transaction.state.log.num.partitions`) if
-/// missing, and loads its partitions into the coordinator. Takes the coordinator lock:
+/// missing, or opens its logs that could not be opened before, and loads the partitions
+/// it opened into the coordinator. Takes the coordinator lock:
 /// never call it with that lock held.
 pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
-    if let Some(t) = broker.image().topic(TRANSACTION_STATE_TOPIC_NAME) {
-        return Ok(t.id);
-    }
-    let c = &broker.settings.config;
-    let mut configs = BTreeMap::new();
-    configs.insert("cleanup.policy".to_string(), "compact".to_string());
-    configs.insert("segment.bytes".to_string(), c.transaction_state_log_segment_bytes.to_string());
-    configs.insert("min.insync.replicas".to_string(), c.transaction_state_log_min_isr.to_string());
-    configs.insert("unclean.leader.election.enable".to_string(), "false".to_string());
-    let topic = NewTopic {
-        name: TRANSACTION_STATE_TOPIC_NAME.into(),
-        num_partitions: c.transaction_state_log_num_partitions,
-        replication_factor: -1,
-        configs,
-        ..Default::default()
-    };
-    let id = match broker.create_topic(&topic, false) {
-        Ok(t) => t.id,
-        Err(e) if e.code == ErrorCode::TOPIC_ALREADY_EXISTS => broker
-            .image()
-            .topic(TRANSACTION_STATE_TOPIC_NAME)
-            .map(|t| t.id)
-            .ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)?,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot create __transaction_state");
-            return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
+    let state_topic = || {
+        let c = &broker.settings.config;
+        let mut configs = BTreeMap::new();
+        configs.insert("cleanup.policy".to_string(), "compact".to_string());
+        configs.insert("segment.bytes".to_string(), c.transaction_state_log_segment_bytes.to_string());
+        configs.insert("min.insync.replicas".to_string(), c.transaction_state_log_min_isr.to_string());
+        configs.insert("unclean.leader.election.enable".to_string(), "false".to_string());
+        NewTopic {
+            name: TRANSACTION_STATE_TOPIC_NAME.into(),
+            num_partitions: c.transaction_state_log_num_partitions,
+            replication_factor: -1,
+            configs,
+            ..Default::default()
         }
     };
+    let waiting = "transactional producers cannot start or end transactions";
+    let sized_by = "transaction.state.log.num.partitions";
+    let ready = broker.ensure_internal_topic(TRANSACTION_STATE_TOPIC_NAME, sized_by, waiting, state_topic)?;
+    if !ready.opened_now {
+        return Ok(ready.id);
+    }
     if let Err(e) = broker.transactions.load(broker) {
         tracing::error!(error = %e, "cannot load __transaction_state");
         return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
     }
-    Ok(id)
+    Ok(ready.id)
 }
 
 #[cfg(test)]
