@@ -63,7 +63,7 @@ pub enum ConfigSource {
     Unknown = 0,
     /// Set on the topic (CreateTopics / AlterConfigs).
     DynamicTopicConfig = 1,
-    /// Set dynamically for this broker (Osprey has no dynamic broker configs yet).
+    /// Set dynamically for this broker.
     DynamicBrokerConfig = 2,
     /// Set dynamically as the cluster-wide broker default.
     DynamicDefaultBrokerConfig = 3,
@@ -208,6 +208,23 @@ pub struct TopicKey {
 /// Looks a broker key up by its exact name.
 pub fn broker_key(name: &str) -> Option<&'static ConfigKey> {
     BROKER_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Broker keys Kafka lets change while the broker runs (its dynamic broker configs) and
+/// Osprey applies live, beyond the topic defaults: the cleaner's dedupe buffer (read at
+/// each compaction round), the idle producer expiry (read at each retention pass) and,
+/// Osprey's own, the decompression bound (read at each produce).
+const DYNAMIC_NON_TOPIC_KEYS: &[&str] =
+    &["log.cleaner.dedupe.buffer.size", "producer.id.expiration.ms", "osprey.produce.decompressed.max.bytes"];
+
+/// Whether a broker key may be set dynamically (AlterConfigs on resource BROKER). As in
+/// Kafka's `DynamicLogConfig`, the topic defaults are dynamic under their first broker
+/// synonym only (`log.retention.ms`, not `.minutes` or `.hours`); every topic config
+/// reaches the partition logs live, through the path a topic's own AlterConfigs takes.
+/// Everything else (listeners, thread counts, bounds set at start-up) is refused rather
+/// than stored without effect.
+pub fn is_dynamic(name: &str) -> bool {
+    DYNAMIC_NON_TOPIC_KEYS.contains(&name) || TOPIC_KEYS.iter().any(|t| t.broker_synonyms.first() == Some(&name))
 }
 
 /// Looks a topic key up by its exact name.

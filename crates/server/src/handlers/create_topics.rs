@@ -131,7 +131,8 @@ fn requested_partitions(topics: &[CreatableTopic], default_partitions: i32) -> i
 /// The topic's effective configs: its overrides, then the broker's topic defaults.
 fn describe_configs(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     let mut all: BTreeMap<&str, (String, i8)> = BTreeMap::new();
-    for (k, v) in &broker.settings.topic_defaults {
+    let defaults = broker.topic_defaults();
+    for (k, v) in defaults.iter() {
         all.insert(k, (v.clone(), SOURCE_DEFAULT_CONFIG));
     }
     for (k, v) in overrides {
