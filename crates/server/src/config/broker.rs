@@ -352,7 +352,7 @@ impl BrokerConfig {
                 source: ConfigSource::StaticBrokerConfig,
             });
         }
-        if let Some(e) = statics.clone().filter(|e| e.key.default.is_some()).last() {
+        if let Some(e) = statics.clone().rfind(|e| e.key.default.is_some()) {
             let value = e.key.default.map(str::to_string);
             synonyms.push(ConfigSynonym { name: e.key.name, value, source: ConfigSource::DefaultConfig });
         }

@@ -570,6 +570,19 @@ mod tests {
     }
 
     #[test]
+    fn every_dynamic_key_is_a_broker_key_and_kafkas_hour_keys_stay_static() {
+        let dynamic: Vec<&str> = BROKER_KEYS.iter().map(|k| k.name).filter(|n| is_dynamic(n)).collect();
+        for name in DYNAMIC_NON_TOPIC_KEYS {
+            assert!(broker_key(name).is_some(), "{name} is not a broker key");
+        }
+        assert_eq!(dynamic.len(), TOPIC_KEYS.len() + DYNAMIC_NON_TOPIC_KEYS.len());
+        for name in ["log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.dirs", "listeners"] {
+            assert!(!is_dynamic(name), "{name}");
+        }
+        assert!(!is_dynamic("no.such.key"));
+    }
+
+    #[test]
     fn every_default_passes_its_own_validator() {
         for key in BROKER_KEYS {
             if let Some(default) = key.default {
