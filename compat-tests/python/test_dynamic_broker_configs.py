@@ -9,6 +9,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
 import clients
+import kafkawire as kw
 
 T = clients.TIMEOUT_S
 
@@ -83,3 +84,29 @@ def test_incremental_append_to_the_brokers_cleanup_policy_reaches_topics(broker)
         error_code(a.incremental_alter_configs([not_a_list], request_timeout=T)[not_a_list])
         == KafkaError.INVALID_CONFIG
     )
+
+
+def test_a_raised_max_connections_serves_more_connections_at_once(start_broker):
+    """max.connections is dynamic in Kafka (cluster-wide): raised at run time, the
+    broker accepts connections it would have left waiting in the listen backlog."""
+    broker = start_broker({"max.connections": "3"})
+    a = clients.admin(broker)
+    raise_limit = ConfigResource(
+        ResourceType.BROKER,
+        "1",
+        incremental_configs=[ConfigEntry("max.connections", "20", incremental_operation=AlterConfigOpType.SET)],
+    )
+    assert a.incremental_alter_configs([raise_limit], request_timeout=T)[raise_limit].result(timeout=T) is None
+    configs = describe(a, ResourceType.BROKER, "1")
+    assert value_and_source(configs["max.connections"]) == ("20", ConfigSource.DYNAMIC_BROKER_CONFIG)
+    # The admin client holds two of the slots; ten more are served side by side, where
+    # the static limit of 3 would have served one and left the others waiting.
+    conns = [kw.Conn(broker.host, broker.port) for _ in range(10)]
+    try:
+        for i, c in enumerate(conns):
+            c.send(kw.api_versions_v0(i))
+        for c in conns:
+            assert kw.parse_api_versions_v0(c.recv_frame())[1] == 0
+    finally:
+        for c in conns:
+            c.close()

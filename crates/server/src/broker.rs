@@ -2,6 +2,7 @@
 //! and the partitions this node leads.
 
 use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
+use crate::connection_slots::ConnectionSlots;
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::partition::Partition;
@@ -161,6 +162,8 @@ pub struct Broker {
     /// The configuration in effect: the static one with the dynamic broker configs of the
     /// metadata image on top, and the topic defaults that follow from it.
     effective: RwLock<Effective>,
+    /// One slot per open client connection, `max.connections` of them.
+    pub connection_slots: ConnectionSlots,
 }
 
 /// What the dynamic broker configs change, swapped whole when they change.
@@ -193,6 +196,16 @@ impl Effective {
             }
         }
         Effective { config, topic_defaults: Arc::new(topic_defaults) }
+    }
+
+    /// `max.connections`: the dynamic value when there is one, else the settings'.
+    fn max_connections(&self, settings: &Settings) -> usize {
+        match self.config.source_of("max.connections") {
+            ConfigSource::DynamicBrokerConfig | ConfigSource::DynamicDefaultBrokerConfig => {
+                self.config.max_connections.max(1) as usize
+            }
+            _ => settings.max_connections,
+        }
     }
 }
 
@@ -241,7 +254,9 @@ impl Broker {
         )?;
         controller.set_max_partitions(settings.config.max_partitions);
         let image = Arc::new(controller.image().clone());
-        let effective = RwLock::new(Effective::new(&settings, &image));
+        let effective = Effective::new(&settings, &image);
+        let connection_slots = ConnectionSlots::new(effective.max_connections(&settings));
+        let effective = RwLock::new(effective);
         let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
             controller: Mutex::new(controller),
@@ -260,6 +275,7 @@ impl Broker {
             transactions: Transactions::new(settings.txn_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             effective,
+            connection_slots,
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -430,13 +446,15 @@ impl Broker {
         Ok(())
     }
 
-    /// Rebuilds the configuration in effect from the image and reconfigures every topic.
+    /// Rebuilds the configuration in effect from the image, resizes the connection slots
+    /// and reconfigures every topic.
     /// The write lock is held while the image is read, so concurrent changes apply in the
     /// order the controller committed them.
     fn apply_dynamic_configs(&self) {
         {
             let mut effective = self.effective.write().expect(POISONED);
             *effective = Effective::new(&self.settings, &self.image());
+            self.connection_slots.resize(effective.max_connections(&self.settings));
         }
         let names: Vec<String> = self.image().topics().map(|t| t.name.clone()).collect();
         for name in &names {

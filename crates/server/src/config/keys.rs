@@ -211,11 +211,16 @@ pub fn broker_key(name: &str) -> Option<&'static ConfigKey> {
 }
 
 /// Broker keys Kafka lets change while the broker runs (its dynamic broker configs) and
-/// Osprey applies live, beyond the topic defaults: the cleaner's dedupe buffer (read at
-/// each compaction round), the idle producer expiry (read at each retention pass) and,
-/// Osprey's own, the decompression bound (read at each produce).
-const DYNAMIC_NON_TOPIC_KEYS: &[&str] =
-    &["log.cleaner.dedupe.buffer.size", "producer.id.expiration.ms", "osprey.produce.decompressed.max.bytes"];
+/// Osprey applies live, beyond the topic defaults: the connection limit (the acceptor's
+/// slots are resized), the cleaner's dedupe buffer (read at each compaction round), the
+/// idle producer expiry (read at each retention pass) and, Osprey's own, the
+/// decompression bound (read at each produce).
+const DYNAMIC_NON_TOPIC_KEYS: &[&str] = &[
+    "max.connections",
+    "log.cleaner.dedupe.buffer.size",
+    "producer.id.expiration.ms",
+    "osprey.produce.decompressed.max.bytes",
+];
 
 /// Whether a broker key may be set dynamically (AlterConfigs on resource BROKER). As in
 /// Kafka's `DynamicLogConfig`, the topic defaults are dynamic under their first broker
