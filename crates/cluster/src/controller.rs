@@ -201,13 +201,7 @@ impl Controller {
         if group.is_empty() {
             return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));
         }
-        let mut after = self.image.group_configs(group).cloned().unwrap_or_default();
-        for (k, v) in changes {
-            match v {
-                Some(v) => after.insert(k.clone(), v.clone()),
-                None => after.remove(k),
-            };
-        }
+        let after = with_changes(self.image.group_configs(group), changes);
         validate(&after).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
         if validate_only || changes.is_empty() {
             return Ok(());
@@ -230,14 +224,7 @@ impl Controller {
         validate_only: bool,
         validate: BrokerConfigValidator<'_>,
     ) -> Result<(), ControllerError> {
-        let mut after = self.image.broker_configs(resource).cloned().unwrap_or_default();
-        for (k, v) in changes {
-            match v {
-                Some(v) => after.insert(k.clone(), v.clone()),
-                None => after.remove(k),
-            };
-        }
-        validate(&after)?;
+        validate(&with_changes(self.image.broker_configs(resource), changes))?;
         if validate_only || changes.is_empty() {
             return Ok(());
         }
@@ -398,6 +385,21 @@ pub fn random_uuid() -> io::Result<Uuid> {
         id[15] = 1;
     }
     Ok(Uuid(id))
+}
+
+/// A resource's configs as they would be after `changes` (set `Some`, reset `None`).
+fn with_changes(
+    current: Option<&BTreeMap<String, String>>,
+    changes: &[(String, Option<String>)],
+) -> BTreeMap<String, String> {
+    let mut after = current.cloned().unwrap_or_default();
+    for (k, v) in changes {
+        match v {
+            Some(v) => after.insert(k.clone(), v.clone()),
+            None => after.remove(k),
+        };
+    }
+    after
 }
 
 #[cfg(test)]

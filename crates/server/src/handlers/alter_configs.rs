@@ -27,35 +27,13 @@ type Outcome = Result<(), (ErrorCode, String)>;
 pub fn handle_alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> ResponseBody {
     let mut resp = AlterConfigsResponse::default();
     for r in req.resources {
-        if r.resource_type == RESOURCE_BROKER {
+        let outcome = if r.resource_type == RESOURCE_BROKER {
             let configs: Vec<(&str, Option<&str>)> =
                 r.configs.iter().map(|c| (c.name.as_str(), c.value.as_deref())).collect();
-            let (error_code, error_message) =
-                split(alter_broker_whole_set(broker, &r.resource_name, &configs, req.validate_only));
-            resp.responses.push(alter_configs_response::AlterConfigsResourceResponse {
-                error_code,
-                error_message,
-                resource_type: r.resource_type,
-                resource_name: r.resource_name,
-                ..Default::default()
-            });
-            continue;
-        }
-        let outcome = check_resource(r.resource_type).and_then(|()| {
-            let image = broker.image();
-            let topic = image.topic(&r.resource_name).ok_or_else(|| unknown(&r.resource_name))?;
-            // The legacy form replaces the topic's whole set: unset what is not given.
-            let mut changes: Vec<(String, Option<String>)> = topic
-                .configs
-                .keys()
-                .filter(|k| !r.configs.iter().any(|c| &c.name == *k))
-                .map(|k| (k.clone(), None))
-                .collect();
-            for c in &r.configs {
-                changes.push((c.name.clone(), c.value.clone()));
-            }
-            apply(broker, &r.resource_name, &changes, req.validate_only)
-        });
+            alter_broker_whole_set(broker, &r.resource_name, &configs, req.validate_only)
+        } else {
+            alter_topic_whole_set(broker, &r, req.validate_only)
+        };
         let (error_code, error_message) = split(outcome);
         resp.responses.push(alter_configs_response::AlterConfigsResourceResponse {
             error_code,
@@ -66,6 +44,29 @@ pub fn handle_alter(broker: &Arc<Broker>, req: AlterConfigsRequest) -> ResponseB
         });
     }
     ResponseBody::AlterConfigs(resp)
+}
+
+/// A topic's configs, the legacy way: the request's set replaces the topic's whole set.
+fn alter_topic_whole_set(
+    broker: &Broker,
+    r: &osprey_protocol::messages::alter_configs_request::AlterConfigsResource,
+    validate_only: bool,
+) -> Outcome {
+    check_resource(r.resource_type).and_then(|()| {
+        let image = broker.image();
+        let topic = image.topic(&r.resource_name).ok_or_else(|| unknown(&r.resource_name))?;
+        // The legacy form replaces the topic's whole set: unset what is not given.
+        let mut changes: Vec<(String, Option<String>)> = topic
+            .configs
+            .keys()
+            .filter(|k| !r.configs.iter().any(|c| &c.name == *k))
+            .map(|k| (k.clone(), None))
+            .collect();
+        for c in &r.configs {
+            changes.push((c.name.clone(), c.value.clone()));
+        }
+        apply(broker, &r.resource_name, &changes, validate_only)
+    })
 }
 
 pub fn handle_incremental(broker: &Arc<Broker>, req: IncrementalAlterConfigsRequest) -> ResponseBody {
