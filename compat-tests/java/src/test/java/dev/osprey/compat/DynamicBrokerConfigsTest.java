@@ -90,6 +90,13 @@ class DynamicBrokerConfigsTest {
             assertEntry(topicConfig, "retention.ms", "1800000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
             assertEntry(topicConfig, "max.message.bytes", "20000", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
 
+            // A topic created now gets them too, and CreateTopics says where they came from.
+            Config created = admin.createTopics(List.of(new NewTopic(TOPIC + "-new", 1, (short) 1)))
+                    .config(TOPIC + "-new").get(30, TimeUnit.SECONDS);
+            assertEntry(created, "retention.ms", "1800000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
+            assertEntry(created, "max.message.bytes", "20000", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
+            assertEntry(created, "segment.bytes", "1073741824", ConfigEntry.ConfigSource.DEFAULT_CONFIG);
+
             // Keys Kafka does not change at run time are refused, and nothing is stored.
             for (String key : List.of("log.dirs", "log.retention.hours")) {
                 AlterConfigOp set = new AlterConfigOp(new ConfigEntry(key, "1"), AlterConfigOp.OpType.SET);
