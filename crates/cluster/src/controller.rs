@@ -46,6 +46,9 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
 pub type ConfigValidator<'a> = &'a dyn Fn(&str, &str) -> Result<(), String>;
 /// Checks a group's whole set of configs (Kafka's `GroupConfig.validate`).
 pub type GroupConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Result<(), String>;
+/// Checks a broker resource's whole set of dynamic configs; the error is the client's
+/// (Kafka answers INVALID_REQUEST for a non-dynamic key or a bad value).
+pub type BrokerConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Result<(), ControllerError>;
 
 #[derive(Debug)]
 pub struct Controller {
@@ -198,13 +201,7 @@ impl Controller {
         if group.is_empty() {
             return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));
         }
-        let mut after = self.image.group_configs(group).cloned().unwrap_or_default();
-        for (k, v) in changes {
-            match v {
-                Some(v) => after.insert(k.clone(), v.clone()),
-                None => after.remove(k),
-            };
-        }
+        let after = with_changes(self.image.group_configs(group), changes);
         validate(&after).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
         if validate_only || changes.is_empty() {
             return Ok(());
@@ -212,6 +209,32 @@ impl Controller {
         let records = changes
             .iter()
             .map(|(k, v)| MetadataRecord::SetGroupConfig { group: group.to_string(), key: k.clone(), value: v.clone() })
+            .collect();
+        self.commit(records)
+    }
+
+    /// Sets (`Some`) or resets (`None`) dynamic broker configs of `resource` (empty: the
+    /// cluster-wide default; else a broker id), all or nothing: the resource's whole set
+    /// after the change must pass `validate`, which the broker gives (it knows which keys
+    /// are dynamic and how to check them).
+    pub fn set_broker_configs(
+        &mut self,
+        resource: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+        validate: BrokerConfigValidator<'_>,
+    ) -> Result<(), ControllerError> {
+        validate(&with_changes(self.image.broker_configs(resource), changes))?;
+        if validate_only || changes.is_empty() {
+            return Ok(());
+        }
+        let records = changes
+            .iter()
+            .map(|(k, v)| MetadataRecord::SetBrokerConfig {
+                resource: resource.to_string(),
+                key: k.clone(),
+                value: v.clone(),
+            })
             .collect();
         self.commit(records)
     }
@@ -364,6 +387,21 @@ pub fn random_uuid() -> io::Result<Uuid> {
     Ok(Uuid(id))
 }
 
+/// A resource's configs as they would be after `changes` (set `Some`, reset `None`).
+fn with_changes(
+    current: Option<&BTreeMap<String, String>>,
+    changes: &[(String, Option<String>)],
+) -> BTreeMap<String, String> {
+    let mut after = current.cloned().unwrap_or_default();
+    for (k, v) in changes {
+        match v {
+            Some(v) => after.insert(k.clone(), v.clone()),
+            None => after.remove(k),
+        };
+    }
+    after
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -397,6 +435,35 @@ mod tests {
         let again = c.image().topic("orders").unwrap();
         assert_eq!(again.id, t.id);
         assert_eq!(again.partitions.len(), 5);
+    }
+
+    #[test]
+    fn broker_configs_survive_reopen_and_a_refused_set_writes_nothing() {
+        let dir = std::env::temp_dir().join(format!("osprey-controller-broker-configs-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metadata.log");
+        let only_retention =
+            |configs: &BTreeMap<String, String>| match configs.keys().find(|k| *k != "log.retention.ms") {
+                Some(k) => Err(ControllerError::new(ErrorCode::INVALID_REQUEST, format!("not dynamic: {k}"))),
+                None => Ok(()),
+            };
+        let set = |k: &str, v: Option<&str>| vec![(k.to_string(), v.map(str::to_string))];
+        let mut c = Controller::open(&path, vec![1], 1, 1).unwrap();
+        c.set_broker_configs("", &set("log.retention.ms", Some("60000")), false, &only_retention).unwrap();
+        c.set_broker_configs("1", &set("log.retention.ms", Some("30000")), false, &only_retention).unwrap();
+        c.set_broker_configs("1", &set("log.retention.ms", Some("1")), true, &only_retention).unwrap();
+        let refused = c.set_broker_configs("", &set("log.dirs", Some("/x")), false, &only_retention);
+        assert_eq!(refused.unwrap_err().code, ErrorCode::INVALID_REQUEST);
+        drop(c);
+        let mut c = Controller::open(&path, vec![1], 1, 1).unwrap();
+        assert_eq!(c.image().broker_configs("").unwrap().len(), 1, "nothing of the refused change");
+        assert_eq!(c.image().broker_configs("").unwrap()["log.retention.ms"], "60000");
+        assert_eq!(c.image().broker_configs("1").unwrap()["log.retention.ms"], "30000", "not the validate-only value");
+        c.set_broker_configs("1", &set("log.retention.ms", None), false, &only_retention).unwrap();
+        drop(c);
+        let c = Controller::open(&path, vec![1], 1, 1).unwrap();
+        assert!(c.image().broker_configs("1").is_none(), "the deletion is durable too");
     }
 
     #[test]

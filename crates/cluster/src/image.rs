@@ -41,6 +41,14 @@ pub enum MetadataRecord {
         key: String,
         value: Option<String>,
     },
+    /// A dynamic broker config (Kafka's ConfigRecord with resource type BROKER) set
+    /// (`Some`) or reset to the static value (`None`). `resource` is Kafka's resource
+    /// name: empty for the cluster-wide default, else the broker's id.
+    SetBrokerConfig {
+        resource: String,
+        key: String,
+        value: Option<String>,
+    },
 }
 
 /// The current metadata: what every handler reads.
@@ -54,6 +62,8 @@ pub struct MetadataImage {
     pub next_producer_id: i64,
     /// Group configs (overrides only) by group id.
     group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Dynamic broker configs by resource name ("" is the cluster-wide default).
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -93,6 +103,12 @@ impl MetadataImage {
     /// A group's config overrides (empty when it has none).
     pub fn group_configs(&self, group_id: &str) -> Option<&BTreeMap<String, String>> {
         self.group_configs.get(group_id)
+    }
+
+    /// The dynamic broker configs of one resource: `""` for the cluster-wide default,
+    /// else a broker id (`None` when it has none).
+    pub fn broker_configs(&self, resource: &str) -> Option<&BTreeMap<String, String>> {
+        self.broker_configs.get(resource)
     }
 
     /// Topics in name order.
@@ -146,20 +162,28 @@ impl MetadataImage {
                 None => tracing::warn!(topic_id = %Uuid(*id), "metadata record configures a missing topic"),
             },
             MetadataRecord::SetGroupConfig { group, key, value } => {
-                let configs = self.group_configs.entry(group.clone()).or_default();
-                match value {
-                    Some(v) => {
-                        configs.insert(key.clone(), v.clone());
-                    }
-                    None => {
-                        configs.remove(key);
-                    }
-                }
-                if configs.is_empty() {
-                    self.group_configs.remove(group);
-                }
+                set_or_reset(&mut self.group_configs, group, key, value.as_deref())
+            }
+            MetadataRecord::SetBrokerConfig { resource, key, value } => {
+                set_or_reset(&mut self.broker_configs, resource, key, value.as_deref())
             }
         }
+    }
+}
+
+/// Sets or removes `key` in the configs of `resource`, dropping a resource left empty.
+fn set_or_reset(all: &mut BTreeMap<String, BTreeMap<String, String>>, resource: &str, key: &str, value: Option<&str>) {
+    let configs = all.entry(resource.to_string()).or_default();
+    match value {
+        Some(v) => {
+            configs.insert(key.to_string(), v.to_string());
+        }
+        None => {
+            configs.remove(key);
+        }
+    }
+    if configs.is_empty() {
+        all.remove(resource);
     }
 }
 
@@ -218,6 +242,23 @@ mod tests {
         assert_eq!(image.group_configs("g").unwrap()["consumer.session.timeout.ms"], "50000");
         image.apply(&set(None));
         assert!(image.group_configs("g").is_none());
+    }
+
+    #[test]
+    fn broker_configs_are_kept_per_resource_and_reset_to_nothing() {
+        let mut image = MetadataImage::default();
+        let set = |resource: &str, value: Option<&str>| MetadataRecord::SetBrokerConfig {
+            resource: resource.into(),
+            key: "log.retention.ms".into(),
+            value: value.map(str::to_string),
+        };
+        image.apply(&set("", Some("60000")));
+        image.apply(&set("1", Some("30000")));
+        assert_eq!(image.broker_configs("").unwrap()["log.retention.ms"], "60000");
+        assert_eq!(image.broker_configs("1").unwrap()["log.retention.ms"], "30000");
+        image.apply(&set("1", None));
+        assert!(image.broker_configs("1").is_none(), "a resource with no configs left is gone");
+        assert_eq!(image.broker_configs("").unwrap()["log.retention.ms"], "60000", "the default is untouched");
     }
 
     #[test]

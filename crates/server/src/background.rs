@@ -28,7 +28,7 @@ pub fn spawn(
                 _ = retention.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {
-                        let expiration_ms = i64::from(b.settings.config.producer_id_expiration_ms);
+                        let expiration_ms = i64::from(b.config().producer_id_expiration_ms);
                         for p in b.partitions() {
                             let expired = p.log.expire_producers(now_ms(), expiration_ms);
                             if expired > 0 {
@@ -87,7 +87,7 @@ fn spawn_coordinator_timers(broker: Arc<Broker>, mut stopped: watch::Receiver<bo
 /// One compaction round: every partition whose topic is compacted gets a cleaning pass
 /// (which does nothing unless its dirty ratio or max lag calls for it).
 fn clean_compacted(broker: &Broker) {
-    let map_bytes = broker.settings.config.log_cleaner_dedupe_buffer_size.clamp(1024, 1 << 32) as usize;
+    let map_bytes = broker.config().log_cleaner_dedupe_buffer_size.clamp(1024, 1 << 32) as usize;
     for p in broker.partitions() {
         if !p.log.config().cleanup_policy.compact {
             continue;

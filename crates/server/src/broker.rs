@@ -1,7 +1,8 @@
 //! The broker's shared state: settings, the controller and its published metadata image,
 //! and the partitions this node leads.
 
-use crate::config::{BrokerConfig, ConfigError, TopicConfig};
+use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
+use crate::connection_slots::ConnectionSlots;
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::partition::Partition;
@@ -46,7 +47,8 @@ pub struct Settings {
     pub queued_max_request_bytes: Option<usize>,
     /// `osprey.max.pending.response.bytes.per.connection`.
     pub max_pending_response_bytes_per_connection: usize,
-    /// Topic-level config defaults from the broker config, by topic config name.
+    /// Topic-level config defaults from the static broker config, by topic config name;
+    /// [`Broker::topic_defaults`] adds the dynamic broker configs on top.
     pub topic_defaults: BTreeMap<String, String>,
     /// `max.incremental.fetch.session.cache.slots`.
     pub fetch_session_slots: usize,
@@ -56,7 +58,8 @@ pub struct Settings {
     pub offsets_topic_segment_bytes: i32,
     /// The finalized `transaction.version` feature (`osprey.transaction.version`).
     pub transaction_version: i16,
-    /// The whole resolved configuration, for DescribeConfigs.
+    /// The whole resolved static configuration (`server.properties`, `--override`);
+    /// [`Broker::config`] is the one in effect, with the dynamic broker configs on top.
     pub config: Arc<BrokerConfig>,
 }
 
@@ -159,6 +162,54 @@ pub struct Broker {
     /// Held while an internal topic is created or its logs opened, so that two requests
     /// never open the same partition log twice.
     internal_topics: Mutex<()>,
+    /// The configuration in effect: the static one with the dynamic broker configs of the
+    /// metadata image on top, and the topic defaults that follow from it.
+    effective: RwLock<Effective>,
+    /// One slot per open client connection, `max.connections` of them.
+    pub connection_slots: ConnectionSlots,
+}
+
+/// What the dynamic broker configs change, swapped whole when they change.
+struct Effective {
+    config: Arc<BrokerConfig>,
+    topic_defaults: Arc<BTreeMap<String, String>>,
+}
+
+impl Effective {
+    /// `settings`' configuration with the dynamic broker configs of `image` on top. A
+    /// stored set that no longer fits the static configuration (a changed cross-key
+    /// bound) is logged and left out, as Kafka skips an invalid dynamic config at start.
+    fn new(settings: &Settings, image: &MetadataImage) -> Effective {
+        let empty = BTreeMap::new();
+        let cluster_default = image.broker_configs("").unwrap_or(&empty);
+        let this_broker = image.broker_configs(&settings.node_id.to_string()).unwrap_or(&empty);
+        let config = match settings.config.with_dynamic(cluster_default, this_broker) {
+            Ok(config) => Arc::new(config),
+            Err(e) => {
+                tracing::error!(error = %e, "dynamic broker configs not applied: they do not fit the static configuration");
+                settings.config.clone()
+            }
+        };
+        let mut topic_defaults = settings.topic_defaults.clone();
+        for entry in config.topic_defaults().entries() {
+            let dynamic =
+                matches!(entry.source, ConfigSource::DynamicBrokerConfig | ConfigSource::DynamicDefaultBrokerConfig);
+            if let (true, Some(value)) = (dynamic, &entry.value) {
+                topic_defaults.insert(entry.name.to_string(), value.clone());
+            }
+        }
+        Effective { config, topic_defaults: Arc::new(topic_defaults) }
+    }
+
+    /// `max.connections`: the dynamic value when there is one, else the settings'.
+    fn max_connections(&self, settings: &Settings) -> usize {
+        match self.config.source_of("max.connections") {
+            ConfigSource::DynamicBrokerConfig | ConfigSource::DynamicDefaultBrokerConfig => {
+                self.config.max_connections.max(1) as usize
+            }
+            _ => settings.max_connections,
+        }
+    }
 }
 
 impl std::fmt::Debug for Broker {
@@ -214,6 +265,9 @@ impl Broker {
         )?;
         controller.set_max_partitions(settings.config.max_partitions);
         let image = Arc::new(controller.image().clone());
+        let effective = Effective::new(&settings, &image);
+        let connection_slots = ConnectionSlots::new(effective.max_connections(&settings));
+        let effective = RwLock::new(effective);
         let broker = Arc::new(Broker {
             cluster_id: meta.cluster_id,
             controller: Mutex::new(controller),
@@ -232,6 +286,8 @@ impl Broker {
             transactions: Transactions::new(settings.txn_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             internal_topics: Mutex::new(()),
+            effective,
+            connection_slots,
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -276,10 +332,22 @@ impl Broker {
         self.partitions.iter().map(|p| p.clone()).collect()
     }
 
+    /// The broker configuration in effect: static, with the dynamic broker configs on top.
+    pub fn config(&self) -> Arc<BrokerConfig> {
+        self.effective.read().expect(POISONED).config.clone()
+    }
+
+    /// Topic config defaults in effect (static and dynamic broker configs), by topic
+    /// config name: what a topic without its own override uses.
+    pub fn topic_defaults(&self) -> Arc<BTreeMap<String, String>> {
+        self.effective.read().expect(POISONED).topic_defaults.clone()
+    }
+
     /// The log config of a topic: broker defaults overlaid with its own overrides.
     pub fn log_config(&self, topic: &TopicImage) -> Result<LogConfig, String> {
         let mut config = LogConfig::default();
-        for (k, v) in self.settings.topic_defaults.iter().chain(topic.configs.iter()) {
+        let defaults = self.topic_defaults();
+        for (k, v) in defaults.iter().chain(topic.configs.iter()) {
             match config.set(k, v) {
                 // Topic configs the log does not use (min.insync.replicas, compression.type, ...).
                 Ok(()) | Err(osprey_storage::config::ConfigError::UnknownKey(_)) => {}
@@ -291,7 +359,7 @@ impl Broker {
 
     /// A topic's configs as DescribeConfigs shows them: defaults, then its overrides.
     pub fn topic_config(&self, topic: &TopicImage) -> Result<TopicConfig, ConfigError> {
-        let mut config = self.settings.config.topic_defaults();
+        let mut config = self.config().topic_defaults();
         for (k, v) in &topic.configs {
             config.set(k, v)?;
         }
@@ -418,6 +486,46 @@ impl Broker {
         let bounds = self.group_config_bounds();
         let validate = |configs: &BTreeMap<String, String>| group_config::validate(configs, &bounds);
         self.with_controller(|c| c.set_group_configs(group, changes, validate_only, &validate))
+    }
+
+    /// Sets or resets dynamic broker configs of `resource` (empty: the cluster-wide
+    /// default; else this broker's id), durably in the metadata log, then applies them:
+    /// the configuration in effect is rebuilt and every topic's partition logs get their
+    /// new defaults (a topic's own overrides still win).
+    pub fn set_broker_configs(
+        &self,
+        resource: &str,
+        changes: &[(String, Option<String>)],
+        validate_only: bool,
+    ) -> Result<(), ControllerError> {
+        let current = self.config();
+        let validate = |configs: &BTreeMap<String, String>| {
+            current
+                .validate_dynamic(configs, resource.is_empty())
+                .map_err(|message| ControllerError::new(ErrorCode::INVALID_REQUEST, message))
+        };
+        self.with_controller(|c| c.set_broker_configs(resource, changes, validate_only, &validate))?;
+        if !validate_only && !changes.is_empty() {
+            self.apply_dynamic_configs();
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the configuration in effect from the image, resizes the connection slots
+    /// and reconfigures every topic.
+    /// The write lock is held while the image is read, so concurrent changes apply in the
+    /// order the controller committed them.
+    fn apply_dynamic_configs(&self) {
+        {
+            let mut effective = self.effective.write().expect(POISONED);
+            *effective = Effective::new(&self.settings, &self.image());
+            self.connection_slots.resize(effective.max_connections(&self.settings));
+        }
+        let names: Vec<String> = self.image().topics().map(|t| t.name.clone()).collect();
+        for name in &names {
+            self.reconfigure(name);
+        }
+        tracing::info!(topics = names.len(), "dynamic broker configuration applied");
     }
 
     /// The broker settings group configs are checked against and default to.

@@ -66,7 +66,7 @@ mod value;
 
 pub use broker::{BrokerConfig, RawConfig};
 pub use cli::{help_text, parse_cli};
-pub use keys::{ConfigKey, ConfigSource, ConfigType, TopicKey};
+pub use keys::{is_dynamic, ConfigKey, ConfigSource, ConfigType, TopicKey};
 pub use listener::{Listener, SecurityProtocol};
 pub use properties::{parse_properties, PropertiesError, Property};
 pub use topic::{validate_topic_config, TopicConfig};
@@ -88,6 +88,10 @@ pub enum Origin {
     Override,
     /// A client request (CreateTopics, AlterConfigs).
     Request,
+    /// A dynamic config of this broker (AlterConfigs on resource BROKER, its id).
+    DynamicBroker,
+    /// A dynamic cluster-wide default (AlterConfigs on resource BROKER, empty name).
+    DynamicDefault,
 }
 
 impl fmt::Display for Origin {
@@ -97,6 +101,8 @@ impl fmt::Display for Origin {
             Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
             Origin::Override => f.write_str("--override"),
             Origin::Request => f.write_str("the request"),
+            Origin::DynamicBroker => f.write_str("this broker's dynamic config"),
+            Origin::DynamicDefault => f.write_str("the cluster-wide dynamic config"),
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod authorized_operations;
 pub mod background;
 pub mod broker;
 pub mod config;
+pub mod connection_slots;
 pub mod dispatch;
 pub mod fetch_session;
 pub mod groups;

@@ -52,9 +52,10 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 ///
 /// At `max.connections` the loop stops accepting until a connection closes, as Kafka's
 /// acceptor does (KIP-402): new connections wait in the listen backlog rather than being
-/// closed, and are served as slots free up.
+/// closed, and are served as slots free up. The limit is the broker's
+/// [`ConnectionSlots`](crate::connection_slots::ConnectionSlots), which a dynamic
+/// `max.connections` resizes.
 pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>, drain: Duration) {
-    let slots = Arc::new(Semaphore::new(broker.settings.max_connections));
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
@@ -62,8 +63,8 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
-            permit = slots.clone().acquire_owned(), if slot.is_none() => {
-                slot = Some(permit.expect("the connection semaphore is never closed"));
+            permit = broker.connection_slots.acquire(), if slot.is_none() => {
+                slot = Some(permit);
             }
             accepted = listener.accept(), if slot.is_some() => {
                 let (stream, peer) = match accepted {

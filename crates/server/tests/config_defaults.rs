@@ -131,10 +131,11 @@ fn topic_defaults_come_from_the_broker_keys_with_default_source() {
 }
 
 #[test]
-fn describe_lists_every_broker_key_read_only_with_kafka_types() {
+fn describe_lists_every_broker_key_with_kafka_types_and_only_dynamic_ones_writable() {
     let entries = defaults().describe();
     assert_eq!(entries.len(), BROKER_KEYS.len());
-    assert!(entries.iter().all(|e| e.read_only && !e.is_sensitive && e.source == ConfigSource::DefaultConfig));
+    assert!(entries.iter().all(|e| !e.is_sensitive && e.source == ConfigSource::DefaultConfig));
+    assert!(entries.iter().all(|e| e.read_only != osprey_server::config::is_dynamic(e.name)));
     let by_name = |n: &str| entries.iter().find(|e| e.name == n).unwrap();
     assert_eq!(by_name("num.partitions").value.as_deref(), Some("1"));
     assert_eq!(by_name("num.partitions").config_type, ConfigType::Int);

@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-use super::keys::{broker_key, ConfigKey, ConfigSource, BROKER_KEYS};
+use super::keys::{broker_key, is_dynamic, ConfigKey, ConfigSource, BROKER_KEYS};
 use super::listener::{host_port, parse_host_port, parse_listener_url, parse_protocol_map, Listener, SecurityProtocol};
 use super::properties::parse_properties;
 use super::topic::TopicConfig;
@@ -78,7 +78,7 @@ impl RawConfig {
                 None => ResolvedEntry::new(key, key.default, Origin::Default),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((BrokerConfig::from_entries(entries)?, unknown))
+        Ok((BrokerConfig::from_entries(entries.clone(), entries)?, unknown))
     }
 }
 
@@ -265,8 +265,16 @@ pub struct BrokerConfig {
     pub producer_id_expiration_ms: i32,
     /// `producer.id.expiration.check.interval.ms`.
     pub producer_id_expiration_check_interval_ms: i32,
-    /// Every key as given, for DescribeConfigs and topic defaults.
+    /// Every key as in effect (dynamic over static), for DescribeConfigs and topic
+    /// defaults.
     entries: Vec<ResolvedEntry>,
+    /// Every key as `server.properties` and `--override` gave it (or its default): what a
+    /// deleted dynamic config falls back to.
+    static_entries: Vec<ResolvedEntry>,
+    /// Dynamic configs of the cluster-wide default resource (empty name).
+    dynamic_default: BTreeMap<String, String>,
+    /// Dynamic configs of this broker (its id as the resource name).
+    dynamic_broker: BTreeMap<String, String>,
 }
 
 impl Default for BrokerConfig {
@@ -279,33 +287,128 @@ impl Default for BrokerConfig {
 }
 
 impl BrokerConfig {
-    /// Every broker key, in table order, as DescribeConfigs on the broker resource
-    /// reports it. All are read-only: Osprey has no dynamic broker configs yet.
+    /// Every broker key, in table order, as DescribeConfigs on this broker's resource (its
+    /// id) reports it: the value in effect, its source (the first synonym's, as Kafka's
+    /// `ConfigHelper`), and the synonyms it was chosen from. Only the dynamic keys
+    /// ([`is_dynamic`](super::keys::is_dynamic)) are not read-only.
     pub fn describe(&self) -> Vec<ConfigEntry> {
+        self.entries.iter().map(|e| self.describe_entry(e.key, e.rendered(), true)).collect()
+    }
+
+    /// DescribeConfigs on the cluster-wide default resource (empty name): only the keys
+    /// set there, with their dynamic default values, as Kafka reports them (without this
+    /// broker's own dynamic configs among the synonyms).
+    pub fn describe_dynamic_default(&self) -> Vec<ConfigEntry> {
         self.entries
             .iter()
-            .map(|e| {
-                let source = e.source();
-                let mut synonyms = Vec::new();
-                if source == ConfigSource::StaticBrokerConfig {
-                    synonyms.push(ConfigSynonym { name: e.key.name, value: e.rendered(), source });
-                }
-                if let Some(default) = e.key.default {
-                    let value = Some(default.to_string());
-                    synonyms.push(ConfigSynonym { name: e.key.name, value, source: ConfigSource::DefaultConfig });
-                }
-                ConfigEntry {
-                    name: e.key.name,
-                    value: if e.key.sensitive { None } else { e.rendered() },
-                    source,
-                    is_sensitive: e.key.sensitive,
-                    read_only: true,
-                    config_type: e.key.config_type,
-                    documentation: e.key.doc,
-                    synonyms,
-                }
+            .filter_map(|e| {
+                let value = self.dynamic_default.get(e.key.name)?;
+                let rendered = check(e.key.config_type, e.key.validator, value).ok().map(|v| v.render());
+                Some(self.describe_entry(e.key, rendered, false))
             })
             .collect()
+    }
+
+    fn describe_entry(&self, key: &'static ConfigKey, value: Option<String>, per_broker: bool) -> ConfigEntry {
+        let synonyms: Vec<ConfigSynonym> = self
+            .synonyms(&[key.name])
+            .into_iter()
+            .filter(|s| per_broker || s.source != ConfigSource::DynamicBrokerConfig)
+            .collect();
+        ConfigEntry {
+            name: key.name,
+            value: if key.sensitive { None } else { value },
+            source: synonyms.first().map_or(ConfigSource::DefaultConfig, |s| s.source),
+            is_sensitive: key.sensitive,
+            read_only: !is_dynamic(key.name),
+            config_type: key.config_type,
+            documentation: key.doc,
+            synonyms,
+        }
+    }
+
+    /// The settings of broker keys `names` (highest precedence first), in Kafka's synonym
+    /// order: this broker's dynamic configs, then the cluster-wide dynamic default, then
+    /// `server.properties`, then the built-in default (only the last of `names` that has
+    /// one, since the others' defaults are unset: `log.retention.hours` for retention).
+    pub(crate) fn synonyms(&self, names: &[&'static str]) -> Vec<ConfigSynonym> {
+        let mut synonyms = Vec::new();
+        let layers = [
+            (&self.dynamic_broker, ConfigSource::DynamicBrokerConfig),
+            (&self.dynamic_default, ConfigSource::DynamicDefaultBrokerConfig),
+        ];
+        for (layer, source) in layers {
+            for name in names {
+                if let Some(value) = layer.get(*name) {
+                    synonyms.push(ConfigSynonym { name, value: Some(value.clone()), source });
+                }
+            }
+        }
+        let statics = names.iter().filter_map(|name| self.static_entries.iter().find(|e| e.key.name == *name));
+        for e in statics.clone().filter(|e| e.is_set()) {
+            synonyms.push(ConfigSynonym {
+                name: e.key.name,
+                value: e.rendered(),
+                source: ConfigSource::StaticBrokerConfig,
+            });
+        }
+        if let Some(e) = statics.clone().rfind(|e| e.key.default.is_some()) {
+            let value = e.key.default.map(str::to_string);
+            synonyms.push(ConfigSynonym { name: e.key.name, value, source: ConfigSource::DefaultConfig });
+        }
+        synonyms
+    }
+
+    /// This configuration with dynamic configs on top of the static ones (Kafka's
+    /// precedence: this broker's dynamic config, then the cluster-wide dynamic default,
+    /// then `server.properties`, then the default). Replaces any dynamic configs applied
+    /// before, so a key deleted from both maps is back at its static value. Each value is
+    /// checked with the key's own validator, and the result with the cross-key rules.
+    pub fn with_dynamic(
+        &self,
+        cluster_default: &BTreeMap<String, String>,
+        this_broker: &BTreeMap<String, String>,
+    ) -> Result<BrokerConfig, ConfigError> {
+        let entries = self
+            .static_entries
+            .iter()
+            .map(|e| {
+                let dynamic = this_broker
+                    .get(e.key.name)
+                    .map(|v| (v, Origin::DynamicBroker))
+                    .or_else(|| cluster_default.get(e.key.name).map(|v| (v, Origin::DynamicDefault)));
+                match dynamic {
+                    Some((value, origin)) => ResolvedEntry::new(e.key, Some(value), origin),
+                    None => Ok(e.clone()),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut config = BrokerConfig::from_entries(entries, self.static_entries.clone())?;
+        config.dynamic_default = cluster_default.clone();
+        config.dynamic_broker = this_broker.clone();
+        Ok(config)
+    }
+
+    /// Checks the whole set of dynamic configs one broker resource would hold after a
+    /// change (`cluster_default`: the empty-name resource), as Kafka's
+    /// `DynamicBrokerConfig.validate` does: every key must be dynamic, every value valid
+    /// for its key, and the result must pass the cross-key rules. The message is Kafka's.
+    pub fn validate_dynamic(&self, configs: &BTreeMap<String, String>, cluster_default: bool) -> Result<(), String> {
+        let not_dynamic: Vec<&str> = configs.keys().map(String::as_str).filter(|k| !is_dynamic(k)).collect();
+        if !not_dynamic.is_empty() {
+            return Err(format!("Cannot update these configs dynamically: Set({})", not_dynamic.join(", ")));
+        }
+        for (k, v) in configs {
+            let key = broker_key(k).expect("dynamic keys are broker keys");
+            check(key.config_type, key.validator, v)
+                .map_err(|expected| format!("Invalid value {v} for configuration {k}: expected {expected}"))?;
+        }
+        let (default, broker) = if cluster_default {
+            (configs.clone(), self.dynamic_broker.clone())
+        } else {
+            (self.dynamic_default.clone(), configs.clone())
+        };
+        self.with_dynamic(&default, &broker).map(drop).map_err(|e| e.to_string())
     }
 
     /// Where one broker key's value came from (the built-in default for an unknown key).
@@ -344,7 +447,10 @@ impl BrokerConfig {
         self.entries.iter().find(|e| e.key.name == key)
     }
 
-    fn from_entries(entries: Vec<ResolvedEntry>) -> Result<BrokerConfig, ConfigError> {
+    fn from_entries(
+        entries: Vec<ResolvedEntry>,
+        static_entries: Vec<ResolvedEntry>,
+    ) -> Result<BrokerConfig, ConfigError> {
         let r = Resolver { entries: entries.iter().map(|e| (e.key.name, e)).collect() };
         let listeners = resolve_listeners(&r)?;
         let config = BrokerConfig {
@@ -439,9 +545,12 @@ impl BrokerConfig {
             producer_id_expiration_ms: r.i32("producer.id.expiration.ms"),
             producer_id_expiration_check_interval_ms: r.i32("producer.id.expiration.check.interval.ms"),
             entries: Vec::new(),
+            static_entries: Vec::new(),
+            dynamic_default: BTreeMap::new(),
+            dynamic_broker: BTreeMap::new(),
         };
         check_cross_key_rules(&r, &config)?;
-        Ok(BrokerConfig { entries, ..config })
+        Ok(BrokerConfig { entries, static_entries, ..config })
     }
 }
 
@@ -476,10 +585,11 @@ impl ResolvedEntry {
     }
 
     pub fn source(&self) -> ConfigSource {
-        if self.is_set() {
-            ConfigSource::StaticBrokerConfig
-        } else {
-            ConfigSource::DefaultConfig
+        match self.origin {
+            Origin::Default => ConfigSource::DefaultConfig,
+            Origin::DynamicBroker => ConfigSource::DynamicBrokerConfig,
+            Origin::DynamicDefault => ConfigSource::DynamicDefaultBrokerConfig,
+            Origin::File { .. } | Origin::Override | Origin::Request => ConfigSource::StaticBrokerConfig,
         }
     }
 

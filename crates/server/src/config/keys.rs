@@ -63,7 +63,7 @@ pub enum ConfigSource {
     Unknown = 0,
     /// Set on the topic (CreateTopics / AlterConfigs).
     DynamicTopicConfig = 1,
-    /// Set dynamically for this broker (Osprey has no dynamic broker configs yet).
+    /// Set dynamically for this broker.
     DynamicBrokerConfig = 2,
     /// Set dynamically as the cluster-wide broker default.
     DynamicDefaultBrokerConfig = 3,
@@ -208,6 +208,52 @@ pub struct TopicKey {
 /// Looks a broker key up by its exact name.
 pub fn broker_key(name: &str) -> Option<&'static ConfigKey> {
     BROKER_KEYS.iter().find(|k| k.name == name)
+}
+
+/// Broker keys Kafka lets change while the broker runs (its dynamic broker configs) and
+/// Osprey applies live, beyond the topic defaults: the connection limit (the acceptor's
+/// slots are resized), the cleaner's dedupe buffer (read at each compaction round), the
+/// idle producer expiry (read at each retention pass) and, Osprey's own, the
+/// decompression bound (read at each produce).
+const DYNAMIC_NON_TOPIC_KEYS: &[&str] = &[
+    "max.connections",
+    "log.cleaner.dedupe.buffer.size",
+    "producer.id.expiration.ms",
+    "osprey.produce.decompressed.max.bytes",
+];
+
+/// The topic configs Osprey acts on: the partition log's (`osprey_storage::LogConfig`)
+/// and `min.insync.replicas` (Produce). The others (`compression.type`, `preallocate`,
+/// `segment.jitter.ms`, the timestamp bounds, ...) are accepted on a topic, as Kafka
+/// names them, but not acted on, so their broker defaults are not dynamic.
+const APPLIED_TOPIC_KEYS: &[&str] = &[
+    "cleanup.policy",
+    "delete.retention.ms",
+    "flush.messages",
+    "flush.ms",
+    "index.interval.bytes",
+    "max.compaction.lag.ms",
+    "max.message.bytes",
+    "message.timestamp.type",
+    "min.cleanable.dirty.ratio",
+    "min.compaction.lag.ms",
+    "min.insync.replicas",
+    "retention.bytes",
+    "retention.ms",
+    "segment.bytes",
+    "segment.index.bytes",
+    "segment.ms",
+];
+
+/// Whether a broker key may be set dynamically (AlterConfigs on resource BROKER). As in
+/// Kafka's `DynamicLogConfig`, a topic default is dynamic under its first broker synonym
+/// only (`log.retention.ms`, not `.minutes` or `.hours`), and reaches every partition log
+/// live, through the path a topic's own AlterConfigs takes; only the topic configs Osprey
+/// acts on qualify. Everything else (listeners, thread counts, bounds set at start-up)
+/// is refused rather than stored without effect.
+pub fn is_dynamic(name: &str) -> bool {
+    DYNAMIC_NON_TOPIC_KEYS.contains(&name)
+        || TOPIC_KEYS.iter().any(|t| APPLIED_TOPIC_KEYS.contains(&t.name) && t.broker_synonyms.first() == Some(&name))
 }
 
 /// Looks a topic key up by its exact name.
@@ -549,6 +595,41 @@ mod tests {
                     synonym
                 );
             }
+        }
+    }
+
+    #[test]
+    fn every_dynamic_key_is_a_broker_key_and_kafkas_hour_keys_stay_static() {
+        let dynamic: Vec<&str> = BROKER_KEYS.iter().map(|k| k.name).filter(|n| is_dynamic(n)).collect();
+        for name in DYNAMIC_NON_TOPIC_KEYS {
+            assert!(broker_key(name).is_some(), "{name} is not a broker key");
+        }
+        assert_eq!(dynamic.len(), APPLIED_TOPIC_KEYS.len() + DYNAMIC_NON_TOPIC_KEYS.len());
+        let not_applied =
+            ["compression.type", "log.preallocate", "log.roll.jitter.ms", "unclean.leader.election.enable"];
+        for name in ["log.retention.hours", "log.retention.minutes", "log.roll.hours", "log.dirs", "listeners"]
+            .into_iter()
+            .chain(not_applied)
+        {
+            assert!(!is_dynamic(name), "{name}");
+        }
+        assert!(!is_dynamic("no.such.key"));
+    }
+
+    /// A topic config listed as applied must be one the partition log takes (or
+    /// `min.insync.replicas`, which Produce reads); otherwise its dynamic broker default
+    /// would be stored without effect.
+    #[test]
+    fn every_applied_topic_key_is_taken_by_the_partition_log() {
+        for name in APPLIED_TOPIC_KEYS {
+            let key = topic_key(name).unwrap_or_else(|| panic!("{name} is not a topic key"));
+            if *name == "min.insync.replicas" {
+                continue;
+            }
+            let broker = broker_key(key.broker_synonyms[0]).unwrap();
+            let value = broker.default.unwrap_or("1");
+            let taken = osprey_storage::LogConfig::default().set(name, value);
+            assert!(taken.is_ok(), "{name}={value}: {taken:?}");
         }
     }
 

@@ -82,28 +82,15 @@ impl TopicConfig {
     }
 }
 
-/// The default of one topic key: from the highest-precedence broker synonym that was set,
-/// else from the built-in default; the synonyms list every broker key that was set, then
-/// the default, as Kafka's DescribeConfigs does.
+/// The default of one topic key: from the highest-precedence broker synonym that was set
+/// (dynamically or statically), else from the built-in default; the synonyms list every
+/// broker setting it was chosen from, then the default, as Kafka's DescribeConfigs does.
 fn default_entry(key: &'static TopicKey, broker: &BrokerConfig) -> ConfigEntry {
-    let synonyms_in_order = key.broker_synonyms.iter().filter_map(|name| broker.entry(name));
-    let mut synonyms: Vec<ConfigSynonym> = synonyms_in_order
-        .clone()
-        .filter(|e| e.is_set())
-        .map(|e| ConfigSynonym { name: e.key.name, value: e.rendered(), source: ConfigSource::StaticBrokerConfig })
-        .collect();
-    if let Some(e) = synonyms_in_order.clone().rfind(|e| e.key.default.is_some()) {
-        let value = e.key.default.map(str::to_string);
-        synonyms.push(ConfigSynonym { name: e.key.name, value, source: ConfigSource::DefaultConfig });
-    }
-    let source = if synonyms_in_order.clone().any(|e| e.is_set()) {
-        ConfigSource::StaticBrokerConfig
-    } else {
-        ConfigSource::DefaultConfig
-    };
+    let synonyms = broker.synonyms(key.broker_synonyms);
+    let source = synonyms.first().map_or(ConfigSource::DefaultConfig, |s| s.source);
     let value = match broker.combined_topic_default(key.name) {
         Some(ms) => Some(ms.to_string()),
-        None => synonyms_in_order.clone().next().and_then(|e| e.rendered()),
+        None => key.broker_synonyms.first().and_then(|name| broker.entry(name)).and_then(|e| e.rendered()),
     };
     ConfigEntry {
         name: key.name,

@@ -13,9 +13,8 @@ use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
-/// Kafka's DescribeConfigs/CreateTopics config sources.
+/// Kafka's DescribeConfigs/CreateTopics config source of a topic's own setting.
 const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
-const SOURCE_DEFAULT_CONFIG: i8 = 5;
 
 pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Reply {
     let broker = broker.clone();
@@ -128,11 +127,15 @@ fn requested_partitions(topics: &[CreatableTopic], default_partitions: i32) -> i
         .sum()
 }
 
-/// The topic's effective configs: its overrides, then the broker's topic defaults.
+/// The topic's effective configs: its overrides, then the broker's topic defaults, each
+/// default with the source of the broker setting it came from (dynamic, static, default).
 fn describe_configs(broker: &Broker, overrides: &BTreeMap<String, String>) -> Vec<CreatableTopicConfigs> {
     let mut all: BTreeMap<&str, (String, i8)> = BTreeMap::new();
-    for (k, v) in &broker.settings.topic_defaults {
-        all.insert(k, (v.clone(), SOURCE_DEFAULT_CONFIG));
+    let defaults = broker.topic_defaults();
+    let sources = broker.config().topic_defaults();
+    for (k, v) in defaults.iter() {
+        let source = sources.get(k).map_or(crate::config::ConfigSource::DefaultConfig, |e| e.source);
+        all.insert(k, (v.clone(), source.id()));
     }
     for (k, v) in overrides {
         all.insert(k, (v.clone(), SOURCE_DYNAMIC_TOPIC_CONFIG));

@@ -1,5 +1,6 @@
 //! DescribeConfigs: topic configs (defaults from the broker, the topic's overrides on
-//! top, with sources and synonyms), the broker's own configuration, and group configs
+//! top, with sources and synonyms), the broker's own configuration (static and dynamic,
+//! with Kafka's sources and synonyms) and the cluster-wide dynamic defaults, and group configs
 //! (KIP-848's per-group session timeout and heartbeat interval over the broker's).
 
 use crate::broker::Broker;
@@ -57,14 +58,18 @@ fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigE
             Ok(config.entries().to_vec())
         }
         RESOURCE_BROKER => {
-            // The empty name is the cluster-wide default resource.
-            if !name.is_empty() && name != broker.settings.node_id.to_string() {
+            // The empty name is the cluster-wide default resource: only its dynamic
+            // configs, as Kafka's `ConfigHelper` reports them.
+            if name.is_empty() {
+                return Ok(broker.config().describe_dynamic_default());
+            }
+            if name != broker.settings.node_id.to_string() {
                 return Err((
                     ErrorCode::INVALID_REQUEST,
                     format!("Unexpected broker id, expected {}", broker.settings.node_id),
                 ));
             }
-            Ok(broker.settings.config.describe())
+            Ok(broker.config().describe())
         }
         RESOURCE_GROUP => group_entries(broker, name),
         other => Err((ErrorCode::INVALID_REQUEST, format!("Unsupported resource type {other}"))),
@@ -85,7 +90,7 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
         let broker_synonym = ConfigSynonym {
             name: broker_key,
             value: Some(broker_value.to_string()),
-            source: broker.settings.config.source_of(broker_key),
+            source: broker.config().source_of(broker_key),
         };
         let set = overrides.and_then(|o| o.get(name)).cloned();
         let mut synonyms = Vec::new();

@@ -100,7 +100,8 @@ fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> 
     let min_isr: usize = topic
         .configs
         .get("min.insync.replicas")
-        .or_else(|| broker.settings.topic_defaults.get("min.insync.replicas"))
+        .cloned()
+        .or_else(|| broker.topic_defaults().get("min.insync.replicas").cloned())
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
     let Some(image) = topic.partitions.get(partition as usize) else { return Ok(()) };
@@ -298,7 +299,7 @@ fn check_batch(
     }
     // A compressed batch may not inflate past this while its records are walked; past it
     // the batch is refused (MESSAGE_TOO_LARGE), never stored.
-    let max_decompressed_bytes = usize::try_from(broker.settings.config.produce_decompressed_max_bytes).unwrap_or(0);
+    let max_decompressed_bytes = usize::try_from(broker.config().produce_decompressed_max_bytes).unwrap_or(0);
     check_records(partition, &batch, max_decompressed_bytes)?;
     Ok(batch.is_transactional().then(|| (batch.producer_id(), batch.producer_epoch())))
 }
