@@ -67,7 +67,9 @@ pub struct LocalLog {
 pub enum Role {
     Leader,
     /// Following `leader` (-1: the partition has no leader now).
-    Follower { leader: i32 },
+    Follower {
+        leader: i32,
+    },
 }
 
 /// What a produce request waits for before it is answered.
@@ -84,7 +86,10 @@ pub enum AckLevel {
 pub enum AppendRefused {
     NotLeader,
     /// acks=all with the ISR below the effective `min.insync.replicas`.
-    NotEnoughReplicas { isr: usize, min_isr: usize },
+    NotEnoughReplicas {
+        isr: usize,
+        min_isr: usize,
+    },
 }
 
 impl AppendRefused {
@@ -506,13 +511,17 @@ impl ReplicaState {
     }
 
     /// Kafka's `isFollowerInSync` for expansion: a replica outside the ISR joins once it
-    /// has reached the high watermark and everything this leader's epoch started from.
+    /// has reached the high watermark (durably, under `fsync_before_ack`) and everything
+    /// this leader's epoch started from.
     fn maybe_expand_isr(&mut self, replica_id: i32) {
         if self.pending_isr.is_some() || self.isr.contains(&replica_id) {
             return;
         }
         let Some(f) = self.followers.get(&replica_id) else { return };
-        if f.log_end_offset >= self.high_watermark && f.log_end_offset >= self.leader_epoch_start_offset {
+        // Under `fsync_before_ack` a member must hold the high watermark durably, or the
+        // high watermark would already pass what it made durable.
+        let counted_end = self.counted_end(f.log_end_offset, f.durable_end_offset);
+        if counted_end >= self.high_watermark && f.log_end_offset >= self.leader_epoch_start_offset {
             let mut new_isr = self.isr.clone();
             new_isr.push(replica_id);
             // Adding a member makes the high watermark wait for it at once: safe
@@ -522,8 +531,7 @@ impl ReplicaState {
     }
 
     fn propose_isr(&mut self, new_isr: Vec<i32>, maximal_isr: Vec<i32>) {
-        let change =
-            IsrChange { leader_epoch: self.leader_epoch, partition_epoch: self.partition_epoch, new_isr };
+        let change = IsrChange { leader_epoch: self.leader_epoch, partition_epoch: self.partition_epoch, new_isr };
         self.outputs.push_back(Output::AlterPartition(change.clone()));
         self.pending_isr = Some(PendingIsr { change, maximal_isr });
     }
@@ -548,8 +556,7 @@ impl ReplicaState {
         let lag = self.config.replica_lag_time_max_ms;
         let mut new_hw = self.local_counted_end();
         for (id, f) in &self.followers {
-            let caught_up =
-                f.log_end_offset == leader_end || now_ms.saturating_sub(f.last_caught_up_ms) <= lag;
+            let caught_up = f.log_end_offset == leader_end || now_ms.saturating_sub(f.last_caught_up_ms) <= lag;
             // A caught-up follower about to join the ISR is waited for, else the high
             // watermark could run away from it and it would never join.
             if self.maximal_isr().contains(id) || (caught_up && f.log_end_offset >= 0) {

@@ -34,10 +34,7 @@ fn single_node_high_watermark_follows_durable_end_and_acks_complete_from_it() {
     s.local_log_changed(log(5, 3), 2);
     assert_eq!(outputs(&mut s), vec![Output::HighWatermark(3)]);
     s.local_log_changed(log(5, 5), 3);
-    assert_eq!(
-        outputs(&mut s),
-        vec![Output::HighWatermark(5), Output::Completed { request_id: 7, result: Ok(()) }]
-    );
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(5), Output::Completed { request_id: 7, result: Ok(()) }]);
     assert_eq!(s.waiting_count(), 0);
 }
 
@@ -46,10 +43,7 @@ fn relaxed_flush_policy_counts_the_log_end_offset() {
     let mut s = single_node(1, false);
     s.local_log_changed(log(4, 0), 1);
     s.await_ack(1, 4, AckLevel::All, 1);
-    assert_eq!(
-        outputs(&mut s),
-        vec![Output::HighWatermark(4), Output::Completed { request_id: 1, result: Ok(()) }]
-    );
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(4), Output::Completed { request_id: 1, result: Ok(()) }]);
 }
 
 #[test]
@@ -60,10 +54,7 @@ fn one_replica_with_min_insync_replicas_two_acknowledges_acks_all() {
     assert_eq!(s.check_append(AckLevel::All), Ok(()));
     s.local_log_changed(log(1, 1), 1);
     s.await_ack(3, 1, AckLevel::All, 1);
-    assert_eq!(
-        outputs(&mut s),
-        vec![Output::HighWatermark(1), Output::Completed { request_id: 3, result: Ok(()) }]
-    );
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(1), Output::Completed { request_id: 3, result: Ok(()) }]);
 }
 
 #[test]
@@ -100,10 +91,7 @@ fn lagging_follower_is_dropped_from_the_isr_through_alter_partition() {
     assert_eq!(outputs(&mut s), vec![Output::AlterPartition(change)]);
     assert_eq!(s.high_watermark(), 0, "the shrink is not committed yet");
     s.apply_assignment(assignment(1, 3, 6, &[1, 2], &[1]), LAG_MS + 2);
-    assert_eq!(
-        outputs(&mut s),
-        vec![Output::HighWatermark(10), Output::Completed { request_id: 1, result: Ok(()) }]
-    );
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(10), Output::Completed { request_id: 1, result: Ok(()) }]);
 }
 
 #[test]
