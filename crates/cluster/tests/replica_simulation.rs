@@ -117,12 +117,10 @@ impl Sim {
         let leading = self.state.is_leader();
         match self.rng.below(20) {
             0..=3 if leading => self.append(),
-            4..=6 => {
-                if self.leader.durable < self.leader.end {
-                    self.leader.durable += 1 + self.rng.below((self.leader.end - self.leader.durable) as u64) as i64;
-                    self.trace(format!("fsync to {}", self.leader.durable));
-                    self.report_local_log();
-                }
+            4..=6 if self.leader.durable < self.leader.end => {
+                self.leader.durable += 1 + self.rng.below((self.leader.end - self.leader.durable) as u64) as i64;
+                self.trace(format!("fsync to {}", self.leader.durable));
+                self.report_local_log();
             }
             7..=10 if leading => {
                 let ids: Vec<i32> = self.followers.keys().copied().collect();

@@ -51,7 +51,7 @@ pub fn spawn(
                     let _ = tokio::task::spawn_blocking(move || {
                         for p in b.partitions() {
                             match p.log.flush_if_due(now_ms()) {
-                                Ok(true) => p.advance_high_watermark(p.log.durable_end_offset()),
+                                Ok(true) => p.log_changed(),
                                 Ok(false) => {}
                                 Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scheduled flush failed"),
                             }

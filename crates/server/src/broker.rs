@@ -8,6 +8,7 @@ use crate::partition::Partition;
 use crate::transactions::Transactions;
 use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::replica::ReplicaConfig;
 use osprey_cluster::{
     Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, PartitionImage, TopicImage,
 };
@@ -277,6 +278,24 @@ impl Broker {
         Ok(config)
     }
 
+    /// The settings a partition's replica state machine decides with: the flush policy
+    /// of `log_config`, the topic's `min.insync.replicas` (else the broker default) and
+    /// `replica.lag.time.max.ms`.
+    pub fn replica_config(&self, topic: &TopicImage, log_config: &LogConfig) -> ReplicaConfig {
+        let min_insync_replicas = topic
+            .configs
+            .get("min.insync.replicas")
+            .or_else(|| self.settings.topic_defaults.get("min.insync.replicas"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        ReplicaConfig {
+            local_id: self.settings.node_id,
+            replica_lag_time_max_ms: self.settings.config.replica_lag_time_max_ms,
+            min_insync_replicas,
+            fsync_before_ack: matches!(log_config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck),
+        }
+    }
+
     /// A topic's configs as DescribeConfigs shows them: defaults, then its overrides.
     pub fn topic_config(&self, topic: &TopicImage) -> Result<TopicConfig, ConfigError> {
         let mut config = self.settings.config.topic_defaults();
@@ -374,9 +393,10 @@ impl Broker {
         let Some(topic) = image.topic(name) else { return };
         match self.log_config(topic) {
             Ok(config) => {
+                let replica_config = self.replica_config(topic, &config);
                 for p in &topic.partitions {
                     if let Some(partition) = self.partition(topic.id, p.index) {
-                        partition.reconfigure(config.clone());
+                        partition.reconfigure(config.clone(), replica_config);
                     }
                 }
                 tracing::info!(topic = name, ?config, "topic configuration applied");
@@ -464,11 +484,11 @@ impl Broker {
         let mut jobs = Vec::new();
         for topic in topics {
             let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+            let replica_config = self.replica_config(topic, &config);
             let config = Arc::new(config);
             for p in &topic.partitions {
                 if p.leader == self.settings.node_id && !self.partitions.contains_key(&(topic.id, p.index)) {
-                    jobs.push((*topic, p, config.clone(), fsync_before_ack));
+                    jobs.push((*topic, p, config.clone(), replica_config));
                 }
             }
         }
@@ -477,20 +497,21 @@ impl Broker {
         }
         let total = jobs.len();
         let opened = std::sync::atomic::AtomicUsize::new(0);
-        let done = run_parallel(
-            &jobs,
-            self.log_threads(),
-            &|| self.is_stopping(),
-            &|(topic, p, config, fsync)| -> io::Result<()> {
-                self.open_partition(topic, p, config, *fsync)?;
-                // Recovery after a crash can take a while on many logs: show that it moves.
-                let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n.is_multiple_of(10_000) {
-                    tracing::info!(opened = n, total, "opening partition logs");
-                }
-                Ok(())
-            },
-        )?;
+        let done = run_parallel(&jobs, self.log_threads(), &|| self.is_stopping(), &|(
+            topic,
+            p,
+            config,
+            replica_config,
+        )|
+         -> io::Result<()> {
+            self.open_partition(topic, p, config, *replica_config)?;
+            // Recovery after a crash can take a while on many logs: show that it moves.
+            let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if n.is_multiple_of(10_000) {
+                tracing::info!(opened = n, total, "opening partition logs");
+            }
+            Ok(())
+        })?;
         // The new partition directories' names in the data directory.
         sync_dir(&self.settings.data_dir)?;
         if done < total {
@@ -507,19 +528,17 @@ impl Broker {
         topic: &TopicImage,
         p: &PartitionImage,
         config: &LogConfig,
-        fsync_before_ack: bool,
+        replica_config: ReplicaConfig,
     ) -> io::Result<()> {
         let dir = self.partition_dir(&topic.name, p.index);
         write_partition_metadata(&dir, topic.id)?;
         let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
         let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
             .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
-        let partition =
-            Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
-        // A single node is its own ISR: everything recovery kept (and open made
-        // durable) is committed, including acknowledged data written after the last
-        // high-watermark checkpoint.
-        partition.advance_high_watermark(partition.log.durable_end_offset());
+        // A single node is its own ISR: the replica state machine takes everything recovery
+        // kept (and open made durable) as committed, including acknowledged data written
+        // after the last high-watermark checkpoint.
+        let partition = Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config);
         self.partitions.insert((topic.id, p.index), Arc::new(partition));
         Ok(())
     }

@@ -146,7 +146,7 @@ impl Transactions {
             producer_epoch,
             coordinator_epoch,
             committed,
-            partition.leader_epoch,
+            partition.leader_epoch(),
             now_ms(),
         )
     }
@@ -167,7 +167,7 @@ impl Transactions {
             let mut inner = self.lock();
             let summary = inner
                 .coordinator
-                .load(p.index, partition.leader_epoch, records, now_ms())
+                .load(p.index, partition.leader_epoch(), records, now_ms())
                 .map_err(|e| format!("{}: {e}", partition.log.dir().display()))?;
             if count > 0 {
                 tracing::info!(
@@ -306,7 +306,7 @@ fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str
             marker.producer_epoch,
             marker.coordinator_epoch,
             marker.committed,
-            partition.leader_epoch,
+            partition.leader_epoch(),
             now_ms(),
         );
         let info = match appended {

@@ -315,7 +315,7 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
 /// WriteTxnMarkers v1-2: markers for partitions led here (an admin's abort of a hanging
 /// transaction, or another broker's coordinator); answered once each is durable.
 pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
-    type Pending = (i32, tokio::sync::oneshot::Receiver<Result<(), osprey_storage::StorageError>>);
+    type Pending = (i32, crate::partition::Acknowledgement);
     let mut markers = Vec::new();
     for m in req.markers {
         let mut topics = Vec::new();
