@@ -1,12 +1,12 @@
 //! The broker's shared state: settings, the controller and its published metadata image,
-//! and the partitions this node leads.
+//! the partition logs it opens and closes, and the replica manager that serves them.
 
 use crate::config::{BrokerConfig, ConfigError, TopicConfig};
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::partition::Partition;
+use crate::replica_manager::ReplicaManager;
 use crate::transactions::Transactions;
-use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::replica::ReplicaConfig;
 use osprey_cluster::{
@@ -143,7 +143,8 @@ pub struct Broker {
     pub cluster_id: String,
     controller: Mutex<Controller>,
     image: RwLock<Arc<MetadataImage>>,
-    partitions: DashMap<(Uuid, i32), Arc<Partition>>,
+    /// The partitions this node holds, each with its replica state machine.
+    pub replica_manager: ReplicaManager,
     pub flusher: Flusher,
     validate_topic_config: Validator,
     /// The block of producer ids this broker hands out next.
@@ -208,7 +209,7 @@ impl Broker {
             cluster_id: meta.cluster_id,
             controller: Mutex::new(controller),
             image: RwLock::new(image.clone()),
-            partitions: DashMap::new(),
+            replica_manager: ReplicaManager::new(),
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
@@ -228,7 +229,7 @@ impl Broker {
         broker.open_partitions(&image.topics().collect::<Vec<_>>())?;
         broker.groups.load(&broker).map_err(io::Error::other)?;
         broker.transactions.load(&broker).map_err(io::Error::other)?;
-        let all = broker.partitions();
+        let all = broker.replica_manager.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
         for p in all.iter().filter(|p| !p.log.recovery_report().damaged.is_empty()) {
             let damaged = &p.log.recovery_report().damaged;
@@ -254,15 +255,6 @@ impl Broker {
     /// The current metadata (a cheap snapshot: clone the `Arc`).
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.read().expect(POISONED).clone()
-    }
-
-    pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
-        self.partitions.get(&(topic_id, index)).map(|p| p.clone())
-    }
-
-    /// Every partition led here, in no particular order.
-    pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.iter().map(|p| p.clone()).collect()
     }
 
     /// The log config of a topic: broker defaults overlaid with its own overrides.
@@ -324,7 +316,7 @@ impl Broker {
         let id = self.with_controller(|c| c.delete_topic(name))?;
         if let Some(topic) = topic {
             for p in &topic.partitions {
-                if let Some((_, partition)) = self.partitions.remove(&(id, p.index)) {
+                if let Some(partition) = self.replica_manager.remove(id, p.index) {
                     let dir = partition.log.dir().to_path_buf();
                     drop(partition);
                     if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -394,11 +386,8 @@ impl Broker {
         match self.log_config(topic) {
             Ok(config) => {
                 let replica_config = self.replica_config(topic, &config);
-                for p in &topic.partitions {
-                    if let Some(partition) = self.partition(topic.id, p.index) {
-                        partition.reconfigure(config.clone(), replica_config);
-                    }
-                }
+                let indexes = topic.partitions.iter().map(|p| p.index);
+                self.replica_manager.reconfigure(topic.id, indexes, &config, replica_config);
                 tracing::info!(topic = name, ?config, "topic configuration applied");
             }
             Err(e) => tracing::error!(topic = name, error = %e, "topic configuration not applied"),
@@ -487,7 +476,7 @@ impl Broker {
             let replica_config = self.replica_config(topic, &config);
             let config = Arc::new(config);
             for p in &topic.partitions {
-                if p.leader == self.settings.node_id && !self.partitions.contains_key(&(topic.id, p.index)) {
+                if p.leader == self.settings.node_id && !self.replica_manager.contains(topic.id, p.index) {
                     jobs.push((*topic, p, config.clone(), replica_config));
                 }
             }
@@ -538,8 +527,7 @@ impl Broker {
         // A single node is its own ISR: the replica state machine takes everything recovery
         // kept (and open made durable) as committed, including acknowledged data written
         // after the last high-watermark checkpoint.
-        let partition = Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config);
-        self.partitions.insert((topic.id, p.index), Arc::new(partition));
+        self.replica_manager.add(Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config));
         Ok(())
     }
 
@@ -568,8 +556,7 @@ impl Broker {
     /// were left open.
     pub fn shutdown(&self, deadline: std::time::Instant) -> usize {
         let started = std::time::Instant::now();
-        let partitions: Vec<Arc<Partition>> = self.partitions();
-        self.partitions.clear();
+        let partitions: Vec<Arc<Partition>> = self.replica_manager.remove_all();
         let failed = std::sync::atomic::AtomicUsize::new(0);
         let closed = run_parallel(
             &partitions,

@@ -19,7 +19,7 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
                 low_watermark: -1,
                 ..Default::default()
             };
-            let outcome = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
+            let outcome = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                 Some(partition) => {
                     let hw = partition.snapshot().high_watermark;

@@ -75,7 +75,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .into_iter()
         .map(|(key, fetch)| {
             let topic = if by_id { image.topic_by_id(key.topic_id) } else { image.topic(&key.topic) };
-            let partition = topic.and_then(|t| broker.partition(t.id, key.partition)).ok_or(unknown);
+            let partition = topic.and_then(|t| broker.replica_manager.partition(t.id, key.partition)).ok_or(unknown);
             PartitionPlan { key, fetch, partition }
         })
         .collect();

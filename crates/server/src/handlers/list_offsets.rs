@@ -64,7 +64,7 @@ fn answer(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Respon
         let mut out = ListOffsetsTopicResponse { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
-            let result = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
+            let result = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                 Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1),
             };

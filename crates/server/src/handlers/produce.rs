@@ -66,7 +66,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match found.and_then(|t| broker.partition(t.id, p.index).map(|part| (t, part))) {
+                match found.and_then(|t| broker.replica_manager.partition(t.id, p.index).map(|part| (t, part))) {
                     None => Outcome::Failed(unknown, None),
                     Some((_, partition)) => match check_append(&partition, acks) {
                         Err(outcome) => outcome,
