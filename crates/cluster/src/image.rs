@@ -81,13 +81,19 @@ pub struct PartitionImage {
     pub replicas: Vec<i32>,
     pub isr: Vec<i32>,
     pub leader: i32,
+    /// The leader epoch the controller set: 0 at creation, bumped at every leader change
+    /// (a single node never changes leader, so its partitions stay at 0). Brokers take it
+    /// from here into their replica state machines.
     pub leader_epoch: i32,
+    /// The partition epoch the controller set: 0 at creation, bumped at every change of
+    /// the ISR or replicas (AlterPartition fences on it).
+    pub partition_epoch: i32,
 }
 
 impl PartitionImage {
     fn new(index: i32, replicas: Vec<i32>) -> PartitionImage {
         let leader = replicas.first().copied().unwrap_or(-1);
-        PartitionImage { index, isr: replicas.clone(), replicas, leader, leader_epoch: 0 }
+        PartitionImage { index, isr: replicas.clone(), replicas, leader, leader_epoch: 0, partition_epoch: 0 }
     }
 }
 

@@ -6,11 +6,16 @@
 //! records; a [`MetadataLog`] makes records durable before they are applied. A single
 //! node writes its own log today; the multi-broker controller will replicate the same
 //! records with openraft, so nothing above this crate changes.
+//!
+//! Each partition's replication state on a broker (leader epoch, ISR, followers'
+//! positions, high watermark, last stable offset) is a sans-I/O state machine,
+//! [`replica::ReplicaState`], driven by the server.
 
 pub mod controller;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
+pub mod replica;
 
 pub use controller::{Controller, ControllerError, NewTopic};
 pub use image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage};

@@ -29,7 +29,7 @@ pub fn spawn(
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {
                         let expiration_ms = i64::from(b.config().producer_id_expiration_ms);
-                        for p in b.partitions() {
+                        for p in b.replica_manager.partitions() {
                             let expired = p.log.expire_producers(now_ms(), expiration_ms);
                             if expired > 0 {
                                 tracing::debug!(topic = %p.topic, partition = p.index, expired, "idle producer ids expired");
@@ -49,9 +49,9 @@ pub fn spawn(
                 _ = flush.tick() => {
                     let b = broker.clone();
                     let _ = tokio::task::spawn_blocking(move || {
-                        for p in b.partitions() {
+                        for p in b.replica_manager.partitions() {
                             match p.log.flush_if_due(now_ms()) {
-                                Ok(true) => p.advance_high_watermark(p.log.durable_end_offset()),
+                                Ok(true) => p.log_changed(),
                                 Ok(false) => {}
                                 Err(e) => tracing::warn!(topic = %p.topic, partition = p.index, error = %e, "scheduled flush failed"),
                             }
@@ -88,7 +88,7 @@ fn spawn_coordinator_timers(broker: Arc<Broker>, mut stopped: watch::Receiver<bo
 /// (which does nothing unless its dirty ratio or max lag calls for it).
 fn clean_compacted(broker: &Broker) {
     let map_bytes = broker.config().log_cleaner_dedupe_buffer_size.clamp(1024, 1 << 32) as usize;
-    for p in broker.partitions() {
+    for p in broker.replica_manager.partitions() {
         if !p.log.config().cleanup_policy.compact {
             continue;
         }
@@ -134,7 +134,7 @@ fn scrub_until_stopped(broker: &Broker, rate: u64, pause: Duration, stopped: &wa
     let step_bytes = (rate / 10).clamp(4096, 1 << 20);
     loop {
         let (started, mut bytes, mut corrupt) = (Instant::now(), 0u64, 0u64);
-        for p in broker.partitions() {
+        for p in broker.replica_manager.partitions() {
             let mut cursor = ScrubCursor::default();
             loop {
                 let step_started = Instant::now();

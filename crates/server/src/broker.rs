@@ -1,14 +1,15 @@
 //! The broker's shared state: settings, the controller and its published metadata image,
-//! and the partitions this node leads.
+//! the partition logs it opens and closes, and the replica manager that serves them.
 
 use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
 use crate::connection_slots::ConnectionSlots;
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::partition::Partition;
+use crate::replica_manager::ReplicaManager;
 use crate::transactions::Transactions;
-use dashmap::DashMap;
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::replica::ReplicaConfig;
 use osprey_cluster::{
     Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, PartitionImage, TopicImage,
 };
@@ -145,7 +146,8 @@ pub struct Broker {
     pub cluster_id: String,
     controller: Mutex<Controller>,
     image: RwLock<Arc<MetadataImage>>,
-    partitions: DashMap<(Uuid, i32), Arc<Partition>>,
+    /// The partitions this node holds, each with its replica state machine.
+    pub replica_manager: ReplicaManager,
     pub flusher: Flusher,
     validate_topic_config: Validator,
     /// The block of producer ids this broker hands out next.
@@ -272,7 +274,7 @@ impl Broker {
             cluster_id: meta.cluster_id,
             controller: Mutex::new(controller),
             image: RwLock::new(image.clone()),
-            partitions: DashMap::new(),
+            replica_manager: ReplicaManager::new(),
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
@@ -295,7 +297,7 @@ impl Broker {
         broker.open_partitions(&image.topics().collect::<Vec<_>>())?;
         broker.groups.load(&broker).map_err(io::Error::other)?;
         broker.transactions.load(&broker).map_err(io::Error::other)?;
-        let all = broker.partitions();
+        let all = broker.replica_manager.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
         for p in all.iter().filter(|p| !p.log.recovery_report().damaged.is_empty()) {
             let damaged = &p.log.recovery_report().damaged;
@@ -323,15 +325,6 @@ impl Broker {
         self.image.read().expect(POISONED).clone()
     }
 
-    pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
-        self.partitions.get(&(topic_id, index)).map(|p| p.clone())
-    }
-
-    /// Every partition led here, in no particular order.
-    pub fn partitions(&self) -> Vec<Arc<Partition>> {
-        self.partitions.iter().map(|p| p.clone()).collect()
-    }
-
     /// The broker configuration in effect: static, with the dynamic broker configs on top.
     pub fn config(&self) -> Arc<BrokerConfig> {
         self.effective.read().expect(POISONED).config.clone()
@@ -355,6 +348,25 @@ impl Broker {
             }
         }
         Ok(config)
+    }
+
+    /// The settings a partition's replica state machine decides with: the flush policy
+    /// of `log_config`, the topic's `min.insync.replicas` (else the broker default) and
+    /// `replica.lag.time.max.ms`.
+    pub fn replica_config(&self, topic: &TopicImage, log_config: &LogConfig) -> ReplicaConfig {
+        let defaults = self.topic_defaults();
+        let min_insync_replicas = topic
+            .configs
+            .get("min.insync.replicas")
+            .or_else(|| defaults.get("min.insync.replicas"))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1);
+        ReplicaConfig {
+            local_id: self.settings.node_id,
+            replica_lag_time_max_ms: self.config().replica_lag_time_max_ms,
+            min_insync_replicas,
+            fsync_before_ack: matches!(log_config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck),
+        }
     }
 
     /// A topic's configs as DescribeConfigs shows them: defaults, then its overrides.
@@ -430,7 +442,7 @@ impl Broker {
     /// True when every partition of `topic` led here has its log open.
     fn opened_all(&self, topic: &TopicImage) -> bool {
         let node = self.settings.node_id;
-        topic.partitions.iter().all(|p| p.leader != node || self.partitions.contains_key(&(topic.id, p.index)))
+        topic.partitions.iter().all(|p| p.leader != node || self.replica_manager.contains(topic.id, p.index))
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ControllerError> {
@@ -438,7 +450,7 @@ impl Broker {
         let id = self.with_controller(|c| c.delete_topic(name))?;
         if let Some(topic) = topic {
             for p in &topic.partitions {
-                if let Some((_, partition)) = self.partitions.remove(&(id, p.index)) {
+                if let Some(partition) = self.replica_manager.remove(id, p.index) {
                     let dir = partition.log.dir().to_path_buf();
                     drop(partition);
                     if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -547,11 +559,9 @@ impl Broker {
         let Some(topic) = image.topic(name) else { return };
         match self.log_config(topic) {
             Ok(config) => {
-                for p in &topic.partitions {
-                    if let Some(partition) = self.partition(topic.id, p.index) {
-                        partition.reconfigure(config.clone());
-                    }
-                }
+                let replica_config = self.replica_config(topic, &config);
+                let indexes = topic.partitions.iter().map(|p| p.index);
+                self.replica_manager.reconfigure(topic.id, indexes, &config, replica_config);
                 tracing::info!(topic = name, ?config, "topic configuration applied");
             }
             Err(e) => tracing::error!(topic = name, error = %e, "topic configuration not applied"),
@@ -637,11 +647,11 @@ impl Broker {
         let mut jobs = Vec::new();
         for topic in topics {
             let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
-            let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+            let replica_config = self.replica_config(topic, &config);
             let config = Arc::new(config);
             for p in &topic.partitions {
-                if p.leader == self.settings.node_id && !self.partitions.contains_key(&(topic.id, p.index)) {
-                    jobs.push((*topic, p, config.clone(), fsync_before_ack));
+                if p.leader == self.settings.node_id && !self.replica_manager.contains(topic.id, p.index) {
+                    jobs.push((*topic, p, config.clone(), replica_config));
                 }
             }
         }
@@ -650,20 +660,21 @@ impl Broker {
         }
         let total = jobs.len();
         let opened = std::sync::atomic::AtomicUsize::new(0);
-        let done = run_parallel(
-            &jobs,
-            self.log_threads(),
-            &|| self.is_stopping(),
-            &|(topic, p, config, fsync)| -> io::Result<()> {
-                self.open_partition(topic, p, config, *fsync)?;
-                // Recovery after a crash can take a while on many logs: show that it moves.
-                let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
-                if n.is_multiple_of(10_000) {
-                    tracing::info!(opened = n, total, "opening partition logs");
-                }
-                Ok(())
-            },
-        )?;
+        let done = run_parallel(&jobs, self.log_threads(), &|| self.is_stopping(), &|(
+            topic,
+            p,
+            config,
+            replica_config,
+        )|
+         -> io::Result<()> {
+            self.open_partition(topic, p, config, *replica_config)?;
+            // Recovery after a crash can take a while on many logs: show that it moves.
+            let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            if n.is_multiple_of(10_000) {
+                tracing::info!(opened = n, total, "opening partition logs");
+            }
+            Ok(())
+        })?;
         // The new partition directories' names in the data directory.
         sync_dir(&self.settings.data_dir)?;
         if done < total {
@@ -680,20 +691,17 @@ impl Broker {
         topic: &TopicImage,
         p: &PartitionImage,
         config: &LogConfig,
-        fsync_before_ack: bool,
+        replica_config: ReplicaConfig,
     ) -> io::Result<()> {
         let dir = self.partition_dir(&topic.name, p.index);
         write_partition_metadata(&dir, topic.id)?;
         let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
         let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
             .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
-        let partition =
-            Partition::new(topic.name.clone(), topic.id, p.index, p.leader_epoch, Arc::new(log), fsync_before_ack);
-        // A single node is its own ISR: everything recovery kept (and open made
-        // durable) is committed, including acknowledged data written after the last
-        // high-watermark checkpoint.
-        partition.advance_high_watermark(partition.log.durable_end_offset());
-        self.partitions.insert((topic.id, p.index), Arc::new(partition));
+        // A single node is its own ISR: the replica state machine takes everything recovery
+        // kept (and open made durable) as committed, including acknowledged data written
+        // after the last high-watermark checkpoint.
+        self.replica_manager.add(Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config));
         Ok(())
     }
 
@@ -722,8 +730,7 @@ impl Broker {
     /// were left open.
     pub fn shutdown(&self, deadline: std::time::Instant) -> usize {
         let started = std::time::Instant::now();
-        let partitions: Vec<Arc<Partition>> = self.partitions();
-        self.partitions.clear();
+        let partitions: Vec<Arc<Partition>> = self.replica_manager.remove_all();
         let failed = std::sync::atomic::AtomicUsize::new(0);
         let closed = run_parallel(
             &partitions,

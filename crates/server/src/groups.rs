@@ -125,7 +125,7 @@ impl Groups {
         let Some(topic) = image.topic(OFFSETS_TOPIC) else { return Ok(()) };
         let mut records = Vec::new();
         for p in &topic.partitions {
-            let Some(partition) = broker.partition(topic.id, p.index) else { continue };
+            let Some(partition) = broker.replica_manager.partition(topic.id, p.index) else { continue };
             read_replay(&partition, &mut records)?;
         }
         let count = records.len();
@@ -143,7 +143,7 @@ impl Groups {
 /// the client looks the coordinator up again, and FindCoordinator creates or reopens it.
 fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
     let topic = broker.image().topic(OFFSETS_TOPIC).map(|t| t.id);
-    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::NOT_COORDINATOR)
+    topic.and_then(|id| broker.replica_manager.partition(id, index)).ok_or(ErrorCode::NOT_COORDINATOR)
 }
 
 /// Creates `__consumer_offsets` (compacted, `offsets.topic.num.partitions`) if missing,

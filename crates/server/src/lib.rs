@@ -12,6 +12,7 @@ pub mod groups;
 pub mod handlers;
 pub mod network;
 pub mod partition;
+pub mod replica_manager;
 pub mod replies;
 pub mod supported;
 pub mod telemetry;

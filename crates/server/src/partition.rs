@@ -1,23 +1,34 @@
-//! A partition this broker leads: its log, and the signal fetchers wait on.
+//! A partition this broker leads: its log, its replica state machine, and the signal
+//! fetchers wait on.
 
-use osprey_protocol::Uuid;
-use osprey_storage::{FdLimited, Flusher, PartitionLog, StdStorage, StorageError};
+use osprey_cluster::replica::{
+    AckLevel, AppendRefused, Assignment, LocalLog, Output, ReplicaConfig, ReplicaState, Snapshot,
+};
+use osprey_cluster::PartitionImage;
+use osprey_protocol::{ErrorCode, Uuid};
+use osprey_storage::{FdLimited, Flusher, LogConfig, PartitionLog, StdStorage, StorageError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::{oneshot, watch};
 
 /// A partition log whose files count against the broker's open-file budget.
 pub type Log = PartitionLog<FdLimited<StdStorage>>;
-use std::sync::Arc;
-use tokio::sync::{oneshot, watch};
 
+/// A partition this broker holds: its log and its replication state.
+///
+/// The replica state machine ([`ReplicaState`]) is the one owner of the leader epoch,
+/// the ISR, the high watermark, the last stable offset and the flush policy; this type
+/// feeds it what the log reports and carries out what it decides: it publishes the high
+/// watermark (into the log, which keeps it for retention, cleaning and its checkpoint,
+/// and to long-polling fetches) and answers produce requests once it acknowledges them.
 #[derive(Debug)]
 pub struct Partition {
     pub topic: String,
     pub topic_id: Uuid,
     pub index: i32,
-    pub leader_epoch: i32,
     pub log: Arc<Log>,
-    /// Acknowledge only after fsync (the default), or at once (`flush.messages`/`flush.ms` set).
-    fsync_before_ack: std::sync::atomic::AtomicBool,
-    /// The high watermark, published for long-polling fetches.
+    replica: Mutex<Replica>,
+    /// The machine's high watermark, published for long-polling fetches.
     high_watermark: watch::Sender<i64>,
     /// Transactional appends waiting for their partition to join the transaction (KIP-890
     /// part 2). While any wait, later transactional batches wait behind them, so a batch
@@ -25,34 +36,100 @@ pub struct Partition {
     pub deferred_txn_appends: std::sync::atomic::AtomicUsize,
 }
 
+/// The state machine and the requests waiting on it, under one lock.
+#[derive(Debug)]
+struct Replica {
+    state: ReplicaState,
+    next_request_id: u64,
+    waiters: HashMap<u64, oneshot::Sender<Result<(), AckError>>>,
+}
+
+/// Why a write was not acknowledged.
+#[derive(Debug)]
+pub enum AckError {
+    /// The log could not make it durable.
+    Storage(StorageError),
+    /// The replica state machine's answer: NOT_LEADER_OR_FOLLOWER, or
+    /// NOT_ENOUGH_REPLICAS_AFTER_APPEND when the ISR fell below `min.insync.replicas`.
+    Replication(ErrorCode),
+}
+
+impl AckError {
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            AckError::Storage(e) => crate::handlers::produce::storage_error_code(e),
+            AckError::Replication(code) => *code,
+        }
+    }
+}
+
+impl std::fmt::Display for AckError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AckError::Storage(e) => e.fmt(f),
+            AckError::Replication(code) => f.write_str(code.name()),
+        }
+    }
+}
+
+/// Resolves once a write is acknowledged (or not).
+pub type Acknowledgement = oneshot::Receiver<Result<(), AckError>>;
+
 impl Partition {
+    /// A partition whose log was just opened, in the state `assignment` describes.
     pub fn new(
         topic: String,
         topic_id: Uuid,
-        index: i32,
-        leader_epoch: i32,
+        assignment: &PartitionImage,
         log: Arc<Log>,
-        fsync_before_ack: bool,
+        config: ReplicaConfig,
     ) -> Partition {
-        let (high_watermark, _) = watch::channel(log.high_watermark());
-        let fsync_before_ack = std::sync::atomic::AtomicBool::new(fsync_before_ack);
-        Partition {
+        let now = crate::broker::now_ms();
+        let state = ReplicaState::new(config, assignment_of(assignment), local_log(&log), log.high_watermark(), now);
+        let (high_watermark, _) = watch::channel(state.high_watermark());
+        let partition = Partition {
             topic,
             topic_id,
-            index,
-            leader_epoch,
+            index: assignment.index,
             log,
-            fsync_before_ack,
+            replica: Mutex::new(Replica { state, next_request_id: 0, waiters: HashMap::new() }),
             high_watermark,
             deferred_txn_appends: std::sync::atomic::AtomicUsize::new(0),
-        }
+        };
+        // The machine may already have moved the high watermark (a single node is its own
+        // ISR: everything recovery kept and made durable is committed).
+        let mut replica = partition.lock();
+        partition.carry_out(&mut replica);
+        drop(replica);
+        partition
     }
 
-    /// Applies a topic config change to this partition's log.
-    pub fn reconfigure(&self, config: osprey_storage::LogConfig) {
-        let fsync = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
-        self.fsync_before_ack.store(fsync, std::sync::atomic::Ordering::Release);
+    fn lock(&self) -> MutexGuard<'_, Replica> {
+        self.replica.lock().expect("replica state lock poisoned by an earlier panic")
+    }
+
+    /// The leader epoch, high watermark and last stable offset, taken together.
+    pub fn snapshot(&self) -> Snapshot {
+        self.lock().state.snapshot()
+    }
+
+    pub fn leader_epoch(&self) -> i32 {
+        self.lock().state.leader_epoch()
+    }
+
+    /// Whether a write with these acks may be appended now (leadership; the ISR against
+    /// the effective `min.insync.replicas` for acks=all).
+    pub fn check_append(&self, acks: i16) -> Result<(), AppendRefused> {
+        self.lock().state.check_append(ack_level(acks))
+    }
+
+    /// Applies a topic config change: the log's settings, and the flush policy and
+    /// `min.insync.replicas` the replica state machine decides with.
+    pub fn reconfigure(&self, config: LogConfig, replica_config: ReplicaConfig) {
         self.log.set_config(config);
+        let mut replica = self.lock();
+        replica.state.set_config(replica_config, crate::broker::now_ms());
+        self.carry_out(&mut replica);
     }
 
     /// A receiver that changes whenever the high watermark moves.
@@ -60,51 +137,121 @@ impl Partition {
         self.high_watermark.subscribe()
     }
 
-    /// Moves the high watermark to `end_offset` once everything before it may be read:
-    /// on a single node that is when it is acknowledged-durable, so a consumer never
-    /// reads data a crash could take back.
-    pub fn advance_high_watermark(&self, end_offset: i64) {
-        if end_offset <= self.log.high_watermark() {
-            return;
-        }
-        if let Err(e) = self.log.update_high_watermark(end_offset) {
-            tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "high watermark not updated");
-            return;
-        }
-        self.high_watermark.send_if_modified(|hw| {
-            let moved = end_offset > *hw;
-            if moved {
-                *hw = end_offset;
-            }
-            moved
-        });
+    /// Tells the replica state machine what the log now holds (appended, durable, its
+    /// oldest open transaction) and carries out what follows.
+    pub fn log_changed(&self) {
+        let mut replica = self.lock();
+        // Read under the machine's lock: reports reach it in the order they were read,
+        // so an older first unstable offset never replaces a newer one.
+        let local = local_log(&self.log);
+        replica.state.local_log_changed(local, crate::broker::now_ms());
+        self.carry_out(&mut replica);
     }
 
-    /// Resolves once `last_offset` may be acknowledged under the log's flush policy, and
-    /// moves the high watermark past it.
-    pub fn acknowledged(
-        self: &Arc<Self>,
-        last_offset: i64,
-        flusher: &Flusher,
-    ) -> oneshot::Receiver<Result<(), StorageError>> {
+    /// Resolves once the batch ending at `last_offset` is acknowledged at acks=all:
+    /// below the high watermark. Coordinator records and transaction markers wait so.
+    pub fn acknowledged(self: &Arc<Self>, last_offset: i64, flusher: &Flusher) -> Acknowledgement {
+        self.acknowledge(last_offset, -1, flusher)
+    }
+
+    /// Resolves once the batch ending at `last_offset` is acknowledged with `acks`
+    /// (acks=0 as acks=1: the high watermark still moves once it is durable). Under
+    /// `fsync_before_ack` the log's fsync is what moves the machine.
+    pub fn acknowledge(self: &Arc<Self>, last_offset: i64, acks: i16, flusher: &Flusher) -> Acknowledgement {
         let (tx, rx) = oneshot::channel();
-        if !self.fsync_before_ack.load(std::sync::atomic::Ordering::Acquire) {
-            self.advance_high_watermark(last_offset + 1);
-            let _ = tx.send(Ok(()));
-            return rx;
+        let (request_id, fsync_before_ack) = {
+            let mut replica = self.lock();
+            let request_id = replica.next_request_id;
+            replica.next_request_id += 1;
+            replica.waiters.insert(request_id, tx);
+            let now = crate::broker::now_ms();
+            let local = local_log(&self.log);
+            replica.state.local_log_changed(local, now);
+            replica.state.await_ack(request_id, last_offset + 1, ack_level(acks), now);
+            self.carry_out(&mut replica);
+            (request_id, replica.state.fsync_before_ack())
+        };
+        if fsync_before_ack {
+            // Outside the lock: the callback may run at once, on this thread.
+            let me = self.clone();
+            self.log.on_durable(
+                last_offset,
+                flusher,
+                Box::new(move |result| match result {
+                    Ok(()) => me.log_changed(),
+                    Err(e) => me.fail(request_id, AckError::Storage(e)),
+                }),
+            );
         }
-        let me = self.clone();
-        self.log.on_durable(
-            last_offset,
-            flusher,
-            Box::new(move |result| {
-                if result.is_ok() {
-                    me.advance_high_watermark(last_offset + 1);
-                }
-                let _ = tx.send(result);
-            }),
-        );
         rx
+    }
+
+    /// Answers a waiting request with `error`, if it still waits.
+    fn fail(&self, request_id: u64, error: AckError) {
+        let mut replica = self.lock();
+        replica.state.cancel(request_id);
+        if let Some(tx) = replica.waiters.remove(&request_id) {
+            let _ = tx.send(Err(error));
+        }
+    }
+
+    /// Carries out the machine's outputs: publishes a new high watermark, answers
+    /// acknowledged requests. (ISR changes need followers, which a single node has not.)
+    fn carry_out(&self, replica: &mut Replica) {
+        while let Some(output) = replica.state.poll_output() {
+            match output {
+                Output::HighWatermark(hw) => {
+                    if let Err(e) = self.log.update_high_watermark(hw) {
+                        tracing::warn!(topic = %self.topic, partition = self.index, error = %e, "high watermark not updated");
+                    }
+                    self.high_watermark.send_if_modified(|published| {
+                        let moved = hw > *published;
+                        if moved {
+                            *published = hw;
+                        }
+                        moved
+                    });
+                }
+                Output::AlterPartition(change) => {
+                    tracing::warn!(topic = %self.topic, partition = self.index, ?change, "ISR change asked without a controller to send it to");
+                }
+                Output::Completed { request_id, result } => {
+                    if let Some(tx) = replica.waiters.remove(&request_id) {
+                        let _ = tx.send(result.map_err(AckError::Replication));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// What the log reports to the replica state machine. The durable end is read first:
+/// it never passes the log end offset read after it.
+fn local_log(log: &Log) -> LocalLog {
+    let durable_end_offset = log.durable_end_offset();
+    let offsets = log.offsets();
+    // A transaction whose start was deleted (DeleteRecords, retention) holds the last
+    // stable offset at the log start offset, as Kafka's `maybeIncrementFirstUnstableOffset`.
+    let first_unstable_offset = log.first_unstable_offset().map(|first| first.max(offsets.log_start_offset));
+    LocalLog { log_end_offset: offsets.log_end_offset, durable_end_offset, first_unstable_offset }
+}
+
+fn assignment_of(p: &PartitionImage) -> Assignment {
+    Assignment {
+        leader: p.leader,
+        leader_epoch: p.leader_epoch,
+        partition_epoch: p.partition_epoch,
+        replicas: p.replicas.clone(),
+        isr: p.isr.clone(),
+    }
+}
+
+/// acks=all waits for the high watermark; acks=1 (and 0) for the leader's own copy.
+fn ack_level(acks: i16) -> AckLevel {
+    if acks == -1 {
+        AckLevel::All
+    } else {
+        AckLevel::Leader
     }
 }
 
@@ -118,9 +265,8 @@ pub fn append_coordinator_records(
     records: &[osprey_coordinator::group::Record],
     producer: Option<(i64, i16)>,
     what: &str,
-) -> Result<oneshot::Receiver<Result<(), StorageError>>, osprey_protocol::ErrorCode> {
+) -> Result<Acknowledgement, ErrorCode> {
     use osprey_protocol::records::{BatchBuilder, Compression};
-    use osprey_protocol::ErrorCode;
     let now = crate::broker::now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
     if let Some((producer_id, producer_epoch)) = producer {
@@ -131,7 +277,7 @@ pub fn append_coordinator_records(
     }
     let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
     let mut bytes = batch.into_bytes_mut();
-    let info = partition.log.append(&mut bytes, partition.leader_epoch, now).map_err(|e| {
+    let info = partition.log.append(&mut bytes, partition.leader_epoch(), now).map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "{what} failed");
         if e.is_kafka_storage_error() {
             ErrorCode::KAFKA_STORAGE_ERROR
@@ -140,4 +286,73 @@ pub fn append_coordinator_records(
         }
     })?;
     Ok(partition.acknowledged(info.last_offset, flusher))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    use osprey_storage::FdBudget;
+
+    fn open(name: &str, flush_messages: Option<&str>) -> (Arc<Partition>, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("osprey-partition-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut config = LogConfig::default();
+        if let Some(n) = flush_messages {
+            config.set("flush.messages", n).unwrap();
+        }
+        let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
+        let storage = FdLimited::new(StdStorage, FdBudget::new(64));
+        let log = PartitionLog::open(storage, &dir, config, 0).unwrap();
+        let image = PartitionImage {
+            index: 0,
+            replicas: vec![1],
+            isr: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+        };
+        let replica_config =
+            ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };
+        (Arc::new(Partition::new("t".into(), Uuid::default(), &image, Arc::new(log), replica_config)), dir)
+    }
+
+    fn append(partition: &Partition, records: usize) -> i64 {
+        let mut builder = BatchBuilder::new(Compression::None);
+        for i in 0..records {
+            builder.append(0, Some(format!("k{i}").as_bytes()), Some(b"v"), &[]).unwrap();
+        }
+        let mut bytes = builder.build().unwrap().into_bytes_mut();
+        partition.log.append(&mut bytes, partition.leader_epoch(), 0).unwrap().last_offset
+    }
+
+    #[test]
+    fn acks_all_completes_once_the_replica_high_watermark_passes_the_durable_batch() {
+        let (partition, dir) = open("acks-all", None);
+        let flusher = Flusher::new(1).unwrap();
+        // One replica with min.insync.replicas=2: acks=all is taken (KAFKA-15583).
+        assert!(partition.check_append(-1).is_ok());
+        let mut watch = partition.watch_high_watermark();
+        let last_offset = append(&partition, 3);
+        let ack = partition.acknowledge(last_offset, -1, &flusher);
+        assert!(ack.blocking_recv().unwrap().is_ok());
+        let snapshot = partition.snapshot();
+        assert_eq!((snapshot.high_watermark, snapshot.last_stable_offset), (3, 3));
+        assert_eq!(partition.log.high_watermark(), 3, "published into the log");
+        assert!(partition.log.durable_end_offset() >= 3, "acknowledged only once durable");
+        assert!(watch.has_changed().unwrap());
+        assert_eq!(*watch.borrow_and_update(), 3);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn relaxed_flush_policy_acknowledges_before_the_fsync() {
+        let (partition, dir) = open("relaxed", Some("1000"));
+        let flusher = Flusher::new(1).unwrap();
+        let last_offset = append(&partition, 2);
+        let mut ack = partition.acknowledge(last_offset, 1, &flusher);
+        assert!(ack.try_recv().unwrap().is_ok(), "answered at once, from the log end offset");
+        assert_eq!(partition.snapshot().high_watermark, 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 }

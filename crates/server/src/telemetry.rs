@@ -263,7 +263,7 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
         for t in &offsets.topics {
             let Some(topic) = image.topic(&t.name) else { continue };
             for p in &t.partitions {
-                let Some(partition) = broker.partition(topic.id, p.partition_index) else { continue };
+                let Some(partition) = broker.replica_manager.partition(topic.id, p.partition_index) else { continue };
                 if p.committed_offset < 0 {
                     continue;
                 }
@@ -286,7 +286,7 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
 
 fn refresh_partition_gauges(broker: &Broker) {
     let (mut count, mut max, mut errors) = (0u64, 0f64, 0u64);
-    for p in broker.partitions() {
+    for p in broker.replica_manager.partitions() {
         let f = p.log.fsync_stats();
         count += f.count;
         max = max.max(f.max.as_secs_f64());
@@ -307,7 +307,7 @@ fn refresh_damage_counters(broker: &Broker) {
     let kinds = [DamageKind::CutShort, DamageKind::MissingSegment, DamageKind::Gap, DamageKind::Overlapping];
     let mut ranges = [0u64; 4];
     let mut bytes = 0;
-    for p in broker.partitions() {
+    for p in broker.replica_manager.partitions() {
         for d in &p.log.recovery_report().damaged {
             if let Some(i) = kinds.iter().position(|&k| k == d.kind) {
                 ranges[i] += 1;

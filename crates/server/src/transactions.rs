@@ -146,7 +146,7 @@ impl Transactions {
             producer_epoch,
             coordinator_epoch,
             committed,
-            partition.leader_epoch,
+            partition.leader_epoch(),
             now_ms(),
         )
     }
@@ -160,14 +160,14 @@ impl Transactions {
             if self.lock().coordinator.is_loaded(p.index) {
                 continue;
             }
-            let Some(partition) = broker.partition(topic.id, p.index) else { continue };
+            let Some(partition) = broker.replica_manager.partition(topic.id, p.index) else { continue };
             let mut records: Vec<Record> = Vec::new();
             read_all(&partition, &mut records)?;
             let count = records.len();
             let mut inner = self.lock();
             let summary = inner
                 .coordinator
-                .load(p.index, partition.leader_epoch, records, now_ms())
+                .load(p.index, partition.leader_epoch(), records, now_ms())
                 .map_err(|e| format!("{}: {e}", partition.log.dir().display()))?;
             if count > 0 {
                 tracing::info!(
@@ -296,7 +296,7 @@ fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str
             report(&mut inner.coordinator, ErrorCode::NONE);
             continue;
         };
-        let Some(partition) = broker.partition(topic_image.id, *index) else {
+        let Some(partition) = broker.replica_manager.partition(topic_image.id, *index) else {
             inner.failed_markers.insert((transactional_id.to_string(), tp.clone()));
             report(&mut inner.coordinator, ErrorCode::NOT_LEADER_OR_FOLLOWER);
             continue;
@@ -306,7 +306,7 @@ fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str
             marker.producer_epoch,
             marker.coordinator_epoch,
             marker.committed,
-            partition.leader_epoch,
+            partition.leader_epoch(),
             now_ms(),
         );
         let info = match appended {
@@ -360,7 +360,7 @@ pub fn marker_durable(broker: &Arc<Broker>, _topic_id: Uuid, tp: &TopicPartition
 /// the coordinator up again, and FindCoordinator creates the topic outside the lock.
 fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
     let topic = broker.image().topic(TRANSACTION_STATE_TOPIC_NAME).map(|t| t.id);
-    topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+    topic.and_then(|id| broker.replica_manager.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)
 }
 
 /// Creates `__transaction_state` (compacted, `transaction.state.log.num.partitions`) if

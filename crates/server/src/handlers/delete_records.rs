@@ -19,18 +19,22 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
                 low_watermark: -1,
                 ..Default::default()
             };
-            let outcome = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
+            let outcome = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                 Some(partition) => {
-                    let hw = partition.log.high_watermark();
+                    let hw = partition.snapshot().high_watermark;
                     let target = if p.offset == -1 { hw } else { p.offset };
                     if target < 0 || target > hw {
                         Err(ErrorCode::OFFSET_OUT_OF_RANGE)
                     } else {
-                        partition.log.delete_records_before(target).map_err(|e| {
+                        let deleted = partition.log.delete_records_before(target).map_err(|e| {
                             tracing::error!(topic = %t.name, partition = p.partition_index, error = %e, "DeleteRecords failed");
                             if e.is_kafka_storage_error() { ErrorCode::KAFKA_STORAGE_ERROR } else { ErrorCode::OFFSET_OUT_OF_RANGE }
-                        })
+                        });
+                        // The log start moved: a transaction whose start it passed now
+                        // holds the last stable offset there.
+                        partition.log_changed();
+                        deleted
                     }
                 }
             };

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: DescribeLogDirsRequest) -> ResponseBody {
     let mut by_topic: BTreeMap<String, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-    for p in broker.partitions() {
+    for p in broker.replica_manager.partitions() {
         let wanted = req
             .topics
             .as_ref()

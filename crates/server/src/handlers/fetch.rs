@@ -75,7 +75,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .into_iter()
         .map(|(key, fetch)| {
             let topic = if by_id { image.topic_by_id(key.topic_id) } else { image.topic(&key.topic) };
-            let partition = topic.and_then(|t| broker.partition(t.id, key.partition)).ok_or(unknown);
+            let partition = topic.and_then(|t| broker.replica_manager.partition(t.id, key.partition)).ok_or(unknown);
             PartitionPlan { key, fetch, partition }
         })
         .collect();
@@ -207,9 +207,12 @@ fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_co
         Ok(partition) => partition,
         Err(code) => return failed(data, *code),
     };
+    // The leader epoch, high watermark and LSO from one snapshot of the replica state
+    // machine, so the response never reports an LSO above its high watermark.
+    let snapshot = partition.snapshot();
     let epoch = p.fetch.current_leader_epoch;
-    if epoch >= 0 && epoch != partition.leader_epoch {
-        let code = if epoch < partition.leader_epoch {
+    if epoch >= 0 && epoch != snapshot.leader_epoch {
+        let code = if epoch < snapshot.leader_epoch {
             ErrorCode::FENCED_LEADER_EPOCH
         } else {
             ErrorCode::UNKNOWN_LEADER_EPOCH
@@ -217,13 +220,13 @@ fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_co
         return failed(data, code);
     }
     let log = &partition.log;
-    // One snapshot, so the response never reports an LSO above its high watermark.
+    // Read after the snapshot: the log end offset is at least its high watermark.
     let offsets = log.offsets();
-    data.high_watermark = offsets.high_watermark;
-    data.last_stable_offset = offsets.last_stable_offset;
+    data.high_watermark = snapshot.high_watermark;
+    data.last_stable_offset = snapshot.last_stable_offset;
     data.log_start_offset = offsets.log_start_offset;
     // read_committed stops at the last stable offset: nothing of an open transaction.
-    let bound = if read_committed { offsets.last_stable_offset } else { offsets.high_watermark };
+    let bound = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
     let offset = p.fetch.fetch_offset;
     if offset >= bound && offset <= offsets.log_end_offset {
         // Caught up (or past the bound but inside the log): nothing to read yet.

@@ -64,7 +64,7 @@ fn answer(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> Respon
         let mut out = ListOffsetsTopicResponse { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
-            let result = match topic.and_then(|t| broker.partition(t.id, p.partition_index)) {
+            let result = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
                 None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
                 Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1),
             };
@@ -94,17 +94,19 @@ fn lookup(
     current_leader_epoch: i32,
     read_committed: bool,
 ) -> Result<(i64, i64, i32), ErrorCode> {
-    if current_leader_epoch >= 0 && current_leader_epoch != partition.leader_epoch {
-        return Err(if current_leader_epoch < partition.leader_epoch {
+    // The epoch and the offsets from one snapshot of the replica state machine.
+    let snapshot = partition.snapshot();
+    let epoch = snapshot.leader_epoch;
+    if current_leader_epoch >= 0 && current_leader_epoch != epoch {
+        return Err(if current_leader_epoch < epoch {
             ErrorCode::FENCED_LEADER_EPOCH
         } else {
             ErrorCode::UNKNOWN_LEADER_EPOCH
         });
     }
     let log = &partition.log;
-    let epoch = partition.leader_epoch;
     // read_committed consumers see offsets only up to the last stable offset.
-    let high_watermark = if read_committed { log.last_stable_offset() } else { log.high_watermark() };
+    let high_watermark = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
     match timestamp {
         LATEST => Ok((high_watermark, -1, epoch)),
         EARLIEST | EARLIEST_LOCAL => Ok((log.log_start_offset(), -1, epoch)),

@@ -16,12 +16,12 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetForLeaderEpochRequest) -> Respons
         for p in t.partitions {
             let mut r =
                 EpochEndOffset { partition: p.partition, leader_epoch: -1, end_offset: -1, ..Default::default() };
-            match topic.and_then(|t| broker.partition(t.id, p.partition)) {
+            match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition)) {
                 None => r.error_code = ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
-                Some(partition) if p.current_leader_epoch >= 0 && p.current_leader_epoch < partition.leader_epoch => {
+                Some(partition) if p.current_leader_epoch >= 0 && p.current_leader_epoch < partition.leader_epoch() => {
                     r.error_code = ErrorCode::FENCED_LEADER_EPOCH.code()
                 }
-                Some(partition) if p.current_leader_epoch > partition.leader_epoch => {
+                Some(partition) if p.current_leader_epoch > partition.leader_epoch() => {
                     r.error_code = ErrorCode::UNKNOWN_LEADER_EPOCH.code()
                 }
                 Some(partition) => {

@@ -3,10 +3,9 @@
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
-use crate::partition::Partition;
+use crate::partition::{AckError, Acknowledgement, Partition};
 use crate::telemetry;
 use bytes::Bytes;
-use osprey_cluster::TopicImage;
 use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -19,7 +18,6 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::oneshot;
 
 /// A partition's outcome before the durability wait.
 enum Outcome {
@@ -32,7 +30,8 @@ enum Outcome {
     },
     Appended {
         info: AppendInfo,
-        durable: Option<oneshot::Receiver<Result<(), StorageError>>>,
+        /// Resolves once the replica state machine acknowledges the batch.
+        durable: Option<Acknowledgement>,
     },
     /// Appended later: a transaction version 2 batch whose partition the coordinator
     /// is adding to the transaction first (KIP-890 part 2). Resolves to another outcome.
@@ -67,9 +66,9 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match found.and_then(|t| broker.partition(t.id, p.index).map(|part| (t, part))) {
+                match found.and_then(|t| broker.replica_manager.partition(t.id, p.index).map(|part| (t, part))) {
                     None => Outcome::Failed(unknown, None),
-                    Some((topic, partition)) => match check_isr(broker, topic, p.index, acks) {
+                    Some((_, partition)) => match check_append(&partition, acks) {
                         Err(outcome) => outcome,
                         Ok(()) => append(broker, &partition, p.records, version, acks, transactional_id),
                     },
@@ -89,34 +88,16 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
     Reply::Later(Box::pin(respond(topics)))
 }
 
-/// acks=all needs at least the effective `min.insync.replicas` in the ISR, else nothing
-/// is written (NOT_ENOUGH_REPLICAS), exactly as Kafka refuses it. The effective value is
-/// capped at the partition's replica count, as Kafka's has been since 3.7 (KAFKA-15583):
-/// a one-replica topic with `min.insync.replicas=2` takes acks=all.
-fn check_isr(broker: &Broker, topic: &TopicImage, partition: i32, acks: i16) -> Result<(), Outcome> {
-    if acks != -1 {
-        return Ok(());
-    }
-    let min_isr: usize = topic
-        .configs
-        .get("min.insync.replicas")
-        .cloned()
-        .or_else(|| broker.topic_defaults().get("min.insync.replicas").cloned())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1);
-    let Some(image) = topic.partitions.get(partition as usize) else { return Ok(()) };
-    let min_isr = min_isr.min(image.replicas.len());
-    let isr = image.isr.len();
-    if isr < min_isr {
-        telemetry::error_code(ApiKey::Produce, ErrorCode::NOT_ENOUGH_REPLICAS);
-        return Err(Outcome::Failed(
-            ErrorCode::NOT_ENOUGH_REPLICAS,
-            Some(format!(
-                "The size of the current ISR {isr} is insufficient to satisfy the min.isr requirement of {min_isr}"
-            )),
-        ));
-    }
-    Ok(())
+/// Refuses the write before anything is written when the replica state machine says so:
+/// this broker does not lead, or acks=all with the ISR below the effective
+/// `min.insync.replicas` (NOT_ENOUGH_REPLICAS, as Kafka). The effective value is capped at
+/// the partition's replica count, as Kafka's has been since 3.7 (KAFKA-15583): a
+/// one-replica topic with `min.insync.replicas=2` takes acks=all.
+fn check_append(partition: &Partition, acks: i16) -> Result<(), Outcome> {
+    partition.check_append(acks).map_err(|refused| {
+        telemetry::error_code(ApiKey::Produce, refused.code());
+        Outcome::Failed(refused.code(), Some(refused.to_string()))
+    })
 }
 
 fn append(
@@ -242,14 +223,13 @@ impl Drop for DeferredAppend {
 fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, acks: i16) -> Outcome {
     // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
     let mut bytes = records.to_vec();
-    match partition.log.append(&mut bytes, partition.leader_epoch, now_ms()) {
+    match partition.log.append(&mut bytes, partition.leader_epoch(), now_ms()) {
         Ok(info) => {
             telemetry::bytes_in(&partition.topic, info.bytes, info.records);
-            let durable = (acks != 0).then(|| partition.acknowledged(info.last_offset, &broker.flusher));
-            if acks == 0 {
-                // Nobody waits, but the high watermark must still move once it is durable.
-                drop(partition.acknowledged(info.last_offset, &broker.flusher));
-            }
+            // With acks=0 nobody waits, but the high watermark must still move once the
+            // batch is durable.
+            let acknowledgement = partition.acknowledge(info.last_offset, acks, &broker.flusher);
+            let durable = (acks != 0).then_some(acknowledgement);
             Outcome::Appended { info, durable }
         }
         Err(e) => {
@@ -422,7 +402,9 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
                 }
                 Outcome::Appended { info, durable } => {
                     let result = match durable {
-                        Some(rx) => rx.await.unwrap_or(Err(StorageError::Truncated(info.last_offset))),
+                        Some(rx) => {
+                            rx.await.unwrap_or(Err(AckError::Storage(StorageError::Truncated(info.last_offset))))
+                        }
                         None => Ok(()),
                     };
                     match result {
@@ -432,7 +414,7 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
                             r.log_start_offset = info.log_start_offset;
                         }
                         Err(e) => {
-                            let code = storage_error_code(&e);
+                            let code = e.code();
                             telemetry::error_code(ApiKey::Produce, code);
                             r.error_code = code.code();
                             r.error_message = Some(e.to_string());

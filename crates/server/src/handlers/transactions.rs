@@ -315,7 +315,7 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
 /// WriteTxnMarkers v1-2: markers for partitions led here (an admin's abort of a hanging
 /// transaction, or another broker's coordinator); answered once each is durable.
 pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
-    type Pending = (i32, tokio::sync::oneshot::Receiver<Result<(), osprey_storage::StorageError>>);
+    type Pending = (i32, crate::partition::Acknowledgement);
     let mut markers = Vec::new();
     for m in req.markers {
         let mut topics = Vec::new();
@@ -324,7 +324,9 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
             let topic_image = image.topic(&t.name).cloned();
             let mut partitions: Vec<Result<Pending, (i32, ErrorCode)>> = Vec::new();
             for index in t.partition_indexes {
-                let Some(partition) = topic_image.as_ref().and_then(|ti| broker.partition(ti.id, index)) else {
+                let Some(partition) =
+                    topic_image.as_ref().and_then(|ti| broker.replica_manager.partition(ti.id, index))
+                else {
                     partitions.push(Err((index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)));
                     continue;
                 };
@@ -416,7 +418,7 @@ pub fn describe_producers(broker: &Arc<Broker>, req: DescribeProducersRequest) -
         let mut out = TopicResponse { name: t.name.clone(), ..Default::default() };
         for index in t.partition_indexes {
             let mut p = PartitionResponse { partition_index: index, ..Default::default() };
-            match topic.and_then(|ti| broker.partition(ti.id, index)) {
+            match topic.and_then(|ti| broker.replica_manager.partition(ti.id, index)) {
                 None => {
                     let code = if topic.is_some_and(|ti| index >= 0 && (index as usize) < ti.partitions.len()) {
                         ErrorCode::NOT_LEADER_OR_FOLLOWER

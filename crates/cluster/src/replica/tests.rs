@@ -1,0 +1,159 @@
+use super::*;
+
+const LAG_MS: i64 = 30_000;
+
+fn config(local_id: i32, min_insync_replicas: usize, fsync_before_ack: bool) -> ReplicaConfig {
+    ReplicaConfig { local_id, replica_lag_time_max_ms: LAG_MS, min_insync_replicas, fsync_before_ack }
+}
+
+fn assignment(leader: i32, leader_epoch: i32, partition_epoch: i32, replicas: &[i32], isr: &[i32]) -> Assignment {
+    Assignment { leader, leader_epoch, partition_epoch, replicas: replicas.to_vec(), isr: isr.to_vec() }
+}
+
+fn log(log_end_offset: i64, durable_end_offset: i64) -> LocalLog {
+    LocalLog { log_end_offset, durable_end_offset, first_unstable_offset: None }
+}
+
+fn outputs(state: &mut ReplicaState) -> Vec<Output> {
+    std::iter::from_fn(|| state.poll_output()).collect()
+}
+
+fn single_node(min_insync_replicas: usize, fsync_before_ack: bool) -> ReplicaState {
+    let config = config(1, min_insync_replicas, fsync_before_ack);
+    ReplicaState::new(config, assignment(1, 0, 0, &[1], &[1]), log(0, 0), 0, 0)
+}
+
+#[test]
+fn single_node_high_watermark_follows_durable_end_and_acks_complete_from_it() {
+    let mut s = single_node(1, true);
+    assert!(s.is_leader());
+    s.local_log_changed(log(5, 0), 1);
+    s.await_ack(7, 5, AckLevel::All, 1);
+    assert_eq!(s.high_watermark(), 0, "nothing durable yet");
+    assert!(outputs(&mut s).is_empty());
+    s.local_log_changed(log(5, 3), 2);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(3)]);
+    s.local_log_changed(log(5, 5), 3);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(5), Output::Completed { request_id: 7, result: Ok(()) }]);
+    assert_eq!(s.waiting_count(), 0);
+}
+
+#[test]
+fn relaxed_flush_policy_counts_the_log_end_offset() {
+    let mut s = single_node(1, false);
+    s.local_log_changed(log(4, 0), 1);
+    s.await_ack(1, 4, AckLevel::All, 1);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(4), Output::Completed { request_id: 1, result: Ok(()) }]);
+}
+
+#[test]
+fn one_replica_with_min_insync_replicas_two_acknowledges_acks_all() {
+    // KAFKA-15583: the effective minimum is capped at the replica count.
+    let mut s = single_node(2, true);
+    assert_eq!(s.effective_min_insync_replicas(), 1);
+    assert_eq!(s.check_append(AckLevel::All), Ok(()));
+    s.local_log_changed(log(1, 1), 1);
+    s.await_ack(3, 1, AckLevel::All, 1);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(1), Output::Completed { request_id: 3, result: Ok(()) }]);
+}
+
+#[test]
+fn acks_all_refused_before_append_when_isr_is_below_min_insync_replicas() {
+    let config = config(1, 2, true);
+    let s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2, 3], &[1]), log(0, 0), 0, 0);
+    assert_eq!(s.check_append(AckLevel::All), Err(AppendRefused::NotEnoughReplicas { isr: 1, min_isr: 2 }));
+    assert_eq!(s.check_append(AckLevel::Leader), Ok(()));
+}
+
+#[test]
+fn high_watermark_is_the_smallest_durable_end_over_the_isr() {
+    let config = config(1, 2, true);
+    let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), log(0, 0), 0, 0);
+    s.local_log_changed(log(10, 10), 1);
+    s.follower_fetched(2, 10, 8, 1).unwrap();
+    assert_eq!(s.high_watermark(), 0, "follower 3 has not fetched");
+    s.follower_fetched(3, 9, 9, 2).unwrap();
+    assert_eq!(s.high_watermark(), 8, "follower 2 has made only 8 durable");
+    s.follower_fetched(2, 10, 10, 3).unwrap();
+    assert_eq!(s.high_watermark(), 9);
+}
+
+#[test]
+fn lagging_follower_is_dropped_from_the_isr_through_alter_partition() {
+    let config = config(1, 1, false);
+    let mut s = ReplicaState::new(config, assignment(1, 3, 5, &[1, 2], &[1, 2]), log(0, 0), 0, 0);
+    s.local_log_changed(log(10, 0), 1);
+    s.await_ack(1, 10, AckLevel::All, 1);
+    s.tick(LAG_MS);
+    assert!(outputs(&mut s).is_empty(), "within the lag window");
+    s.tick(LAG_MS + 1);
+    let change = IsrChange { leader_epoch: 3, partition_epoch: 5, new_isr: vec![1] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(change)]);
+    assert_eq!(s.high_watermark(), 0, "the shrink is not committed yet");
+    s.apply_assignment(assignment(1, 3, 6, &[1, 2], &[1]), LAG_MS + 2);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(10), Output::Completed { request_id: 1, result: Ok(()) }]);
+}
+
+#[test]
+fn waiting_acks_all_fails_when_the_isr_falls_below_the_minimum() {
+    let config = config(1, 2, true);
+    let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2], &[1, 2]), log(0, 0), 0, 0);
+    s.local_log_changed(log(5, 5), 1);
+    s.await_ack(9, 5, AckLevel::All, 1);
+    s.await_ack(10, 5, AckLevel::Leader, 1);
+    assert_eq!(outputs(&mut s), vec![Output::Completed { request_id: 10, result: Ok(()) }]);
+    s.apply_assignment(assignment(1, 0, 1, &[1, 2], &[1]), 2);
+    assert_eq!(
+        outputs(&mut s),
+        vec![Output::Completed { request_id: 9, result: Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND) }]
+    );
+    assert_eq!(s.high_watermark(), 0, "no advance under min ISR");
+}
+
+#[test]
+fn follower_that_catches_up_is_proposed_for_the_isr() {
+    let config = config(1, 1, false);
+    let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2], &[1]), log(0, 0), 0, 0);
+    s.local_log_changed(log(4, 0), 1);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(4)]);
+    s.follower_fetched(2, 3, 3, 2).unwrap();
+    assert!(outputs(&mut s).is_empty(), "below the high watermark");
+    s.follower_fetched(2, 4, 4, 3).unwrap();
+    let change = IsrChange { leader_epoch: 0, partition_epoch: 0, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(change)]);
+    s.local_log_changed(log(6, 0), 4);
+    assert_eq!(s.high_watermark(), 4, "the proposed member is waited for at once");
+}
+
+#[test]
+fn losing_leadership_fails_waiting_requests() {
+    let config = config(1, 1, true);
+    let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2], &[1, 2]), log(3, 3), 0, 0);
+    s.await_ack(4, 3, AckLevel::All, 1);
+    s.apply_assignment(assignment(2, 1, 1, &[1, 2], &[1, 2]), 2);
+    assert_eq!(
+        outputs(&mut s),
+        vec![Output::Completed { request_id: 4, result: Err(ErrorCode::NOT_LEADER_OR_FOLLOWER) }]
+    );
+    assert_eq!(s.role(), Role::Follower { leader: 2 });
+    assert_eq!(s.leader_epoch(), 1);
+    assert_eq!(s.check_append(AckLevel::Leader), Err(AppendRefused::NotLeader));
+}
+
+#[test]
+fn stale_metadata_is_ignored() {
+    let config = config(1, 1, true);
+    let mut s = ReplicaState::new(config, assignment(1, 4, 7, &[1, 2], &[1, 2]), log(0, 0), 0, 0);
+    s.apply_assignment(assignment(2, 3, 9, &[1, 2], &[2]), 1);
+    s.apply_assignment(assignment(1, 4, 6, &[1, 2], &[1]), 1);
+    assert_eq!((s.leader_epoch(), s.partition_epoch(), s.isr()), (4, 7, &[1, 2][..]));
+}
+
+#[test]
+fn last_stable_offset_stops_at_the_first_unstable_offset_and_the_high_watermark() {
+    let mut s = single_node(1, true);
+    s.local_log_changed(LocalLog { log_end_offset: 10, durable_end_offset: 10, first_unstable_offset: Some(4) }, 1);
+    assert_eq!(s.snapshot(), Snapshot { leader_epoch: 0, high_watermark: 10, last_stable_offset: 4 });
+    s.local_log_changed(LocalLog { log_end_offset: 12, durable_end_offset: 10, first_unstable_offset: None }, 2);
+    assert_eq!(s.last_stable_offset(), 10);
+}
