@@ -5,6 +5,7 @@ pub mod authorized_operations;
 pub mod background;
 pub mod broker;
 pub mod config;
+pub mod coordinator_appends;
 pub mod dispatch;
 pub mod fetch_session;
 pub mod groups;
