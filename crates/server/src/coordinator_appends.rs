@@ -87,11 +87,10 @@ where
         }
     }
 
-    /// The queues hold no invariant a panic could break half-way (a push or a take is one
-    /// step), so a poisoned lock is still usable; and a panic elsewhere aborts the process
-    /// anyway (README, "Failure stance").
+    /// The queues, exclusively. Poisoned, the lock is never used again, as every lock of
+    /// the broker (README, "Failure stance").
     fn lock(&self) -> MutexGuard<'_, HashMap<K, Queue<J>>> {
-        self.queues.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.queues.lock().expect("coordinator append queues poisoned by an earlier panic")
     }
 }
 
