@@ -186,7 +186,7 @@ def run(opts):
     finally:
         broker.stop()
     return {
-        "label": opts.label, "note": opts.note, "revision": opts.revision or bench.git_revision(),
+        "label": opts.label, "note": opts.note, "command": " ".join(["bench/latency.py", *sys.argv[1:]]), "revision": opts.revision or bench.git_revision(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "quiet_s": opts.quiet_s, "loaded_s": opts.loaded_s, "compact_mib": opts.compact_mib,
         "quiet": quiet, "loaded": loaded,
@@ -201,7 +201,7 @@ def run(opts):
 
 
 def write_report(out):
-    runs = [json.loads(p.read_text()) for p in sorted(out.glob("latency-*.json"))]
+    runs = sorted((json.loads(p.read_text()) for p in out.glob("latency-*.json")), key=lambda r: r["date"])
     lines = ["# Produce latency while another topic rolls segments and the cleaner compacts", "",
              "Written by `bench/latency.sh` (bench/latency.py: what each phase does). Probe: librdkafka,",
              "acks=all, idempotent, one record in flight, 100-byte records, one partition; every",
@@ -230,7 +230,7 @@ def write_report(out):
     for r in runs:
         lines.append(f"- {r['label']}: osprey {r['revision']}, {r['date']}, quiet {r['quiet_s']} s, "
                      f"loaded {r['loaded_s']} s, compacted topic prefilled with {r['compact_mib']} MiB. "
-                     f"{r['note']}")
+                     f"{r['note']} Command: `{r.get('command', 'bench/latency.sh --label ' + r['label'])}`")
     (out / "LATENCY.md").write_text("\n".join(lines) + "\n")
 
 
