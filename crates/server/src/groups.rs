@@ -31,7 +31,7 @@ pub struct Groups {
     /// The appends to each `__consumer_offsets` partition, queued under the lock in the
     /// coordinator's output order and run after it is released.
     appends: Arc<AppendQueues<i32, GroupAppend>>,
-    /// Tests: a group whose appends stall until released.
+    /// Tests: a partition whose next append stalls until released.
     #[cfg(test)]
     stall: Mutex<Option<tests::Stall>>,
 }
@@ -40,7 +40,6 @@ pub struct Groups {
 #[derive(Debug)]
 struct GroupAppend {
     id: PersistId,
-    group_id: String,
     records: Vec<Record>,
     producer: Option<(i64, i16)>,
 }
@@ -104,7 +103,7 @@ impl Groups {
                 Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
                 Output::Persist { id, group_id, records, producer } => {
                     let index = partition_for(&group_id, self.num_partitions);
-                    let append = GroupAppend { id, group_id, records, producer };
+                    let append = GroupAppend { id, records, producer };
                     let broker = broker.clone();
                     self.appends.push(index, append, move |append| run_append(&broker, index, append));
                 }
@@ -134,7 +133,7 @@ impl Groups {
 /// coordinator at once, the outcome of a durability wait once it is known.
 fn run_append(broker: &Arc<Broker>, index: i32, append: GroupAppend) {
     #[cfg(test)]
-    tests::stall_if_asked(&broker.groups, &append.group_id);
+    tests::stall_if_asked(&broker.groups, index);
     let id = append.id;
     if let Err(code) = persist(broker, index, append) {
         broker.groups.call(broker, |c, now| c.persisted(id, Err(code), now));
@@ -259,16 +258,17 @@ mod tests {
     use osprey_protocol::messages::OffsetCommitRequest;
     use std::sync::mpsc;
 
-    /// A group whose next append stalls: `entered` says it has begun, `release` lets it go on.
+    /// A partition whose next append stalls: `entered` says it has begun, `release` lets
+    /// it go on.
     #[derive(Debug)]
     pub(super) struct Stall {
-        group_id: String,
+        partition: i32,
         entered: mpsc::Sender<()>,
         release: mpsc::Receiver<()>,
     }
 
-    pub(super) fn stall_if_asked(groups: &Groups, group_id: &str) {
-        let stall = groups.stall.lock().unwrap().take_if(|s| s.group_id == group_id);
+    pub(super) fn stall_if_asked(groups: &Groups, partition: i32) {
+        let stall = groups.stall.lock().unwrap().take_if(|s| s.partition == partition);
         if let Some(stall) = stall {
             stall.entered.send(()).unwrap();
             let _ = stall.release.recv();
@@ -322,7 +322,7 @@ mod tests {
         let (entered_tx, entered_rx) = mpsc::channel();
         let (release_tx, release_rx) = mpsc::channel();
         *broker.groups.stall.lock().unwrap() =
-            Some(Stall { group_id: stalled.into(), entered: entered_tx, release: release_rx });
+            Some(Stall { partition: partition_for(stalled, n), entered: entered_tx, release: release_rx });
 
         // The stalled group's commit is issued from a blocking thread, so that this test
         // goes on even when the append runs on the caller's thread (as it did under the lock).
