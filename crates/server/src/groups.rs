@@ -162,8 +162,8 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
 
 /// The leader of an offsets-topic partition. It never creates the topic (a metadata write
 /// on an append's path): a missing topic (deleted by an admin) is
-/// COORDINATOR_NOT_AVAILABLE, the client looks the coordinator up again, and
-/// FindCoordinator creates the topic, as Kafka does on first use.
+/// COORDINATOR_NOT_AVAILABLE, and the client's next FindCoordinator or group request
+/// creates it from the blocking pool (`handlers::handle`), as Kafka does on first use.
 fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
     let topic = broker.image().topic(OFFSETS_TOPIC).map(|t| t.id);
     topic.and_then(|id| broker.partition(id, index)).ok_or(ErrorCode::COORDINATOR_NOT_AVAILABLE)

@@ -413,7 +413,8 @@ pub fn marker_durable(broker: &Arc<Broker>, _topic_id: Uuid, tp: &TopicPartition
 }
 
 /// The leader of a `__transaction_state` partition. It never creates the topic: creating
-/// it loads the coordinator, which takes the coordinator lock.
+/// it loads the coordinator, which takes the coordinator lock. The client's next
+/// FindCoordinator or transaction request creates it (`handlers::handle`).
 /// A missing topic (deleted by an admin) is COORDINATOR_NOT_AVAILABLE; the client looks
 /// the coordinator up again, and FindCoordinator creates the topic outside the lock.
 fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {

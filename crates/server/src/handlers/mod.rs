@@ -30,8 +30,44 @@ use crate::dispatch::{Reply, Request};
 use osprey_protocol::{RequestBody, ResponseBody};
 use std::sync::Arc;
 
-/// Routes a decoded request to its handler.
+/// Routes a decoded request to its handler. A request for a coordinator whose internal
+/// topic (`__consumer_offsets`, `__transaction_state`) does not exist yet creates it
+/// first, on the blocking pool, as Kafka creates them on first use; the request is
+/// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
+    let missing = internal_topic_of(&request.body).filter(|(name, _)| broker.image().topic(name).is_none());
+    if let Some((name, ensure)) = missing {
+        return after_creating_internal_topic(broker, name, ensure, move |b, _| route(b, request, peer));
+    }
+    route(broker, request, peer)
+}
+
+/// The internal topic a request's coordinator writes to, and how to create it.
+type Ensure = fn(&Arc<Broker>) -> Result<(), osprey_protocol::ErrorCode>;
+fn internal_topic_of(body: &RequestBody) -> Option<(&'static str, Ensure)> {
+    use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
+    use crate::transactions::ensure_state_topic;
+    use osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME;
+    let offsets: (&'static str, Ensure) = (OFFSETS_TOPIC, |b| ensure_offsets_topic(b).map(drop));
+    let state: (&'static str, Ensure) = (TRANSACTION_STATE_TOPIC_NAME, |b| ensure_state_topic(b).map(drop));
+    match body {
+        RequestBody::JoinGroup(_)
+        | RequestBody::SyncGroup(_)
+        | RequestBody::OffsetCommit(_)
+        | RequestBody::DeleteGroups(_)
+        | RequestBody::OffsetDelete(_)
+        | RequestBody::ConsumerGroupHeartbeat(_) => Some(offsets),
+        // AddOffsetsToTxn and TxnOffsetCommit create `__consumer_offsets` themselves.
+        RequestBody::InitProducerId(body) if body.transactional_id.is_some() => Some(state),
+        RequestBody::AddPartitionsToTxn(_)
+        | RequestBody::AddOffsetsToTxn(_)
+        | RequestBody::EndTxn(_)
+        | RequestBody::TxnOffsetCommit(_) => Some(state),
+        _ => None,
+    }
+}
+
+fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
     let version = request.version();
     let client_id = request.header.client_id.clone().unwrap_or_default();
     match request.body {
