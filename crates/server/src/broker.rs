@@ -236,6 +236,9 @@ const FETCH_SESSION_EVICTION_MS: i64 = 120_000;
 /// changed: that is fatal, never served from (README, "Failure stance").
 const POISONED: &str = "broker state lock poisoned by an earlier panic";
 
+/// Producer ids reserved per metadata-log write.
+const PRODUCER_ID_BLOCK: i64 = 1000;
+
 /// Seeds fetch session ids, which should not repeat across restarts; the clock if the
 /// OS has no randomness to give.
 fn random_seed() -> u64 {
@@ -588,15 +591,30 @@ impl Broker {
 
     /// A producer id never handed out before (InitProducerId without a transactional id).
     pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
-        const BLOCK: i64 = 1000;
         let mut ids = self.producer_ids.lock().expect(POISONED);
         if ids.is_empty() {
-            *ids = self.with_controller(|c| c.allocate_producer_ids(BLOCK))?;
+            *ids = self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK))?;
         }
         let id = ids.start;
         ids.start += 1;
         crate::telemetry::producer_id_allocated();
         Ok(id)
+    }
+
+    /// Reserves the next block of producer ids if the current one is used up (a metadata
+    /// log write), so that `next_producer_id` called under a coordinator's lock right after
+    /// writes nothing. Call it where blocking is allowed.
+    pub fn reserve_producer_ids(&self) -> Result<(), ControllerError> {
+        let mut ids = self.producer_ids.lock().expect(POISONED);
+        if ids.is_empty() {
+            *ids = self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK))?;
+        }
+        Ok(())
+    }
+
+    /// Whether the current block of producer ids is used up.
+    pub fn producer_ids_used_up(&self) -> bool {
+        self.producer_ids.lock().expect(POISONED).is_empty()
     }
 
     /// Runs a controller operation and publishes the image it produced.

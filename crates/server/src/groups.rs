@@ -1,9 +1,11 @@
 //! The bridge between the group coordinator state machine (`osprey_coordinator::group`) and
 //! the broker: it holds the replies the coordinator answers later, appends the records it
-//! asks to persist to `__consumer_offsets`, reports them durable, runs its timers, and
-//! loads the topic at startup.
+//! asks to persist to `__consumer_offsets` (after its lock is released, on the blocking
+//! pool, in the order it asked: `coordinator_appends`), reports them durable, runs its
+//! timers, and loads the topic at startup.
 
 use crate::broker::{now_ms, Broker};
+use crate::coordinator_appends::AppendQueues;
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
 use osprey_cluster::NewTopic;
@@ -26,6 +28,20 @@ const MAX_LOAD_BATCH_BYTES: usize = 64 * 1024 * 1024;
 pub struct Groups {
     inner: Mutex<Inner>,
     num_partitions: i32,
+    /// The appends to each `__consumer_offsets` partition, queued under the lock in the
+    /// coordinator's output order and run after it is released.
+    appends: Arc<AppendQueues<i32, GroupAppend>>,
+    /// Tests: a partition whose next append stalls until released.
+    #[cfg(test)]
+    stall: Mutex<Option<tests::Stall>>,
+}
+
+/// One `Persist` output of the coordinator: records for one group's partition.
+#[derive(Debug)]
+struct GroupAppend {
+    id: PersistId,
+    records: Vec<Record>,
+    producer: Option<(i64, i16)>,
 }
 
 #[derive(Debug)]
@@ -39,6 +55,9 @@ impl Groups {
         Groups {
             inner: Mutex::new(Inner { coordinator: GroupCoordinator::new(config), replies: Replies::default() }),
             num_partitions: num_partitions.max(1),
+            appends: Arc::default(),
+            #[cfg(test)]
+            stall: Mutex::new(None),
         }
     }
 
@@ -56,9 +75,6 @@ impl Groups {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut GroupCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
-        // The topic is created here, before the lock, so no metadata write happens under
-        // it. A failure is logged, and the append answers it.
-        let _ = ensure_offsets_topic(broker);
         let mut inner = self.lock();
         let (id, rx) = inner.replies.hold();
         op(&mut inner.coordinator, ReplyId(id), now_ms());
@@ -79,44 +95,20 @@ impl Groups {
         self.call(broker, |c, now| c.tick(now));
     }
 
-    /// Answers held replies and appends requested records, in the order they come out.
+    /// Answers held replies and queues the requested appends, in the order they come
+    /// out. The appends run after the lock is released (`coordinator_appends`).
     fn drain(&self, broker: &Arc<Broker>, inner: &mut Inner) {
         while let Some(output) = inner.coordinator.poll_output() {
             match output {
                 Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
                 Output::Persist { id, group_id, records, producer } => {
-                    if let Err(code) = self.persist(broker, id, &group_id, &records, producer) {
-                        inner.coordinator.persisted(id, Err(code), now_ms());
-                    }
+                    let index = partition_for(&group_id, self.num_partitions);
+                    let append = GroupAppend { id, records, producer };
+                    let broker = broker.clone();
+                    self.appends.push(index, append, move |append| run_append(&broker, index, append));
                 }
             }
         }
-    }
-
-    /// Appends records as one batch to the group's partition; once durable, tells the
-    /// coordinator (from a task, so the lock is not held across the wait).
-    fn persist(
-        &self,
-        broker: &Arc<Broker>,
-        id: PersistId,
-        group_id: &str,
-        records: &[Record],
-        producer: Option<(i64, i16)>,
-    ) -> Result<(), ErrorCode> {
-        let partition = offsets_partition(broker, partition_for(group_id, self.num_partitions))?;
-        // Offsets committed in a transaction are a transactional batch of the producer,
-        // completed by the transaction's marker on this partition.
-        let what = "writing to __consumer_offsets";
-        let durable = append_coordinator_records(&partition, &broker.flusher, records, producer, what)?;
-        let broker = broker.clone();
-        tokio::spawn(async move {
-            let result = match durable.await {
-                Ok(Ok(())) => Ok(()),
-                _ => Err(ErrorCode::KAFKA_STORAGE_ERROR),
-            };
-            broker.groups.call(&broker, |c, now| c.persisted(id, result, now));
-        });
-        Ok(())
     }
 
     /// Replays `__consumer_offsets` into the coordinator (at startup, before serving).
@@ -136,11 +128,44 @@ impl Groups {
     }
 }
 
-/// The leader of an offsets-topic partition. Called under the coordinator lock, so it
-/// never creates the topic or opens its logs (no disk I/O under that lock): a partition
-/// not served here (the topic deleted by an admin, or a log not opened for a full disk) is
-/// NOT_COORDINATOR, as from Kafka's coordinator runtime for a partition it has not loaded;
-/// the client looks the coordinator up again, and FindCoordinator creates or reopens it.
+/// Appends one persist of the coordinator to `__consumer_offsets` partition `index` (on
+/// its queue's runner, the lock released); a failure to append is reported to the
+/// coordinator at once, the outcome of a durability wait once it is known.
+fn run_append(broker: &Arc<Broker>, index: i32, append: GroupAppend) {
+    #[cfg(test)]
+    tests::stall_if_asked(&broker.groups, index);
+    let id = append.id;
+    if let Err(code) = persist(broker, index, append) {
+        broker.groups.call(broker, |c, now| c.persisted(id, Err(code), now));
+    }
+}
+
+/// Appends records as one batch to the group's partition; once durable, tells the
+/// coordinator (from a task, so no thread waits on the fsync).
+fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), ErrorCode> {
+    let partition = offsets_partition(broker, index)?;
+    // Offsets committed in a transaction are a transactional batch of the producer,
+    // completed by the transaction's marker on this partition.
+    let what = "writing to __consumer_offsets";
+    let durable = append_coordinator_records(&partition, &broker.flusher, &append.records, append.producer, what)?;
+    let broker = broker.clone();
+    let id = append.id;
+    tokio::spawn(async move {
+        let result = match durable.await {
+            Ok(Ok(())) => Ok(()),
+            _ => Err(ErrorCode::KAFKA_STORAGE_ERROR),
+        };
+        broker.groups.call(&broker, |c, now| c.persisted(id, result, now));
+    });
+    Ok(())
+}
+
+/// The leader of an offsets-topic partition. It never creates the topic or opens its
+/// logs (a metadata write on an append's path): a partition not served here (the topic
+/// deleted by an admin, or a log not opened for a full disk) is NOT_COORDINATOR, as from
+/// Kafka's coordinator runtime for a partition it has not loaded; the client looks the
+/// coordinator up again, and its next FindCoordinator or group request creates or reopens
+/// it from the blocking pool (`handlers::handle`), as Kafka does on first use.
 fn offsets_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {
     let topic = broker.image().topic(OFFSETS_TOPIC).map(|t| t.id);
     topic.and_then(|id| broker.replica_manager.partition(id, index)).ok_or(ErrorCode::NOT_COORDINATOR)
@@ -223,6 +248,101 @@ fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::Settings;
+    use osprey_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+    use osprey_protocol::messages::OffsetCommitRequest;
+    use std::sync::mpsc;
+
+    /// A partition whose next append stalls: `entered` says it has begun, `release` lets
+    /// it go on.
+    #[derive(Debug)]
+    pub(super) struct Stall {
+        partition: i32,
+        entered: mpsc::Sender<()>,
+        release: mpsc::Receiver<()>,
+    }
+
+    pub(super) fn stall_if_asked(groups: &Groups, partition: i32) {
+        let stall = groups.stall.lock().unwrap().take_if(|s| s.partition == partition);
+        if let Some(stall) = stall {
+            stall.entered.send(()).unwrap();
+            let _ = stall.release.recv();
+        }
+    }
+
+    fn commit(group_id: &str, offset: i64) -> OffsetCommitRequest {
+        OffsetCommitRequest {
+            group_id: group_id.into(),
+            topics: vec![OffsetCommitRequestTopic {
+                name: "t".into(),
+                partitions: vec![OffsetCommitRequestPartition {
+                    partition_index: 0,
+                    committed_offset: offset,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn committed(response: Result<Response, oneshot::error::RecvError>) -> i16 {
+        match response {
+            Ok(Response::OffsetCommit(r)) => r.topics[0].partitions[0].error_code,
+            other => panic!("not an OffsetCommit answer: {other:?}"),
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_offsets_append_holds_neither_the_coordinator_lock_nor_other_groups() {
+        let dir = std::env::temp_dir().join(format!("osprey-groups-stall-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let settings = Settings::single_node(addr, dir.clone());
+        let broker = tokio::task::spawn_blocking(move || {
+            let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+            let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+            broker.create_topic(&topic, false).unwrap();
+            ensure_offsets_topic(&broker).unwrap();
+            broker
+        })
+        .await
+        .unwrap();
+        let n = broker.settings.offsets_topic_num_partitions;
+        let stalled = "stalled-group";
+        let other = (0..)
+            .map(|i| format!("other-group-{i}"))
+            .find(|g| partition_for(g, n) != partition_for(stalled, n))
+            .unwrap();
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *broker.groups.stall.lock().unwrap() =
+            Some(Stall { partition: partition_for(stalled, n), entered: entered_tx, release: release_rx });
+
+        // The stalled group's commit is issued from a blocking thread, so that this test
+        // goes on even when the append runs on the caller's thread (as it did under the lock).
+        let b = broker.clone();
+        let stalled_rx = tokio::task::spawn_blocking(move || {
+            b.groups.call_later(&b, |c, reply, now| c.commit_offsets(&commit(stalled, 5), 9, reply, now))
+        });
+        entered_rx.recv().unwrap();
+        let lock_free = broker.groups.inner.try_lock().is_ok();
+        if !lock_free {
+            release_tx.send(()).unwrap();
+        }
+        assert!(lock_free, "the group coordinator's lock is held while an append runs");
+
+        // Another group, on another partition, is served and made durable meanwhile.
+        let other_rx =
+            broker.groups.call_later(&broker, |c, reply, now| c.commit_offsets(&commit(&other, 7), 9, reply, now));
+        assert_eq!(committed(other_rx.await), ErrorCode::NONE.code());
+        let mut stalled_rx = stalled_rx.await.unwrap();
+        assert!(stalled_rx.try_recv().is_err(), "the stalled commit is answered before its append");
+
+        release_tx.send(()).unwrap();
+        assert_eq!(committed(stalled_rx.await), ErrorCode::NONE.code());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     #[should_panic(expected = "group coordinator lock poisoned")]

@@ -3,12 +3,20 @@
 //! records to `__transaction_state`, writes transaction markers to the partitions of a
 //! transaction, runs its timers, and loads the topic at startup.
 //!
-//! One lock orders transactional appends against markers: a partition's first
-//! transactional append of a transaction is checked with the coordinator (KIP-890 part 1)
-//! and appended under the same lock that marker appends take, so a marker can never land
-//! between the check and the append and leave a transaction hanging on the partition.
+//! The coordinator decides under its lock; the appends it asks for (records to
+//! `__transaction_state`, markers to the partitions of a transaction) are queued under
+//! that lock in output order and run after it is released, on the blocking pool
+//! (`coordinator_appends`).
+//!
+//! One lock, the marker lock, orders transactional appends against markers: a
+//! partition's first transactional append of a transaction is checked with the
+//! coordinator (KIP-890 part 1) and appended under the marker lock, which marker appends
+//! take too, so a marker can never land between the check and the append and leave a
+//! transaction hanging on the partition. The coordinator's own lock is taken inside the
+//! marker lock, never the other way round.
 
 use crate::broker::{now_ms, Broker};
+use crate::coordinator_appends::AppendQueues;
 use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
@@ -35,6 +43,27 @@ const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct Transactions {
     inner: Mutex<Inner>,
+    /// Held across a transactional append's check and append, and across marker appends.
+    markers: Mutex<()>,
+    /// Records for each `__transaction_state` partition, in output order.
+    state_appends: Arc<AppendQueues<i32, StateAppend>>,
+    /// Markers, in output order (one queue: a transaction's markers go to many partitions).
+    marker_writes: Arc<AppendQueues<(), MarkerWrite>>,
+}
+
+/// A `Persist` output: one record for a `__transaction_state` partition.
+#[derive(Debug)]
+struct StateAppend {
+    id: PersistId,
+    partition: i32,
+    record: Record,
+}
+
+/// A `WriteMarkers` output: one transaction's marker for each of its partitions.
+#[derive(Debug)]
+struct MarkerWrite {
+    transactional_id: String,
+    marker: TxnMarker,
 }
 
 #[derive(Debug)]
@@ -56,6 +85,9 @@ impl Transactions {
                 failed_markers: HashSet::new(),
                 published: TxnStats::default(),
             }),
+            markers: Mutex::new(()),
+            state_appends: Arc::default(),
+            marker_writes: Arc::default(),
         }
     }
 
@@ -66,6 +98,11 @@ impl Transactions {
         self.inner.lock().expect("transaction coordinator lock poisoned by an earlier panic")
     }
 
+    /// The marker lock (module comment); poisoned, it is fatal as the coordinator's is.
+    fn lock_markers(&self) -> MutexGuard<'_, ()> {
+        self.markers.lock().expect("transaction marker lock poisoned by an earlier panic")
+    }
+
     /// Runs `op` on the coordinator with a fresh reply id whose answer arrives on the
     /// returned receiver, then carries out the coordinator's outputs.
     pub fn call_later(
@@ -73,9 +110,6 @@ impl Transactions {
         broker: &Arc<Broker>,
         op: impl FnOnce(&mut TransactionCoordinator, ReplyId, i64),
     ) -> oneshot::Receiver<Response> {
-        // The topic is created here, before the lock: creating it loads the coordinator,
-        // which takes the lock. A failure is logged, and the append answers it.
-        let _ = ensure_state_topic(broker);
         let mut inner = self.lock();
         let (id, rx) = inner.replies.hold();
         op(&mut inner.coordinator, ReplyId(id), now_ms());
@@ -98,8 +132,8 @@ impl Transactions {
 
     /// Appends a transactional batch of `producer` to `partition` through `append`, after
     /// checking with the coordinator that the partition is in the producer's transaction
-    /// when this is the transaction's first batch there (KIP-890 part 1). Markers are
-    /// written under the same lock. The error is the coordinator's (NONE never).
+    /// when this is the transaction's first batch there (KIP-890 part 1), both under the
+    /// marker lock. The error is the coordinator's (NONE never).
     pub fn append_transactional<T>(
         &self,
         partition: &Partition,
@@ -107,7 +141,7 @@ impl Transactions {
         (producer_id, producer_epoch): (i64, i16),
         append: impl FnOnce() -> T,
     ) -> Result<T, ErrorCode> {
-        let inner = self.lock();
+        let _markers = self.lock_markers();
         let open_here = partition
             .log
             .producer_state(producer_id)
@@ -125,7 +159,7 @@ impl Transactions {
                 }],
                 ..Default::default()
             };
-            let verified = inner.coordinator.verify(&transaction);
+            let verified = self.lock().coordinator.verify(&transaction);
             if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
                 return Err(error);
             }
@@ -139,7 +173,7 @@ impl Transactions {
         partition: &Partition,
         marker: (i64, i16, i32, bool),
     ) -> Result<osprey_storage::AppendInfo, StorageError> {
-        let _inner = self.lock();
+        let _markers = self.lock_markers();
         let (producer_id, producer_epoch, coordinator_epoch, committed) = marker;
         partition.log.append_marker(
             producer_id,
@@ -214,41 +248,46 @@ pub async fn add_implicitly(
     }
 }
 
-/// Answers held replies, appends requested records and writes markers, in the order
-/// they come out.
+/// Answers held replies and queues the requested appends and markers, in the order
+/// they come out; they run after the lock is released (`coordinator_appends`).
 fn drain(broker: &Arc<Broker>, inner: &mut Inner) {
+    let transactions = &broker.transactions;
     while let Some(output) = inner.coordinator.poll_output() {
         match output {
             Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
             Output::Persist { id, partition, record } => {
-                if let Err(code) = persist(broker, id, partition, &record) {
-                    inner.coordinator.persisted(id, Err(code), now_ms());
-                }
+                let b = broker.clone();
+                let append = StateAppend { id, partition, record };
+                transactions.state_appends.push(partition, append, move |append| run_state_append(&b, append));
             }
             Output::WriteMarkers { transactional_id, marker } => {
-                let retry: Vec<TopicPartition> = marker
+                // Every partition's failure is forgotten here (not only the first's).
+                let retry = marker
                     .partitions
                     .iter()
                     .filter(|tp| inner.failed_markers.remove(&(transactional_id.clone(), (*tp).clone())))
-                    .cloned()
-                    .collect();
-                if retry.is_empty() {
-                    write_markers(broker, inner, &transactional_id, &marker);
-                } else {
-                    // A retry: back off, then write under the lock again.
+                    .count()
+                    > 0;
+                let write = MarkerWrite { transactional_id, marker };
+                if retry {
+                    // A retry: back off first, then queue it.
                     let broker = broker.clone();
                     tokio::spawn(async move {
                         tokio::time::sleep(MARKER_RETRY_BACKOFF).await;
-                        let transactions = &broker.transactions;
-                        let mut inner = transactions.lock();
-                        write_markers(&broker, &mut inner, &transactional_id, &marker);
-                        drain(&broker, &mut inner);
+                        queue_marker_write(&broker, write);
                     });
+                } else {
+                    queue_marker_write(broker, write);
                 }
             }
         }
     }
     publish_stats(inner);
+}
+
+fn queue_marker_write(broker: &Arc<Broker>, write: MarkerWrite) {
+    let b = broker.clone();
+    broker.transactions.marker_writes.push((), write, move |write| write_markers(&b, write));
 }
 
 /// Moves the metrics by what the coordinator counted since the last call.
@@ -265,8 +304,17 @@ fn publish_stats(inner: &mut Inner) {
     telemetry::txn_stats(delta, c.open_transactions(), c.transactional_id_count());
 }
 
+/// Appends one persist of the coordinator (on its queue's runner, the lock released); a
+/// failure to append is reported to the coordinator at once.
+fn run_state_append(broker: &Arc<Broker>, append: StateAppend) {
+    let StateAppend { id, partition, record } = append;
+    if let Err(code) = persist(broker, id, partition, &record) {
+        broker.transactions.call(broker, |c, now| c.persisted(id, Err(code), now));
+    }
+}
+
 /// Appends `record` to its `__transaction_state` partition; once durable, tells the
-/// coordinator (from a task, so the lock is not held across the wait).
+/// coordinator (from a task, so no thread waits on the fsync).
 fn persist(broker: &Arc<Broker>, id: PersistId, index: i32, record: &Record) -> Result<(), ErrorCode> {
     let partition = state_partition(broker, index)?;
     let what = "writing to __transaction_state";
@@ -282,23 +330,24 @@ fn persist(broker: &Arc<Broker>, id: PersistId, index: i32, record: &Record) -> 
     Ok(())
 }
 
-/// Appends the marker to each of its partitions (under the lock, so no transactional
-/// append races it) and reports each once durable.
-fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str, marker: &TxnMarker) {
+/// Appends the marker to each of its partitions (under the marker lock, so no
+/// transactional append races it), then reports the failures to the coordinator and each
+/// success once durable.
+fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
+    let MarkerWrite { transactional_id, marker } = write;
     let image = broker.image();
+    // (partition, error, whether to retry it with a backoff)
+    let mut failed: Vec<(TopicPartition, ErrorCode, bool)> = Vec::new();
+    let markers = broker.transactions.lock_markers();
     for tp in &marker.partitions {
         let (topic, index) = tp;
-        let report = |c: &mut TransactionCoordinator, error: ErrorCode| {
-            c.marker_written(transactional_id, marker.coordinator_epoch, tp, error, now_ms())
-        };
         let Some(topic_image) = image.topic(topic) else {
             // Deleted since it joined the transaction: nothing to mark.
-            report(&mut inner.coordinator, ErrorCode::NONE);
+            failed.push((tp.clone(), ErrorCode::NONE, false));
             continue;
         };
         let Some(partition) = broker.replica_manager.partition(topic_image.id, *index) else {
-            inner.failed_markers.insert((transactional_id.to_string(), tp.clone()));
-            report(&mut inner.coordinator, ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            failed.push((tp.clone(), ErrorCode::NOT_LEADER_OR_FOLLOWER, true));
             continue;
         };
         let appended = partition.log.append_marker(
@@ -314,16 +363,13 @@ fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str
             Err(e) => {
                 let code = crate::handlers::produce::storage_error_code(&e);
                 tracing::warn!(transactional_id, topic = %topic, partition = index, error = %e, "transaction marker not written");
-                if code != ErrorCode::INVALID_PRODUCER_EPOCH {
-                    inner.failed_markers.insert((transactional_id.to_string(), tp.clone()));
-                }
-                report(&mut inner.coordinator, code);
+                failed.push((tp.clone(), code, code != ErrorCode::INVALID_PRODUCER_EPOCH));
                 continue;
             }
         };
         let durable = partition.acknowledged(info.last_offset, &broker.flusher);
         let broker = broker.clone();
-        let transactional_id = transactional_id.to_string();
+        let transactional_id = transactional_id.clone();
         let (marker, tp, topic_id) = (marker.clone(), tp.clone(), topic_image.id);
         tokio::spawn(async move {
             let error = match durable.await {
@@ -342,6 +388,18 @@ fn write_markers(broker: &Arc<Broker>, inner: &mut Inner, transactional_id: &str
             drain(&broker, &mut inner);
         });
     }
+    drop(markers);
+    if failed.is_empty() {
+        return;
+    }
+    let mut inner = broker.transactions.lock();
+    for (tp, error, retry) in failed {
+        if retry {
+            inner.failed_markers.insert((transactional_id.clone(), tp.clone()));
+        }
+        inner.coordinator.marker_written(&transactional_id, marker.coordinator_epoch, &tp, error, now_ms());
+    }
+    drain(broker, &mut inner);
 }
 
 /// A marker is durable on `tp`: counts it, and hands offsets committed in the
@@ -354,8 +412,9 @@ pub fn marker_durable(broker: &Arc<Broker>, _topic_id: Uuid, tp: &TopicPartition
     }
 }
 
-/// The leader of a `__transaction_state` partition. Called under the coordinator lock, so
-/// it never creates the topic: creating it loads the coordinator, which takes that lock.
+/// The leader of a `__transaction_state` partition. It never creates the topic: creating
+/// it loads the coordinator, which takes the coordinator lock. The client's next
+/// FindCoordinator or transaction request creates it (`handlers::handle`).
 /// A missing topic (deleted by an admin) is COORDINATOR_NOT_AVAILABLE; the client looks
 /// the coordinator up again, and FindCoordinator creates the topic outside the lock.
 fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, ErrorCode> {

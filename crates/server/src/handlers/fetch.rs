@@ -2,7 +2,8 @@
 //! last stable offset (read_committed), honouring partition and response byte limits
 //! (KIP-74); when fewer than `min_bytes` are available, wait up to `max_wait_ms` for
 //! appends without blocking anything else. Incremental fetch sessions (KIP-227) are
-//! kept in `fetch_session.rs`.
+//! kept in `fetch_session.rs`. The reads (`pread`s of segment files) run on the blocking
+//! pool, never on an async worker: a read that misses the page cache waits for the disk.
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
@@ -87,19 +88,23 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         session,
         partitions,
     };
-    let (reads, bytes, errors) = read(&plan);
+    Reply::Later(Box::pin(fetch(Arc::new(plan), req.max_wait_ms)))
+}
+
+/// Reads once, and answers at once or after a long poll.
+async fn fetch(plan: Arc<Plan>, max_wait_ms: i32) -> ResponseBody {
+    let (reads, bytes, errors) = read_off_worker(&plan).await;
     // As Kafka: nothing to wait for (no partitions, e.g. a session's closing fetch) is
     // answered at once.
-    if req.max_wait_ms <= 0 || plan.partitions.is_empty() || bytes >= plan.min_bytes.max(1) || errors {
-        return Reply::Now(respond(&plan, reads));
+    if max_wait_ms <= 0 || plan.partitions.is_empty() || bytes >= plan.min_bytes.max(1) || errors {
+        return respond(&plan, reads);
     }
-    let wait = Duration::from_millis(req.max_wait_ms as u64);
-    Reply::Later(Box::pin(long_poll(plan, wait)))
+    long_poll(plan, Duration::from_millis(max_wait_ms as u64)).await
 }
 
 /// Waits until a fetched partition's high watermark moves (then re-reads) or the wait
 /// runs out.
-async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
+async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
     let deadline = tokio::time::Instant::now() + wait;
     let mut timed_out = false;
     loop {
@@ -113,7 +118,7 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
                 watchers.spawn(async move { rx.changed().await.is_ok() });
             }
         }
-        let (reads, bytes, errors) = read(&plan);
+        let (reads, bytes, errors) = read_off_worker(&plan).await;
         if timed_out || bytes >= plan.min_bytes.max(1) || errors {
             return respond(&plan, reads);
         }
@@ -125,6 +130,17 @@ async fn long_poll(plan: Plan, wait: Duration) -> ResponseBody {
             // Shutting down: answer parked fetches now rather than at their deadline.
             _ = stopping => true,
         };
+    }
+}
+
+/// [`read`] on the blocking pool.
+async fn read_off_worker(plan: &Arc<Plan>) -> (Vec<PartitionData>, usize, bool) {
+    let plan = plan.clone();
+    match tokio::task::spawn_blocking(move || read(&plan)).await {
+        Ok(read) => read,
+        // Only at runtime shutdown (a panic aborts the process): the connection is going
+        // away, and the answer with it.
+        Err(_) => std::future::pending().await,
     }
 }
 
@@ -269,4 +285,67 @@ fn failed(mut data: PartitionData, code: ErrorCode) -> PartitionData {
     telemetry::error_code(ApiKey::Fetch, code);
     data.error_code = code.code();
     data
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Settings;
+    use crate::partition::append_coordinator_records;
+    use osprey_cluster::NewTopic;
+    use osprey_coordinator::group::Record;
+    use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A current-thread runtime runs its tasks on the thread that blocks on it; any other
+    /// thread it starts is a blocking-pool thread, counted here.
+    #[test]
+    fn a_fetch_reads_the_log_on_the_blocking_pool() {
+        let dir = std::env::temp_dir().join(format!("osprey-fetch-off-worker-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let broker =
+            Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        let topic = broker.create_topic(&topic, false).unwrap();
+        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+        let record = Record { key: b"k".to_vec().into(), value: Some(b"v".to_vec().into()) };
+        let durable = append_coordinator_records(&partition, &broker.flusher, &[record], None, "test").unwrap();
+        durable.blocking_recv().unwrap().unwrap();
+
+        let blocking_threads = Arc::new(AtomicUsize::new(0));
+        let counted = blocking_threads.clone();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .on_thread_start(move || {
+                counted.fetch_add(1, Ordering::SeqCst);
+            })
+            .build()
+            .unwrap();
+        let req = FetchRequest {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: "t".into(),
+                partitions: vec![FetchPartition { partition: 0, partition_max_bytes: 1 << 20, ..Default::default() }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let body = runtime.block_on(async {
+            match handle(&broker, req, 12) {
+                Reply::Now(body) => body,
+                Reply::Later(pending) => pending.await,
+                other => panic!("{other:?}"),
+            }
+        });
+        let ResponseBody::Fetch(resp) = body else { panic!("not a Fetch answer") };
+        let data = &resp.responses[0].partitions[0];
+        assert_eq!(data.error_code, 0);
+        assert!(data.records.as_ref().is_some_and(|r| !r.is_empty()), "the record was read");
+        assert!(blocking_threads.load(Ordering::SeqCst) > 0, "the read ran on the async worker");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

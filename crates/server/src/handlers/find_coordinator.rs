@@ -1,9 +1,11 @@
 //! FindCoordinator: this node coordinates every group and every transactional id
-//! (creating `__consumer_offsets` or `__transaction_state` on first use, as Kafka does).
+//! (creating `__consumer_offsets` or `__transaction_state` on first use, as Kafka does,
+//! from the blocking pool: `creates_topic`).
 
 use crate::broker::Broker;
-use crate::groups::ensure_offsets_topic;
+use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::transactions::ensure_state_topic;
+use osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME;
 use osprey_protocol::messages::find_coordinator_response::Coordinator;
 use osprey_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -11,6 +13,17 @@ use std::sync::Arc;
 
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
+
+/// Whether answering `req` creates `__consumer_offsets` or `__transaction_state` (a
+/// controller write, run on the blocking pool).
+pub fn creates_topic(broker: &Broker, req: &FindCoordinatorRequest, version: i16) -> bool {
+    let topic = match if version >= 1 { req.key_type } else { KEY_TYPE_GROUP } {
+        KEY_TYPE_GROUP => OFFSETS_TOPIC,
+        KEY_TYPE_TRANSACTION => TRANSACTION_STATE_TOPIC_NAME,
+        _ => return false,
+    };
+    broker.image().topic(topic).is_none()
+}
 
 pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -> ResponseBody {
     let s = &broker.settings;

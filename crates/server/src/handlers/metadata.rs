@@ -1,5 +1,6 @@
 //! Metadata: brokers, topics (by name or id), partitions with leaders and epochs; creates
-//! missing topics when both the request and `auto.create.topics.enable` allow it.
+//! missing topics when both the request and `auto.create.topics.enable` allow it (such a
+//! request is answered from the blocking pool: `creates_topics`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
@@ -25,6 +26,17 @@ pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> Respo
         }
     }
     ResponseBody::Metadata(resp)
+}
+
+/// Whether answering `req` creates a topic (a controller write, run on the blocking pool):
+/// a topic named, missing, and auto-creation allowed by both the request and the broker.
+pub fn creates_topics(broker: &Broker, req: &MetadataRequest, version: i16) -> bool {
+    if !(req.allow_auto_topic_creation && broker.settings.auto_create_topics) {
+        return false;
+    }
+    let Some(requested) = req.topics.as_ref().filter(|t| !(version == 0 && t.is_empty())) else { return false };
+    let image = broker.image();
+    requested.iter().any(|t| t.topic_id.is_zero() && t.name.as_deref().is_some_and(|n| image.topic(n).is_none()))
 }
 
 fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16) -> MetadataResponse {

@@ -27,31 +27,75 @@ pub mod transactions;
 
 use crate::broker::Broker;
 use crate::dispatch::{Reply, Request};
-use osprey_protocol::RequestBody;
+use osprey_protocol::{RequestBody, ResponseBody};
 use std::sync::Arc;
 
-/// Routes a decoded request to its handler.
+/// Routes a decoded request to its handler. A request for a coordinator whose internal
+/// topic (`__consumer_offsets`, `__transaction_state`) does not exist yet creates it
+/// first, on the blocking pool, as Kafka creates them on first use; the request is
+/// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
+    let missing = internal_topic_of(&request.body).filter(|(name, _)| broker.image().topic(name).is_none());
+    if let Some((name, ensure)) = missing {
+        return after_creating_internal_topic(broker, name, ensure, move |b, _| route(b, request, peer));
+    }
+    route(broker, request, peer)
+}
+
+/// The internal topic a request's coordinator writes to, and how to create it.
+type Ensure = fn(&Arc<Broker>) -> Result<(), osprey_protocol::ErrorCode>;
+fn internal_topic_of(body: &RequestBody) -> Option<(&'static str, Ensure)> {
+    use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
+    use crate::transactions::ensure_state_topic;
+    use osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME;
+    let offsets: (&'static str, Ensure) = (OFFSETS_TOPIC, |b| ensure_offsets_topic(b).map(drop));
+    let state: (&'static str, Ensure) = (TRANSACTION_STATE_TOPIC_NAME, |b| ensure_state_topic(b).map(drop));
+    match body {
+        RequestBody::JoinGroup(_)
+        | RequestBody::SyncGroup(_)
+        | RequestBody::OffsetCommit(_)
+        | RequestBody::DeleteGroups(_)
+        | RequestBody::OffsetDelete(_)
+        | RequestBody::ConsumerGroupHeartbeat(_) => Some(offsets),
+        // AddOffsetsToTxn and TxnOffsetCommit create `__consumer_offsets` themselves.
+        RequestBody::InitProducerId(body) if body.transactional_id.is_some() => Some(state),
+        RequestBody::AddPartitionsToTxn(_)
+        | RequestBody::AddOffsetsToTxn(_)
+        | RequestBody::EndTxn(_)
+        | RequestBody::TxnOffsetCommit(_) => Some(state),
+        _ => None,
+    }
+}
+
+fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
     let version = request.version();
     let client_id = request.header.client_id.clone().unwrap_or_default();
     match request.body {
         RequestBody::ApiVersions(body) => Reply::Now(api_versions::handle(broker, &body, version)),
+        RequestBody::Metadata(body) if metadata::creates_topics(broker, &body, version) => {
+            on_blocking_pool(broker, move |b| metadata::handle(b, body, version))
+        }
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
         RequestBody::Produce(body) => produce::handle(broker, body, version),
         RequestBody::Fetch(body) => fetch::handle(broker, body, version),
         RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
         RequestBody::CreateTopics(body) => create_topics::handle(broker, body, version),
-        RequestBody::DeleteTopics(body) => Reply::Now(delete_topics::handle(broker, body, version)),
+        RequestBody::DeleteTopics(body) => on_blocking_pool(broker, move |b| delete_topics::handle(b, body, version)),
         RequestBody::CreatePartitions(body) => create_partitions::handle(broker, body),
-        RequestBody::DeleteRecords(body) => Reply::Now(delete_records::handle(broker, body)),
+        RequestBody::DeleteRecords(body) => on_blocking_pool(broker, move |b| delete_records::handle(b, body)),
         RequestBody::OffsetForLeaderEpoch(body) => Reply::Now(offset_for_leader_epoch::handle(broker, body)),
         RequestBody::DescribeConfigs(body) => Reply::Now(describe_configs::handle(broker, body, version)),
-        RequestBody::AlterConfigs(body) => Reply::Now(alter_configs::handle_alter(broker, body)),
-        RequestBody::IncrementalAlterConfigs(body) => Reply::Now(alter_configs::handle_incremental(broker, body)),
+        RequestBody::AlterConfigs(body) => on_blocking_pool(broker, move |b| alter_configs::handle_alter(b, body)),
+        RequestBody::IncrementalAlterConfigs(body) => {
+            on_blocking_pool(broker, move |b| alter_configs::handle_incremental(b, body))
+        }
         RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
         RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
+        RequestBody::FindCoordinator(body) if find_coordinator::creates_topic(broker, &body, version) => {
+            on_blocking_pool(broker, move |b| find_coordinator::handle(b, body, version))
+        }
         RequestBody::FindCoordinator(body) => Reply::Now(find_coordinator::handle(broker, body, version)),
         RequestBody::JoinGroup(body) => groups::join(broker, body, version, &client_id, &format!("/{}", peer.ip())),
         RequestBody::SyncGroup(body) => groups::sync(broker, body, version),
@@ -70,7 +114,7 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => {
             transactions::init_producer_id(broker, body, version)
         }
-        RequestBody::InitProducerId(body) => Reply::Now(init_producer_id::handle(broker, body)),
+        RequestBody::InitProducerId(body) => on_blocking_pool(broker, move |b| init_producer_id::handle(b, body)),
         RequestBody::AddPartitionsToTxn(body) => transactions::add_partitions(broker, body, version),
         RequestBody::AddOffsetsToTxn(body) => transactions::add_offsets(broker, body, version),
         RequestBody::EndTxn(body) => transactions::end_txn(broker, body, version),
@@ -84,5 +128,138 @@ pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr
         RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),
+    }
+}
+
+/// Runs a handler that writes through the controller (metadata-log appends and their
+/// fsyncs, creating or deleting partition logs) on the blocking pool, never on an async
+/// worker; the connection's other requests, and every other connection, go on meanwhile.
+fn on_blocking_pool(broker: &Arc<Broker>, work: impl FnOnce(&Arc<Broker>) -> ResponseBody + Send + 'static) -> Reply {
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        match tokio::task::spawn_blocking(move || work(&broker)).await {
+            Ok(body) => body,
+            // Only at runtime shutdown (a panic aborts the process): the connection is
+            // going away, and the answer with it.
+            Err(e) => {
+                tracing::error!(error = %e, "a controller request did not finish");
+                std::future::pending().await
+            }
+        }
+    }))
+}
+
+/// `then`, at once when the internal topic `name` exists; otherwise after `ensure` has
+/// created it on the blocking pool (as [`on_blocking_pool`]). `then` gets `ensure`'s error.
+pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
+    broker: &Arc<Broker>,
+    name: &str,
+    ensure: impl FnOnce(&Arc<Broker>) -> Result<(), E> + Send + 'static,
+    then: impl FnOnce(&Arc<Broker>, Result<(), E>) -> Reply + Send + 'static,
+) -> Reply {
+    if broker.image().topic(name).is_some() {
+        return then(broker, Ok(()));
+    }
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let b = broker.clone();
+        let Ok(ensured) = tokio::task::spawn_blocking(move || ensure(&b)).await else {
+            // Only at runtime shutdown, as in on_blocking_pool.
+            return std::future::pending().await;
+        };
+        match then(&broker, ensured) {
+            Reply::Now(body) => body,
+            Reply::Later(pending) => pending.await,
+            // The callers answer a request, now or later; neither of these.
+            Reply::Nothing | Reply::Close(_) => std::future::pending().await,
+        }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::broker::Settings;
+    use osprey_cluster::NewTopic;
+    use osprey_protocol::messages::{alter_configs_request, incremental_alter_configs_request};
+    use osprey_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest};
+    use osprey_protocol::{ApiKey, RequestHeader};
+    use std::sync::Mutex;
+    use std::thread::ThreadId;
+
+    const RESOURCE_TOPIC: i8 = 2;
+
+    async fn answer(broker: &Arc<Broker>, api_key: ApiKey, version: i16, body: RequestBody) -> ResponseBody {
+        let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
+        let peer = "127.0.0.1:1".parse().unwrap();
+        match handle(broker, Request { api_key, header, body }, peer) {
+            Reply::Now(body) => body,
+            Reply::Later(pending) => pending.await,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The broker's topic-config validator runs inside the controller's write: the
+    /// threads it ran on are the threads the controller writes ran on.
+    #[tokio::test(flavor = "current_thread")]
+    async fn config_changes_write_the_metadata_log_off_the_async_worker() {
+        let dir = std::env::temp_dir().join(format!("osprey-controller-off-worker-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let ran_on: Arc<Mutex<Vec<ThreadId>>> = Arc::default();
+        let record = ran_on.clone();
+        let validator = Box::new(move |_: &str, _: &str| {
+            record.lock().unwrap().push(std::thread::current().id());
+            Ok(())
+        });
+        let broker = Broker::open(Settings::single_node(addr, dir.clone()), validator).unwrap();
+        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        broker.create_topic(&topic, false).unwrap();
+        ran_on.lock().unwrap().clear();
+        // A current-thread runtime: its only worker is this thread.
+        let worker = std::thread::current().id();
+
+        let alter = AlterConfigsRequest {
+            resources: vec![alter_configs_request::AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: "t".into(),
+                configs: vec![alter_configs_request::AlterableConfig {
+                    name: "retention.ms".into(),
+                    value: Some("100000".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ResponseBody::AlterConfigs(resp) =
+            answer(&broker, ApiKey::AlterConfigs, 1, RequestBody::AlterConfigs(alter)).await
+        else {
+            panic!("not an AlterConfigs answer")
+        };
+        assert_eq!(resp.responses[0].error_code, 0);
+        let incremental = IncrementalAlterConfigsRequest {
+            resources: vec![incremental_alter_configs_request::AlterConfigsResource {
+                resource_type: RESOURCE_TOPIC,
+                resource_name: "t".into(),
+                configs: vec![incremental_alter_configs_request::AlterableConfig {
+                    name: "retention.ms".into(),
+                    value: Some("200000".into()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let body =
+            answer(&broker, ApiKey::IncrementalAlterConfigs, 1, RequestBody::IncrementalAlterConfigs(incremental))
+                .await;
+        let ResponseBody::IncrementalAlterConfigs(resp) = body else { panic!("not an IncrementalAlterConfigs answer") };
+        assert_eq!(resp.responses[0].error_code, 0);
+
+        let ran_on = ran_on.lock().unwrap();
+        assert!(ran_on.len() >= 2, "each change was validated by the controller");
+        assert!(ran_on.iter().all(|t| *t != worker), "a controller write ran on the async worker");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -5,8 +5,9 @@
 //! answers for each version.
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::dispatch::{Pending, Reply};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
+use crate::handlers::after_creating_internal_topic;
 use crate::telemetry;
 use crate::transactions::marker_durable;
 use osprey_coordinator::group;
@@ -129,7 +130,19 @@ fn topic_results(errors: Vec<(TopicPartition, ErrorCode)>) -> Vec<AddPartitionsT
 
 /// AddOffsetsToTxn v0-4: adds the group's `__consumer_offsets` partition.
 pub fn add_offsets(broker: &Arc<Broker>, req: AddOffsetsToTxnRequest, version: i16) -> Reply {
-    if let Err(code) = ensure_offsets_topic(broker) {
+    let ensure = |b: &Arc<Broker>| ensure_offsets_topic(b).map(drop);
+    after_creating_internal_topic(broker, OFFSETS_TOPIC, ensure, move |broker, ensured| {
+        add_offsets_to_txn(broker, req, version, ensured)
+    })
+}
+
+fn add_offsets_to_txn(
+    broker: &Arc<Broker>,
+    req: AddOffsetsToTxnRequest,
+    version: i16,
+    ensured: Result<(), ErrorCode>,
+) -> Reply {
+    if let Err(code) = ensured {
         let resp = AddOffsetsToTxnResponse { error_code: code.code(), ..Default::default() };
         return Reply::Now(ResponseBody::AddOffsetsToTxn(resp));
     }
@@ -167,17 +180,36 @@ pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply 
     }))
 }
 
-/// InitProducerId with a transactional id: the coordinator's answer, once durable.
+/// InitProducerId with a transactional id: the coordinator's answer, once durable. When
+/// the block of producer ids is used up, the next is reserved first on the blocking pool,
+/// so the coordinator's call (under its lock) writes no metadata.
 pub fn init_producer_id(
     broker: &Arc<Broker>,
     req: osprey_protocol::messages::InitProducerIdRequest,
     version: i16,
 ) -> Reply {
+    if !broker.producer_ids_used_up() {
+        return Reply::Later(init_transactional_producer(broker, req, version));
+    }
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let b = broker.clone();
+        // A failure here is met again, and answered, by the coordinator's own call.
+        let _ = tokio::task::spawn_blocking(move || b.reserve_producer_ids()).await;
+        init_transactional_producer(&broker, req, version).await
+    }))
+}
+
+fn init_transactional_producer(
+    broker: &Arc<Broker>,
+    req: osprey_protocol::messages::InitProducerIdRequest,
+    version: i16,
+) -> Pending {
     let rx = broker.transactions.call_later(broker, |c, reply, now| {
         let mut next = || broker.next_producer_id().map_err(|e| e.code);
         c.init_producer_id(&req, version, reply, &mut next, now)
     });
-    Reply::Later(Box::pin(async move {
+    Box::pin(async move {
         let resp = match rx.await {
             Ok(txn::Response::InitProducerId(r)) => r,
             _ => osprey_protocol::messages::InitProducerIdResponse {
@@ -189,18 +221,30 @@ pub fn init_producer_id(
         };
         count_error(ApiKey::InitProducerId, resp.error_code);
         ResponseBody::InitProducerId(resp)
-    }))
+    })
 }
 
 /// TxnOffsetCommit v0-5: offsets written in the transaction, visible once it commits.
 /// Up to v4 the group's offsets partition must already be in the transaction (KIP-890
 /// part 1); v5 (transaction version 2) adds it, as the client sent no AddOffsetsToTxn.
 pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, version: i16) -> Reply {
+    let ensure = |b: &Arc<Broker>| ensure_offsets_topic(b).map(drop);
+    after_creating_internal_topic(broker, OFFSETS_TOPIC, ensure, move |broker, ensured| {
+        commit_in_txn(broker, req, version, ensured)
+    })
+}
+
+fn commit_in_txn(
+    broker: &Arc<Broker>,
+    req: TxnOffsetCommitRequest,
+    version: i16,
+    ensured: Result<(), ErrorCode>,
+) -> Reply {
     let all = |error: ErrorCode| {
         telemetry::error_code(ApiKey::TxnOffsetCommit, error);
         Reply::Now(ResponseBody::TxnOffsetCommit(error_response(&req, error)))
     };
-    if let Err(code) = ensure_offsets_topic(broker) {
+    if let Err(code) = ensured {
         return all(code);
     }
     {
