@@ -22,6 +22,11 @@ pub enum Reply {
     /// Send this response when it resolves; later requests may start meanwhile, and
     /// responses still go out in request order.
     Later(Pending),
+    /// Send this response when it resolves, and read no later request of the connection
+    /// until then: for work whose effect is not in place when the handler returns (a
+    /// controller write run on the blocking pool), so that a connection's requests still
+    /// take effect in the order sent, as Kafka processes them one after another.
+    Ordered(Pending),
     /// Send nothing (acks=0 produce).
     Nothing,
     /// A protocol violation: close the connection (after earlier responses).
@@ -33,6 +38,7 @@ impl std::fmt::Debug for Reply {
         match self {
             Reply::Now(_) => f.write_str("Now"),
             Reply::Later(_) => f.write_str("Later"),
+            Reply::Ordered(_) => f.write_str("Ordered"),
             Reply::Nothing => f.write_str("Nothing"),
             Reply::Close(why) => write!(f, "Close({why})"),
         }

@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
 
 /// A frame larger than this is read at most this much at a time, each read's bytes
@@ -172,6 +172,7 @@ async fn connection(
     let max_pending_response = broker.settings.max_pending_response_bytes_per_connection.max(1);
     let pending_response = Arc::new(Semaphore::new(max_pending_response));
     let mut buf = BytesMut::new();
+    let mut barrier: Option<oneshot::Receiver<()>> = None;
     let result = loop {
         let size = tokio::select! {
             _ = shutdown.changed() => break Ok(()),
@@ -221,6 +222,15 @@ async fn connection(
                 Err(why) => Outgoing::Close(why),
             },
             Reply::Later(pending) => Outgoing::Later(pending),
+            Reply::Ordered(pending) => {
+                let (done, effect) = oneshot::channel();
+                barrier = Some(effect);
+                Outgoing::Later(Box::pin(async move {
+                    let body = pending.await;
+                    let _ = done.send(());
+                    body
+                }))
+            }
             Reply::Nothing => Outgoing::Nothing,
             Reply::Close(why) => Outgoing::Close(why),
         };
@@ -235,6 +245,14 @@ async fn connection(
         };
         if tx.send(queued).await.is_err() || closing {
             break Ok(());
+        }
+        // An ordered reply's effect comes before the next request is even read.
+        if let Some(effect) = barrier.take() {
+            tokio::select! {
+                _ = shutdown.changed() => break Ok(()),
+                // An error: the writer is gone with the connection, and so is the order.
+                _ = effect => {}
+            }
         }
     };
     drop(tx);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: CreatePartitionsRequest) -> Reply {
     let broker = broker.clone();
-    Reply::Later(Box::pin(async move {
+    Reply::Ordered(Box::pin(async move {
         tokio::task::spawn_blocking(move || create(&broker, req)).await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "CreatePartitions failed");
             ResponseBody::CreatePartitions(CreatePartitionsResponse::default())

@@ -18,7 +18,7 @@ const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
 
 pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Reply {
     let broker = broker.clone();
-    Reply::Later(Box::pin(async move {
+    Reply::Ordered(Box::pin(async move {
         tokio::task::spawn_blocking(move || create(&broker, req, version)).await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "CreateTopics failed");
             ResponseBody::CreateTopics(CreateTopicsResponse::default())

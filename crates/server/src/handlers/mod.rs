@@ -133,10 +133,11 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
 
 /// Runs a handler that writes through the controller (metadata-log appends and their
 /// fsyncs, creating or deleting partition logs) on the blocking pool, never on an async
-/// worker; the connection's other requests, and every other connection, go on meanwhile.
+/// worker; every other connection goes on meanwhile, and this one's later requests wait
+/// for its effect ([`Reply::Ordered`]).
 fn on_blocking_pool(broker: &Arc<Broker>, work: impl FnOnce(&Arc<Broker>) -> ResponseBody + Send + 'static) -> Reply {
     let broker = broker.clone();
-    Reply::Later(Box::pin(async move {
+    Reply::Ordered(Box::pin(async move {
         match tokio::task::spawn_blocking(move || work(&broker)).await {
             Ok(body) => body,
             // Only at runtime shutdown (a panic aborts the process): the connection is
@@ -161,7 +162,7 @@ pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
         return then(broker, Ok(()));
     }
     let broker = broker.clone();
-    Reply::Later(Box::pin(async move {
+    Reply::Ordered(Box::pin(async move {
         let b = broker.clone();
         let Ok(ensured) = tokio::task::spawn_blocking(move || ensure(&b)).await else {
             // Only at runtime shutdown, as in on_blocking_pool.
@@ -169,7 +170,7 @@ pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
         };
         match then(&broker, ensured) {
             Reply::Now(body) => body,
-            Reply::Later(pending) => pending.await,
+            Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
             // The callers answer a request, now or later; neither of these.
             Reply::Nothing | Reply::Close(_) => std::future::pending().await,
         }
@@ -194,7 +195,7 @@ mod tests {
         let peer = "127.0.0.1:1".parse().unwrap();
         match handle(broker, Request { api_key, header, body }, peer) {
             Reply::Now(body) => body,
-            Reply::Later(pending) => pending.await,
+            Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
             other => panic!("{other:?}"),
         }
     }
