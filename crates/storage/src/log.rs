@@ -171,6 +171,12 @@ struct LogState<F> {
     /// that were rewritten since as durable.
     generation: u64,
     offline: Option<String>,
+    /// The high watermark the checkpoint file holds, if known: a close rewrites it only
+    /// if it moved.
+    hw_checkpointed: Option<i64>,
+    /// The log end offset of a producer snapshot equal to the table in memory, if one
+    /// exists: a close writes a new snapshot only if the table changed since.
+    producers_snapshotted: Option<i64>,
 }
 
 struct DurableState {
@@ -346,6 +352,8 @@ impl<S: Storage> PartitionLog<S> {
             oldest_unflushed_ms: None,
             generation: 0,
             offline: None,
+            hw_checkpointed: None,
+            producers_snapshotted: None,
         };
         if state.segments.is_empty() {
             let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(0).max(0);
@@ -356,25 +364,29 @@ impl<S: Storage> PartitionLog<S> {
         let leo = state.log_end_offset();
         let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(first_base);
         state.log_start_offset = start.clamp(first_base, leo);
-        let hw = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT).unwrap_or(0);
-        state.high_watermark = hw.clamp(state.log_start_offset, leo);
+        let hw_checkpoint = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT);
+        state.high_watermark = hw_checkpoint.unwrap_or(0).clamp(state.log_start_offset, leo);
+        state.hw_checkpointed = hw_checkpoint.filter(|&hw| hw == state.high_watermark);
         let first_dirty = checkpoint::read_i64(&storage, &dir, CLEANER_OFFSET_CHECKPOINT).unwrap_or(0);
         state.first_dirty_offset = first_dirty.clamp(state.log_start_offset, leo);
         state.epochs = load_epochs(&storage, &dir, &state)?;
         // After a crash the active segment's aborted index is rebuilt by the producer
         // state scan, which must then start no later than that segment.
         let replay_from = if clean { leo } else { state.active().base_offset };
-        let (producers, aborted) = load_producers(&storage, &dir, &state, replay_from)?;
+        let (producers, aborted, snapshot) = load_producers(&storage, &dir, &state, replay_from)?;
         state.producers = producers;
+        state.producers_snapshotted = snapshot.filter(|&offset| offset == leo);
         insert_aborted(&mut state, aborted);
         if let Some(ts) = state.active().first_batch_timestamp {
             state.active_since_ms = ts.min(now_ms);
         }
         // Whatever recovery kept may still sit only in the page cache (the previous
         // process could have died after writing it): make it durable before treating it
-        // as such.
-        let active = state.active();
-        active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
+        // as such. After a clean shutdown the close fsynced it before the marker.
+        if !clean {
+            let active = state.active();
+            active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
+        }
         let durability =
             DurableState { durable_end: leo, flushing: false, generation: 0, waiters: Vec::new(), offline: None };
         Ok(PartitionLog {
@@ -415,9 +427,15 @@ impl<S: Storage> PartitionLog<S> {
         self.opened_clean
     }
 
-    /// Clean shutdown: fsyncs the data, writes the active segment's indexes and the
-    /// high watermark, then the clean-shutdown marker that lets the next open skip the
-    /// recovery scan.
+    /// Clean shutdown: fsyncs the data, writes the active segment's indexes, the
+    /// producer snapshot and the high watermark, then the clean-shutdown marker that lets
+    /// the next open skip the recovery scan.
+    ///
+    /// Only what changed is written: a log opened clean and not changed since (no
+    /// append, truncation, roll, producer expiry or high-watermark move) already has all
+    /// of it on disk, so its close is one directory fsync (the marker's). Under
+    /// fsync-before-ack the data is durable already, so shutdown time follows what is
+    /// dirty, not the number of partitions.
     /// Takes `&self` so a log shared through `Arc` (e.g. with a `Flusher`) can be closed;
     /// afterwards appends fail with `LogOffline` ("closed").
     pub fn close(&self) -> Result<()> {
@@ -429,9 +447,16 @@ impl<S: Storage> PartitionLog<S> {
         // Nothing may be appended after the marker vouches for the files.
         state.offline = Some("closed".to_string());
         let hw = state.high_watermark;
-        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
-        self.write_producer_snapshot(&state)?;
-        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+        if !state.active().indexes_persisted() {
+            state.active_mut().persist_indexes(&self.storage, &self.dir)?;
+        }
+        if state.producers_snapshotted != Some(state.log_end_offset()) {
+            self.write_producer_snapshot(&mut state)?;
+        }
+        if state.hw_checkpointed != Some(hw) {
+            checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+            state.hw_checkpointed = Some(hw);
+        }
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         self.storage.open(&marker, true).map_err(|e| StorageError::io("create", &marker, e))?;
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))
@@ -608,6 +633,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         segment.size = write_at + total;
         debug_assert_eq!(segment.next_offset, last_offset + 1);
+        state.producers_snapshotted = None;
 
         state.appended_records += records;
         state.oldest_unflushed_ms.get_or_insert(now_ms);
@@ -657,10 +683,11 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Writes `<log end offset>.snapshot` of the producer state and drops old snapshots.
-    fn write_producer_snapshot(&self, state: &LogState<S::File>) -> Result<()> {
+    fn write_producer_snapshot(&self, state: &mut LogState<S::File>) -> Result<()> {
         let offset = state.log_end_offset();
         let name = format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset));
         checkpoint::write_bytes(&self.storage, &self.dir, &name, &state.producers.to_snapshot())?;
+        state.producers_snapshotted = Some(offset);
         let mut snapshots = list_snapshots(&self.storage, &self.dir)?;
         snapshots.sort_unstable();
         let excess = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
@@ -676,8 +703,10 @@ impl<S: Storage> PartitionLog<S> {
     /// next snapshot (roll, close) leaves them out; a reload from an older snapshot may
     /// bring them back until the next expiry pass, as in Kafka.
     pub fn expire_producers(&self, now_ms: i64, producer_id_expiration_ms: i64) -> usize {
-        let removed = lock(&self.state).producers.remove_expired(now_ms, producer_id_expiration_ms);
+        let mut state = lock(&self.state);
+        let removed = state.producers.remove_expired(now_ms, producer_id_expiration_ms);
         if removed > 0 {
+            state.producers_snapshotted = None;
             tracing::debug!(dir = %self.dir.display(), removed, "expired idle producer ids");
         }
         removed
@@ -768,7 +797,9 @@ impl<S: Storage> PartitionLog<S> {
         state.active_since_ms = now_ms;
         self.write_producer_snapshot(state)?;
         let hw = state.high_watermark;
-        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])
+        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+        state.hw_checkpointed = Some(hw);
+        Ok(())
     }
 
     // ----- durability -----------------------------------------------------------------
@@ -1267,8 +1298,9 @@ impl<S: Storage> PartitionLog<S> {
         s.high_watermark = s.high_watermark.min(new_leo);
         s.log_start_offset = s.log_start_offset.min(new_leo);
         s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
-        let (producers, aborted) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
+        let (producers, aborted, _) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
         s.producers = producers;
+        s.producers_snapshotted = None;
         insert_aborted(&mut s, aborted);
         if s.epochs.truncate_from_end(new_leo) {
             self.write_epoch_checkpoint(&s)?;
@@ -1975,12 +2007,13 @@ fn load_producers<S: Storage>(
     dir: &Path,
     state: &LogState<S::File>,
     replay_from: i64,
-) -> Result<(ProducerStateTable, Vec<AbortedTxn>)> {
+) -> Result<(ProducerStateTable, Vec<AbortedTxn>, Option<i64>)> {
     let leo = state.log_end_offset();
     let mut snapshots = list_snapshots(storage, dir)?;
     snapshots.sort_unstable();
     let mut table = None;
     let mut from = state.segments[0].base_offset;
+    let mut snapshot = None;
     for &offset in snapshots.iter().rev() {
         if offset > leo {
             remove_snapshot(storage, dir, offset)?;
@@ -1999,6 +2032,7 @@ fn load_producers<S: Storage>(
             Some(t) => {
                 table = Some(t);
                 from = offset;
+                snapshot = Some(offset);
                 break;
             }
             None => {
@@ -2034,7 +2068,7 @@ fn load_producers<S: Storage>(
             return Err(e);
         }
     }
-    Ok((table, aborted))
+    Ok((table, aborted, snapshot))
 }
 
 /// Applies one appended (or replayed) batch to the producer state; for an ABORT marker

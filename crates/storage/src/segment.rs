@@ -65,6 +65,20 @@ pub(crate) struct Segment<F> {
     pub first_batch_timestamp: Option<i64>,
     /// Transactions aborted by markers in this segment, in marker order.
     pub aborted_txns: Vec<AbortedTxn>,
+    /// The segment's shape when its index files last matched memory (written, or loaded
+    /// after a clean shutdown); `None` if they never did or it was cut since. A clean
+    /// close rewrites (and fsyncs) the indexes only if the shape changed.
+    pub persisted: Option<IndexShape>,
+}
+
+/// What the index files of a segment depend on: its size and its entry counts. Indexes
+/// only grow with the log between persists; a cut (`truncate_at`) forgets the shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexShape {
+    size: u64,
+    offset_entries: usize,
+    time_entries: usize,
+    aborted: usize,
 }
 
 /// Bytes cut from the end of a segment by recovery.
@@ -122,7 +136,22 @@ impl<F: StorageFile> Segment<F> {
             offset_of_max_timestamp: -1,
             first_batch_timestamp: None,
             aborted_txns: Vec::new(),
+            persisted: None,
         }
+    }
+
+    fn index_shape(&self) -> IndexShape {
+        IndexShape {
+            size: self.size,
+            offset_entries: self.offset_index.len(),
+            time_entries: self.time_index.len(),
+            aborted: self.aborted_txns.len(),
+        }
+    }
+
+    /// Whether the index files on disk (and the data, fsynced with them) match memory.
+    pub fn indexes_persisted(&self) -> bool {
+        self.persisted == Some(self.index_shape())
     }
 
     /// Opens an existing segment. A `sealed` segment (every one but the newest) was
@@ -156,8 +185,14 @@ impl<F: StorageFile> Segment<F> {
                     let first = seg.find_batch_by(0, len, |_| true).ok().flatten();
                     seg.first_batch_timestamp = first.map(|b| b.header.max_timestamp);
                 }
+                let loaded = (seg.offset_index.len(), seg.time_index.len(), seg.aborted_txns.len());
                 let end = seg.walk_and_index(from, len, false, index_interval_bytes)?;
                 if end == len {
+                    // The walk adds no entry to indexes written at a clean close.
+                    let shape = seg.index_shape();
+                    if (shape.offset_entries, shape.time_entries, shape.aborted) == loaded {
+                        seg.persisted = Some(shape);
+                    }
                     return Ok((seg, None));
                 }
                 // Not "after a clean shutdown": sealed segments are trusted after a crash
@@ -421,7 +456,9 @@ impl<F: StorageFile> Segment<F> {
             raw.extend_from_slice(&rel.to_be_bytes());
         }
         write_whole(storage, time_index, &raw)?;
-        self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
+        self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
+        self.persisted = Some(self.index_shape());
+        Ok(())
     }
 
     /// Deletes the segment's files (open handles held by readers stay readable).
@@ -504,6 +541,7 @@ impl<F: StorageFile> Segment<F> {
         file.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
         self.size = position;
         self.next_offset = new_next_offset;
+        self.persisted = None;
         let rel_end = new_next_offset - self.base_offset;
         self.offset_index.retain(|e| i64::from(e.0) < rel_end && u64::from(e.1) < position);
         self.time_index.retain(|e| i64::from(e.1) < rel_end);

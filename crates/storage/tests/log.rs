@@ -629,3 +629,64 @@ fn idle_producers_expire_after_producer_id_expiration_ms() {
     let info = log.append(&mut idempotent(1, 0, 7, 1), 0, 60_000).unwrap();
     assert!(!info.duplicate);
 }
+
+/// A log written (idempotent batches across rolls), with a high watermark, then closed.
+fn written_and_closed(storage: &SimStorage) -> Vec<(i64, Vec<u8>)> {
+    let log = sim_log(storage, small_segments());
+    let mut expected = Vec::new();
+    for seq in 0..12 {
+        let info = log.append(&mut idempotent(7, 0, seq, 1), 0, 0).unwrap();
+        log.wait_durable(info.last_offset).unwrap();
+        expected.push((info.base_offset, stamped(idempotent(7, 0, seq, 1), info.base_offset, 0)));
+    }
+    log.update_high_watermark(9).unwrap();
+    log.close().unwrap();
+    expected
+}
+
+#[test]
+fn closing_a_log_unchanged_since_a_clean_open_fsyncs_at_most_once() {
+    let storage = SimStorage::new();
+    written_and_closed(&storage);
+    for round in 0..3 {
+        let log = sim_log(&storage, small_segments());
+        assert!(log.opened_clean(), "round {round}");
+        // What the broker does at open: the high watermark to the durable end (unchanged).
+        log.update_high_watermark(log.high_watermark()).unwrap();
+        let before = storage.sync_count();
+        log.close().unwrap();
+        let fsyncs = storage.sync_count() - before;
+        assert!(fsyncs <= 1, "round {round}: a clean, unchanged log fsynced {fsyncs} times on close");
+    }
+}
+
+#[test]
+fn a_log_written_then_closed_reopens_clean_with_its_data_producers_and_high_watermark() {
+    let storage = SimStorage::new();
+    let expected = written_and_closed(&storage);
+    // Twice: the second close skips the unchanged files, and they must still serve.
+    for round in 0..2 {
+        let log = sim_log(&storage, small_segments());
+        assert!(log.opened_clean(), "round {round}");
+        assert!(log.recovery_report().damaged.is_empty(), "round {round}");
+        assert_eq!(read_all(&log), expected, "round {round}");
+        assert_eq!(log.high_watermark(), 9, "round {round}");
+        assert_eq!(log.producer_state(7).and_then(|p| p.batches.back().map(|b| b.last_seq)), Some(11), "round {round}");
+        log.close().unwrap();
+    }
+    // A high-watermark move alone is written at close.
+    let log = sim_log(&storage, small_segments());
+    log.update_high_watermark(12).unwrap();
+    log.close().unwrap();
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    assert_eq!(log.high_watermark(), 12);
+    // And an append after a clean open is closed with everything it changed.
+    let info = log.append(&mut idempotent(7, 0, 12, 1), 0, 0).unwrap();
+    log.close().unwrap();
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    assert_eq!(read_all(&log).len(), expected.len() + 1);
+    assert_eq!(log.producer_state(7).and_then(|p| p.batches.back().map(|b| b.last_seq)), Some(12));
+    assert_eq!(log.log_end_offset(), info.last_offset + 1);
+}
