@@ -366,7 +366,8 @@ impl<S: Storage> PartitionLog<S> {
         state.log_start_offset = start.clamp(first_base, leo);
         let hw_checkpoint = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT);
         state.high_watermark = hw_checkpoint.unwrap_or(0).clamp(state.log_start_offset, leo);
-        state.hw_checkpointed = hw_checkpoint.filter(|&hw| hw == state.high_watermark);
+        // What the next open would compute from the file as it is (none reads as 0).
+        state.hw_checkpointed = Some(hw_checkpoint.unwrap_or(0)).filter(|&hw| hw == state.high_watermark);
         let first_dirty = checkpoint::read_i64(&storage, &dir, CLEANER_OFFSET_CHECKPOINT).unwrap_or(0);
         state.first_dirty_offset = first_dirty.clamp(state.log_start_offset, leo);
         state.epochs = load_epochs(&storage, &dir, &state)?;
@@ -375,7 +376,9 @@ impl<S: Storage> PartitionLog<S> {
         let replay_from = if clean { leo } else { state.active().base_offset };
         let (producers, aborted, snapshot) = load_producers(&storage, &dir, &state, replay_from)?;
         state.producers = producers;
-        state.producers_snapshotted = snapshot.filter(|&offset| offset == leo);
+        // A new log's empty table needs no snapshot: the next open finds the same.
+        let new_log = bases.is_empty() && snapshot.is_none();
+        state.producers_snapshotted = snapshot.filter(|&offset| offset == leo).or(new_log.then_some(leo));
         insert_aborted(&mut state, aborted);
         if let Some(ts) = state.active().first_batch_timestamp {
             state.active_since_ms = ts.min(now_ms);

@@ -111,7 +111,10 @@ impl<F: StorageFile> Segment<F> {
                 storage.remove(&p).map_err(|e| StorageError::io("remove", &p, e))?;
             }
         }
-        Ok(Segment::empty(base_offset, Some(Arc::new(file)), path))
+        let mut seg = Segment::empty(base_offset, Some(Arc::new(file)), path);
+        // No index files, and none needed: an open rebuilds an empty segment's for free.
+        seg.persisted = Some(seg.index_shape());
+        Ok(seg)
     }
 
     /// Creates an empty segment for `base_offset` in a file at `path` (the compactor's

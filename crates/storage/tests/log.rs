@@ -645,6 +645,19 @@ fn written_and_closed(storage: &SimStorage) -> Vec<(i64, Vec<u8>)> {
 }
 
 #[test]
+fn closing_a_new_log_with_no_writes_fsyncs_at_most_once() {
+    let storage = SimStorage::new();
+    let log = sim_log(&storage, small_segments());
+    let before = storage.sync_count();
+    log.close().unwrap();
+    assert!(storage.sync_count() - before <= 1, "a new, empty log fsynced {} times", storage.sync_count() - before);
+    let log = sim_log(&storage.crash(CrashMode::LoseUnsynced), small_segments());
+    assert!(log.opened_clean());
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (0, 0));
+    log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
+}
+
+#[test]
 fn closing_a_log_unchanged_since_a_clean_open_fsyncs_at_most_once() {
     let storage = SimStorage::new();
     written_and_closed(&storage);
