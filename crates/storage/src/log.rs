@@ -26,7 +26,7 @@ use crate::fs::{StdStorage, Storage, StorageFile};
 use crate::producer::{ProducerStateTable, SequenceCheck};
 use crate::recovery::{self, DamageKind, DamagedRange, RecoveryReport};
 use crate::scrub::{self, ScrubCursor, ScrubStep, ScrubTarget};
-use crate::segment::{self, Segment};
+use crate::segment::{self, SealWork, Segment};
 use crate::txn_index::{self, AbortedTxn};
 
 /// Present only between a clean close and the next open; its absence means recovery.
@@ -37,6 +37,11 @@ pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 /// Checkpoint of the high watermark.
 pub const HIGH_WATERMARK_CHECKPOINT: &str = "high-watermark-checkpoint";
+/// Checkpoint of the recovery point (Kafka's `recovery-point-offset-checkpoint`, here
+/// one per partition): every segment that ends at or below it is sealed, its data and
+/// indexes durable. Segments after it were rolled on the append path and sealed later by
+/// the flusher; a crash may have torn them, and recovery scans them as it does the last.
+pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-checkpoint";
 /// Checkpoint of the compactor's first dirty offset (Kafka keeps one per log
 /// directory for all partitions; here each partition has its own).
 pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
@@ -142,6 +147,11 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     queued_on_flusher: AtomicBool,
     /// Held for a whole compaction pass: one cleaner per log at a time.
     cleaning: Mutex<()>,
+    /// Held while segments rolled on the append path are sealed (their files written
+    /// outside the state lock), and by whatever deletes or replaces segment files
+    /// (truncation, retention, compaction, close), which seal pending segments first.
+    /// Lock order: `sealing`, then `state`, then `durability`.
+    sealing: Mutex<()>,
     /// Whether open skipped recovery (clean-shutdown marker, or a new log).
     opened_clean: bool,
     /// What open found damaged.
@@ -177,6 +187,22 @@ struct LogState<F> {
     /// The log end offset of a producer snapshot equal to the table in memory, if one
     /// exists: a close writes a new snapshot only if the table changed since.
     producers_snapshotted: Option<i64>,
+    /// Segments rolled on the append path and not yet sealed, oldest first.
+    unsealed: Vec<i64>,
+    /// The producer snapshot taken at the last such roll, to be written with the seal.
+    pending_snapshot: Option<(i64, Vec<u8>)>,
+    /// The recovery point on disk; `None` if the log has no checkpoint yet (a new log,
+    /// or one written before it existed), and then rolls seal inline until one is written.
+    recovery_point: Option<i64>,
+}
+
+/// Segments to seal, with the checkpoints written after them, taken under the state lock.
+struct SealBatch<F> {
+    segments: Vec<SealWork<F>>,
+    snapshot: Option<(i64, Vec<u8>)>,
+    high_watermark: i64,
+    /// The active segment's base offset when the batch was taken.
+    recovery_point: i64,
 }
 
 struct DurableState {
@@ -312,7 +338,9 @@ impl<S: Storage> PartitionLog<S> {
         bases.sort_unstable();
 
         let mut damaged = Vec::new();
-        let segments = open_segments(&storage, &dir, &bases, clean, &config, &mut damaged)?;
+        let recovery_point = checkpoint::read_i64(&storage, &dir, RECOVERY_POINT_CHECKPOINT);
+        let (segments, first_unsealed) =
+            open_segments(&storage, &dir, &bases, clean, recovery_point, &config, &mut damaged)?;
         if clean {
             tracing::debug!(dir = %dir.display(), "clean shutdown marker found; recovery skipped");
         } else if !bases.is_empty() {
@@ -354,6 +382,9 @@ impl<S: Storage> PartitionLog<S> {
             offline: None,
             hw_checkpointed: None,
             producers_snapshotted: None,
+            unsealed: Vec::new(),
+            pending_snapshot: None,
+            recovery_point: None,
         };
         if state.segments.is_empty() {
             let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(0).max(0);
@@ -373,7 +404,18 @@ impl<S: Storage> PartitionLog<S> {
         state.epochs = load_epochs(&storage, &dir, &state)?;
         // After a crash the active segment's aborted index is rebuilt by the producer
         // state scan, which must then start no later than that segment.
-        let replay_from = if clean { leo } else { state.active().base_offset };
+        let replay_from = match (clean, first_unsealed) {
+            (true, _) => leo,
+            (false, Some(base)) => base,
+            (false, None) => state.active().base_offset,
+        };
+        state.recovery_point = recovery_point;
+        if first_unsealed.is_some() {
+            // The segments rolled but not sealed before the crash are sealed now.
+            let active = state.active().base_offset;
+            checkpoint::write(&storage, &dir, RECOVERY_POINT_CHECKPOINT, &[active.to_string()])?;
+            state.recovery_point = Some(active);
+        }
         let (producers, aborted, snapshot) = load_producers(&storage, &dir, &state, replay_from)?;
         state.producers = producers;
         // A new log's empty table needs no snapshot: the next open finds the same.
@@ -402,6 +444,7 @@ impl<S: Storage> PartitionLog<S> {
             fsyncs: FsyncCounters::default(),
             queued_on_flusher: AtomicBool::new(false),
             cleaning: Mutex::new(()),
+            sealing: Mutex::new(()),
             opened_clean: clean || bases.is_empty(),
             recovery: RecoveryReport { damaged },
         })
@@ -443,10 +486,12 @@ impl<S: Storage> PartitionLog<S> {
     /// afterwards appends fail with `LogOffline` ("closed").
     pub fn close(&self) -> Result<()> {
         self.flush()?;
+        let _sealing = lock(&self.sealing);
         let mut state = lock(&self.state);
         if let Some(reason) = &state.offline {
             return Err(self.offline_error(reason));
         }
+        self.seal_now(&mut state)?;
         // Nothing may be appended after the marker vouches for the files.
         state.offline = Some("closed".to_string());
         let hw = state.high_watermark;
@@ -688,9 +733,15 @@ impl<S: Storage> PartitionLog<S> {
     /// Writes `<log end offset>.snapshot` of the producer state and drops old snapshots.
     fn write_producer_snapshot(&self, state: &mut LogState<S::File>) -> Result<()> {
         let offset = state.log_end_offset();
-        let name = format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset));
-        checkpoint::write_bytes(&self.storage, &self.dir, &name, &state.producers.to_snapshot())?;
+        self.write_snapshot_bytes(offset, &state.producers.to_snapshot())?;
         state.producers_snapshotted = Some(offset);
+        Ok(())
+    }
+
+    /// Writes `<offset>.snapshot` and drops the oldest beyond `SNAPSHOTS_KEPT`.
+    fn write_snapshot_bytes(&self, offset: i64, bytes: &[u8]) -> Result<()> {
+        let name = format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset));
+        checkpoint::write_bytes(&self.storage, &self.dir, &name, bytes)?;
         let mut snapshots = list_snapshots(&self.storage, &self.dir)?;
         snapshots.sort_unstable();
         let excess = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
@@ -781,28 +832,84 @@ impl<S: Storage> PartitionLog<S> {
         let offsets_overflow = last_offset - a.base_offset > i64::from(i32::MAX);
         let positions_overflow = a.size + append_bytes > u64::from(u32::MAX);
         if full || old || offset_index_full || time_index_full || offsets_overflow || positions_overflow {
-            self.roll(state, now_ms)?;
+            self.roll(state, now_ms, false)?;
         }
         Ok(())
     }
 
-    /// Seals the active segment (its data and indexes fsynced, so recovery never needs
-    /// to scan it) and starts a new one at the log end offset.
-    fn roll(&self, state: &mut LogState<S::File>, now_ms: i64) -> Result<()> {
+    /// Starts a new segment at the log end offset. The old one is sealed (indexes written,
+    /// data and indexes fsynced, producer snapshot, high watermark and recovery point
+    /// checkpointed) by the next group commit, as Kafka schedules `flush-log` after a roll
+    /// rather than flush inline: no fsync runs on the appending thread, and no append
+    /// after the roll is acknowledged before the seal is durable. `inline` seals at once
+    /// (callers off the append path holding `sealing`), as does a log with no recovery
+    /// point on disk yet, since its recovery could not tell an unsealed segment.
+    fn roll(&self, state: &mut LogState<S::File>, now_ms: i64, inline: bool) -> Result<()> {
         let base = state.log_end_offset();
-        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
         let segment = Segment::create(&self.storage, &self.dir, base)?;
-        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let sealed = state.active().base_offset;
         state.segments.push(segment);
         // Consumers that lag a little read the just-sealed segment next.
         state.note_open_sealed(sealed);
         state.active_since_ms = now_ms;
-        self.write_producer_snapshot(state)?;
-        let hw = state.high_watermark;
-        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
-        state.hw_checkpointed = Some(hw);
+        state.unsealed.push(sealed);
+        state.pending_snapshot = Some((base, state.producers.to_snapshot()));
+        if inline || state.recovery_point.is_none() {
+            // Without a recovery point no deferred seal was ever taken, so none is being
+            // written concurrently and `sealing` is not needed.
+            self.seal_now(state)?;
+        }
         Ok(())
+    }
+
+    /// Seals every pending segment now, under the state lock (and `sealing`, or with no
+    /// seal in flight).
+    fn seal_now(&self, state: &mut LogState<S::File>) -> Result<()> {
+        if let Some(batch) = self.take_seal_work(state)? {
+            self.write_seal(&batch)?;
+            state.recovery_point = Some(batch.recovery_point);
+        }
+        Ok(())
+    }
+
+    /// Under the state lock: what sealing the pending segments writes, or `None`.
+    fn take_seal_work(&self, state: &mut LogState<S::File>) -> Result<Option<SealBatch<S::File>>> {
+        if state.unsealed.is_empty() {
+            return Ok(None);
+        }
+        let mut segments = Vec::new();
+        let last = state.segments.len() - 1;
+        for base in std::mem::take(&mut state.unsealed) {
+            // A segment deleted or made active again since its roll needs no seal.
+            if let Some(seg) = state.segments[..last].iter_mut().find(|seg| seg.base_offset == base) {
+                segments.push(seg.seal_work(&self.storage, &self.dir)?);
+            }
+        }
+        // The files are rewritten now; until then, what they hold is not known here.
+        state.hw_checkpointed = None;
+        state.producers_snapshotted = None;
+        Ok(Some(SealBatch {
+            segments,
+            snapshot: state.pending_snapshot.take(),
+            high_watermark: state.high_watermark,
+            recovery_point: state.active().base_offset,
+        }))
+    }
+
+    /// Writes a seal: the segments' indexes and data, then the producer snapshot, the
+    /// high watermark and last the recovery point, whose directory fsync also makes the
+    /// names of the new segment and index files durable.
+    fn write_seal(&self, batch: &SealBatch<S::File>) -> Result<()> {
+        for seg in &batch.segments {
+            seg.write(&self.storage)?;
+        }
+        if let Some((offset, bytes)) = &batch.snapshot {
+            self.write_snapshot_bytes(*offset, bytes)?;
+        }
+        let hw = batch.high_watermark.to_string();
+        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw])?;
+        let point = batch.recovery_point.to_string();
+        checkpoint::write(&self.storage, &self.dir, RECOVERY_POINT_CHECKPOINT, &[point])
     }
 
     // ----- durability -----------------------------------------------------------------
@@ -920,17 +1027,31 @@ impl<S: Storage> PartitionLog<S> {
         self.fsyncs.snapshot()
     }
 
-    /// One group commit. The caller has set `flushing`; this clears it.
+    /// One group commit: seals the segments rolled since the last one, then fsyncs the
+    /// active segment. The caller has set `flushing`; this clears it.
     fn run_flush(&self) {
-        let (leo, file, path, generation, records) = {
-            let s = lock(&self.state);
+        let sealing = lock(&self.sealing);
+        // The seal and the log end it covers are taken together: a roll after this
+        // point is sealed by the next group commit, before its offsets count as durable.
+        let (seal, leo, file, path, generation, records) = {
+            let mut s = lock(&self.state);
+            let seal = self.take_seal_work(&mut s);
             let a = s.active();
-            (s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
+            (seal, s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
         };
         let started = Instant::now();
-        let result = match &file {
-            Some(file) => file.sync_data(),
-            None => Err(std::io::Error::other("active segment file is closed")),
+        let sealed = match &seal {
+            Ok(Some(batch)) => self.write_seal(batch).map(|()| {
+                lock(&self.state).recovery_point = Some(batch.recovery_point);
+            }),
+            Ok(None) => Ok(()),
+            Err(e) => Err(StorageError::io("seal", &self.dir, std::io::Error::other(e.to_string()))),
+        };
+        drop(sealing);
+        let result = match (&sealed, &file) {
+            (Err(e), _) => Err(std::io::Error::other(e.to_string())),
+            (Ok(_), Some(file)) => file.sync_data(),
+            (Ok(_), None) => Err(std::io::Error::other("active segment file is closed")),
         };
         self.fsyncs.record(started.elapsed(), result.is_ok());
 
@@ -1250,10 +1371,14 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     fn truncate_locked(&self, offset: i64) -> Result<i64> {
+        let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         if let Some(reason) = &s.offline {
             return Err(self.offline_error(reason));
         }
+        // Nothing pending, so the recovery point is the active segment's base and only
+        // needs lowering if the cut reaches below it.
+        self.seal_now(&mut s)?;
         let leo = s.log_end_offset();
         if offset >= leo {
             return Ok(leo);
@@ -1295,6 +1420,11 @@ impl<S: Storage> PartitionLog<S> {
             removed.extend(std::mem::replace(&mut s.segments, vec![fresh]).iter().map(|seg| seg.base_offset));
             s.log_start_offset = start;
             self.write_log_start_checkpoint(start)?;
+        }
+        let active_base = s.active().base_offset;
+        if s.recovery_point.is_some_and(|point| point > active_base) {
+            checkpoint::write(&self.storage, &self.dir, RECOVERY_POINT_CHECKPOINT, &[active_base.to_string()])?;
+            s.recovery_point = Some(active_base);
         }
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let new_leo = s.log_end_offset();
@@ -1354,6 +1484,8 @@ impl<S: Storage> PartitionLog<S> {
     /// are not blocked by the deletion itself.
     pub fn retention_pass(&self, now_ms: i64) -> Result<RetentionOutcome> {
         let c = self.config();
+        // No seal may be writing index files of a segment this pass deletes.
+        let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         let expired = |seg: &Segment<S::File>| {
             c.cleanup_policy.delete
@@ -1365,7 +1497,7 @@ impl<S: Storage> PartitionLog<S> {
         // once all of it is below the high watermark).
         let active = s.active();
         if active.size > 0 && expired(active) && active.next_offset <= s.high_watermark {
-            if let Err(e) = self.roll(&mut s, now_ms) {
+            if let Err(e) = self.roll(&mut s, now_ms, true) {
                 drop(s);
                 self.go_offline(format!("segment roll for retention failed: {e}"));
                 return Err(e);
@@ -1633,6 +1765,8 @@ impl<S: Storage> PartitionLog<S> {
         generation: u64,
     ) -> Result<bool> {
         let base = cleaned.base_offset;
+        // No seal may be writing index files of a segment this swap replaces.
+        let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         let last = s.segments.len() - 1;
         let found = s.segments[..last].iter().position(|seg| seg.base_offset == base);
@@ -1664,6 +1798,8 @@ impl<S: Storage> PartitionLog<S> {
         cleaned.first_batch_timestamp = s.segments[i].first_batch_timestamp;
         s.segments.splice(i..end, [cleaned]);
         s.open_sealed.retain(|b| !group.iter().any(|src| src.base_offset == *b));
+        // The cleaned files were written and fsynced whole: nothing left to seal.
+        s.unsealed.retain(|b| !group.iter().any(|src| src.base_offset == *b));
         Ok(true)
     }
 
@@ -1870,26 +2006,54 @@ fn parse_offset_name(name: &str, suffix: &str) -> Option<i64> {
     stem.parse().ok()
 }
 
+/// The segments opened, and the base offset of the first recovered as unsealed.
+type OpenedSegments<F> = (Vec<Segment<F>>, Option<i64>);
+
 /// Opens segments oldest first. The last one is recovered (CRC scan) unless the shutdown
-/// was clean; older ones were sealed with their indexes at roll. A damaged older
-/// segment is cut after its last valid batch (its tail copied aside) and a segment
-/// overlapping its predecessor is renamed aside; the segments after either are kept,
-/// since they hold acknowledged, durable data (see [`crate::recovery`]). The losses are
-/// added to `damaged`.
+/// was clean; older ones up to the recovery point were sealed with their indexes. A
+/// damaged sealed segment is cut after its last valid batch (its tail copied aside) and
+/// a segment overlapping its predecessor is renamed aside; the segments after either are
+/// kept, since they hold acknowledged, durable data (see [`crate::recovery`]). The
+/// losses are added to `damaged`.
+///
+/// Segments past the recovery point were rolled on the append path and the crash may
+/// have come before their seal: they are scanned like the last one and sealed now, and
+/// a torn one ends the log (what follows it was never acknowledged, since an
+/// acknowledgement waits for the seal). Returns the segments and the base offset of the
+/// first one recovered that way.
 fn open_segments<S: Storage>(
     storage: &S,
     dir: &Path,
     bases: &[i64],
     clean: bool,
+    recovery_point: Option<i64>,
     config: &LogConfig,
     damaged: &mut Vec<DamagedRange>,
-) -> Result<Vec<Segment<S::File>>> {
+) -> Result<OpenedSegments<S::File>> {
     let mut segments: Vec<Segment<S::File>> = Vec::new();
+    let mut first_unsealed = None;
     for (i, &base) in bases.iter().enumerate() {
         let sealed = i + 1 < bases.len();
         if let Some(prev) = segments.last().filter(|prev| prev.next_offset > base) {
             let next_base = bases.get(i + 1).copied();
             damaged.push(set_aside_overlapping(storage, dir, base, prev.next_offset, next_base)?);
+            continue;
+        }
+        let unsealed = sealed && !clean && recovery_point.is_some_and(|point| bases[i + 1] > point);
+        if unsealed {
+            first_unsealed.get_or_insert(base);
+            let (mut seg, cut) = Segment::open(storage, dir, base, false, false, config.index_interval_bytes)?;
+            if cut.is_some() {
+                for &later in &bases[i + 1..] {
+                    Segment::<S::File>::delete_files(storage, dir, later)?;
+                }
+                storage.sync_dir(dir).map_err(|e| StorageError::io("fsync dir", dir, e))?;
+                tracing::info!(dir = %dir.display(), segment = base, "an unsealed segment was torn by the crash; the log ends there");
+                segments.push(seg);
+                break;
+            }
+            seg.persist_indexes(storage, dir)?;
+            segments.push(seg);
             continue;
         }
         let (seg, cut) = Segment::open(storage, dir, base, clean || sealed, sealed, config.index_interval_bytes)?;
@@ -1910,7 +2074,7 @@ fn open_segments<S: Storage>(
     for seg in &mut segments[..sealed] {
         seg.file = None;
     }
-    Ok(segments)
+    Ok((segments, first_unsealed))
 }
 
 /// Renames a segment that starts below the end of the one before it to

@@ -2,7 +2,8 @@
 //! index (`.index`) and time index (`.timeindex`).
 //!
 //! Index entries are kept in memory and written to their files only when the segment
-//! stops being active (roll, clean close) and then fsynced. So the index files of the
+//! is sealed after it stops being active (the group commit after a roll, or the roll
+//! itself off the append path) or at a clean close, and then fsynced. So the index files of the
 //! active segment are trusted only after a clean shutdown; after a crash recovery
 //! rebuilds them from the log, which is why nothing on the append path writes them.
 //! The aborted-transaction index (`.txnindex`, see [`crate::txn_index`]) follows the same
@@ -157,8 +158,8 @@ impl<F: StorageFile> Segment<F> {
         self.persisted == Some(self.index_shape())
     }
 
-    /// Opens an existing segment. A `sealed` segment (every one but the newest) was
-    /// fsynced with its indexes at roll, and after a clean shutdown so was the newest:
+    /// Opens an existing segment. A `sealed` segment (one before the recovery point) was
+    /// fsynced with its indexes, and after a clean shutdown so was the newest:
     /// then (`trust_indexes`) the index files are loaded and only the batches after the
     /// last index entry are walked. Otherwise, or if the indexes are missing or do not
     /// match the log, the whole file is scanned checking every CRC and the indexes are
@@ -199,7 +200,7 @@ impl<F: StorageFile> Segment<F> {
                     return Ok((seg, None));
                 }
                 // Not "after a clean shutdown": sealed segments are trusted after a crash
-                // too, since they were fsynced with their indexes when they were rolled.
+                // too, since they were fsynced with their indexes when they were sealed.
                 tracing::warn!(file = %seg.path.display(), position = end, "segment does not match its index files; rescanning it and rebuilding them");
             }
             seg = Segment::empty(base_offset, seg.file, seg.path);
@@ -427,6 +428,31 @@ impl<F: StorageFile> Segment<F> {
         }
     }
 
+    /// The three index files' contents as they are now, to be written by
+    /// [`SealWork::write`] outside the log's lock (a roll on the append path).
+    pub fn seal_work(&mut self, storage: &impl Storage<File = F>, dir: &Path) -> Result<SealWork<F>> {
+        self.maybe_append_time_entry();
+        let mut offsets = Vec::with_capacity(self.offset_index.len() * OFFSET_ENTRY as usize);
+        for &(rel, pos) in &self.offset_index {
+            offsets.extend_from_slice(&rel.to_be_bytes());
+            offsets.extend_from_slice(&pos.to_be_bytes());
+        }
+        let mut times = Vec::with_capacity(self.time_index.len() * TIME_ENTRY as usize);
+        for &(ts, rel) in &self.time_index {
+            times.extend_from_slice(&ts.to_be_bytes());
+            times.extend_from_slice(&rel.to_be_bytes());
+        }
+        Ok(SealWork {
+            log: self.handle_or_open(storage)?,
+            path: self.path.clone(),
+            files: [
+                (index_path(dir, self.base_offset), offsets),
+                (time_index_path(dir, self.base_offset), times),
+                (txn_index::txn_index_path(dir, self.base_offset), txn_index::encode(&self.aborted_txns)),
+            ],
+        })
+    }
+
     /// Writes both index files from memory and fsyncs them and the log.
     pub fn persist_indexes<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
         let (offsets, times) = (index_path(dir, self.base_offset), time_index_path(dir, self.base_offset));
@@ -567,6 +593,26 @@ impl<F: StorageFile> Segment<F> {
         }
         self.bytes_since_index = 0;
         Ok(())
+    }
+}
+
+/// What sealing a segment that stopped being active writes: its index files, then an
+/// fsync of its data. Taken under the log's lock, written without it.
+#[derive(Debug)]
+pub(crate) struct SealWork<F> {
+    log: Arc<F>,
+    path: PathBuf,
+    files: [(PathBuf, Vec<u8>); 3],
+}
+
+impl<F: StorageFile> SealWork<F> {
+    /// Writes and fsyncs the index files and fsyncs the segment's data. Their names
+    /// become durable with the caller's next directory fsync.
+    pub fn write<S: Storage<File = F>>(&self, storage: &S) -> Result<()> {
+        for (path, bytes) in &self.files {
+            write_whole(storage, path, bytes)?;
+        }
+        self.log.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
     }
 }
 

@@ -194,3 +194,56 @@ fn a_crash_at_any_step_of_a_clean_close_reopens_with_every_record() {
         assert_eq!(all.len(), appended.len(), "crash point {point}");
     }
 }
+
+#[test]
+fn a_roll_on_the_append_path_does_no_fsync_and_the_ack_waits_for_the_seal() {
+    let storage = SimStorage::new();
+    let log = open(&storage);
+    let (mut appended, mut acked) = (Vec::new(), Vec::new());
+    // The first roll of a new log seals inline: it has no recovery point yet.
+    append_acked(&log, &storage, 0..4, &mut appended, &mut acked);
+    assert!(log.segment_count() >= 2);
+    let mut rolls = 0;
+    for seed in 4..12u64 {
+        let segments = log.segment_count();
+        let before = storage.sync_count();
+        let info = log.append(&mut batch(seed, 1, 500), 0, 0).unwrap();
+        assert_eq!(storage.sync_count(), before, "append of {seed} fsynced");
+        rolls += log.segment_count() - segments;
+        appended.push((info.base_offset, stamped(batch(seed, 1, 500), info.base_offset, 0)));
+        // The acknowledgement: the seal of the old segment and the new one's name are
+        // durable when it returns.
+        log.wait_durable(info.last_offset).unwrap();
+        let after_ack = storage.crash(CrashMode::LoseUnsynced);
+        let acked_now: Vec<Acked> = appended
+            .iter()
+            .map(|(offset, bytes)| Acked { offset: *offset, bytes: bytes.clone(), from_point: 0 })
+            .collect();
+        check_image(&after_ack, seed as usize, &appended, &acked_now);
+    }
+    assert!(rolls >= 2, "the test must roll on the append path");
+}
+
+#[test]
+fn a_torn_crash_before_a_deferred_seal_ends_the_log_at_the_tear_without_reporting_damage() {
+    for seed in 1..120u64 {
+        let storage = SimStorage::new();
+        let log = open(&storage);
+        let (mut appended, mut acked) = (Vec::new(), Vec::new());
+        append_acked(&log, &storage, 0..4, &mut appended, &mut acked);
+        // Unacknowledged appends across deferred rolls: the old segment's tail and the
+        // new segments are neither fsynced nor sealed.
+        for s in 4..11u64 {
+            let info = log.append(&mut batch(s, 1, 500), 0, 0).unwrap();
+            appended.push((info.base_offset, stamped(batch(s, 1, 500), info.base_offset, 0)));
+        }
+        let mode = if seed % 2 == 0 { CrashMode::TearAndGarble { seed } } else { CrashMode::TearUnsynced { seed } };
+        let image = storage.crash(mode);
+        let all = check_image(&image, usize::MAX, &appended, &acked);
+        assert!(all.len() >= acked.len(), "seed {seed}");
+        // Recovered once, the log reopens as it is (the scanned segments were sealed).
+        drop(all);
+        let again = check_image(&image.crash(CrashMode::LoseUnsynced), usize::MAX, &appended, &acked);
+        assert!(again.len() >= acked.len(), "seed {seed}");
+    }
+}

@@ -573,17 +573,23 @@ fn retention_by_time_rolls_and_deletes_an_expired_active_segment() {
 fn failed_fsync_while_sealing_a_segment_takes_the_log_offline() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig { segment_bytes: 1000, ..LogConfig::default() });
-    let info = log.append(&mut batch(1, 1, 800), 0, 0).unwrap();
-    log.wait_for_ack(&info).unwrap();
-    log.append(&mut batch(2, 1, 100), 0, 0).unwrap(); // written, not yet durable
+    // The first roll of a new log seals inline (it has no recovery point yet).
+    for seed in [1, 2] {
+        let info = log.append(&mut batch(seed, 1, 800), 0, 0).unwrap();
+        log.wait_for_ack(&info).unwrap();
+    }
+    log.append(&mut batch(3, 1, 100), 0, 0).unwrap(); // written, not yet durable
     storage.set_fail_sync(true);
-    let err = log.append(&mut batch(3, 1, 800), 0, 0).unwrap_err(); // needs a roll
-    assert!(err.is_kafka_storage_error(), "{err}");
+    // The roll does no fsync on the append path; the group commit that seals it fails.
+    let info = log.append(&mut batch(4, 1, 800), 0, 0).unwrap();
+    assert!(log.segment_count() >= 3);
+    let err = log.wait_for_ack(&info).unwrap_err();
+    assert!(matches!(err, StorageError::LogOffline { .. }) && err.is_kafka_storage_error(), "{err}");
     storage.set_fail_sync(false);
     // Without going offline the next group commit (new segment only) would vouch for
-    // the unsynced batch 2.
-    assert!(matches!(log.append(&mut batch(4, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
-    assert!(log.wait_durable(1).is_err());
+    // the unsynced batch 3 and the unsealed segment.
+    assert!(matches!(log.append(&mut batch(5, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
+    assert!(log.wait_durable(2).is_err());
 }
 
 #[test]
