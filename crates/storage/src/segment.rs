@@ -222,6 +222,15 @@ impl<F: StorageFile> Segment<F> {
         if sealed {
             seg.rewrite_indexes_after_scan(storage, dir)?;
         }
+        let index_files = [
+            index_path(dir, base_offset),
+            time_index_path(dir, base_offset),
+            txn_index::txn_index_path(dir, base_offset),
+        ];
+        if seg.size == 0 && !index_files.iter().any(|p| storage.exists(p)) {
+            // As a new segment: an empty one without index files reopens the same.
+            seg.persisted = Some(seg.index_shape());
+        }
         Ok((seg, cut))
     }
 

@@ -112,9 +112,10 @@ impl<S: Storage> PartitionLog<S> {
         }
         let (producers, aborted, snapshot) = load_producers(&storage, &dir, &state, replay_from)?;
         state.producers = producers;
-        // A new log's empty table needs no snapshot: the next open finds the same.
-        let new_log = bases.is_empty() && snapshot.is_none();
-        state.producers_snapshotted = snapshot.filter(|&offset| offset == leo).or(new_log.then_some(leo));
+        // An empty log's empty table needs no snapshot: the next open finds the same.
+        let no_batches = state.segments.iter().all(|seg| seg.size == 0);
+        state.producers_snapshotted =
+            snapshot.filter(|&offset| offset == leo).or((snapshot.is_none() && no_batches).then_some(leo));
         insert_aborted(&mut state, aborted);
         if let Some(ts) = state.active().first_batch_timestamp {
             state.active_since_ms = ts.min(now_ms);
