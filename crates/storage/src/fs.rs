@@ -133,7 +133,15 @@ impl StorageFile for File {
 /// An in-memory disk for fault-injection tests. Each file remembers what was last
 /// fsynced; [`SimStorage::crash`] returns the disk as a power loss would leave it: the
 /// synced bytes plus, optionally, a torn (and possibly garbled) prefix of the rest.
-/// Directory operations are treated as immediately durable.
+///
+/// A file's name is a directory entry, durable only once its directory is fsynced
+/// ([`Storage::sync_dir`]), as on ext4 or XFS: a file created, renamed or deleted since
+/// then may come back from a crash under its old name, or not at all, even if its bytes
+/// were fsynced. [`CrashMode::LoseUnsynced`] drops every such change; the tearing modes
+/// keep a seed-chosen prefix of them, in the order they were made (a journaling file
+/// system commits metadata in order). Directories themselves are durable once created:
+/// making a new directory's own entry durable is its creator's job (the broker fsyncs
+/// the data directory after creating partition directories).
 #[derive(Debug, Clone, Default)]
 pub struct SimStorage {
     disk: Arc<Mutex<SimDisk>>,
@@ -141,9 +149,50 @@ pub struct SimStorage {
 
 #[derive(Debug, Default)]
 struct SimDisk {
+    /// The names as running code sees them.
     files: HashMap<PathBuf, Arc<Mutex<SimData>>>,
+    /// The names a crash would leave: as of each directory's last fsync.
+    durable_files: HashMap<PathBuf, Arc<Mutex<SimData>>>,
+    /// Changes to names since their directory's last fsync, oldest first.
+    unsynced: Vec<NameChange>,
     dirs: Vec<PathBuf>,
     faults: Arc<Mutex<SimFaults>>,
+    /// With [`SimStorage::record_crash_points`]: the disk as a crash would leave it just
+    /// before each fsync and each change of a name.
+    crash_points: Option<Vec<SimStorage>>,
+}
+
+/// One change of a directory entry not yet made durable by a directory fsync.
+#[derive(Debug, Clone)]
+enum NameChange {
+    Link(PathBuf, Arc<Mutex<SimData>>),
+    Unlink(PathBuf),
+    /// Atomic, as rename(2) is: a crash shows the file under one name or the other.
+    Rename(PathBuf, PathBuf, Arc<Mutex<SimData>>),
+}
+
+impl NameChange {
+    fn touches(&self, dir: &Path) -> bool {
+        match self {
+            NameChange::Link(p, _) | NameChange::Unlink(p) => p.parent() == Some(dir),
+            NameChange::Rename(from, to, _) => from.parent() == Some(dir) || to.parent() == Some(dir),
+        }
+    }
+
+    fn apply(&self, names: &mut HashMap<PathBuf, Arc<Mutex<SimData>>>) {
+        match self {
+            NameChange::Link(p, data) => {
+                names.insert(p.clone(), data.clone());
+            }
+            NameChange::Unlink(p) => {
+                names.remove(p);
+            }
+            NameChange::Rename(from, to, data) => {
+                names.remove(from);
+                names.insert(to.clone(), data.clone());
+            }
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -155,6 +204,8 @@ struct SimFaults {
     /// Renames that may still succeed before every rename fails (a crash point in a
     /// sequence of renames, such as a compaction swap).
     renames_left: Option<u64>,
+    /// fsyncs done (files and directories), for tests that count them.
+    syncs: u64,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -185,6 +236,7 @@ pub enum CrashMode {
 pub struct SimFile {
     data: Arc<Mutex<SimData>>,
     faults: Arc<Mutex<SimFaults>>,
+    disk: Arc<Mutex<SimDisk>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -219,16 +271,113 @@ impl SimStorage {
 
     /// The disk after a power loss at this instant, as a new independent `SimStorage`.
     pub fn crash(&self, mode: CrashMode) -> SimStorage {
+        lock(&self.disk).crash_image(mode)
+    }
+
+    /// From now on, keeps the disk as a crash ([`CrashMode::LoseUnsynced`]) would leave
+    /// it just before every fsync and every creation, rename or deletion of a file, so a
+    /// test can check recovery from each step of a sequence of I/O.
+    pub fn record_crash_points(&self) {
+        lock(&self.disk).crash_points.get_or_insert_with(Vec::new);
+    }
+
+    /// The crash images recorded so far, oldest first.
+    pub fn crash_points(&self) -> Vec<SimStorage> {
+        lock(&self.disk).crash_points.clone().unwrap_or_default()
+    }
+
+    /// How many crash images have been recorded so far.
+    pub fn crash_point_count(&self) -> usize {
+        lock(&self.disk).crash_points.as_ref().map_or(0, Vec::len)
+    }
+
+    /// fsyncs (of files and of directories) done so far, for tests that count them.
+    pub fn sync_count(&self) -> u64 {
         let disk = lock(&self.disk);
-        let mut files = HashMap::new();
+        let n = lock(&disk.faults).syncs;
+        n
+    }
+
+    /// The names of the files directly in `dir` that a crash now would leave, sorted.
+    pub fn durable_names(&self, dir: &Path) -> Vec<String> {
+        let disk = lock(&self.disk);
+        let mut names: Vec<String> = disk
+            .durable_files
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The current contents of a file, for assertions.
+    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
+        let disk = lock(&self.disk);
+        disk.files.get(path).map(|f| lock(f).data.clone())
+    }
+
+    /// Open handles (`SimFile`s alive) per file, for tests of descriptor bounds.
+    pub fn open_handles(&self) -> Vec<(PathBuf, usize)> {
+        let disk = lock(&self.disk);
+        // References the disk itself holds are not handles.
+        let held_by_disk = |d: &Arc<Mutex<SimData>>| {
+            let durable = disk.durable_files.values().filter(|x| Arc::ptr_eq(x, d)).count();
+            let journal = disk
+                .unsynced
+                .iter()
+                .filter(|c| match c {
+                    NameChange::Link(_, x) | NameChange::Rename(_, _, x) => Arc::ptr_eq(x, d),
+                    NameChange::Unlink(_) => false,
+                })
+                .count();
+            1 + durable + journal
+        };
+        let mut out: Vec<_> = disk
+            .files
+            .iter()
+            .map(|(p, d)| (p.clone(), Arc::strong_count(d) - held_by_disk(d)))
+            .filter(|(_, n)| *n > 0)
+            .collect();
+        out.sort();
+        out
+    }
+
+    /// Overwrites the contents of a file (current and durable, name included), to plant
+    /// corruption.
+    pub fn put(&self, path: &Path, bytes: Vec<u8>) {
+        let mut disk = lock(&self.disk);
+        let data = Arc::new(Mutex::new(SimData { data: bytes.clone(), durable: bytes }));
+        disk.files.insert(path.to_path_buf(), data.clone());
+        disk.durable_files.insert(path.to_path_buf(), data);
+    }
+
+    /// Deletes a file, name included, as something outside the broker might.
+    pub fn delete_durably(&self, path: &Path) {
+        let mut disk = lock(&self.disk);
+        disk.files.remove(path);
+        disk.durable_files.remove(path);
+    }
+}
+
+impl SimDisk {
+    fn crash_image(&self, mode: CrashMode) -> SimStorage {
         let mut rng = match mode {
             CrashMode::LoseUnsynced => 1,
             CrashMode::TearUnsynced { seed } | CrashMode::TearAndGarble { seed } => seed | 1,
         };
-        let mut paths: Vec<_> = disk.files.keys().cloned().collect();
+        let mut names = self.durable_files.clone();
+        if mode != CrashMode::LoseUnsynced {
+            let kept = (xorshift(&mut rng) % (self.unsynced.len() as u64 + 1)) as usize;
+            for change in &self.unsynced[..kept] {
+                change.apply(&mut names);
+            }
+        }
+        let mut files = HashMap::new();
+        let mut paths: Vec<_> = names.keys().cloned().collect();
         paths.sort();
         for path in paths {
-            let file = lock(&disk.files[&path]).clone();
+            let file = lock(&names[&path]).clone();
             let mut survived = file.durable.clone();
             if mode != CrashMode::LoseUnsynced && file.data.len() >= survived.len() {
                 let common = survived.len();
@@ -246,30 +395,19 @@ impl SimStorage {
             let data = SimData { data: survived.clone(), durable: survived };
             files.insert(path, Arc::new(Mutex::new(data)));
         }
-        let dirs = disk.dirs.clone();
-        SimStorage { disk: Arc::new(Mutex::new(SimDisk { files, dirs, faults: Default::default() })) }
+        let dirs = self.dirs.clone();
+        let disk = SimDisk { durable_files: files.clone(), files, dirs, ..Default::default() };
+        SimStorage { disk: Arc::new(Mutex::new(disk)) }
     }
 
-    /// The current contents of a file, for assertions.
-    pub fn contents(&self, path: &Path) -> Option<Vec<u8>> {
-        let disk = lock(&self.disk);
-        disk.files.get(path).map(|f| lock(f).data.clone())
-    }
-
-    /// Open handles (`SimFile`s alive) per file, for tests of descriptor bounds.
-    pub fn open_handles(&self) -> Vec<(PathBuf, usize)> {
-        let disk = lock(&self.disk);
-        let mut out: Vec<_> =
-            disk.files.iter().map(|(p, d)| (p.clone(), Arc::strong_count(d) - 1)).filter(|(_, n)| *n > 0).collect();
-        out.sort();
-        out
-    }
-
-    /// Overwrites the contents of a file (current and durable), to plant corruption.
-    pub fn put(&self, path: &Path, bytes: Vec<u8>) {
-        let mut disk = lock(&self.disk);
-        let data = SimData { data: bytes.clone(), durable: bytes };
-        disk.files.insert(path.to_path_buf(), Arc::new(Mutex::new(data)));
+    /// Records a crash image if the test asked for them.
+    fn crash_point(&mut self) {
+        if self.crash_points.is_some() {
+            let image = self.crash_image(CrashMode::LoseUnsynced);
+            if let Some(points) = self.crash_points.as_mut() {
+                points.push(image);
+            }
+        }
     }
 }
 
@@ -310,13 +448,15 @@ impl Storage for SimStorage {
         let data = match disk.files.get(path) {
             Some(d) => d.clone(),
             None if create => {
+                disk.crash_point();
                 let d = Arc::new(Mutex::new(SimData::default()));
                 disk.files.insert(path.to_path_buf(), d.clone());
+                disk.unsynced.push(NameChange::Link(path.to_path_buf(), d.clone()));
                 d
             }
             None => return Err(io::ErrorKind::NotFound.into()),
         };
-        Ok(SimFile { data, faults })
+        Ok(SimFile { data, faults, disk: self.disk.clone() })
     }
 
     fn exists(&self, path: &Path) -> bool {
@@ -324,8 +464,15 @@ impl Storage for SimStorage {
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
-        match lock(&self.disk).files.remove(path) {
-            Some(_) => Ok(()),
+        let mut disk = lock(&self.disk);
+        if disk.files.contains_key(path) {
+            disk.crash_point();
+        }
+        match disk.files.remove(path) {
+            Some(_) => {
+                disk.unsynced.push(NameChange::Unlink(path.to_path_buf()));
+                Ok(())
+            }
             None => Err(io::ErrorKind::NotFound.into()),
         }
     }
@@ -338,12 +485,34 @@ impl Storage for SimStorage {
             }
             *left -= 1;
         }
+        if disk.files.contains_key(from) {
+            disk.crash_point();
+        }
         let data = disk.files.remove(from).ok_or(io::ErrorKind::NotFound)?;
-        disk.files.insert(to.to_path_buf(), data);
+        disk.files.insert(to.to_path_buf(), data.clone());
+        disk.unsynced.push(NameChange::Rename(from.to_path_buf(), to.to_path_buf(), data));
         Ok(())
     }
 
-    fn sync_dir(&self, _dir: &Path) -> io::Result<()> {
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        disk.crash_point();
+        {
+            let mut faults = lock(&disk.faults);
+            if faults.fail_sync {
+                return Err(io::Error::other("simulated directory fsync failure"));
+            }
+            faults.syncs += 1;
+        }
+        // The directory's entries as they are now become durable, and only they: a
+        // change that also touched another directory (a rename between two) is durable
+        // on this side only.
+        let SimDisk { files, durable_files, unsynced, .. } = &mut *disk;
+        durable_files.retain(|p, _| p.parent() != Some(dir));
+        for (p, data) in files.iter().filter(|(p, _)| p.parent() == Some(dir)) {
+            durable_files.insert(p.clone(), data.clone());
+        }
+        unsynced.retain(|change| !change.touches(dir));
         Ok(())
     }
 }
@@ -393,8 +562,14 @@ impl StorageFile for SimFile {
     }
 
     fn sync_data(&self) -> io::Result<()> {
-        if lock(&self.faults).fail_sync {
-            return Err(io::Error::other("simulated fsync failure"));
+        // The disk lock first, as everywhere (it orders before a file's lock).
+        lock(&self.disk).crash_point();
+        {
+            let mut faults = lock(&self.faults);
+            if faults.fail_sync {
+                return Err(io::Error::other("simulated fsync failure"));
+            }
+            faults.syncs += 1;
         }
         let mut file = lock(&self.data);
         file.durable = file.data.clone();
@@ -414,11 +589,50 @@ mod tests {
         let f = disk.open(&dir.join("a"), true).unwrap();
         f.write_all_at(b"hello", 0).unwrap();
         f.sync_data().unwrap();
+        disk.sync_dir(dir).unwrap();
         f.write_all_at(b" world", 5).unwrap();
         let after = disk.crash(CrashMode::LoseUnsynced);
         assert_eq!(after.contents(&dir.join("a")).unwrap(), b"hello");
         let torn = disk.crash(CrashMode::TearUnsynced { seed: 3 }).contents(&dir.join("a")).unwrap();
         assert!(torn.starts_with(b"hello") && torn.len() <= 11);
+    }
+
+    #[test]
+    fn names_changed_since_the_directory_fsync_are_lost_in_a_crash() {
+        let disk = SimStorage::new();
+        let dir = Path::new("/d");
+        disk.create_dir_all(dir).unwrap();
+        let old = disk.open(&dir.join("old"), true).unwrap();
+        old.write_all_at(b"1", 0).unwrap();
+        old.sync_data().unwrap();
+        disk.sync_dir(dir).unwrap();
+        let new = disk.open(&dir.join("new"), true).unwrap();
+        new.write_all_at(b"2", 0).unwrap();
+        new.sync_data().unwrap();
+        disk.rename(&dir.join("old"), &dir.join("renamed")).unwrap();
+        let lost = disk.crash(CrashMode::LoseUnsynced);
+        assert_eq!(lost.list(dir).unwrap(), vec!["old".to_string()], "fsynced data, unsynced names");
+        assert_eq!(lost.contents(&dir.join("old")).unwrap(), b"1");
+        disk.sync_dir(dir).unwrap();
+        let mut kept = disk.crash(CrashMode::LoseUnsynced).list(dir).unwrap();
+        kept.sort();
+        assert_eq!(kept, vec!["new".to_string(), "renamed".to_string()]);
+    }
+
+    #[test]
+    fn a_torn_crash_keeps_a_prefix_of_the_unsynced_name_changes() {
+        let disk = SimStorage::new();
+        let dir = Path::new("/d");
+        disk.create_dir_all(dir).unwrap();
+        for name in ["a", "b", "c"] {
+            disk.open(&dir.join(name), true).unwrap();
+        }
+        for seed in 1..40 {
+            let mut names = disk.crash(CrashMode::TearUnsynced { seed }).list(dir).unwrap();
+            names.sort();
+            let prefixes: [&[&str]; 4] = [&[], &["a"], &["a", "b"], &["a", "b", "c"]];
+            assert!(prefixes.iter().any(|p| names == *p), "seed {seed}: {names:?} is not a prefix");
+        }
     }
 
     #[test]

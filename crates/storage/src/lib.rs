@@ -18,8 +18,15 @@
 //!   and a power loss, provided the disk honours flush requests (no volatile write cache
 //!   that lies about FUA/flush). Segment files and checkpoints are created with a
 //!   directory fsync, so the file holding acknowledged data is itself durable.
-//! * Sealed segments (at roll) are fsynced with their indexes before the new segment is
-//!   created, so recovery only ever scans the last segment.
+//! * A roll on the append path does no fsync: the old segment is sealed (indexes written,
+//!   data and indexes fsynced, producer snapshot, high watermark and
+//!   `recovery-point-checkpoint` written, the directory fsynced) by the next group
+//!   commit, before it reports any later offset durable, as Kafka schedules `flush-log`
+//!   after a roll. So an acknowledgement still covers the seal and the new segment's
+//!   directory entry. Recovery scans the last segment and every segment past the
+//!   recovery point (rolled, perhaps not sealed); a torn one there ends the log, since
+//!   nothing after it was acknowledged. The first roll of a log without a recovery point
+//!   yet (new, or written by an older version) seals inline.
 //! * On reopen after an unclean stop (no `.clean-shutdown` marker), the last segment is
 //!   scanned; every batch's length, magic, offset sequence and CRC-32C is checked and the
 //!   segment is cut before the first bad one (logged with file and byte position).
@@ -37,12 +44,15 @@
 //!   is lost by either, since acknowledgement waits for a successful fsync.
 //!
 //! * Checkpoints (`leader-epoch-checkpoint`, `log-start-offset-checkpoint`,
-//!   `high-watermark-checkpoint`, `<offset>.snapshot` producer state) are replaced
-//!   atomically (temp file, fsync, rename, directory fsync). A new leader epoch is
-//!   checkpointed before the first batch of that epoch is written. The high watermark is
-//!   checkpointed at roll and clean close only, so after a crash it may be older (it is
-//!   clamped to the recovered log); producer state is rebuilt from the newest snapshot
-//!   plus the batch headers after it.
+//!   `high-watermark-checkpoint`, `recovery-point-checkpoint`, `<offset>.snapshot`
+//!   producer state) are replaced atomically (temp file, fsync, rename, directory
+//!   fsync). A new leader epoch is checkpointed before the first batch of that epoch is
+//!   written. The high watermark is checkpointed at a segment's seal and clean close
+//!   only, so after a crash it may be older (it is clamped to the recovered log);
+//!   producer state is rebuilt from the newest snapshot plus the batch headers after it.
+//! * A clean close writes only what changed since the log was opened or last sealed
+//!   (indexes, producer snapshot, high watermark), then the clean-shutdown marker: a
+//!   partition with no writes closes with one directory fsync.
 //! * A waiter whose offsets are removed by `truncate_to` before they became durable
 //!   gets [`StorageError::Truncated`]; a blocking `wait_durable` that spans any truncation
 //!   may get it even for offsets the truncation kept (conservative; the producer retries).
@@ -60,14 +70,13 @@
 //!   offsets live in the producer state (and its snapshots), so
 //!   [`PartitionLog::last_stable_offset`] is right after any reopen. Each abort is indexed
 //!   in its segment's `.txnindex` (Kafka's format, see [`txn_index`]), written and
-//!   fsynced with the segment's other indexes at roll and close and otherwise rebuilt
+//!   fsynced with the segment's other indexes at its seal and close and otherwise rebuilt
 //!   from the markers in the log, so it is exactly as durable as the markers.
 //!
 //! With `flush.messages=N` or `flush.ms=M` set (Kafka semantics), `wait_for_ack` returns
 //! at once: an acknowledged append survives a process crash (it is in the page cache)
 //! but not a power loss until the next fsync (every N records, or when
-//! [`PartitionLog::flush_if_due`] finds it older than M ms, and always at segment roll
-//! and clean close).
+//! [`PartitionLog::flush_if_due`] finds it older than M ms, and always at clean close).
 //!
 //! # Resources
 //!

@@ -2,7 +2,8 @@
 //! index (`.index`) and time index (`.timeindex`).
 //!
 //! Index entries are kept in memory and written to their files only when the segment
-//! stops being active (roll, clean close) and then fsynced. So the index files of the
+//! is sealed after it stops being active (the group commit after a roll, or the roll
+//! itself off the append path) or at a clean close, and then fsynced. So the index files of the
 //! active segment are trusted only after a clean shutdown; after a crash recovery
 //! rebuilds them from the log, which is why nothing on the append path writes them.
 //! The aborted-transaction index (`.txnindex`, see [`crate::txn_index`]) follows the same
@@ -65,6 +66,20 @@ pub(crate) struct Segment<F> {
     pub first_batch_timestamp: Option<i64>,
     /// Transactions aborted by markers in this segment, in marker order.
     pub aborted_txns: Vec<AbortedTxn>,
+    /// The segment's shape when its index files last matched memory (written, or loaded
+    /// after a clean shutdown); `None` if they never did or it was cut since. A clean
+    /// close rewrites (and fsyncs) the indexes only if the shape changed.
+    pub persisted: Option<IndexShape>,
+}
+
+/// What the index files of a segment depend on: its size and its entry counts. Indexes
+/// only grow with the log between persists; a cut (`truncate_at`) forgets the shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct IndexShape {
+    size: u64,
+    offset_entries: usize,
+    time_entries: usize,
+    aborted: usize,
 }
 
 /// Bytes cut from the end of a segment by recovery.
@@ -97,7 +112,10 @@ impl<F: StorageFile> Segment<F> {
                 storage.remove(&p).map_err(|e| StorageError::io("remove", &p, e))?;
             }
         }
-        Ok(Segment::empty(base_offset, Some(Arc::new(file)), path))
+        let mut seg = Segment::empty(base_offset, Some(Arc::new(file)), path);
+        // No index files, and none needed: an open rebuilds an empty segment's for free.
+        seg.persisted = Some(seg.index_shape());
+        Ok(seg)
     }
 
     /// Creates an empty segment for `base_offset` in a file at `path` (the compactor's
@@ -122,11 +140,26 @@ impl<F: StorageFile> Segment<F> {
             offset_of_max_timestamp: -1,
             first_batch_timestamp: None,
             aborted_txns: Vec::new(),
+            persisted: None,
         }
     }
 
-    /// Opens an existing segment. A `sealed` segment (every one but the newest) was
-    /// fsynced with its indexes at roll, and after a clean shutdown so was the newest:
+    fn index_shape(&self) -> IndexShape {
+        IndexShape {
+            size: self.size,
+            offset_entries: self.offset_index.len(),
+            time_entries: self.time_index.len(),
+            aborted: self.aborted_txns.len(),
+        }
+    }
+
+    /// Whether the index files on disk (and the data, fsynced with them) match memory.
+    pub fn indexes_persisted(&self) -> bool {
+        self.persisted == Some(self.index_shape())
+    }
+
+    /// Opens an existing segment. A `sealed` segment (one before the recovery point) was
+    /// fsynced with its indexes, and after a clean shutdown so was the newest:
     /// then (`trust_indexes`) the index files are loaded and only the batches after the
     /// last index entry are walked. Otherwise, or if the indexes are missing or do not
     /// match the log, the whole file is scanned checking every CRC and the indexes are
@@ -156,12 +189,18 @@ impl<F: StorageFile> Segment<F> {
                     let first = seg.find_batch_by(0, len, |_| true).ok().flatten();
                     seg.first_batch_timestamp = first.map(|b| b.header.max_timestamp);
                 }
+                let loaded = (seg.offset_index.len(), seg.time_index.len(), seg.aborted_txns.len());
                 let end = seg.walk_and_index(from, len, false, index_interval_bytes)?;
                 if end == len {
+                    // The walk adds no entry to indexes written at a clean close.
+                    let shape = seg.index_shape();
+                    if (shape.offset_entries, shape.time_entries, shape.aborted) == loaded {
+                        seg.persisted = Some(shape);
+                    }
                     return Ok((seg, None));
                 }
                 // Not "after a clean shutdown": sealed segments are trusted after a crash
-                // too, since they were fsynced with their indexes when they were rolled.
+                // too, since they were fsynced with their indexes when they were sealed.
                 tracing::warn!(file = %seg.path.display(), position = end, "segment does not match its index files; rescanning it and rebuilding them");
             }
             seg = Segment::empty(base_offset, seg.file, seg.path);
@@ -182,6 +221,15 @@ impl<F: StorageFile> Segment<F> {
         }
         if sealed {
             seg.rewrite_indexes_after_scan(storage, dir)?;
+        }
+        let index_files = [
+            index_path(dir, base_offset),
+            time_index_path(dir, base_offset),
+            txn_index::txn_index_path(dir, base_offset),
+        ];
+        if seg.size == 0 && !index_files.iter().any(|p| storage.exists(p)) {
+            // As a new segment: an empty one without index files reopens the same.
+            seg.persisted = Some(seg.index_shape());
         }
         Ok((seg, cut))
     }
@@ -389,6 +437,31 @@ impl<F: StorageFile> Segment<F> {
         }
     }
 
+    /// The three index files' contents as they are now, to be written by
+    /// [`SealWork::write`] outside the log's lock (a roll on the append path).
+    pub fn seal_work(&mut self, storage: &impl Storage<File = F>, dir: &Path) -> Result<SealWork<F>> {
+        self.maybe_append_time_entry();
+        let mut offsets = Vec::with_capacity(self.offset_index.len() * OFFSET_ENTRY as usize);
+        for &(rel, pos) in &self.offset_index {
+            offsets.extend_from_slice(&rel.to_be_bytes());
+            offsets.extend_from_slice(&pos.to_be_bytes());
+        }
+        let mut times = Vec::with_capacity(self.time_index.len() * TIME_ENTRY as usize);
+        for &(ts, rel) in &self.time_index {
+            times.extend_from_slice(&ts.to_be_bytes());
+            times.extend_from_slice(&rel.to_be_bytes());
+        }
+        Ok(SealWork {
+            log: self.handle_or_open(storage)?,
+            path: self.path.clone(),
+            files: [
+                (index_path(dir, self.base_offset), offsets),
+                (time_index_path(dir, self.base_offset), times),
+                (txn_index::txn_index_path(dir, self.base_offset), txn_index::encode(&self.aborted_txns)),
+            ],
+        })
+    }
+
     /// Writes both index files from memory and fsyncs them and the log.
     pub fn persist_indexes<S: Storage<File = F>>(&mut self, storage: &S, dir: &Path) -> Result<()> {
         let (offsets, times) = (index_path(dir, self.base_offset), time_index_path(dir, self.base_offset));
@@ -421,7 +494,9 @@ impl<F: StorageFile> Segment<F> {
             raw.extend_from_slice(&rel.to_be_bytes());
         }
         write_whole(storage, time_index, &raw)?;
-        self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
+        self.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
+        self.persisted = Some(self.index_shape());
+        Ok(())
     }
 
     /// Deletes the segment's files (open handles held by readers stay readable).
@@ -504,6 +579,7 @@ impl<F: StorageFile> Segment<F> {
         file.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))?;
         self.size = position;
         self.next_offset = new_next_offset;
+        self.persisted = None;
         let rel_end = new_next_offset - self.base_offset;
         self.offset_index.retain(|e| i64::from(e.0) < rel_end && u64::from(e.1) < position);
         self.time_index.retain(|e| i64::from(e.1) < rel_end);
@@ -526,6 +602,26 @@ impl<F: StorageFile> Segment<F> {
         }
         self.bytes_since_index = 0;
         Ok(())
+    }
+}
+
+/// What sealing a segment that stopped being active writes: its index files, then an
+/// fsync of its data. Taken under the log's lock, written without it.
+#[derive(Debug)]
+pub(crate) struct SealWork<F> {
+    log: Arc<F>,
+    path: PathBuf,
+    files: [(PathBuf, Vec<u8>); 3],
+}
+
+impl<F: StorageFile> SealWork<F> {
+    /// Writes and fsyncs the index files and fsyncs the segment's data. Their names
+    /// become durable with the caller's next directory fsync.
+    pub fn write<S: Storage<File = F>>(&self, storage: &S) -> Result<()> {
+        for (path, bytes) in &self.files {
+            write_whole(storage, path, bytes)?;
+        }
+        self.log.sync_data().map_err(|e| StorageError::io("fsync", &self.path, e))
     }
 }
 

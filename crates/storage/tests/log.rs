@@ -573,17 +573,23 @@ fn retention_by_time_rolls_and_deletes_an_expired_active_segment() {
 fn failed_fsync_while_sealing_a_segment_takes_the_log_offline() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig { segment_bytes: 1000, ..LogConfig::default() });
-    let info = log.append(&mut batch(1, 1, 800), 0, 0).unwrap();
-    log.wait_for_ack(&info).unwrap();
-    log.append(&mut batch(2, 1, 100), 0, 0).unwrap(); // written, not yet durable
+    // The first roll of a new log seals inline (it has no recovery point yet).
+    for seed in [1, 2] {
+        let info = log.append(&mut batch(seed, 1, 800), 0, 0).unwrap();
+        log.wait_for_ack(&info).unwrap();
+    }
+    log.append(&mut batch(3, 1, 100), 0, 0).unwrap(); // written, not yet durable
     storage.set_fail_sync(true);
-    let err = log.append(&mut batch(3, 1, 800), 0, 0).unwrap_err(); // needs a roll
-    assert!(err.is_kafka_storage_error(), "{err}");
+    // The roll does no fsync on the append path; the group commit that seals it fails.
+    let info = log.append(&mut batch(4, 1, 800), 0, 0).unwrap();
+    assert!(log.segment_count() >= 3);
+    let err = log.wait_for_ack(&info).unwrap_err();
+    assert!(matches!(err, StorageError::LogOffline { .. }) && err.is_kafka_storage_error(), "{err}");
     storage.set_fail_sync(false);
     // Without going offline the next group commit (new segment only) would vouch for
-    // the unsynced batch 2.
-    assert!(matches!(log.append(&mut batch(4, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
-    assert!(log.wait_durable(1).is_err());
+    // the unsynced batch 3 and the unsealed segment.
+    assert!(matches!(log.append(&mut batch(5, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
+    assert!(log.wait_durable(2).is_err());
 }
 
 #[test]
@@ -628,4 +634,85 @@ fn idle_producers_expire_after_producer_id_expiration_ms() {
     // An expired producer is unknown: any sequence is accepted again (KIP-360).
     let info = log.append(&mut idempotent(1, 0, 7, 1), 0, 60_000).unwrap();
     assert!(!info.duplicate);
+}
+
+/// A log written (idempotent batches across rolls), with a high watermark, then closed.
+fn written_and_closed(storage: &SimStorage) -> Vec<(i64, Vec<u8>)> {
+    let log = sim_log(storage, small_segments());
+    let mut expected = Vec::new();
+    for seq in 0..12 {
+        let info = log.append(&mut idempotent(7, 0, seq, 1), 0, 0).unwrap();
+        log.wait_durable(info.last_offset).unwrap();
+        expected.push((info.base_offset, stamped(idempotent(7, 0, seq, 1), info.base_offset, 0)));
+    }
+    log.update_high_watermark(9).unwrap();
+    log.close().unwrap();
+    expected
+}
+
+#[test]
+fn closing_a_new_log_with_no_writes_fsyncs_at_most_once() {
+    let storage = SimStorage::new();
+    let log = sim_log(&storage, small_segments());
+    let before = storage.sync_count();
+    log.close().unwrap();
+    assert!(storage.sync_count() - before <= 1, "a new, empty log fsynced {} times", storage.sync_count() - before);
+    let storage = storage.crash(CrashMode::LoseUnsynced);
+    // Reopened and closed again, still with no writes: as cheap.
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    let before = storage.sync_count();
+    log.close().unwrap();
+    assert!(storage.sync_count() - before <= 1, "a reopened empty log fsynced {} times", storage.sync_count() - before);
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    assert_eq!((log.log_end_offset(), log.high_watermark()), (0, 0));
+    log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
+}
+
+#[test]
+fn closing_a_log_unchanged_since_a_clean_open_fsyncs_at_most_once() {
+    let storage = SimStorage::new();
+    written_and_closed(&storage);
+    for round in 0..3 {
+        let log = sim_log(&storage, small_segments());
+        assert!(log.opened_clean(), "round {round}");
+        // What the broker does at open: the high watermark to the durable end (unchanged).
+        log.update_high_watermark(log.high_watermark()).unwrap();
+        let before = storage.sync_count();
+        log.close().unwrap();
+        let fsyncs = storage.sync_count() - before;
+        assert!(fsyncs <= 1, "round {round}: a clean, unchanged log fsynced {fsyncs} times on close");
+    }
+}
+
+#[test]
+fn a_log_written_then_closed_reopens_clean_with_its_data_producers_and_high_watermark() {
+    let storage = SimStorage::new();
+    let expected = written_and_closed(&storage);
+    // Twice: the second close skips the unchanged files, and they must still serve.
+    for round in 0..2 {
+        let log = sim_log(&storage, small_segments());
+        assert!(log.opened_clean(), "round {round}");
+        assert!(log.recovery_report().damaged.is_empty(), "round {round}");
+        assert_eq!(read_all(&log), expected, "round {round}");
+        assert_eq!(log.high_watermark(), 9, "round {round}");
+        assert_eq!(log.producer_state(7).and_then(|p| p.batches.back().map(|b| b.last_seq)), Some(11), "round {round}");
+        log.close().unwrap();
+    }
+    // A high-watermark move alone is written at close.
+    let log = sim_log(&storage, small_segments());
+    log.update_high_watermark(12).unwrap();
+    log.close().unwrap();
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    assert_eq!(log.high_watermark(), 12);
+    // And an append after a clean open is closed with everything it changed.
+    let info = log.append(&mut idempotent(7, 0, 12, 1), 0, 0).unwrap();
+    log.close().unwrap();
+    let log = sim_log(&storage, small_segments());
+    assert!(log.opened_clean());
+    assert_eq!(read_all(&log).len(), expected.len() + 1);
+    assert_eq!(log.producer_state(7).and_then(|p| p.batches.back().map(|b| b.last_seq)), Some(12));
+    assert_eq!(log.log_end_offset(), info.last_offset + 1);
 }

@@ -1,10 +1,15 @@
-//! `PartitionLog`: one partition's directory of segments, with appends, reads, group
-//! commit, recovery, truncation and retention.
+//! `PartitionLog`: one partition's directory of segments, the facade over its jobs
+//! (Kafka's `UnifiedLog`). Here: appends (validation, offsets, sequences, rolls),
+//! reads, offsets and the high watermark, transactions' bookkeeping and truncation.
+//! Elsewhere, one file per job: [`loader`] opens and recovers a log, [`group_commit`]
+//! makes appends durable and seals rolled segments, [`retention`] drives retention,
+//! DeleteRecords, scrubbing and compaction.
 //!
 //! Locking: `state` (segments, offsets, epochs) is held for the short in-memory work and
 //! the `pwrite` of an append, never across an fsync. `durability` (durable offset and
 //! waiters) is separate so appends continue while an fsync runs; the next fsync then
-//! covers all of them (group commit). Lock order is always `state` then `durability`.
+//! covers all of them (group commit). Lock order is always `sealing`, then `state`, then
+//! `durability`.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -26,8 +31,14 @@ use crate::fs::{StdStorage, Storage, StorageFile};
 use crate::producer::{ProducerStateTable, SequenceCheck};
 use crate::recovery::{self, DamageKind, DamagedRange, RecoveryReport};
 use crate::scrub::{self, ScrubCursor, ScrubStep, ScrubTarget};
-use crate::segment::{self, Segment};
+use crate::segment::{self, SealWork, Segment};
 use crate::txn_index::{self, AbortedTxn};
+
+mod group_commit;
+mod loader;
+mod retention;
+
+use loader::{insert_aborted, list_snapshots, load_producers, record_batch, remove_snapshot};
 
 /// Present only between a clean close and the next open; its absence means recovery.
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
@@ -37,6 +48,11 @@ pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
 pub const LOG_START_OFFSET_CHECKPOINT: &str = "log-start-offset-checkpoint";
 /// Checkpoint of the high watermark.
 pub const HIGH_WATERMARK_CHECKPOINT: &str = "high-watermark-checkpoint";
+/// Checkpoint of the recovery point (Kafka's `recovery-point-offset-checkpoint`, here
+/// one per partition): every segment that ends at or below it is sealed, its data and
+/// indexes durable. Segments after it were rolled on the append path and sealed later by
+/// the flusher; a crash may have torn them, and recovery scans them as it does the last.
+pub const RECOVERY_POINT_CHECKPOINT: &str = "recovery-point-checkpoint";
 /// Checkpoint of the compactor's first dirty offset (Kafka keeps one per log
 /// directory for all partitions; here each partition has its own).
 pub const CLEANER_OFFSET_CHECKPOINT: &str = "cleaner-offset-checkpoint";
@@ -142,6 +158,11 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     queued_on_flusher: AtomicBool,
     /// Held for a whole compaction pass: one cleaner per log at a time.
     cleaning: Mutex<()>,
+    /// Held while segments rolled on the append path are sealed (their files written
+    /// outside the state lock), and by whatever deletes or replaces segment files
+    /// (truncation, retention, compaction, close), which seal pending segments first.
+    /// Lock order: `sealing`, then `state`, then `durability`.
+    sealing: Mutex<()>,
     /// Whether open skipped recovery (clean-shutdown marker, or a new log).
     opened_clean: bool,
     /// What open found damaged.
@@ -171,6 +192,19 @@ struct LogState<F> {
     /// that were rewritten since as durable.
     generation: u64,
     offline: Option<String>,
+    /// The high watermark the checkpoint file holds, if known: a close rewrites it only
+    /// if it moved.
+    hw_checkpointed: Option<i64>,
+    /// The log end offset of a producer snapshot equal to the table in memory, if one
+    /// exists: a close writes a new snapshot only if the table changed since.
+    producers_snapshotted: Option<i64>,
+    /// Segments rolled on the append path and not yet sealed, oldest first.
+    unsealed: Vec<i64>,
+    /// The producer snapshot taken at the last such roll, to be written with the seal.
+    pending_snapshot: Option<(i64, Vec<u8>)>,
+    /// The recovery point on disk; `None` if the log has no checkpoint yet (a new log,
+    /// or one written before it existed), and then rolls seal inline until one is written.
+    recovery_point: Option<i64>,
 }
 
 struct DurableState {
@@ -256,22 +290,6 @@ impl<F: StorageFile> LogState<F> {
     }
 }
 
-/// What a compaction pass reads, planned under the lock.
-struct CleanPlan<F> {
-    /// The cleanable sealed segments, from the log start.
-    sources: Vec<SourceSegment<F>>,
-    first_dirty: i64,
-    /// End of the cleanable section (a segment boundary).
-    end: i64,
-    delete_horizon_ms: i64,
-    /// Aborted transactions overlapping `[sources[0].base_offset, end)`, from every
-    /// segment's `.txnindex` (a marker may lie beyond the cleanable section).
-    aborted: Vec<AbortedTxn>,
-    producer_last_batches: std::collections::HashMap<i64, crate::producer::LastBatch>,
-    generation: u64,
-    dirty_ratio: f64,
-}
-
 /// A batch validated on the way in: where it is in the appended buffer and its header.
 struct Incoming {
     position: usize,
@@ -279,118 +297,7 @@ struct Incoming {
 }
 
 impl<S: Storage> PartitionLog<S> {
-    // ----- open and close -------------------------------------------------------------
-
-    /// Opens (creating if needed) the partition log in `dir`. Without a clean-shutdown
-    /// marker the last segment is scanned, CRC-checked and truncated after its last valid
-    /// batch, and its indexes rebuilt. `now_ms` starts the `segment.ms` clock.
-    pub fn open(storage: S, dir: impl Into<PathBuf>, config: LogConfig, now_ms: i64) -> Result<Self> {
-        let dir = dir.into();
-        storage.create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
-        let names = storage.list(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
-        let clean = names.iter().any(|n| n == CLEAN_SHUTDOWN_FILE);
-        if clean {
-            // Removed (durably) before anything can change the log, so a crash from here
-            // on is seen as unclean.
-            let marker = dir.join(CLEAN_SHUTDOWN_FILE);
-            storage.remove(&marker).map_err(|e| StorageError::io("remove", &marker, e))?;
-            storage.sync_dir(&dir).map_err(|e| StorageError::io("fsync dir", &dir, e))?;
-        }
-        for name in names.iter().filter(|n| n.ends_with(DELETED_SUFFIX) || n.ends_with(".tmp")) {
-            let path = dir.join(name);
-            storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))?;
-        }
-        cleaner::recover_swaps(&storage, &dir, &names)?;
-        let names = storage.list(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
-        let mut bases: Vec<i64> = names.iter().filter_map(|n| parse_segment_name(n)).collect();
-        bases.sort_unstable();
-
-        let mut damaged = Vec::new();
-        let segments = open_segments(&storage, &dir, &bases, clean, &config, &mut damaged)?;
-        if clean {
-            tracing::debug!(dir = %dir.display(), "clean shutdown marker found; recovery skipped");
-        } else if !bases.is_empty() {
-            tracing::info!(dir = %dir.display(), "no clean shutdown marker; the last segment was scanned and recovered");
-        }
-        let extents: Vec<recovery::Extent> = segments
-            .iter()
-            .map(|seg| recovery::Extent {
-                base_offset: seg.base_offset,
-                next_offset: seg.next_offset,
-                loss_reported: damaged.iter().any(|d| d.first_offset == seg.next_offset),
-            })
-            .collect();
-        damaged.extend(recovery::missing_ranges(
-            &dir,
-            &extents,
-            &orphan_index_bases(&names, &bases),
-            checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT),
-            checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT),
-            config.cleanup_policy.compact,
-        ));
-        damaged.sort_by_key(|d| d.first_offset);
-        for range in &damaged {
-            range.log(&dir);
-        }
-        let mut state = LogState {
-            segments,
-            log_start_offset: 0,
-            high_watermark: 0,
-            epochs: LeaderEpochCache::default(),
-            producers: ProducerStateTable::default(),
-            open_sealed: VecDeque::new(),
-            active_since_ms: now_ms,
-            first_dirty_offset: 0,
-            appended_records: 0,
-            flushed_records: 0,
-            oldest_unflushed_ms: None,
-            generation: 0,
-            offline: None,
-        };
-        if state.segments.is_empty() {
-            let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(0).max(0);
-            state.segments.push(Segment::create(&storage, &dir, start)?);
-            storage.sync_dir(&dir).map_err(|e| StorageError::io("fsync dir", &dir, e))?;
-        }
-        let first_base = state.segments[0].base_offset;
-        let leo = state.log_end_offset();
-        let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(first_base);
-        state.log_start_offset = start.clamp(first_base, leo);
-        let hw = checkpoint::read_i64(&storage, &dir, HIGH_WATERMARK_CHECKPOINT).unwrap_or(0);
-        state.high_watermark = hw.clamp(state.log_start_offset, leo);
-        let first_dirty = checkpoint::read_i64(&storage, &dir, CLEANER_OFFSET_CHECKPOINT).unwrap_or(0);
-        state.first_dirty_offset = first_dirty.clamp(state.log_start_offset, leo);
-        state.epochs = load_epochs(&storage, &dir, &state)?;
-        // After a crash the active segment's aborted index is rebuilt by the producer
-        // state scan, which must then start no later than that segment.
-        let replay_from = if clean { leo } else { state.active().base_offset };
-        let (producers, aborted) = load_producers(&storage, &dir, &state, replay_from)?;
-        state.producers = producers;
-        insert_aborted(&mut state, aborted);
-        if let Some(ts) = state.active().first_batch_timestamp {
-            state.active_since_ms = ts.min(now_ms);
-        }
-        // Whatever recovery kept may still sit only in the page cache (the previous
-        // process could have died after writing it): make it durable before treating it
-        // as such.
-        let active = state.active();
-        active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
-        let durability =
-            DurableState { durable_end: leo, flushing: false, generation: 0, waiters: Vec::new(), offline: None };
-        Ok(PartitionLog {
-            dir,
-            storage,
-            config: std::sync::RwLock::new(config),
-            state: Mutex::new(state),
-            durability: Mutex::new(durability),
-            durable_changed: Condvar::new(),
-            fsyncs: FsyncCounters::default(),
-            queued_on_flusher: AtomicBool::new(false),
-            cleaning: Mutex::new(()),
-            opened_clean: clean || bases.is_empty(),
-            recovery: RecoveryReport { damaged },
-        })
-    }
+    // ----- settings and close ---------------------------------------------------------
 
     /// The log's current settings.
     pub fn config(&self) -> LogConfig {
@@ -415,23 +322,38 @@ impl<S: Storage> PartitionLog<S> {
         self.opened_clean
     }
 
-    /// Clean shutdown: fsyncs the data, writes the active segment's indexes and the
-    /// high watermark, then the clean-shutdown marker that lets the next open skip the
-    /// recovery scan.
+    /// Clean shutdown: fsyncs the data, writes the active segment's indexes, the
+    /// producer snapshot and the high watermark, then the clean-shutdown marker that lets
+    /// the next open skip the recovery scan.
+    ///
+    /// Only what changed is written: a log opened clean and not changed since (no
+    /// append, truncation, roll, producer expiry or high-watermark move) already has all
+    /// of it on disk, so its close is one directory fsync (the marker's). Under
+    /// fsync-before-ack the data is durable already, so shutdown time follows what is
+    /// dirty, not the number of partitions.
     /// Takes `&self` so a log shared through `Arc` (e.g. with a `Flusher`) can be closed;
     /// afterwards appends fail with `LogOffline` ("closed").
     pub fn close(&self) -> Result<()> {
         self.flush()?;
+        let _sealing = lock(&self.sealing);
         let mut state = lock(&self.state);
         if let Some(reason) = &state.offline {
             return Err(self.offline_error(reason));
         }
+        self.seal_now(&mut state)?;
         // Nothing may be appended after the marker vouches for the files.
         state.offline = Some("closed".to_string());
         let hw = state.high_watermark;
-        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
-        self.write_producer_snapshot(&state)?;
-        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+        if !state.active().indexes_persisted() {
+            state.active_mut().persist_indexes(&self.storage, &self.dir)?;
+        }
+        if state.producers_snapshotted != Some(state.log_end_offset()) {
+            self.write_producer_snapshot(&mut state)?;
+        }
+        if state.hw_checkpointed != Some(hw) {
+            checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
+            state.hw_checkpointed = Some(hw);
+        }
         let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
         self.storage.open(&marker, true).map_err(|e| StorageError::io("create", &marker, e))?;
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))
@@ -608,6 +530,7 @@ impl<S: Storage> PartitionLog<S> {
         }
         segment.size = write_at + total;
         debug_assert_eq!(segment.next_offset, last_offset + 1);
+        state.producers_snapshotted = None;
 
         state.appended_records += records;
         state.oldest_unflushed_ms.get_or_insert(now_ms);
@@ -657,10 +580,17 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     /// Writes `<log end offset>.snapshot` of the producer state and drops old snapshots.
-    fn write_producer_snapshot(&self, state: &LogState<S::File>) -> Result<()> {
+    fn write_producer_snapshot(&self, state: &mut LogState<S::File>) -> Result<()> {
         let offset = state.log_end_offset();
+        self.write_snapshot_bytes(offset, &state.producers.to_snapshot())?;
+        state.producers_snapshotted = Some(offset);
+        Ok(())
+    }
+
+    /// Writes `<offset>.snapshot` and drops the oldest beyond `SNAPSHOTS_KEPT`.
+    fn write_snapshot_bytes(&self, offset: i64, bytes: &[u8]) -> Result<()> {
         let name = format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset));
-        checkpoint::write_bytes(&self.storage, &self.dir, &name, &state.producers.to_snapshot())?;
+        checkpoint::write_bytes(&self.storage, &self.dir, &name, bytes)?;
         let mut snapshots = list_snapshots(&self.storage, &self.dir)?;
         snapshots.sort_unstable();
         let excess = snapshots.len().saturating_sub(SNAPSHOTS_KEPT);
@@ -676,8 +606,10 @@ impl<S: Storage> PartitionLog<S> {
     /// next snapshot (roll, close) leaves them out; a reload from an older snapshot may
     /// bring them back until the next expiry pass, as in Kafka.
     pub fn expire_producers(&self, now_ms: i64, producer_id_expiration_ms: i64) -> usize {
-        let removed = lock(&self.state).producers.remove_expired(now_ms, producer_id_expiration_ms);
+        let mut state = lock(&self.state);
+        let removed = state.producers.remove_expired(now_ms, producer_id_expiration_ms);
         if removed > 0 {
+            state.producers_snapshotted = None;
             tracing::debug!(dir = %self.dir.display(), removed, "expired idle producer ids");
         }
         removed
@@ -749,197 +681,34 @@ impl<S: Storage> PartitionLog<S> {
         let offsets_overflow = last_offset - a.base_offset > i64::from(i32::MAX);
         let positions_overflow = a.size + append_bytes > u64::from(u32::MAX);
         if full || old || offset_index_full || time_index_full || offsets_overflow || positions_overflow {
-            self.roll(state, now_ms)?;
+            self.roll(state, now_ms, false)?;
         }
         Ok(())
     }
 
-    /// Seals the active segment (its data and indexes fsynced, so recovery never needs
-    /// to scan it) and starts a new one at the log end offset.
-    fn roll(&self, state: &mut LogState<S::File>, now_ms: i64) -> Result<()> {
+    /// Starts a new segment at the log end offset. The old one is sealed (indexes written,
+    /// data and indexes fsynced, producer snapshot, high watermark and recovery point
+    /// checkpointed) by the next group commit, as Kafka schedules `flush-log` after a roll
+    /// rather than flush inline: no fsync runs on the appending thread, and no append
+    /// after the roll is acknowledged before the seal is durable. `inline` seals at once
+    /// (callers off the append path holding `sealing`), as does a log with no recovery
+    /// point on disk yet, since its recovery could not tell an unsealed segment.
+    fn roll(&self, state: &mut LogState<S::File>, now_ms: i64, inline: bool) -> Result<()> {
         let base = state.log_end_offset();
-        state.active_mut().persist_indexes(&self.storage, &self.dir)?;
         let segment = Segment::create(&self.storage, &self.dir, base)?;
-        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let sealed = state.active().base_offset;
         state.segments.push(segment);
         // Consumers that lag a little read the just-sealed segment next.
         state.note_open_sealed(sealed);
         state.active_since_ms = now_ms;
-        self.write_producer_snapshot(state)?;
-        let hw = state.high_watermark;
-        checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])
-    }
-
-    // ----- durability -----------------------------------------------------------------
-
-    /// Blocks until every offset up to and including `offset` is durable (fsynced). The
-    /// calling thread does the fsync itself if none is running, else waits for the
-    /// running one and, if that did not cover `offset`, starts the next: concurrent
-    /// callers share fsyncs.
-    pub fn wait_durable(&self, offset: i64) -> Result<()> {
-        let target = offset.saturating_add(1);
-        let generation = self.check_waitable(target)?;
-        let mut d = lock(&self.durability);
-        loop {
-            if let Some(reason) = &d.offline {
-                return Err(self.offline_error(reason));
-            }
-            if d.durable_end >= target {
-                return Ok(());
-            }
-            if d.generation != generation {
-                return Err(StorageError::Truncated(offset));
-            }
-            if !d.flushing {
-                d.flushing = true;
-                drop(d);
-                self.run_flush();
-                d = lock(&self.durability);
-                continue;
-            }
-            d = self.durable_changed.wait(d).expect(POISONED);
+        state.unsealed.push(sealed);
+        state.pending_snapshot = Some((base, state.producers.to_snapshot()));
+        if inline || state.recovery_point.is_none() {
+            // Without a recovery point no deferred seal was ever taken, so none is being
+            // written concurrently and `sealing` is not needed.
+            self.seal_now(state)?;
         }
-    }
-
-    /// Rejects waiting for offsets not yet appended (no fsync could ever satisfy it);
-    /// returns the truncation generation the wait belongs to.
-    fn check_waitable(&self, target: i64) -> Result<u64> {
-        let s = lock(&self.state);
-        let leo = s.log_end_offset();
-        if target > leo {
-            return Err(StorageError::OffsetOutOfRange {
-                offset: target - 1,
-                log_start_offset: s.log_start_offset,
-                log_end_offset: leo,
-            });
-        }
-        Ok(s.generation)
-    }
-
-    /// Blocks until the append described by `info` may be acknowledged under this log's
-    /// flush policy: after an fsync by default; immediately if `flush.messages` or
-    /// `flush.ms` is set (Kafka's behaviour).
-    pub fn wait_for_ack(&self, info: &AppendInfo) -> Result<()> {
-        match self.config().flush_policy() {
-            FlushPolicy::FsyncBeforeAck => self.wait_durable(info.last_offset),
-            FlushPolicy::Periodic { .. } => Ok(()),
-        }
-    }
-
-    /// Non-blocking form of [`wait_durable`](Self::wait_durable): `callback` runs once
-    /// `offset` is durable, on the thread that completed the fsync (a `flusher` thread
-    /// or another caller of `wait_durable`), or at once if it already is.
-    pub fn on_durable(self: &Arc<Self>, offset: i64, flusher: &Flusher, callback: DurableCallback) {
-        let target = offset.saturating_add(1);
-        if let Err(e) = self.check_waitable(target) {
-            callback(Err(e));
-            return;
-        }
-        {
-            let mut d = lock(&self.durability);
-            if let Some(reason) = &d.offline {
-                let err = self.offline_error(reason);
-                drop(d);
-                callback(Err(err));
-                return;
-            }
-            if d.durable_end < target {
-                d.waiters.push((target, callback));
-                drop(d);
-                if !self.queued_on_flusher.swap(true, Ordering::AcqRel) && !flusher.schedule(self.clone()) {
-                    // No flusher: serve the waiter on this thread rather than leave it hanging.
-                    self.queued_on_flusher.store(false, Ordering::Release);
-                    self.flush_waiters();
-                }
-                return;
-            }
-        }
-        callback(Ok(()));
-    }
-
-    /// fsyncs everything written so far (sharing the fsync with concurrent callers).
-    pub fn flush(&self) -> Result<()> {
-        let leo = self.log_end_offset();
-        self.wait_durable(leo - 1)
-    }
-
-    /// For `flush.ms`: fsyncs if the oldest unflushed append is older than `flush.ms`.
-    /// The broker calls this periodically (Kafka's `log.flush.scheduler.interval.ms`).
-    /// Returns whether it flushed.
-    pub fn flush_if_due(&self, now_ms: i64) -> Result<bool> {
-        let Some(ms) = self.config().flush_ms else { return Ok(false) };
-        let due = lock(&self.state).oldest_unflushed_ms.is_some_and(|t| now_ms.saturating_sub(t) >= ms as i64);
-        if due {
-            self.flush()?;
-        }
-        Ok(due)
-    }
-
-    /// Offsets below this are durable.
-    pub fn durable_end_offset(&self) -> i64 {
-        lock(&self.durability).durable_end
-    }
-
-    /// fsync counts and latency, for metrics.
-    pub fn fsync_stats(&self) -> FsyncStats {
-        self.fsyncs.snapshot()
-    }
-
-    /// One group commit. The caller has set `flushing`; this clears it.
-    fn run_flush(&self) {
-        let (leo, file, path, generation, records) = {
-            let s = lock(&self.state);
-            let a = s.active();
-            (s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
-        };
-        let started = Instant::now();
-        let result = match &file {
-            Some(file) => file.sync_data(),
-            None => Err(std::io::Error::other("active segment file is closed")),
-        };
-        self.fsyncs.record(started.elapsed(), result.is_ok());
-
-        let mut state = lock(&self.state);
-        let mut d = lock(&self.durability);
-        d.flushing = false;
-        match result {
-            Ok(()) if state.generation == generation => {
-                d.durable_end = d.durable_end.max(leo);
-                state.flushed_records = state.flushed_records.max(records);
-                if state.log_end_offset() == leo {
-                    state.oldest_unflushed_ms = None;
-                }
-            }
-            Ok(()) => {}
-            Err(e) => {
-                // After a failed fsync the kernel may have dropped the dirty pages; a retry
-                // could "succeed" without the data. Only reopening (recovery) is safe.
-                let reason = format!("fsync {}: {e}", path.display());
-                tracing::error!(dir = %self.dir.display(), %reason, "log going offline");
-                state.offline = Some(reason.clone());
-                d.offline = Some(reason);
-            }
-        }
-        // A waiter registered while a truncation removed its offset (it passed the check
-        // before the truncation, and was pushed after it) can never be satisfied.
-        let leo_now = state.log_end_offset();
-        drop(state);
-        let (orphaned, waiting): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| *end > leo_now);
-        d.waiters = waiting;
-        let ready = take_ready_waiters(&mut d);
-        let offline = d.offline.clone();
-        self.durable_changed.notify_all();
-        drop(d);
-        for cb in ready {
-            cb(match &offline {
-                Some(reason) => Err(self.offline_error(reason)),
-                None => Ok(()),
-            });
-        }
-        for (end, cb) in orphaned {
-            cb(Err(StorageError::Truncated(end - 1)));
-        }
+        Ok(())
     }
 
     fn offline_error(&self, reason: &str) -> StorageError {
@@ -1195,7 +964,7 @@ impl<S: Storage> PartitionLog<S> {
         &self.dir
     }
 
-    // ----- truncation and retention -----------------------------------------------------
+    // ----- truncation ------------------------------------------------------------------
 
     /// Removes every batch from the one containing `offset` on (a follower whose log
     /// diverged). Returns the new log end offset (at most `offset`; lower if `offset`
@@ -1216,10 +985,14 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     fn truncate_locked(&self, offset: i64) -> Result<i64> {
+        let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         if let Some(reason) = &s.offline {
             return Err(self.offline_error(reason));
         }
+        // Nothing pending, so the recovery point is the active segment's base and only
+        // needs lowering if the cut reaches below it.
+        self.seal_now(&mut s)?;
         let leo = s.log_end_offset();
         if offset >= leo {
             return Ok(leo);
@@ -1262,13 +1035,19 @@ impl<S: Storage> PartitionLog<S> {
             s.log_start_offset = start;
             self.write_log_start_checkpoint(start)?;
         }
+        let active_base = s.active().base_offset;
+        if s.recovery_point.is_some_and(|point| point > active_base) {
+            checkpoint::write(&self.storage, &self.dir, RECOVERY_POINT_CHECKPOINT, &[active_base.to_string()])?;
+            s.recovery_point = Some(active_base);
+        }
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let new_leo = s.log_end_offset();
         s.high_watermark = s.high_watermark.min(new_leo);
         s.log_start_offset = s.log_start_offset.min(new_leo);
         s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
-        let (producers, aborted) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
+        let (producers, aborted, _) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
         s.producers = producers;
+        s.producers_snapshotted = None;
         insert_aborted(&mut s, aborted);
         if s.epochs.truncate_from_end(new_leo) {
             self.write_epoch_checkpoint(&s)?;
@@ -1289,349 +1068,6 @@ impl<S: Storage> PartitionLog<S> {
         Ok(new_leo)
     }
 
-    /// DeleteRecords: moves the log start offset to `offset` (at most the high
-    /// watermark), durably; the segments wholly below it go in the next retention pass.
-    /// Returns the new log start offset.
-    pub fn delete_records_before(&self, offset: i64) -> Result<i64> {
-        let mut s = lock(&self.state);
-        if offset > s.high_watermark || offset < 0 {
-            return Err(StorageError::OffsetOutOfRange {
-                offset,
-                log_start_offset: s.log_start_offset,
-                log_end_offset: s.log_end_offset(),
-            });
-        }
-        if offset > s.log_start_offset {
-            self.write_log_start_checkpoint(offset)?;
-            s.log_start_offset = offset;
-            if s.epochs.truncate_from_start(offset) {
-                self.write_epoch_checkpoint(&s)?;
-            }
-        }
-        Ok(s.log_start_offset)
-    }
-
-    /// One retention pass, for the broker's background thread: deletes the oldest whole
-    /// segments that are below the log start offset, older than `retention.ms`, or
-    /// beyond `retention.bytes`, never the active segment nor data at or above the high
-    /// watermark (an expired active segment is rolled first, as Kafka does). Files are
-    /// renamed under the lock and unlinked after it, so appends
-    /// are not blocked by the deletion itself.
-    pub fn retention_pass(&self, now_ms: i64) -> Result<RetentionOutcome> {
-        let c = self.config();
-        let mut s = lock(&self.state);
-        let expired = |seg: &Segment<S::File>| {
-            c.cleanup_policy.delete
-                && c.retention_ms >= 0
-                && seg.max_timestamp >= 0
-                && now_ms.saturating_sub(seg.max_timestamp) > c.retention_ms
-        };
-        // As Kafka: an active segment past retention.ms is rolled so it can go too (only
-        // once all of it is below the high watermark).
-        let active = s.active();
-        if active.size > 0 && expired(active) && active.next_offset <= s.high_watermark {
-            if let Err(e) = self.roll(&mut s, now_ms) {
-                drop(s);
-                self.go_offline(format!("segment roll for retention failed: {e}"));
-                return Err(e);
-            }
-        }
-        let total: u64 = s.size_bytes();
-        let mut remaining = total;
-        let mut n = 0;
-        while n + 1 < s.segments.len() {
-            let seg = &s.segments[n];
-            let below_start = seg.next_offset <= s.log_start_offset;
-            let expired = expired(seg);
-            let oversized =
-                c.cleanup_policy.delete && c.retention_bytes >= 0 && remaining - seg.size >= c.retention_bytes as u64;
-            if !(below_start || ((expired || oversized) && seg.next_offset <= s.high_watermark)) {
-                break;
-            }
-            remaining -= seg.size;
-            n += 1;
-        }
-        let mut outcome = RetentionOutcome { log_start_offset: s.log_start_offset, ..Default::default() };
-        if n == 0 {
-            return Ok(outcome);
-        }
-        let doomed: Vec<Segment<S::File>> = s.segments.drain(..n).collect();
-        let new_start = s.segments[0].base_offset.max(s.log_start_offset);
-        if new_start != s.log_start_offset {
-            self.write_log_start_checkpoint(new_start)?;
-            s.log_start_offset = new_start;
-        }
-        if s.epochs.truncate_from_start(new_start) {
-            self.write_epoch_checkpoint(&s)?;
-        }
-        let mut renamed = Vec::new();
-        for seg in &doomed {
-            for path in segment_files(&self.dir, seg.base_offset) {
-                let to = PathBuf::from(format!("{}{DELETED_SUFFIX}", path.display()));
-                if self.storage.rename(&path, &to).is_ok() {
-                    renamed.push(to);
-                }
-            }
-        }
-        drop(s);
-        for path in renamed {
-            if let Err(e) = self.storage.remove(&path) {
-                // Left for the next open to remove; not worth failing the pass.
-                tracing::warn!(file = %path.display(), error = %e, "could not delete old segment file");
-            }
-        }
-        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
-        outcome.deleted_segments = doomed.len();
-        outcome.deleted_bytes = doomed.iter().map(|seg| seg.size).sum();
-        outcome.log_start_offset = new_start;
-        tracing::info!(dir = %self.dir.display(), segments = n, bytes = outcome.deleted_bytes, log_start_offset = new_start, "retention deleted segments");
-        Ok(outcome)
-    }
-
-    // ----- scrubbing ------------------------------------------------------------------
-
-    /// One step of the background scrubber (see [`crate::scrub`]): verifies about
-    /// `max_bytes` of batches (at least one) of the sealed segment at `cursor`, moving it
-    /// to the next sealed segment at the end of one. The active segment is never
-    /// scrubbed (its batches are verified on append and by recovery). Reads run without
-    /// the lock.
-    pub fn scrub(&self, cursor: &mut ScrubCursor<S::File>, max_bytes: u64) -> Result<ScrubStep> {
-        let mut step = ScrubStep::default();
-        if cursor.current.is_none() {
-            let s = lock(&self.state);
-            let sealed = &s.segments[..s.segments.len() - 1];
-            let Some(seg) = sealed.iter().find(|seg| seg.base_offset >= cursor.next_base) else {
-                cursor.next_base = i64::MIN;
-                step.pass_done = true;
-                return Ok(step);
-            };
-            cursor.current = Some(ScrubTarget {
-                base_offset: seg.base_offset,
-                path: seg.path.clone(),
-                file: seg.handle_or_open(&self.storage)?,
-                size: seg.size,
-                position: 0,
-                generation: s.generation,
-            });
-        }
-        let Some(target) = cursor.current.as_mut() else { return Ok(step) };
-        let (bytes, findings, segment_done) = scrub::verify_step(target, max_bytes);
-        step.bytes = bytes;
-        let truncated = lock(&self.state).generation != target.generation;
-        if !truncated {
-            step.findings = findings;
-        }
-        // Truncated meanwhile: the bytes read may be new ones at old positions; skip on.
-        if segment_done || truncated {
-            cursor.next_base = target.base_offset.saturating_add(1);
-            cursor.current = None;
-        }
-        Ok(step)
-    }
-
-    // ----- compaction -----------------------------------------------------------------
-
-    /// One compaction pass (`cleanup.policy` containing `compact`), for the broker's
-    /// background cleaner; see [`crate::cleaner`] for the rules. Cleans sealed segments
-    /// only, up to the high watermark and `min.compaction.lag.ms`, when the dirty ratio
-    /// reaches `min.cleanable.dirty.ratio` (or a dirty segment is older than
-    /// `max.compaction.lag.ms`). The key → offset map is limited to `offset_map_bytes`
-    /// (like `log.cleaner.dedupe.buffer.size`); a dirty section with more keys is cleaned
-    /// a prefix per pass. The lock is taken only to plan and to swap each cleaned
-    /// segment in (renames and directory fsyncs); reading, filtering and writing run
-    /// without it, so appends and reads continue. A second concurrent call returns at
-    /// once with nothing done.
-    pub fn clean(&self, now_ms: i64, offset_map_bytes: usize) -> Result<CleanOutcome> {
-        let Ok(_one_cleaner) = self.cleaning.try_lock() else { return Ok(CleanOutcome::default()) };
-        let config = self.config();
-        if !config.cleanup_policy.compact {
-            return Ok(CleanOutcome::default());
-        }
-        let plan = match self.plan_clean(&config, now_ms)? {
-            Ok(plan) => plan,
-            Err(skipped) => return Ok(skipped),
-        };
-        let mut outcome = CleanOutcome { dirty_ratio: plan.dirty_ratio, ..Default::default() };
-        // Transactions that ended before the dirty section are left out, or their
-        // producer's later data would read as aborted.
-        let dirty_aborted = plan.aborted.iter().filter(|t| t.last_offset >= plan.first_dirty).copied().collect();
-        let (map, map_end) = cleaner::build_offset_map(
-            &self.storage,
-            &plan.sources,
-            plan.first_dirty,
-            plan.end,
-            dirty_aborted,
-            offset_map_bytes,
-        )?;
-        outcome.map_full = map_end < plan.end;
-        let rules = CleanRules {
-            map: &map,
-            delete_horizon_ms: plan.delete_horizon_ms,
-            map_end,
-            producer_last_batches: &plan.producer_last_batches,
-            index_interval_bytes: config.index_interval_bytes,
-            now_ms,
-            delete_retention_ms: config.delete_retention_ms,
-        };
-        let mut txns = cleaner::TxnTracker::new(plan.aborted);
-        let covered = plan.sources.iter().take_while(|src| src.base_offset < map_end).count();
-        let targets = &plan.sources[..covered];
-        for range in cleaner::group_by_size(targets, config.segment_bytes, config.segment_index_bytes) {
-            let group = &targets[range];
-            let Some(cleaned) = cleaner::clean_segment(&self.storage, &self.dir, group, &rules, &mut txns)? else {
-                continue;
-            };
-            let (before, after) = (group.iter().map(|src| src.size).sum::<u64>(), cleaned.segment.size);
-            if !self.swap_in_cleaned(group, cleaned.segment, plan.generation)? {
-                tracing::info!(dir = %self.dir.display(), "log changed under the cleaner (truncation or retention); pass abandoned");
-                return Ok(outcome);
-            }
-            outcome.cleaned_segments += group.len();
-            outcome.segments_after += 1;
-            outcome.bytes_before += before;
-            outcome.bytes_after += after;
-            outcome.records_removed += cleaned.records_removed;
-        }
-        let mut s = lock(&self.state);
-        if s.generation == plan.generation && map_end > s.first_dirty_offset {
-            checkpoint::write(&self.storage, &self.dir, CLEANER_OFFSET_CHECKPOINT, &[map_end.to_string()])?;
-            s.first_dirty_offset = map_end;
-        }
-        outcome.first_dirty_offset = s.first_dirty_offset;
-        drop(s);
-        if outcome.cleaned_segments > 0 {
-            tracing::info!(dir = %self.dir.display(), segments = outcome.cleaned_segments, bytes_before = outcome.bytes_before, bytes_after = outcome.bytes_after, records_removed = outcome.records_removed, first_dirty_offset = outcome.first_dirty_offset, "log compacted");
-        }
-        Ok(outcome)
-    }
-
-    /// Under the lock: which segments a pass reads and up to where, or why it is skipped.
-    fn plan_clean(&self, c: &LogConfig, now_ms: i64) -> Result<std::result::Result<CleanPlan<S::File>, CleanOutcome>> {
-        let s = lock(&self.state);
-        if let Some(reason) = &s.offline {
-            return Err(self.offline_error(reason));
-        }
-        let skipped = |ratio: f64, first_dirty: i64| CleanOutcome {
-            dirty_ratio: ratio,
-            first_dirty_offset: first_dirty,
-            ..Default::default()
-        };
-        // Segments wholly below the log start are retention's to delete.
-        let start =
-            s.segments.iter().position(|seg| seg.next_offset > s.log_start_offset).unwrap_or(s.segments.len() - 1);
-        let mut end = start;
-        // Never the active segment, nor data above the high watermark (a new leader may
-        // truncate it) or the last stable offset (Kafka's firstUncleanableOffset: an open
-        // transaction's fate is not known, so neither is which of its values win), nor
-        // records younger than min.compaction.lag.ms.
-        let stable_end = s.last_stable_offset();
-        while end + 1 < s.segments.len() {
-            let seg = &s.segments[end];
-            let too_young =
-                seg.max_timestamp >= 0 && now_ms.saturating_sub(seg.max_timestamp) < c.min_compaction_lag_ms;
-            if seg.next_offset > stable_end || too_young {
-                break;
-            }
-            end += 1;
-        }
-        let first_dirty = s.first_dirty_offset.max(s.log_start_offset);
-        let cleanable = &s.segments[start..end];
-        let (clean, dirty): (Vec<_>, Vec<_>) = cleanable.iter().partition(|seg| seg.next_offset <= first_dirty);
-        let clean_bytes: u64 = clean.iter().map(|seg| seg.size).sum();
-        let dirty_bytes: u64 = dirty.iter().map(|seg| seg.size).sum();
-        if dirty_bytes == 0 {
-            return Ok(Err(skipped(0.0, first_dirty)));
-        }
-        let dirty_ratio = dirty_bytes as f64 / (clean_bytes + dirty_bytes) as f64;
-        let overdue = dirty.first().is_some_and(|seg| {
-            let ts = seg.first_batch_timestamp.unwrap_or(seg.max_timestamp);
-            ts >= 0 && now_ms.saturating_sub(ts) > c.max_compaction_lag_ms
-        });
-        if dirty_ratio < c.min_cleanable_dirty_ratio && !overdue {
-            return Ok(Err(skipped(dirty_ratio, first_dirty)));
-        }
-        // Kafka's legacy delete horizon: the newest timestamp of the clean section, minus
-        // delete.retention.ms. Nothing clean yet: no tombstone is old enough.
-        let delete_horizon_ms =
-            clean.last().map_or(i64::MIN, |seg| seg.max_timestamp.saturating_sub(c.delete_retention_ms));
-        let mut sources = Vec::with_capacity(cleanable.len());
-        for seg in cleanable {
-            sources.push(SourceSegment {
-                base_offset: seg.base_offset,
-                file: seg.file.clone(),
-                path: seg.path.clone(),
-                size: seg.size,
-                next_offset: seg.next_offset,
-                max_timestamp: seg.max_timestamp,
-                index_entries: seg.offset_index.len(),
-                aborted_txns: seg.aborted_txns.clone(),
-            });
-        }
-        let end_offset = cleanable.last().map_or(first_dirty, |seg| seg.next_offset);
-        let pass_start = cleanable.first().map_or(first_dirty, |seg| seg.base_offset);
-        let aborted = s
-            .segments
-            .iter()
-            .flat_map(|seg| seg.aborted_txns.iter())
-            .filter(|t| t.last_offset >= pass_start && t.first_offset < end_offset)
-            .copied()
-            .collect();
-        Ok(Ok(CleanPlan {
-            sources,
-            first_dirty,
-            end: end_offset,
-            delete_horizon_ms,
-            aborted,
-            producer_last_batches: s.producers.last_batches(),
-            generation: s.generation,
-            dirty_ratio,
-        }))
-    }
-
-    /// Under the lock: replaces the segments of `group` by their cleaned copy (see
-    /// [`cleaner::commit_swap`]) if the log still holds them unchanged; otherwise
-    /// discards the copy and returns false.
-    fn swap_in_cleaned(
-        &self,
-        group: &[SourceSegment<S::File>],
-        mut cleaned: Segment<S::File>,
-        generation: u64,
-    ) -> Result<bool> {
-        let base = cleaned.base_offset;
-        let mut s = lock(&self.state);
-        let last = s.segments.len() - 1;
-        let found = s.segments[..last].iter().position(|seg| seg.base_offset == base);
-        let unchanged = found.is_some_and(|i| {
-            i + group.len() <= last
-                && group
-                    .iter()
-                    .zip(&s.segments[i..])
-                    .all(|(src, seg)| src.base_offset == seg.base_offset && src.size == seg.size)
-        });
-        let (Some(i), true) = (found, unchanged && s.generation == generation && s.offline.is_none()) else {
-            drop(s);
-            cleaner::discard_cleaned(&self.storage, &self.dir, base);
-            return Ok(false);
-        };
-        let merged: Vec<i64> = group[1..].iter().map(|src| src.base_offset).collect();
-        if let Err(e) = cleaner::commit_swap(&self.storage, &self.dir, base, &merged) {
-            // Files and memory may now disagree; reopening (recovery) reconciles them.
-            drop(s);
-            self.go_offline(format!("compaction swap of segment {base} failed: {e}"));
-            return Err(e);
-        }
-        let end = i + group.len();
-        // The group's offset range is kept (its last batch always survives).
-        debug_assert_eq!(cleaned.next_offset, s.segments[end - 1].next_offset);
-        cleaned.path = segment::log_path(&self.dir, base);
-        // Reopened by path when next read; readers holding the old files finish on them.
-        cleaned.file = None;
-        cleaned.first_batch_timestamp = s.segments[i].first_batch_timestamp;
-        s.segments.splice(i..end, [cleaned]);
-        s.open_sealed.retain(|b| !group.iter().any(|src| src.base_offset == *b));
-        Ok(true)
-    }
-
     fn write_epoch_checkpoint(&self, s: &LogState<S::File>) -> Result<()> {
         let lines: Vec<String> = s.epochs.entries().iter().map(|(e, o)| format!("{e} {o}")).collect();
         checkpoint::write(&self.storage, &self.dir, LEADER_EPOCH_CHECKPOINT, &lines)
@@ -1640,46 +1076,6 @@ impl<S: Storage> PartitionLog<S> {
     fn write_log_start_checkpoint(&self, offset: i64) -> Result<()> {
         checkpoint::write(&self.storage, &self.dir, LOG_START_OFFSET_CHECKPOINT, &[offset.to_string()])
     }
-}
-
-impl<S: Storage> Flushable for PartitionLog<S> {
-    fn flush_waiters(&self) {
-        loop {
-            let mut d = lock(&self.durability);
-            while d.flushing {
-                d = self.durable_changed.wait(d).expect(POISONED);
-            }
-            let pending = d.waiters.iter().any(|(end, _)| *end > d.durable_end);
-            if !pending || d.offline.is_some() {
-                let ready = take_ready_waiters(&mut d);
-                let offline = d.offline.clone();
-                drop(d);
-                for cb in ready {
-                    cb(match &offline {
-                        Some(reason) => Err(self.offline_error(reason)),
-                        None => Ok(()),
-                    });
-                }
-                return;
-            }
-            d.flushing = true;
-            drop(d);
-            self.run_flush();
-        }
-    }
-
-    fn dequeued(&self) {
-        self.queued_on_flusher.store(false, Ordering::Release);
-    }
-}
-
-/// Waiters whose offsets are durable, or all of them if the log is offline.
-fn take_ready_waiters(d: &mut DurableState) -> Vec<DurableCallback> {
-    let durable_end = d.durable_end;
-    let offline = d.offline.is_some();
-    let (ready, waiting): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| offline || *end <= durable_end);
-    d.waiters = waiting;
-    ready.into_iter().map(|(_, cb)| cb).collect()
 }
 
 /// Checks the append buffer is a sequence of whole, valid v2 batches. With a size limit
@@ -1808,276 +1204,6 @@ impl<F: StorageFile> SegmentView<F> {
             std::io::Error::new(std::io::ErrorKind::InvalidData, format!("corrupt batch at byte {position}: {reason}")),
         )
     }
-}
-
-fn segment_files(dir: &Path, base: i64) -> [PathBuf; 4] {
-    let stem = segment::file_stem(base);
-    // The `.log` last, as in `Segment::delete_files`.
-    [
-        dir.join(format!("{stem}.index")),
-        dir.join(format!("{stem}.timeindex")),
-        dir.join(format!("{stem}.txnindex")),
-        dir.join(format!("{stem}.log")),
-    ]
-}
-
-/// `00000000000000000042.log` → 42.
-fn parse_segment_name(name: &str) -> Option<i64> {
-    parse_offset_name(name, ".log")
-}
-
-/// `<20 digits><suffix>` → the offset.
-fn parse_offset_name(name: &str, suffix: &str) -> Option<i64> {
-    let stem = name.strip_suffix(suffix)?;
-    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    stem.parse().ok()
-}
-
-/// Opens segments oldest first. The last one is recovered (CRC scan) unless the shutdown
-/// was clean; older ones were sealed with their indexes at roll. A damaged older
-/// segment is cut after its last valid batch (its tail copied aside) and a segment
-/// overlapping its predecessor is renamed aside; the segments after either are kept,
-/// since they hold acknowledged, durable data (see [`crate::recovery`]). The losses are
-/// added to `damaged`.
-fn open_segments<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    bases: &[i64],
-    clean: bool,
-    config: &LogConfig,
-    damaged: &mut Vec<DamagedRange>,
-) -> Result<Vec<Segment<S::File>>> {
-    let mut segments: Vec<Segment<S::File>> = Vec::new();
-    for (i, &base) in bases.iter().enumerate() {
-        let sealed = i + 1 < bases.len();
-        if let Some(prev) = segments.last().filter(|prev| prev.next_offset > base) {
-            let next_base = bases.get(i + 1).copied();
-            damaged.push(set_aside_overlapping(storage, dir, base, prev.next_offset, next_base)?);
-            continue;
-        }
-        let (seg, cut) = Segment::open(storage, dir, base, clean || sealed, sealed, config.index_interval_bytes)?;
-        if let Some(cut) = cut.filter(|_| sealed) {
-            damaged.push(DamagedRange {
-                kind: DamageKind::CutShort,
-                file: seg.path.clone(),
-                first_offset: seg.next_offset,
-                end_offset: bases[i + 1].max(seg.next_offset),
-                bytes: cut.bytes,
-                quarantined: cut.quarantined,
-            });
-        }
-        segments.push(seg);
-    }
-    // Sealed segments are reopened when read; only the active one keeps its file open.
-    let sealed = segments.len().saturating_sub(1);
-    for seg in &mut segments[..sealed] {
-        seg.file = None;
-    }
-    Ok(segments)
-}
-
-/// Renames a segment that starts below the end of the one before it to
-/// `<name>.log.overlapping` (its index files, derived data, are deleted), so the log
-/// stays a sequence of increasing offsets without destroying the bytes. What it held
-/// beyond the previous segment's end, up to the next segment, is no longer served.
-fn set_aside_overlapping<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    base: i64,
-    prev_end: i64,
-    next_base: Option<i64>,
-) -> Result<DamagedRange> {
-    let path = segment::log_path(dir, base);
-    let len = storage.open(&path, false).and_then(|f| f.len()).map_err(|e| StorageError::io("open", &path, e))?;
-    let to = PathBuf::from(format!("{}{}", path.display(), recovery::OVERLAPPING_SUFFIX));
-    storage.rename(&path, &to).map_err(|e| StorageError::io("rename", &path, e))?;
-    Segment::<S::File>::delete_files(storage, dir, base)?;
-    storage.sync_dir(dir).map_err(|e| StorageError::io("fsync dir", dir, e))?;
-    Ok(DamagedRange {
-        kind: DamageKind::Overlapping,
-        file: path,
-        first_offset: prev_end,
-        end_offset: next_base.map_or(prev_end, |next| next.max(prev_end)),
-        bytes: len,
-        quarantined: Some(to),
-    })
-}
-
-/// Base offsets of segments whose index files are present but whose `.log` is not.
-fn orphan_index_bases(names: &[String], bases: &[i64]) -> Vec<i64> {
-    let mut orphans: Vec<i64> = names
-        .iter()
-        .filter_map(|n| {
-            parse_offset_name(n, ".index")
-                .or_else(|| parse_offset_name(n, ".timeindex"))
-                .or_else(|| parse_offset_name(n, ".txnindex"))
-        })
-        .filter(|b| bases.binary_search(b).is_err())
-        .collect();
-    orphans.sort_unstable();
-    orphans.dedup();
-    orphans
-}
-
-/// The epoch checkpoint, cut to the recovered log; rebuilt from batch headers if missing.
-fn load_epochs<S: Storage>(storage: &S, dir: &Path, state: &LogState<S::File>) -> Result<LeaderEpochCache> {
-    let leo = state.log_end_offset();
-    let parsed = checkpoint::read(storage, dir, LEADER_EPOCH_CHECKPOINT).map(|lines| {
-        lines
-            .iter()
-            .filter_map(|l| {
-                let mut it = l.split_whitespace();
-                Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
-            })
-            .collect::<Vec<(i32, i64)>>()
-    });
-    let mut cache = match parsed {
-        Some(entries) => LeaderEpochCache::from_entries(entries),
-        None => {
-            let mut cache = LeaderEpochCache::default();
-            for seg in &state.segments {
-                let view = SegmentView::transient(seg, storage, 0)?;
-                view.find(0, |h| {
-                    cache.assign(h.partition_leader_epoch, h.base_offset);
-                    false
-                })?;
-            }
-            cache
-        }
-    };
-    cache.truncate_from_end(leo);
-    cache.truncate_from_start(state.log_start_offset);
-    Ok(cache)
-}
-
-/// Offsets of the `<offset>.snapshot` files in `dir`.
-fn list_snapshots<S: Storage>(storage: &S, dir: &Path) -> Result<Vec<i64>> {
-    let names = storage.list(dir).map_err(|e| StorageError::io("list", dir, e))?;
-    Ok(names.iter().filter_map(|n| parse_offset_name(n, SNAPSHOT_SUFFIX)).collect())
-}
-
-fn remove_snapshot<S: Storage>(storage: &S, dir: &Path, offset: i64) -> Result<()> {
-    let path = dir.join(format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset)));
-    storage.remove(&path).map_err(|e| StorageError::io("remove", &path, e))
-}
-
-/// Producer state as of the log end: the newest readable snapshot at or below it, then
-/// the headers of the batches after it. Snapshots beyond the log end (the log was
-/// truncated or lost its tail) are deleted; a torn one is skipped for an older one.
-///
-/// Snapshots above `replay_from` are not used (kept), so every marker from there on is
-/// replayed; the aborts found are returned with their LSO for the caller to index (those
-/// already indexed are skipped by [`insert_aborted`]).
-fn load_producers<S: Storage>(
-    storage: &S,
-    dir: &Path,
-    state: &LogState<S::File>,
-    replay_from: i64,
-) -> Result<(ProducerStateTable, Vec<AbortedTxn>)> {
-    let leo = state.log_end_offset();
-    let mut snapshots = list_snapshots(storage, dir)?;
-    snapshots.sort_unstable();
-    let mut table = None;
-    let mut from = state.segments[0].base_offset;
-    for &offset in snapshots.iter().rev() {
-        if offset > leo {
-            remove_snapshot(storage, dir, offset)?;
-            continue;
-        }
-        if offset > replay_from {
-            continue;
-        }
-        if offset < state.segments[0].base_offset {
-            break;
-        }
-        let path = dir.join(format!("{}{SNAPSHOT_SUFFIX}", segment::file_stem(offset)));
-        let parsed =
-            read_bounded_file(storage, &path, MAX_SNAPSHOT_BYTES).and_then(|b| ProducerStateTable::from_snapshot(&b));
-        match parsed {
-            Some(t) => {
-                table = Some(t);
-                from = offset;
-                break;
-            }
-            None => {
-                tracing::warn!(file = %path.display(), "unreadable producer snapshot; using an older one or the log")
-            }
-        }
-    }
-    let mut table = table.unwrap_or_default();
-    let mut aborted = Vec::new();
-    for seg in state.segments.iter().filter(|seg| seg.next_offset > from) {
-        let view = SegmentView::transient(seg, storage, seg.index_lookup(from))?;
-        let mut failed = None;
-        let mut position = view.start_position;
-        view.find(view.start_position, |h| {
-            let at = position;
-            position += h.total_size();
-            if h.base_offset < from {
-                return false;
-            }
-            // Only control batches are read beyond their header (markers are tiny).
-            let mut body = Vec::new();
-            if h.is_control() {
-                body.resize(h.total_size() as usize, 0);
-                if let Err(e) = view.file.read_exact_at(&mut body, at) {
-                    failed = Some(StorageError::io("read", &view.path, e));
-                    return true;
-                }
-            }
-            aborted.extend(record_batch(&mut table, h, &body));
-            false
-        })?;
-        if let Some(e) = failed {
-            return Err(e);
-        }
-    }
-    Ok((table, aborted))
-}
-
-/// Applies one appended (or replayed) batch to the producer state; for an ABORT marker
-/// returns the index entry, whose LSO is the state's right after the marker (Kafka's
-/// `ProducerStateManager.lastStableOffset(completedTxn)`).
-fn record_batch(table: &mut ProducerStateTable, h: &BatchHeader, batch: &[u8]) -> Option<AbortedTxn> {
-    if !h.is_control() {
-        table.record(h);
-        return None;
-    }
-    if h.producer_id < 0 {
-        return None;
-    }
-    let commit = txn_index::marker_of(h, batch)?;
-    let done = table.complete_txn(h, commit);
-    if done.commit {
-        return None;
-    }
-    Some(AbortedTxn {
-        producer_id: done.producer_id,
-        first_offset: done.first_offset,
-        last_offset: done.last_offset,
-        last_stable_offset: table.first_unstable_offset().unwrap_or(done.last_offset + 1),
-    })
-}
-
-/// Adds replayed aborts to the segments holding their markers (skipping those indexed).
-fn insert_aborted<F>(state: &mut LogState<F>, aborted: Vec<AbortedTxn>) {
-    for a in aborted {
-        let i = state.segments.partition_point(|seg| seg.base_offset <= a.last_offset).saturating_sub(1);
-        txn_index::insert(&mut state.segments[i].aborted_txns, a);
-    }
-}
-
-fn read_bounded_file<S: Storage>(storage: &S, path: &Path, max: u64) -> Option<Vec<u8>> {
-    let file = storage.open(path, false).ok()?;
-    let len = file.len().ok()?;
-    if len > max {
-        return None;
-    }
-    let mut buf = vec![0u8; len as usize];
-    file.read_exact_at(&mut buf, 0).ok()?;
-    Some(buf)
 }
 
 #[cfg(test)]
