@@ -862,8 +862,10 @@ impl<S: Storage> PartitionLog<S> {
         let mut s = lock(&self.state);
         let leo = s.log_end_offset();
         if hw < s.high_watermark || hw > leo {
-            // An error, not a panic: callers race (durability callbacks on several
-            // threads), and a panic there would take a flusher thread down.
+            // An error, not a panic: the one caller (the server's replica state machine,
+            // under its own lock) only moves it forward within what it was told the log
+            // holds, so this is a log truncated under it; the durability callback that
+            // reports it runs on a flusher thread, which must not go down.
             return Err(StorageError::InvalidHighWatermark {
                 requested: hw,
                 current: s.high_watermark,
