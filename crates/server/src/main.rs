@@ -163,13 +163,11 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
     // The deadline stops new closes; this bounds a close already stuck in an fsync.
     match tokio::time::timeout(SHUTDOWN_CLOSE_LOGS + SHUTDOWN_BLOCKING_GRACE, closing).await {
-        Ok(Ok(0)) => {
+        Ok(Ok(Ok(()))) => {
             tracing::info!("stopped cleanly");
             Ok(())
         }
-        Ok(Ok(left)) => {
-            Err(format!("stopped with {left} partition logs not closed; they are recovered at the next start"))
-        }
+        Ok(Ok(Err(why))) => Err(format!("stopped: {why}")),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
     }
