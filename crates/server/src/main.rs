@@ -19,8 +19,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// How long SIGTERM waits for in-flight requests before closing connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 
-/// How long SIGTERM spends closing partition logs (flush, indexes, clean-shutdown
-/// marker). Logs not closed by then are recovered at the next start; under
+/// How long SIGTERM spends closing partition logs (flush, indexes; then the data
+/// directory's clean-shutdown marker). If any log is not closed by then, no marker is
+/// written and every log is recovered at the next start; under
 /// fsync-before-ack that loses nothing acknowledged. With the drain above it bounds
 /// how long the broker takes to stop, whatever the number of partitions.
 const SHUTDOWN_CLOSE_LOGS: Duration = Duration::from_secs(30);

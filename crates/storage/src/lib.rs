@@ -51,8 +51,11 @@
 //!   only, so after a crash it may be older (it is clamped to the recovered log);
 //!   producer state is rebuilt from the newest snapshot plus the batch headers after it.
 //! * A clean close writes only what changed since the log was opened or last sealed
-//!   (indexes, producer snapshot, high watermark), then the clean-shutdown marker: a
-//!   partition with no writes closes with one directory fsync.
+//!   (indexes, producer snapshot, high watermark), then the log's clean-shutdown marker
+//!   ([`PartitionLog::close`]): a partition with no writes closes with one directory
+//!   fsync. A broker marks its whole data directory instead ([`shutdown`],
+//!   [`PartitionLog::close_unmarked`], [`PartitionLog::open_after`]): then a partition
+//!   with no writes closes and opens with no fsync at all.
 //! * A waiter whose offsets are removed by `truncate_to` before they became durable
 //!   gets [`StorageError::Truncated`]; a blocking `wait_durable` that spans any truncation
 //!   may get it even for offsets the truncation kept (conservative; the producer retries).

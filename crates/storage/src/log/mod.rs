@@ -340,7 +340,8 @@ impl<S: Storage> PartitionLog<S> {
     ///
     /// Only what changed is written: a log opened clean and not changed since (no
     /// append, truncation, roll, producer expiry or high-watermark move) already has all
-    /// of it on disk, so its close is one directory fsync (the marker's). Under
+    /// of it on disk, so its close is one directory fsync (the marker's; none at all
+    /// with [`close_unmarked`](Self::close_unmarked)). Under
     /// fsync-before-ack the data is durable already, so shutdown time follows what is
     /// dirty, not the number of partitions.
     /// Takes `&self` so a log shared through `Arc` (e.g. with a `Flusher`) can be closed;
