@@ -15,7 +15,7 @@ use osprey_cluster::{
 };
 use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, StdStorage};
+use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, PriorShutdown, StdStorage};
 use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
@@ -169,6 +169,9 @@ pub struct Broker {
     effective: RwLock<Effective>,
     /// One slot per open client connection, `max.connections` of them.
     pub connection_slots: ConnectionSlots,
+    /// Set when opening partition logs stopped early (shutdown began): logs not opened
+    /// keep whatever state they had, so the data directory must not be marked clean.
+    logs_left_unopened: std::sync::atomic::AtomicBool,
 }
 
 /// What the dynamic broker configs change, swapped whole when they change.
@@ -259,6 +262,13 @@ impl Broker {
     /// log (recovering any that were not shut down cleanly).
     pub fn open(settings: Settings, validate_topic_config: Validator) -> io::Result<Arc<Broker>> {
         std::fs::create_dir_all(&settings.data_dir).map_err(|e| context(e, "create", &settings.data_dir))?;
+        // Taken before anything in the data directory is written: a crash from here on
+        // leaves no marker, and every log is recovered at the next start.
+        let prior = match osprey_storage::shutdown::take(&StdStorage, &settings.data_dir) {
+            Ok(true) => PriorShutdown::Clean,
+            Ok(false) => PriorShutdown::SeeLogMarker,
+            Err(e) => return Err(io::Error::other(e.to_string())),
+        };
         let meta = MetaProperties::load_or_create(&settings.data_dir, settings.node_id)?;
         let metadata_dir = settings.data_dir.join("__cluster_metadata-0");
         std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
@@ -293,11 +303,12 @@ impl Broker {
             internal_topics: Mutex::new(()),
             effective,
             connection_slots,
+            logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
-        broker.open_partitions(&image.topics().collect::<Vec<_>>())?;
+        broker.open_partitions(&image.topics().collect::<Vec<_>>(), prior)?;
         broker.groups.load(&broker).map_err(io::Error::other)?;
         broker.transactions.load(&broker).map_err(io::Error::other)?;
         let all = broker.replica_manager.partitions();
@@ -637,7 +648,7 @@ impl Broker {
     /// this: the metadata already holds them, as in Kafka once its controller committed
     /// the records, and the next start opens the rest, so the request still succeeded.
     fn open_new_partitions(&self, topic: &TopicImage) -> Result<(), ControllerError> {
-        match self.open_partitions(&[topic]) {
+        match self.open_partitions(&[topic], PriorShutdown::SeeLogMarker) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                 tracing::info!(topic = %topic.name, "{e}");
                 Ok(())
@@ -660,8 +671,9 @@ impl Broker {
     /// `num.recovery.threads.per.data.dir` threads: opening is mostly fsyncs, and
     /// concurrent fsyncs share the file system's journal commits. Runs on the caller's
     /// (blocking) thread; stops early, with an error, once shutdown begins. Logs not opened
-    /// then open at the next start, from the metadata that already lists them.
-    fn open_partitions(&self, topics: &[&TopicImage]) -> io::Result<()> {
+    /// then open at the next start, from the metadata that already lists them. `prior` is
+    /// how the data directory was last shut down (clean: no log is recovered).
+    fn open_partitions(&self, topics: &[&TopicImage], prior: PriorShutdown) -> io::Result<()> {
         let mut jobs = Vec::new();
         for topic in topics {
             let config = self.log_config(topic).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
@@ -685,7 +697,7 @@ impl Broker {
             replica_config,
         )|
          -> io::Result<()> {
-            self.open_partition(topic, p, config, *replica_config)?;
+            self.open_partition(topic, p, config, *replica_config, prior)?;
             // Recovery after a crash can take a while on many logs: show that it moves.
             let n = opened.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
             if n.is_multiple_of(10_000) {
@@ -696,6 +708,7 @@ impl Broker {
         // The new partition directories' names in the data directory.
         sync_dir(&self.settings.data_dir)?;
         if done < total {
+            self.logs_left_unopened.store(true, std::sync::atomic::Ordering::Relaxed);
             return Err(io::Error::new(
                 io::ErrorKind::Interrupted,
                 format!("shutting down: {done} of {total} partition logs opened; the rest open at the next start"),
@@ -710,11 +723,12 @@ impl Broker {
         p: &PartitionImage,
         config: &LogConfig,
         replica_config: ReplicaConfig,
+        prior: PriorShutdown,
     ) -> io::Result<()> {
         let dir = self.partition_dir(&topic.name, p.index);
         write_partition_metadata(&dir, topic.id)?;
         let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
-        let log = PartitionLog::open(storage, &dir, config.clone(), now_ms())
+        let log = PartitionLog::open_after(storage, &dir, config.clone(), now_ms(), prior)
             .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
         // A single node is its own ISR: the replica state machine takes everything recovery
         // kept (and open made durable) as committed, including acknowledged data written
@@ -741,12 +755,14 @@ impl Broker {
         Ok(())
     }
 
-    /// Flushes and closes every partition log, leaving clean-shutdown markers so the next
-    /// start skips recovery. Logs close in parallel (`num.recovery.threads.per.data.dir`),
-    /// and none starts closing after `deadline`: those left are recovered at the next
-    /// start, which loses nothing acknowledged under fsync-before-ack. Returns how many
-    /// were left open.
-    pub fn shutdown(&self, deadline: std::time::Instant) -> usize {
+    /// Flushes and closes every partition log, then, if every one closed, writes the data
+    /// directory's clean-shutdown marker so the next start skips recovery (one marker and
+    /// one fsync for all partitions, as Kafka's `.kafka_cleanshutdown`). Logs close in
+    /// parallel (`num.recovery.threads.per.data.dir`), and none starts closing after
+    /// `deadline`: then, as when a close failed, no marker is written and every log is
+    /// recovered at the next start, which loses nothing acknowledged under
+    /// fsync-before-ack. An error says why the directory was not marked clean.
+    pub fn shutdown(&self, deadline: std::time::Instant) -> Result<(), String> {
         let started = std::time::Instant::now();
         let partitions: Vec<Arc<Partition>> = self.replica_manager.remove_all();
         let failed = std::sync::atomic::AtomicUsize::new(0);
@@ -755,7 +771,7 @@ impl Broker {
             self.log_threads(),
             &|| std::time::Instant::now() >= deadline,
             &|partition| -> Result<(), std::convert::Infallible> {
-                if let Err(e) = partition.log.close() {
+                if let Err(e) = partition.log.close_unmarked() {
                     failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let dir = partition.log.dir().display();
                     tracing::error!(%dir, error = %e, "closing log failed; it will be recovered at the next start");
@@ -767,7 +783,14 @@ impl Broker {
         let closed = closed - failed.into_inner();
         let left = partitions.len() - closed;
         tracing::info!(closed, left, took_ms = started.elapsed().as_millis() as u64, "partition logs closed");
-        left
+        if left > 0 {
+            return Err(format!("{left} partition logs not closed; every log is recovered at the next start"));
+        }
+        if self.logs_left_unopened.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err("partition logs left unopened at start-up; every log is recovered at the next start".into());
+        }
+        osprey_storage::shutdown::write(&StdStorage, &self.settings.data_dir)
+            .map_err(|e| format!("clean-shutdown marker not written ({e}); every log is recovered at the next start"))
     }
 }
 
@@ -869,8 +892,97 @@ fn storage_error(e: io::Error) -> ControllerError {
 
 #[cfg(test)]
 mod tests {
-    use super::run_parallel;
+    use super::{run_parallel, Broker, Settings};
+    use osprey_cluster::NewTopic;
+    use osprey_storage::log::CLEAN_SHUTDOWN_FILE;
+    use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    fn open_broker(dir: &Path) -> Arc<Broker> {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        Broker::open(Settings::single_node(addr, dir.to_path_buf()), Box::new(|_: &str, _: &str| Ok(()))).unwrap()
+    }
+
+    fn fresh_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("osprey-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    /// Partition logs opened clean (no recovery scan) and in all.
+    fn opened_clean(broker: &Broker) -> (usize, usize) {
+        let all = broker.replica_manager.partitions();
+        (all.iter().filter(|p| p.log.opened_clean()).count(), all.len())
+    }
+
+    fn broker_with_topic(dir: &Path) -> Arc<Broker> {
+        let broker = open_broker(dir);
+        let topic = NewTopic { name: "t".into(), num_partitions: 3, replication_factor: 1, ..Default::default() };
+        broker.create_topic(&topic, false).unwrap();
+        broker
+    }
+
+    fn shutdown(broker: &Broker) -> Result<(), String> {
+        broker.shutdown(Instant::now() + Duration::from_secs(60))
+    }
+
+    #[test]
+    fn a_clean_shutdown_marks_the_data_directory_once_and_the_next_start_recovers_nothing() {
+        let dir = fresh_dir("dir-marker-clean");
+        let broker = broker_with_topic(&dir);
+        shutdown(&broker).unwrap();
+        drop(broker);
+        assert!(dir.join(CLEAN_SHUTDOWN_FILE).exists(), "the data directory is marked clean");
+        for i in 0..3 {
+            assert!(!dir.join(format!("t-{i}")).join(CLEAN_SHUTDOWN_FILE).exists(), "no marker per partition");
+        }
+
+        let broker = open_broker(&dir);
+        assert_eq!(opened_clean(&broker), (3, 3));
+        assert!(!dir.join(CLEAN_SHUTDOWN_FILE).exists(), "taken at start-up, before any write");
+        // A crash now (no shutdown) must be seen as unclean at the next start.
+        drop(broker);
+        let broker = open_broker(&dir);
+        assert_eq!(opened_clean(&broker), (0, 3));
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_failed_close_leaves_the_data_directory_unmarked() {
+        let dir = fresh_dir("dir-marker-failed-close");
+        let broker = broker_with_topic(&dir);
+        // A log that can no longer be closed (here: closed already, so offline).
+        let first = broker.replica_manager.partitions()[0].clone();
+        first.log.close_unmarked().unwrap();
+        assert!(shutdown(&broker).is_err());
+        drop((broker, first));
+        assert!(!dir.join(CLEAN_SHUTDOWN_FILE).exists());
+        let broker = open_broker(&dir);
+        assert_eq!(opened_clean(&broker), (0, 3), "every log recovered");
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_partition_marker_from_an_older_version_still_counts_as_clean() {
+        let dir = fresh_dir("dir-marker-upgrade");
+        let broker = broker_with_topic(&dir);
+        // Close as an older version did: one marker per partition, none for the directory.
+        for p in broker.replica_manager.partitions() {
+            p.log.close().unwrap();
+        }
+        drop(broker);
+        let broker = open_broker(&dir);
+        assert_eq!(opened_clean(&broker), (3, 3));
+        for i in 0..3 {
+            assert!(!dir.join(format!("t-{i}")).join(CLEAN_SHUTDOWN_FILE).exists(), "removed at open");
+        }
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 
     #[test]
     fn run_parallel_runs_every_item_once() {

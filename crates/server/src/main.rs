@@ -19,8 +19,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// How long SIGTERM waits for in-flight requests before closing connections.
 const SHUTDOWN_DRAIN: Duration = Duration::from_secs(30);
 
-/// How long SIGTERM spends closing partition logs (flush, indexes, clean-shutdown
-/// marker). Logs not closed by then are recovered at the next start; under
+/// How long SIGTERM spends closing partition logs (flush, indexes; then the data
+/// directory's clean-shutdown marker). If any log is not closed by then, no marker is
+/// written and every log is recovered at the next start; under
 /// fsync-before-ack that loses nothing acknowledged. With the drain above it bounds
 /// how long the broker takes to stop, whatever the number of partitions.
 const SHUTDOWN_CLOSE_LOGS: Duration = Duration::from_secs(30);
@@ -163,13 +164,11 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
     // The deadline stops new closes; this bounds a close already stuck in an fsync.
     match tokio::time::timeout(SHUTDOWN_CLOSE_LOGS + SHUTDOWN_BLOCKING_GRACE, closing).await {
-        Ok(Ok(0)) => {
+        Ok(Ok(Ok(()))) => {
             tracing::info!("stopped cleanly");
             Ok(())
         }
-        Ok(Ok(left)) => {
-            Err(format!("stopped with {left} partition logs not closed; they are recovered at the next start"))
-        }
+        Ok(Ok(Err(why))) => Err(format!("stopped: {why}")),
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
     }

@@ -209,6 +209,6 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
     drop(stream);
     let _ = stop.send(true);
     server.await.expect("server task");
-    broker.shutdown(std::time::Instant::now() + std::time::Duration::from_secs(60));
+    let _ = broker.shutdown(std::time::Instant::now() + std::time::Duration::from_secs(60));
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -51,8 +51,11 @@
 //!   only, so after a crash it may be older (it is clamped to the recovered log);
 //!   producer state is rebuilt from the newest snapshot plus the batch headers after it.
 //! * A clean close writes only what changed since the log was opened or last sealed
-//!   (indexes, producer snapshot, high watermark), then the clean-shutdown marker: a
-//!   partition with no writes closes with one directory fsync.
+//!   (indexes, producer snapshot, high watermark), then the log's clean-shutdown marker
+//!   ([`PartitionLog::close`]): a partition with no writes closes with one directory
+//!   fsync. A broker marks its whole data directory instead ([`shutdown`],
+//!   [`PartitionLog::close_unmarked`], [`PartitionLog::open_after`]): then a partition
+//!   with no writes closes and opens with no fsync at all.
 //! * A waiter whose offsets are removed by `truncate_to` before they became durable
 //!   gets [`StorageError::Truncated`]; a blocking `wait_durable` that spans any truncation
 //!   may get it even for offsets the truncation kept (conservative; the producer retries).
@@ -102,6 +105,7 @@ pub mod log;
 pub mod producer;
 pub mod recovery;
 pub mod scrub;
+pub mod shutdown;
 pub mod txn_index;
 
 mod checkpoint;
@@ -113,7 +117,7 @@ pub use durability::{set_fsync_observer, DurableCallback, Flushable, Flusher, Fs
 pub use error::{Result, StorageError};
 pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
-pub use log::{AppendInfo, LogOffsets, PartitionLog, ReadSlice, RetentionOutcome, TimestampOffset};
+pub use log::{AppendInfo, LogOffsets, PartitionLog, PriorShutdown, ReadSlice, RetentionOutcome, TimestampOffset};
 pub use producer::{CompletedTxn, ProducerStateTable, SequenceError};
 pub use recovery::{DamageKind, DamagedRange, RecoveryReport};
 pub use scrub::{ScrubCursor, ScrubFinding, ScrubStep};

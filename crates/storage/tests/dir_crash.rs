@@ -9,7 +9,8 @@
 mod common;
 
 use common::{batch, read_all, stamped};
-use osprey_storage::{CrashMode, LogConfig, PartitionLog, SimStorage};
+use osprey_storage::{shutdown, CrashMode, LogConfig, PartitionLog, PriorShutdown, SimStorage};
+use std::path::Path;
 
 const DIR: &str = "/data/topic-0";
 
@@ -193,6 +194,43 @@ fn a_crash_at_any_step_of_a_clean_close_reopens_with_every_record() {
         let all = check_image(image, point, &appended, &acked);
         assert_eq!(all.len(), appended.len(), "crash point {point}");
     }
+}
+
+/// Opens the log as the broker does: the data directory's marker taken first.
+fn open_as_broker(storage: &SimStorage) -> PartitionLog<SimStorage> {
+    let prior = match shutdown::take(storage, Path::new(DATA_DIR)).unwrap() {
+        true => PriorShutdown::Clean,
+        false => PriorShutdown::SeeLogMarker,
+    };
+    PartitionLog::open_after(storage.clone(), DIR, small_segments(), 0, prior).unwrap()
+}
+
+const DATA_DIR: &str = "/data";
+
+#[test]
+fn a_crash_at_any_step_of_a_data_directory_shutdown_reopens_with_every_record() {
+    let storage = SimStorage::new();
+    let log = open(&storage);
+    let (mut appended, mut acked) = (Vec::new(), Vec::new());
+    append_acked(&log, &storage, 0..5, &mut appended, &mut acked);
+    storage.record_crash_points();
+    log.close_unmarked().unwrap();
+    let closed = storage.crash(CrashMode::LoseUnsynced);
+    assert!(!open_as_broker(&closed).opened_clean(), "no marker yet: recovered");
+    shutdown::write(&storage, Path::new(DATA_DIR)).unwrap();
+    let marked = storage.crash(CrashMode::LoseUnsynced);
+    let mut images = storage.crash_points();
+    images.push(storage.crash(CrashMode::LoseUnsynced));
+    for (point, image) in images.iter().enumerate() {
+        let all = read_all(&open_as_broker(image));
+        assert_eq!(all, appended, "crash point {point}");
+    }
+    let reopened = open_as_broker(&marked);
+    assert!(reopened.opened_clean(), "the data directory's marker must be durable when write returns");
+    assert_eq!(read_all(&reopened), appended);
+    // Taken durably at start-up: a crash after it is unclean.
+    let crashed = marked.crash(CrashMode::LoseUnsynced);
+    assert!(!open_as_broker(&crashed).opened_clean(), "a crash after start-up must be recovered");
 }
 
 #[test]

@@ -10,12 +10,32 @@ impl<S: Storage> PartitionLog<S> {
     /// Opens (creating if needed) the partition log in `dir`. Without a clean-shutdown
     /// marker the last segment is scanned, CRC-checked and truncated after its last valid
     /// batch, and its indexes rebuilt. `now_ms` starts the `segment.ms` clock.
+    ///
+    /// The marker looked for is the log's own, written by [`close`](Self::close); a
+    /// broker that records clean shutdowns per data directory uses
+    /// [`open_after`](Self::open_after) instead.
     pub fn open(storage: S, dir: impl Into<PathBuf>, config: LogConfig, now_ms: i64) -> Result<Self> {
+        Self::open_after(storage, dir, config, now_ms, PriorShutdown::SeeLogMarker)
+    }
+
+    /// [`open`](Self::open), told by the caller how the log was last shut down: after
+    /// [`PriorShutdown::Clean`] (the data directory's marker, see [`crate::shutdown`]) the
+    /// recovery scan is skipped whatever the log's directory holds. A log's own marker
+    /// (left by [`close`](Self::close), or by a version that wrote one per log) counts as
+    /// clean in both cases, and is removed.
+    pub fn open_after(
+        storage: S,
+        dir: impl Into<PathBuf>,
+        config: LogConfig,
+        now_ms: i64,
+        prior: PriorShutdown,
+    ) -> Result<Self> {
         let dir = dir.into();
         storage.create_dir_all(&dir).map_err(|e| StorageError::io("create dir", &dir, e))?;
         let names = storage.list(&dir).map_err(|e| StorageError::io("list", &dir, e))?;
-        let clean = names.iter().any(|n| n == CLEAN_SHUTDOWN_FILE);
-        if clean {
+        let own_marker = names.iter().any(|n| n == CLEAN_SHUTDOWN_FILE);
+        let clean = own_marker || prior == PriorShutdown::Clean;
+        if own_marker {
             // Removed (durably) before anything can change the log, so a crash from here
             // on is seen as unclean.
             let marker = dir.join(CLEAN_SHUTDOWN_FILE);

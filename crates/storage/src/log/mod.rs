@@ -41,7 +41,18 @@ mod retention;
 use loader::{insert_aborted, list_snapshots, load_producers, record_batch, remove_snapshot};
 
 /// Present only between a clean close and the next open; its absence means recovery.
+/// The same name marks a whole data directory clean (see [`crate::shutdown`]).
 pub const CLEAN_SHUTDOWN_FILE: &str = ".clean-shutdown";
+
+/// How a log was last shut down, as its opener knows it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PriorShutdown {
+    /// Clean: every log of the data directory closed before its marker was written, so
+    /// the recovery scan is skipped.
+    Clean,
+    /// Unknown to the caller: the log's own clean-shutdown marker decides.
+    SeeLogMarker,
+}
 /// Checkpoint of epoch → start offset.
 pub const LEADER_EPOCH_CHECKPOINT: &str = "leader-epoch-checkpoint";
 /// Checkpoint of the log start offset (moved by retention and DeleteRecords).
@@ -324,16 +335,29 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Clean shutdown: fsyncs the data, writes the active segment's indexes, the
     /// producer snapshot and the high watermark, then the clean-shutdown marker that lets
-    /// the next open skip the recovery scan.
+    /// the next open skip the recovery scan. A broker that marks its data directory
+    /// instead, once every log closed, calls [`close_unmarked`](Self::close_unmarked).
     ///
     /// Only what changed is written: a log opened clean and not changed since (no
     /// append, truncation, roll, producer expiry or high-watermark move) already has all
-    /// of it on disk, so its close is one directory fsync (the marker's). Under
+    /// of it on disk, so its close is one directory fsync (the marker's; none at all
+    /// with [`close_unmarked`](Self::close_unmarked)). Under
     /// fsync-before-ack the data is durable already, so shutdown time follows what is
     /// dirty, not the number of partitions.
     /// Takes `&self` so a log shared through `Arc` (e.g. with a `Flusher`) can be closed;
     /// afterwards appends fail with `LogOffline` ("closed").
     pub fn close(&self) -> Result<()> {
+        self.close_unmarked()?;
+        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
+        self.storage.open(&marker, true).map_err(|e| StorageError::io("create", &marker, e))?;
+        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))
+    }
+
+    /// [`close`](Self::close) without the log's own marker: everything the next open
+    /// needs to skip recovery is durable on return, and the caller vouches for it (the
+    /// data directory's marker, as Kafka's `LogManager` writes one per log directory).
+    /// A log opened clean and not changed since costs nothing here.
+    pub fn close_unmarked(&self) -> Result<()> {
         self.flush()?;
         let _sealing = lock(&self.sealing);
         let mut state = lock(&self.state);
@@ -354,9 +378,7 @@ impl<S: Storage> PartitionLog<S> {
             checkpoint::write(&self.storage, &self.dir, HIGH_WATERMARK_CHECKPOINT, &[hw.to_string()])?;
             state.hw_checkpointed = Some(hw);
         }
-        let marker = self.dir.join(CLEAN_SHUTDOWN_FILE);
-        self.storage.open(&marker, true).map_err(|e| StorageError::io("create", &marker, e))?;
-        self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))
+        Ok(())
     }
 
     // ----- append ---------------------------------------------------------------------
