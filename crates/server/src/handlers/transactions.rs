@@ -130,10 +130,17 @@ fn topic_results(errors: Vec<(TopicPartition, ErrorCode)>) -> Vec<AddPartitionsT
 
 /// AddOffsetsToTxn v0-4: adds the group's `__consumer_offsets` partition.
 pub fn add_offsets(broker: &Arc<Broker>, req: AddOffsetsToTxnRequest, version: i16) -> Reply {
+    after_offsets_topic(broker, move |broker, ensured| add_offsets_to_txn(broker, req, version, ensured))
+}
+
+/// `then` once `__consumer_offsets` exists (created first, off the async workers, if
+/// missing), with the creation's error if it could not be created.
+fn after_offsets_topic(
+    broker: &Arc<Broker>,
+    then: impl FnOnce(&Arc<Broker>, Result<(), ErrorCode>) -> Reply + Send + 'static,
+) -> Reply {
     let ensure = |b: &Arc<Broker>| ensure_offsets_topic(b).map(drop);
-    after_creating_internal_topic(broker, OFFSETS_TOPIC, ensure, move |broker, ensured| {
-        add_offsets_to_txn(broker, req, version, ensured)
-    })
+    after_creating_internal_topic(broker, OFFSETS_TOPIC, ensure, then)
 }
 
 fn add_offsets_to_txn(
@@ -228,10 +235,7 @@ fn init_transactional_producer(
 /// Up to v4 the group's offsets partition must already be in the transaction (KIP-890
 /// part 1); v5 (transaction version 2) adds it, as the client sent no AddOffsetsToTxn.
 pub fn txn_offset_commit(broker: &Arc<Broker>, req: TxnOffsetCommitRequest, version: i16) -> Reply {
-    let ensure = |b: &Arc<Broker>| ensure_offsets_topic(b).map(drop);
-    after_creating_internal_topic(broker, OFFSETS_TOPIC, ensure, move |broker, ensured| {
-        commit_in_txn(broker, req, version, ensured)
-    })
+    after_offsets_topic(broker, move |broker, ensured| commit_in_txn(broker, req, version, ensured))
 }
 
 fn commit_in_txn(
