@@ -65,7 +65,7 @@ mod topic;
 mod value;
 
 pub use broker::{BrokerConfig, ClusterConfig, ProcessRoles, RawConfig};
-pub use cli::{help_text, parse_cli};
+pub use cli::{help_text, parse_cli, parse_command, Command};
 pub use keys::{is_dynamic, ConfigKey, ConfigSource, ConfigType, TopicKey};
 pub use listener::{Listener, QuorumVoter, SecurityProtocol};
 pub use properties::{parse_properties, PropertiesError, Property};
