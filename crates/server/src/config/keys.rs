@@ -133,7 +133,7 @@ impl Group {
     pub fn title(self) -> &'static str {
         match self {
             Group::Server => "Server",
-            Group::Cluster => "Cluster (controller quorum and brokers)",
+            Group::Cluster => "Cluster (controller quorum and brokers; checked now, acted on once multi-node clusters exist: issue 14)",
             Group::Listeners => "Listeners",
             Group::Network => "Network and request limits",
             Group::Topics => "Topic defaults",
