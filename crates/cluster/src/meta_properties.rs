@@ -60,12 +60,14 @@ pub enum Stored {
     /// A complete version-1 file.
     Complete(MetaProperties),
     /// A file Osprey wrote before directory ids (no `directory.id`, perhaps no
-    /// `version`): the cluster and node are known and the directory gets an id on upgrade.
+    /// `version`): the cluster and node are known and the file is rewritten complete.
     Legacy {
         /// `cluster.id`.
         cluster_id: String,
         /// `node.id`.
         node_id: i32,
+        /// A `directory.id` found without `version`: kept by the upgrade.
+        directory_id: Option<Uuid>,
     },
 }
 
@@ -190,15 +192,19 @@ pub fn parse(text: &str) -> Result<Stored, String> {
         }
         None => return Err("has no node.id".into()),
     };
-    match get("directory.id") {
-        Some(id) if version.is_some() => {
+    let directory_id = match get("directory.id") {
+        Some(id) => {
             let directory_id = parse_uuid(&id).ok_or_else(|| format!("directory.id={id} is not a UUID"))?;
             if is_reserved_directory_id(directory_id) {
                 return Err(format!("directory.id={id} is one of Kafka's reserved directory ids"));
             }
-            Ok(Stored::Complete(MetaProperties { cluster_id, node_id, directory_id }))
+            Some(directory_id)
         }
-        _ => Ok(Stored::Legacy { cluster_id, node_id }),
+        None => None,
+    };
+    match (version, directory_id) {
+        (Some(_), Some(directory_id)) => Ok(Stored::Complete(MetaProperties { cluster_id, node_id, directory_id })),
+        _ => Ok(Stored::Legacy { cluster_id, node_id, directory_id }),
     }
 }
 
@@ -230,16 +236,15 @@ pub fn ensure(dirs: &[PathBuf], node_id: i32, cluster_id: Option<&str>) -> Resul
     };
     let mut taken: Vec<(PathBuf, Uuid)> = Vec::new();
     for (dir, stored) in &found {
-        if let Stored::Complete(meta) = stored {
-            if let Some((first, _)) = taken.iter().find(|(_, id)| *id == meta.directory_id) {
-                return Err(MetaPropertiesError::DuplicateDirectoryId {
-                    first: first.clone(),
-                    second: dir.clone(),
-                    id: meta.directory_id,
-                });
-            }
-            taken.push((dir.clone(), meta.directory_id));
+        let id = match stored {
+            Stored::Complete(meta) => meta.directory_id,
+            Stored::Legacy { directory_id: Some(id), .. } => *id,
+            _ => continue,
+        };
+        if let Some((first, _)) = taken.iter().find(|(_, t)| *t == id) {
+            return Err(MetaPropertiesError::DuplicateDirectoryId { first: first.clone(), second: dir.clone(), id });
         }
+        taken.push((dir.clone(), id));
     }
     let mut out =
         Ensured { cluster_id: cluster_id.clone(), dirs: Vec::new(), created: Vec::new(), upgraded: Vec::new() };
@@ -247,8 +252,14 @@ pub fn ensure(dirs: &[PathBuf], node_id: i32, cluster_id: Option<&str>) -> Resul
         let meta = match stored {
             Stored::Complete(meta) => meta,
             Stored::Empty | Stored::Legacy { .. } => {
-                let directory_id = new_directory_id(&taken)?;
-                taken.push((dir.clone(), directory_id));
+                let directory_id = match stored {
+                    Stored::Legacy { directory_id: Some(id), .. } => id,
+                    _ => {
+                        let id = new_directory_id(&taken)?;
+                        taken.push((dir.clone(), id));
+                        id
+                    }
+                };
                 let meta = MetaProperties { cluster_id: cluster_id.clone(), node_id, directory_id };
                 write(&dir, &meta)?;
                 if stored == Stored::Empty {
@@ -297,7 +308,8 @@ pub fn format(
         .iter()
         .filter_map(|(d, s)| match s {
             Stored::Complete(m) => Some((d.clone(), m.directory_id)),
-            _ => None,
+            Stored::Legacy { directory_id, .. } => directory_id.map(|id| (d.clone(), id)),
+            Stored::Empty => None,
         })
         .collect();
     let mut out = Formatted { written: Vec::new(), skipped: Vec::new() };
@@ -338,7 +350,7 @@ fn check_owners(
         let (cluster_id, stored_node) = match stored {
             Stored::Empty => continue,
             Stored::Complete(meta) => meta.owner(),
-            Stored::Legacy { cluster_id, node_id } => (cluster_id.as_str(), *node_id),
+            Stored::Legacy { cluster_id, node_id, .. } => (cluster_id.as_str(), *node_id),
         };
         let path = dir.join(FILE_NAME);
         if stored_node != node_id {
@@ -457,7 +469,7 @@ impl fmt::Display for Stored {
             Stored::Complete(m) => {
                 write!(f, "cluster.id={} node.id={} directory.id={}", m.cluster_id, m.node_id, m.directory_id)
             }
-            Stored::Legacy { cluster_id, node_id } => write!(f, "cluster.id={cluster_id} node.id={node_id} (old)"),
+            Stored::Legacy { cluster_id, node_id, .. } => write!(f, "cluster.id={cluster_id} node.id={node_id} (old)"),
         }
     }
 }
@@ -568,6 +580,16 @@ mod tests {
             assert!(!t.sub("a").join("meta.properties.tmp").exists());
             assert_eq!(ensure(&[t.sub("a")], 4, None).unwrap().dirs[0].1, m, "the new directory id is kept");
         }
+    }
+
+    #[test]
+    fn a_directory_id_without_a_version_is_kept_by_the_upgrade() {
+        let t = TempDir::new("keepid");
+        std::fs::create_dir_all(t.sub("a")).unwrap();
+        let old = "cluster.id=Gx6yo2ctTU2nUtxsNaTT-w\nnode.id=4\ndirectory.id=q2QEQBBdQIm2b8eNQfN5Dg\n";
+        std::fs::write(t.sub("a").join(FILE_NAME), old).unwrap();
+        assert_eq!(ensure(&[t.sub("a")], 4, None).unwrap().upgraded, [t.sub("a")]);
+        assert_eq!(stored(&t.sub("a")).directory_id.to_string(), "q2QEQBBdQIm2b8eNQfN5Dg");
     }
 
     #[test]
