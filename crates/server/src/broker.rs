@@ -11,7 +11,7 @@ use crate::transactions::Transactions;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::replica::ReplicaConfig;
 use osprey_cluster::{
-    Controller, ControllerError, MetaProperties, MetadataImage, NewTopic, PartitionImage, TopicImage,
+    meta_properties, Controller, ControllerError, MetadataImage, NewTopic, PartitionImage, TopicImage,
 };
 use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
@@ -31,6 +31,11 @@ pub struct Settings {
     pub advertised_host: String,
     pub advertised_port: i32,
     pub data_dir: PathBuf,
+    /// `metadata.log.dir`: where `__cluster_metadata-0` lives; `None`: `data_dir`.
+    pub metadata_log_dir: Option<PathBuf>,
+    /// `log.dirs` after the first: they get a `meta.properties` (so they are claimed by
+    /// this node and cluster) but hold no partitions yet.
+    pub other_log_dirs: Vec<PathBuf>,
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub auto_create_topics: bool,
@@ -110,6 +115,15 @@ impl Settings {
         }
     }
 
+    /// Every directory that carries a `meta.properties`: the data directory, the other
+    /// `log.dirs` and `metadata.log.dir` (repeats are fine).
+    pub fn meta_properties_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = vec![self.data_dir.clone()];
+        dirs.extend(self.other_log_dirs.iter().cloned());
+        dirs.extend(self.metadata_log_dir.iter().cloned());
+        dirs
+    }
+
     /// Defaults for a single local node with data under `data_dir` (tests and `osprey`
     /// with no arguments).
     pub fn single_node(listen: SocketAddr, data_dir: PathBuf) -> Settings {
@@ -119,6 +133,8 @@ impl Settings {
             advertised_host: listen.ip().to_string(),
             advertised_port: i32::from(listen.port()),
             data_dir,
+            metadata_log_dir: None,
+            other_log_dirs: Vec::new(),
             num_partitions: 1,
             default_replication_factor: 1,
             auto_create_topics: true,
@@ -262,6 +278,14 @@ impl Broker {
     /// log (recovering any that were not shut down cleanly).
     pub fn open(settings: Settings, validate_topic_config: Validator) -> io::Result<Arc<Broker>> {
         std::fs::create_dir_all(&settings.data_dir).map_err(|e| context(e, "create", &settings.data_dir))?;
+        // Before the clean-shutdown marker is taken: a start refused for a directory of
+        // another cluster or node leaves the directory as it was.
+        let meta = meta_properties::ensure(&settings.meta_properties_dirs(), settings.node_id, None)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        for dir in meta.created.iter().chain(&meta.upgraded) {
+            let how = if meta.created.contains(dir) { "written" } else { "upgraded to directory ids" };
+            tracing::info!(dir = %dir.display(), cluster_id = %meta.cluster_id, "meta.properties {how}");
+        }
         // Taken before anything in the data directory is written: a crash from here on
         // leaves no marker, and every log is recovered at the next start.
         let prior = match osprey_storage::shutdown::take(&StdStorage, &settings.data_dir) {
@@ -269,8 +293,8 @@ impl Broker {
             Ok(false) => PriorShutdown::SeeLogMarker,
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
-        let meta = MetaProperties::load_or_create(&settings.data_dir, settings.node_id)?;
-        let metadata_dir = settings.data_dir.join("__cluster_metadata-0");
+        let metadata_dir =
+            settings.metadata_log_dir.as_ref().unwrap_or(&settings.data_dir).join("__cluster_metadata-0");
         std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
         let mut controller = Controller::open(
             &metadata_dir.join("metadata.log"),

@@ -64,10 +64,10 @@ mod properties;
 mod topic;
 mod value;
 
-pub use broker::{BrokerConfig, RawConfig};
-pub use cli::{help_text, parse_cli};
+pub use broker::{BrokerConfig, ClusterConfig, ProcessRoles, RawConfig};
+pub use cli::{help_text, parse_cli, parse_command, Command};
 pub use keys::{is_dynamic, ConfigKey, ConfigSource, ConfigType, TopicKey};
-pub use listener::{Listener, SecurityProtocol};
+pub use listener::{Listener, QuorumVoter, SecurityProtocol};
 pub use properties::{parse_properties, PropertiesError, Property};
 pub use topic::{validate_topic_config, TopicConfig};
 pub use value::{Validator, Value};

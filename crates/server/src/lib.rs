@@ -6,6 +6,7 @@ pub mod background;
 pub mod broker;
 pub mod config;
 pub mod connection_slots;
+pub mod controller_listener;
 pub mod coordinator_appends;
 pub mod dispatch;
 pub mod fetch_session;

@@ -1,9 +1,11 @@
 //! `osprey [server.properties] [--override key=value]...`: one process acting as broker
 //! and controller. With no arguments: 127.0.0.1:9092, data under `./data`.
+//! `osprey format` and `osprey random-uuid` are `kafka-storage.sh`'s.
 
+use osprey_cluster::meta_properties;
 use osprey_server::broker::{Broker, Settings};
-use osprey_server::config::{parse_cli, validate_topic_config, BrokerConfig, ConfigError};
-use osprey_server::{background, network, telemetry};
+use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
+use osprey_server::{background, controller_listener, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -30,8 +32,12 @@ const SHUTDOWN_CLOSE_LOGS: Duration = Duration::from_secs(30);
 const SHUTDOWN_BLOCKING_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
-    let (config, unknown) = match parse_cli(std::env::args_os()) {
-        Ok(c) => c,
+    let (config, unknown) = match parse_command(std::env::args_os()) {
+        Ok(Command::Serve { config, unknown }) => (config, unknown),
+        Ok(Command::Format { config, unknown, cluster_id, ignore_formatted }) => {
+            return format(&config, &unknown, &cluster_id, ignore_formatted)
+        }
+        Ok(Command::RandomUuid) => return random_uuid(),
         Err(ConfigError::Help(text)) => {
             println!("{text}");
             return ExitCode::SUCCESS;
@@ -41,6 +47,10 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Err(why) = refuse_multi_node(&config) {
+        eprintln!("osprey: {why}");
+        return ExitCode::FAILURE;
+    }
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info".into()))
         .with_target(false)
@@ -64,6 +74,67 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// THE MODE GATE (issue 14). The configuration may describe a multi-node cluster (it is
+/// validated as Kafka validates it), but until the controller quorum and broker
+/// membership are wired in, such a node would run as a lone single node, silently
+/// diverging from the cluster its operator asked for. Refuse to start instead. The
+/// integration deletes this function and its one call in `main`.
+fn refuse_multi_node(config: &BrokerConfig) -> Result<(), String> {
+    match config.cluster.beyond_this_node(config.node_id) {
+        None => Ok(()),
+        Some(why) => Err(format!(
+            "multi-node clusters are not built yet: issue 14. This configuration asks for one: {why}. \
+             Until then run a single node: process.roles=broker,controller and controller.quorum.voters empty \
+             (or listing only this node's own id)."
+        )),
+    }
+}
+
+/// `osprey format`: as `kafka-storage.sh format`, prints one line per directory written.
+fn format(config: &BrokerConfig, unknown: &[String], cluster_id: &str, ignore_formatted: bool) -> ExitCode {
+    if !unknown.is_empty() {
+        eprintln!("osprey format: these configuration keys are not used by osprey: {}", unknown.join(", "));
+    }
+    let mut dirs = config.data_dirs.clone();
+    dirs.push(config.cluster.metadata_log_dir.clone());
+    match meta_properties::format(&dirs, config.node_id, cluster_id, ignore_formatted) {
+        Ok(done) => {
+            if done.written.is_empty() {
+                println!("All of the log directories are already formatted.");
+            }
+            for (dir, meta) in &done.written {
+                let kind = if *dir == config.cluster.metadata_log_dir { "metadata" } else { "data" };
+                println!(
+                    "Formatting {kind} directory {} with cluster.id {}, node.id {}, directory.id {}.",
+                    dir.display(),
+                    meta.cluster_id,
+                    meta.node_id,
+                    meta.directory_id
+                );
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("osprey format: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `osprey random-uuid`: a new cluster id, as `kafka-storage.sh random-uuid` prints one.
+fn random_uuid() -> ExitCode {
+    match meta_properties::random_uuid() {
+        Ok(id) => {
+            println!("{id}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("osprey random-uuid: {e}");
             ExitCode::FAILURE
         }
     }
@@ -121,11 +192,8 @@ fn stop_on_panic() {
 }
 
 async fn run(config: BrokerConfig) -> Result<(), String> {
-    let listener = config.listeners.first().ok_or("no listener configured (listeners)")?;
-    let bind = resolve(&listener.bind_address())?;
-    let tcp = listen(bind, config.socket_listen_backlog_size)
-        .map_err(|e| format!("cannot listen on {bind} (listeners): {e}; is another broker running there?"))?;
-    let local = tcp.local_addr().map_err(|e| e.to_string())?;
+    let bound = bind_listeners(&config)?;
+    let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let settings = settings(&config, local)?;
     let data_dir = settings.data_dir.clone();
     let broker = tokio::task::spawn_blocking(move || {
@@ -149,17 +217,21 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     background::spawn_scrubber(broker.clone(), stopped.clone());
     tracing::info!(
         listener = %local,
+        listeners = %bound.describe(),
         node_id = broker.settings.node_id,
         cluster_id = %broker.cluster_id,
         data = %broker.settings.data_dir.display(),
         "osprey is ready"
     );
-    let server = tokio::spawn(network::serve(broker.clone(), tcp, stopped, SHUTDOWN_DRAIN));
+    let (client, controller) = bound.into_sockets();
+    let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
+    let controller = tokio::spawn(controller_listener::serve(controller, stopped));
     wait_for_signal().await;
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     let _ = stop.send(true);
     broker.begin_shutdown();
     let _ = server.await;
+    let _ = controller.await;
     let deadline = std::time::Instant::now() + SHUTDOWN_CLOSE_LOGS;
     let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
     // The deadline stops new closes; this bounds a close already stuck in an fsync.
@@ -174,7 +246,47 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     }
 }
 
-/// Binds the client listener with `socket.listen.backlog.size`: at `max.connections`
+/// Every entry of `listeners`, bound, split into client and controller listeners, each
+/// with the address it actually got (port 0 binds any free port).
+struct BoundListeners {
+    client: Vec<(Listener, SocketAddr, TcpListener)>,
+    controller: Vec<(Listener, SocketAddr, TcpListener)>,
+}
+
+impl BoundListeners {
+    /// `NAME://address` of every listener as bound, for the "osprey is ready" line.
+    fn describe(&self) -> String {
+        let all = self.client.iter().chain(&self.controller);
+        all.map(|(l, addr, _)| format!("{}://{addr}", l.name)).collect::<Vec<_>>().join(",")
+    }
+
+    fn into_sockets(self) -> (Vec<TcpListener>, Vec<TcpListener>) {
+        let sockets = |v: Vec<(Listener, SocketAddr, TcpListener)>| v.into_iter().map(|(_, _, t)| t).collect();
+        (sockets(self.client), sockets(self.controller))
+    }
+}
+
+/// Binds every listener before anything is opened, so that a port in use fails the start
+/// at once and names the listener.
+fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
+    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new() };
+    for listener in &config.listeners {
+        let bind = resolve(&listener.bind_address())?;
+        let tcp = listen(bind, config.socket_listen_backlog_size).map_err(|e| {
+            format!("cannot listen on {bind} (listeners: {listener}): {e}; is another broker running there?")
+        })?;
+        let local = tcp.local_addr().map_err(|e| e.to_string())?;
+        let entry = (listener.clone(), local, tcp);
+        if config.controller_listener_names.contains(&listener.name) {
+            bound.controller.push(entry);
+        } else {
+            bound.client.push(entry);
+        }
+    }
+    Ok(bound)
+}
+
+/// Binds a listener with `socket.listen.backlog.size`: at `max.connections`
 /// new connections wait there until a slot frees up (the kernel caps it at
 /// `net.core.somaxconn`).
 fn listen(bind: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
@@ -188,10 +300,15 @@ fn listen(bind: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
 fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String> {
     let data_dir = config.data_dirs.first().cloned().ok_or("log.dirs is empty")?;
     if config.data_dirs.len() > 1 {
-        tracing::warn!(dirs = ?config.data_dirs, "several log.dirs are not supported yet; using the first");
+        tracing::warn!(
+            dirs = ?config.data_dirs,
+            "several log.dirs are not supported yet: partitions go to the first; the others get a meta.properties only"
+        );
     }
     let advertised = config.advertised_listeners.first();
     let mut s = Settings::single_node(bound, data_dir);
+    s.other_log_dirs = config.data_dirs[1..].to_vec();
+    s.metadata_log_dir = Some(config.cluster.metadata_log_dir.clone());
     s.node_id = config.node_id;
     s.advertised_host = advertised
         .map(|l| l.host.clone())

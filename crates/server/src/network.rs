@@ -47,26 +47,34 @@ const SHARED_BUFFER_BYTES: usize = 2 << 20;
 /// A connection keeps at most this much write buffer between responses.
 const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
-/// Accepts connections until `shutdown` turns true, then waits (up to `drain`) for open
-/// connections to finish their in-flight requests.
+/// Accepts connections on every client listener until `shutdown` turns true, then waits
+/// (up to `drain`) for open connections to finish their in-flight requests. One loop
+/// serves all the listeners so that `max.connections` and `queued.max.request.bytes`
+/// bound the broker as a whole, as in Kafka, not each listener.
 ///
 /// At `max.connections` the loop stops accepting until a connection closes, as Kafka's
 /// acceptor does (KIP-402): new connections wait in the listen backlog rather than being
 /// closed, and are served as slots free up. The limit is the broker's
 /// [`ConnectionSlots`](crate::connection_slots::ConnectionSlots), which a dynamic
 /// `max.connections` resizes.
-pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: watch::Receiver<bool>, drain: Duration) {
+pub async fn serve(
+    broker: Arc<Broker>,
+    listeners: Vec<TcpListener>,
+    mut shutdown: watch::Receiver<bool>,
+    drain: Duration,
+) {
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
     let mut slot: Option<OwnedSemaphorePermit> = None;
+    let mut next_listener = 0;
     loop {
         tokio::select! {
             _ = shutdown.changed() => break,
             permit = broker.connection_slots.acquire(), if slot.is_none() => {
                 slot = Some(permit);
             }
-            accepted = listener.accept(), if slot.is_some() => {
+            accepted = accept_any(&listeners, &mut next_listener), if slot.is_some() => {
                 let (stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
@@ -93,13 +101,29 @@ pub async fn serve(broker: Arc<Broker>, listener: TcpListener, mut shutdown: wat
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    drop(listener);
+    drop(listeners);
     tracing::info!(open = connections.len(), "stopped accepting; draining connections");
     let drained = tokio::time::timeout(drain, async { while connections.join_next().await.is_some() {} }).await;
     if drained.is_err() {
         tracing::warn!(open = connections.len(), "connections still open after the drain timeout; closing them");
         connections.abort_all();
     }
+}
+
+/// The next connection waiting on any of `listeners`. The listener polled first rotates
+/// (`next`), so a flood on one listener cannot starve the others.
+pub(crate) async fn accept_any(listeners: &[TcpListener], next: &mut usize) -> io::Result<(TcpStream, SocketAddr)> {
+    std::future::poll_fn(|cx| {
+        for i in 0..listeners.len() {
+            let index = (*next + i) % listeners.len();
+            if let std::task::Poll::Ready(accepted) = listeners[index].poll_accept(cx) {
+                *next = index + 1;
+                return std::task::Poll::Ready(accepted);
+            }
+        }
+        std::task::Poll::Pending
+    })
+    .await
 }
 
 /// The broker-wide bound on request bytes in flight (`queued.max.request.bytes`).

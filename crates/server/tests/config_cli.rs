@@ -106,3 +106,48 @@ fn help_marks_osprey_defaults_and_topic_names() {
     let positions: Vec<usize> = titles.iter().map(|t| help.find(t).unwrap_or_else(|| panic!("no {t}"))).collect();
     assert!(positions.windows(2).all(|w| w[0] < w[1]), "groups out of order");
 }
+
+#[test]
+fn format_takes_kafka_storage_options_and_the_brokers_config() {
+    use osprey_server::config::{parse_command, Command};
+    let path = temp_properties("format.properties", "log.dirs=/x/a,/x/b\nnode.id=3\n");
+    let args = [
+        "osprey",
+        "format",
+        "-t",
+        "MkU3OEVBNTcwNTJENDM2Qg",
+        "-c",
+        path.to_str().unwrap(),
+        "--override",
+        "node.id=5",
+        "-g",
+    ];
+    match parse_command(args).unwrap() {
+        Command::Format { config, cluster_id, ignore_formatted, unknown } => {
+            assert_eq!(cluster_id, "MkU3OEVBNTcwNTJENDM2Qg");
+            assert!(ignore_formatted && unknown.is_empty());
+            assert_eq!((config.node_id, config.data_dirs.len()), (5, 2));
+        }
+        other => panic!("{other:?}"),
+    }
+    let long = ["osprey", "format", "--cluster-id", "MkU3OEVBNTcwNTJENDM2Qg", "--config", path.to_str().unwrap()];
+    assert!(matches!(parse_command(long).unwrap(), Command::Format { ignore_formatted: false, .. }));
+    // The cluster id is required, as kafka-storage.sh requires it.
+    assert!(matches!(parse_command(["osprey", "format"]), Err(ConfigError::Usage(_))));
+    // A bad key is reported as for the broker.
+    let bad = ["osprey", "format", "-t", "MkU3OEVBNTcwNTJENDM2Qg", "--override", "node.id=x"];
+    assert!(matches!(parse_command(bad), Err(ConfigError::InvalidValue { .. })));
+}
+
+#[test]
+fn random_uuid_and_the_broker_command_line_still_parse() {
+    use osprey_server::config::{parse_command, Command};
+    assert!(matches!(parse_command(["osprey", "random-uuid"]).unwrap(), Command::RandomUuid));
+    assert!(matches!(parse_command(["osprey", "random-uuid", "extra"]), Err(ConfigError::Usage(_))));
+    let path = temp_properties("serve.properties", "num.partitions=4\n");
+    match parse_command(["osprey", path.to_str().unwrap()]).unwrap() {
+        Command::Serve { config, .. } => assert_eq!(config.num_partitions, 4),
+        other => panic!("{other:?}"),
+    }
+    assert!(help_text().contains("osprey format --cluster-id"));
+}

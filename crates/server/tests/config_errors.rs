@@ -143,7 +143,7 @@ fn controller_listener_must_be_a_listener() {
 #[test]
 fn inter_broker_listener_must_be_a_client_listener() {
     let err = override_error("inter.broker.listener.name=REPLICATION");
-    assert_invalid(&err, "inter.broker.listener.name", "REPLICATION", &Origin::Override, "non-controller entry");
+    assert_invalid(&err, "inter.broker.listener.name", "REPLICATION", &Origin::Override, "non-controller listener");
     let err = override_error("inter.broker.listener.name=A,B");
     assert_invalid(&err, "inter.broker.listener.name", "A,B", &Origin::Override, "one listener name");
 }
@@ -161,9 +161,11 @@ fn conflicting_node_and_broker_id() {
 }
 
 #[test]
-fn unsupported_process_roles() {
+fn split_process_roles_need_a_quorum_to_find() {
     let err = override_error("process.roles=broker");
-    assert_invalid(&err, "process.roles", "broker", &Origin::Override, "broker,controller");
+    assert_invalid(&err, "process.roles", "broker", &Origin::Override, "controller.quorum.voters");
+    let err = override_error("process.roles=broker,zookeeper");
+    assert_invalid(&err, "process.roles", "broker,zookeeper", &Origin::Override, "`zookeeper` is not a role");
 }
 
 #[test]

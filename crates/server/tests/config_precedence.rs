@@ -179,14 +179,9 @@ log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
 ";
     let (c, unknown) = resolve(file, &[]);
-    assert_eq!(
-        unknown,
-        [
-            "controller.quorum.bootstrap.servers",
-            "share.coordinator.state.topic.min.isr",
-            "share.coordinator.state.topic.replication.factor",
-        ]
-    );
+    assert_eq!(unknown, ["share.coordinator.state.topic.min.isr", "share.coordinator.state.topic.replication.factor",]);
+    assert_eq!(c.cluster.bootstrap_servers, [("localhost".to_string(), 9093)]);
+    assert_eq!(c.cluster.beyond_this_node(1), None, "the bootstrap server is this node's own controller listener");
     assert_eq!(c.listeners.len(), 2);
     assert_eq!(c.advertised_listeners.len(), 1, "clients are not sent the controller listener");
     assert_eq!(c.advertised_listeners[0].to_string(), "PLAINTEXT://localhost:9092");

@@ -188,7 +188,7 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
         .expect("create topic");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
-    let server = tokio::spawn(network::serve(broker.clone(), listener, stopped, Duration::from_secs(5)));
+    let server = tokio::spawn(network::serve(broker.clone(), vec![listener], stopped, Duration::from_secs(5)));
 
     let mut rng = TestRng::new(0x0e5e);
     let mut answered = 0;

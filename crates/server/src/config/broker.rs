@@ -4,7 +4,10 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
 use super::keys::{broker_key, is_dynamic, ConfigKey, ConfigSource, BROKER_KEYS};
-use super::listener::{host_port, parse_host_port, parse_listener_url, parse_protocol_map, Listener, SecurityProtocol};
+use super::listener::{
+    host_port, parse_host_port, parse_listener_url, parse_protocol_map, parse_voter, Listener, QuorumVoter,
+    SecurityProtocol,
+};
 use super::properties::parse_properties;
 use super::topic::TopicConfig;
 use super::value::{check, Value};
@@ -88,8 +91,10 @@ impl RawConfig {
 pub struct BrokerConfig {
     /// `node.id` (or `broker.id` when only that is set).
     pub node_id: i32,
-    /// `process.roles`: always `["broker", "controller"]` today.
+    /// `process.roles` as given (see `cluster.roles`).
     pub process_roles: Vec<String>,
+    /// Roles, controller quorum and broker membership.
+    pub cluster: ClusterConfig,
     /// `listeners`, with protocols from `listener.security.protocol.map`.
     pub listeners: Vec<Listener>,
     /// `advertised.listeners` without controller listeners (what Metadata returns);
@@ -452,10 +457,44 @@ impl BrokerConfig {
         static_entries: Vec<ResolvedEntry>,
     ) -> Result<BrokerConfig, ConfigError> {
         let r = Resolver { entries: entries.iter().map(|e| (e.key.name, e)).collect() };
-        let listeners = resolve_listeners(&r)?;
+        let node_id = resolve_node_id(&r)?;
+        let roles = resolve_roles(&r);
+        let voters = resolve_voters(&r)?;
+        let bootstrap_servers = resolve_bootstrap_servers(&r)?;
+        let quorum = !voters.is_empty() || !bootstrap_servers.is_empty();
+        check_quorum_rules(&r, roles, node_id, &voters, &bootstrap_servers)?;
+        let listeners = resolve_listeners(&r, roles, quorum)?;
+        let data_dirs = resolve_data_dirs(&r)?;
+        let cluster = ClusterConfig {
+            roles,
+            voters,
+            bootstrap_servers,
+            controller_listeners: listeners
+                .bound
+                .iter()
+                .filter(|l| listeners.controller_names.contains(&l.name))
+                .cloned()
+                .collect(),
+            advertised_controller_listeners: listeners.advertised_controller.clone(),
+            broker_rack: r.opt_string("broker.rack").filter(|rack| !rack.is_empty()),
+            broker_heartbeat_interval_ms: r.i32("broker.heartbeat.interval.ms"),
+            broker_session_timeout_ms: r.i32("broker.session.timeout.ms"),
+            quorum_election_timeout_ms: r.i32("controller.quorum.election.timeout.ms"),
+            quorum_election_backoff_max_ms: r.i32("controller.quorum.election.backoff.max.ms"),
+            quorum_fetch_timeout_ms: r.i32("controller.quorum.fetch.timeout.ms"),
+            quorum_request_timeout_ms: r.i32("controller.quorum.request.timeout.ms"),
+            quorum_retry_backoff_ms: r.i32("controller.quorum.retry.backoff.ms"),
+            metadata_log_dir: r
+                .opt_string("metadata.log.dir")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| data_dirs.first().cloned().unwrap_or_default()),
+            metadata_snapshot_max_new_record_bytes: r.i64("metadata.log.max.record.bytes.between.snapshots"),
+            metadata_snapshot_max_interval_ms: r.i64("metadata.log.max.snapshot.interval.ms"),
+        };
         let config = BrokerConfig {
-            node_id: resolve_node_id(&r)?,
+            node_id,
             process_roles: r.list("process.roles"),
+            cluster,
             advertised_listeners: listeners.advertised,
             controller_listener_names: listeners.controller_names,
             inter_broker_listener_name: listeners.inter_broker,
@@ -487,7 +526,7 @@ impl BrokerConfig {
             message_max_bytes: r.i32("message.max.bytes"),
             produce_decompressed_max_bytes: r.i32("osprey.produce.decompressed.max.bytes"),
             message_timestamp_type: r.string("log.message.timestamp.type"),
-            data_dirs: resolve_data_dirs(&r)?,
+            data_dirs,
             segment_bytes: r.i32("log.segment.bytes"),
             segment_ms: r.ms_or_hours("log.roll.ms", "log.roll.hours"),
             segment_jitter_ms: r.ms_or_hours("log.roll.jitter.ms", "log.roll.jitter.hours"),
@@ -731,11 +770,16 @@ fn resolve_metrics_listener(r: &Resolver<'_>) -> Option<String> {
 struct ResolvedListeners {
     bound: Vec<Listener>,
     advertised: Vec<Listener>,
+    advertised_controller: Vec<Listener>,
     controller_names: Vec<String>,
     inter_broker: String,
 }
 
-fn resolve_listeners(r: &Resolver<'_>) -> Result<ResolvedListeners, ConfigError> {
+/// `listeners`, `advertised.listeners`, `controller.listener.names` and
+/// `inter.broker.listener.name`, checked against the roles as Kafka's
+/// `KafkaConfig.validateValues` does (its messages are quoted where Osprey's would say
+/// less).
+fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Result<ResolvedListeners, ConfigError> {
     let map_entry = r.entry("listener.security.protocol.map");
     let protocol_map =
         parse_protocol_map(&r.string("listener.security.protocol.map")).map_err(|e| map_entry.invalid(e))?;
@@ -760,21 +804,74 @@ fn resolve_listeners(r: &Resolver<'_>) -> Result<ResolvedListeners, ConfigError>
             return Err(listeners_entry.invalid(format!("distinct addresses (`{}` appears twice)", l.bind_address())));
         }
     }
-    let controller_entry = r.entry("controller.listener.names");
-    for name in &controller_names {
-        if !bound.iter().any(|l| &l.name == name) {
-            return Err(controller_entry.invalid(format!("names of entries in listeners (`{name}` is not one)")));
-        }
-    }
+    check_controller_listeners(r, roles, quorum, &bound, &controller_names)?;
     let client_listeners: Vec<Listener> =
         bound.iter().filter(|l| !controller_names.contains(&l.name)).cloned().collect();
-    if client_listeners.is_empty() {
-        return Err(listeners_entry.invalid("at least one listener that is not a controller listener"));
+    if roles.broker && client_listeners.is_empty() {
+        return Err(listeners_entry.invalid(
+            "at least one listener that is not a controller listener (Kafka: There must be at least one broker \
+             advertised listener. Perhaps all listeners appear in controller.listener.names?)",
+        ));
     }
 
-    let advertised = resolve_advertised(r, &bound, &client_listeners, &protocol_of)?;
-    let inter_broker = resolve_inter_broker(r, &client_listeners)?;
-    Ok(ResolvedListeners { bound, advertised, controller_names, inter_broker })
+    let (advertised, advertised_controller) =
+        resolve_advertised(r, &bound, &client_listeners, &controller_names, &protocol_of)?;
+    let inter_broker = resolve_inter_broker(r, roles, &advertised)?;
+    Ok(ResolvedListeners { bound, advertised, advertised_controller, controller_names, inter_broker })
+}
+
+/// Where the controller listeners must (and must not) be, by role. A combined node with no
+/// quorum configured is the single node, whose controller runs in-process and needs none.
+fn check_controller_listeners(
+    r: &Resolver<'_>,
+    roles: ProcessRoles,
+    quorum: bool,
+    bound: &[Listener],
+    controller_names: &[String],
+) -> Result<(), ConfigError> {
+    let names_entry = r.entry("controller.listener.names");
+    let listeners_entry = r.entry("listeners");
+    if !roles.controller {
+        if controller_names.is_empty() {
+            return Err(names_entry.invalid(
+                "the name of the controllers' listener, which brokers connect to, when process.roles=broker \
+                 (Kafka: controller.listener.names must contain at least one value when running KRaft with just \
+                 the broker role)",
+            ));
+        }
+        if let Some(l) = bound.iter().find(|l| controller_names.contains(&l.name)) {
+            return Err(listeners_entry.invalid(format!(
+                "no controller listener when process.roles=broker (`{}` is in controller.listener.names): remove \
+                 it from listeners, or add controller to process.roles",
+                l.name
+            )));
+        }
+        return Ok(());
+    }
+    if let Some(name) = controller_names.iter().find(|n| !bound.iter().any(|l| &l.name == *n)) {
+        return Err(names_entry.invalid(format!(
+            "names of entries in listeners (`{name}` is not one; Kafka: controller.listener.names must only contain \
+             values appearing in the 'listeners' configuration when running the KRaft controller role)"
+        )));
+    }
+    if (quorum || !roles.broker) && controller_names.is_empty() {
+        return Err(names_entry.invalid(
+            "the name of a listener in listeners that the controller serves, since process.roles contains \
+             controller and a quorum is configured (Kafka: controller.listener.names must contain at least one \
+             value appearing in the 'listeners' configuration when running the KRaft controller role)",
+        ));
+    }
+    if !roles.broker {
+        if let Some(l) = bound.iter().find(|l| !controller_names.contains(&l.name)) {
+            return Err(listeners_entry.invalid(format!(
+                "controller listeners only when process.roles=controller (`{}` is not in controller.listener.names; \
+                 Kafka: The listeners config must only contain KRaft controller listeners from \
+                 controller.listener.names when process.roles=controller)",
+                l.name
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn parse_listeners(
@@ -805,51 +902,224 @@ fn parse_listeners(
 }
 
 /// Advertised listeners default to the client listeners. Kafka 4 also lists controller
-/// listeners there (for controller registration); they are accepted and left out, since
-/// clients are never sent them. No advertised address may be a wildcard, which clients
-/// cannot connect to.
+/// listeners there (what a controller advertises to the quorum, KIP-853); they are kept
+/// apart from the client ones, which are all Metadata ever returns. Unset, a controller
+/// advertises its bound controller listeners (Kafka's
+/// `effectiveAdvertisedControllerListeners`). No advertised address may be a wildcard,
+/// which nobody can connect to.
 fn resolve_advertised(
     r: &Resolver<'_>,
     bound: &[Listener],
     client_listeners: &[Listener],
+    controller_names: &[String],
     protocol_of: &dyn Fn(&str) -> Option<SecurityProtocol>,
-) -> Result<Vec<Listener>, ConfigError> {
+) -> Result<(Vec<Listener>, Vec<Listener>), ConfigError> {
     let entry = r.entry("advertised.listeners");
-    let (entry, advertised) = match r.opt_list("advertised.listeners") {
+    let (entry, all) = match r.opt_list("advertised.listeners") {
         Some(urls) => {
             let advertised = parse_listeners(entry, &urls, protocol_of)?;
             if let Some(l) = advertised.iter().find(|l| !bound.iter().any(|b| b.name == l.name)) {
                 return Err(entry.invalid(format!("names of entries in listeners (`{}` is not one)", l.name)));
             }
-            let client = advertised.into_iter().filter(|l| client_listeners.iter().any(|c| c.name == l.name));
-            (entry, client.collect::<Vec<_>>())
+            (entry, advertised)
         }
         None => (r.entry("listeners"), client_listeners.to_vec()),
     };
-    if let Some(l) = advertised.iter().find(|l| l.host == "0.0.0.0" || l.host == "::") {
+    if let Some(l) = all.iter().find(|l| l.host == "0.0.0.0" || l.host == "::") {
         return Err(entry.invalid(format!(
             "a routable host to advertise, not the wildcard `{}` (set advertised.listeners)",
             l.host
         )));
     }
-    Ok(advertised)
+    let (controller, client): (Vec<Listener>, Vec<Listener>) =
+        all.into_iter().partition(|l| controller_names.contains(&l.name));
+    let controller = controller_names
+        .iter()
+        .filter_map(|name| {
+            controller.iter().find(|l| &l.name == name).or_else(|| bound.iter().find(|l| &l.name == name)).cloned()
+        })
+        .collect();
+    Ok((client, controller))
 }
 
-fn resolve_inter_broker(r: &Resolver<'_>, client_listeners: &[Listener]) -> Result<String, ConfigError> {
+/// Kafka: "inter.broker.listener.name must be a listener name defined in
+/// advertised.listeners" (never a controller listener, which is not one of those).
+fn resolve_inter_broker(r: &Resolver<'_>, roles: ProcessRoles, advertised: &[Listener]) -> Result<String, ConfigError> {
     let entry = r.entry("inter.broker.listener.name");
-    match r.opt_string("inter.broker.listener.name") {
-        Some(name) => {
-            let name = name.to_ascii_uppercase();
-            if client_listeners.iter().any(|l| l.name == name) {
-                Ok(name)
-            } else {
-                Err(entry.invalid("the name of one non-controller entry in listeners"))
-            }
-        }
-        None => {
-            Ok(client_listeners.iter().find(|l| l.name == "PLAINTEXT").unwrap_or(&client_listeners[0]).name.clone())
-        }
+    let set = r.opt_string("inter.broker.listener.name").map(|n| n.to_ascii_uppercase());
+    if !roles.broker {
+        // A controller-only node has no broker listener; Kafka does not check the key there.
+        return Ok(set.unwrap_or_else(|| "PLAINTEXT".into()));
     }
+    match set {
+        Some(name) if advertised.iter().any(|l| l.name == name) => Ok(name),
+        Some(_) => {
+            let names: Vec<&str> = advertised.iter().map(|l| l.name.as_str()).collect();
+            Err(entry.invalid(format!(
+                "the name of a non-controller listener in advertised.listeners (the valid options based on the \
+                 configured listeners are {})",
+                names.join(",")
+            )))
+        }
+        None => Ok(advertised
+            .iter()
+            .find(|l| l.name == "PLAINTEXT")
+            .or(advertised.first())
+            .map(|l| l.name.clone())
+            .unwrap_or_else(|| "PLAINTEXT".into())),
+    }
+}
+
+/// `process.roles`, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcessRoles {
+    /// Serves clients and holds partitions.
+    pub broker: bool,
+    /// A voter of the controller quorum.
+    pub controller: bool,
+}
+
+impl ProcessRoles {
+    /// `broker,controller`: Kafka's combined mode, and Osprey's single node.
+    pub fn is_combined(self) -> bool {
+        self.broker && self.controller
+    }
+}
+
+/// The cluster part of the configuration: roles, the controller quorum and broker
+/// membership (Kafka's `KRaftConfigs` and `QuorumConfig`), checked together with the
+/// listeners.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClusterConfig {
+    /// `process.roles`.
+    pub roles: ProcessRoles,
+    /// `controller.quorum.voters`, in the order given; ids are distinct.
+    pub voters: Vec<QuorumVoter>,
+    /// `controller.quorum.bootstrap.servers` as `(host, port)`.
+    pub bootstrap_servers: Vec<(String, u16)>,
+    /// The entries of `listeners` named in `controller.listener.names` (what the
+    /// controller binds), in `listeners` order.
+    pub controller_listeners: Vec<Listener>,
+    /// What this controller advertises to the quorum: for each of
+    /// `controller.listener.names` in order, its `advertised.listeners` entry, else its
+    /// `listeners` entry (Kafka's `effectiveAdvertisedControllerListeners`).
+    pub advertised_controller_listeners: Vec<Listener>,
+    /// `broker.rack`.
+    pub broker_rack: Option<String>,
+    /// `broker.heartbeat.interval.ms`.
+    pub broker_heartbeat_interval_ms: i32,
+    /// `broker.session.timeout.ms`.
+    pub broker_session_timeout_ms: i32,
+    /// `controller.quorum.election.timeout.ms`.
+    pub quorum_election_timeout_ms: i32,
+    /// `controller.quorum.election.backoff.max.ms`.
+    pub quorum_election_backoff_max_ms: i32,
+    /// `controller.quorum.fetch.timeout.ms`.
+    pub quorum_fetch_timeout_ms: i32,
+    /// `controller.quorum.request.timeout.ms`.
+    pub quorum_request_timeout_ms: i32,
+    /// `controller.quorum.retry.backoff.ms`.
+    pub quorum_retry_backoff_ms: i32,
+    /// `metadata.log.dir`, else the first `log.dirs` entry.
+    pub metadata_log_dir: PathBuf,
+    /// `metadata.log.max.record.bytes.between.snapshots`.
+    pub metadata_snapshot_max_new_record_bytes: i64,
+    /// `metadata.log.max.snapshot.interval.ms`.
+    pub metadata_snapshot_max_interval_ms: i64,
+}
+
+impl ClusterConfig {
+    /// Whether the configuration asks for more than this one node: roles split, a voter
+    /// other than `node_id`, or a bootstrap server that is not one of this node's own
+    /// controller listeners. `None`: the single node Osprey runs today (combined roles,
+    /// and at most itself as the voter). Otherwise why, for the start-up gate.
+    pub fn beyond_this_node(&self, node_id: i32) -> Option<String> {
+        if !self.roles.is_combined() {
+            let role = if self.roles.broker { "broker" } else { "controller" };
+            return Some(format!("process.roles={role} splits the roles over several processes"));
+        }
+        if let Some(v) = self.voters.iter().find(|v| v.id != node_id) {
+            return Some(format!("controller.quorum.voters lists node {v}, another node than this one ({node_id})"));
+        }
+        let own = |host: &str, port: u16| {
+            let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+            self.controller_listeners.iter().chain(&self.advertised_controller_listeners).any(|l| {
+                l.port == port && (l.host == host || (loopback && ["", "0.0.0.0", "::"].contains(&l.host.as_str())))
+            })
+        };
+        if let Some((host, port)) = self.bootstrap_servers.iter().find(|(h, p)| !own(h, *p)) {
+            return Some(format!(
+                "controller.quorum.bootstrap.servers lists {}, which is not this node's controller listener",
+                host_port(host, *port)
+            ));
+        }
+        None
+    }
+}
+
+fn resolve_roles(r: &Resolver<'_>) -> ProcessRoles {
+    // The key's validator allows only these two names, each once, at least one.
+    let roles = r.list("process.roles");
+    ProcessRoles { broker: roles.iter().any(|x| x == "broker"), controller: roles.iter().any(|x| x == "controller") }
+}
+
+fn resolve_voters(r: &Resolver<'_>) -> Result<Vec<QuorumVoter>, ConfigError> {
+    let entry = r.entry("controller.quorum.voters");
+    let mut voters: Vec<QuorumVoter> = Vec::new();
+    for text in r.list("controller.quorum.voters") {
+        let voter = parse_voter(&text).map_err(|e| entry.invalid(e))?;
+        if voters.iter().any(|v| v.id == voter.id) {
+            return Err(entry.invalid(format!("each voter id once (`{}` appears twice)", voter.id)));
+        }
+        voters.push(voter);
+    }
+    Ok(voters)
+}
+
+fn resolve_bootstrap_servers(r: &Resolver<'_>) -> Result<Vec<(String, u16)>, ConfigError> {
+    let entry = r.entry("controller.quorum.bootstrap.servers");
+    r.list("controller.quorum.bootstrap.servers")
+        .iter()
+        .map(|a| parse_host_port(a).map_err(|e| entry.invalid(e)))
+        .collect()
+}
+
+/// Kafka's quorum rules for each role: a split role needs a quorum to find; a controller
+/// is one of the voters, a broker-only node is not.
+fn check_quorum_rules(
+    r: &Resolver<'_>,
+    roles: ProcessRoles,
+    node_id: i32,
+    voters: &[QuorumVoter],
+    bootstrap_servers: &[(String, u16)],
+) -> Result<(), ConfigError> {
+    let roles_entry = r.entry("process.roles");
+    let voters_entry = r.entry("controller.quorum.voters");
+    if !roles.is_combined() && voters.is_empty() && bootstrap_servers.is_empty() {
+        return Err(roles_entry.invalid(
+            "broker,controller when controller.quorum.voters and controller.quorum.bootstrap.servers are both empty; \
+             set one of them to find the quorum (Kafka: If using process.roles, either \
+             controller.quorum.bootstrap.servers must contain the set of bootstrap controllers or \
+             controller.quorum.voters must contain a parseable set of controllers)",
+        ));
+    }
+    let ids = || voters.iter().map(|v| v.id.to_string()).collect::<Vec<_>>().join(",");
+    let listed = voters.iter().any(|v| v.id == node_id);
+    if roles.controller && !voters.is_empty() && !listed {
+        return Err(voters_entry.invalid(format!(
+            "a list including this node's id {node_id}, since process.roles contains controller (voters: {}); add \
+             {node_id}@host:port of this node's controller listener, or fix node.id",
+            ids()
+        )));
+    }
+    if !roles.controller && listed {
+        return Err(voters_entry.invalid(format!(
+            "a list without this node's id {node_id}, since process.roles=broker makes it no voter (voters: {}); \
+             give this broker another node.id, or add controller to process.roles",
+            ids()
+        )));
+    }
+    Ok(())
 }
 
 fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {

@@ -91,6 +91,8 @@ impl ConfigSource {
 pub enum Group {
     /// Identity and roles.
     Server,
+    /// The controller quorum and broker membership (KRaft).
+    Cluster,
     /// Where the broker listens and what it advertises.
     Listeners,
     /// Socket and request limits.
@@ -113,8 +115,9 @@ pub enum Group {
 
 impl Group {
     /// Every group, in `--help` order.
-    pub const ALL: [Group; 10] = [
+    pub const ALL: [Group; 11] = [
         Group::Server,
+        Group::Cluster,
         Group::Listeners,
         Group::Network,
         Group::Topics,
@@ -130,6 +133,7 @@ impl Group {
     pub fn title(self) -> &'static str {
         match self {
             Group::Server => "Server",
+            Group::Cluster => "Cluster (controller quorum and brokers; checked now, acted on once multi-node clusters exist: issue 14)",
             Group::Listeners => "Listeners",
             Group::Network => "Network and request limits",
             Group::Topics => "Topic defaults",
@@ -281,8 +285,35 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("broker.id", Int, Some("-1"), AtLeast(-1), G::Server,
         "Legacy name for node.id: if set it must equal node.id, and supplies node.id when that is unset."),
     ConfigKey::new("process.roles", List, Some("broker,controller"), ProcessRoles, G::Server,
-        "Roles of this process; Osprey runs broker and controller together (Osprey default; Kafka requires it).")
+        "Roles of this process: broker, controller, or broker,controller (Osprey default, one node needing no config; Kafka requires it).")
         .osprey_default(""),
+    // Cluster
+    ConfigKey::new("controller.quorum.voters", List, Some(""), QuorumVoters, G::Cluster,
+        "The controller quorum's voters, {id}@{host}:{port} of each one's controller listener; empty (with controller.quorum.bootstrap.servers empty): this node is the only controller, in-process."),
+    ConfigKey::new("controller.quorum.bootstrap.servers", List, Some(""), HostPortList, G::Cluster,
+        "{host}:{port} of controllers to find the quorum through (Kafka's dynamic quorum, KIP-853); used when controller.quorum.voters is empty."),
+    ConfigKey::new("controller.quorum.election.timeout.ms", Int, Some("1000"), AtLeast(1), G::Cluster,
+        "A voter that has not heard from a leader for this long starts an election."),
+    ConfigKey::new("controller.quorum.election.backoff.max.ms", Int, Some("1000"), AtLeast(0), G::Cluster,
+        "Upper bound of the random backoff before a voter retries a failed election."),
+    ConfigKey::new("controller.quorum.fetch.timeout.ms", Int, Some("2000"), AtLeast(1), G::Cluster,
+        "A follower without a successful fetch from the leader for this long becomes a candidate; a leader without fetches from a majority for this long resigns."),
+    ConfigKey::new("controller.quorum.request.timeout.ms", Int, Some("2000"), AtLeast(1), G::Cluster,
+        "How long a request between controllers waits for its response."),
+    ConfigKey::new("controller.quorum.retry.backoff.ms", Int, Some("20"), AtLeast(0), G::Cluster,
+        "Pause before retrying a failed request between controllers."),
+    ConfigKey::new("broker.heartbeat.interval.ms", Int, Some("2000"), AtLeast(1), G::Cluster,
+        "How often a broker heartbeats to the active controller."),
+    ConfigKey::new("broker.session.timeout.ms", Int, Some("9000"), AtLeast(1), G::Cluster,
+        "A broker with no heartbeat for this long is fenced by the controller."),
+    ConfigKey::new("broker.rack", ConfigType::String, None, Any, G::Cluster,
+        "Rack of this broker, for rack-aware replica placement; unset: no rack."),
+    ConfigKey::new("metadata.log.dir", ConfigType::String, None, NonEmpty, G::Cluster,
+        "Directory of the cluster metadata log (__cluster_metadata-0); unset: the first log.dirs entry."),
+    ConfigKey::new("metadata.log.max.record.bytes.between.snapshots", Long, Some("20971520"), AtLeast(1), G::Cluster,
+        "Write a metadata snapshot once this many bytes of records were appended since the last one."),
+    ConfigKey::new("metadata.log.max.snapshot.interval.ms", Long, Some("3600000"), AtLeast(0), G::Cluster,
+        "Write a metadata snapshot at least this often while records arrive; 0: no time-based snapshots."),
     // Listeners
     ConfigKey::new("listeners", List, Some("PLAINTEXT://127.0.0.1:9092"), Listeners, G::Listeners,
         "NAME://host:port list to bind (empty host: every interface; port 0: any free port). Osprey binds loopback by default.")
@@ -292,7 +323,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("listener.security.protocol.map", ConfigType::String, Some(SECURITY_PROTOCOL_MAP), ProtocolMap, G::Listeners,
         "NAME:PROTOCOL pairs giving each listener's security protocol (Osprey serves PLAINTEXT only)."),
     ConfigKey::new("controller.listener.names", ConfigType::String, None, ListenerNames, G::Listeners,
-        "Listeners used by the controller; unset: the single-node controller runs in-process without one."),
+        "Listeners the controller serves: in listeners on a controller, not in listeners on a broker-only node (required there); unset: the single-node controller runs in-process without one."),
     ConfigKey::new("inter.broker.listener.name", ConfigType::String, None, ListenerName, G::Listeners,
         "Listener brokers use to reach each other; unset: PLAINTEXT if listed, else the first non-controller listener."),
     // Network

@@ -115,6 +115,45 @@ pub(crate) fn parse_host_port(address: &str) -> Result<(String, u16), String> {
     Ok((host.to_string(), port))
 }
 
+/// One entry of `controller.quorum.voters`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct QuorumVoter {
+    /// The voter's `node.id`.
+    pub id: i32,
+    /// Host of its controller listener, without IPv6 brackets.
+    pub host: String,
+    /// Port of its controller listener.
+    pub port: u16,
+}
+
+impl fmt::Display for QuorumVoter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.id, host_port(&self.host, self.port))
+    }
+}
+
+/// Parses `{id}@{host}:{port}` as Kafka's `QuorumConfig.parseVoterConnections` does,
+/// with a non-negative id (a node id) and a non-empty host. Kafka 4's
+/// `controller.quorum.voters` has no directory id; `{id}@{host}:{port}:{directory id}`
+/// is `kafka-storage.sh format --initial-controllers` syntax, not this key's.
+pub(crate) fn parse_voter(entry: &str) -> Result<QuorumVoter, String> {
+    let form = "each entry should be in the form {id}@{host}:{port}";
+    let (id, address) = match entry.split_once('@') {
+        Some((id, address)) if !address.contains('@') => (id, address),
+        _ => return Err(format!("`{entry}`: {form}")),
+    };
+    let id = id
+        .parse::<i32>()
+        .ok()
+        .filter(|id| *id >= 0)
+        .ok_or_else(|| format!("`{entry}`: the voter id `{id}` is not a node id (an integer >= 0); {form}"))?;
+    let (host, port) = parse_host_port(address).map_err(|e| format!("`{entry}`: {e}; {form}"))?;
+    if host.is_empty() {
+        return Err(format!("`{entry}`: no host; {form}"));
+    }
+    Ok(QuorumVoter { id, host, port })
+}
+
 /// Parses `listener.security.protocol.map`: `NAME:PROTOCOL,...`, names upper-cased.
 pub(crate) fn parse_protocol_map(text: &str) -> Result<Vec<(String, SecurityProtocol)>, String> {
     let mut map: Vec<(String, SecurityProtocol)> = Vec::new();

@@ -3,7 +3,7 @@
 //! comma-separated.
 
 use super::keys::ConfigType;
-use super::listener::{parse_host_port, parse_listener_url, parse_protocol_map, split_list};
+use super::listener::{parse_host_port, parse_listener_url, parse_protocol_map, parse_voter, split_list};
 
 /// Allowed values of a key beyond its type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -36,8 +36,13 @@ pub enum Validator {
     ListenerNames,
     /// One listener name.
     ListenerName,
-    /// `process.roles`: Osprey supports `broker,controller` (one process, both roles).
+    /// `process.roles`: `broker`, `controller` or both, each once (Kafka's `ValidList`
+    /// plus its duplicate check).
     ProcessRoles,
+    /// `controller.quorum.voters`: `{id}@{host}:{port},...`.
+    QuorumVoters,
+    /// A list of `host:port` (`controller.quorum.bootstrap.servers`).
+    HostPortList,
     /// `host:port`, or empty to disable.
     HostPortOrEmpty,
 }
@@ -121,9 +126,19 @@ fn validate(value: &Value, validator: Validator) -> Result<(), Option<String>> {
         (Validator::ListenerNames, Value::Str(s)) => ok(split_list(s).iter().all(|n| is_listener_name(n))),
         (Validator::ListenerName, Value::Str(s)) => ok(is_listener_name(s)),
         (Validator::ProcessRoles, Value::List(items)) => {
-            let mut roles: Vec<&str> = items.iter().map(String::as_str).collect();
-            roles.sort_unstable();
-            ok(roles == ["broker", "controller"])
+            if let Some(bad) = items.iter().find(|r| *r != "broker" && *r != "controller") {
+                return Err(Some(format!("`{bad}` is not a role")));
+            }
+            if items.len() == 2 && items[0] == items[1] {
+                return Err(Some(format!("`{}` is listed twice", items[0])));
+            }
+            ok(!items.is_empty() && items.len() <= 2)
+        }
+        (Validator::QuorumVoters, Value::List(items)) => {
+            items.iter().try_for_each(|v| parse_voter(v).map(drop).map_err(Some))
+        }
+        (Validator::HostPortList, Value::List(items)) => {
+            items.iter().try_for_each(|a| parse_host_port(a).map(drop).map_err(|e| Some(format!("`{a}`: {e}"))))
         }
         (Validator::HostPortOrEmpty, Value::Str(s)) => {
             let address = s.strip_prefix("http://").unwrap_or(s);
@@ -172,7 +187,9 @@ pub(crate) fn expected(config_type: ConfigType, validator: Validator) -> String 
         }
         Validator::ListenerNames => "a comma-separated list of listener names".into(),
         Validator::ListenerName => "one listener name".into(),
-        Validator::ProcessRoles => "broker,controller (Osprey runs both roles in one process)".into(),
+        Validator::ProcessRoles => "broker, controller, or broker,controller".into(),
+        Validator::QuorumVoters => "a comma-separated list of {id}@{host}:{port}, or empty".into(),
+        Validator::HostPortList => "a comma-separated list of {host}:{port}, or empty".into(),
         Validator::HostPortOrEmpty => "host:port, or empty to disable".into(),
     }
 }
@@ -204,8 +221,30 @@ mod tests {
     }
 
     #[test]
-    fn process_roles_accepts_both_orders_only() {
-        assert!(check(ConfigType::List, Validator::ProcessRoles, "controller,broker").is_ok());
-        assert!(check(ConfigType::List, Validator::ProcessRoles, "broker").is_err());
+    fn process_roles_are_broker_controller_or_both_each_once() {
+        for ok in ["controller,broker", "broker,controller", "broker", "controller"] {
+            assert!(check(ConfigType::List, Validator::ProcessRoles, ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "broker,broker", "zookeeper", "broker,controller,broker", "broker,"] {
+            assert!(check(ConfigType::List, Validator::ProcessRoles, bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quorum_voters_are_id_at_host_port() {
+        assert!(check(ConfigType::List, Validator::QuorumVoters, "").is_ok());
+        assert!(check(ConfigType::List, Validator::QuorumVoters, "1@127.0.0.1:19093, 2@[::1]:2,3@host-c:3").is_ok());
+        for bad in
+            ["1@host", "x@host:1", "1host:1", "1@host:1@x", "1@:1", "1@host:70000", "-1@host:1", "1@host:1:dirid"]
+        {
+            let err = check(ConfigType::List, Validator::QuorumVoters, bad).unwrap_err();
+            assert!(err.contains("{id}@{host}:{port}"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn bootstrap_servers_are_host_port() {
+        assert!(check(ConfigType::List, Validator::HostPortList, "a:1,[::1]:2").is_ok());
+        assert!(check(ConfigType::List, Validator::HostPortList, "a").is_err());
     }
 }
