@@ -79,12 +79,51 @@ impl RealBroker {
 async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_osprey() {
     let real = start_broker("round-trip").await;
     let client = NodeClient::new(quick_config(), real.broker.settings.node_id, real.addr.into());
+    round_trips(&client, "replicated").await;
+    drop(client);
+    real.stop().await;
+}
 
+/// The same round trips against Apache Kafka: `compat-tests/interbroker-kafka.py` starts
+/// a Kafka 4.4 node and runs this with its listeners in `OSPREY_KAFKA_BOOTSTRAP` and
+/// `OSPREY_KAFKA_CONTROLLER` (host:port).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a running Kafka: run compat-tests/interbroker-kafka.py"]
+async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_kafka() {
+    let address = |var: &str| -> NodeAddress {
+        let value = std::env::var(var).unwrap_or_else(|_| panic!("{var}=host:port of the Kafka node"));
+        let (host, port) = value.rsplit_once(':').expect("host:port");
+        NodeAddress::new(host, port.parse().expect("port"))
+    };
+    let client = NodeClient::new(quick_config(), 1, address("OSPREY_KAFKA_BOOTSTRAP"));
+    round_trips(&client, &format!("interbroker-{}", std::process::id())).await;
+
+    // The controller listener lists the controller's APIs, which the codec may not
+    // know; the table keeps them, for raw requests.
+    let controller =
+        NodeClient::new(ClientConfig::new(client_id::to_controller(1)), 1, address("OSPREY_KAFKA_CONTROLLER"));
+    let versions = controller.peer_versions().await.expect("controller handshake");
+    for (api, name) in [(62, "BrokerRegistration"), (63, "BrokerHeartbeat")] {
+        assert!(versions.range(api).is_some(), "the controller lists {name}");
+    }
+}
+
+/// ApiVersions, CreateTopics, Metadata, Produce and Fetch through `client`, with a new
+/// topic of that name.
+async fn round_trips(client: &NodeClient, topic_name: &str) {
     // ApiVersions: the handshake's table, and the request itself at the chosen version.
     let versions = client.peer_versions().await.expect("handshake");
     let (_, fetch_max) = ApiKey::Fetch.versions();
     assert_eq!(versions.usable(ApiKey::Fetch), Ok(fetch_max.min(versions.range(1).unwrap().1)));
-    let answered = client.send(RequestBody::ApiVersions(ApiVersionsRequest::default())).await.expect("ApiVersions");
+    let answered = client
+        .send(RequestBody::ApiVersions(ApiVersionsRequest {
+            // Kafka refuses an empty name or version from v3 (INVALID_REQUEST).
+            client_software_name: "osprey-test".into(),
+            client_software_version: "1.0".into(),
+            ..Default::default()
+        }))
+        .await
+        .expect("ApiVersions");
     let ResponseBody::ApiVersions(api_versions) = answered.body else { panic!("{answered:?}") };
     assert_eq!(api_versions.error_code, 0);
     assert!(api_versions.api_keys.iter().any(|k| k.api_key == ApiKey::Produce as i16));
@@ -92,7 +131,7 @@ async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_os
     // CreateTopics.
     let create = CreateTopicsRequest {
         topics: vec![CreatableTopic {
-            name: "replicated".into(),
+            name: topic_name.into(),
             num_partitions: 2,
             replication_factor: 1,
             ..Default::default()
@@ -105,14 +144,7 @@ async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_os
     assert_eq!(created.topics[0].error_code, 0, "{created:?}");
 
     // Metadata names it, with its id.
-    let metadata = client
-        .send(RequestBody::Metadata(MetadataRequest {
-            topics: Some(vec![MetadataRequestTopic { name: Some("replicated".into()), ..Default::default() }]),
-            ..Default::default()
-        }))
-        .await
-        .expect("Metadata");
-    let ResponseBody::Metadata(metadata) = metadata.body else { panic!("{metadata:?}") };
+    let metadata = metadata_with_leaders(client, topic_name).await;
     let topic = &metadata.topics[0];
     assert_eq!((topic.error_code, topic.partitions.len()), (0, 2), "{topic:?}");
     let topic_id = topic.topic_id;
@@ -127,7 +159,7 @@ async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_os
                 acks: -1,
                 timeout_ms: 10_000,
                 topic_data: vec![TopicProduceData {
-                    name: if version < 13 { "replicated".into() } else { String::new() },
+                    name: if version < 13 { topic_name.into() } else { String::new() },
                     topic_id: if version >= 13 { topic_id } else { Default::default() },
                     partition_data: vec![PartitionProduceData {
                         index: 1,
@@ -153,7 +185,7 @@ async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_os
                 min_bytes: 1,
                 max_bytes: 1 << 20,
                 topics: vec![FetchTopic {
-                    topic: if version < 13 { "replicated".into() } else { String::new() },
+                    topic: if version < 13 { topic_name.into() } else { String::new() },
                     topic_id: if version >= 13 { topic_id } else { Default::default() },
                     partitions: vec![FetchPartition {
                         partition: 1,
@@ -174,9 +206,28 @@ async fn api_versions_metadata_create_topics_produce_fetch_round_trip_against_os
     let records = RecordBatch::new(data.records.clone().expect("records")).expect("one batch");
     assert_eq!(records.records_count(), 1);
     assert!(records.validate_crc());
+}
 
-    drop(client);
-    real.stop().await;
+/// Metadata for one topic, asked again (a bounded number of times) until every
+/// partition has a leader: a Kafka broker learns of a new topic from the controller a
+/// moment after CreateTopics answers.
+async fn metadata_with_leaders(client: &NodeClient, topic_name: &str) -> MetadataResponse {
+    for _ in 0..200 {
+        let metadata = client
+            .send(RequestBody::Metadata(MetadataRequest {
+                topics: Some(vec![MetadataRequestTopic { name: Some(topic_name.into()), ..Default::default() }]),
+                ..Default::default()
+            }))
+            .await
+            .expect("Metadata");
+        let ResponseBody::Metadata(metadata) = metadata.body else { panic!("{metadata:?}") };
+        let topic = &metadata.topics[0];
+        if topic.error_code == 0 && !topic.partitions.is_empty() && topic.partitions.iter().all(|p| p.leader_id >= 0) {
+            return metadata;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("topic {topic_name} has no leader for every partition");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
