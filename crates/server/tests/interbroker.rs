@@ -459,6 +459,13 @@ async fn a_peer_closing_mid_response_fails_every_request_in_flight_and_the_next_
     assert!(matches!(answered.body, ResponseBody::Metadata(_)));
 }
 
+/// Waits for something that a broken client would never do, failing after a minute
+/// instead of hanging the test run. Not a timing assertion: a working client does it at
+/// once, and a minute is only a guard.
+async fn not_forever<T>(what: impl std::future::Future<Output = T>, expected: &str) -> T {
+    tokio::time::timeout(Duration::from_secs(60), what).await.unwrap_or_else(|_| panic!("expected: {expected}"))
+}
+
 async fn futures_join3<T>(
     a: impl std::future::Future<Output = T>,
     b: impl std::future::Future<Output = T>,
@@ -609,11 +616,9 @@ async fn requests_are_pipelined_up_to_the_in_flight_bound() {
             .await
         }
     });
-    // Bounded only so that a client that stopped pipelining fails here instead of
-    // hanging: the peer answers nothing until it has two requests.
-    tokio::time::timeout(Duration::from_secs(60), read_two_rx.recv())
+    // The peer answers nothing until it has two requests.
+    not_forever(read_two_rx.recv(), "the peer got two requests before answering any: they are pipelined")
         .await
-        .expect("the peer got two requests before answering any: they are pipelined")
         .expect("peer alive");
     assert_eq!(client.in_flight(), 2, "the bound holds the third back");
     go.send(()).unwrap();
@@ -754,4 +759,119 @@ async fn a_new_address_closes_the_old_connection_and_the_next_request_goes_there
     assert_eq!(events_rx.recv().await, Some(("old", "closed")));
     client.send(metadata_request()).await.expect("new address");
     assert_eq!(events_rx.recv().await, Some(("new", "request")));
+}
+
+/// With one request in flight allowed, a caller gives up on a request the peer never
+/// answers. The slot stays taken (the request is still on the wire), so the next
+/// request times out waiting for it; that timeout closes the connection, and the one
+/// after gets a new connection instead of waiting forever.
+#[tokio::test]
+async fn an_abandoned_unanswered_request_does_not_wedge_the_client() {
+    let (read_one, mut read_one_rx) = mpsc::unbounded_channel();
+    let addr = fake_peer(move |n, mut stream| {
+        let read_one = read_one.clone();
+        async move {
+            handshake(&mut stream).await;
+            while let Some(request) = read_request(&mut stream).await {
+                if n == 0 {
+                    let _ = read_one.send(());
+                } else {
+                    respond(&mut stream, &request, &metadata_response()).await;
+                }
+            }
+        }
+    })
+    .await;
+    let mut config = quick_config();
+    config.max_in_flight_requests = 1;
+    config.request_timeout_ms = 300;
+    let client = NodeClient::new(config, PEER, addr.into());
+    let abandoned = tokio::spawn({
+        let client = client.clone();
+        async move { client.send(metadata_request()).await }
+    });
+    read_one_rx.recv().await.expect("the peer read the first request");
+    abandoned.abort();
+    let _ = abandoned.await;
+    assert_eq!(client.in_flight(), 1, "the abandoned request still holds its slot");
+
+    let waited = client.send(metadata_request()).await;
+    assert_eq!(waited.unwrap_err(), ClientError::RequestTimedOut { node: PEER, timeout_ms: 300 });
+    assert_eq!(client.in_flight(), 0, "the timeout closed the connection and freed the slot");
+    client.send(metadata_request()).await.expect("a new connection answers");
+}
+
+/// A failed connect is retried by the next request (after the back-off), and succeeds
+/// once the peer is there.
+#[tokio::test]
+async fn the_request_after_a_failed_connect_connects_again() {
+    let addr = fake_peer(|n, mut stream| async move {
+        // The first connection fails its handshake; the rest are served.
+        let first = read_request(&mut stream).await.expect("ApiVersions");
+        if n == 0 {
+            return;
+        }
+        respond(&mut stream, &first, &everything()).await;
+        while let Some(request) = read_request(&mut stream).await {
+            respond(&mut stream, &request, &metadata_response()).await;
+        }
+    })
+    .await;
+    let client = NodeClient::new(quick_config(), PEER, addr.into());
+    let failed = client.send(metadata_request()).await;
+    assert!(matches!(failed, Err(ClientError::Connect { node: PEER, .. })), "{failed:?}");
+    client.send(metadata_request()).await.expect("second attempt connects");
+}
+
+/// Dropping the last clone of the client closes its connection.
+#[tokio::test]
+async fn dropping_the_client_closes_its_connection() {
+    let (closed, mut closed_rx) = mpsc::unbounded_channel();
+    let addr = fake_peer(move |_, mut stream| {
+        let closed = closed.clone();
+        async move {
+            handshake(&mut stream).await;
+            while let Some(request) = read_request(&mut stream).await {
+                respond(&mut stream, &request, &metadata_response()).await;
+            }
+            let _ = closed.send(());
+        }
+    })
+    .await;
+    let client = NodeClient::new(quick_config(), PEER, addr.into());
+    let clone = client.clone();
+    client.send(metadata_request()).await.expect("answered");
+    drop(client);
+    clone.send(metadata_request()).await.expect("a clone keeps the connection");
+    drop(clone);
+    not_forever(closed_rx.recv(), "the peer saw the connection close").await.expect("peer alive");
+}
+
+/// A response when no request is in flight is a protocol error: the connection closes,
+/// and the client connects again for the next request.
+#[tokio::test]
+async fn an_unsolicited_response_closes_the_connection() {
+    let (connections, mut connections_rx) = mpsc::unbounded_channel();
+    let addr = fake_peer(move |n, mut stream| {
+        let connections = connections.clone();
+        async move {
+            handshake(&mut stream).await;
+            if n == 0 {
+                let _ = stream.write_all(&response_frame(99, 0, &metadata_response())).await;
+                // Wait for the client to close the connection.
+                let _ = read_request(&mut stream).await;
+                let _ = connections.send("first closed");
+                return;
+            }
+            while let Some(request) = read_request(&mut stream).await {
+                respond(&mut stream, &request, &metadata_response()).await;
+            }
+        }
+    })
+    .await;
+    let client = NodeClient::new(quick_config(), PEER, addr.into());
+    client.peer_versions().await.expect("handshake");
+    let closed = not_forever(connections_rx.recv(), "the client closed the connection").await;
+    assert_eq!(closed, Some("first closed"));
+    client.send(metadata_request()).await.expect("answered on a new connection");
 }

@@ -197,10 +197,16 @@ impl Connection {
     ) -> Result<Bytes, ClientError> {
         let node = self.shared.node_id;
         let timed_out = ClientError::RequestTimedOut { node, timeout_ms };
-        let permit = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned())
-            .await
-            .map_err(|_| timed_out.clone())?
-            .map_err(|_| self.disconnected())?;
+        let Ok(permit) = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned()).await else {
+            // Every slot is held by a request sent before this one started waiting, so
+            // at least the oldest has been in flight longer than the timeout. Closing
+            // is what its own timeout would have done; and if its caller gave up
+            // before then, nothing else would ever free the slot.
+            let oldest = self.shared.lock().in_flight.front().map_or(-1, |r| r.correlation_id);
+            self.shared.close(DisconnectReason::RequestTimedOut { correlation_id: oldest, timeout_ms });
+            return Err(timed_out);
+        };
+        let permit = permit.map_err(|_| self.disconnected())?;
         let (reply, response) = oneshot::channel();
         let Outgoing { mut frame, response_header_version } = request;
         let correlation_id = {
