@@ -875,3 +875,62 @@ async fn an_unsolicited_response_closes_the_connection() {
     assert_eq!(closed, Some("first closed"));
     client.send(metadata_request()).await.expect("answered on a new connection");
 }
+
+/// What a fake peer sends back after the handshake, in the property test below.
+#[derive(Debug, Clone)]
+enum Reply {
+    /// Any bytes at all.
+    Stream(Vec<u8>),
+    /// A well-framed response to the first request (correlation id 1), random inside.
+    Body(Vec<u8>),
+}
+
+fn reply_strategy() -> impl proptest::strategy::Strategy<Value = Reply> {
+    use proptest::prelude::*;
+    prop_oneof![
+        proptest::collection::vec(any::<u8>(), 0..64).prop_map(Reply::Stream),
+        proptest::collection::vec(any::<u8>(), 0..256).prop_map(Reply::Body),
+    ]
+}
+
+/// Whatever the peer answers before closing, the request ends with an answer or an
+/// error, and never with a timeout: a timeout here would mean the reader task died
+/// (a panic inside a task does not reach the test) or stopped reading.
+fn peer_garbage_ends_the_request_without_hanging(reply: Reply) -> Result<(), proptest::test_runner::TestCaseError> {
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    runtime.block_on(async move {
+        let bytes = match reply {
+            Reply::Stream(bytes) => bytes,
+            Reply::Body(body) => {
+                let mut framed = ((body.len() + 4) as i32).to_be_bytes().to_vec();
+                framed.extend_from_slice(&1i32.to_be_bytes());
+                framed.extend_from_slice(&body);
+                framed
+            }
+        };
+        let addr = fake_peer(move |_, mut stream| {
+            let bytes = bytes.clone();
+            async move {
+                handshake(&mut stream).await;
+                let _ = read_request(&mut stream).await;
+                let _ = stream.write_all(&bytes).await;
+            }
+        })
+        .await;
+        let mut config = quick_config();
+        config.request_timeout_ms = 10_000;
+        config.max_response_bytes = 1024;
+        let client = NodeClient::new(config, PEER, addr.into());
+        let outcome = client.send(metadata_request()).await;
+        proptest::prop_assert!(!matches!(outcome, Err(ClientError::RequestTimedOut { .. })), "{outcome:?}");
+        Ok(())
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 64, ..Default::default() })]
+    #[test]
+    fn any_reply_from_the_peer_ends_the_request_without_a_panic_or_a_hang(reply in reply_strategy()) {
+        peer_garbage_ends_the_request_without_hanging(reply)?;
+    }
+}
