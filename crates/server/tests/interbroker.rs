@@ -20,7 +20,7 @@ use osprey_protocol::wire::Message;
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, RequestHeader, ResponseBody, ResponseHeader};
 use osprey_server::broker::{Broker, Settings};
 use osprey_server::interbroker::{
-    client_id, ClientConfig, ClientError, ConnectFailure, DisconnectReason, NodeAddress, NodeClient,
+    client_id, ClientConfig, ClientError, ConnectFailure, DisconnectReason, NodeAddress, NodeClient, NodeClients,
 };
 use osprey_server::network;
 use std::net::SocketAddr;
@@ -933,4 +933,49 @@ proptest::proptest! {
     fn any_reply_from_the_peer_ends_the_request_without_a_panic_or_a_hang(reply in reply_strategy()) {
         peer_garbage_ends_the_request_without_hanging(reply)?;
     }
+}
+
+/// One client per node: asking again for a node gives the same client (one
+/// connection), pointed at the node's latest address; a forgotten node's connection
+/// closes once nobody holds its client.
+#[tokio::test]
+async fn node_clients_keep_one_client_per_node_and_follow_its_address() {
+    let (events, mut events_rx) = mpsc::unbounded_channel();
+    let serve = move |name: &'static str| {
+        let events = events.clone();
+        move |_, mut stream: TcpStream| {
+            let events = events.clone();
+            async move {
+                let _ = events.send((name, "connected"));
+                handshake(&mut stream).await;
+                while let Some(request) = read_request(&mut stream).await {
+                    respond(&mut stream, &request, &metadata_response()).await;
+                }
+                let _ = events.send((name, "closed"));
+            }
+        }
+    };
+    let a = fake_peer(serve("a")).await;
+    let b = fake_peer(serve("b")).await;
+    let nodes = NodeClients::new(quick_config());
+    nodes.client(1, a.into()).send(metadata_request()).await.expect("node 1");
+    nodes.client(1, a.into()).send(metadata_request()).await.expect("node 1 again");
+    assert_eq!(events_rx.recv().await, Some(("a", "connected")));
+    assert!(nodes.get(2).is_none());
+
+    // Node 1 moves to b.
+    let moved = nodes.client(1, b.into());
+    assert_eq!(events_rx.recv().await, Some(("a", "closed")));
+    moved.send(metadata_request()).await.expect("node 1 at b");
+    assert_eq!(events_rx.recv().await, Some(("b", "connected")));
+    assert_eq!(nodes.get(1).map(|c| c.address()), Some(NodeAddress::from(b)));
+
+    // Node 1 leaves the cluster.
+    nodes.retain(|id| id != 1);
+    assert!(nodes.get(1).is_none());
+    drop(moved);
+    let closed = not_forever(events_rx.recv(), "node 1's connection closed").await;
+    assert_eq!(closed, Some(("b", "closed")));
+    // The first connection was not made twice.
+    assert!(events_rx.try_recv().is_err());
 }

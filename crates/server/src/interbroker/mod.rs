@@ -24,6 +24,8 @@
 //! - follows the node to a new address ([`NodeClient::set_address`], on a metadata
 //!   update): the old connection closes and the next request connects to the new one.
 //!
+//! [`NodeClients`] keeps one client per node for one purpose (one client id).
+//!
 //! It does not retry requests: whether a failed request may be sent again is the
 //! caller's to decide (a heartbeat may, a produce of the same batch must not blindly).
 //!
@@ -419,6 +421,49 @@ impl NodeClient {
             Ok(())
         })?;
         self.inner.round_trip(&connection, outgoing).await
+    }
+}
+
+/// The clients of one purpose (one client id and config), by node id: what Kafka keeps
+/// as one `NetworkClient` with a connection per node. A metadata update calls
+/// [`NodeClients::client`] with each node's current address, which moves an existing
+/// client ([`NodeClient::set_address`]) rather than making a second one.
+#[derive(Debug)]
+pub struct NodeClients {
+    config: ClientConfig,
+    nodes: Mutex<std::collections::HashMap<i32, NodeClient>>,
+}
+
+impl NodeClients {
+    pub fn new(config: ClientConfig) -> NodeClients {
+        NodeClients { config, nodes: Mutex::default() }
+    }
+
+    /// The client for `node_id`, made on first use, and now pointed at `address`.
+    pub fn client(&self, node_id: i32, address: NodeAddress) -> NodeClient {
+        let mut nodes = self.nodes.lock().unwrap_or_else(PoisonError::into_inner);
+        match nodes.get(&node_id) {
+            Some(client) => {
+                client.set_address(address);
+                client.clone()
+            }
+            None => {
+                let client = NodeClient::new(self.config.clone(), node_id, address);
+                nodes.insert(node_id, client.clone());
+                client
+            }
+        }
+    }
+
+    /// The client for a node already known.
+    pub fn get(&self, node_id: i32) -> Option<NodeClient> {
+        self.nodes.lock().unwrap_or_else(PoisonError::into_inner).get(&node_id).cloned()
+    }
+
+    /// Forgets the nodes for which `keep` is false (gone from the cluster); each one's
+    /// connection closes when the last clone of its client is dropped.
+    pub fn retain(&self, mut keep: impl FnMut(i32) -> bool) {
+        self.nodes.lock().unwrap_or_else(PoisonError::into_inner).retain(|&id, _| keep(id));
     }
 }
 
