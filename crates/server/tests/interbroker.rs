@@ -979,3 +979,80 @@ async fn node_clients_keep_one_client_per_node_and_follow_its_address() {
     // The first connection was not made twice.
     assert!(events_rx.try_recv().is_err());
 }
+
+/// Counts counter increments by `name{label=value,...}`, for the metrics test.
+#[derive(Default)]
+struct CapturedCounters(Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>);
+
+struct CapturedCounter {
+    key: String,
+    counts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+}
+
+impl metrics::CounterFn for CapturedCounter {
+    fn increment(&self, value: u64) {
+        *self.counts.lock().unwrap().entry(self.key.clone()).or_default() += value;
+    }
+
+    fn absolute(&self, value: u64) {
+        self.counts.lock().unwrap().insert(self.key.clone(), value);
+    }
+}
+
+impl metrics::Recorder for CapturedCounters {
+    fn describe_counter(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+    fn describe_gauge(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+    fn describe_histogram(&self, _: metrics::KeyName, _: Option<metrics::Unit>, _: metrics::SharedString) {}
+
+    fn register_counter(&self, key: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Counter {
+        let labels: Vec<String> = key.labels().map(|l| format!("{}={}", l.key(), l.value())).collect();
+        let key = format!("{}{{{}}}", key.name(), labels.join(","));
+        metrics::Counter::from_arc(Arc::new(CapturedCounter { key, counts: self.0.clone() }))
+    }
+
+    fn register_gauge(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Gauge {
+        metrics::Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &metrics::Key, _: &metrics::Metadata<'_>) -> metrics::Histogram {
+        metrics::Histogram::noop()
+    }
+}
+
+/// Requests are counted by API and result, connections by attempt and failure. One
+/// thread, so that the recorder local to it sees every task.
+#[test]
+fn requests_and_connections_are_counted_by_api_and_result() {
+    let recorder = CapturedCounters::default();
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    metrics::with_local_recorder(&recorder, || {
+        runtime.block_on(async {
+            // Answers the first request, then a body that does not decode.
+            let addr = fake_peer(|_, mut stream| async move {
+                handshake(&mut stream).await;
+                let first = read_request(&mut stream).await.expect("first");
+                respond(&mut stream, &first, &metadata_response()).await;
+                let second = read_request(&mut stream).await.expect("second");
+                let mut frame = 6i32.to_be_bytes().to_vec();
+                frame.extend_from_slice(&second.correlation_id.to_be_bytes());
+                frame.extend_from_slice(&[0, 0xff]);
+                let _ = stream.write_all(&frame).await;
+                let _ = read_request(&mut stream).await;
+            })
+            .await;
+            let served = NodeClient::new(quick_config(), PEER, addr.into());
+            served.send(metadata_request()).await.expect("answered");
+            served.send(metadata_request()).await.expect_err("garbage");
+            let nobody = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+            let unreachable = NodeClient::new(quick_config(), PEER, nobody.into());
+            unreachable.send(metadata_request()).await.expect_err("nobody listens");
+        })
+    });
+    let counts = recorder.0.lock().unwrap().clone();
+    let count = |key: &str| counts.get(key).copied().unwrap_or(0);
+    assert_eq!(count("osprey_interbroker_requests_total{api=Metadata,result=ok}"), 1, "{counts:?}");
+    assert_eq!(count("osprey_interbroker_requests_total{api=Metadata,result=malformed}"), 1, "{counts:?}");
+    assert_eq!(count("osprey_interbroker_requests_total{api=Metadata,result=connect_failed}"), 1, "{counts:?}");
+    assert_eq!(count("osprey_interbroker_connection_attempts_total{}"), 2, "{counts:?}");
+    assert_eq!(count("osprey_interbroker_connection_failures_total{}"), 1, "{counts:?}");
+}
