@@ -155,12 +155,13 @@ async fn round_trips(client: &NodeClient, topic_name: &str) {
     let batch = builder.build().expect("batch").into_bytes();
     let produced = client
         .send_with(ApiKey::Produce, |version| {
+            let (name, topic_id) = topic_by_name_or_id(version, topic_name, topic_id);
             RequestBody::Produce(ProduceRequest {
                 acks: -1,
                 timeout_ms: 10_000,
                 topic_data: vec![TopicProduceData {
-                    name: if version < 13 { topic_name.into() } else { String::new() },
-                    topic_id: if version >= 13 { topic_id } else { Default::default() },
+                    name,
+                    topic_id,
                     partition_data: vec![PartitionProduceData {
                         index: 1,
                         records: Some(batch.clone()),
@@ -180,13 +181,14 @@ async fn round_trips(client: &NodeClient, topic_name: &str) {
     // Fetch it back, as a follower would (by id from v13).
     let fetched = client
         .send_with(ApiKey::Fetch, |version| {
+            let (topic, topic_id) = topic_by_name_or_id(version, topic_name, topic_id);
             RequestBody::Fetch(FetchRequest {
                 max_wait_ms: 0,
                 min_bytes: 1,
                 max_bytes: 1 << 20,
                 topics: vec![FetchTopic {
-                    topic: if version < 13 { topic_name.into() } else { String::new() },
-                    topic_id: if version >= 13 { topic_id } else { Default::default() },
+                    topic,
+                    topic_id,
                     partitions: vec![FetchPartition {
                         partition: 1,
                         fetch_offset: 0,
@@ -206,6 +208,15 @@ async fn round_trips(client: &NodeClient, topic_name: &str) {
     let records = RecordBatch::new(data.records.clone().expect("records")).expect("one batch");
     assert_eq!(records.records_count(), 1);
     assert!(records.validate_crc());
+}
+
+/// Produce and Fetch name a topic by id from v13, by name before.
+fn topic_by_name_or_id(version: i16, name: &str, id: osprey_protocol::Uuid) -> (String, osprey_protocol::Uuid) {
+    if version >= 13 {
+        (String::new(), id)
+    } else {
+        (name.to_string(), osprey_protocol::Uuid::ZERO)
+    }
 }
 
 /// Metadata for one topic, asked again (a bounded number of times) until every
@@ -341,6 +352,13 @@ async fn handshake(stream: &mut TcpStream) -> Received {
     request
 }
 
+/// Answers every request with an empty Metadata response until the client closes.
+async fn answer_all(stream: &mut TcpStream) {
+    while let Some(request) = read_request(stream).await {
+        respond(stream, &request, &metadata_response()).await;
+    }
+}
+
 fn metadata_response() -> ResponseBody {
     ResponseBody::Metadata(MetadataResponse::default())
 }
@@ -430,9 +448,7 @@ async fn a_peer_closing_mid_response_fails_every_request_in_flight_and_the_next_
                 let _ = stream.write_all(&whole[..whole.len() / 2]).await;
                 return; // closes the socket
             }
-            while let Some(request) = read_request(&mut stream).await {
-                respond(&mut stream, &request, &metadata_response()).await;
-            }
+            answer_all(&mut stream).await;
         }
     })
     .await;
@@ -595,9 +611,7 @@ async fn requests_are_pipelined_up_to_the_in_flight_bound() {
             }
             respond(&mut stream, &a, &metadata_response()).await;
             respond(&mut stream, &b, &metadata_response()).await;
-            while let Some(request) = read_request(&mut stream).await {
-                respond(&mut stream, &request, &metadata_response()).await;
-            }
+            answer_all(&mut stream).await;
         }
     })
     .await;
@@ -647,9 +661,7 @@ async fn the_handshake_falls_back_to_the_peers_api_versions_version() {
             let second = read_request(&mut stream).await.expect("ApiVersions again");
             let _ = versions.send(second.version);
             respond(&mut stream, &second, &everything()).await;
-            while let Some(request) = read_request(&mut stream).await {
-                respond(&mut stream, &request, &metadata_response()).await;
-            }
+            answer_all(&mut stream).await;
         }
     })
     .await;
@@ -812,9 +824,7 @@ async fn the_request_after_a_failed_connect_connects_again() {
             return;
         }
         respond(&mut stream, &first, &everything()).await;
-        while let Some(request) = read_request(&mut stream).await {
-            respond(&mut stream, &request, &metadata_response()).await;
-        }
+        answer_all(&mut stream).await;
     })
     .await;
     let client = NodeClient::new(quick_config(), PEER, addr.into());
@@ -831,9 +841,7 @@ async fn dropping_the_client_closes_its_connection() {
         let closed = closed.clone();
         async move {
             handshake(&mut stream).await;
-            while let Some(request) = read_request(&mut stream).await {
-                respond(&mut stream, &request, &metadata_response()).await;
-            }
+            answer_all(&mut stream).await;
             let _ = closed.send(());
         }
     })
@@ -863,9 +871,7 @@ async fn an_unsolicited_response_closes_the_connection() {
                 let _ = connections.send("first closed");
                 return;
             }
-            while let Some(request) = read_request(&mut stream).await {
-                respond(&mut stream, &request, &metadata_response()).await;
-            }
+            answer_all(&mut stream).await;
         }
     })
     .await;
@@ -948,9 +954,7 @@ async fn node_clients_keep_one_client_per_node_and_follow_its_address() {
             async move {
                 let _ = events.send((name, "connected"));
                 handshake(&mut stream).await;
-                while let Some(request) = read_request(&mut stream).await {
-                    respond(&mut stream, &request, &metadata_response()).await;
-                }
+                answer_all(&mut stream).await;
                 let _ = events.send((name, "closed"));
             }
         }

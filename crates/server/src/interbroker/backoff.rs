@@ -27,24 +27,10 @@ pub fn reconnect_backoff(base: Duration, max: Duration, failures: u32, random_un
     Duration::from_millis((term * factor).min(max_ms) as u64)
 }
 
-/// A small, fast random source for jitter (SplitMix64): not for anything secret.
-#[derive(Debug)]
-pub struct Jitter(u64);
-
-impl Jitter {
-    pub fn new(seed: u64) -> Jitter {
-        Jitter(seed)
-    }
-
-    /// A uniform draw from `[0, 1)`.
-    pub fn next_unit(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^= z >> 31;
-        (z >> 11) as f64 / (1u64 << 53) as f64
-    }
+/// A uniform draw from `[0, 1)` for the jitter: one per failed connection attempt, so
+/// the OS's randomness costs nothing that matters. Without it, no jitter (the middle).
+pub fn random_unit() -> f64 {
+    getrandom::u64().map_or(0.5, |x| (x >> 11) as f64 / (1u64 << 53) as f64)
 }
 
 #[cfg(test)]
@@ -87,8 +73,7 @@ mod tests {
 
     #[test]
     fn jitter_draws_stay_in_the_unit_interval_and_vary() {
-        let mut jitter = Jitter::new(42);
-        let draws: Vec<f64> = (0..1000).map(|_| jitter.next_unit()).collect();
+        let draws: Vec<f64> = (0..1000).map(|_| random_unit()).collect();
         assert!(draws.iter().all(|d| (0.0..1.0).contains(d)));
         assert!(draws.iter().any(|&d| d < 0.1) && draws.iter().any(|&d| d > 0.9));
     }

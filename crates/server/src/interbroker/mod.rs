@@ -277,26 +277,18 @@ struct Reconnect {
     failures: u32,
     /// Not before this instant.
     retry_at: Option<tokio::time::Instant>,
-    jitter: backoff::Jitter,
 }
 
 impl NodeClient {
     /// A client for node `node_id` at `address`. Connects on the first request.
     pub fn new(config: ClientConfig, node_id: i32, address: NodeAddress) -> NodeClient {
-        let mut seed = [0u8; 8];
-        // Jitter only spreads retries; a fixed seed if the OS has no randomness is fine.
-        let _ = getrandom::fill(&mut seed);
         NodeClient {
             inner: Arc::new(Inner {
                 config,
                 node_id,
                 address: Mutex::new((address, 0)),
                 live: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(Reconnect {
-                    failures: 0,
-                    retry_at: None,
-                    jitter: backoff::Jitter::new(u64::from_le_bytes(seed)),
-                }),
+                connecting: tokio::sync::Mutex::new(Reconnect { failures: 0, retry_at: None }),
                 log: Arc::new(PeerLog::default()),
             }),
         }
@@ -540,7 +532,7 @@ impl Inner {
             Duration::from_millis(self.config.reconnect_backoff_ms),
             Duration::from_millis(self.config.reconnect_backoff_max_ms),
             reconnect.failures,
-            reconnect.jitter.next_unit(),
+            backoff::random_unit(),
         );
         reconnect.failures = reconnect.failures.saturating_add(1);
         reconnect.retry_at = Some(at + wait);
