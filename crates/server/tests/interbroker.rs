@@ -1060,3 +1060,24 @@ fn requests_and_connections_are_counted_by_api_and_result() {
     assert_eq!(count("osprey_interbroker_connection_attempts_total{}"), 2, "{counts:?}");
     assert_eq!(count("osprey_interbroker_connection_failures_total{}"), 1, "{counts:?}");
 }
+
+/// Failures to reach an old address do not delay the first attempt at a new one: with a
+/// back-off of ten minutes after the failure, the request to the new address still
+/// goes at once.
+#[tokio::test]
+async fn a_new_address_is_tried_without_the_old_addresses_back_off() {
+    let nobody = TcpListener::bind("127.0.0.1:0").await.unwrap().local_addr().unwrap();
+    let mut config = quick_config();
+    config.reconnect_backoff_ms = 600_000;
+    config.reconnect_backoff_max_ms = 600_000;
+    let client = NodeClient::new(config, PEER, nobody.into());
+    client.send(metadata_request()).await.expect_err("nobody listens");
+
+    let addr = fake_peer(|_, mut stream| async move {
+        handshake(&mut stream).await;
+        answer_all(&mut stream).await;
+    })
+    .await;
+    client.set_address(addr.into());
+    not_forever(client.send(metadata_request()), "the new address is tried at once").await.expect("answered");
+}

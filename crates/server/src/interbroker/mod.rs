@@ -30,6 +30,7 @@
 //! caller's to decide (a heartbeat may, a produce of the same batch must not blindly).
 //!
 //! Metrics (see `telemetry.rs`): `osprey_interbroker_requests_total{api,result}`,
+//! `osprey_interbroker_request_duration_seconds{api}`,
 //! `osprey_interbroker_connection_attempts_total`,
 //! `osprey_interbroker_connection_failures_total`, `osprey_interbroker_connections`.
 
@@ -277,6 +278,9 @@ struct Reconnect {
     failures: u32,
     /// Not before this instant.
     retry_at: Option<tokio::time::Instant>,
+    /// The address generation the failures were counted against: failures to reach an
+    /// old address say nothing about the new one.
+    generation: u64,
 }
 
 impl NodeClient {
@@ -288,7 +292,7 @@ impl NodeClient {
                 node_id,
                 address: Mutex::new((address, 0)),
                 live: Mutex::new(None),
-                connecting: tokio::sync::Mutex::new(Reconnect { failures: 0, retry_at: None }),
+                connecting: tokio::sync::Mutex::new(Reconnect { failures: 0, retry_at: None, generation: 0 }),
                 log: Arc::new(PeerLog::default()),
             }),
         }
@@ -496,6 +500,9 @@ impl Inner {
                         self.schedule_retry(&mut reconnect, at.into());
                     }
                 }
+            }
+            if reconnect.generation != self.address().1 {
+                *reconnect = Reconnect { failures: 0, retry_at: None, generation: self.address().1 };
             }
             if let Some(at) = reconnect.retry_at {
                 tokio::time::sleep_until(at).await;
