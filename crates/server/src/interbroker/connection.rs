@@ -72,6 +72,7 @@ struct State {
 #[derive(Debug)]
 struct InFlight {
     correlation_id: i32,
+    sent_at: tokio::time::Instant,
     response_header_version: i16,
     reply: oneshot::Sender<Result<Bytes, ClientError>>,
     _permit: OwnedSemaphorePermit,
@@ -198,12 +199,7 @@ impl Connection {
         let node = self.shared.node_id;
         let timed_out = ClientError::RequestTimedOut { node, timeout_ms };
         let Ok(permit) = tokio::time::timeout_at(deadline, self.permits.clone().acquire_owned()).await else {
-            // Every slot is held by a request sent before this one started waiting, so
-            // at least the oldest has been in flight longer than the timeout. Closing
-            // is what its own timeout would have done; and if its caller gave up
-            // before then, nothing else would ever free the slot.
-            let oldest = self.shared.lock().in_flight.front().map_or(-1, |r| r.correlation_id);
-            self.shared.close(DisconnectReason::RequestTimedOut { correlation_id: oldest, timeout_ms });
+            self.close_if_overdue(timeout_ms);
             return Err(timed_out);
         };
         let permit = permit.map_err(|_| self.disconnected())?;
@@ -217,7 +213,13 @@ impl Connection {
             let id = state.next_correlation_id;
             state.next_correlation_id = id.wrapping_add(1);
             frame[CORRELATION_ID_OFFSET..CORRELATION_ID_OFFSET + 4].copy_from_slice(&id.to_be_bytes());
-            state.in_flight.push_back(InFlight { correlation_id: id, response_header_version, reply, _permit: permit });
+            state.in_flight.push_back(InFlight {
+                correlation_id: id,
+                sent_at: tokio::time::Instant::now(),
+                response_header_version,
+                reply,
+                _permit: permit,
+            });
             // Queued under the lock, so the writer sends in the order of `in_flight`.
             // It fails only once the writer has stopped, which closes the connection
             // and so fails this entry too.
@@ -231,6 +233,21 @@ impl Connection {
                 self.shared.close(DisconnectReason::RequestTimedOut { correlation_id, timeout_ms });
                 Err(timed_out)
             }
+        }
+    }
+
+    /// A request timed out waiting for an in-flight slot. If the oldest request in
+    /// flight has been waiting longer than the timeout, the connection closes, as that
+    /// request's own timeout would have closed it: its caller may have given up before
+    /// then, and nothing else would ever free its slot. A younger one is left alone.
+    fn close_if_overdue(&self, timeout_ms: u64) {
+        let overdue = {
+            let state = self.shared.lock();
+            let timeout = std::time::Duration::from_millis(timeout_ms);
+            state.in_flight.front().filter(|r| r.sent_at.elapsed() >= timeout).map(|r| r.correlation_id)
+        };
+        if let Some(correlation_id) = overdue {
+            self.shared.close(DisconnectReason::RequestTimedOut { correlation_id, timeout_ms });
         }
     }
 
