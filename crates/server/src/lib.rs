@@ -12,6 +12,7 @@ pub mod dispatch;
 pub mod fetch_session;
 pub mod groups;
 pub mod handlers;
+pub mod interbroker;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;

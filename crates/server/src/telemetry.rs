@@ -35,6 +35,11 @@
 //! | `osprey_log_damaged_bytes_total` | counter | | bytes cut from damaged sealed segments at open (copied aside to `.damaged` files) |
 //! | `osprey_log_scrub_bytes_total` | counter | | sealed segment bytes the scrubber verified |
 //! | `osprey_log_scrub_corrupt_batches_total` | counter | | batches the scrubber found corrupt (each also logged) |
+//! | `osprey_interbroker_requests_total` | counter | api, result | requests this node sent to another node (`interbroker`): ok, timeout, disconnected, connect_failed, unsupported, malformed, invalid |
+//! | `osprey_interbroker_request_duration_seconds` | histogram | api | from a request's send to its response or failure, connecting included |
+//! | `osprey_interbroker_connection_attempts_total` | counter | | connections this node opened to other nodes, tried |
+//! | `osprey_interbroker_connection_failures_total` | counter | | of those, the ones that failed (connect or ApiVersions handshake) |
+//! | `osprey_interbroker_connections` | gauge | | open connections to other nodes |
 //! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
@@ -214,6 +219,15 @@ fn describe() {
     describe_counter!("osprey_log_damaged_bytes_total", Unit::Bytes, "Bytes cut from damaged sealed segments at open.");
     describe_counter!("osprey_log_scrub_bytes_total", Unit::Bytes, "Sealed segment bytes verified by the scrubber.");
     describe_counter!("osprey_log_scrub_corrupt_batches_total", "Corrupt batches found by the scrubber.");
+    describe_counter!("osprey_interbroker_requests_total", "Requests sent to other nodes, by API and result.");
+    describe_histogram!(
+        "osprey_interbroker_request_duration_seconds",
+        Unit::Seconds,
+        "Time from sending a request to another node to its response or failure."
+    );
+    describe_counter!("osprey_interbroker_connection_attempts_total", "Connections to other nodes tried.");
+    describe_counter!("osprey_interbroker_connection_failures_total", "Connections to other nodes that failed.");
+    describe_gauge!("osprey_interbroker_connections", "Open connections to other nodes.");
     describe_counter!(
         "osprey_internal_topic_create_errors_total",
         "Failed attempts to create an internal topic or open its logs, by internal topic."
@@ -376,18 +390,19 @@ pub fn connection_closed() {
 
 /// Lets a line that can repeat many times a second into the log at most once per
 /// interval, counting the ones it held back, so that a flood never floods the log.
-struct LogLimiter {
+#[derive(Debug, Default)]
+pub(crate) struct LogLimiter {
     last_logged_ms: AtomicU64,
     unlogged: AtomicU64,
 }
 
 impl LogLimiter {
-    const fn new() -> LogLimiter {
+    pub(crate) const fn new() -> LogLimiter {
         LogLimiter { last_logged_ms: AtomicU64::new(0), unlogged: AtomicU64::new(0) }
     }
 
     /// `Some(lines held back since the last one)` when this line may be logged now.
-    fn admit(&self, interval: Duration) -> Option<u64> {
+    pub(crate) fn admit(&self, interval: Duration) -> Option<u64> {
         let now_ms = crate::broker::now_ms().max(0) as u64;
         let last = self.last_logged_ms.load(Ordering::Relaxed);
         if now_ms.saturating_sub(last) >= interval.as_millis() as u64
@@ -399,6 +414,28 @@ impl LogLimiter {
             None
         }
     }
+}
+
+/// A request to another node ended (`result` is "ok" or the error's kind).
+pub fn interbroker_request(api: &'static str, result: &'static str, started: Instant) {
+    counter!("osprey_interbroker_requests_total", "api" => api, "result" => result).increment(1);
+    histogram!("osprey_interbroker_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+}
+
+pub fn interbroker_connection_attempt() {
+    counter!("osprey_interbroker_connection_attempts_total").increment(1);
+}
+
+pub fn interbroker_connection_failed() {
+    counter!("osprey_interbroker_connection_failures_total").increment(1);
+}
+
+pub fn interbroker_connection_opened() {
+    gauge!("osprey_interbroker_connections").increment(1.0);
+}
+
+pub fn interbroker_connection_closed() {
+    gauge!("osprey_interbroker_connections").decrement(1.0);
 }
 
 /// A failed `accept` (most often EMFILE: the open-file limit is reached): counted, and
