@@ -62,7 +62,7 @@ async fn start_broker(name: &str) -> RealBroker {
     let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).expect("open broker");
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
-    let server = tokio::spawn(network::serve(broker.clone(), listener, stopped, Duration::from_secs(5)));
+    let server = tokio::spawn(network::serve(broker.clone(), vec![listener], stopped, Duration::from_secs(5)));
     RealBroker { broker, addr, stop, server, dir }
 }
 
