@@ -1,0 +1,195 @@
+//! AlterPartition (API 56): a partition leader asks the controller to change its ISR
+//! (Kafka's `ReplicationControlManager.alterPartition` and `validateAlterPartitionData`).
+
+use crate::cluster_control::{check_broker_epoch, ClusterControl, ControllerResult};
+use crate::controller::ControllerError;
+use crate::image::{apply_partition_change, MetadataImage, PartitionImage, LEADER_RECOVERED, LEADER_RECOVERING};
+use crate::partition_change::PartitionChangeBuilder;
+use osprey_protocol::{ErrorCode, Uuid};
+use std::collections::HashMap;
+
+/// An AlterPartition request. Versions 0-1 name topics; the caller resolves the names
+/// to ids (an unknown name is UNKNOWN_TOPIC_OR_PARTITION there, as Kafka answers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionInput {
+    /// The request version: below 2, ineligible replicas are OPERATION_NOT_ATTEMPTED and
+    /// an unknown topic UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers old clients.
+    pub version: i16,
+    pub broker_id: i32,
+    pub broker_epoch: i64,
+    pub topics: Vec<AlterPartitionTopic>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionTopic {
+    pub topic_id: Uuid,
+    pub partitions: Vec<AlterPartitionItem>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionItem {
+    pub partition_index: i32,
+    pub leader_epoch: i32,
+    /// The proposed ISR with each member's broker epoch (-1: not checked; versions
+    /// below 3 send ids only).
+    pub new_isr: Vec<(i32, i64)>,
+    pub leader_recovery_state: i8,
+    pub partition_epoch: i32,
+}
+
+/// The answer for one topic of the request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionTopicResult {
+    pub topic_id: Uuid,
+    pub partitions: Vec<AlterPartitionResult>,
+}
+
+/// The answer for one partition: an error, or the partition's state after the change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AlterPartitionResult {
+    pub partition_index: i32,
+    pub error: ErrorCode,
+    pub leader_id: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+    pub leader_recovery_state: i8,
+    pub partition_epoch: i32,
+}
+
+impl AlterPartitionResult {
+    fn error(partition_index: i32, error: ErrorCode) -> AlterPartitionResult {
+        AlterPartitionResult {
+            partition_index,
+            error,
+            leader_id: -1,
+            leader_epoch: -1,
+            isr: Vec::new(),
+            leader_recovery_state: LEADER_RECOVERED,
+            partition_epoch: -1,
+        }
+    }
+
+    fn state(p: &PartitionImage) -> AlterPartitionResult {
+        AlterPartitionResult {
+            partition_index: p.index,
+            error: ErrorCode::NONE,
+            leader_id: p.leader,
+            leader_epoch: p.leader_epoch,
+            isr: p.isr.clone(),
+            leader_recovery_state: p.leader_recovery_state,
+            partition_epoch: p.partition_epoch,
+        }
+    }
+}
+
+impl ClusterControl {
+    /// Validates each partition's proposed ISR and returns the PartitionChange records
+    /// with each partition's answer. A stale broker epoch fails the whole request
+    /// (STALE_BROKER_EPOCH, Kafka's top-level error).
+    pub fn alter_partition(
+        &self,
+        image: &MetadataImage,
+        request: &AlterPartitionInput,
+    ) -> Result<ControllerResult<Vec<AlterPartitionTopicResult>>, ControllerError> {
+        check_broker_epoch(image, request.broker_id, request.broker_epoch)?;
+        let mut records = Vec::new();
+        // A partition named twice in one request is checked against its state after
+        // the first change, not the image's (which the records have not reached yet).
+        let mut changed: HashMap<(Uuid, i32), PartitionImage> = HashMap::new();
+        let mut response = Vec::with_capacity(request.topics.len());
+        for t in &request.topics {
+            let mut results = Vec::with_capacity(t.partitions.len());
+            let Some(topic) = image.topic_by_id(t.topic_id).filter(|_| t.topic_id != Uuid::default()) else {
+                let error =
+                    if request.version > 1 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+                results.extend(t.partitions.iter().map(|p| AlterPartitionResult::error(p.partition_index, error)));
+                response.push(AlterPartitionTopicResult { topic_id: t.topic_id, partitions: results });
+                continue;
+            };
+            let unclean = self.unclean_election_enabled(topic);
+            for item in &t.partitions {
+                let key = (t.topic_id, item.partition_index);
+                let current = changed.get(&key).cloned().or_else(|| image.partition(t.topic_id, item.partition_index).cloned());
+                let Some(current) = current else {
+                    results.push(AlterPartitionResult::error(item.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION));
+                    continue;
+                };
+                let error = validate(image, request, &current, item);
+                if error != ErrorCode::NONE {
+                    results.push(AlterPartitionResult::error(item.partition_index, error));
+                    continue;
+                }
+                let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_active());
+                let record = PartitionChangeBuilder::new(t.topic_id, &current, &acceptable)
+                    .target_isr(item.new_isr.iter().map(|&(id, _)| id).collect())
+                    .target_leader_recovery_state(item.leader_recovery_state)
+                    .unclean_election(unclean)
+                    .build();
+                let mut after = current.clone();
+                if let Some(record) = record {
+                    apply_partition_change(&mut after, &record);
+                    records.push(record);
+                }
+                if after.leader != request.broker_id {
+                    // The leader is not the sender any more: Kafka answers
+                    // NEW_LEADER_ELECTED and the broker learns the rest from metadata.
+                    results.push(AlterPartitionResult::error(item.partition_index, ErrorCode::NEW_LEADER_ELECTED));
+                } else {
+                    results.push(AlterPartitionResult::state(&after));
+                }
+                changed.insert(key, after);
+            }
+            response.push(AlterPartitionTopicResult { topic_id: t.topic_id, partitions: results });
+        }
+        Ok(ControllerResult { records, response })
+    }
+}
+
+/// Kafka's `validateAlterPartitionData`, in Kafka's order.
+fn validate(
+    image: &MetadataImage,
+    request: &AlterPartitionInput,
+    p: &PartitionImage,
+    item: &AlterPartitionItem,
+) -> ErrorCode {
+    // A leader that knows newer epochs than this controller talks to a stale
+    // controller: NOT_CONTROLLER sends it to look for the active one.
+    if item.leader_epoch > p.leader_epoch || item.partition_epoch > p.partition_epoch {
+        return ErrorCode::NOT_CONTROLLER;
+    }
+    if item.leader_epoch < p.leader_epoch {
+        return ErrorCode::FENCED_LEADER_EPOCH;
+    }
+    if request.broker_id != p.leader {
+        return ErrorCode::INVALID_REQUEST;
+    }
+    if item.partition_epoch < p.partition_epoch {
+        return ErrorCode::INVALID_UPDATE_VERSION;
+    }
+    let new_isr: Vec<i32> = item.new_isr.iter().map(|&(id, _)| id).collect();
+    if !valid_isr(&p.replicas, &new_isr) || !new_isr.contains(&p.leader) {
+        return ErrorCode::INVALID_REQUEST;
+    }
+    if item.leader_recovery_state == LEADER_RECOVERING && new_isr.len() > 1 {
+        return ErrorCode::INVALID_REQUEST;
+    }
+    if p.leader_recovery_state == LEADER_RECOVERED && item.leader_recovery_state == LEADER_RECOVERING {
+        return ErrorCode::INVALID_REQUEST;
+    }
+    if item.leader_recovery_state != LEADER_RECOVERED && item.leader_recovery_state != LEADER_RECOVERING {
+        return ErrorCode::INVALID_REQUEST;
+    }
+    let ineligible = item.new_isr.iter().any(|&(id, epoch)| match image.broker(id) {
+        None => true,
+        Some(b) => !b.is_active() || (epoch != -1 && epoch != b.epoch),
+    });
+    if ineligible {
+        return if request.version > 1 { ErrorCode::INELIGIBLE_REPLICA } else { ErrorCode::OPERATION_NOT_ATTEMPTED };
+    }
+    ErrorCode::NONE
+}
+
+/// Kafka's `Replicas.validateIsr`: every member a replica, none twice.
+fn valid_isr(replicas: &[i32], isr: &[i32]) -> bool {
+    isr.iter().enumerate().all(|(i, r)| replicas.contains(r) && !isr[..i].contains(r))
+}
