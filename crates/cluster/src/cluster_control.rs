@@ -131,7 +131,10 @@ impl ClusterControl {
         if request.listeners.len() > MAX_BROKER_LISTENERS {
             return Err(ControllerError::new(
                 ErrorCode::INVALID_REQUEST,
-                format!("{} listeners is more than a broker may register ({MAX_BROKER_LISTENERS}).", request.listeners.len()),
+                format!(
+                    "{} listeners is more than a broker may register ({MAX_BROKER_LISTENERS}).",
+                    request.listeners.len()
+                ),
             ));
         }
         let existing = image.broker(id);
@@ -344,7 +347,8 @@ impl ClusterControl {
         add: Option<i32>,
         records: &mut Vec<MetadataRecord>,
     ) {
-        let acceptable = |r: i32| Some(r) != remove && (Some(r) == add || image.broker(r).is_some_and(|b| b.is_active()));
+        let acceptable =
+            |r: i32| Some(r) != remove && (Some(r) == add || image.broker(r).is_some_and(|b| b.is_active()));
         for topic in image.topics() {
             let unclean = self.unclean_election_enabled(topic);
             for p in &topic.partitions {
@@ -375,7 +379,11 @@ impl ClusterControl {
 
 /// Kafka's `ClusterControlManager.checkBrokerEpoch`: STALE_BROKER_EPOCH unless the
 /// broker is registered at exactly this epoch.
-pub(crate) fn check_broker_epoch(image: &MetadataImage, id: i32, epoch: i64) -> Result<&BrokerRegistration, ControllerError> {
+pub(crate) fn check_broker_epoch(
+    image: &MetadataImage,
+    id: i32,
+    epoch: i64,
+) -> Result<&BrokerRegistration, ControllerError> {
     let broker = image.broker(id).ok_or_else(|| {
         ControllerError::new(ErrorCode::STALE_BROKER_EPOCH, format!("No broker registration found for broker id {id}"))
     })?;
@@ -398,7 +406,12 @@ fn offset_after(image: &MetadataImage, records: &[MetadataRecord]) -> u64 {
     image.next_offset() + records.len() as u64
 }
 
-fn register_record(request: &BrokerRegistrationInput, epoch: i64, fenced: bool, in_controlled_shutdown: bool) -> MetadataRecord {
+fn register_record(
+    request: &BrokerRegistrationInput,
+    epoch: i64,
+    fenced: bool,
+    in_controlled_shutdown: bool,
+) -> MetadataRecord {
     MetadataRecord::RegisterBroker {
         id: request.broker_id,
         epoch,
@@ -407,5 +420,235 @@ fn register_record(request: &BrokerRegistrationInput, epoch: i64, fenced: bool, 
         rack: request.rack.clone(),
         fenced,
         in_controlled_shutdown,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_support::{TestCluster, CLUSTER_ID, SESSION_MS};
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn registration_starts_fenced_with_the_record_offset_as_epoch() {
+        let mut c = TestCluster::new();
+        c.image.apply(&MetadataRecord::ProducerIdsAllocated { next: 0 });
+        let result = c.control.register_broker(&c.image, &TestCluster::registration(1, 1), 0).unwrap();
+        assert_eq!(result.response, 1, "the record lands at offset 1");
+        let epoch = c.commit(result);
+        let b = c.image.broker(1).unwrap();
+        assert!(b.fenced && !b.in_controlled_shutdown);
+        assert_eq!((b.epoch, b.register_offset), (epoch, 1));
+    }
+
+    #[test]
+    fn same_incarnation_registering_again_keeps_epoch_and_state() {
+        let mut c = TestCluster::new();
+        let epoch = c.add_broker(1, 0);
+        let again = c.control.register_broker(&c.image, &TestCluster::registration(1, 1), 10).unwrap();
+        assert_eq!(again.response, epoch);
+        c.commit(again);
+        assert!(!c.image.broker(1).unwrap().fenced, "still unfenced");
+        assert_eq!(c.image.broker(1).unwrap().epoch, epoch);
+    }
+
+    #[test]
+    fn another_incarnation_is_refused_while_the_session_lives() {
+        let mut c = TestCluster::new();
+        let old = c.add_broker(1, 0);
+        c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2]], BTreeMap::new());
+        let err = c.control.register_broker(&c.image, &TestCluster::registration(1, 9), SESSION_MS).unwrap_err();
+        assert_eq!(err.code, ErrorCode::DUPLICATE_BROKER_REGISTRATION);
+        assert!(err.message.starts_with("Another broker is registered with that broker id."), "{}", err.message);
+        // Broker 2 keeps heartbeating; broker 1's session has expired: the new
+        // incarnation replaces it, and its leadership moves first.
+        c.heartbeat(2, c.image.broker(2).unwrap().epoch, SESSION_MS, false);
+        let result = c.control.register_broker(&c.image, &TestCluster::registration(1, 9), SESSION_MS + 1).unwrap();
+        let epoch = c.commit(result);
+        assert!(epoch > old);
+        let b = c.image.broker(1).unwrap();
+        assert!(b.fenced);
+        assert_eq!(b.incarnation, Uuid([9; 16]));
+        assert_eq!(c.partition(0).leader, 2);
+        assert_eq!(c.partition(0).isr, vec![2]);
+    }
+
+    #[test]
+    fn wrong_cluster_id_is_inconsistent_cluster_id() {
+        let mut c = TestCluster::new();
+        let mut request = TestCluster::registration(1, 1);
+        request.cluster_id = "other".into();
+        let err = c.control.register_broker(&c.image, &request, 0).unwrap_err();
+        assert_eq!(err.code, ErrorCode::INCONSISTENT_CLUSTER_ID);
+        assert_eq!(err.message, format!("Expected cluster ID {CLUSTER_ID}, but got cluster ID other"));
+    }
+
+    #[test]
+    fn heartbeat_unfences_only_once_caught_up_with_the_registration() {
+        let mut c = TestCluster::new();
+        let result = c.control.register_broker(&c.image, &TestCluster::registration(1, 1), 0).unwrap();
+        let epoch = c.commit(result);
+        let behind = BrokerHeartbeatInput {
+            broker_id: 1,
+            broker_epoch: epoch,
+            current_metadata_offset: epoch - 1,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        let reply = {
+            let r = c.control.broker_heartbeat(&c.image, &behind, 100).unwrap();
+            c.commit(r)
+        };
+        assert!(reply.is_fenced && !reply.is_caught_up);
+        assert!(c.image.broker(1).unwrap().fenced);
+        let caught_up = BrokerHeartbeatInput { current_metadata_offset: epoch, ..behind };
+        let reply = {
+            let r = c.control.broker_heartbeat(&c.image, &caught_up, 200).unwrap();
+            c.commit(r)
+        };
+        assert!(!reply.is_fenced && reply.is_caught_up);
+        assert!(!c.image.broker(1).unwrap().fenced);
+    }
+
+    #[test]
+    fn stale_or_unknown_broker_epoch_is_stale_broker_epoch() {
+        let mut c = TestCluster::new();
+        let epoch = c.add_broker(1, 0);
+        let request = BrokerHeartbeatInput {
+            broker_id: 1,
+            broker_epoch: epoch + 1,
+            current_metadata_offset: 0,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        let err = c.control.broker_heartbeat(&c.image, &request, 0).unwrap_err();
+        assert_eq!(err.code, ErrorCode::STALE_BROKER_EPOCH);
+        assert_eq!(err.message, format!("Expected broker epoch {epoch}, but got broker epoch {}", epoch + 1));
+        let err = c.control.allocate_producer_ids(&c.image, 5, 0).unwrap_err();
+        assert_eq!(err.message, "No broker registration found for broker id 5");
+    }
+
+    #[test]
+    fn session_timeout_fences_and_moves_leadership_bumping_epochs() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2], vec![2, 1]], BTreeMap::new());
+        assert_eq!(c.control.next_deadline(&c.image), Some(SESSION_MS));
+        assert_eq!(c.control.tick(&c.image, SESSION_MS).response, None, "not before the timeout");
+        c.heartbeat(2, e2, 5_000, false);
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(1));
+        c.commit(fenced);
+        assert!(c.image.broker(1).unwrap().fenced);
+        let p0 = c.partition(0);
+        assert_eq!((p0.leader, p0.isr.clone(), p0.leader_epoch, p0.partition_epoch), (2, vec![2], 1, 1));
+        let p1 = c.partition(1);
+        assert_eq!((p1.leader, p1.isr.clone(), p1.leader_epoch, p1.partition_epoch), (2, vec![2], 0, 1));
+        assert_eq!(c.control.tick(&c.image, SESSION_MS + 1).response, None, "fenced once");
+        // Broker 2 goes too: the last ISR member stays, the partitions go offline.
+        let fenced = c.control.tick(&c.image, 5_000 + SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(2));
+        c.commit(fenced);
+        let p0 = c.partition(0);
+        assert_eq!((p0.leader, p0.isr.clone(), p0.leader_epoch), (NO_LEADER, vec![2], 2));
+        // Broker 2 comes back: unfenced, it leads again what it was the last ISR member of.
+        c.heartbeat(2, e2, 20_000, false);
+        assert_eq!(c.partition(0).leader, 2);
+        assert_eq!(c.partition(0).leader_epoch, 3);
+        let _ = e1;
+    }
+
+    #[test]
+    fn unclean_election_takes_a_live_replica_outside_the_isr_when_enabled() {
+        let mut c = TestCluster::new();
+        c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        let configs = BTreeMap::from([(UNCLEAN_LEADER_ELECTION_ENABLE.to_string(), "true".to_string())]);
+        c.add_topic(vec![vec![1, 2]], configs);
+        c.image.apply(&MetadataRecord::PartitionChange {
+            topic_id: crate::test_support::TOPIC,
+            partition: 0,
+            leader: 1,
+            isr: vec![1],
+            elr: vec![],
+            leader_epoch: 0,
+            partition_epoch: 1,
+            replicas: vec![1, 2],
+            leader_recovery_state: 0,
+        });
+        c.heartbeat(2, e2, 5_000, false);
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        c.commit(fenced);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_recovery_state), (2, vec![2], crate::image::LEADER_RECOVERING));
+    }
+
+    #[test]
+    fn a_new_active_controller_gives_every_broker_a_fresh_session() {
+        let mut c = TestCluster::new();
+        c.add_broker(1, 0);
+        c.control.activate(&c.image, 60_000);
+        assert_eq!(c.control.tick(&c.image, 60_000 + SESSION_MS).response, None);
+        assert_eq!(c.control.tick(&c.image, 60_001 + SESSION_MS).response, Some(1));
+    }
+
+    #[test]
+    fn controlled_shutdown_moves_leadership_then_lets_the_broker_go() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2], vec![2, 1]], BTreeMap::new());
+        let reply = c.heartbeat(1, e1, 100, true);
+        assert!(reply.in_controlled_shutdown && !reply.should_shut_down && !reply.is_fenced);
+        let b = c.image.broker(1).unwrap();
+        assert!(b.in_controlled_shutdown && !b.fenced);
+        assert_eq!(c.partition(0).leader, 2);
+        assert_eq!(c.partition(0).isr, vec![2]);
+        assert_eq!(c.partition(1).isr, vec![2]);
+        // Not before broker 2 has applied the records that moved the leadership.
+        let lagging = BrokerHeartbeatInput {
+            broker_id: 2,
+            broker_epoch: e2,
+            current_metadata_offset: 0,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        {
+            let r = c.control.broker_heartbeat(&c.image, &lagging, 150).unwrap();
+            c.commit(r)
+        };
+        let reply = c.heartbeat(1, e1, 200, true);
+        assert!(!reply.should_shut_down, "broker 2 has not applied the shutdown's records");
+        c.heartbeat(2, e2, 250, false);
+        let reply = c.heartbeat(1, e1, 300, true);
+        assert!(reply.should_shut_down && reply.is_fenced);
+        assert!(c.image.broker(1).unwrap().fenced);
+    }
+
+    #[test]
+    fn a_broker_that_leads_nothing_shuts_down_at_once() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let reply = c.heartbeat(1, e1, 100, true);
+        assert!(reply.should_shut_down && reply.is_fenced);
+    }
+
+    #[test]
+    fn producer_ids_come_in_blocks_of_a_thousand() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let first = {
+            let r = c.control.allocate_producer_ids(&c.image, 1, e1).unwrap();
+            c.commit(r)
+        };
+        let second = {
+            let r = c.control.allocate_producer_ids(&c.image, 1, e1).unwrap();
+            c.commit(r)
+        };
+        assert_eq!((first, second), (0..1000, 1000..2000));
+        let err = c.control.allocate_producer_ids(&c.image, 1, e1 + 1).unwrap_err();
+        assert_eq!(err.code, ErrorCode::STALE_BROKER_EPOCH);
     }
 }

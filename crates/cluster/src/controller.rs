@@ -698,6 +698,162 @@ mod tests {
         assert_eq!(c.allocate_producer_ids(10).unwrap(), 2000..2010);
     }
 
+    /// A controller for cluster id "c" with brokers 1..=n registered and unfenced at
+    /// time 0, except `fenced`; racks r{id % 2}.
+    fn cluster(name: &str, n: i32, fenced: &[i32]) -> Controller {
+        let mut c = controller(name, vec![]);
+        c.configure_cluster(ClusterControlConfig {
+            cluster_id: "c".into(),
+            broker_session_timeout_ms: 9_000,
+            unclean_leader_election_enable: false,
+        });
+        c.set_placement_seed(5);
+        for id in 1..=n {
+            let request = BrokerRegistrationInput {
+                broker_id: id,
+                cluster_id: "c".into(),
+                incarnation_id: Uuid([id as u8; 16]),
+                listeners: vec![],
+                rack: Some(format!("r{}", id % 2)),
+            };
+            let epoch = c.register_broker(&request, 0).unwrap();
+            if !fenced.contains(&id) {
+                let heartbeat = BrokerHeartbeatInput {
+                    broker_id: id,
+                    broker_epoch: epoch,
+                    current_metadata_offset: epoch,
+                    want_fence: false,
+                    want_shut_down: false,
+                };
+                assert!(!c.broker_heartbeat(&heartbeat, 0).unwrap().is_fenced);
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn create_topic_places_over_registered_brokers_with_fenced_ones_out_of_the_isr() {
+        let mut c = cluster("placed", 4, &[4]);
+        let t = c.create_topic(&topic("p", 8, 3), false, &accept_all).unwrap();
+        for p in &t.partitions {
+            assert_eq!(p.replicas.len(), 3);
+            assert_ne!(p.leader, 4, "a fenced broker never leads");
+            assert_eq!(p.leader, p.isr[0]);
+            assert!(!p.isr.contains(&4), "a fenced broker is not in the ISR: {p:?}");
+        }
+        let err = c.create_topic(&topic("q", 1, 5), false, &accept_all).unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_REPLICATION_FACTOR);
+        assert_eq!(
+            err.message,
+            "Unable to replicate the partition 5 time(s): The target replication factor of 5 cannot be reached because only 4 broker(s) are registered."
+        );
+        c.create_partitions("p", 10, false).unwrap();
+        assert!(c.image().topic("p").unwrap().partitions[9].replicas.len() == 3);
+    }
+
+    #[test]
+    fn manual_assignments_are_checked_with_kafkas_messages() {
+        let mut c = cluster("manual", 3, &[3]);
+        let manual = |assignments: Vec<(i32, Vec<i32>)>| NewTopic {
+            name: "m".into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments,
+            configs: BTreeMap::new(),
+        };
+        let message = |c: &mut Controller, a: Vec<(i32, Vec<i32>)>| {
+            let err = c.create_topic(&manual(a), false, &accept_all).unwrap_err();
+            assert_eq!(err.code, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+            err.message
+        };
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 9])]),
+            "The manual partition assignment includes broker 9, but no such broker is registered."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 2, 1])]),
+            "The manual partition assignment includes the broker 1 more than once."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![])]),
+            "The manual partition assignment includes an empty replica list."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1]), (0, vec![2])]),
+            "Found multiple manual partition assignments for partition 0"
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 2]), (1, vec![2])]),
+            "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with previous partitions, which have 2 replica(s)."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![3])]),
+            "All brokers specified in the manual partition assignment for partition 0 are fenced or in controlled shutdown."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1]), (2, vec![2])]),
+            "partitions should be a consecutive 0-based integer sequence"
+        );
+        let mut both = manual(vec![(0, vec![1])]);
+        both.num_partitions = 1;
+        assert_eq!(c.create_topic(&both, false, &accept_all).unwrap_err().code, ErrorCode::INVALID_REQUEST);
+        let t = c.create_topic(&manual(vec![(1, vec![2, 3]), (0, vec![3, 1])]), false, &accept_all).unwrap();
+        let p0 = &t.partitions[0];
+        assert_eq!((p0.replicas.clone(), p0.isr.clone(), p0.leader), (vec![3, 1], vec![1], 1));
+        assert_eq!(t.partitions[1].isr, vec![2]);
+    }
+
+    #[test]
+    fn registrations_and_fencing_survive_reopen() {
+        let dir = std::env::temp_dir().join(format!("osprey-controller-brokers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metadata.log");
+        let mut c = Controller::open(&path, vec![], 1, 1).unwrap();
+        c.configure_cluster(ClusterControlConfig {
+            cluster_id: "c".into(),
+            broker_session_timeout_ms: 100,
+            unclean_leader_election_enable: false,
+        });
+        for id in [1, 2] {
+            let request = BrokerRegistrationInput {
+                broker_id: id,
+                cluster_id: "c".into(),
+                incarnation_id: Uuid([id as u8; 16]),
+                listeners: vec![],
+                rack: None,
+            };
+            let epoch = c.register_broker(&request, 0).unwrap();
+            let heartbeat = BrokerHeartbeatInput {
+                broker_id: id,
+                broker_epoch: epoch,
+                current_metadata_offset: epoch,
+                want_fence: false,
+                want_shut_down: false,
+            };
+            c.broker_heartbeat(&heartbeat, 0).unwrap();
+        }
+        c.create_topic(&topic("t", 2, 2), false, &accept_all).unwrap();
+        let epoch2 = c.image().broker(2).unwrap().epoch;
+        let heartbeat = BrokerHeartbeatInput {
+            broker_id: 2,
+            broker_epoch: epoch2,
+            current_metadata_offset: 0,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        c.broker_heartbeat(&heartbeat, 80).unwrap();
+        assert_eq!(c.next_deadline(), Some(100));
+        assert_eq!(c.tick(101).unwrap(), vec![1]);
+        assert_eq!(c.allocate_producer_id_block(2, epoch2).unwrap(), 0..1000);
+        drop(c);
+        let c = Controller::open(&path, vec![], 1, 1).unwrap();
+        assert!(c.image().broker(1).unwrap().fenced);
+        assert!(!c.image().broker(2).unwrap().fenced);
+        assert!(c.image().topic("t").unwrap().partitions.iter().all(|p| p.leader == 2 && p.isr == vec![2]));
+        assert_eq!(c.image().next_producer_id, 1000);
+    }
+
     #[test]
     fn topic_names_follow_kafka_rules() {
         assert!(validate_topic_name("a.b_c-D9").is_ok());

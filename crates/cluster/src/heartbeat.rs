@@ -54,7 +54,8 @@ impl BrokerHeartbeatManager {
             controlled_shutdown_offset: None,
         });
         if session.epoch != epoch {
-            *session = Session { epoch, last_contact_ms: now_ms, metadata_offset: -1, controlled_shutdown_offset: None };
+            *session =
+                Session { epoch, last_contact_ms: now_ms, metadata_offset: -1, controlled_shutdown_offset: None };
         }
         session.last_contact_ms = session.last_contact_ms.max(now_ms);
         session.metadata_offset = session.metadata_offset.max(metadata_offset);

@@ -315,7 +315,15 @@ impl MetadataImage {
             MetadataRecord::SetBrokerConfig { resource, key, value } => {
                 set_or_reset(&mut self.broker_configs, resource, key, value.as_deref())
             }
-            MetadataRecord::RegisterBroker { id, epoch, incarnation, listeners, rack, fenced, in_controlled_shutdown } => {
+            MetadataRecord::RegisterBroker {
+                id,
+                epoch,
+                incarnation,
+                listeners,
+                rack,
+                fenced,
+                in_controlled_shutdown,
+            } => {
                 let registration = BrokerRegistration {
                     id: *id,
                     epoch: *epoch,
@@ -337,12 +345,16 @@ impl MetadataImage {
                 Some(b) if b.epoch == *epoch => {
                     self.brokers.remove(id);
                 }
-                _ => tracing::warn!(broker = id, epoch, "metadata record unregisters a broker at another epoch; skipped"),
+                _ => {
+                    tracing::warn!(broker = id, epoch, "metadata record unregisters a broker at another epoch; skipped")
+                }
             },
             MetadataRecord::PartitionChange { topic_id, partition, .. } => {
-                let Some(p) = self.topics.get_mut(&Uuid(*topic_id)).and_then(|t| {
-                    usize::try_from(*partition).ok().and_then(|i| t.partitions.get_mut(i))
-                }) else {
+                let Some(p) = self
+                    .topics
+                    .get_mut(&Uuid(*topic_id))
+                    .and_then(|t| usize::try_from(*partition).ok().and_then(|i| t.partitions.get_mut(i)))
+                else {
                     tracing::warn!(topic_id = %Uuid(*topic_id), partition, "metadata record changes a missing partition; skipped");
                     return;
                 };
@@ -498,5 +510,106 @@ mod tests {
         image.apply(&create("a", 2, 5));
         assert_eq!(image.topic("a").unwrap().partitions.len(), 1);
         assert!(image.topic_by_id(Uuid([2; 16])).is_none());
+    }
+}
+
+#[cfg(test)]
+mod record_format_tests {
+    use super::*;
+
+    #[test]
+    fn records_written_before_broker_registrations_still_load() {
+        let old =
+            r#"{"type":"CreateTopic","name":"a","id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"replicas":[[1]],"configs":{}}"#;
+        let record: MetadataRecord = serde_json::from_str(old).unwrap();
+        let mut image = MetadataImage::default();
+        image.apply(&record);
+        assert_eq!(image.topic("a").unwrap().partitions[0].isr, vec![1]);
+        let old = r#"{"type":"CreatePartitions","id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"replicas":[[1]]}"#;
+        image.apply(&serde_json::from_str(old).unwrap());
+        assert_eq!(image.topic("a").unwrap().partitions.len(), 2);
+    }
+
+    #[test]
+    fn a_single_nodes_records_are_written_as_before() {
+        let record = MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        };
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("isrs"), "{json}");
+    }
+
+    #[test]
+    fn broker_records_round_trip_and_apply_only_at_the_current_epoch() {
+        let register = MetadataRecord::RegisterBroker {
+            id: 1,
+            epoch: 0,
+            incarnation: [3; 16],
+            listeners: vec![BrokerListener {
+                name: "PLAINTEXT".into(),
+                host: "h".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: Some("r1".into()),
+            fenced: true,
+            in_controlled_shutdown: false,
+        };
+        let records = vec![
+            register,
+            MetadataRecord::UnfenceBroker { id: 1, epoch: 0 },
+            MetadataRecord::FenceBroker { id: 1, epoch: 7 },
+            MetadataRecord::BrokerRegistrationChange {
+                id: 1,
+                epoch: 0,
+                fenced: None,
+                in_controlled_shutdown: Some(true),
+            },
+        ];
+        let mut image = MetadataImage::default();
+        for r in &records {
+            let json = serde_json::to_string(r).unwrap();
+            let back: MetadataRecord = serde_json::from_str(&json).unwrap();
+            assert_eq!(&back, r);
+            image.apply(&back);
+        }
+        let b = image.broker(1).unwrap();
+        assert!(!b.fenced, "the fence at another epoch is skipped");
+        assert!(b.in_controlled_shutdown);
+        assert_eq!(b.rack.as_deref(), Some("r1"));
+        image.apply(&MetadataRecord::UnregisterBroker { id: 1, epoch: 0 });
+        assert!(image.broker(1).is_none());
+    }
+
+    #[test]
+    fn partition_change_never_moves_epochs_back() {
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1, 2]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        });
+        let change = |leader: i32, leader_epoch: i32, partition_epoch: i32| MetadataRecord::PartitionChange {
+            topic_id: [1; 16],
+            partition: 0,
+            leader,
+            isr: vec![leader],
+            elr: vec![],
+            leader_epoch,
+            partition_epoch,
+            replicas: vec![1, 2],
+            leader_recovery_state: LEADER_RECOVERED,
+        };
+        image.apply(&change(2, 1, 1));
+        image.apply(&change(1, 0, 2));
+        image.apply(&change(1, 2, 1));
+        let p = image.partition(Uuid([1; 16]), 0).unwrap();
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch, p.isr.clone()), (2, 1, 1, vec![2]));
     }
 }

@@ -21,6 +21,8 @@ pub mod meta_properties;
 mod partition_change;
 pub mod placement;
 pub mod replica;
+#[cfg(test)]
+mod test_support;
 
 pub use alter_partition::{
     AlterPartitionInput, AlterPartitionItem, AlterPartitionResult, AlterPartitionTopic, AlterPartitionTopicResult,

@@ -141,9 +141,14 @@ mod tests {
 
     fn fields(r: MetadataRecord) -> (i32, Vec<i32>, i32, i32, i8) {
         match r {
-            MetadataRecord::PartitionChange { leader, isr, leader_epoch, partition_epoch, leader_recovery_state, .. } => {
-                (leader, isr, leader_epoch, partition_epoch, leader_recovery_state)
-            }
+            MetadataRecord::PartitionChange {
+                leader,
+                isr,
+                leader_epoch,
+                partition_epoch,
+                leader_recovery_state,
+                ..
+            } => (leader, isr, leader_epoch, partition_epoch, leader_recovery_state),
             other => panic!("not a PartitionChange: {other:?}"),
         }
     }

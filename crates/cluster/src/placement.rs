@@ -208,7 +208,11 @@ impl RackList {
         RackList { racks, rack_names, total_brokers: brokers.len(), unfenced_brokers, epoch: 0, offset }
     }
 
-    fn place(&mut self, random: &mut dyn PlacementRandom, replication_factor: usize) -> Result<Vec<i32>, ControllerError> {
+    fn place(
+        &mut self,
+        random: &mut dyn PlacementRandom,
+        replication_factor: usize,
+    ) -> Result<Vec<i32>, ControllerError> {
         check_positive(replication_factor.min(i16::MAX as usize) as i16)?;
         check_enough_brokers(replication_factor.min(i16::MAX as usize) as i16, self.total_brokers)?;
         check_any_unfenced(self.unfenced_brokers)?;
@@ -273,6 +277,154 @@ impl RackList {
         for rack in self.racks.values_mut() {
             shuffle(random, &mut rack.fenced.brokers);
             shuffle(random, &mut rack.unfenced.brokers);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    fn brokers(racks: &[(&str, usize)], fenced: &[i32]) -> Vec<UsableBroker> {
+        let mut out = Vec::new();
+        for (rack, n) in racks {
+            for _ in 0..*n {
+                let id = out.len() as i32;
+                let rack = (!rack.is_empty()).then(|| rack.to_string());
+                out.push(UsableBroker { id, rack, fenced: fenced.contains(&id) });
+            }
+        }
+        out
+    }
+
+    fn rack_of(brokers: &[UsableBroker], id: i32) -> Option<String> {
+        brokers.iter().find(|b| b.id == id).and_then(|b| b.rack.clone())
+    }
+
+    #[test]
+    fn too_few_brokers_is_kafkas_invalid_replication_factor() {
+        let err = place(&mut SeededRandom::new(1), &brokers(&[("", 2)], &[]), 3, 3).unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_REPLICATION_FACTOR);
+        assert_eq!(
+            err.message,
+            "The target replication factor of 3 cannot be reached because only 2 broker(s) are registered."
+        );
+        let err = place(&mut SeededRandom::new(1), &brokers(&[("", 2)], &[0, 1]), 1, 1).unwrap_err();
+        assert_eq!(err.message, "All brokers are currently fenced, or have all their log directories cordoned.");
+        let err = place(&mut SeededRandom::new(1), &brokers(&[("", 2)], &[]), 1, 0).unwrap_err();
+        assert_eq!(err.message, "Invalid replication factor 0: the replication factor must be positive.");
+    }
+
+    #[test]
+    fn one_broker_places_every_partition_on_it() {
+        let placed = place(&mut SeededRandom::new(7), &brokers(&[("", 1)], &[]), 5, 1).unwrap();
+        assert_eq!(placed, vec![vec![0]; 5]);
+    }
+
+    #[test]
+    fn three_racks_of_three_stripe_like_kafkas_example() {
+        // Kafka's class comment: with racks A, B, C of three brokers, consecutive
+        // partitions start one rack further and take each rack's next broker.
+        let all = brokers(&[("a", 3), ("b", 3), ("c", 3)], &[]);
+        let placed = place(&mut SeededRandom::new(3), &all, 3, 3).unwrap();
+        for p in &placed {
+            let racks: BTreeSet<_> = p.iter().map(|&b| rack_of(&all, b)).collect();
+            assert_eq!(racks.len(), 3, "{placed:?}");
+        }
+        let leader_racks: BTreeSet<_> = placed.iter().map(|p| rack_of(&all, p[0])).collect();
+        assert_eq!(leader_racks.len(), 3, "leaders stripe over the racks: {placed:?}");
+        let every: BTreeSet<i32> = placed.iter().flatten().copied().collect();
+        assert_eq!(every.len(), 9, "nine replicas on nine brokers: {placed:?}");
+    }
+
+    #[test]
+    fn same_seed_same_placement() {
+        let all = brokers(&[("a", 2), ("b", 3), ("", 1)], &[4]);
+        let a = place(&mut SeededRandom::new(99), &all, 20, 3).unwrap();
+        let b = place(&mut SeededRandom::new(99), &all, 20, 3).unwrap();
+        assert_eq!(a, b);
+    }
+
+    /// A cluster: up to four racks (one of them possibly "no rack") of up to four
+    /// brokers, some fenced.
+    fn cluster() -> impl Strategy<Value = Vec<UsableBroker>> {
+        (proptest::collection::vec(0usize..5, 1..5), proptest::collection::vec(any::<bool>(), 16), any::<bool>())
+            .prop_map(|(sizes, fenced, named)| {
+                let names = ["r0", "r1", "r2", "r3"];
+                let mut out = Vec::new();
+                for (i, n) in sizes.iter().enumerate() {
+                    for _ in 0..*n {
+                        let id = out.len() as i32;
+                        let rack = (named || i > 0).then(|| names[i].to_string());
+                        out.push(UsableBroker { id, rack, fenced: fenced[id as usize % 16] });
+                    }
+                }
+                out
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn every_partition_gets_distinct_brokers_and_an_unfenced_leader(
+            all in cluster(), partitions in 1usize..40, rf in 1i16..5, seed in any::<u64>()
+        ) {
+            let unfenced = all.iter().filter(|b| !b.fenced).count();
+            match place(&mut SeededRandom::new(seed), &all, partitions, rf) {
+                Err(e) => {
+                    prop_assert_eq!(e.code, ErrorCode::INVALID_REPLICATION_FACTOR);
+                    prop_assert!(unfenced == 0 || rf as usize > all.len(), "refused a feasible placement: {}", e.message);
+                }
+                Ok(placed) => {
+                    prop_assert!(unfenced > 0 && rf as usize <= all.len());
+                    prop_assert_eq!(placed.len(), partitions);
+                    let single_rack = all.iter().map(|b| &b.rack).collect::<BTreeSet<_>>().len() == 1;
+                    for p in &placed {
+                        prop_assert_eq!(p.len(), rf as usize);
+                        prop_assert_eq!(p.iter().collect::<BTreeSet<_>>().len(), p.len(), "a broker twice: {:?}", p);
+                        let leader = all.iter().find(|b| b.id == p[0]).unwrap();
+                        prop_assert!(!leader.fenced, "fenced leader in {:?}", p);
+                        if single_rack && unfenced >= rf as usize {
+                            // Without racks, fenced brokers are used only once the
+                            // unfenced ones are exhausted.
+                            prop_assert!(p.iter().all(|&b| !all.iter().any(|x| x.id == b && x.fenced)), "{:?}", p);
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn replicas_spread_over_as_many_racks_as_possible(
+            sizes in proptest::collection::vec(1usize..4, 1..5), partitions in 1usize..30, rf in 1i16..5, seed in any::<u64>()
+        ) {
+            let names = ["a", "b", "c", "d"];
+            let racks: Vec<(&str, usize)> = sizes.iter().enumerate().map(|(i, n)| (names[i], *n)).collect();
+            let all = brokers(&racks, &[]);
+            prop_assume!(rf as usize <= all.len());
+            let placed = place(&mut SeededRandom::new(seed), &all, partitions, rf).unwrap();
+            for p in &placed {
+                let spread = p.iter().map(|&b| rack_of(&all, b)).collect::<BTreeSet<_>>().len();
+                prop_assert_eq!(spread, (rf as usize).min(sizes.len()), "{:?}", p);
+            }
+        }
+
+        #[test]
+        fn leaders_are_balanced_over_unfenced_brokers_without_racks(
+            n in 1usize..8, rounds in 1usize..6, rf in 1i16..4, seed in any::<u64>()
+        ) {
+            prop_assume!(rf as usize <= n);
+            let all = brokers(&[("", n)], &[]);
+            let placed = place(&mut SeededRandom::new(seed), &all, n * rounds, rf).unwrap();
+            let mut leaders: BTreeMap<i32, usize> = BTreeMap::new();
+            for p in &placed {
+                *leaders.entry(p[0]).or_default() += 1;
+            }
+            prop_assert_eq!(leaders.len(), n, "every broker leads: {:?}", leaders);
+            prop_assert!(leaders.values().all(|&c| c == rounds), "{:?}", leaders);
         }
     }
 }
