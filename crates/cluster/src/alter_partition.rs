@@ -8,13 +8,9 @@ use crate::partition_change::PartitionChangeBuilder;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::HashMap;
 
-/// An AlterPartition request. Versions 0-1 name topics; the caller resolves the names
-/// to ids (an unknown name is UNKNOWN_TOPIC_OR_PARTITION there, as Kafka answers).
+/// An AlterPartition request (versions 2-3, the ones Kafka 4.4 has: topics by id).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AlterPartitionInput {
-    /// The request version: below 2, ineligible replicas are OPERATION_NOT_ATTEMPTED and
-    /// an unknown topic UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers old clients.
-    pub version: i16,
     pub broker_id: i32,
     pub broker_epoch: i64,
     pub topics: Vec<AlterPartitionTopic>,
@@ -30,8 +26,8 @@ pub struct AlterPartitionTopic {
 pub struct AlterPartitionItem {
     pub partition_index: i32,
     pub leader_epoch: i32,
-    /// The proposed ISR with each member's broker epoch (-1: not checked; versions
-    /// below 3 send ids only).
+    /// The proposed ISR with each member's broker epoch (-1: not checked; version 2
+    /// sends ids only).
     pub new_isr: Vec<(i32, i64)>,
     pub leader_recovery_state: i8,
     pub partition_epoch: i32,
@@ -100,11 +96,7 @@ impl ClusterControl {
         for t in &request.topics {
             let mut results = Vec::with_capacity(t.partitions.len());
             let Some(topic) = image.topic_by_id(t.topic_id).filter(|_| t.topic_id != Uuid::default()) else {
-                let error = if request.version > 1 {
-                    ErrorCode::UNKNOWN_TOPIC_ID
-                } else {
-                    ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                };
+                let error = ErrorCode::UNKNOWN_TOPIC_ID;
                 results.extend(t.partitions.iter().map(|p| AlterPartitionResult::error(p.partition_index, error)));
                 response.push(AlterPartitionTopicResult { topic_id: t.topic_id, partitions: results });
                 continue;
@@ -189,7 +181,7 @@ fn validate(
         Some(b) => !b.is_active() || (epoch != -1 && epoch != b.epoch),
     });
     if ineligible {
-        return if request.version > 1 { ErrorCode::INELIGIBLE_REPLICA } else { ErrorCode::OPERATION_NOT_ATTEMPTED };
+        return ErrorCode::INELIGIBLE_REPLICA;
     }
     ErrorCode::NONE
 }
@@ -216,7 +208,6 @@ mod tests {
     fn request(c: &TestCluster, epoch: i64, isr: &[(i32, i64)]) -> AlterPartitionInput {
         let p = c.partition(0);
         AlterPartitionInput {
-            version: 3,
             broker_id: 1,
             broker_epoch: epoch,
             topics: vec![AlterPartitionTopic {
@@ -306,9 +297,6 @@ mod tests {
         assert_eq!(c.partition(0).isr, vec![1, 2], "it left the ISRs");
         let r = request(&c, e[0], &[(1, e[0]), (2, e[1]), (3, e[2])]);
         assert_eq!(answer(&mut c, &r).error, ErrorCode::INELIGIBLE_REPLICA);
-        let mut old = r.clone();
-        old.version = 1;
-        assert_eq!(answer(&mut c, &old).error, ErrorCode::OPERATION_NOT_ATTEMPTED, "as Kafka answers v0-1");
         c.heartbeat(1, e[0], 20, false);
         c.heartbeat(2, e[1], 20, false);
         // Its own offset counts as of its previous heartbeat (Kafka decides before it
