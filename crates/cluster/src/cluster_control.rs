@@ -307,13 +307,15 @@ impl ClusterControl {
     }
 
     /// Kafka's `handleBrokerUnfenced`: marked unfenced, then it may lead partitions that
-    /// have no leader.
+    /// have no leader. A broker fenced at the end of a controlled shutdown that goes on
+    /// heartbeating without asking to shut down is an ordinary broker again: its
+    /// shutdown flag is cleared with the fence, or it would lead while "shutting down".
     fn unfence_records(&self, image: &MetadataImage, broker: &BrokerRegistration, records: &mut Vec<MetadataRecord>) {
         records.push(MetadataRecord::BrokerRegistrationChange {
             id: broker.id,
             epoch: broker.epoch,
             fenced: Some(false),
-            in_controlled_shutdown: None,
+            in_controlled_shutdown: broker.in_controlled_shutdown.then_some(false),
         });
         self.leader_and_isr_updates(image, None, Some(broker.id), records);
     }

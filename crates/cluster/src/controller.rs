@@ -61,7 +61,9 @@ pub type BrokerConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Re
 
 #[derive(Debug)]
 pub struct Controller {
-    log: MetadataLog,
+    /// Where records are made durable before they are applied; `None` for a controller
+    /// whose records are committed elsewhere or nowhere (`in_memory`).
+    log: Option<MetadataLog>,
     image: MetadataImage,
     brokers: Vec<i32>,
     default_partitions: i32,
@@ -88,9 +90,18 @@ impl Controller {
             image.apply(r);
         }
         tracing::info!(records = records.len(), topics = image.topics().count(), "metadata loaded");
-        Ok(Controller {
-            log,
-            image,
+        let mut controller = Controller::in_memory(brokers, default_partitions, default_replication_factor);
+        controller.log = Some(log);
+        controller.image = image;
+        Ok(controller)
+    }
+
+    /// A controller with an empty image and no log: records are applied as they are
+    /// decided. For simulations, and for a caller that makes them durable itself.
+    pub fn in_memory(brokers: Vec<i32>, default_partitions: i32, default_replication_factor: i16) -> Controller {
+        Controller {
+            log: None,
+            image: MetadataImage::default(),
             brokers,
             default_partitions,
             default_replication_factor,
@@ -101,7 +112,7 @@ impl Controller {
                 unclean_leader_election_enable: false,
             }),
             placement_random: SeededRandom::from_entropy(),
-        })
+        }
     }
 
     /// Sets the cluster id brokers must register with, `broker.session.timeout.ms` and
@@ -501,10 +512,12 @@ impl Controller {
     }
 
     fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
-        self.log.append(&records).map_err(|e| {
-            tracing::error!(error = %e, file = %self.log.path().display(), "metadata log write failed");
-            ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, format!("metadata log write failed: {e}"))
-        })?;
+        if let Some(log) = &mut self.log {
+            log.append(&records).map_err(|e| {
+                tracing::error!(error = %e, file = %log.path().display(), "metadata log write failed");
+                ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, format!("metadata log write failed: {e}"))
+            })?;
+        }
         for r in &records {
             self.image.apply(r);
         }
