@@ -233,6 +233,27 @@ impl ClusterControl {
         image.brokers().filter(|b| !b.fenced).filter_map(|b| self.heartbeats.session_deadline(b.id, b.epoch)).min()
     }
 
+    /// UnregisterBroker (API 64, Kafka's `ReplicationControlManager.unregisterBroker`):
+    /// the broker leaves every ISR (the last member stays) and leadership, then its
+    /// registration is removed.
+    pub fn unregister_broker(
+        &mut self,
+        image: &MetadataImage,
+        broker_id: i32,
+    ) -> Result<ControllerResult<()>, ControllerError> {
+        let broker = image.broker(broker_id).ok_or_else(|| {
+            ControllerError::new(
+                ErrorCode::BROKER_ID_NOT_REGISTERED,
+                format!("Broker ID {broker_id} is not currently registered"),
+            )
+        })?;
+        let mut records = Vec::new();
+        self.leader_and_isr_updates(image, Some(broker_id), None, &mut records);
+        records.push(MetadataRecord::UnregisterBroker { id: broker_id, epoch: broker.epoch });
+        self.heartbeats.remove(broker_id);
+        Ok(ControllerResult { records, response: () })
+    }
+
     /// AllocateProducerIds (Kafka's `ProducerIdControlManager.generateNextProducerId`):
     /// the next block of `PRODUCER_ID_BLOCK_SIZE` ids, for a broker at its current epoch.
     pub fn allocate_producer_ids(
@@ -635,6 +656,21 @@ mod tests {
         let e1 = c.add_broker(1, 0);
         let reply = c.heartbeat(1, e1, 100, true);
         assert!(reply.should_shut_down && reply.is_fenced);
+    }
+
+    #[test]
+    fn unregistering_moves_leadership_and_removes_the_broker() {
+        let mut c = TestCluster::new();
+        c.add_broker(1, 0);
+        c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2]], BTreeMap::new());
+        let result = c.control.unregister_broker(&c.image, 1).unwrap();
+        c.commit(result);
+        assert!(c.image.broker(1).is_none());
+        assert_eq!((c.partition(0).leader, c.partition(0).isr.clone()), (2, vec![2]));
+        let err = c.control.unregister_broker(&c.image, 1).unwrap_err();
+        assert_eq!(err.code, ErrorCode::BROKER_ID_NOT_REGISTERED);
+        assert_eq!(err.message, "Broker ID 1 is not currently registered");
     }
 
     #[test]

@@ -163,6 +163,12 @@ impl Controller {
         self.commit_result(result)
     }
 
+    /// UnregisterBroker (API 64): moves the broker's leaderships away and removes it.
+    pub fn unregister_broker(&mut self, broker_id: i32) -> Result<(), ControllerError> {
+        let result = self.cluster.unregister_broker(&self.image, broker_id)?;
+        self.commit_result(result)
+    }
+
     /// AllocateProducerIds (API 67): the next block of 1000 ids for a registered broker.
     pub fn allocate_producer_id_block(
         &mut self,

@@ -1,9 +1,9 @@
 //! Seeded simulation of the controller's broker and leadership decisions: brokers (on
 //! one to three racks) register, heartbeat with a metadata offset that may lag, crash,
-//! restart as new incarnations, shut down in a controlled way; time passes and stale
-//! sessions are fenced; a new active controller takes over; partition leaders send
-//! AlterPartition (sometimes stale, sometimes naming fenced brokers); CreateTopics
-//! places new topics. After every step the image must hold:
+//! restart as new incarnations, shut down in a controlled way or are unregistered; time
+//! passes and stale sessions are fenced; a new active controller takes over; partition
+//! leaders send AlterPartition (sometimes stale, sometimes naming fenced brokers);
+//! CreateTopics places new topics. After every step the image must hold:
 //! - every leader is in its ISR or is -1, and is an active broker (registered, not
 //!   fenced, not in controlled shutdown), so a fenced broker leads nothing;
 //! - every ISR is non-empty, has no duplicate, is within the replicas, and holds only
@@ -127,6 +127,7 @@ impl Sim {
             70..=84 => self.alter_partition(),
             85..=94 => self.create_topic(),
             95..=96 => self.allocate_producer_ids(),
+            97 => self.unregister(),
             _ => self.fail_over(),
         }
         self.check(&before);
@@ -368,6 +369,24 @@ impl Sim {
             }
             // The broker's registration was replaced while it was not looking.
             Err(e) => assert_eq!(e.code, ErrorCode::STALE_BROKER_EPOCH),
+        }
+    }
+
+    /// An operator removes a broker (kafka-cluster.sh unregister); it stops.
+    fn unregister(&mut self) {
+        let id = self.pick_broker();
+        let registered = self.image().broker(id).is_some();
+        let result = self.controller.unregister_broker(id);
+        self.log(|| format!("unregister {id}: {result:?}"));
+        match result {
+            Ok(()) => {
+                assert!(registered && self.image().broker(id).is_none());
+                assert!(!self.image().topics().any(|t| t.partitions.iter().any(|p| p.leader == id)));
+                let b = self.brokers.get_mut(&id).expect("broker");
+                b.session = None;
+                b.shutting_down = false;
+            }
+            Err(e) => assert!(!registered && e.code == ErrorCode::BROKER_ID_NOT_REGISTERED, "{e}"),
         }
     }
 
