@@ -233,6 +233,25 @@ impl ClusterControl {
         image.brokers().filter(|b| !b.fenced).filter_map(|b| self.heartbeats.session_deadline(b.id, b.epoch)).min()
     }
 
+    /// Kafka's periodic `maybeElectUncleanLeaders` (every
+    /// `unclean.leader.election.interval.ms`): every offline partition of a topic that
+    /// allows unclean election gets the first live replica as its leader, alone in the
+    /// ISR and recovering. Fence and unfence events already elect this way; this catches
+    /// a topic whose config was switched on while its partitions were offline. The
+    /// answer is how many partitions got a leader.
+    pub fn elect_unclean_leaders(&self, image: &MetadataImage) -> ControllerResult<usize> {
+        let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_active());
+        let mut records = Vec::new();
+        for topic in image.topics().filter(|t| self.unclean_election_enabled(t)) {
+            for p in topic.partitions.iter().filter(|p| p.leader == NO_LEADER) {
+                let change = PartitionChangeBuilder::new(topic.id, p, &acceptable).unclean_election(true).build();
+                records.extend(change);
+            }
+        }
+        let elected = records.len();
+        ControllerResult { records, response: elected }
+    }
+
     /// UnregisterBroker (API 64, Kafka's `ReplicationControlManager.unregisterBroker`):
     /// the broker leaves every ISR (the last member stays) and leadership, then its
     /// registration is removed.
@@ -606,6 +625,40 @@ mod tests {
         c.commit(fenced);
         let p = c.partition(0);
         assert_eq!((p.leader, p.isr.clone(), p.leader_recovery_state), (2, vec![2], crate::image::LEADER_RECOVERING));
+    }
+
+    #[test]
+    fn switching_unclean_election_on_elects_offline_partitions_on_the_next_pass() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        c.add_broker(2, 0);
+        c.add_topic(vec![vec![2, 1]], BTreeMap::new());
+        c.image.apply(&MetadataRecord::PartitionChange {
+            topic_id: crate::test_support::TOPIC,
+            partition: 0,
+            leader: 2,
+            isr: vec![2],
+            elr: vec![],
+            leader_epoch: 0,
+            partition_epoch: 1,
+            replicas: vec![2, 1],
+            leader_recovery_state: 0,
+        });
+        c.heartbeat(1, e1, 5_000, false);
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        c.commit(fenced);
+        assert_eq!(c.partition(0).leader, NO_LEADER, "clean election only: offline");
+        assert_eq!(c.control.elect_unclean_leaders(&c.image).response, 0, "not allowed yet");
+        c.image.apply(&MetadataRecord::SetTopicConfig {
+            id: crate::test_support::TOPIC,
+            key: UNCLEAN_LEADER_ELECTION_ENABLE.into(),
+            value: Some("true".into()),
+        });
+        let elected = c.control.elect_unclean_leaders(&c.image);
+        assert_eq!(elected.response, 1);
+        c.commit(elected);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_recovery_state), (1, vec![1], crate::image::LEADER_RECOVERING));
     }
 
     #[test]

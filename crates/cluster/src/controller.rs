@@ -163,6 +163,13 @@ impl Controller {
         self.commit_result(result)
     }
 
+    /// The periodic unclean election (`unclean.leader.election.interval.ms`); returns how
+    /// many offline partitions got a leader.
+    pub fn elect_unclean_leaders(&mut self) -> Result<usize, ControllerError> {
+        let result = self.cluster.elect_unclean_leaders(&self.image);
+        self.commit_result(result)
+    }
+
     /// UnregisterBroker (API 64): moves the broker's leaderships away and removes it.
     pub fn unregister_broker(&mut self, broker_id: i32) -> Result<(), ControllerError> {
         let result = self.cluster.unregister_broker(&self.image, broker_id)?;

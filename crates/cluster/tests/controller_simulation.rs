@@ -128,6 +128,7 @@ impl Sim {
             85..=94 => self.create_topic(),
             95..=96 => self.allocate_producer_ids(),
             97 => self.unregister(),
+            98 => self.elect_unclean_leaders(),
             _ => self.fail_over(),
         }
         self.check(&before);
@@ -387,6 +388,25 @@ impl Sim {
                 b.shutting_down = false;
             }
             Err(e) => assert!(!registered && e.code == ErrorCode::BROKER_ID_NOT_REGISTERED, "{e}"),
+        }
+    }
+
+    /// The periodic unclean election: only partitions of topics that allow it move.
+    fn elect_unclean_leaders(&mut self) {
+        let before = snapshot(self.image());
+        let elected = self.controller.elect_unclean_leaders().expect("in-memory commit");
+        self.log(|| format!("unclean election: {elected} partitions"));
+        for t in self.image().topics() {
+            for p in &t.partitions {
+                let old = &before[&(t.id, p.index)];
+                if old != p {
+                    assert_eq!(old.leader, NO_LEADER, "only offline partitions are elected");
+                    assert_eq!(p.isr, vec![p.leader], "an unclean leader is alone in the ISR");
+                    // Only a topic whose config says so: with the cluster default on, fence
+                    // and unfence events already elected every partition that could be.
+                    assert_eq!(t.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE).map(String::as_str), Some("true"));
+                }
+            }
         }
     }
 
