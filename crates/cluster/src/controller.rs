@@ -4,8 +4,14 @@
 //! Today it runs inside the single broker process and its "quorum" is one fsynced file;
 //! the openraft controller will keep this interface and replicate the records instead.
 
+use crate::alter_partition::{AlterPartitionInput, AlterPartitionTopicResult};
+use crate::cluster_control::{
+    BrokerHeartbeatInput, BrokerHeartbeatReply, BrokerRegistrationInput, ClusterControl, ClusterControlConfig,
+    ControllerResult,
+};
 use crate::image::{MetadataImage, MetadataRecord, TopicImage};
 use crate::log::MetadataLog;
+use crate::placement::{self, SeededRandom, UsableBroker};
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
 use std::io;
@@ -38,6 +44,9 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+/// `broker.session.timeout.ms` until `configure_cluster` sets it (Kafka's default).
+pub const DEFAULT_BROKER_SESSION_TIMEOUT_MS: i64 = 9_000;
+
 /// The most partitions one topic may have. Kafka sets no limit, but every partition is a
 /// directory with open files: a request for millions must be refused, not attempted.
 pub const MAX_PARTITIONS_PER_TOPIC: i32 = 100_000;
@@ -52,13 +61,19 @@ pub type BrokerConfigValidator<'a> = &'a dyn Fn(&BTreeMap<String, String>) -> Re
 
 #[derive(Debug)]
 pub struct Controller {
-    log: MetadataLog,
+    /// Where records are made durable before they are applied; `None` for a controller
+    /// whose records are committed elsewhere or nowhere (`in_memory`).
+    log: Option<MetadataLog>,
     image: MetadataImage,
     brokers: Vec<i32>,
     default_partitions: i32,
     default_replication_factor: i16,
     /// `osprey.max.partitions`: the most partitions the cluster may hold.
     max_partitions: i64,
+    /// Broker registrations, heartbeats, fencing and elections.
+    cluster: ClusterControl,
+    /// The striped placer's random source.
+    placement_random: SeededRandom,
 }
 
 impl Controller {
@@ -75,14 +90,125 @@ impl Controller {
             image.apply(r);
         }
         tracing::info!(records = records.len(), topics = image.topics().count(), "metadata loaded");
-        Ok(Controller {
-            log,
-            image,
+        let mut controller = Controller::in_memory(brokers, default_partitions, default_replication_factor);
+        controller.log = Some(log);
+        controller.image = image;
+        Ok(controller)
+    }
+
+    /// A controller with an empty image and no log: records are applied as they are
+    /// decided. For simulations, and for a caller that makes them durable itself.
+    pub fn in_memory(brokers: Vec<i32>, default_partitions: i32, default_replication_factor: i16) -> Controller {
+        Controller {
+            log: None,
+            image: MetadataImage::default(),
             brokers,
             default_partitions,
             default_replication_factor,
             max_partitions: i64::from(MAX_PARTITIONS_PER_TOPIC),
-        })
+            cluster: ClusterControl::new(ClusterControlConfig {
+                cluster_id: String::new(),
+                broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+                unclean_leader_election_enable: false,
+            }),
+            placement_random: SeededRandom::from_entropy(),
+        }
+    }
+
+    /// Sets the cluster id brokers must register with, `broker.session.timeout.ms` and
+    /// the default of `unclean.leader.election.enable`. Heartbeat sessions start over.
+    pub fn configure_cluster(&mut self, config: ClusterControlConfig) {
+        self.cluster = ClusterControl::new(config);
+    }
+
+    /// Seeds the placer (tests and simulations replay a placement from its seed).
+    pub fn set_placement_seed(&mut self, seed: u64) {
+        self.placement_random = SeededRandom::new(seed);
+    }
+
+    /// The broker and leadership decisions, for a caller that commits their records
+    /// itself (the quorum) rather than through this controller's log.
+    pub fn cluster_control(&mut self) -> &mut ClusterControl {
+        &mut self.cluster
+    }
+
+    /// This node became the active controller (see `ClusterControl::activate`).
+    pub fn activate(&mut self, now_ms: i64) {
+        self.cluster.activate(&self.image, now_ms);
+    }
+
+    /// BrokerRegistration (API 62): commits the registration; returns the broker epoch.
+    pub fn register_broker(&mut self, request: &BrokerRegistrationInput, now_ms: i64) -> Result<i64, ControllerError> {
+        let result = self.cluster.register_broker(&self.image, request, now_ms)?;
+        self.commit_result(result)
+    }
+
+    /// BrokerHeartbeat (API 63): commits any fencing, unfencing or shutdown change.
+    pub fn broker_heartbeat(
+        &mut self,
+        request: &BrokerHeartbeatInput,
+        now_ms: i64,
+    ) -> Result<BrokerHeartbeatReply, ControllerError> {
+        let result = self.cluster.broker_heartbeat(&self.image, request, now_ms)?;
+        self.commit_result(result)
+    }
+
+    /// AlterPartition (API 56): commits the accepted ISR changes; the per-partition
+    /// answers. Err only for a request-level error (STALE_BROKER_EPOCH).
+    pub fn alter_partition(
+        &mut self,
+        request: &AlterPartitionInput,
+    ) -> Result<Vec<AlterPartitionTopicResult>, ControllerError> {
+        let result = self.cluster.alter_partition(&self.image, request)?;
+        self.commit_result(result)
+    }
+
+    /// The periodic unclean election (`unclean.leader.election.interval.ms`); returns how
+    /// many offline partitions got a leader.
+    pub fn elect_unclean_leaders(&mut self) -> Result<usize, ControllerError> {
+        let result = self.cluster.elect_unclean_leaders(&self.image);
+        self.commit_result(result)
+    }
+
+    /// UnregisterBroker (API 64): moves the broker's leaderships away and removes it.
+    pub fn unregister_broker(&mut self, broker_id: i32) -> Result<(), ControllerError> {
+        let result = self.cluster.unregister_broker(&self.image, broker_id)?;
+        self.commit_result(result)
+    }
+
+    /// AllocateProducerIds (API 67): the next block of 1000 ids for a registered broker.
+    pub fn allocate_producer_id_block(
+        &mut self,
+        broker_id: i32,
+        broker_epoch: i64,
+    ) -> Result<std::ops::Range<i64>, ControllerError> {
+        let result = self.cluster.allocate_producer_ids(&self.image, broker_id, broker_epoch)?;
+        self.commit_result(result)
+    }
+
+    /// Fences every broker whose session timed out by `now_ms`, one at a time, each
+    /// election seeing the previous one's result. Returns the fenced broker ids.
+    pub fn tick(&mut self, now_ms: i64) -> Result<Vec<i32>, ControllerError> {
+        let mut fenced = Vec::new();
+        loop {
+            let result = self.cluster.tick(&self.image, now_ms);
+            match self.commit_result(result)? {
+                Some(id) => fenced.push(id),
+                None => return Ok(fenced),
+            }
+        }
+    }
+
+    /// When `tick` next has work: the earliest session deadline of an unfenced broker.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.cluster.next_deadline(&self.image)
+    }
+
+    fn commit_result<T>(&mut self, result: ControllerResult<T>) -> Result<T, ControllerError> {
+        if !result.records.is_empty() {
+            self.commit(result.records)?;
+        }
+        Ok(result.response)
     }
 
     /// Sets the cluster-wide partition limit (`osprey.max.partitions`).
@@ -117,7 +243,8 @@ impl Controller {
         let record = MetadataRecord::CreateTopic {
             name: topic.name.clone(),
             id: id.0,
-            replicas: replicas.clone(),
+            isrs: self.initial_isrs(&replicas),
+            replicas,
             configs: topic.configs.clone(),
         };
         if validate_only {
@@ -157,9 +284,11 @@ impl Controller {
         }
         self.check_partition_limit((count - current) as usize)?;
         let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
-        let replicas = (current..count).map(|p| self.replicas_for(p, rf)).collect();
+        let id = topic.id.0;
+        let replicas = self.place((count - current) as usize, rf.min(i16::MAX as usize) as i16)?;
         if !validate_only {
-            self.commit(vec![MetadataRecord::CreatePartitions { id: topic.id.0, replicas }])?;
+            let isrs = self.initial_isrs(&replicas);
+            self.commit(vec![MetadataRecord::CreatePartitions { id, replicas, isrs }])?;
         }
         Ok(())
     }
@@ -248,33 +377,23 @@ impl Controller {
         Ok(start..next)
     }
 
-    fn assign(&self, topic: &NewTopic) -> Result<Vec<Vec<i32>>, ControllerError> {
+    /// Replica lists for a new topic: the explicit assignments, validated as Kafka's
+    /// `validateManualPartitionAssignment`, or the striped placer's over usable brokers.
+    fn assign(&mut self, topic: &NewTopic) -> Result<Vec<Vec<i32>>, ControllerError> {
         if !topic.assignments.is_empty() {
-            if topic.num_partitions != -1 || topic.replication_factor != -1 {
+            if topic.replication_factor != -1 {
                 return Err(ControllerError::new(
                     ErrorCode::INVALID_REQUEST,
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
+                    "A manual partition assignment was specified, but replication factor was not set to -1.",
                 ));
             }
-            let mut sorted = topic.assignments.clone();
-            sorted.sort_by_key(|(p, _)| *p);
-            for (i, (p, replicas)) in sorted.iter().enumerate() {
-                if *p != i as i32 {
-                    return Err(ControllerError::new(
-                        ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                        "Partitions should be numbered consecutively from 0.",
-                    ));
-                }
-                if replicas.is_empty() || replicas.iter().any(|r| !self.brokers.contains(r)) {
-                    return Err(ControllerError::new(
-                        ErrorCode::INVALID_REPLICA_ASSIGNMENT,
-                        format!(
-                            "Partition {p} has an empty replica list or a replica that is not a registered broker."
-                        ),
-                    ));
-                }
+            if topic.num_partitions != -1 {
+                return Err(ControllerError::new(
+                    ErrorCode::INVALID_REQUEST,
+                    "A manual partition assignment was specified, but numPartitions was not set to -1.",
+                ));
             }
-            return Ok(sorted.into_iter().map(|(_, r)| r).collect());
+            return self.manual_assignment(&topic.assignments);
         }
         let partitions = if topic.num_partitions == -1 { self.default_partitions } else { topic.num_partitions };
         if partitions <= 0 {
@@ -294,22 +413,97 @@ impl Controller {
                 "Replication factor must be larger than 0, or -1 to use the default value.",
             ));
         }
-        if rf as usize > self.brokers.len() {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
-                    self.brokers.len()
-                ),
-            ));
-        }
-        Ok((0..partitions).map(|p| self.replicas_for(p, rf as usize)).collect())
+        self.place(partitions as usize, rf)
     }
 
-    /// Round-robin replicas starting at a broker that moves with the partition index.
-    fn replicas_for(&self, partition: i32, rf: usize) -> Vec<i32> {
-        let n = self.brokers.len();
-        (0..rf).map(|i| self.brokers[(partition as usize + i) % n]).collect()
+    /// The striped placer over the usable brokers, its error prefixed as Kafka's
+    /// `ReplicationControlManager` does.
+    fn place(&mut self, partitions: usize, rf: i16) -> Result<Vec<Vec<i32>>, ControllerError> {
+        let brokers = self.usable_brokers();
+        placement::place(&mut self.placement_random, &brokers, partitions, rf).map_err(|e| {
+            ControllerError::new(e.code, format!("Unable to replicate the partition {rf} time(s): {}", e.message))
+        })
+    }
+
+    /// Kafka's checks of CreateTopics' explicit assignments, in Kafka's order and words.
+    fn manual_assignment(&self, assignments: &[(i32, Vec<i32>)]) -> Result<Vec<Vec<i32>>, ControllerError> {
+        let invalid = |m: String| Err(ControllerError::new(ErrorCode::INVALID_REPLICA_ASSIGNMENT, m));
+        let mut by_index: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        let mut replication_factor: Option<usize> = None;
+        for (p, replicas) in assignments {
+            if by_index.contains_key(p) {
+                return invalid(format!("Found multiple manual partition assignments for partition {p}"));
+            }
+            if replicas.is_empty() {
+                return invalid("The manual partition assignment includes an empty replica list.".into());
+            }
+            let mut sorted = replicas.clone();
+            sorted.sort_unstable();
+            for (i, b) in sorted.iter().enumerate() {
+                if !self.is_registered(*b) {
+                    return invalid(format!(
+                        "The manual partition assignment includes broker {b}, but no such broker is registered."
+                    ));
+                }
+                if i > 0 && sorted[i - 1] == *b {
+                    return invalid(format!("The manual partition assignment includes the broker {b} more than once."));
+                }
+            }
+            if let Some(rf) = replication_factor.filter(|rf| *rf != replicas.len()) {
+                return invalid(format!(
+                    "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                    replicas.len()
+                ));
+            }
+            replication_factor = Some(replicas.len());
+            if !replicas.iter().any(|b| self.is_active(*b)) {
+                return invalid(format!(
+                    "All brokers specified in the manual partition assignment for partition {p} are fenced or in controlled shutdown."
+                ));
+            }
+            by_index.insert(*p, replicas.clone());
+        }
+        if by_index.keys().enumerate().any(|(i, p)| *p != i as i32) {
+            return invalid("partitions should be a consecutive 0-based integer sequence".into());
+        }
+        Ok(by_index.into_values().collect())
+    }
+
+    /// Brokers replicas may go to: the registered ones not in controlled shutdown, or,
+    /// before any broker registered (a single node), the configured broker ids.
+    fn usable_brokers(&self) -> Vec<UsableBroker> {
+        if self.image.brokers().next().is_none() {
+            return self.brokers.iter().map(|&id| UsableBroker { id, rack: None, fenced: false }).collect();
+        }
+        self.image
+            .brokers()
+            .filter(|b| !b.in_controlled_shutdown)
+            .map(|b| UsableBroker { id: b.id, rack: b.rack.clone(), fenced: b.fenced })
+            .collect()
+    }
+
+    fn is_registered(&self, id: i32) -> bool {
+        match self.image.brokers().next() {
+            None => self.brokers.contains(&id),
+            Some(_) => self.image.broker(id).is_some(),
+        }
+    }
+
+    /// May lead and be in an ISR (Kafka's `isActive`).
+    fn is_active(&self, id: i32) -> bool {
+        match self.image.brokers().next() {
+            None => self.brokers.contains(&id),
+            Some(_) => self.image.broker(id).is_some_and(|b| b.is_active()),
+        }
+    }
+
+    /// The ISR of each new partition: its active replicas (Kafka's
+    /// `buildPartitionRegistration`). `None` when every ISR is the whole replica list,
+    /// so the record reads as it always has.
+    fn initial_isrs(&self, replicas: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
+        let isrs: Vec<Vec<i32>> =
+            replicas.iter().map(|r| r.iter().copied().filter(|&b| self.is_active(b)).collect()).collect();
+        (isrs.as_slice() != replicas).then_some(isrs)
     }
 
     /// Refuses to grow the cluster past `osprey.max.partitions`: every partition is a
@@ -331,10 +525,12 @@ impl Controller {
     }
 
     fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
-        self.log.append(&records).map_err(|e| {
-            tracing::error!(error = %e, file = %self.log.path().display(), "metadata log write failed");
-            ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, format!("metadata log write failed: {e}"))
-        })?;
+        if let Some(log) = &mut self.log {
+            log.append(&records).map_err(|e| {
+                tracing::error!(error = %e, file = %log.path().display(), "metadata log write failed");
+                ControllerError::new(ErrorCode::KAFKA_STORAGE_ERROR, format!("metadata log write failed: {e}"))
+            })?;
+        }
         for r in &records {
             self.image.apply(r);
         }
@@ -526,6 +722,162 @@ mod tests {
         drop(c);
         let mut c = Controller::open(&path, vec![1], 1, 1).unwrap();
         assert_eq!(c.allocate_producer_ids(10).unwrap(), 2000..2010);
+    }
+
+    /// A controller for cluster id "c" with brokers 1..=n registered and unfenced at
+    /// time 0, except `fenced`; racks r{id % 2}.
+    fn cluster(name: &str, n: i32, fenced: &[i32]) -> Controller {
+        let mut c = controller(name, vec![]);
+        c.configure_cluster(ClusterControlConfig {
+            cluster_id: "c".into(),
+            broker_session_timeout_ms: 9_000,
+            unclean_leader_election_enable: false,
+        });
+        c.set_placement_seed(5);
+        for id in 1..=n {
+            let request = BrokerRegistrationInput {
+                broker_id: id,
+                cluster_id: "c".into(),
+                incarnation_id: Uuid([id as u8; 16]),
+                listeners: vec![],
+                rack: Some(format!("r{}", id % 2)),
+            };
+            let epoch = c.register_broker(&request, 0).unwrap();
+            if !fenced.contains(&id) {
+                let heartbeat = BrokerHeartbeatInput {
+                    broker_id: id,
+                    broker_epoch: epoch,
+                    current_metadata_offset: epoch,
+                    want_fence: false,
+                    want_shut_down: false,
+                };
+                assert!(!c.broker_heartbeat(&heartbeat, 0).unwrap().is_fenced);
+            }
+        }
+        c
+    }
+
+    #[test]
+    fn create_topic_places_over_registered_brokers_with_fenced_ones_out_of_the_isr() {
+        let mut c = cluster("placed", 4, &[4]);
+        let t = c.create_topic(&topic("p", 8, 3), false, &accept_all).unwrap();
+        for p in &t.partitions {
+            assert_eq!(p.replicas.len(), 3);
+            assert_ne!(p.leader, 4, "a fenced broker never leads");
+            assert_eq!(p.leader, p.isr[0]);
+            assert!(!p.isr.contains(&4), "a fenced broker is not in the ISR: {p:?}");
+        }
+        let err = c.create_topic(&topic("q", 1, 5), false, &accept_all).unwrap_err();
+        assert_eq!(err.code, ErrorCode::INVALID_REPLICATION_FACTOR);
+        assert_eq!(
+            err.message,
+            "Unable to replicate the partition 5 time(s): The target replication factor of 5 cannot be reached because only 4 broker(s) are registered."
+        );
+        c.create_partitions("p", 10, false).unwrap();
+        assert!(c.image().topic("p").unwrap().partitions[9].replicas.len() == 3);
+    }
+
+    #[test]
+    fn manual_assignments_are_checked_with_kafkas_messages() {
+        let mut c = cluster("manual", 3, &[3]);
+        let manual = |assignments: Vec<(i32, Vec<i32>)>| NewTopic {
+            name: "m".into(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments,
+            configs: BTreeMap::new(),
+        };
+        let message = |c: &mut Controller, a: Vec<(i32, Vec<i32>)>| {
+            let err = c.create_topic(&manual(a), false, &accept_all).unwrap_err();
+            assert_eq!(err.code, ErrorCode::INVALID_REPLICA_ASSIGNMENT);
+            err.message
+        };
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 9])]),
+            "The manual partition assignment includes broker 9, but no such broker is registered."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 2, 1])]),
+            "The manual partition assignment includes the broker 1 more than once."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![])]),
+            "The manual partition assignment includes an empty replica list."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1]), (0, vec![2])]),
+            "Found multiple manual partition assignments for partition 0"
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1, 2]), (1, vec![2])]),
+            "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with previous partitions, which have 2 replica(s)."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![3])]),
+            "All brokers specified in the manual partition assignment for partition 0 are fenced or in controlled shutdown."
+        );
+        assert_eq!(
+            message(&mut c, vec![(0, vec![1]), (2, vec![2])]),
+            "partitions should be a consecutive 0-based integer sequence"
+        );
+        let mut both = manual(vec![(0, vec![1])]);
+        both.num_partitions = 1;
+        assert_eq!(c.create_topic(&both, false, &accept_all).unwrap_err().code, ErrorCode::INVALID_REQUEST);
+        let t = c.create_topic(&manual(vec![(1, vec![2, 3]), (0, vec![3, 1])]), false, &accept_all).unwrap();
+        let p0 = &t.partitions[0];
+        assert_eq!((p0.replicas.clone(), p0.isr.clone(), p0.leader), (vec![3, 1], vec![1], 1));
+        assert_eq!(t.partitions[1].isr, vec![2]);
+    }
+
+    #[test]
+    fn registrations_and_fencing_survive_reopen() {
+        let dir = std::env::temp_dir().join(format!("osprey-controller-brokers-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("metadata.log");
+        let mut c = Controller::open(&path, vec![], 1, 1).unwrap();
+        c.configure_cluster(ClusterControlConfig {
+            cluster_id: "c".into(),
+            broker_session_timeout_ms: 100,
+            unclean_leader_election_enable: false,
+        });
+        for id in [1, 2] {
+            let request = BrokerRegistrationInput {
+                broker_id: id,
+                cluster_id: "c".into(),
+                incarnation_id: Uuid([id as u8; 16]),
+                listeners: vec![],
+                rack: None,
+            };
+            let epoch = c.register_broker(&request, 0).unwrap();
+            let heartbeat = BrokerHeartbeatInput {
+                broker_id: id,
+                broker_epoch: epoch,
+                current_metadata_offset: epoch,
+                want_fence: false,
+                want_shut_down: false,
+            };
+            c.broker_heartbeat(&heartbeat, 0).unwrap();
+        }
+        c.create_topic(&topic("t", 2, 2), false, &accept_all).unwrap();
+        let epoch2 = c.image().broker(2).unwrap().epoch;
+        let heartbeat = BrokerHeartbeatInput {
+            broker_id: 2,
+            broker_epoch: epoch2,
+            current_metadata_offset: 0,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        c.broker_heartbeat(&heartbeat, 80).unwrap();
+        assert_eq!(c.next_deadline(), Some(100));
+        assert_eq!(c.tick(101).unwrap(), vec![1]);
+        assert_eq!(c.allocate_producer_id_block(2, epoch2).unwrap(), 0..1000);
+        drop(c);
+        let c = Controller::open(&path, vec![], 1, 1).unwrap();
+        assert!(c.image().broker(1).unwrap().fenced);
+        assert!(!c.image().broker(2).unwrap().fenced);
+        assert!(c.image().topic("t").unwrap().partitions.iter().all(|p| p.leader == 2 && p.isr == vec![2]));
+        assert_eq!(c.image().next_producer_id, 1000);
     }
 
     #[test]

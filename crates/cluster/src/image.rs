@@ -19,11 +19,18 @@ pub enum MetadataRecord {
         id: [u8; 16],
         replicas: Vec<Vec<i32>>,
         configs: BTreeMap<String, String>,
+        /// Each partition's ISR when it is not the whole replica list (a replica on a
+        /// fenced broker is left out, as Kafka does); its first member leads.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        isrs: Option<Vec<Vec<i32>>>,
     },
     /// Partitions appended to an existing topic.
     CreatePartitions {
         id: [u8; 16],
         replicas: Vec<Vec<i32>>,
+        /// As `CreateTopic::isrs`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        isrs: Option<Vec<Vec<i32>>>,
     },
     DeleteTopic {
         id: [u8; 16],
@@ -49,7 +56,101 @@ pub enum MetadataRecord {
         key: String,
         value: Option<String>,
     },
+    /// A broker registered, as Kafka's RegisterBrokerRecord: a new incarnation gets a
+    /// new epoch (the record's offset in the metadata log) and starts fenced; the same
+    /// incarnation registering again keeps its epoch and state.
+    RegisterBroker {
+        id: i32,
+        epoch: i64,
+        incarnation: [u8; 16],
+        listeners: Vec<BrokerListener>,
+        #[serde(default)]
+        rack: Option<String>,
+        fenced: bool,
+        #[serde(default)]
+        in_controlled_shutdown: bool,
+    },
+    /// Kafka's FenceBrokerRecord: the broker at this epoch may lead and be in ISRs no more.
+    FenceBroker {
+        id: i32,
+        epoch: i64,
+    },
+    /// Kafka's UnfenceBrokerRecord: the broker caught up with the metadata.
+    UnfenceBroker {
+        id: i32,
+        epoch: i64,
+    },
+    /// Kafka's UnregisterBrokerRecord.
+    UnregisterBroker {
+        id: i32,
+        epoch: i64,
+    },
+    /// Kafka's BrokerRegistrationChangeRecord: `None` leaves a flag as it is.
+    BrokerRegistrationChange {
+        id: i32,
+        epoch: i64,
+        #[serde(default)]
+        fenced: Option<bool>,
+        #[serde(default)]
+        in_controlled_shutdown: Option<bool>,
+    },
+    /// Kafka's PartitionChangeRecord, with the partition's whole new state rather than
+    /// Kafka's "no change" sentinels: the epochs are written, not derived at replay, so
+    /// that a replay can check they only grow.
+    PartitionChange {
+        topic_id: [u8; 16],
+        partition: i32,
+        leader: i32,
+        isr: Vec<i32>,
+        #[serde(default)]
+        elr: Vec<i32>,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        replicas: Vec<i32>,
+        #[serde(default)]
+        leader_recovery_state: i8,
+    },
 }
+
+/// One listener of a registered broker (Kafka's BrokerEndpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerListener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    /// Kafka's SecurityProtocol id: 0 PLAINTEXT, 1 SSL, 2 SASL_PLAINTEXT, 3 SASL_SSL.
+    pub security_protocol: i16,
+}
+
+/// A registered broker, as the metadata says (Kafka's BrokerRegistration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    pub epoch: i64,
+    pub incarnation: Uuid,
+    pub listeners: Vec<BrokerListener>,
+    pub rack: Option<String>,
+    pub fenced: bool,
+    pub in_controlled_shutdown: bool,
+    /// The offset of the RegisterBroker record: the broker is unfenced once the
+    /// metadata offset it reports reaches it.
+    pub register_offset: u64,
+}
+
+impl BrokerRegistration {
+    /// May lead partitions and be added to ISRs (Kafka's `isActive`).
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.in_controlled_shutdown
+    }
+}
+
+/// `PartitionImage::leader_recovery_state`: the leader has every committed record.
+pub const LEADER_RECOVERED: i8 = 0;
+/// `PartitionImage::leader_recovery_state`: the leader came from an unclean election and
+/// has not yet told the controller it recovered (KIP-704).
+pub const LEADER_RECOVERING: i8 = 1;
+/// The leader of a partition that has none.
+pub const NO_LEADER: i32 = -1;
 
 /// The current metadata: what every handler reads.
 #[derive(Debug, Clone, Default)]
@@ -64,6 +165,8 @@ pub struct MetadataImage {
     group_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Dynamic broker configs by resource name ("" is the cluster-wide default).
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Registered brokers by id.
+    brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -88,12 +191,27 @@ pub struct PartitionImage {
     /// The partition epoch the controller set: 0 at creation, bumped at every change of
     /// the ISR or replicas (AlterPartition fences on it).
     pub partition_epoch: i32,
+    /// Eligible leader replicas (KIP-966). Osprey's controller does not fill it yet.
+    pub elr: Vec<i32>,
+    /// `LEADER_RECOVERED` or `LEADER_RECOVERING` (after an unclean election).
+    pub leader_recovery_state: i8,
 }
 
 impl PartitionImage {
-    fn new(index: i32, replicas: Vec<i32>) -> PartitionImage {
-        let leader = replicas.first().copied().unwrap_or(-1);
-        PartitionImage { index, isr: replicas.clone(), replicas, leader, leader_epoch: 0, partition_epoch: 0 }
+    /// A new partition; with no ISR given, every replica is in it.
+    fn new(index: i32, replicas: Vec<i32>, isr: Option<&Vec<i32>>) -> PartitionImage {
+        let isr = isr.cloned().unwrap_or_else(|| replicas.clone());
+        let leader = isr.first().copied().unwrap_or(NO_LEADER);
+        PartitionImage {
+            index,
+            isr,
+            replicas,
+            leader,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            elr: Vec::new(),
+            leader_recovery_state: LEADER_RECOVERED,
+        }
     }
 }
 
@@ -117,6 +235,25 @@ impl MetadataImage {
         self.broker_configs.get(resource)
     }
 
+    /// Registered brokers in id order.
+    pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values()
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
+    /// The offset the next record will have in the metadata log.
+    pub fn next_offset(&self) -> u64 {
+        self.applied
+    }
+
+    pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<&PartitionImage> {
+        let topic = self.topics.get(&topic_id)?;
+        usize::try_from(index).ok().and_then(|i| topic.partitions.get(i))
+    }
+
     /// Topics in name order.
     pub fn topics(&self) -> impl Iterator<Item = &TopicImage> {
         self.topics_by_name.values().filter_map(|id| self.topics.get(id))
@@ -126,24 +263,29 @@ impl MetadataImage {
     /// written, so a record that does not fit (a replay of a damaged log) is skipped with
     /// a warning rather than corrupting the image.
     pub fn apply(&mut self, record: &MetadataRecord) {
+        let offset = self.applied;
         self.applied += 1;
         match record {
-            MetadataRecord::CreateTopic { name, id, replicas, configs } => {
+            MetadataRecord::CreateTopic { name, id, replicas, configs, isrs } => {
                 let id = Uuid(*id);
                 if self.topics_by_name.contains_key(name) || self.topics.contains_key(&id) {
                     tracing::warn!(topic = %name, "metadata record creates a topic that exists; skipped");
                     return;
                 }
-                let partitions =
-                    replicas.iter().enumerate().map(|(i, r)| PartitionImage::new(i as i32, r.clone())).collect();
+                let partitions = replicas
+                    .iter()
+                    .enumerate()
+                    .map(|(i, r)| PartitionImage::new(i as i32, r.clone(), isrs.as_ref().and_then(|s| s.get(i))))
+                    .collect();
                 self.topics_by_name.insert(name.clone(), id);
                 self.topics.insert(id, TopicImage { name: name.clone(), id, partitions, configs: configs.clone() });
             }
-            MetadataRecord::CreatePartitions { id, replicas } => match self.topics.get_mut(&Uuid(*id)) {
+            MetadataRecord::CreatePartitions { id, replicas, isrs } => match self.topics.get_mut(&Uuid(*id)) {
                 Some(topic) => {
-                    for r in replicas {
+                    for (i, r) in replicas.iter().enumerate() {
                         let index = topic.partitions.len() as i32;
-                        topic.partitions.push(PartitionImage::new(index, r.clone()));
+                        let isr = isrs.as_ref().and_then(|s| s.get(i));
+                        topic.partitions.push(PartitionImage::new(index, r.clone(), isr));
                     }
                 }
                 None => tracing::warn!(topic_id = %Uuid(*id), "metadata record adds partitions to a missing topic"),
@@ -173,8 +315,101 @@ impl MetadataImage {
             MetadataRecord::SetBrokerConfig { resource, key, value } => {
                 set_or_reset(&mut self.broker_configs, resource, key, value.as_deref())
             }
+            MetadataRecord::RegisterBroker {
+                id,
+                epoch,
+                incarnation,
+                listeners,
+                rack,
+                fenced,
+                in_controlled_shutdown,
+            } => {
+                let registration = BrokerRegistration {
+                    id: *id,
+                    epoch: *epoch,
+                    incarnation: Uuid(*incarnation),
+                    listeners: listeners.clone(),
+                    rack: rack.clone(),
+                    fenced: *fenced,
+                    in_controlled_shutdown: *in_controlled_shutdown,
+                    register_offset: offset,
+                };
+                self.brokers.insert(*id, registration);
+            }
+            MetadataRecord::FenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(true), None),
+            MetadataRecord::UnfenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(false), None),
+            MetadataRecord::BrokerRegistrationChange { id, epoch, fenced, in_controlled_shutdown } => {
+                self.change_broker(*id, *epoch, *fenced, *in_controlled_shutdown)
+            }
+            MetadataRecord::UnregisterBroker { id, epoch } => match self.brokers.get(id) {
+                Some(b) if b.epoch == *epoch => {
+                    self.brokers.remove(id);
+                }
+                _ => {
+                    tracing::warn!(broker = id, epoch, "metadata record unregisters a broker at another epoch; skipped")
+                }
+            },
+            MetadataRecord::PartitionChange { topic_id, partition, .. } => {
+                let Some(p) = self
+                    .topics
+                    .get_mut(&Uuid(*topic_id))
+                    .and_then(|t| usize::try_from(*partition).ok().and_then(|i| t.partitions.get_mut(i)))
+                else {
+                    tracing::warn!(topic_id = %Uuid(*topic_id), partition, "metadata record changes a missing partition; skipped");
+                    return;
+                };
+                apply_partition_change(p, record);
+            }
         }
     }
+
+    /// Applies a broker's fencing / controlled-shutdown change if the epoch is current.
+    fn change_broker(&mut self, id: i32, epoch: i64, fenced: Option<bool>, in_controlled_shutdown: Option<bool>) {
+        match self.brokers.get_mut(&id) {
+            Some(b) if b.epoch == epoch => {
+                if let Some(f) = fenced {
+                    b.fenced = f;
+                }
+                if let Some(s) = in_controlled_shutdown {
+                    b.in_controlled_shutdown = s;
+                }
+            }
+            _ => tracing::warn!(broker = id, epoch, "metadata record changes a broker at another epoch; skipped"),
+        }
+    }
+}
+
+/// Replaces a partition's state with a PartitionChange's, if its epochs do not go back.
+pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRecord) {
+    let MetadataRecord::PartitionChange {
+        leader,
+        isr,
+        elr,
+        leader_epoch,
+        partition_epoch,
+        replicas,
+        leader_recovery_state,
+        ..
+    } = record
+    else {
+        return;
+    };
+    if *partition_epoch <= p.partition_epoch || *leader_epoch < p.leader_epoch {
+        tracing::warn!(
+            partition = p.index,
+            partition_epoch,
+            current = p.partition_epoch,
+            "metadata record would move a partition's epochs back; skipped"
+        );
+        return;
+    }
+    p.leader = *leader;
+    p.isr = isr.clone();
+    p.elr = elr.clone();
+    p.leader_epoch = *leader_epoch;
+    p.partition_epoch = *partition_epoch;
+    p.replicas = replicas.clone();
+    p.leader_recovery_state = *leader_recovery_state;
 }
 
 /// Sets or removes `key` in the configs of `resource`, dropping a resource left empty.
@@ -203,6 +438,7 @@ mod tests {
             id: [id; 16],
             replicas: vec![vec![1]; partitions],
             configs: BTreeMap::new(),
+            isrs: None,
         }
     }
 
@@ -221,7 +457,7 @@ mod tests {
     fn partitions_configs_and_deletion_apply_in_order() {
         let mut image = MetadataImage::default();
         image.apply(&create("a", 1, 1));
-        image.apply(&MetadataRecord::CreatePartitions { id: [1; 16], replicas: vec![vec![1], vec![1]] });
+        image.apply(&MetadataRecord::CreatePartitions { id: [1; 16], replicas: vec![vec![1], vec![1]], isrs: None });
         image.apply(&MetadataRecord::SetTopicConfig {
             id: [1; 16],
             key: "retention.ms".into(),
@@ -274,5 +510,106 @@ mod tests {
         image.apply(&create("a", 2, 5));
         assert_eq!(image.topic("a").unwrap().partitions.len(), 1);
         assert!(image.topic_by_id(Uuid([2; 16])).is_none());
+    }
+}
+
+#[cfg(test)]
+mod record_format_tests {
+    use super::*;
+
+    #[test]
+    fn records_written_before_broker_registrations_still_load() {
+        let old =
+            r#"{"type":"CreateTopic","name":"a","id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"replicas":[[1]],"configs":{}}"#;
+        let record: MetadataRecord = serde_json::from_str(old).unwrap();
+        let mut image = MetadataImage::default();
+        image.apply(&record);
+        assert_eq!(image.topic("a").unwrap().partitions[0].isr, vec![1]);
+        let old = r#"{"type":"CreatePartitions","id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"replicas":[[1]]}"#;
+        image.apply(&serde_json::from_str(old).unwrap());
+        assert_eq!(image.topic("a").unwrap().partitions.len(), 2);
+    }
+
+    #[test]
+    fn a_single_nodes_records_are_written_as_before() {
+        let record = MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        };
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("isrs"), "{json}");
+    }
+
+    #[test]
+    fn broker_records_round_trip_and_apply_only_at_the_current_epoch() {
+        let register = MetadataRecord::RegisterBroker {
+            id: 1,
+            epoch: 0,
+            incarnation: [3; 16],
+            listeners: vec![BrokerListener {
+                name: "PLAINTEXT".into(),
+                host: "h".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: Some("r1".into()),
+            fenced: true,
+            in_controlled_shutdown: false,
+        };
+        let records = vec![
+            register,
+            MetadataRecord::UnfenceBroker { id: 1, epoch: 0 },
+            MetadataRecord::FenceBroker { id: 1, epoch: 7 },
+            MetadataRecord::BrokerRegistrationChange {
+                id: 1,
+                epoch: 0,
+                fenced: None,
+                in_controlled_shutdown: Some(true),
+            },
+        ];
+        let mut image = MetadataImage::default();
+        for r in &records {
+            let json = serde_json::to_string(r).unwrap();
+            let back: MetadataRecord = serde_json::from_str(&json).unwrap();
+            assert_eq!(&back, r);
+            image.apply(&back);
+        }
+        let b = image.broker(1).unwrap();
+        assert!(!b.fenced, "the fence at another epoch is skipped");
+        assert!(b.in_controlled_shutdown);
+        assert_eq!(b.rack.as_deref(), Some("r1"));
+        image.apply(&MetadataRecord::UnregisterBroker { id: 1, epoch: 0 });
+        assert!(image.broker(1).is_none());
+    }
+
+    #[test]
+    fn partition_change_never_moves_epochs_back() {
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1, 2]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        });
+        let change = |leader: i32, leader_epoch: i32, partition_epoch: i32| MetadataRecord::PartitionChange {
+            topic_id: [1; 16],
+            partition: 0,
+            leader,
+            isr: vec![leader],
+            elr: vec![],
+            leader_epoch,
+            partition_epoch,
+            replicas: vec![1, 2],
+            leader_recovery_state: LEADER_RECOVERED,
+        };
+        image.apply(&change(2, 1, 1));
+        image.apply(&change(1, 0, 2));
+        image.apply(&change(1, 2, 1));
+        let p = image.partition(Uuid([1; 16]), 0).unwrap();
+        assert_eq!((p.leader, p.leader_epoch, p.partition_epoch, p.isr.clone()), (2, 1, 1, vec![2]));
     }
 }

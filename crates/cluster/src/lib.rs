@@ -11,13 +11,27 @@
 //! positions, high watermark, last stable offset) is a sans-I/O state machine,
 //! [`replica::ReplicaState`], driven by the server.
 
+pub mod alter_partition;
+pub mod cluster_control;
 pub mod controller;
+pub mod heartbeat;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
+mod partition_change;
+pub mod placement;
 pub mod replica;
+#[cfg(test)]
+mod test_support;
 
+pub use alter_partition::{
+    AlterPartitionInput, AlterPartitionItem, AlterPartitionResult, AlterPartitionTopic, AlterPartitionTopicResult,
+};
+pub use cluster_control::{
+    BrokerHeartbeatInput, BrokerHeartbeatReply, BrokerRegistrationInput, ClusterControl, ClusterControlConfig,
+    ControllerResult,
+};
 pub use controller::{Controller, ControllerError, NewTopic};
-pub use image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage};
+pub use image::{BrokerListener, BrokerRegistration, MetadataImage, MetadataRecord, PartitionImage, TopicImage};
 pub use log::MetadataLog;
 pub use meta_properties::MetaProperties;

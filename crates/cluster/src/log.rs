@@ -153,6 +153,7 @@ mod tests {
             id: [i; 16],
             replicas: vec![vec![1]],
             configs: BTreeMap::new(),
+            isrs: None,
         }
     }
 

@@ -311,6 +311,8 @@ mod tests {
             leader: 1,
             leader_epoch: 0,
             partition_epoch: 0,
+            elr: Vec::new(),
+            leader_recovery_state: 0,
         };
         let replica_config =
             ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };

@@ -1,0 +1,198 @@
+//! One partition's next state: a new ISR and, when the leader is no longer acceptable,
+//! an election (Kafka's `PartitionChangeBuilder`, without reassignment and without
+//! eligible leader replicas, KIP-966, which Osprey's controller does not do yet).
+//!
+//! The leader epoch is bumped at every leader change and the partition epoch at every
+//! change; a change that changes nothing is no record.
+
+use crate::image::{MetadataRecord, PartitionImage, LEADER_RECOVERING, NO_LEADER};
+use osprey_protocol::Uuid;
+
+pub(crate) struct PartitionChangeBuilder<'a> {
+    topic_id: Uuid,
+    partition: &'a PartitionImage,
+    target_isr: Vec<i32>,
+    target_leader_recovery_state: i8,
+    /// Unclean election allowed (`unclean.leader.election.enable` for the topic).
+    unclean: bool,
+    is_acceptable_leader: &'a dyn Fn(i32) -> bool,
+}
+
+/// The outcome of an election.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Election {
+    leader: i32,
+    unclean: bool,
+}
+
+impl<'a> PartitionChangeBuilder<'a> {
+    /// A builder that changes nothing yet: the target ISR is the current one.
+    pub(crate) fn new(
+        topic_id: Uuid,
+        partition: &'a PartitionImage,
+        is_acceptable_leader: &'a dyn Fn(i32) -> bool,
+    ) -> PartitionChangeBuilder<'a> {
+        PartitionChangeBuilder {
+            topic_id,
+            partition,
+            target_isr: partition.isr.clone(),
+            target_leader_recovery_state: partition.leader_recovery_state,
+            unclean: false,
+            is_acceptable_leader,
+        }
+    }
+
+    pub(crate) fn target_isr(mut self, isr: Vec<i32>) -> Self {
+        self.target_isr = isr;
+        self
+    }
+
+    pub(crate) fn target_leader_recovery_state(mut self, state: i8) -> Self {
+        self.target_leader_recovery_state = state;
+        self
+    }
+
+    pub(crate) fn unclean_election(mut self, enabled: bool) -> Self {
+        self.unclean = enabled;
+        self
+    }
+
+    /// The PartitionChange record, or `None` when nothing changes.
+    pub(crate) fn build(self) -> Option<MetadataRecord> {
+        let p = self.partition;
+        let mut leader = p.leader;
+        let mut leader_epoch = p.leader_epoch;
+        let mut isr = p.isr.clone();
+        let mut recovery = p.leader_recovery_state;
+        let mut isr_set_by_election = false;
+        let election = self.elect();
+        if election.leader != p.leader {
+            leader = election.leader;
+            leader_epoch = p.leader_epoch.saturating_add(1);
+            if election.unclean {
+                // An unclean leader may lack committed records: it is the ISR alone, and
+                // recovering until it says otherwise (KIP-704).
+                isr = vec![election.leader];
+                recovery = LEADER_RECOVERING;
+                isr_set_by_election = true;
+            }
+        }
+        // An empty ISR is never written (without KIP-966's ELR): the last member stays,
+        // so that the partition knows which replica has everything when it comes back.
+        if !isr_set_by_election && !self.target_isr.is_empty() && self.target_isr != p.isr {
+            isr = self.target_isr.clone();
+        }
+        if !isr_set_by_election && self.target_leader_recovery_state != p.leader_recovery_state {
+            recovery = self.target_leader_recovery_state;
+        }
+        if leader == p.leader && isr == p.isr && recovery == p.leader_recovery_state {
+            return None;
+        }
+        Some(MetadataRecord::PartitionChange {
+            topic_id: self.topic_id.0,
+            partition: p.index,
+            leader,
+            isr,
+            elr: p.elr.clone(),
+            leader_epoch,
+            partition_epoch: p.partition_epoch.saturating_add(1),
+            replicas: p.replicas.clone(),
+            leader_recovery_state: recovery,
+        })
+    }
+
+    /// Kafka's `electAnyLeader`: keep an acceptable leader that stays in the ISR; else
+    /// the first replica, in replica order, that is in the target ISR and acceptable;
+    /// else, if unclean election is enabled, the first acceptable replica; else none.
+    fn elect(&self) -> Election {
+        let valid = |r: i32| self.target_isr.contains(&r) && (self.is_acceptable_leader)(r);
+        if self.partition.leader != NO_LEADER && valid(self.partition.leader) {
+            return Election { leader: self.partition.leader, unclean: false };
+        }
+        if let Some(&r) = self.partition.replicas.iter().find(|&&r| valid(r)) {
+            return Election { leader: r, unclean: false };
+        }
+        if self.unclean {
+            if let Some(&r) = self.partition.replicas.iter().find(|&&r| (self.is_acceptable_leader)(r)) {
+                return Election { leader: r, unclean: true };
+            }
+        }
+        Election { leader: NO_LEADER, unclean: false }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::LEADER_RECOVERED;
+
+    fn partition(replicas: &[i32], isr: &[i32], leader: i32) -> PartitionImage {
+        PartitionImage {
+            index: 0,
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            leader,
+            leader_epoch: 4,
+            partition_epoch: 7,
+            elr: Vec::new(),
+            leader_recovery_state: LEADER_RECOVERED,
+        }
+    }
+
+    fn fields(r: MetadataRecord) -> (i32, Vec<i32>, i32, i32, i8) {
+        match r {
+            MetadataRecord::PartitionChange {
+                leader,
+                isr,
+                leader_epoch,
+                partition_epoch,
+                leader_recovery_state,
+                ..
+            } => (leader, isr, leader_epoch, partition_epoch, leader_recovery_state),
+            other => panic!("not a PartitionChange: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn removing_the_leader_elects_the_next_isr_member_in_replica_order() {
+        let p = partition(&[1, 2, 3], &[3, 1, 2], 1);
+        let alive = |r: i32| r != 1;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).target_isr(vec![3, 2]).build().unwrap();
+        assert_eq!(fields(r), (2, vec![3, 2], 5, 8, LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn isr_shrink_keeps_leader_and_leader_epoch() {
+        let p = partition(&[1, 2, 3], &[1, 2, 3], 1);
+        let alive = |_: i32| true;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).target_isr(vec![1, 2]).build().unwrap();
+        assert_eq!(fields(r), (1, vec![1, 2], 4, 8, LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn last_isr_member_stays_and_partition_goes_offline() {
+        let p = partition(&[1, 2], &[1], 1);
+        let alive = |r: i32| r != 1;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).target_isr(vec![]).build().unwrap();
+        assert_eq!(fields(r), (NO_LEADER, vec![1], 5, 8, LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn unclean_election_picks_a_live_replica_and_marks_it_recovering() {
+        let p = partition(&[1, 2], &[1], 1);
+        let alive = |r: i32| r != 1;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive)
+            .target_isr(vec![])
+            .unclean_election(true)
+            .build()
+            .unwrap();
+        assert_eq!(fields(r), (2, vec![2], 5, 8, LEADER_RECOVERING));
+    }
+
+    #[test]
+    fn no_change_is_no_record() {
+        let p = partition(&[1, 2], &[1, 2], 1);
+        let alive = |_: i32| true;
+        assert!(PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).build().is_none());
+    }
+}
