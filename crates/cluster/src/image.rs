@@ -52,7 +52,11 @@ pub enum MetadataRecord {
 }
 
 /// The current metadata: what every handler reads.
-#[derive(Debug, Clone, Default)]
+///
+/// Serialized (the quorum's snapshots) through [`ImageOnDisk`], which lists topics once
+/// instead of the two indexes kept here.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "ImageOnDisk", into = "ImageOnDisk")]
 pub struct MetadataImage {
     topics_by_name: BTreeMap<String, Uuid>,
     topics: HashMap<Uuid, TopicImage>,
@@ -66,16 +70,17 @@ pub struct MetadataImage {
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicImage {
     pub name: String,
+    #[serde(with = "uuid_bytes")]
     pub id: Uuid,
     pub partitions: Vec<PartitionImage>,
     /// Topic-level overrides only; defaults come from the broker config.
     pub configs: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionImage {
     pub index: i32,
     pub replicas: Vec<i32>,
@@ -177,6 +182,49 @@ impl MetadataImage {
     }
 }
 
+/// The image as a snapshot stores it. Both conversions name every field, so a field
+/// added to [`MetadataImage`] does not compile until it is also snapshotted.
+#[derive(Serialize, Deserialize)]
+struct ImageOnDisk {
+    topics: Vec<TopicImage>,
+    applied: u64,
+    next_producer_id: i64,
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl From<MetadataImage> for ImageOnDisk {
+    fn from(image: MetadataImage) -> ImageOnDisk {
+        let MetadataImage { topics_by_name, mut topics, applied, next_producer_id, group_configs, broker_configs } =
+            image;
+        let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
+        ImageOnDisk { topics, applied, next_producer_id, group_configs, broker_configs }
+    }
+}
+
+impl From<ImageOnDisk> for MetadataImage {
+    fn from(disk: ImageOnDisk) -> MetadataImage {
+        let ImageOnDisk { topics: list, applied, next_producer_id, group_configs, broker_configs } = disk;
+        let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
+        let topics = list.into_iter().map(|t| (t.id, t)).collect();
+        MetadataImage { topics_by_name, topics, applied, next_producer_id, group_configs, broker_configs }
+    }
+}
+
+/// A topic id in a snapshot: its 16 bytes.
+mod uuid_bytes {
+    use osprey_protocol::Uuid;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &Uuid, s: S) -> Result<S::Ok, S::Error> {
+        id.0.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
+        <[u8; 16]>::deserialize(d).map(Uuid)
+    }
+}
+
 /// Sets or removes `key` in the configs of `resource`, dropping a resource left empty.
 fn set_or_reset(all: &mut BTreeMap<String, BTreeMap<String, String>>, resource: &str, key: &str, value: Option<&str>) {
     let configs = all.entry(resource.to_string()).or_default();
@@ -265,6 +313,21 @@ mod tests {
         image.apply(&set("1", None));
         assert!(image.broker_configs("1").is_none(), "a resource with no configs left is gone");
         assert_eq!(image.broker_configs("").unwrap()["log.retention.ms"], "60000", "the default is untouched");
+    }
+
+    #[test]
+    fn image_survives_a_json_round_trip() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("b", 2, 2));
+        image.apply(&create("a", 1, 1));
+        image.apply(&MetadataRecord::ProducerIdsAllocated { next: 7000 });
+        image.apply(&MetadataRecord::SetBrokerConfig { resource: "".into(), key: "k".into(), value: Some("v".into()) });
+        let json = serde_json::to_vec(&image).unwrap();
+        let back: MetadataImage = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.topics().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(back.topic_by_id(Uuid([2; 16])), image.topic_by_id(Uuid([2; 16])));
+        assert_eq!((back.applied, back.next_producer_id), (4, 7000));
+        assert_eq!(back.broker_configs("").unwrap()["k"], "v");
     }
 
     #[test]

@@ -15,6 +15,7 @@ pub mod controller;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
+pub mod quorum;
 pub mod replica;
 
 pub use controller::{Controller, ControllerError, NewTopic};
