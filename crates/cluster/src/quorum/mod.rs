@@ -10,3 +10,6 @@ pub mod types;
 
 pub use log_store::{LogStore, METADATA_LOG_DIR_NAME};
 pub use types::{BatchApplied, ControllerEndpoint, MetadataBatch, QuorumTypes, ReplicaKey};
+
+#[cfg(test)]
+mod storage_tests;

@@ -24,7 +24,10 @@ openraft::declare_raft_types!(
 /// The directory id is created with the metadata directory, so a node that lost its disk
 /// comes back as a different replica key: it cannot vote again in a term it already voted
 /// in as the old key, because to openraft it is somebody else.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default, Serialize, Deserialize)]
+///
+/// In JSON it is the string `"<node.id>:<directory id in hex>"`: openraft keeps node ids as
+/// map keys (the membership's nodes), and JSON map keys are strings.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
 pub struct ReplicaKey {
     /// Kafka's `node.id`. First in the ordering, so keys sort by node id.
     pub node_id: i32,
@@ -35,6 +38,39 @@ pub struct ReplicaKey {
 impl ReplicaKey {
     pub fn new(node_id: i32, directory_id: [u8; 16]) -> ReplicaKey {
         ReplicaKey { node_id, directory_id }
+    }
+}
+
+impl Serialize for ReplicaKey {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut text = format!("{}:", self.node_id);
+        for b in self.directory_id {
+            text.push_str(&format!("{b:02x}"));
+        }
+        s.serialize_str(&text)
+    }
+}
+
+impl<'de> Deserialize<'de> for ReplicaKey {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ReplicaKey, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        ReplicaKey::parse(&text).ok_or_else(|| serde::de::Error::custom(format!("not a replica key: {text:?}")))
+    }
+}
+
+impl ReplicaKey {
+    /// Parses `"<node.id>:<32 hex digits>"`; `None` for anything else.
+    fn parse(text: &str) -> Option<ReplicaKey> {
+        let (node, hex) = text.split_once(':')?;
+        let node_id = node.parse().ok()?;
+        if hex.len() != 32 || !hex.is_ascii() {
+            return None;
+        }
+        let mut directory_id = [0u8; 16];
+        for (i, byte) in directory_id.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).ok()?;
+        }
+        Some(ReplicaKey { node_id, directory_id })
     }
 }
 
@@ -113,3 +149,25 @@ pub type QuorumLogId = openraft::LogId<ReplicaKey>;
 pub type QuorumStorageError = openraft::StorageError<ReplicaKey>;
 /// The membership as stored with its log position.
 pub type QuorumMembership = openraft::StoredMembership<ReplicaKey, ControllerEndpoint>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replica_key_is_a_json_string_and_parses_back() {
+        let key = ReplicaKey::new(-3, [0xab; 16]);
+        let json = serde_json::to_string(&key).unwrap();
+        assert_eq!(json, format!("\"-3:{}\"", "ab".repeat(16)));
+        assert_eq!(serde_json::from_str::<ReplicaKey>(&json).unwrap(), key);
+        for bad in [
+            "\"1\"",
+            "\"1:zz\"",
+            "\"x:00000000000000000000000000000000\"",
+            "\"1:é0000000000000000000000000000000\"",
+            "7",
+        ] {
+            assert!(serde_json::from_str::<ReplicaKey>(bad).is_err(), "{bad}");
+        }
+    }
+}
