@@ -136,26 +136,9 @@ impl<S: Storage> StateMachine<S> {
         self.shared.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The applied image as of now (a copy).
-    pub fn applied(&self) -> AppliedImage {
-        self.lock().applied.clone()
-    }
-
-    /// The applied image as of now and a receiver of every entry applied after it, taken
-    /// together so that nothing falls between them.
-    pub fn subscribe(&self) -> (AppliedImage, broadcast::Receiver<AppliedEvent>) {
-        let shared = self.lock();
-        (shared.applied.clone(), shared.events.subscribe())
-    }
-
-    /// Notified whenever enough has been applied since the last snapshot.
-    pub fn snapshot_due(&self) -> Arc<Notify> {
-        self.lock().snapshot_due.clone()
-    }
-
-    /// Reads `f` of the applied image without copying it.
-    pub fn with_applied<T>(&self, f: impl FnOnce(&AppliedImage) -> T) -> T {
-        f(&self.lock().applied)
+    /// A handle on what is applied, for consumers.
+    pub fn view(&self) -> AppliedView {
+        AppliedView { shared: self.shared.clone() }
     }
 
     fn snapshot_error(&self, e: io::Error) -> QuorumStorageError {
@@ -176,6 +159,41 @@ impl<S: Storage> StateMachine<S> {
             self.storage.remove(&self.dir.join(older))?;
         }
         Ok(())
+    }
+}
+
+/// What the state machine has applied, for its consumers (the quorum handle, a broker's
+/// metadata publisher). Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct AppliedView {
+    shared: Arc<Mutex<Shared>>,
+}
+
+impl AppliedView {
+    fn lock(&self) -> MutexGuard<'_, Shared> {
+        self.shared.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The applied image as of now (a copy).
+    pub fn applied(&self) -> AppliedImage {
+        self.lock().applied.clone()
+    }
+
+    /// The applied image as of now and a receiver of every entry applied after it, taken
+    /// together so that nothing falls between them.
+    pub fn subscribe(&self) -> (AppliedImage, broadcast::Receiver<AppliedEvent>) {
+        let shared = self.lock();
+        (shared.applied.clone(), shared.events.subscribe())
+    }
+
+    /// Notified whenever enough has been applied since the last snapshot.
+    pub fn snapshot_due(&self) -> Arc<Notify> {
+        self.lock().snapshot_due.clone()
+    }
+
+    /// Reads `f` of the applied image without copying it.
+    pub fn with_applied<T>(&self, f: impl FnOnce(&AppliedImage) -> T) -> T {
+        f(&self.lock().applied)
     }
 }
 
