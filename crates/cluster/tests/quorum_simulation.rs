@@ -12,9 +12,11 @@
 //! - liveness: once the faults heal, the quorum commits again and every member catches
 //!   up.
 //!
-//! With `QUORUM_SIM_DISK_LOSS=1` semantics always on in `voter_that_lost_its_disk_*`: a
-//! voter comes back with an empty disk and a new directory id, is added as a learner and
-//! replaces its old replica key by a membership change.
+//! In `voters_that_lose_their_disks_*`, a fault also wipes a member's disk: it comes
+//! back empty with a new directory id (a new replica key), bootstrap tells it to join,
+//! not found, a cluster; the leader adds it as a learner and, once it has caught up,
+//! replaces the old key by it (a joint membership change). Safety must hold throughout,
+//! and at the end every member sees the current keys as the voters.
 //!
 //! `SIM_SEED=x` replays one seed; `SIM_SEEDS=n` runs n seeds (default 32 with 3
 //! members, 16 with 5). A failure prints its seed.
@@ -101,6 +103,12 @@ struct World {
     acked: BTreeMap<u64, MetadataRecord>,
     /// Snapshots installed on members that were behind.
     snapshot_installs: usize,
+    /// With disk loss on: a voter replaced by its new replica key, not yet done.
+    replacing: Option<(ReplicaKey, ReplicaKey)>,
+    /// Voter replacements completed.
+    replacements: usize,
+    /// A membership task (add learner, replace voter) is running.
+    reconciling: bool,
     trace: Vec<String>,
 }
 
@@ -108,6 +116,8 @@ struct World {
 struct Sim {
     world: Arc<Mutex<World>>,
     seed: u64,
+    /// Whether faults include a voter losing its whole disk.
+    disk_loss: bool,
 }
 
 struct SimTransport {
@@ -216,7 +226,7 @@ fn directory_id(node_id: i32, generation: u8) -> [u8; 16] {
 }
 
 impl Sim {
-    fn new(seed: u64, nodes: usize) -> Sim {
+    fn new(seed: u64, nodes: usize, disk_loss: bool) -> Sim {
         let slots = (1..=nodes as i32)
             .map(|n| Slot {
                 node_id: n,
@@ -238,9 +248,12 @@ impl Sim {
             applied_at: BTreeMap::new(),
             acked: BTreeMap::new(),
             snapshot_installs: 0,
+            replacing: None,
+            replacements: 0,
+            reconciling: false,
             trace: Vec::new(),
         };
-        Sim { world: Arc::new(Mutex::new(world)), seed }
+        Sim { world: Arc::new(Mutex::new(world)), seed, disk_loss }
     }
 
     fn note(&self, what: String) {
@@ -281,6 +294,79 @@ impl Sim {
             quorum
         };
         quorum.shutdown().await;
+    }
+
+    /// Node `i` loses its whole disk: it comes back empty, with a new directory id and so
+    /// a new replica key, and must not initialize a cluster of its own.
+    async fn lose_disk(&self, i: usize) {
+        self.crash(i, CrashMode::LoseUnsynced).await;
+        let (old, new) = {
+            let mut w = self.lock();
+            let slot = &mut w.slots[i];
+            let old = slot.replica;
+            let generation = old.directory_id[1].wrapping_add(1);
+            slot.replica = ReplicaKey::new(slot.node_id, directory_id(slot.node_id, generation));
+            slot.disk = SimStorage::new();
+            slot.last_applied = None;
+            let new = slot.replica;
+            w.replacing = Some((old, new));
+            w.trace.push(format!("disk lost: {old} comes back as {new}"));
+            (old, new)
+        };
+        self.start(i).await;
+        // Bootstrap: the others hold quorum state, so the empty node joins, never founds.
+        let hellos: Vec<Hello> = {
+            let w = self.lock();
+            w.slots
+                .iter()
+                .filter(|s| s.replica != new)
+                .map(|s| Hello {
+                    replica: s.replica,
+                    endpoint: endpoint(s.node_id),
+                    cluster_id: None,
+                    has_quorum_state: s.quorum.is_some() || s.replica == old,
+                })
+                .collect()
+        };
+        let voters: BTreeSet<i32> = (1..=self.lock().slots.len() as i32).collect();
+        let me = Hello { replica: new, endpoint: endpoint(new.node_id), cluster_id: None, has_quorum_state: false };
+        let decision = decide_bootstrap(&me, &voters, &hellos);
+        assert!(
+            matches!(decision, BootstrapDecision::JoinExisting { .. } | BootstrapDecision::Wait { .. }),
+            "seed {}: a node that lost its disk would {decision:?}",
+            self.seed
+        );
+    }
+
+    /// The active controller's part of a replacement: add the new key as a learner, then,
+    /// once it has caught up, replace the old key by it. One step at a time, retried.
+    fn reconcile(&self) {
+        let (leader, old, new) = {
+            let mut w = self.lock();
+            let Some((old, new)) = w.replacing else { return };
+            if w.reconciling {
+                return;
+            }
+            let Some(leader) = w.slots.iter().filter_map(|s| s.quorum.clone()).find(|q| q.is_leader()) else { return };
+            let voters = leader.voters();
+            if voters.contains(&new) && !voters.contains(&old) {
+                w.replacing = None;
+                w.replacements += 1;
+                w.trace.push(format!("replaced {old} by {new}"));
+                return;
+            }
+            w.reconciling = true;
+            (leader, old, new)
+        };
+        let sim = self.clone();
+        tokio::spawn(async move {
+            if !leader.members().contains_key(&new) {
+                let _ = leader.add_learner(new, endpoint(new.node_id)).await;
+            } else if leader.replication_lag(new).is_some_and(|lag| lag <= 2) {
+                let _ = leader.replace_voter(old, new).await;
+            }
+            sim.lock().reconciling = false;
+        });
     }
 
     /// Every member bootstraps as the server will: Hellos, then the decision.
@@ -455,6 +541,16 @@ impl Sim {
                 w.groups = vec![0; nodes];
                 w.trace.push("heal".into());
             }
+            20..=21 if self.disk_loss => {
+                let (ready, i) = {
+                    let mut w = self.lock();
+                    let down = w.slots.iter().filter(|s| s.quorum.is_none()).count();
+                    (w.replacing.is_none() && down < minority, w.rng.below(nodes as u64) as usize)
+                };
+                if ready {
+                    self.lose_disk(i).await;
+                }
+            }
             17..=19 => {
                 let mut w = self.lock();
                 w.drop_per_mille = [0, 20, 100, 300][w.rng.below(4) as usize];
@@ -495,11 +591,11 @@ impl Sim {
 /// fingerprint) or `None` for openraft's own entries.
 type CommonSequence = BTreeMap<u64, (u64, Option<MetadataRecord>)>;
 
-fn run_seed(seed: u64, nodes: usize) -> (Vec<String>, CommonSequence) {
+fn run_seed(seed: u64, nodes: usize, disk_loss: bool) -> (Vec<String>, CommonSequence) {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
     runtime.block_on(async {
         seed_thread_rng(seed);
-        let sim = Sim::new(seed, nodes);
+        let sim = Sim::new(seed, nodes, disk_loss);
         for i in 0..nodes {
             sim.start(i).await;
         }
@@ -512,6 +608,7 @@ fn run_seed(seed: u64, nodes: usize) -> (Vec<String>, CommonSequence) {
                 proposals += 1;
                 sim.propose(proposals, &in_flight);
             }
+            sim.reconcile();
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
             sim.check();
         }
@@ -532,16 +629,23 @@ fn run_seed(seed: u64, nodes: usize) -> (Vec<String>, CommonSequence) {
                     break applied.index;
                 }
             }
+            sim.reconcile();
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
             sim.check();
         };
         loop {
             sim.check();
+            sim.reconcile();
+            let pending = sim.lock().replacing;
+            assert!(
+                pending.is_none() || tokio::time::Instant::now() < deadline,
+                "seed {seed}: replacement {pending:?} never completed"
+            );
             let behind: Vec<ReplicaKey> = {
                 let w = sim.lock();
                 w.slots.iter().filter(|s| s.last_applied.is_none_or(|l| l < committed)).map(|s| s.replica).collect()
             };
-            if behind.is_empty() {
+            if behind.is_empty() && pending.is_none() {
                 break;
             }
             assert!(tokio::time::Instant::now() < deadline, "seed {seed}: {behind:?} never caught up to {committed}");
@@ -566,16 +670,23 @@ fn final_check(sim: &Sim, seed: u64, nodes: usize) -> (Vec<String>, CommonSequen
             );
         }
         assert!(w.acked.len() > 1, "seed {seed}: the workload acknowledged {} proposals", w.acked.len());
+        // Every member agrees the voters are the nodes' current replica keys.
+        let current: BTreeSet<ReplicaKey> = w.slots.iter().map(|s| s.replica).collect();
+        for slot in &w.slots {
+            let voters = slot.quorum.as_ref().map(|q| q.voters());
+            assert_eq!(voters.as_ref(), Some(&current), "seed {seed}: {} sees other voters", slot.replica);
+        }
         if std::env::var("SIM_VERBOSE").is_ok() {
             let count = |p: &str| w.trace.iter().filter(|t| t.starts_with(p)).count();
             eprintln!(
-                "seed {seed}: {nodes} nodes, {} acked, {} indexes applied, {} terms with a leader, {} crashes, {} partitions, {} snapshot installs",
+                "seed {seed}: {nodes} nodes, {} acked, {} indexes applied, {} terms with a leader, {} crashes, {} partitions, {} snapshot installs, {} voter replacements",
                 w.acked.len(),
                 w.applied_at.len(),
                 w.leaders_by_term.len(),
                 count("crash"),
                 count("partition"),
-                w.snapshot_installs
+                w.snapshot_installs,
+                w.replacements
             );
         }
         (w.trace.clone(), w.applied_at.clone())
@@ -590,11 +701,11 @@ fn seeds(default: u64) -> Vec<u64> {
     (1..=n).collect()
 }
 
-fn run_seeds(nodes: usize, default: u64) {
+fn run_seeds(nodes: usize, default: u64, disk_loss: bool) {
     for seed in seeds(default) {
-        let outcome = std::panic::catch_unwind(|| run_seed(seed, nodes));
+        let outcome = std::panic::catch_unwind(|| run_seed(seed, nodes, disk_loss));
         if let Err(e) = outcome {
-            eprintln!("quorum simulation failed: {nodes} nodes, replay with SIM_SEED={seed}");
+            eprintln!("quorum simulation failed: {nodes} nodes, disk loss {disk_loss}, replay with SIM_SEED={seed}");
             std::panic::resume_unwind(e);
         }
     }
@@ -602,19 +713,25 @@ fn run_seeds(nodes: usize, default: u64) {
 
 #[test]
 fn three_voters_stay_safe_and_live_under_faults() {
-    run_seeds(3, 32);
+    run_seeds(3, 32, false);
 }
 
 #[test]
 fn five_voters_stay_safe_and_live_under_faults() {
-    run_seeds(5, 16);
+    run_seeds(5, 16, false);
+}
+
+#[test]
+fn voters_that_lose_their_disks_are_replaced_by_their_new_replica_keys() {
+    run_seeds(3, 16, true);
+    run_seeds(5, 8, true);
 }
 
 #[test]
 fn a_seed_replays_identically() {
     let seed = seeds(1)[0];
-    let first = run_seed(seed, 3);
-    let second = run_seed(seed, 3);
+    let first = run_seed(seed, 3, true);
+    let second = run_seed(seed, 3, true);
     assert_eq!(first.0, second.0, "seed {seed}: the fault and ack traces differ between two runs");
     assert_eq!(first.1, second.1, "seed {seed}: the committed sequences differ between two runs");
 }

@@ -236,6 +236,23 @@ impl Quorum {
         self.change_voters(voters).await
     }
 
+    /// On the leader: how many entries `replica` is behind this leader's log (`None` if
+    /// this member is not the leader or has not heard from it). A replacement voter is
+    /// promoted once it is close.
+    pub fn replication_lag(&self, replica: ReplicaKey) -> Option<u64> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let matched = m.replication.as_ref()?.get(&replica)?.as_ref().map_or(0, |l| l.index + 1);
+        Some(m.last_log_index.map_or(0, |l| l + 1).saturating_sub(matched))
+    }
+
+    /// Every member (voters and learners) with its endpoint, as this member knows them.
+    pub fn members(&self) -> BTreeMap<ReplicaKey, ControllerEndpoint> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        m.membership_config.membership().nodes().map(|(k, e)| (*k, e.clone())).collect()
+    }
+
     /// The current voters, as this member knows them.
     pub fn voters(&self) -> BTreeSet<ReplicaKey> {
         self.raft.metrics().borrow().membership_config.membership().voter_ids().collect()
