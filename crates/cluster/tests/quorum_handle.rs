@@ -14,10 +14,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// An in-process network: members by node id, and whether each is reachable.
+/// A member and whether it is reachable.
+type Member = (Arc<Quorum>, bool);
+
+/// An in-process network: members by node id.
 #[derive(Default, Clone)]
 struct Router {
-    members: Arc<Mutex<BTreeMap<i32, (Arc<Quorum>, bool)>>>,
+    members: Arc<Mutex<BTreeMap<i32, Member>>>,
 }
 
 impl Router {
