@@ -60,6 +60,11 @@ pub trait Transport: Send + Sync + 'static {
     ) -> impl Future<Output = Result<RaftRpcReply, TransportError>> + Send;
 }
 
+/// The largest snapshot a member accepts: an InstallSnapshot chunk ending beyond it is
+/// refused when decoded, since the receiver buffers the snapshot in memory (the image of
+/// 50,000 partitions is a few MiB of JSON).
+pub const MAX_SNAPSHOT_BYTES: u64 = 1 << 30;
+
 /// Why bytes did not decode into an RPC or a reply.
 #[derive(Debug, thiserror::Error)]
 pub enum DecodeRpcError {
@@ -67,6 +72,8 @@ pub enum DecodeRpcError {
     TooLarge { len: usize, max: usize },
     #[error("malformed quorum RPC: {0}")]
     Malformed(#[from] serde_json::Error),
+    #[error("snapshot chunk ends at byte {end}, beyond the {max}-byte bound")]
+    SnapshotTooLarge { end: u64, max: u64 },
 }
 
 /// An RPC as bytes (JSON).
@@ -80,7 +87,15 @@ pub fn encode_rpc(rpc: &RaftRpc) -> Vec<u8> {
 /// parsing.
 pub fn decode_rpc(bytes: &[u8], max_bytes: usize) -> Result<RaftRpc, DecodeRpcError> {
     check_len(bytes, max_bytes)?;
-    Ok(serde_json::from_slice(bytes)?)
+    let rpc = serde_json::from_slice(bytes)?;
+    if let RaftRpc::InstallSnapshot(r) = &rpc {
+        // The receiver writes the chunk at `offset` into a buffer: bound where it ends.
+        let end = r.offset.saturating_add(r.data.len() as u64);
+        if end > MAX_SNAPSHOT_BYTES {
+            return Err(DecodeRpcError::SnapshotTooLarge { end, max: MAX_SNAPSHOT_BYTES });
+        }
+    }
+    Ok(rpc)
 }
 
 /// A reply as bytes (JSON).
@@ -224,6 +239,15 @@ mod tests {
         }
         assert!(matches!(decode_rpc(&bytes, bytes.len() - 1), Err(DecodeRpcError::TooLarge { .. })));
         assert!(matches!(decode_rpc(b"{\"Vote\":", 100), Err(DecodeRpcError::Malformed(_))));
+        let chunk = format!(
+            r#"{{"InstallSnapshot":{{"vote":{v},"meta":{{"last_log_id":null,"last_membership":{{"log_id":null,"membership":{{"configs":[],"nodes":{{}}}}}},"snapshot_id":"s"}},"offset":{off},"data":[1,2],"done":false}}}}"#,
+            v = serde_json::to_string(&Vote::new(3, key)).unwrap(),
+            off = MAX_SNAPSHOT_BYTES - 1,
+        );
+        assert!(matches!(
+            decode_rpc(chunk.as_bytes(), 1 << 20),
+            Err(DecodeRpcError::SnapshotTooLarge { end, .. }) if end == MAX_SNAPSHOT_BYTES + 1
+        ));
         let reply = RaftRpcReply::Vote(Ok(VoteResponse::new(Vote::new(3, key), None, true)));
         let bytes = encode_reply(&reply);
         assert!(matches!(decode_reply(&bytes, 1 << 20).unwrap(), RaftRpcReply::Vote(Ok(r)) if r.vote_granted));
