@@ -91,13 +91,20 @@ async fn three_members() -> (Router, Vec<Arc<Quorum>>) {
     (router, quorums)
 }
 
-async fn wait_for_leader(quorums: &[Arc<Quorum>]) -> Arc<Quorum> {
-    loop {
-        if let Some(q) = quorums.iter().find(|q| q.is_leader()) {
-            return q.clone();
+/// Waits until `done`; a guard against hanging, not a timing assertion.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(120), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    })
+    .await;
+    assert!(waited.is_ok(), "never happened: {what}");
+}
+
+async fn wait_for_leader(quorums: &[Arc<Quorum>]) -> Arc<Quorum> {
+    eventually("a leader is elected", || quorums.iter().any(|q| q.is_leader())).await;
+    quorums.iter().find(|q| q.is_leader()).unwrap().clone()
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -126,6 +133,24 @@ async fn a_write_without_a_majority_times_out() {
         }
     }
     assert_eq!(leader.propose(vec![record(1)]).await, Err(ProposeError::TimedOut));
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_broker_is_added_as_a_learner_and_removed() {
+    let (router, quorums) = three_members().await;
+    let leader = wait_for_leader(&quorums).await;
+    leader.propose(vec![record(1)]).await.unwrap();
+    let transport = RouterTransport { from: 4, router: router.clone() };
+    let broker = QuorumConfig::new(key(4), endpoint(4));
+    let broker = Arc::new(Quorum::start(broker, SimStorage::new(), Path::new("/meta"), transport).await.unwrap());
+    router.members.lock().unwrap().insert(4, (broker.clone(), true));
+    leader.add_learner(key(4), endpoint(4)).await.unwrap();
+    eventually("the learner applies the batch", || broker.applied().image.next_producer_id == 1).await;
+    assert!(!leader.voters().contains(&key(4)), "a learner does not vote");
+    leader.remove_learner(key(4)).await.unwrap();
+    assert!(!leader.members().contains_key(&key(4)));
+    let voter = quorums.iter().find(|q| !q.is_leader()).unwrap().replica();
+    assert!(leader.remove_learner(voter).await.is_err(), "a voter is not removed as a learner");
 }
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
@@ -184,17 +209,13 @@ async fn a_member_on_a_real_disk_keeps_its_batches_across_a_restart_and_snapshot
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .filter(|n| n.starts_with("snapshot-") && n.ends_with(".json"))
     };
-    while snapshots().count() == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("a snapshot is written", || snapshots().count() > 0).await;
     quorum.shutdown().await;
     assert_eq!(snapshots().count(), 1, "older snapshots are deleted");
 
     let quorum = start(config).await.unwrap();
     assert!(quorum.had_quorum_state());
-    while quorum.applied().last_applied.is_none_or(|l| l.index < last) {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    eventually("the log is re-applied", || quorum.applied().last_applied.is_some_and(|l| l.index >= last)).await;
     assert_eq!(quorum.applied().image.next_producer_id, 100, "every batch is back after the restart");
     quorum.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);

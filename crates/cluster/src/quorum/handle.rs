@@ -208,6 +208,21 @@ impl Quorum {
         }
     }
 
+    /// Removes a learner (a broker that left). A voter must first stop being one
+    /// ([`Quorum::change_voters`]); openraft refuses to remove it here.
+    pub async fn remove_learner(&self, replica: ReplicaKey) -> Result<(), ProposeError> {
+        let removed = tokio::time::timeout(
+            self.request_timeout(),
+            self.raft.change_membership(ChangeMembers::RemoveNodes([replica].into_iter().collect()), false),
+        )
+        .await;
+        match removed {
+            Err(_) => Err(ProposeError::TimedOut),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(write_error(e)),
+        }
+    }
+
     /// Makes `voters` the voters (each must be a member already, e.g. a learner); members
     /// no longer voters are removed. openraft goes through a joint configuration.
     pub async fn change_voters(&self, voters: BTreeSet<ReplicaKey>) -> Result<(), ProposeError> {
