@@ -393,6 +393,30 @@ impl Sim {
         }
     }
 
+    /// The end of the trace and every member's view, for a failure message.
+    fn describe(&self) -> String {
+        let w = self.lock();
+        let mut out: Vec<String> = w.trace.iter().rev().take(25).rev().cloned().collect();
+        for slot in &w.slots {
+            let Some(q) = &slot.quorum else {
+                out.push(format!("{}: down", slot.replica));
+                continue;
+            };
+            let m = q.metrics().borrow().clone();
+            out.push(format!(
+                "{}: {:?} term {} leader {:?} last log {:?} applied {:?} membership {:?}",
+                slot.replica,
+                m.state,
+                m.current_term,
+                m.current_leader,
+                m.last_log_index,
+                m.last_applied.map(|l| l.index),
+                m.membership_config.membership()
+            ));
+        }
+        out.join("\n")
+    }
+
     /// Checks every invariant; panics with the seed on a violation.
     fn check(&self) {
         let mut w = self.lock();
@@ -545,7 +569,12 @@ impl Sim {
                 let (ready, i) = {
                     let mut w = self.lock();
                     let down = w.slots.iter().filter(|s| s.quorum.is_none()).count();
-                    (w.replacing.is_none() && down < minority, w.rng.below(nodes as u64) as usize)
+                    // Only once the cluster has committed something: a voter of a running
+                    // cluster loses its disk. An initializer that loses its disk before its
+                    // first entry reached anyone leaves voters with a vote and no log, and
+                    // bootstrap waits for an operator (see quorum/bootstrap.rs).
+                    let running = !w.acked.is_empty();
+                    (running && w.replacing.is_none() && down < minority, w.rng.below(nodes as u64) as usize)
                 };
                 if ready {
                     self.lose_disk(i).await;
@@ -618,7 +647,8 @@ fn run_seed(seed: u64, nodes: usize, disk_loss: bool) -> (Vec<String>, CommonSeq
         let committed = loop {
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "seed {seed}: healed quorum commits nothing in {HEAL_MS} ms"
+                "seed {seed}: healed quorum commits nothing in {HEAL_MS} ms\n{}",
+                sim.describe()
             );
             let leader = sim.lock().slots.iter().filter_map(|s| s.quorum.clone()).find(|q| q.is_leader());
             if let Some(leader) = leader {

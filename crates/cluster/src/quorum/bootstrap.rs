@@ -7,6 +7,13 @@
 //! or have lost their disks while a majority of fresh disks answers, a second cluster is
 //! initialized (as `kafka-storage.sh format` run again would). `meta.properties` with its
 //! cluster id on the surviving disks then refuses to mix them.
+//!
+//! Nor does it recover on its own when the initializer loses its disk before its first
+//! entry (the membership) reached any other voter: the others hold a vote and no log, so
+//! they report quorum state and nobody initializes again, while nobody has a membership
+//! to elect a leader with. Re-initializing there would be safe only if no voter that did
+//! not answer holds that entry; deciding so is left to an operator (wipe the voters'
+//! `__cluster_metadata-0`), not guessed.
 
 use super::types::{ControllerEndpoint, ReplicaKey};
 use serde::{Deserialize, Serialize};
