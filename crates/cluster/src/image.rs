@@ -53,7 +53,7 @@ pub enum MetadataRecord {
 
 /// The current metadata: what every handler reads.
 ///
-/// Serialized (the quorum's snapshots) through [`ImageOnDisk`], which lists topics once
+/// Serialized (the quorum's snapshots) through `ImageOnDisk`, which lists topics once
 /// instead of the two indexes kept here.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 #[serde(from = "ImageOnDisk", into = "ImageOnDisk")]
