@@ -123,10 +123,11 @@ pub struct BrokerListener {
 }
 
 /// A registered broker, as the metadata says (Kafka's BrokerRegistration).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
     pub id: i32,
     pub epoch: i64,
+    #[serde(with = "uuid_bytes")]
     pub incarnation: Uuid,
     pub listeners: Vec<BrokerListener>,
     pub rack: Option<String>,
@@ -153,7 +154,11 @@ pub const LEADER_RECOVERING: i8 = 1;
 pub const NO_LEADER: i32 = -1;
 
 /// The current metadata: what every handler reads.
-#[derive(Debug, Clone, Default)]
+///
+/// Serialized (the quorum's snapshots) through `ImageOnDisk`, which lists topics once
+/// instead of the two indexes kept here.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(from = "ImageOnDisk", into = "ImageOnDisk")]
 pub struct MetadataImage {
     topics_by_name: BTreeMap<String, Uuid>,
     topics: HashMap<Uuid, TopicImage>,
@@ -169,16 +174,17 @@ pub struct MetadataImage {
     brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TopicImage {
     pub name: String,
+    #[serde(with = "uuid_bytes")]
     pub id: Uuid,
     pub partitions: Vec<PartitionImage>,
     /// Topic-level overrides only; defaults come from the broker config.
     pub configs: BTreeMap<String, String>,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct PartitionImage {
     pub index: i32,
     pub replicas: Vec<i32>,
@@ -412,6 +418,61 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
     p.leader_recovery_state = *leader_recovery_state;
 }
 
+/// The image as a snapshot stores it. Both conversions name every field, so a field
+/// added to [`MetadataImage`] does not compile until it is also snapshotted.
+#[derive(Serialize, Deserialize)]
+struct ImageOnDisk {
+    topics: Vec<TopicImage>,
+    applied: u64,
+    next_producer_id: i64,
+    group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Absent in snapshots written before broker registrations existed.
+    #[serde(default)]
+    brokers: Vec<BrokerRegistration>,
+}
+
+impl From<MetadataImage> for ImageOnDisk {
+    fn from(image: MetadataImage) -> ImageOnDisk {
+        let MetadataImage {
+            topics_by_name,
+            mut topics,
+            applied,
+            next_producer_id,
+            group_configs,
+            broker_configs,
+            brokers,
+        } = image;
+        let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
+        let brokers = brokers.into_values().collect();
+        ImageOnDisk { topics, applied, next_producer_id, group_configs, broker_configs, brokers }
+    }
+}
+
+impl From<ImageOnDisk> for MetadataImage {
+    fn from(disk: ImageOnDisk) -> MetadataImage {
+        let ImageOnDisk { topics: list, applied, next_producer_id, group_configs, broker_configs, brokers } = disk;
+        let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
+        let topics = list.into_iter().map(|t| (t.id, t)).collect();
+        let brokers = brokers.into_iter().map(|b| (b.id, b)).collect();
+        MetadataImage { topics_by_name, topics, applied, next_producer_id, group_configs, broker_configs, brokers }
+    }
+}
+
+/// A topic id in a snapshot: its 16 bytes.
+mod uuid_bytes {
+    use osprey_protocol::Uuid;
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(id: &Uuid, s: S) -> Result<S::Ok, S::Error> {
+        id.0.serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
+        <[u8; 16]>::deserialize(d).map(Uuid)
+    }
+}
+
 /// Sets or removes `key` in the configs of `resource`, dropping a resource left empty.
 fn set_or_reset(all: &mut BTreeMap<String, BTreeMap<String, String>>, resource: &str, key: &str, value: Option<&str>) {
     let configs = all.entry(resource.to_string()).or_default();
@@ -501,6 +562,37 @@ mod tests {
         image.apply(&set("1", None));
         assert!(image.broker_configs("1").is_none(), "a resource with no configs left is gone");
         assert_eq!(image.broker_configs("").unwrap()["log.retention.ms"], "60000", "the default is untouched");
+    }
+
+    #[test]
+    fn image_survives_a_json_round_trip() {
+        let mut image = MetadataImage::default();
+        image.apply(&create("b", 2, 2));
+        image.apply(&create("a", 1, 1));
+        image.apply(&MetadataRecord::ProducerIdsAllocated { next: 7000 });
+        image.apply(&MetadataRecord::SetBrokerConfig { resource: "".into(), key: "k".into(), value: Some("v".into()) });
+        image.apply(&MetadataRecord::RegisterBroker {
+            id: 3,
+            epoch: 5,
+            incarnation: [9; 16],
+            listeners: vec![BrokerListener {
+                name: "PLAINTEXT".into(),
+                host: "h".into(),
+                port: 9092,
+                security_protocol: 0,
+            }],
+            rack: Some("r1".into()),
+            fenced: true,
+            in_controlled_shutdown: false,
+        });
+        let json = serde_json::to_vec(&image).unwrap();
+        let back: MetadataImage = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back.topics().map(|t| t.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(back.topic_by_id(Uuid([2; 16])), image.topic_by_id(Uuid([2; 16])));
+        assert_eq!((back.applied, back.next_producer_id), (5, 7000));
+        assert_eq!(back.broker_configs("").unwrap()["k"], "v");
+        assert_eq!(back.broker(3), image.broker(3));
+        assert!(back.broker(3).is_some_and(|b| b.rack.as_deref() == Some("r1") && b.fenced));
     }
 
     #[test]

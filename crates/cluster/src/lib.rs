@@ -4,8 +4,8 @@
 //! The metadata is a state machine ([`MetadataImage`]) driven by records
 //! ([`MetadataRecord`]); the [`Controller`] validates admin requests and turns them into
 //! records; a [`MetadataLog`] makes records durable before they are applied. A single
-//! node writes its own log today; the multi-broker controller will replicate the same
-//! records with openraft, so nothing above this crate changes.
+//! node writes its own log today; [`quorum`] replicates the same records in batches with
+//! openraft (a library, not yet wired to the server's sockets).
 //!
 //! Each partition's replication state on a broker (leader epoch, ISR, followers'
 //! positions, high watermark, last stable offset) is a sans-I/O state machine,
@@ -20,6 +20,7 @@ pub mod log;
 pub mod meta_properties;
 mod partition_change;
 pub mod placement;
+pub mod quorum;
 pub mod replica;
 #[cfg(test)]
 mod test_support;
