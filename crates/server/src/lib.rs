@@ -7,6 +7,7 @@ pub mod broker;
 pub mod config;
 pub mod connection_slots;
 pub mod controller_listener;
+pub mod controller_node;
 pub mod coordinator_appends;
 pub mod dispatch;
 pub mod fetch_session;

@@ -1,0 +1,26 @@
+//! The seam between the controller listener (sockets, framing, the quorum's own RPCs) and
+//! the active controller (Kafka's controller APIs decided on the metadata image and
+//! committed through the quorum): the listener hands every Kafka request it does not
+//! answer itself to a [`ControllerApis`].
+
+use osprey_protocol::{RequestBody, RequestHeader, ResponseBody};
+use std::future::Future;
+use std::pin::Pin;
+
+/// A controller API's answer, once the records it wrote (if any) are committed.
+pub type ControllerReply = Pin<Box<dyn Future<Output = ResponseBody> + Send>>;
+
+/// Kafka's controller APIs as the active controller serves them (Kafka's
+/// `ControllerApis`): BrokerRegistration, BrokerHeartbeat, AllocateProducerIds,
+/// AlterPartition, and the admin requests a controller accepts (CreateTopics,
+/// DeleteTopics, CreatePartitions, ...). Requests are applied in the order `handle` is
+/// called; a node that is not the active controller answers NOT_CONTROLLER in the
+/// response's error fields, as Kafka's controllers do.
+pub trait ControllerApis: Send + Sync + 'static {
+    /// The API keys served, with their version ranges, for the controller listener's
+    /// ApiVersions (only what is implemented and tested).
+    fn supported(&self) -> Vec<(i16, i16, i16)>;
+
+    /// Handles one request (already checked against `supported`).
+    fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply;
+}
