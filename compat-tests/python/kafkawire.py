@@ -211,9 +211,8 @@ def api_versions_v0(correlation_id: int) -> bytes:
     return request(API_API_VERSIONS, 0, correlation_id, b"")
 
 
-def api_versions_flexible(version: int, correlation_id: int) -> bytes:
+def api_versions_flexible(version: int, correlation_id: int, name=b"osprey-compat", ver=b"1.0") -> bytes:
     """ApiVersions v3+ layout (header v2, compact strings), at any version number."""
-    name, ver = b"osprey-compat", b"1.0"
     body = uvarint(len(name) + 1) + name + uvarint(len(ver) + 1) + ver + b"\x00"
     return request(API_API_VERSIONS, version, correlation_id, body, flexible=True)
 

@@ -122,6 +122,25 @@ def test_api_versions_v99_gets_a_v0_answer_with_unsupported_version_and_the_rang
     assert_broker_still_serves(broker)
 
 
+def test_api_versions_refuses_a_software_name_kafka_would_refuse(broker):
+    """Kafka 4.4 answers INVALID_REQUEST to ApiVersions v3+ whose client software name or
+    version is empty or not [a-zA-Z0-9][a-zA-Z0-9.-]*[a-zA-Z0-9]; the connection stays open."""
+    cases = [
+        (b"", b"1.0", kw.INVALID_REQUEST),
+        (b"client", b"", kw.INVALID_REQUEST),
+        (b"-client", b"1.0", kw.INVALID_REQUEST),
+        (b"client", b"1.0-", kw.INVALID_REQUEST),
+        (b"my client", b"1.0", kw.INVALID_REQUEST),
+        (b"c", b"1", kw.NONE),
+        (b"apache-kafka-java", b"4.4.0", kw.NONE),
+    ]
+    with kw.Conn(broker.host, broker.port) as c:
+        for i, (name, ver, expected) in enumerate(cases):
+            body = c.roundtrip(kw.api_versions_flexible(3, 200 + i, name=name, ver=ver))
+            assert struct.unpack_from(">ih", body) == (200 + i, expected), (name, ver)
+    assert_broker_still_serves(broker)
+
+
 def test_api_versions_v5_names_the_cluster_and_node_it_expects(broker):
     """Kafka 4.4: a client that names another cluster or node is told to bootstrap again
     (REBOOTSTRAP_REQUIRED); naming only one of the two is INVALID_REQUEST."""

@@ -54,6 +54,15 @@ fn table(transaction_version: i16) -> Vec<ApiVersion> {
 }
 
 pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> ResponseBody {
+    if version >= 3
+        && !(software_name_or_version_ok(&req.client_software_name)
+            && software_name_or_version_ok(&req.client_software_version))
+    {
+        crate::telemetry::error_code(ApiKey::ApiVersions, ErrorCode::INVALID_REQUEST);
+        return invalid_request(
+            "client_software_name or client_software_version is empty or not [a-zA-Z0-9][a-zA-Z0-9.-]*[a-zA-Z0-9]",
+        );
+    }
     if version >= 5 {
         if let Err(code) = check_addressee(broker, req) {
             crate::telemetry::error_code(ApiKey::ApiVersions, code);
@@ -92,6 +101,17 @@ pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> Respon
     })
 }
 
+/// Kafka's `ApiVersionsRequest.isValid` (v3+): the client's software name and version
+/// each match `[a-zA-Z0-9](?:[a-zA-Z0-9\-.]*[a-zA-Z0-9])?`, so an empty one is refused
+/// with INVALID_REQUEST, as Kafka 4.4 answers.
+fn software_name_or_version_ok(s: &str) -> bool {
+    let bytes = s.as_bytes();
+    let (Some(first), Some(last)) = (bytes.first(), bytes.last()) else { return false };
+    first.is_ascii_alphanumeric()
+        && last.is_ascii_alphanumeric()
+        && bytes.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'-' || *b == b'.')
+}
+
 /// v5: a client that names the cluster and node it means to reach (both or neither)
 /// must have reached them; otherwise it is told to bootstrap again, as Kafka 4.4 does.
 fn check_addressee(broker: &Broker, req: &ApiVersionsRequest) -> Result<(), ErrorCode> {
@@ -121,4 +141,19 @@ pub fn invalid_request(why: &str) -> ResponseBody {
         error_code: ErrorCode::INVALID_REQUEST.code(),
         ..Default::default()
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::software_name_or_version_ok as ok;
+
+    #[test]
+    fn software_names_as_kafka_checks_them() {
+        for good in ["a", "librdkafka", "apache-kafka-java", "4.4.0", "v1.2-rc.3", "x9"] {
+            assert!(ok(good), "{good}");
+        }
+        for bad in ["", "-a", "a-", ".", "a.", "a b", "é", "a_b"] {
+            assert!(!ok(bad), "{bad:?}");
+        }
+    }
 }
