@@ -11,6 +11,7 @@ pub mod dispatch;
 pub mod fetch_session;
 pub mod groups;
 pub mod handlers;
+pub mod log_deleter;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;
