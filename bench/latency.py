@@ -236,7 +236,7 @@ def write_report(out):
         for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9"), ("max_ms", "max")):
             row(f"{phase}: {name} ms", lambda r, p=phase, k=key: r[p][k])
         row(f"{phase}: records probed", lambda r, p=phase: r[p]["records"])
-    row("loaded: segments rolled by `roll` (before retention on it)", lambda r: r["roll_segments"])
+    row("loaded: `roll` segment files, end minus start (net of retention from queue-before on)", lambda r: r["roll_segments"])
     row("loaded: MiB produced to `roll` (to its newest segment)", lambda r: r.get("roll_written_mib"))
     row("loaded: `compact` MiB before", lambda r: r["compact_mib_before"])
     row("loaded: `compact` MiB after", lambda r: r["compact_mib_after"])
