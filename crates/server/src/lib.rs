@@ -18,4 +18,6 @@ pub mod replica_manager;
 pub mod replies;
 pub mod supported;
 pub mod telemetry;
+#[cfg(test)]
+mod test_support;
 pub mod transactions;

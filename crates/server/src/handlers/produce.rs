@@ -442,14 +442,12 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::handle;
-    use crate::broker::{Broker, Settings};
     use crate::dispatch::Reply;
     use osprey_cluster::NewTopic;
     use osprey_protocol::messages::{produce_request, ProduceRequest};
     use osprey_protocol::records::{BatchBuilder, Compression};
     use osprey_protocol::ResponseBody;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
+    use std::sync::atomic::Ordering;
 
     fn produce(topic: &str, value: &[u8]) -> ProduceRequest {
         let mut batch = BatchBuilder::new(Compression::None);
@@ -476,26 +474,14 @@ mod tests {
     /// roll at every batch (14-byte segments): none of it may run on the async worker.
     #[test]
     fn produce_appends_and_rolls_on_the_blocking_pool_in_the_order_dispatched() {
-        let dir = std::env::temp_dir().join(format!("osprey-produce-off-worker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let broker =
-            Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let (broker, dir) = crate::test_support::broker_in("produce-off-worker");
         let configs = [("segment.bytes".to_string(), "14".to_string())].into_iter().collect();
         let topic =
             NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, configs, ..Default::default() };
         let topic = broker.create_topic(&topic, false).unwrap();
         let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
 
-        let blocking_threads = Arc::new(AtomicUsize::new(0));
-        let counted = blocking_threads.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_start(move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-            })
-            .build()
-            .unwrap();
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
         let offsets = runtime.block_on(async {
             // Pipelined: every request dispatched before any answer is awaited.
             let replies: Vec<Reply> = (0..5u8).map(|i| handle(&broker, produce("t", &[i]), 9)).collect();

@@ -538,40 +538,19 @@ fn count_error(api: ApiKey, code: i16) {
 #[cfg(test)]
 mod tests {
     use super::write_txn_markers;
-    use crate::broker::{Broker, Settings};
     use crate::dispatch::Reply;
     use osprey_cluster::NewTopic;
     use osprey_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
     use osprey_protocol::messages::WriteTxnMarkersRequest;
     use osprey_protocol::ResponseBody;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::Arc;
-
-    /// A current-thread runtime whose blocking-pool threads (any thread but the one that
-    /// blocks on it) are counted.
-    fn counting_runtime() -> (tokio::runtime::Runtime, Arc<AtomicUsize>) {
-        let blocking_threads = Arc::new(AtomicUsize::new(0));
-        let counted = blocking_threads.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_start(move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-            })
-            .build()
-            .unwrap();
-        (runtime, blocking_threads)
-    }
+    use std::sync::atomic::Ordering;
 
     #[test]
     fn end_txn_v5_reserves_producer_ids_on_the_blocking_pool_not_under_the_coordinator_lock() {
-        let dir = std::env::temp_dir().join(format!("osprey-end-txn-ids-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let broker =
-            Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let (broker, dir) = crate::test_support::broker_in("end-txn-ids");
         crate::transactions::ensure_state_topic(&broker).unwrap();
         assert!(broker.producer_ids_used_up(), "a new broker has no block of producer ids yet");
-        let (runtime, blocking_threads) = counting_runtime();
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
         let req = osprey_protocol::messages::EndTxnRequest {
             transactional_id: "txn".into(),
             producer_id: 1,
@@ -596,16 +575,12 @@ mod tests {
     /// batch of its partition: its leader-epoch checkpoint fsyncs there too.
     #[test]
     fn write_txn_markers_writes_the_marker_on_the_blocking_pool() {
-        let dir = std::env::temp_dir().join(format!("osprey-markers-off-worker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let broker =
-            Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let (broker, dir) = crate::test_support::broker_in("markers-off-worker");
         let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
         let topic = broker.create_topic(&topic, false).unwrap();
         let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
 
-        let (runtime, blocking_threads) = counting_runtime();
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
         let req = WriteTxnMarkersRequest {
             markers: vec![WritableTxnMarker {
                 producer_id: 7,
