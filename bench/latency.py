@@ -8,7 +8,9 @@ and times each record from produce() to its delivery report. Two phases:
 
 - quiet: the probe alone;
 - loaded: the probe while one process produces 1 KiB records as fast as it can (acks=1)
-  to topic `roll` (segment.bytes 1 MiB, the smallest allowed: a segment roll every MiB),
+  to topic `roll` (segment.bytes 1 MiB, the smallest allowed: a segment roll every MiB;
+  retention.bytes 512 MiB, checked every second, so that a fast disk does not fill up:
+  one machine took 600 MiB/s and filled 38 GiB in a minute),
   and another keeps rewriting the keys of topic `compact` (cleanup.policy compact,
   min.cleanable.dirty.ratio 0.01, prefilled with --compact-mib MiB whose keys mostly
   differ, so each cleaning round rewrites most of the log; log.cleaner.backoff.ms 1000).
@@ -47,14 +49,16 @@ PROBE_BYTES = 100
 LOAD_BYTES = 1024
 SEGMENT_BYTES = 1024 * 1024  # Kafka's smallest segment.bytes
 COMPACT_KEYS = 200_000  # distinct keys of the compacted topic: ~200 MiB live at 1 KiB
-OVERRIDES = ["log.cleaner.backoff.ms=1000"]
+ROLL_RETENTION_BYTES = 512 * 1024 * 1024
+OVERRIDES = ["log.cleaner.backoff.ms=1000", "log.retention.check.interval.ms=1000"]
 
 
 def create_topics(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
     topics = [
         NewTopic("probe", 1, 1),
-        NewTopic("roll", 1, 1, config={"segment.bytes": str(SEGMENT_BYTES)}),
+        NewTopic("roll", 1, 1, config={"segment.bytes": str(SEGMENT_BYTES),
+                                       "retention.bytes": str(ROLL_RETENTION_BYTES)}),
         NewTopic("compact", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": str(SEGMENT_BYTES),
                                           "min.cleanable.dirty.ratio": "0.01"}),
     ]
@@ -142,8 +146,18 @@ def consume_throughput(broker, records):
 def dir_stats(broker, topic):
     """(segment files, bytes) under the topic's partition-0 directory."""
     path = broker.data / f"{topic}-0"
-    logs = list(path.glob("*.log"))
-    return len(logs), sum(p.stat().st_size for p in logs)
+    sizes = []
+    for p in path.glob("*.log"):
+        try:
+            sizes.append(p.stat().st_size)
+        except FileNotFoundError:
+            pass  # removed by retention or compaction since it was listed
+    return len(sizes), sum(sizes)
+
+
+def newest_segment_base(broker, topic):
+    """The base offset of the topic's partition-0 newest segment (its name)."""
+    return max((int(p.stem) for p in (broker.data / f"{topic}-0").glob("*.log")), default=0)
 
 
 def cleaned_rounds(broker):
@@ -163,6 +177,7 @@ def run(opts):
         fill_compacted(broker.bootstrap, opts.compact_mib, 0)
         quiet = probe(broker.bootstrap, opts.quiet_s)
         roll_before = dir_stats(broker, "roll")
+        roll_base_before = newest_segment_base(broker, "roll")
         compact_before = dir_stats(broker, "compact")
         cleaned_before = cleaned_rounds(broker)
         ctx = multiprocessing.get_context("spawn")
@@ -179,6 +194,7 @@ def run(opts):
             for p in loaders:
                 p.join(120)
         roll_after = dir_stats(broker, "roll")
+        roll_base_after = newest_segment_base(broker, "roll")
         compact_after = dir_stats(broker, "compact")
         cleaned = cleaned_rounds(broker) - cleaned_before
         consume = consume_throughput(broker, opts.consume_records)
@@ -190,6 +206,8 @@ def run(opts):
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "quiet_s": opts.quiet_s, "loaded_s": opts.loaded_s, "compact_mib": opts.compact_mib,
         "quiet": quiet, "loaded": loaded,
+        # Retention removes old segments: what was written is read off the offsets.
+        "roll_written_mib": round((roll_base_after - roll_base_before) * LOAD_BYTES / 2**20, 1),
         "roll_segments": roll_after[0] - roll_before[0],
         "roll_mib": round(roll_after[1] / 2**20, 1),
         "compact_mib_before": round(compact_before[1] / 2**20, 1),
@@ -218,7 +236,8 @@ def write_report(out):
         for key, name in (("p50_ms", "p50"), ("p99_ms", "p99"), ("p999_ms", "p99.9"), ("max_ms", "max")):
             row(f"{phase}: {name} ms", lambda r, p=phase, k=key: r[p][k])
         row(f"{phase}: records probed", lambda r, p=phase: r[p]["records"])
-    row("loaded: segments rolled by `roll`", lambda r: r["roll_segments"])
+    row("loaded: `roll` segment files, end minus start (net of retention from queue-before on)", lambda r: r["roll_segments"])
+    row("loaded: MiB produced to `roll` (to its newest segment)", lambda r: r.get("roll_written_mib"))
     row("loaded: `compact` MiB before", lambda r: r["compact_mib_before"])
     row("loaded: `compact` MiB after", lambda r: r["compact_mib_after"])
     row("loaded: compaction passes of `compact`", lambda r: r["compaction_passes"])

@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import NewPartitions, NewTopic
 
 import clients
@@ -139,3 +139,44 @@ def assert_whole_topic(broker, topic, partitions):
     assert len(broker.partition_dirs(topic)) == partitions
     for i, partition in enumerate((0, partitions // 2, partitions - 1)):
         assert produce_one(broker, topic, partition, 10 + i) == 0
+
+
+def delete_dirs(broker, topic):
+    """The directories of `topic`'s partitions being deleted (`<topic>-<n>.<id>-delete`)."""
+    return [p for p in broker.data_dir.iterdir() if p.name.startswith(f"{topic}-") and p.name.endswith("-delete")]
+
+
+def test_kill9_during_a_large_delete_restarts_with_the_topic_gone_and_nothing_of_it_loaded(broker):
+    admin = clients.admin(broker)
+    start_creation(admin, "big", MANY).result(timeout=300)
+    for i, partition in enumerate((0, MANY // 2, MANY - 1)):
+        assert produce_one(broker, "big", partition, 10 + i) == 0
+    deleting = admin.delete_topics(["big"], request_timeout=300, operation_timeout=300)["big"]
+    # The first directory renamed for deletion: the delete is durable in the metadata log
+    # by then, and the renames and removals are under way.
+    deadline = time.monotonic() + T
+    while not delete_dirs(broker, "big"):
+        assert time.monotonic() < deadline, "no partition directory was renamed for deletion"
+        assert not (deleting.done() and not broker.partition_dirs("big")), "the delete finished before it could be observed"
+        time.sleep(0.005)
+    broker.kill9()
+    left = len(broker.partition_dirs("big")) + len(delete_dirs(broker, "big"))
+    broker.start()
+    assert "big" not in admin_topics(broker), "the deleted topic came back"
+    deadline = time.monotonic() + T
+    while broker.partition_dirs("big") or delete_dirs(broker, "big"):
+        assert time.monotonic() < deadline, f"{len(delete_dirs(broker, 'big'))} delete directories never removed"
+        time.sleep(0.05)
+    # Re-created under the name, the topic starts empty: nothing adopted from the old one.
+    clients.create_topic(broker, "big", partitions=MANY)
+    c = clients.consumer(broker)
+    try:
+        for partition in (0, MANY // 2, MANY - 1):
+            assert c.get_watermark_offsets(TopicPartition("big", partition), timeout=T) == (0, 0)
+    finally:
+        c.close()
+    assert left > 0, "the kill came after the whole delete: nothing was left to clean up"
+
+
+def admin_topics(broker):
+    return clients.admin(broker).list_topics(timeout=T).topics

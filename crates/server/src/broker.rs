@@ -5,6 +5,7 @@ use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
 use crate::connection_slots::ConnectionSlots;
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
+use crate::log_deleter::LogDeleter;
 use crate::partition::Partition;
 use crate::replica_manager::ReplicaManager;
 use crate::transactions::Transactions;
@@ -188,6 +189,8 @@ pub struct Broker {
     /// Set when opening partition logs stopped early (shutdown began): logs not opened
     /// keep whatever state they had, so the data directory must not be marked clean.
     logs_left_unopened: std::sync::atomic::AtomicBool,
+    /// Deletes the directories of deleted partitions, crash-safely.
+    pub log_deleter: LogDeleter,
 }
 
 /// What the dynamic broker configs change, swapped whole when they change.
@@ -328,6 +331,7 @@ impl Broker {
             effective,
             connection_slots,
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
+            log_deleter: LogDeleter::start(&settings.data_dir)?,
             settings,
         });
         broker.remove_stale_partition_dirs(&image)?;
@@ -487,14 +491,16 @@ impl Broker {
         let topic = self.image().topic(name).cloned();
         let id = self.with_controller(|c| c.delete_topic(name))?;
         if let Some(topic) = topic {
-            for p in &topic.partitions {
-                if let Some(partition) = self.replica_manager.remove(id, p.index) {
-                    let dir = partition.log.dir().to_path_buf();
-                    drop(partition);
-                    if let Err(e) = std::fs::remove_dir_all(&dir) {
-                        tracing::warn!(dir = %dir.display(), error = %e, "could not remove a deleted partition's directory");
-                    }
-                }
+            let dirs: Vec<PathBuf> = topic
+                .partitions
+                .iter()
+                .filter_map(|p| self.replica_manager.remove(id, p.index))
+                .map(|partition| partition.log.dir().to_path_buf())
+                .collect();
+            // The delete is durable in the metadata log already: a directory not renamed
+            // now is one of no current topic at the next start, and removed then.
+            if let Err(e) = self.log_deleter.delete(&dirs) {
+                tracing::warn!(topic = name, error = %e, "deleted topic's directories not removed; the next start removes them");
             }
         }
         tracing::info!(topic = name, %id, "topic deleted");
@@ -761,11 +767,25 @@ impl Broker {
         Ok(())
     }
 
-    /// Partition directories whose topic no longer exists (deleted, or deleted and
-    /// re-created with a new id while the broker was down) are removed at startup.
+    /// At start-up, before any log is opened: the directories an interrupted delete left
+    /// (`-delete`) are removed, never loaded, and so are partition directories whose topic
+    /// no longer exists (deleted, or deleted and re-created with a new id while the
+    /// broker was down), the same crash-safe way as a delete.
     fn remove_stale_partition_dirs(&self, image: &MetadataImage) -> io::Result<()> {
-        for entry in std::fs::read_dir(&self.settings.data_dir)? {
+        let data_dir = &self.settings.data_dir;
+        let pending =
+            osprey_storage::delete::pending(&StdStorage, data_dir).map_err(|e| io::Error::other(e.to_string()))?;
+        if !pending.is_empty() {
+            tracing::info!(directories = pending.len(), "removing the directories of an interrupted delete");
+        }
+        self.log_deleter.remove(pending);
+        let mut stale = Vec::new();
+        for entry in std::fs::read_dir(data_dir)? {
             let path = entry?.path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if osprey_storage::delete::is_delete_dir(name) {
+                continue;
+            }
             let Ok(id) = std::fs::read_to_string(path.join("partition.metadata")) else { continue };
             let current = image.topics().any(|t| {
                 id.lines().any(|l| l.trim() == format!("topic_id: {}", t.id))
@@ -773,10 +793,10 @@ impl Broker {
             });
             if !current {
                 tracing::warn!(dir = %path.display(), "removing the directory of a partition that no longer exists");
-                std::fs::remove_dir_all(&path)?;
+                stale.push(path);
             }
         }
-        Ok(())
+        self.log_deleter.delete(&stale)
     }
 
     /// Flushes and closes every partition log, then, if every one closed, writes the data
@@ -1012,6 +1032,66 @@ mod tests {
         for i in 0..3 {
             assert!(!dir.join(format!("t-{i}")).join(CLEAN_SHUTDOWN_FILE).exists(), "removed at open");
         }
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// The names in the data directory, sorted.
+    fn names_in(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> =
+            std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+        names.sort();
+        names
+    }
+
+    #[test]
+    fn a_deleted_topic_is_renamed_for_deletion_then_removed() {
+        let dir = fresh_dir("delete-topic");
+        let broker = broker_with_topic(&dir);
+        // Renamed before delete_topic returns: no directory under a partition's own name.
+        broker.log_deleter.wait_idle();
+        let id = broker.delete_topic("t").unwrap();
+        let left: Vec<String> = names_in(&dir).into_iter().filter(|n| n.starts_with("t-")).collect();
+        assert!(
+            left.iter().all(|n| osprey_storage::delete::is_delete_dir(n) && n.len() == "t-0.".len() + 32 + 7),
+            "{left:?}"
+        );
+        broker.log_deleter.wait_idle();
+        assert!(!names_in(&dir).iter().any(|n| n.starts_with("t-")), "{:?}", names_in(&dir));
+        // A topic re-created with the name starts empty, in new directories.
+        let topic = NewTopic { name: "t".into(), num_partitions: 3, replication_factor: 1, ..Default::default() };
+        assert_ne!(broker.create_topic(&topic, false).unwrap().id, id);
+        assert!(broker.replica_manager.partitions().iter().all(|p| p.log.log_end_offset() == 0));
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn directories_an_interrupted_delete_left_are_removed_at_start_up_and_never_loaded() {
+        let dir = fresh_dir("delete-left");
+        let broker = broker_with_topic(&dir);
+        for p in broker.replica_manager.partitions() {
+            let mut batch = osprey_storage::batch::testing::build(Default::default());
+            p.log.append(&mut batch, 0, 0).unwrap();
+        }
+        shutdown(&broker).unwrap();
+        drop(broker);
+        // A crash after a delete's rename (left: `-delete`, half removed) and one after the
+        // delete's metadata record but before the rename (left: t-1 under its own name,
+        // for a topic id that is gone).
+        let half = dir.join("t-0.0123456789abcdef0123456789abcdef-delete");
+        std::fs::rename(dir.join("t-0"), &half).unwrap();
+        std::fs::remove_file(half.join("partition.metadata")).unwrap();
+        let gone_id = "version: 0\ntopic_id: AAAAAAAAAAAAAAAAAAAAAA\n";
+        std::fs::write(dir.join("t-1").join("partition.metadata"), gone_id).unwrap();
+        let broker = open_broker(&dir);
+        broker.log_deleter.wait_idle();
+        let names: Vec<String> = names_in(&dir).into_iter().filter(|n| n.starts_with("t-")).collect();
+        assert_eq!(names, ["t-0", "t-1", "t-2"], "nothing left of the deletes");
+        // The current topic's t-0 and t-1 were not loaded from what the deletes left.
+        let end =
+            |i: i32| broker.replica_manager.partitions().iter().find(|p| p.index == i).unwrap().log.log_end_offset();
+        assert_eq!((end(0), end(1), end(2)), (0, 0, 1));
         drop(broker);
         let _ = std::fs::remove_dir_all(&dir);
     }

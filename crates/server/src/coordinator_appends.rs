@@ -10,6 +10,9 @@
 //! the lock is free for other groups meanwhile, and a partition whose disk stalls holds
 //! up only its own queue.
 //!
+//! The replica manager queues client appends on the same kind of queue, one per
+//! partition (`replica_manager.rs`).
+//!
 //! The queues are not bounded here: each entry is an output of a request the network
 //! layer admitted (`osprey.max.inflight.requests.per.connection`, `max.connections`) or of
 //! a coordinator timer, and stays only until its append has been issued.

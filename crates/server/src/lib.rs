@@ -14,10 +14,13 @@ pub mod fetch_session;
 pub mod groups;
 pub mod handlers;
 pub mod interbroker;
+pub mod log_deleter;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;
 pub mod replies;
 pub mod supported;
 pub mod telemetry;
+#[cfg(test)]
+mod test_support;
 pub mod transactions;

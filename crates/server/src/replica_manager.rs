@@ -2,22 +2,61 @@
 //! topic id and index. Requests find their partition here; each partition's replication
 //! state is its own replica state machine ([`Partition`]). The broker opens the logs
 //! (it is also the log manager) and hands the partitions over.
+//!
+//! Client appends (Produce, and the transactional ones the coordinator lets in) run on
+//! the blocking pool, never on an async worker: a segment roll creates files, the first
+//! batch of a leader epoch fsyncs its checkpoint, and any write may wait for the page
+//! cache. Each partition has one queue ([`ReplicaManager::append_later`]), filled in
+//! the order the requests were dispatched and run in that order, so a partition's
+//! batches land (and are acknowledged) in the order they came, a connection's pipelined
+//! produce requests included, and a partition whose disk stalls holds up only itself.
 
+use crate::coordinator_appends::AppendQueues;
 use crate::partition::Partition;
 use dashmap::DashMap;
 use osprey_cluster::replica::ReplicaConfig;
 use osprey_protocol::Uuid;
 use osprey_storage::LogConfig;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 #[derive(Debug, Default)]
 pub struct ReplicaManager {
     partitions: DashMap<(Uuid, i32), Arc<Partition>>,
+    /// The client appends of each partition, in the order queued.
+    appends: Arc<AppendQueues<(Uuid, i32), AppendJob>>,
+}
+
+/// One queued append.
+struct AppendJob(Box<dyn FnOnce() + Send>);
+
+impl std::fmt::Debug for AppendJob {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AppendJob")
+    }
 }
 
 impl ReplicaManager {
     pub fn new() -> ReplicaManager {
         ReplicaManager::default()
+    }
+
+    /// Runs `append` (an append to `partition` and what decides it) after every append
+    /// queued for the partition before it, on the blocking pool; resolves to its result.
+    /// Bounded by the requests in flight, as the coordinators' queues
+    /// (`coordinator_appends`).
+    pub fn append_later<T: Send + 'static>(
+        &self,
+        partition: &Partition,
+        append: impl FnOnce() -> T + Send + 'static,
+    ) -> oneshot::Receiver<T> {
+        let (tx, rx) = oneshot::channel();
+        let job = AppendJob(Box::new(move || {
+            // Nobody may wait any more (acks=0, a closed connection): the append stands.
+            let _ = tx.send(append());
+        }));
+        self.appends.push((partition.topic_id, partition.index), job, |job: AppendJob| (job.0)());
+        rx
     }
 
     pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {

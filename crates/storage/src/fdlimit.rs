@@ -174,6 +174,14 @@ impl<S: Storage + Clone> Storage for FdLimited<S> {
         self.inner.rename(from, to)
     }
 
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.inner.rename_dir(from, to)
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.inner.remove_dir_all(dir)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.inner.sync_dir(dir)
     }

@@ -16,7 +16,7 @@ pub trait Storage: Debug + Send + Sync + 'static {
     type File: StorageFile;
     /// Creates `dir` and its parents.
     fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
-    /// Names of the files directly in `dir`.
+    /// Names of the files and directories directly in `dir`.
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Opens `path` for reading and writing, creating it if `create`.
     fn open(&self, path: &Path, create: bool) -> io::Result<Self::File>;
@@ -26,6 +26,12 @@ pub trait Storage: Debug + Send + Sync + 'static {
     fn remove(&self, path: &Path) -> io::Result<()>;
     /// Atomically replaces `to` with `from`.
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Renames the directory `from`, with everything in it, to `to` (which must not
+    /// exist); durable once their parent directories are fsynced.
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Deletes the directory `dir` and everything in it. Not atomic: a crash part-way
+    /// may leave any of it behind.
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()>;
     /// Makes creations, renames and deletions in `dir` durable.
     fn sync_dir(&self, dir: &Path) -> io::Result<()>;
 }
@@ -103,6 +109,18 @@ impl Storage for StdStorage {
         std::fs::rename(from, to)
     }
 
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
+        // rename(2) would replace an empty directory at `to`: refuse, as the contract says.
+        if to.exists() {
+            return Err(io::Error::new(io::ErrorKind::AlreadyExists, format!("{} exists", to.display())));
+        }
+        std::fs::rename(from, to)
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::remove_dir_all(dir)
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         File::open(dir)?.sync_all()
     }
@@ -141,7 +159,10 @@ impl StorageFile for File {
 /// keep a seed-chosen prefix of them, in the order they were made (a journaling file
 /// system commits metadata in order). Directories themselves are durable once created:
 /// making a new directory's own entry durable is its creator's job (the broker fsyncs
-/// the data directory after creating partition directories).
+/// the data directory after creating partition directories). Renaming or removing a
+/// directory is a change of a name in its parent like any other: durable once the parent
+/// is fsynced, and a removal's unlinks of the files inside come back with it in a crash
+/// before that.
 #[derive(Debug, Clone, Default)]
 pub struct SimStorage {
     disk: Arc<Mutex<SimDisk>>,
@@ -155,7 +176,10 @@ struct SimDisk {
     durable_files: HashMap<PathBuf, Arc<Mutex<SimData>>>,
     /// Changes to names since their directory's last fsync, oldest first.
     unsynced: Vec<NameChange>,
+    /// The directories as running code sees them.
     dirs: Vec<PathBuf>,
+    /// The directories a crash would leave.
+    durable_dirs: Vec<PathBuf>,
     faults: Arc<Mutex<SimFaults>>,
     /// With [`SimStorage::record_crash_points`]: the disk as a crash would leave it just
     /// before each fsync and each change of a name.
@@ -169,17 +193,28 @@ enum NameChange {
     Unlink(PathBuf),
     /// Atomic, as rename(2) is: a crash shows the file under one name or the other.
     Rename(PathBuf, PathBuf, Arc<Mutex<SimData>>),
+    /// A directory renamed with everything in it; atomic too.
+    RenameDir(PathBuf, PathBuf),
+    /// A directory removed, after the unlinks of everything in it.
+    RemoveDir(PathBuf),
 }
 
 impl NameChange {
     fn touches(&self, dir: &Path) -> bool {
         match self {
-            NameChange::Link(p, _) | NameChange::Unlink(p) => p.parent() == Some(dir),
-            NameChange::Rename(from, to, _) => from.parent() == Some(dir) || to.parent() == Some(dir),
+            NameChange::Link(p, _) | NameChange::Unlink(p) | NameChange::RemoveDir(p) => p.parent() == Some(dir),
+            NameChange::Rename(from, to, _) | NameChange::RenameDir(from, to) => {
+                from.parent() == Some(dir) || to.parent() == Some(dir)
+            }
         }
     }
 
-    fn apply(&self, names: &mut HashMap<PathBuf, Arc<Mutex<SimData>>>) {
+    /// Whether this change renames `dir` or one of its ancestors into place.
+    fn renames_into(&self, dir: &Path) -> bool {
+        matches!(self, NameChange::RenameDir(_, to) if dir.starts_with(to))
+    }
+
+    fn apply(&self, names: &mut HashMap<PathBuf, Arc<Mutex<SimData>>>, dirs: &mut Vec<PathBuf>) {
         match self {
             NameChange::Link(p, data) => {
                 names.insert(p.clone(), data.clone());
@@ -191,6 +226,27 @@ impl NameChange {
                 names.remove(from);
                 names.insert(to.clone(), data.clone());
             }
+            NameChange::RenameDir(from, to) => move_tree(names, dirs, from, to),
+            NameChange::RemoveDir(dir) => {
+                names.retain(|p, _| !p.starts_with(dir));
+                dirs.retain(|d| !d.starts_with(dir));
+            }
+        }
+    }
+}
+
+/// Moves every file and directory at or below `from` to the same place below `to`.
+fn move_tree(names: &mut HashMap<PathBuf, Arc<Mutex<SimData>>>, dirs: &mut [PathBuf], from: &Path, to: &Path) {
+    let moved = |p: &Path| p.strip_prefix(from).ok().map(|rest| to.join(rest));
+    let inside: Vec<PathBuf> = names.keys().filter(|p| p.starts_with(from)).cloned().collect();
+    for old in inside {
+        if let (Some(data), Some(new)) = (names.remove(&old), moved(&old)) {
+            names.insert(new, data);
+        }
+    }
+    for d in dirs.iter_mut() {
+        if let Some(new) = moved(d) {
+            *d = new;
         }
     }
 }
@@ -328,7 +384,7 @@ impl SimStorage {
                 .iter()
                 .filter(|c| match c {
                     NameChange::Link(_, x) | NameChange::Rename(_, _, x) => Arc::ptr_eq(x, d),
-                    NameChange::Unlink(_) => false,
+                    NameChange::Unlink(_) | NameChange::RenameDir(..) | NameChange::RemoveDir(_) => false,
                 })
                 .count();
             1 + durable + journal
@@ -367,10 +423,11 @@ impl SimDisk {
             CrashMode::TearUnsynced { seed } | CrashMode::TearAndGarble { seed } => seed | 1,
         };
         let mut names = self.durable_files.clone();
+        let mut dirs = self.durable_dirs.clone();
         if mode != CrashMode::LoseUnsynced {
             let kept = (xorshift(&mut rng) % (self.unsynced.len() as u64 + 1)) as usize;
             for change in &self.unsynced[..kept] {
-                change.apply(&mut names);
+                change.apply(&mut names, &mut dirs);
             }
         }
         let mut files = HashMap::new();
@@ -395,8 +452,8 @@ impl SimDisk {
             let data = SimData { data: survived.clone(), durable: survived };
             files.insert(path, Arc::new(Mutex::new(data)));
         }
-        let dirs = self.dirs.clone();
-        let disk = SimDisk { durable_files: files.clone(), files, dirs, ..Default::default() };
+        let disk =
+            SimDisk { durable_files: files.clone(), files, durable_dirs: dirs.clone(), dirs, ..Default::default() };
         SimStorage { disk: Arc::new(Mutex::new(disk)) }
     }
 
@@ -423,8 +480,13 @@ impl Storage for SimStorage {
 
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         let mut disk = lock(&self.disk);
-        if !disk.dirs.iter().any(|d| d == dir) {
-            disk.dirs.push(dir.to_path_buf());
+        let SimDisk { dirs, durable_dirs, .. } = &mut *disk;
+        for d in dir.ancestors().filter(|d| !d.as_os_str().is_empty()) {
+            for known in [&mut *dirs, &mut *durable_dirs] {
+                if !known.iter().any(|k| k == d) {
+                    known.push(d.to_path_buf());
+                }
+            }
         }
         Ok(())
     }
@@ -434,12 +496,9 @@ impl Storage for SimStorage {
         if !disk.dirs.iter().any(|d| d == dir) {
             return Err(io::ErrorKind::NotFound.into());
         }
-        Ok(disk
-            .files
-            .keys()
-            .filter(|p| p.parent() == Some(dir))
-            .filter_map(|p| p.file_name()?.to_str().map(str::to_string))
-            .collect())
+        let files = disk.files.keys().filter(|p| p.parent() == Some(dir));
+        let subdirs = disk.dirs.iter().filter(|d| d.parent() == Some(dir));
+        Ok(files.chain(subdirs).filter_map(|p| p.file_name()?.to_str().map(str::to_string)).collect())
     }
 
     fn open(&self, path: &Path, create: bool) -> io::Result<SimFile> {
@@ -460,7 +519,8 @@ impl Storage for SimStorage {
     }
 
     fn exists(&self, path: &Path) -> bool {
-        lock(&self.disk).files.contains_key(path)
+        let disk = lock(&self.disk);
+        disk.files.contains_key(path) || disk.dirs.iter().any(|d| d == path)
     }
 
     fn remove(&self, path: &Path) -> io::Result<()> {
@@ -494,6 +554,39 @@ impl Storage for SimStorage {
         Ok(())
     }
 
+    fn rename_dir(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        if !disk.dirs.iter().any(|d| d == from) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        if disk.dirs.iter().any(|d| d == to) || disk.files.contains_key(to) {
+            return Err(io::ErrorKind::AlreadyExists.into());
+        }
+        disk.crash_point();
+        let SimDisk { files, dirs, unsynced, .. } = &mut *disk;
+        move_tree(files, dirs, from, to);
+        unsynced.push(NameChange::RenameDir(from.to_path_buf(), to.to_path_buf()));
+        Ok(())
+    }
+
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = lock(&self.disk);
+        if !disk.dirs.iter().any(|d| d == dir) {
+            return Err(io::ErrorKind::NotFound.into());
+        }
+        let mut inside: Vec<PathBuf> = disk.files.keys().filter(|p| p.starts_with(dir)).cloned().collect();
+        inside.sort();
+        for path in inside {
+            disk.crash_point();
+            disk.files.remove(&path);
+            disk.unsynced.push(NameChange::Unlink(path));
+        }
+        disk.crash_point();
+        disk.dirs.retain(|d| !d.starts_with(dir));
+        disk.unsynced.push(NameChange::RemoveDir(dir.to_path_buf()));
+        Ok(())
+    }
+
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         let mut disk = lock(&self.disk);
         disk.crash_point();
@@ -504,10 +597,22 @@ impl Storage for SimStorage {
             }
             faults.syncs += 1;
         }
+        let SimDisk { files, durable_files, unsynced, durable_dirs, .. } = &mut *disk;
+        // A journaling file system commits in order: fsyncing a directory that was
+        // renamed into place commits that rename, and everything before it, too.
+        if let Some(last) = unsynced.iter().rposition(|c| c.renames_into(dir)) {
+            for change in unsynced.drain(..=last) {
+                change.apply(durable_files, durable_dirs);
+            }
+        }
         // The directory's entries as they are now become durable, and only they: a
         // change that also touched another directory (a rename between two) is durable
-        // on this side only.
-        let SimDisk { files, durable_files, unsynced, .. } = &mut *disk;
+        // on this side only, but a directory renamed or removed moves with what is in it.
+        for change in unsynced.iter().filter(|c| c.touches(dir)) {
+            if let NameChange::RenameDir(..) | NameChange::RemoveDir(_) = change {
+                change.apply(durable_files, durable_dirs);
+            }
+        }
         durable_files.retain(|p, _| p.parent() != Some(dir));
         for (p, data) in files.iter().filter(|(p, _)| p.parent() == Some(dir)) {
             durable_files.insert(p.clone(), data.clone());
@@ -633,6 +738,34 @@ mod tests {
             let prefixes: [&[&str]; 4] = [&[], &["a"], &["a", "b"], &["a", "b", "c"]];
             assert!(prefixes.iter().any(|p| names == *p), "seed {seed}: {names:?} is not a prefix");
         }
+    }
+
+    #[test]
+    fn a_directory_rename_or_removal_is_durable_once_its_parent_is_fsynced() {
+        let disk = SimStorage::new();
+        let (data, dir) = (Path::new("/data"), Path::new("/data/t-0"));
+        disk.create_dir_all(dir).unwrap();
+        let f = disk.open(&dir.join("a"), true).unwrap();
+        f.write_all_at(b"1", 0).unwrap();
+        f.sync_data().unwrap();
+        disk.sync_dir(dir).unwrap();
+        let gone = Path::new("/data/t-0.x-delete");
+        disk.rename_dir(dir, gone).unwrap();
+        assert_eq!(disk.list(data).unwrap(), vec!["t-0.x-delete".to_string()]);
+        let lost = disk.crash(CrashMode::LoseUnsynced);
+        assert_eq!(lost.list(data).unwrap(), vec!["t-0".to_string()], "the rename was not fsynced");
+        assert_eq!(lost.contents(&dir.join("a")).unwrap(), b"1");
+        disk.sync_dir(data).unwrap();
+        let kept = disk.crash(CrashMode::LoseUnsynced);
+        assert_eq!(kept.list(data).unwrap(), vec!["t-0.x-delete".to_string()]);
+        assert_eq!(kept.contents(&gone.join("a")).unwrap(), b"1");
+
+        disk.remove_dir_all(gone).unwrap();
+        assert!(!disk.exists(gone) && disk.list(data).unwrap().is_empty());
+        let lost = disk.crash(CrashMode::LoseUnsynced);
+        assert_eq!(lost.contents(&gone.join("a")).unwrap(), b"1", "the removal was not fsynced");
+        disk.sync_dir(data).unwrap();
+        assert!(disk.crash(CrashMode::LoseUnsynced).list(data).unwrap().is_empty());
     }
 
     #[test]

@@ -96,6 +96,7 @@
 pub mod batch;
 pub mod cleaner;
 pub mod config;
+pub mod delete;
 pub mod durability;
 pub mod epoch;
 pub mod error;

@@ -9,7 +9,7 @@
 //! The oldest of those bounds the last stable offset; snapshots carry them so the LSO is
 //! right after a restart.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 
 use crate::batch::BatchHeader;
 
@@ -125,6 +125,11 @@ pub enum SequenceCheck {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerStateTable {
     producers: HashMap<i64, ProducerEntry>,
+    /// The ongoing transactions as (first offset, producer id), oldest first: the
+    /// producers' `current_txn_first_offset`s, ordered so that the first unstable offset
+    /// (asked on every append report and read_committed fetch) costs no scan of the
+    /// producers (Kafka's `ongoingTxns`).
+    ongoing_txns: BTreeSet<(i64, i64)>,
 }
 
 impl ProducerStateTable {
@@ -181,7 +186,7 @@ impl ProducerStateTable {
         let mut out = ProducerStateTable::default();
         for id in ids {
             if let Some(e) = self.producers.get(&id) {
-                out.producers.insert(id, e.clone());
+                out.insert(id, e.clone());
             }
         }
         out
@@ -257,7 +262,10 @@ impl ProducerStateTable {
                     entry.epoch = h.producer_epoch;
                     entry.batches.clear();
                 }
-                entry.current_txn_first_offset.get_or_insert(h.base_offset);
+                if entry.current_txn_first_offset.is_none() {
+                    entry.current_txn_first_offset = Some(h.base_offset);
+                    self.ongoing_txns.insert((h.base_offset, h.producer_id));
+                }
             }
             return;
         }
@@ -276,8 +284,9 @@ impl ProducerStateTable {
             last_offset: h.last_offset(),
             max_timestamp: h.max_timestamp,
         });
-        if h.is_transactional() && !h.is_control() {
-            entry.current_txn_first_offset.get_or_insert(h.base_offset);
+        if h.is_transactional() && !h.is_control() && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(h.base_offset);
+            self.ongoing_txns.insert((h.base_offset, h.producer_id));
         }
     }
 
@@ -291,14 +300,28 @@ impl ProducerStateTable {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
         }
-        let first_offset = entry.current_txn_first_offset.take().unwrap_or(h.base_offset);
+        let first_offset = match entry.current_txn_first_offset.take() {
+            Some(first) => {
+                self.ongoing_txns.remove(&(first, h.producer_id));
+                first
+            }
+            None => h.base_offset,
+        };
         CompletedTxn { producer_id: h.producer_id, first_offset, last_offset: h.base_offset, commit }
     }
 
     /// First offset of the oldest ongoing transaction: the last stable offset can be no
-    /// higher. Linear in producers; called per read_committed fetch and per marker.
+    /// higher. O(log n) in the ongoing transactions.
     pub fn first_unstable_offset(&self) -> Option<i64> {
-        self.producers.values().filter_map(|e| e.current_txn_first_offset).min()
+        self.ongoing_txns.first().map(|&(first, _)| first)
+    }
+
+    /// Adds a producer's entry (no entry for it yet) with its ongoing transaction.
+    fn insert(&mut self, id: i64, entry: ProducerEntry) {
+        if let Some(first) = entry.current_txn_first_offset {
+            self.ongoing_txns.insert((first, id));
+        }
+        self.producers.insert(id, entry);
     }
 
     /// Serialises the table (with a trailing CRC-32C so a torn snapshot is detected).
@@ -344,7 +367,7 @@ impl ProducerStateTable {
         if count > (body.len() - r.pos) / ENTRY_HEADER {
             return None;
         }
-        let mut table = ProducerStateTable { producers: HashMap::with_capacity(count) };
+        let mut table = ProducerStateTable { producers: HashMap::with_capacity(count), ongoing_txns: BTreeSet::new() };
         for _ in 0..count {
             let id = r.i64()?;
             let epoch = r.u16()? as i16;
@@ -366,7 +389,10 @@ impl ProducerStateTable {
                     max_timestamp: r.i64()?,
                 });
             }
-            table.producers.insert(id, ProducerEntry { epoch, batches, current_txn_first_offset });
+            if table.producers.contains_key(&id) {
+                return None;
+            }
+            table.insert(id, ProducerEntry { epoch, batches, current_txn_first_offset });
         }
         (r.pos == body.len()).then_some(table)
     }
@@ -519,6 +545,59 @@ mod tests {
         assert_eq!(t.first_unstable_offset(), Some(11));
         marker.producer_epoch = -1;
         assert!(matches!(t.check(&marker), Err(SequenceError::InvalidProducerEpoch { .. })));
+    }
+
+    /// What `first_unstable_offset` must answer: the oldest ongoing transaction's start,
+    /// by a scan of every producer.
+    fn first_unstable_by_scan(t: &ProducerStateTable) -> Option<i64> {
+        t.iter().filter_map(|(_, e)| e.current_txn_first_offset).min()
+    }
+
+    #[test]
+    fn the_first_unstable_offset_follows_transactions_opened_ended_expired_and_restored() {
+        for seed in 1..200u64 {
+            let mut rng = seed;
+            let mut next = |n: u64| {
+                rng ^= rng << 13;
+                rng ^= rng >> 7;
+                rng ^= rng << 17;
+                rng % n
+            };
+            let mut t = ProducerStateTable::default();
+            let mut seqs = [0i32; 8];
+            for offset in 0..300i64 {
+                let pid = next(8) as i64;
+                let mut h = header(pid, 0, seqs[pid as usize], 1, offset);
+                match next(10) {
+                    0..=4 => {
+                        h.attributes = crate::batch::ATTR_TRANSACTIONAL;
+                        seqs[pid as usize] += 1;
+                        t.record(&h);
+                    }
+                    5 => {
+                        // A coordinator's transactional write: no sequence.
+                        h.base_sequence = -1;
+                        h.attributes = crate::batch::ATTR_TRANSACTIONAL;
+                        t.record(&h);
+                    }
+                    6..=7 => {
+                        h.base_sequence = -1;
+                        h.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
+                        t.complete_txn(&h, next(2) == 0);
+                    }
+                    8 => {
+                        t.remove_expired(offset, next(300) as i64);
+                    }
+                    _ => {
+                        // Through a copy and a snapshot, as a checked append and a reload do.
+                        let copy = t.subset(0..8);
+                        assert_eq!(copy, t, "seed {seed}, offset {offset}");
+                        t = ProducerStateTable::from_snapshot(&copy.to_snapshot()).unwrap();
+                    }
+                }
+                assert_eq!(t.first_unstable_offset(), first_unstable_by_scan(&t), "seed {seed}, offset {offset}");
+            }
+        }
     }
 
     #[test]

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{batch, read_all, stamped};
-use osprey_storage::{shutdown, CrashMode, LogConfig, PartitionLog, PriorShutdown, SimStorage};
+use osprey_storage::{delete, shutdown, CrashMode, LogConfig, PartitionLog, PriorShutdown, SimStorage, Storage};
 use std::path::Path;
 
 const DIR: &str = "/data/topic-0";
@@ -283,5 +283,121 @@ fn a_torn_crash_before_a_deferred_seal_ends_the_log_at_the_tear_without_reportin
         drop(all);
         let again = check_image(&image.crash(CrashMode::LoseUnsynced), usize::MAX, &appended, &acked);
         assert!(again.len() >= acked.len(), "seed {seed}");
+    }
+}
+
+/// The two partitions of the topic a test deletes, and one of a topic it keeps.
+const DELETED: [&str; 2] = ["/data/orders-0", "/data/orders-1"];
+const KEPT: &str = "/data/kept-0";
+
+/// A data directory holding [`DELETED`] and [`KEPT`], a few acknowledged batches each
+/// (enough to roll), the logs dropped as the broker drops a deleted partition's. Returns
+/// every partition's records, in the order of `DELETED` then `KEPT`.
+fn data_dir_with_a_topic_to_delete(storage: &SimStorage) -> Vec<Vec<(i64, Vec<u8>)>> {
+    let mut records = Vec::new();
+    for (i, dir) in DELETED.iter().chain([&KEPT]).enumerate() {
+        let log = PartitionLog::open(storage.clone(), *dir, small_segments(), 0).unwrap();
+        let (mut appended, mut acked) = (Vec::new(), Vec::new());
+        let first = 100 * i as u64;
+        append_acked(&log, storage, first..first + 5, &mut appended, &mut acked);
+        assert!(log.segment_count() >= 2);
+        records.push(appended);
+    }
+    storage.sync_dir(Path::new(DATA_DIR)).unwrap();
+    records
+}
+
+/// The broker's delete of a topic: its directories renamed for deletion (durable), then
+/// removed.
+fn delete_topic(storage: &SimStorage) {
+    let dirs: Vec<_> = DELETED.iter().map(std::path::PathBuf::from).collect();
+    let mut ids = (0..).map(|n: u32| format!("{n:032x}"));
+    let renamed = delete::rename_for_delete(storage, Path::new(DATA_DIR), &dirs, &mut || ids.next().unwrap()).unwrap();
+    assert_eq!(renamed.len(), DELETED.len());
+    for dir in renamed {
+        delete::remove(storage, &dir).unwrap();
+    }
+}
+
+/// The broker's first step at start-up: directories an interrupted delete left are
+/// removed, never loaded.
+fn remove_pending_deletes(storage: &SimStorage) {
+    for dir in delete::pending(storage, Path::new(DATA_DIR)).unwrap() {
+        delete::remove(storage, &dir).unwrap();
+    }
+}
+
+/// After start-up on `image`: no directory of a delete is left; each deleted partition is
+/// gone or whole (opens without damage, with every record); the kept topic is whole.
+/// Returns how many of the deleted partitions are present.
+fn check_after_delete(image: &SimStorage, what: &str, records: &[Vec<(i64, Vec<u8>)>]) -> usize {
+    remove_pending_deletes(image);
+    let names = image.list(Path::new(DATA_DIR)).unwrap();
+    assert!(!names.iter().any(|n| delete::is_delete_dir(n)), "{what}: a delete directory survived start-up: {names:?}");
+    let mut present = 0;
+    for (dir, appended) in DELETED.iter().chain([&KEPT]).zip(records) {
+        if !image.exists(Path::new(dir)) {
+            assert_ne!(*dir, KEPT, "{what}: the kept topic is gone");
+            continue;
+        }
+        present += usize::from(*dir != KEPT);
+        let log = PartitionLog::open(image.clone(), *dir, small_segments(), 0).unwrap();
+        let report = log.recovery_report();
+        assert!(report.damaged.is_empty(), "{what}: {dir} loaded half: {report:?}");
+        assert_eq!(read_all(&log), *appended, "{dir} loaded half ({what})");
+    }
+    present
+}
+
+#[test]
+fn a_crash_at_any_step_of_a_topic_delete_leaves_the_topic_whole_or_gone() {
+    let storage = SimStorage::new();
+    let records = data_dir_with_a_topic_to_delete(&storage);
+    storage.record_crash_points();
+    delete_topic(&storage);
+    let mut images = storage.crash_points();
+    images.push(storage.crash(CrashMode::LoseUnsynced));
+    let mut whole = 0;
+    for (point, image) in images.iter().enumerate() {
+        // One directory fsync makes every rename durable at once: all or nothing.
+        match check_after_delete(image, &format!("crash point {point}"), &records) {
+            0 => {}
+            n if n == DELETED.len() => whole += 1,
+            n => panic!("crash point {point}: {n} of the topic's partitions left"),
+        }
+    }
+    assert!(whole > 0, "no crash point before the delete became durable");
+    let last = images.last().unwrap();
+    assert_eq!(check_after_delete(last, "after the delete", &records), 0, "the delete is durable when it returns");
+}
+
+#[test]
+fn a_torn_crash_during_a_topic_delete_leaves_each_partition_whole_or_gone() {
+    for seed in 1..80u64 {
+        let storage = SimStorage::new();
+        let records = data_dir_with_a_topic_to_delete(&storage);
+        delete_topic(&storage);
+        // The removal's unlinks are not fsynced: a seed-chosen prefix of them survives.
+        let mode = if seed % 2 == 0 { CrashMode::TearAndGarble { seed } } else { CrashMode::TearUnsynced { seed } };
+        assert_eq!(check_after_delete(&storage.crash(mode), &format!("seed {seed}"), &records), 0);
+    }
+}
+
+#[test]
+fn a_crash_at_any_step_of_removing_a_left_delete_directory_at_start_up_loads_nothing_of_it() {
+    let storage = SimStorage::new();
+    let records = data_dir_with_a_topic_to_delete(&storage);
+    let dirs: Vec<_> = DELETED.iter().map(std::path::PathBuf::from).collect();
+    let mut ids = (0..).map(|n: u32| format!("{n:032x}"));
+    delete::rename_for_delete(&storage, Path::new(DATA_DIR), &dirs, &mut || ids.next().unwrap()).unwrap();
+    // The process died here; start-up removes what the delete left, and crashes too.
+    let restarted = storage.crash(CrashMode::LoseUnsynced);
+    restarted.record_crash_points();
+    remove_pending_deletes(&restarted);
+    let mut images = restarted.crash_points();
+    assert!(images.len() > 10, "only {} crash points", images.len());
+    images.push(restarted.crash(CrashMode::LoseUnsynced));
+    for (point, image) in images.iter().enumerate() {
+        assert_eq!(check_after_delete(image, &format!("start-up crash point {point}"), &records), 0);
     }
 }

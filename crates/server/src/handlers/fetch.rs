@@ -290,22 +290,17 @@ fn failed(mut data: PartitionData, code: ErrorCode) -> PartitionData {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::Settings;
     use crate::partition::append_coordinator_records;
     use osprey_cluster::NewTopic;
     use osprey_coordinator::group::Record;
     use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::Ordering;
 
     /// A current-thread runtime runs its tasks on the thread that blocks on it; any other
     /// thread it starts is a blocking-pool thread, counted here.
     #[test]
     fn a_fetch_reads_the_log_on_the_blocking_pool() {
-        let dir = std::env::temp_dir().join(format!("osprey-fetch-off-worker-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-        let broker =
-            Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let (broker, dir) = crate::test_support::broker_in("fetch-off-worker");
         let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
         let topic = broker.create_topic(&topic, false).unwrap();
         let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
@@ -313,15 +308,7 @@ mod tests {
         let durable = append_coordinator_records(&partition, &broker.flusher, &[record], None, "test").unwrap();
         durable.blocking_recv().unwrap().unwrap();
 
-        let blocking_threads = Arc::new(AtomicUsize::new(0));
-        let counted = blocking_threads.clone();
-        let runtime = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .on_thread_start(move || {
-                counted.fetch_add(1, Ordering::SeqCst);
-            })
-            .build()
-            .unwrap();
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
         let req = FetchRequest {
             max_wait_ms: 500,
             min_bytes: 1,

@@ -1,5 +1,13 @@
 //! Produce (v3+): validate each partition's single batch, append it, and answer once the
 //! append may be acknowledged (after fsync by default), or never for acks=0.
+//!
+//! The handler decides at dispatch only what needs no disk (the topic, leadership, acks);
+//! each partition's validation and append are queued on the partition's append queue and
+//! run on the blocking pool ([`ReplicaManager::append_later`]), so a segment roll, a
+//! checkpoint fsync or a stalled write never holds up an async worker, and the queue
+//! keeps the partition's batches in dispatch order.
+//!
+//! [`ReplicaManager::append_later`]: crate::replica_manager::ReplicaManager::append_later
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
@@ -10,7 +18,7 @@ use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
-use osprey_protocol::records::{Batches, Compression, RecordBatch, RecordsError};
+use osprey_protocol::records::{Batches, Compression, RecordBatch};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use osprey_storage::batch::BatchError;
 use osprey_storage::{AppendInfo, StorageError};
@@ -18,6 +26,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use tokio::sync::oneshot;
 
 /// A partition's outcome before the durability wait.
 enum Outcome {
@@ -36,6 +45,8 @@ enum Outcome {
     /// Appended later: a transaction version 2 batch whose partition the coordinator
     /// is adding to the transaction first (KIP-890 part 2). Resolves to another outcome.
     Deferred(Pin<Box<dyn Future<Output = Outcome> + Send>>),
+    /// On the partition's append queue: resolves to the outcome of [`append`].
+    Queued(oneshot::Receiver<Outcome>),
 }
 
 struct PartitionOutcome {
@@ -51,7 +62,7 @@ struct TopicOutcome {
 
 pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
     let acks = req.acks;
-    let transactional_id = req.transactional_id.as_deref();
+    let transactional_id: Option<Arc<str>> = req.transactional_id.as_deref().map(Arc::from);
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for topic in req.topic_data {
         let image = broker.image();
@@ -70,7 +81,13 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
                     None => Outcome::Failed(unknown, None),
                     Some((_, partition)) => match check_append(&partition, acks) {
                         Err(outcome) => outcome,
-                        Ok(()) => append(broker, &partition, p.records, version, acks, transactional_id),
+                        Ok(()) => {
+                            let (b, part, id, records) =
+                                (broker.clone(), partition.clone(), transactional_id.clone(), p.records);
+                            Outcome::Queued(broker.replica_manager.append_later(&partition, move || {
+                                append(&b, &part, records, version, acks, id.as_deref())
+                            }))
+                        }
                     },
                 }
             };
@@ -79,8 +96,9 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, partitions });
     }
     if acks == 0 {
-        // Nobody waits for the answer, but deferred appends must still happen.
-        if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Deferred(_))) {
+        // Nobody waits for the answer, but a queued append may defer (transaction version
+        // 2), and what it defers must still happen.
+        if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Queued(_))) {
             tokio::spawn(respond(topics));
         }
         return Reply::Nothing;
@@ -100,6 +118,8 @@ fn check_append(partition: &Partition, acks: i16) -> Result<(), Outcome> {
     })
 }
 
+/// Validates and appends one partition's batch: on the partition's append queue, on the
+/// blocking pool.
 fn append(
     broker: &Arc<Broker>,
     partition: &Arc<Partition>,
@@ -158,9 +178,10 @@ fn not_in_transaction(partition: &Partition, transactional_id: &str, error: Erro
 
 /// A transaction version 2 batch for a partition not yet in its transaction: the
 /// coordinator adds the partition (AddPartitionsToTxn v5 on the client's behalf, durable
-/// before it answers), then the batch is appended under the marker lock. The append waits
-/// in the response future, which the connection polls in request order, so batches of
-/// one producer still land in the order they were sent.
+/// before it answers), then the batch is appended under the marker lock, on the
+/// partition's append queue. The append is queued by the response future, which the
+/// connection polls in request order, so batches of one producer still land in the order
+/// they were sent.
 fn add_then_append(
     broker: &Arc<Broker>,
     partition: &Arc<Partition>,
@@ -191,14 +212,16 @@ fn add_then_append(
     Outcome::Deferred(Box::pin(async move {
         let _waiting = waiting;
         let error = crate::transactions::add_implicitly(broker.clone(), transaction, rx).await;
-        let appended = if error == ErrorCode::NONE {
-            broker.transactions.append_transactional(&partition, &transactional_id, producer, || {
-                append_checked(&broker, &partition, records, acks)
-            })
-        } else {
-            Err(error)
-        };
-        appended.unwrap_or_else(|error| not_in_transaction(&partition, &transactional_id, error, version))
+        if error != ErrorCode::NONE {
+            return not_in_transaction(&partition, &transactional_id, error, version);
+        }
+        let (b, part) = (broker.clone(), partition.clone());
+        let queued = broker.replica_manager.append_later(&partition, move || {
+            b.transactions
+                .append_transactional(&part, &transactional_id, producer, || append_checked(&b, &part, records, acks))
+                .unwrap_or_else(|error| not_in_transaction(&part, &transactional_id, error, version))
+        });
+        queued.await.unwrap_or_else(|_| never_ran())
     }))
 }
 
@@ -303,18 +326,9 @@ fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_by
             }
         })
     };
-    // Batches as producers send them inflate to well under a MiB and are walked here, on
-    // the connection's task. One inflating further (up to the budget: tens of ms of CPU)
-    // is walked again with the whole budget, after telling the runtime to move this
-    // worker's other tasks elsewhere; the request still completes before the next one of
-    // its connection, so appends keep their order.
-    let walked = match walk(max_decompressed_bytes.min(INLINE_DECOMPRESSED_BYTES)) {
-        Err(RecordsError::DecompressionBudgetExceeded { .. }) if max_decompressed_bytes > INLINE_DECOMPRESSED_BYTES => {
-            off_the_worker(|| walk(max_decompressed_bytes))
-        }
-        walked => walked,
-    };
-    if let Err(e) = walked {
+    // On the partition's append queue (the blocking pool): a batch inflating up to the
+    // budget takes tens of ms of CPU there, off the async workers.
+    if let Err(e) = walk(max_decompressed_bytes) {
         // Kafka checks the CRC before it reads a record: a batch damaged in transit is
         // CORRUPT_MESSAGE, whatever its records now look like. Computed here only for a
         // refused batch; the log checks it for every batch it appends.
@@ -334,18 +348,11 @@ fn check_records(partition: &Partition, batch: &RecordBatch, max_decompressed_by
     Err(Outcome::Rejected { code: ErrorCode::INVALID_RECORD, message, record_errors: keyless })
 }
 
-/// Decompressed bytes a batch's records may take while they are walked on the
-/// connection's task; a batch inflating further is walked by [`off_the_worker`].
-const INLINE_DECOMPRESSED_BYTES: usize = 1 << 20;
-
-/// Runs CPU-heavy work with the runtime told that this worker blocks (its other tasks
-/// move to another worker), where the runtime can do that: a multi-threaded one.
-fn off_the_worker<T>(work: impl FnOnce() -> T) -> T {
-    use tokio::runtime::{Handle, RuntimeFlavor};
-    match Handle::try_current().map(|h| h.runtime_flavor()) {
-        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(work),
-        _ => work(),
-    }
+/// The outcome of a queued append whose job was dropped unrun (only a panic does that,
+/// and a release build aborts on one).
+fn never_ran() -> Outcome {
+    telemetry::error_code(ApiKey::Produce, ErrorCode::UNKNOWN_SERVER_ERROR);
+    Outcome::Failed(ErrorCode::UNKNOWN_SERVER_ERROR, Some("the append did not run".into()))
 }
 
 fn code_of(code: i16) -> ErrorCode {
@@ -375,15 +382,18 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
         let mut out = TopicProduceResponse { name: topic.name, topic_id: topic.topic_id, ..Default::default() };
         for p in topic.partitions {
             let mut r = PartitionProduceResponse { index: p.index, base_offset: -1, ..Default::default() };
-            let outcome = match p.outcome {
-                Outcome::Deferred(deferred) => deferred.await,
-                other => other,
+            let mut outcome = p.outcome;
+            // A queued append may defer; a deferred one queues its append and resolves to
+            // its outcome, so this ends after at most two rounds.
+            let outcome = loop {
+                outcome = match outcome {
+                    Outcome::Queued(queued) => queued.await.unwrap_or_else(|_| never_ran()),
+                    Outcome::Deferred(deferred) => deferred.await,
+                    done => break done,
+                };
             };
             match outcome {
-                Outcome::Deferred(_) => {
-                    // A deferred append never defers again.
-                    r.error_code = ErrorCode::UNKNOWN_SERVER_ERROR.code();
-                }
+                Outcome::Deferred(_) | Outcome::Queued(_) => unreachable!("resolved above"),
                 Outcome::Failed(code, message) => {
                     r.error_code = code.code();
                     r.error_message = message;
@@ -427,4 +437,68 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
         resp.responses.push(out);
     }
     ResponseBody::Produce(resp)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::handle;
+    use crate::dispatch::Reply;
+    use osprey_cluster::NewTopic;
+    use osprey_protocol::messages::{produce_request, ProduceRequest};
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    use osprey_protocol::ResponseBody;
+    use std::sync::atomic::Ordering;
+
+    fn produce(topic: &str, value: &[u8]) -> ProduceRequest {
+        let mut batch = BatchBuilder::new(Compression::None);
+        batch.append(0, Some(b"k"), Some(value), &[]).unwrap();
+        ProduceRequest {
+            acks: -1,
+            timeout_ms: 30_000,
+            topic_data: vec![produce_request::TopicProduceData {
+                name: topic.into(),
+                partition_data: vec![produce_request::PartitionProduceData {
+                    index: 0,
+                    records: Some(batch.build().unwrap().into_bytes()),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// A current-thread runtime runs its tasks on the thread that blocks on it; any other
+    /// thread it starts is a blocking-pool thread, counted here. The first batches of a new
+    /// partition write its leader-epoch checkpoint (fsyncs) and
+    /// roll at every batch (14-byte segments): none of it may run on the async worker.
+    #[test]
+    fn produce_appends_and_rolls_on_the_blocking_pool_in_the_order_dispatched() {
+        let (broker, dir) = crate::test_support::broker_in("produce-off-worker");
+        let configs = [("segment.bytes".to_string(), "14".to_string())].into_iter().collect();
+        let topic =
+            NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, configs, ..Default::default() };
+        let topic = broker.create_topic(&topic, false).unwrap();
+        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
+        let offsets = runtime.block_on(async {
+            // Pipelined: every request dispatched before any answer is awaited.
+            let replies: Vec<Reply> = (0..5u8).map(|i| handle(&broker, produce("t", &[i]), 9)).collect();
+            let mut offsets = Vec::new();
+            for reply in replies {
+                let Reply::Later(pending) = reply else { panic!("{reply:?}") };
+                let ResponseBody::Produce(resp) = pending.await else { panic!("not a Produce answer") };
+                let answer = &resp.responses[0].partition_responses[0];
+                assert_eq!(answer.error_code, 0, "{:?}", answer.error_message);
+                offsets.push(answer.base_offset);
+            }
+            offsets
+        });
+        assert_eq!(offsets, [0, 1, 2, 3, 4], "appended in the order dispatched");
+        assert!(partition.log.segment_count() >= 5, "every batch rolled");
+        assert!(blocking_threads.load(Ordering::SeqCst) > 0, "the appends ran on the async worker");
+        drop((partition, broker));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

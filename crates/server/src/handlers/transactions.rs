@@ -166,13 +166,30 @@ fn add_offsets_to_txn(
 
 /// EndTxn v0-5: commit or abort; answered once PrepareCommit / PrepareAbort is durable.
 /// v5 (transaction version 2) bumps the epoch and answers the producer's new id and epoch.
+/// When its epoch runs out the producer gets a new id: if the block of producer ids is
+/// used up, the next is reserved first on the blocking pool (a metadata-log write), as for
+/// InitProducerId, so the coordinator's call (under its lock) writes nothing.
 pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply {
+    if version < 5 || !broker.producer_ids_used_up() {
+        return Reply::Later(end_transaction(broker, req, version));
+    }
+    let broker = broker.clone();
+    // Ordered: the connection's next request waits until this one reached the coordinator.
+    Reply::Ordered(Box::pin(async move {
+        let b = broker.clone();
+        // A failure here is met again, and answered, by the coordinator's own call.
+        let _ = tokio::task::spawn_blocking(move || b.reserve_producer_ids()).await;
+        end_transaction(&broker, req, version).await
+    }))
+}
+
+fn end_transaction(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Pending {
     let rx = broker.transactions.call_later(broker, |c, reply, now| {
         // Transaction version 2 may move the producer to a new id when its epoch runs out.
         let mut next = || broker.next_producer_id().map_err(|e| e.code);
         c.end_txn(&req, version, reply, &mut next, now)
     });
-    Reply::Later(Box::pin(async move {
+    Box::pin(async move {
         let resp = match rx.await {
             Ok(txn::Response::EndTxn(r)) => r,
             _ => EndTxnResponse {
@@ -184,7 +201,7 @@ pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply 
         };
         count_error(ApiKey::EndTxn, resp.error_code);
         ResponseBody::EndTxn(resp)
-    }))
+    })
 }
 
 /// InitProducerId with a transactional id: the coordinator's answer, once durable. When
@@ -363,7 +380,10 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
 /// WriteTxnMarkers v1-2: markers for partitions led here (an admin's abort of a hanging
 /// transaction, or another broker's coordinator); answered once each is durable.
 pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
-    type Pending = (i32, crate::partition::Acknowledgement);
+    // Each marker is written on its partition's append queue (the blocking pool, in order
+    // with the partition's produce appends), then waits to be acknowledged.
+    type Written = Result<crate::partition::Acknowledgement, osprey_storage::StorageError>;
+    type Pending = (i32, tokio::sync::oneshot::Receiver<Written>);
     let mut markers = Vec::new();
     for m in req.markers {
         let mut topics = Vec::new();
@@ -379,14 +399,12 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
                     continue;
                 };
                 let marker = (m.producer_id, m.producer_epoch, m.coordinator_epoch, m.transaction_result);
-                match broker.transactions.append_marker_locked(&partition, marker) {
-                    Ok(info) => partitions.push(Ok((index, partition.acknowledged(info.last_offset, &broker.flusher)))),
-                    Err(e) => {
-                        let code = crate::handlers::produce::storage_error_code(&e);
-                        tracing::warn!(topic = %t.name, partition = index, error = %e, "WriteTxnMarkers: marker not written");
-                        partitions.push(Err((index, code)));
-                    }
-                }
+                let (b, part) = (broker.clone(), partition.clone());
+                let written = broker.replica_manager.append_later(&partition, move || {
+                    let info = b.transactions.append_marker_locked(&part, marker)?;
+                    Ok(part.acknowledged(info.last_offset, &b.flusher))
+                });
+                partitions.push(Ok((index, written)));
             }
             topics.push((t.name, topic_image.map(|ti| ti.id), partitions));
         }
@@ -402,14 +420,21 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
                 for p in partitions {
                     let (partition_index, error) = match p {
                         Err((index, code)) => (index, code),
-                        Ok((index, rx)) => match rx.await {
-                            Ok(Ok(())) => {
-                                if let Some(id) = topic_id {
-                                    marker_durable(&broker, id, &(name.clone(), index), producer_id, committed);
+                        Ok((index, written)) => match written.await {
+                            Ok(Ok(acknowledged)) => match acknowledged.await {
+                                Ok(Ok(())) => {
+                                    if let Some(id) = topic_id {
+                                        marker_durable(&broker, id, &(name.clone(), index), producer_id, committed);
+                                    }
+                                    (index, ErrorCode::NONE)
                                 }
-                                (index, ErrorCode::NONE)
+                                _ => (index, ErrorCode::KAFKA_STORAGE_ERROR),
+                            },
+                            Ok(Err(e)) => {
+                                tracing::warn!(topic = %name, partition = index, error = %e, "WriteTxnMarkers: marker not written");
+                                (index, crate::handlers::produce::storage_error_code(&e))
                             }
-                            _ => (index, ErrorCode::KAFKA_STORAGE_ERROR),
+                            Err(_) => (index, ErrorCode::UNKNOWN_SERVER_ERROR),
                         },
                     };
                     count_error(ApiKey::WriteTxnMarkers, error.code());
@@ -507,5 +532,81 @@ fn count_error(api: ApiKey, code: i16) {
         if let Some(e) = ErrorCode::from_code(code) {
             telemetry::error_code(api, e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::write_txn_markers;
+    use crate::dispatch::Reply;
+    use osprey_cluster::NewTopic;
+    use osprey_protocol::messages::write_txn_markers_request::{WritableTxnMarker, WritableTxnMarkerTopic};
+    use osprey_protocol::messages::WriteTxnMarkersRequest;
+    use osprey_protocol::ResponseBody;
+    use std::sync::atomic::Ordering;
+
+    #[test]
+    fn end_txn_v5_reserves_producer_ids_on_the_blocking_pool_not_under_the_coordinator_lock() {
+        let (broker, dir) = crate::test_support::broker_in("end-txn-ids");
+        crate::transactions::ensure_state_topic(&broker).unwrap();
+        assert!(broker.producer_ids_used_up(), "a new broker has no block of producer ids yet");
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
+        let req = osprey_protocol::messages::EndTxnRequest {
+            transactional_id: "txn".into(),
+            producer_id: 1,
+            producer_epoch: i16::MAX - 1,
+            committed: true,
+            ..Default::default()
+        };
+        runtime.block_on(async {
+            match super::end_txn(&broker, req, 5) {
+                Reply::Later(pending) | Reply::Ordered(pending) => drop(pending.await),
+                other => panic!("{other:?}"),
+            }
+        });
+        assert!(!broker.producer_ids_used_up(), "the next block was reserved before the coordinator's call");
+        assert!(blocking_threads.load(Ordering::SeqCst) > 0, "reserved on the async worker");
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A current-thread runtime runs its tasks on the thread that blocks on it; any other
+    /// thread it starts is a blocking-pool thread, counted here. The marker is the first
+    /// batch of its partition: its leader-epoch checkpoint fsyncs there too.
+    #[test]
+    fn write_txn_markers_writes_the_marker_on_the_blocking_pool() {
+        let (broker, dir) = crate::test_support::broker_in("markers-off-worker");
+        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        let topic = broker.create_topic(&topic, false).unwrap();
+        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+
+        let (runtime, blocking_threads) = crate::test_support::counting_runtime();
+        let req = WriteTxnMarkersRequest {
+            markers: vec![WritableTxnMarker {
+                producer_id: 7,
+                producer_epoch: 0,
+                transaction_result: false,
+                topics: vec![WritableTxnMarkerTopic {
+                    name: "t".into(),
+                    partition_indexes: vec![0],
+                    ..Default::default()
+                }],
+                coordinator_epoch: 0,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let body = runtime.block_on(async {
+            match write_txn_markers(&broker, req) {
+                Reply::Later(pending) => pending.await,
+                other => panic!("{other:?}"),
+            }
+        });
+        let ResponseBody::WriteTxnMarkers(resp) = body else { panic!("not a WriteTxnMarkers answer") };
+        assert_eq!(resp.markers[0].topics[0].partitions[0].error_code, 0);
+        assert_eq!(partition.log.log_end_offset(), 1, "the marker was written");
+        assert!(blocking_threads.load(Ordering::SeqCst) > 0, "the marker was written on the async worker");
+        drop((partition, broker));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
