@@ -1,0 +1,488 @@
+//! The active controller (Kafka's `QuorumController`): Kafka's controller APIs decided
+//! on the metadata image and committed through the quorum (crates/cluster/DESIGN.md,
+//! "The active controller").
+//!
+//! One task takes requests in arrival order. While this node leads the quorum it decides
+//! each on the *speculative image* (the applied image plus every record proposed and not
+//! yet applied, Kafka's approach), proposes the request's records as one batch, and
+//! answers once that batch is committed; the next request is decided at once, on the
+//! image that already includes this one's records. A decision that writes nothing is
+//! answered once everything proposed before it is committed, so answers never get ahead
+//! of the log.
+//!
+//! Becoming active: the quorum elected this node and its log is applied up to its last
+//! entry (the new term's first entry included, so everything earlier leaders committed
+//! is in the image); then every registered broker gets a fresh heartbeat session
+//! (`activate`), so none is fenced for heartbeats the previous controller received.
+//! Losing leadership (or a proposal refused as not the leader): pending answers become
+//! NOT_CONTROLLER, the speculative image is dropped, and every new request is answered
+//! NOT_CONTROLLER until this node is active again.
+//!
+//! A timer fences brokers whose session expired (`broker.session.timeout.ms`) and runs
+//! the periodic unclean election (`unclean.leader.election.interval.ms`).
+//!
+//! **Metadata offsets.** A broker's "metadata offset" (BrokerHeartbeat's
+//! `current_metadata_offset`, a registration's `register_offset`, the broker epoch) is
+//! the offset of a metadata *record*: records are numbered from 0 in log order across
+//! all batches, as in Kafka's `__cluster_metadata`, and openraft's own entries (a new
+//! leader's blank entry, membership changes) have none. It is `MetadataImage::applied`
+//! counted on the same records on every node, so the controller can give a broker its
+//! epoch (the offset of its registration record) when it decides, before the batch has
+//! an openraft index. A broker reports the offset of the last record it applied.
+
+use super::apis::{ControllerApis, ControllerReply};
+use super::decisions::{self, Controls};
+use osprey_cluster::cluster_control::{ClusterControl, ClusterControlConfig};
+use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::quorum::{ProposeError, Quorum};
+use osprey_cluster::topic_control::TopicControl;
+use osprey_cluster::{MetadataImage, MetadataRecord};
+use osprey_protocol::{ErrorCode, RequestBody, RequestHeader, ResponseBody};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::Poll;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+/// The API keys and versions the active controller serves: Kafka 4.4's controller's
+/// ranges, as in protocol-specs.
+pub const SUPPORTED: [(i16, i16, i16); 7] =
+    [(19, 2, 7), (20, 1, 6), (37, 0, 3), (56, 2, 3), (62, 0, 4), (63, 0, 2), (67, 0, 0)];
+
+/// A topic config check for CreateTopics (the broker's own, by default).
+pub type TopicConfigCheck = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
+
+/// How the active controller runs. Kafka's config names where Kafka has one.
+#[derive(Clone)]
+pub struct ActiveControllerConfig {
+    /// `cluster.id` (brokers must register with it), `broker.session.timeout.ms`, and
+    /// the cluster default of `unclean.leader.election.enable`.
+    pub cluster: ClusterControlConfig,
+    /// `num.partitions`, for a CreateTopics that asks for -1.
+    pub default_partitions: i32,
+    /// `default.replication.factor`, for a CreateTopics that asks for -1.
+    pub default_replication_factor: i16,
+    /// `osprey.max.partitions`: the most partitions the cluster may hold.
+    pub max_partitions: i32,
+    /// `request.timeout.ms` (30000): the longest an answer waits for its records to
+    /// commit (a request's own smaller `timeout_ms` wins); then REQUEST_TIMED_OUT.
+    pub request_timeout_ms: u64,
+    /// `unclean.leader.election.interval.ms` (Kafka's default 300000): how often offline
+    /// partitions of topics that allow it get an unclean leader.
+    pub unclean_leader_election_interval_ms: u64,
+    /// The most requests queued for the controller task; more are answered
+    /// REQUEST_TIMED_OUT (retriable) rather than held without bound.
+    pub max_queued_requests: usize,
+    /// Seeds replica placement (tests replay a placement); `None`: from entropy.
+    pub placement_seed: Option<u64>,
+    pub validate_topic_config: TopicConfigCheck,
+}
+
+impl ActiveControllerConfig {
+    /// Kafka's defaults for a cluster with this id.
+    pub fn new(cluster_id: impl Into<String>) -> ActiveControllerConfig {
+        ActiveControllerConfig {
+            cluster: ClusterControlConfig {
+                cluster_id: cluster_id.into(),
+                broker_session_timeout_ms: osprey_cluster::controller::DEFAULT_BROKER_SESSION_TIMEOUT_MS,
+                unclean_leader_election_enable: false,
+            },
+            default_partitions: 1,
+            default_replication_factor: 1,
+            max_partitions: osprey_cluster::controller::MAX_PARTITIONS_PER_TOPIC,
+            request_timeout_ms: 30_000,
+            unclean_leader_election_interval_ms: 300_000,
+            max_queued_requests: 4096,
+            placement_seed: None,
+            validate_topic_config: Arc::new(|k, v| crate::config::validate_topic_config(k, v).map_err(|e| e.to_string())),
+        }
+    }
+}
+
+impl std::fmt::Debug for ActiveControllerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ActiveControllerConfig")
+            .field("cluster", &self.cluster)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One request waiting for the controller task.
+#[derive(Debug)]
+struct Queued {
+    version: i16,
+    body: RequestBody,
+    reply: oneshot::Sender<ResponseBody>,
+}
+
+/// The handle the controller listener calls; the task stops when it is dropped.
+#[derive(Debug)]
+pub struct ActiveController {
+    requests: mpsc::Sender<Queued>,
+    active: watch::Receiver<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ActiveController {
+    /// Starts the controller task over this quorum member. Call inside a tokio runtime.
+    pub fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig) -> ActiveController {
+        let (requests, receiver) = mpsc::channel(config.max_queued_requests.max(1));
+        let (active_tx, active) = watch::channel(false);
+        let core = Core::new(quorum, config, active_tx);
+        let task = tokio::spawn(core.run(receiver));
+        ActiveController { requests, active, task }
+    }
+
+    /// Whether this node is the active controller now (leads the quorum and has applied
+    /// its log): what `ActiveControllerCount` reports.
+    pub fn is_active(&self) -> bool {
+        *self.active.borrow()
+    }
+
+    /// Changes of [`ActiveController::is_active`], for a caller that waits for them.
+    pub fn watch_active(&self) -> watch::Receiver<bool> {
+        self.active.clone()
+    }
+}
+
+impl Drop for ActiveController {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ControllerApis for ActiveController {
+    fn supported(&self) -> Vec<(i16, i16, i16)> {
+        SUPPORTED.to_vec()
+    }
+
+    fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply {
+        let version = header.request_api_version;
+        let fallback = decisions::failed(&body, version, ErrorCode::NOT_CONTROLLER, "The controller stopped.");
+        let (reply, answer) = oneshot::channel();
+        // Queued here, not in the returned future, so requests take effect in the order
+        // `handle` is called whatever order the futures are polled in.
+        if let Err(e) = self.requests.try_send(Queued { version, body, reply }) {
+            let busy = matches!(e, mpsc::error::TrySendError::Full(_));
+            let Queued { body, .. } = e.into_inner();
+            let response = if busy {
+                tracing::warn!("controller request queue full; answering REQUEST_TIMED_OUT");
+                decisions::failed(&body, version, ErrorCode::REQUEST_TIMED_OUT, "The controller is overloaded.")
+            } else {
+                fallback
+            };
+            return Box::pin(async move { response });
+        }
+        Box::pin(async move { answer.await.unwrap_or(fallback) })
+    }
+}
+
+/// This node's term as the active controller and what it has proposed.
+struct Active {
+    term: u64,
+    /// The applied image plus every record proposed in this term and not yet applied.
+    speculative: MetadataImage,
+    /// Set when the most recent proposal has its outcome; a decision that writes
+    /// nothing is answered after it.
+    last_proposal: Option<watch::Receiver<bool>>,
+    next_unclean_election: Instant,
+}
+
+/// The controller task's state.
+struct Core {
+    quorum: Arc<Quorum>,
+    config: ActiveControllerConfig,
+    cluster: ClusterControl,
+    topics: TopicControl,
+    active: Option<Active>,
+    active_tx: watch::Sender<bool>,
+    started: Instant,
+    /// Proposals that failed in a way that ends this term's activity.
+    failures: (mpsc::UnboundedSender<u64>, mpsc::UnboundedReceiver<u64>),
+}
+
+impl Core {
+    fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
+        let mut topics =
+            TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
+        topics.set_max_partitions(config.max_partitions);
+        if let Some(seed) = config.placement_seed {
+            topics.set_placement_seed(seed);
+        }
+        Core {
+            cluster: ClusterControl::new(config.cluster.clone()),
+            topics,
+            quorum,
+            config,
+            active: None,
+            active_tx,
+            started: Instant::now(),
+            failures: mpsc::unbounded_channel(),
+        }
+    }
+
+    async fn run(mut self, mut requests: mpsc::Receiver<Queued>) {
+        let mut metrics = self.quorum.metrics();
+        let mut quorum_running = true;
+        loop {
+            self.check_leadership();
+            let wake = self.next_wake();
+            tokio::select! {
+                biased;
+                changed = metrics.changed(), if quorum_running => {
+                    if changed.is_err() {
+                        quorum_running = false;
+                        self.deactivate("the quorum stopped");
+                    }
+                }
+                Some(term) = self.failures.1.recv() => {
+                    if self.active.as_ref().is_some_and(|a| a.term == term) {
+                        self.deactivate("a proposal was refused");
+                    }
+                }
+                queued = requests.recv() => match queued {
+                    Some(q) => self.handle(q),
+                    None => break,
+                },
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(far_future)), if wake.is_some() => self.on_timer(),
+            }
+        }
+        self.deactivate("the controller stopped");
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.started.elapsed().as_millis() as i64
+    }
+
+    /// Becomes active once this node leads and has applied its whole log; stops being
+    /// active when it no longer leads or the term moved on.
+    fn check_leadership(&mut self) {
+        let leads = self.quorum.is_leader();
+        let (term, caught_up) = {
+            let metrics = self.quorum.metrics();
+            let m = metrics.borrow();
+            let applied = m.last_applied.map(|l| l.index);
+            (m.current_term, applied.is_some() && applied >= m.last_log_index)
+        };
+        match &self.active {
+            Some(a) if !leads || a.term != term => self.deactivate("leadership moved"),
+            None if leads && caught_up => self.activate(term),
+            _ => {}
+        }
+    }
+
+    fn activate(&mut self, term: u64) {
+        let image = self.quorum.with_applied(|a| a.image.clone());
+        let now_ms = self.now_ms();
+        self.cluster.activate(&image, now_ms);
+        tracing::info!(term, records = image.applied, "Becoming the active controller.");
+        let interval = Duration::from_millis(self.config.unclean_leader_election_interval_ms.max(1));
+        self.active = Some(Active {
+            term,
+            speculative: image,
+            last_proposal: None,
+            next_unclean_election: Instant::now() + interval,
+        });
+        let _ = self.active_tx.send(true);
+        metrics::gauge!("osprey_controller_active_count").set(1.0);
+        self.report_gauges();
+    }
+
+    fn deactivate(&mut self, why: &str) {
+        let Some(a) = self.active.take() else { return };
+        tracing::info!(term = a.term, why, "No longer the active controller.");
+        let _ = self.active_tx.send(false);
+        metrics::gauge!("osprey_controller_active_count").set(0.0);
+        for name in [
+            "osprey_controller_fenced_broker_count",
+            "osprey_controller_active_broker_count",
+            "osprey_controller_offline_partitions_count",
+        ] {
+            metrics::gauge!(name).set(0.0);
+        }
+    }
+
+    fn handle(&mut self, q: Queued) {
+        let Some(active) = &mut self.active else {
+            let _ = q.reply.send(not_controller(&q.body, q.version));
+            return;
+        };
+        let now_ms = self.started.elapsed().as_millis() as i64;
+        let validate = self.config.validate_topic_config.clone();
+        let mut controls = Controls {
+            cluster: &mut self.cluster,
+            topics: &mut self.topics,
+            validate_topic_config: &*validate,
+            now_ms,
+        };
+        let Some(decided) = decisions::decide(&mut controls, &mut active.speculative, q.version, &q.body) else {
+            let _ = q.reply.send(decisions::failed(&q.body, q.version, ErrorCode::UNSUPPORTED_VERSION, "Not served."));
+            return;
+        };
+        let deadline = decisions::request_timeout_ms(&q.body)
+            .map_or(self.config.request_timeout_ms, |ms| ms.min(self.config.request_timeout_ms));
+        self.propose(decided.records, Answer { version: q.version, body: q.body, ok: decided.response, reply: q.reply }, deadline);
+        self.report_gauges();
+    }
+
+    /// Proposes `records` (if any) and answers once they commit.
+    fn propose(&mut self, records: Vec<MetadataRecord>, answer: Answer, deadline_ms: u64) {
+        let Some(active) = &mut self.active else {
+            let _ = answer.reply.send(not_controller(&answer.body, answer.version));
+            return;
+        };
+        if records.is_empty() {
+            match active.last_proposal.clone() {
+                Some(mut done) if !*done.borrow() => {
+                    tokio::spawn(async move {
+                        let _ = done.wait_for(|d| *d).await;
+                        let _ = answer.reply.send(answer.ok);
+                    });
+                }
+                _ => {
+                    let _ = answer.reply.send(answer.ok);
+                }
+            }
+            return;
+        }
+        let quorum = self.quorum.clone();
+        let mut proposal: Pin<Box<dyn Future<Output = _> + Send>> =
+            Box::pin(async move { quorum.propose(records).await });
+        // Polled once here: the first poll hands the batch to openraft's queue, so the
+        // batches of requests decided one after the other are in the log in that order.
+        let first = poll_once(proposal.as_mut());
+        if let Poll::Ready(Err(e)) = &first {
+            // Never reached the log, but its records are in the speculative image: it is
+            // no longer the log's future, so this term's activity ends (Kafka renounces).
+            tracing::warn!(error = %e, "proposal refused before it reached the log");
+            let response = answer.failure(e);
+            let _ = answer.reply.send(response);
+            self.deactivate("a proposal was refused");
+            return;
+        }
+        let (done_tx, done) = watch::channel(false);
+        active.last_proposal = Some(done);
+        let failures = self.failures.0.clone();
+        let term = active.term;
+        tokio::spawn(async move {
+            let outcome = match first {
+                Poll::Ready(outcome) => outcome,
+                Poll::Pending => tokio::time::timeout(Duration::from_millis(deadline_ms), proposal)
+                    .await
+                    .unwrap_or(Err(ProposeError::TimedOut)),
+            };
+            let response = match &outcome {
+                Ok(_) => answer.ok,
+                Err(e) => answer.failure(e),
+            };
+            let _ = answer.reply.send(response);
+            let _ = done_tx.send(true);
+            if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
+                let _ = failures.send(term);
+            }
+        });
+    }
+
+    /// When the timer next has work: a session deadline or the unclean election.
+    fn next_wake(&self) -> Option<Instant> {
+        let active = self.active.as_ref()?;
+        let session = self
+            .cluster
+            .next_deadline(&active.speculative)
+            .map(|ms| self.started + Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0) + 1));
+        Some(session.map_or(active.next_unclean_election, |s| s.min(active.next_unclean_election)))
+    }
+
+    /// Fences brokers whose session expired, one proposal each (each election sees the
+    /// previous one's result), and runs the unclean election when due.
+    fn on_timer(&mut self) {
+        let now_ms = self.now_ms();
+        loop {
+            let Some(active) = &mut self.active else { return };
+            let result = self.cluster.tick(&active.speculative, now_ms);
+            let Some(broker) = result.response else { break };
+            for r in &result.records {
+                active.speculative.apply(r);
+            }
+            tracing::info!(broker, "broker fenced: its session expired");
+            self.propose_internal(result.records);
+        }
+        let interval = Duration::from_millis(self.config.unclean_leader_election_interval_ms.max(1));
+        let Some(active) = &mut self.active else { return };
+        if Instant::now() >= active.next_unclean_election {
+            active.next_unclean_election = Instant::now() + interval;
+            let result = self.cluster.elect_unclean_leaders(&active.speculative);
+            if result.response > 0 {
+                for r in &result.records {
+                    active.speculative.apply(r);
+                }
+                tracing::warn!(partitions = result.response, "unclean leader election");
+                self.propose_internal(result.records);
+            }
+        }
+        self.report_gauges();
+    }
+
+    /// A proposal of the controller's own (fencing, elections): no one waits for it.
+    fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
+        let (reply, _) = oneshot::channel();
+        let answer = Answer {
+            version: 0,
+            body: RequestBody::ApiVersions(Default::default()),
+            ok: ResponseBody::ApiVersions(Default::default()),
+            reply,
+        };
+        self.propose(records, answer, self.config.request_timeout_ms);
+    }
+
+    /// Kafka's controller metrics, from the speculative image.
+    fn report_gauges(&self) {
+        let Some(active) = &self.active else { return };
+        let image = &active.speculative;
+        let fenced = image.brokers().filter(|b| b.fenced).count();
+        let unfenced = image.brokers().count() - fenced;
+        let offline = image.topics().flat_map(|t| &t.partitions).filter(|p| p.leader == NO_LEADER).count();
+        metrics::gauge!("osprey_controller_fenced_broker_count").set(fenced as f64);
+        metrics::gauge!("osprey_controller_active_broker_count").set(unfenced as f64);
+        metrics::gauge!("osprey_controller_offline_partitions_count").set(offline as f64);
+    }
+}
+
+/// A request's answers: `ok` once its records commit, or its error form.
+struct Answer {
+    version: i16,
+    body: RequestBody,
+    ok: ResponseBody,
+    reply: oneshot::Sender<ResponseBody>,
+}
+
+impl Answer {
+    /// Kafka's controller answers NOT_CONTROLLER when it lost leadership before the
+    /// commit and REQUEST_TIMED_OUT when the commit did not come in time.
+    fn failure(&self, e: &ProposeError) -> ResponseBody {
+        let code = match e {
+            ProposeError::NotLeader { .. } | ProposeError::Stopped(_) => ErrorCode::NOT_CONTROLLER,
+            ProposeError::TimedOut => ErrorCode::REQUEST_TIMED_OUT,
+            ProposeError::TooLarge { .. } | ProposeError::Refused(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
+        };
+        decisions::failed(&self.body, self.version, code, &e.to_string())
+    }
+}
+
+fn not_controller(body: &RequestBody, version: i16) -> ResponseBody {
+    decisions::failed(body, version, ErrorCode::NOT_CONTROLLER, "This node is not the active controller.")
+}
+
+/// Polls `future` once, with a waker that does nothing: the task that goes on to await
+/// it polls it again, which registers that task's waker.
+fn poll_once<T>(future: Pin<&mut (dyn Future<Output = T> + Send)>) -> Poll<T> {
+    let waker = std::task::Waker::noop();
+    future.poll(&mut std::task::Context::from_waker(waker))
+}
+
+fn far_future() -> Instant {
+    Instant::now() + Duration::from_secs(86_400)
+}

@@ -1,0 +1,398 @@
+//! The active controller on a 3-member quorum in one process (an in-memory transport),
+//! driven through `ControllerApis::handle` with Kafka request bodies, on tokio's paused
+//! clock: registration and fencing, placement over unfenced brokers, session expiry,
+//! producer-id blocks across a failover, NOT_CONTROLLER from a follower, request order,
+//! and REQUEST_TIMED_OUT without a majority.
+
+use osprey_cluster::quorum::{
+    ControllerEndpoint, Quorum, QuorumConfig, RaftRpc, RaftRpcReply, ReplicaKey, Transport, TransportError,
+};
+use osprey_cluster::MetadataImage;
+use osprey_protocol::messages::broker_registration_request::Listener;
+use osprey_protocol::messages::create_topics_request::CreatableTopic;
+use osprey_protocol::messages::*;
+use osprey_protocol::{ErrorCode, RequestBody, ResponseBody, Uuid};
+use osprey_server::controller_node::apis::ControllerApis;
+use osprey_server::controller_node::{ActiveController, ActiveControllerConfig};
+use osprey_storage::fs::SimStorage;
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+type Member = (Arc<Quorum>, bool);
+
+/// An in-process network: members by node id, each reachable or not.
+#[derive(Default, Clone)]
+struct Router {
+    members: Arc<Mutex<BTreeMap<i32, Member>>>,
+}
+
+impl Router {
+    fn set_reachable(&self, node_id: i32, reachable: bool) {
+        if let Some(m) = self.members.lock().unwrap().get_mut(&node_id) {
+            m.1 = reachable;
+        }
+    }
+}
+
+struct RouterTransport {
+    from: i32,
+    router: Router,
+}
+
+impl Transport for RouterTransport {
+    async fn send(
+        &self,
+        target: ReplicaKey,
+        _endpoint: &ControllerEndpoint,
+        rpc: RaftRpc,
+        _timeout: Duration,
+    ) -> Result<RaftRpcReply, TransportError> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let member = {
+            let members = self.router.members.lock().unwrap();
+            let reachable = |n: &i32| members.get(n).is_some_and(|m| m.1);
+            if !reachable(&self.from) || !reachable(&target.node_id) {
+                None
+            } else {
+                members.get(&target.node_id).map(|m| m.0.clone())
+            }
+        };
+        match member {
+            Some(q) => Ok(q.handle_rpc(rpc).await),
+            None => Err(TransportError::Unreachable(format!("{target}"))),
+        }
+    }
+}
+
+const CLUSTER_ID: &str = "active-test";
+const SESSION_TIMEOUT_MS: i64 = 9_000;
+
+struct Cluster {
+    router: Router,
+    quorums: Vec<Arc<Quorum>>,
+    controllers: Vec<Arc<ActiveController>>,
+}
+
+impl Cluster {
+    /// Three quorum members, an active controller on each, one of them active.
+    async fn start() -> Cluster {
+        let router = Router::default();
+        let mut quorums = Vec::new();
+        let mut controllers = Vec::new();
+        for n in 1..=3 {
+            let mut config = QuorumConfig::new(key(n), endpoint(n));
+            config.request_timeout_ms = 3_000;
+            let transport = RouterTransport { from: n, router: router.clone() };
+            let q = Arc::new(Quorum::start(config, SimStorage::new(), Path::new("/meta"), transport).await.unwrap());
+            router.members.lock().unwrap().insert(n, (q.clone(), true));
+            let mut config = ActiveControllerConfig::new(CLUSTER_ID);
+            config.cluster.broker_session_timeout_ms = SESSION_TIMEOUT_MS;
+            config.placement_seed = Some(n as u64);
+            controllers.push(Arc::new(ActiveController::new(q.clone(), config)));
+            quorums.push(q);
+        }
+        let voters = (1..=3).map(|n| (key(n), endpoint(n))).collect();
+        quorums[0].initialize(voters).await.unwrap();
+        let cluster = Cluster { router, quorums, controllers };
+        cluster.active().await;
+        cluster
+    }
+
+    /// The index of the active controller, once there is one.
+    async fn active(&self) -> usize {
+        eventually("a controller is active", || self.controllers.iter().any(|c| c.is_active())).await;
+        self.controllers.iter().position(|c| c.is_active()).unwrap()
+    }
+
+    async fn send(&self, at: usize, body: RequestBody, version: i16) -> ResponseBody {
+        let header = RequestHeader {
+            request_api_key: body.api_key() as i16,
+            request_api_version: version,
+            ..Default::default()
+        };
+        self.controllers[at].handle(header, body).await
+    }
+
+    /// What member `at` has applied.
+    fn image(&self, at: usize) -> MetadataImage {
+        self.quorums[at].applied().image
+    }
+
+    /// Registers brokers 1..=n; their epochs (the offsets of their registration records).
+    async fn register(&self, at: usize, brokers: std::ops::RangeInclusive<i32>) -> Vec<i64> {
+        let mut epochs = Vec::new();
+        for id in brokers {
+            match self.send(at, registration(id), 4).await {
+                ResponseBody::BrokerRegistration(r) => {
+                    assert_eq!(r.error_code, 0, "broker {id} registers");
+                    epochs.push(r.broker_epoch);
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        epochs
+    }
+
+    async fn heartbeat(&self, at: usize, id: i32, epoch: i64, offset: i64) -> BrokerHeartbeatResponse {
+        let body = RequestBody::BrokerHeartbeat(BrokerHeartbeatRequest {
+            broker_id: id,
+            broker_epoch: epoch,
+            current_metadata_offset: offset,
+            ..Default::default()
+        });
+        match self.send(at, body, 2).await {
+            ResponseBody::BrokerHeartbeat(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Brokers 1..=3 registered and unfenced on the active controller; their epochs.
+    async fn three_unfenced_brokers(&self) -> Vec<i64> {
+        let at = self.active().await;
+        let epochs = self.register(at, 1..=3).await;
+        for (id, epoch) in (1..=3).zip(&epochs) {
+            assert!(self.image(at).broker(id).unwrap().fenced, "a new registration is fenced");
+            let reply = self.heartbeat(at, id, *epoch, *epoch).await;
+            assert_eq!(reply.error_code, 0);
+            assert!(reply.is_caught_up && !reply.is_fenced, "caught up with its registration: unfenced");
+        }
+        assert!(self.image(at).brokers().all(|b| !b.fenced));
+        epochs
+    }
+
+    async fn create_topic(&self, at: usize, name: &str, partitions: i32, rf: i16) -> CreatableTopicResultOwned {
+        let body = RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: rf,
+                ..Default::default()
+            }],
+            timeout_ms: 60_000,
+            ..Default::default()
+        });
+        match self.send(at, body, 7).await {
+            ResponseBody::CreateTopics(mut r) => r.topics.remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    async fn allocate_producer_ids(&self, at: usize, id: i32, epoch: i64) -> AllocateProducerIdsResponse {
+        let body = RequestBody::AllocateProducerIds(AllocateProducerIdsRequest {
+            broker_id: id,
+            broker_epoch: epoch,
+            ..Default::default()
+        });
+        match self.send(at, body, 0).await {
+            ResponseBody::AllocateProducerIds(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+}
+
+type CreatableTopicResultOwned = create_topics_response::CreatableTopicResult;
+
+fn key(n: i32) -> ReplicaKey {
+    ReplicaKey::new(n, [n as u8; 16])
+}
+
+fn endpoint(n: i32) -> ControllerEndpoint {
+    ControllerEndpoint::new("127.0.0.1", 9000 + n as u16)
+}
+
+fn registration(id: i32) -> RequestBody {
+    RequestBody::BrokerRegistration(BrokerRegistrationRequest {
+        broker_id: id,
+        cluster_id: CLUSTER_ID.into(),
+        incarnation_id: Uuid([id as u8; 16]),
+        listeners: vec![Listener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092 + id as u16,
+            ..Default::default()
+        }],
+        rack: None,
+        ..Default::default()
+    })
+}
+
+/// Waits until `done`; a guard against hanging, not a timing assertion.
+async fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let waited = tokio::time::timeout(Duration::from_secs(300), async {
+        while !done() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert!(waited.is_ok(), "never happened: {what}");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn brokers_unfence_when_caught_up_and_topics_are_placed_over_them() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.register(at, 1..=3).await;
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "epochs are record offsets, increasing: {epochs:?}");
+    let behind = c.heartbeat(at, 1, epochs[0], epochs[0] - 1).await;
+    assert!(!behind.is_caught_up && behind.is_fenced, "not caught up with its registration: stays fenced");
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let reply = c.heartbeat(at, id, *epoch, *epoch).await;
+        assert!(reply.is_caught_up && !reply.is_fenced);
+    }
+    let stale = c.heartbeat(at, 1, epochs[0] + 100, epochs[0]).await;
+    assert_eq!(stale.error_code, ErrorCode::STALE_BROKER_EPOCH.code());
+
+    let created = c.create_topic(at, "rf3", 6, 3).await;
+    assert_eq!((created.error_code, created.num_partitions, created.replication_factor), (0, 6, 3));
+    let image = c.image(at);
+    let topic = image.topic("rf3").expect("committed before the answer");
+    assert_eq!(topic.id, created.topic_id);
+    for p in &topic.partitions {
+        assert_eq!(p.replicas.iter().copied().collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 3]));
+        assert_eq!(p.isr.len(), 3);
+    }
+    let refused = c.create_topic(at, "rf4", 1, 4).await;
+    assert_eq!(refused.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
+    assert!(c.image(at).topic("rf4").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_follower_answers_not_controller() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let follower = (at + 1) % 3;
+    match c.send(follower, registration(1), 4).await {
+        ResponseBody::BrokerRegistration(r) => assert_eq!(r.error_code, ErrorCode::NOT_CONTROLLER.code()),
+        other => panic!("{other:?}"),
+    }
+    let refused = c.create_topic(follower, "t", 1, 1).await;
+    assert_eq!(refused.error_code, ErrorCode::NOT_CONTROLLER.code());
+    assert!(c.image(at).broker(1).is_none() && c.image(at).topic("t").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn requests_take_effect_in_the_order_they_arrive() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let create = RequestBody::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic { name: "t".into(), num_partitions: 2, replication_factor: 3, ..Default::default() }],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let delete = RequestBody::DeleteTopics(DeleteTopicsRequest {
+        topic_names: vec!["t".into()],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let header = |key: i16, version: i16| RequestHeader {
+        request_api_key: key,
+        request_api_version: version,
+        ..Default::default()
+    };
+    // Both handed over before either is answered: the delete is decided on the image
+    // that holds the create, not yet committed.
+    let created = c.controllers[at].handle(header(19, 7), create);
+    let deleted = c.controllers[at].handle(header(20, 5), delete);
+    let (created, deleted) = (created.await, deleted.await);
+    let ResponseBody::CreateTopics(created) = created else { panic!() };
+    let ResponseBody::DeleteTopics(deleted) = deleted else { panic!() };
+    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(deleted.responses[0].error_code, 0, "{deleted:?}");
+    assert_eq!(deleted.responses[0].topic_id, created.topics[0].topic_id);
+    assert!(c.image(at).topic("t").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_broker_without_heartbeats_is_fenced_and_its_partitions_get_new_leaders() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 6, 3).await.error_code, 0);
+    let before = c.image(at).topic("t").unwrap().clone();
+    let led_by_3: Vec<i32> = before.partitions.iter().filter(|p| p.leader == 3).map(|p| p.index).collect();
+    assert!(!led_by_3.is_empty(), "placement gives broker 3 some leaderships: {before:?}");
+    // Brokers 1 and 2 heartbeat every second for twice the session timeout; 3 is silent.
+    for _ in 0..(2 * SESSION_TIMEOUT_MS / 1000) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (id, epoch) in [(1, epochs[0]), (2, epochs[1])] {
+            assert!(!c.heartbeat(at, id, epoch, epoch).await.is_fenced);
+        }
+    }
+    let image = c.image(at);
+    assert!(image.broker(3).unwrap().fenced, "broker 3's session expired");
+    assert!(!image.broker(1).unwrap().fenced && !image.broker(2).unwrap().fenced);
+    let after = image.topic("t").unwrap();
+    for index in led_by_3 {
+        let (old, new) = (&before.partitions[index as usize], &after.partitions[index as usize]);
+        assert!(old.isr.contains(&new.leader) && new.leader != 3, "a new leader from the ISR: {new:?}");
+        assert!(new.leader_epoch > old.leader_epoch, "the leader epoch is bumped");
+        assert!(!new.isr.contains(&3));
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn producer_id_blocks_never_overlap_across_a_failover_and_no_broker_is_fenced_at_once() {
+    let c = Cluster::start().await;
+    let first = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    let mut blocks = Vec::new();
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let r = c.allocate_producer_ids(first, id, *epoch).await;
+        assert_eq!(r.error_code, 0);
+        blocks.push((r.producer_id_start, r.producer_id_start + i64::from(r.producer_id_len)));
+    }
+    // The active controller is cut off; another member takes over.
+    c.router.set_reachable(first as i32 + 1, false);
+    eventually("another controller is active", || {
+        c.controllers.iter().enumerate().any(|(i, ctl)| i != first && ctl.is_active())
+    })
+    .await;
+    let second = c.controllers.iter().enumerate().position(|(i, ctl)| i != first && ctl.is_active()).unwrap();
+    let image = c.image(second);
+    assert!(image.brokers().all(|b| !b.fenced), "activate gave every broker a fresh session");
+    // Heartbeats resume against the new controller, within a session.
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let reply = c.heartbeat(second, id, *epoch, *epoch).await;
+        assert!(!reply.is_fenced && reply.error_code == 0, "{reply:?}");
+    }
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let r = c.allocate_producer_ids(second, id, *epoch).await;
+        assert_eq!(r.error_code, 0);
+        blocks.push((r.producer_id_start, r.producer_id_start + i64::from(r.producer_id_len)));
+    }
+    blocks.sort();
+    assert!(blocks.windows(2).all(|w| w[0].1 <= w[1].0), "blocks overlap: {blocks:?}");
+    // The old one, cut off, no longer answers as the controller once it steps down or
+    // its proposals cannot commit.
+    let old = c.allocate_producer_ids(first, 1, epochs[0]).await;
+    assert!(
+        old.error_code == ErrorCode::NOT_CONTROLLER.code() || old.error_code == ErrorCode::REQUEST_TIMED_OUT.code(),
+        "{old:?}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn create_topics_without_a_majority_times_out() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    for n in 1..=3 {
+        if n != at as i32 + 1 {
+            c.router.set_reachable(n, false);
+        }
+    }
+    let body = RequestBody::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic { name: "t".into(), num_partitions: 1, replication_factor: 3, ..Default::default() }],
+        timeout_ms: 2_000,
+        ..Default::default()
+    });
+    match c.send(at, body, 7).await {
+        ResponseBody::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, ErrorCode::REQUEST_TIMED_OUT.code(), "{r:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
