@@ -96,7 +96,9 @@ impl ActiveControllerConfig {
             unclean_leader_election_interval_ms: 300_000,
             max_queued_requests: 4096,
             placement_seed: None,
-            validate_topic_config: Arc::new(|k, v| crate::config::validate_topic_config(k, v).map_err(|e| e.to_string())),
+            validate_topic_config: Arc::new(|k, v| {
+                crate::config::validate_topic_config(k, v).map_err(|e| e.to_string())
+            }),
         }
     }
 }
@@ -206,8 +208,7 @@ struct Core {
 
 impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
-        let mut topics =
-            TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
+        let mut topics = TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
         topics.set_max_partitions(config.max_partitions);
         if let Some(seed) = config.placement_seed {
             topics.set_placement_seed(seed);
@@ -324,7 +325,11 @@ impl Core {
         };
         let deadline = decisions::request_timeout_ms(&q.body)
             .map_or(self.config.request_timeout_ms, |ms| ms.min(self.config.request_timeout_ms));
-        self.propose(decided.records, Answer { version: q.version, body: q.body, ok: decided.response, reply: q.reply }, deadline);
+        self.propose(
+            decided.records,
+            Answer { version: q.version, body: q.body, ok: decided.response, reply: q.reply },
+            deadline,
+        );
         self.report_gauges();
     }
 

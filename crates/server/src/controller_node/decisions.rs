@@ -79,11 +79,9 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
             broker_epoch: -1,
             ..Default::default()
         }),
-        RequestBody::BrokerHeartbeat(_) => ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse {
-            error_code,
-            is_fenced: true,
-            ..Default::default()
-        }),
+        RequestBody::BrokerHeartbeat(_) => {
+            ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse { error_code, is_fenced: true, ..Default::default() })
+        }
         RequestBody::AllocateProducerIds(_) => {
             ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse { error_code, ..Default::default() })
         }
@@ -392,9 +390,7 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
                 "Manual replica assignments for new partitions are not supported yet.",
             ))
         } else {
-            c.topics
-                .create_partitions(image, &t.name, t.count, r.validate_only)
-                .map(|d| apply(image, d, &mut records))
+            c.topics.create_partitions(image, &t.name, t.count, r.validate_only).map(|d| apply(image, d, &mut records))
         };
         let mut result = CreatePartitionsTopicResult { name: t.name.clone(), ..Default::default() };
         if let Err(e) = outcome {
