@@ -69,6 +69,10 @@ pub struct ActiveControllerConfig {
     /// `request.timeout.ms` (30000): the longest an answer waits for its records to
     /// commit (a request's own smaller `timeout_ms` wins); then REQUEST_TIMED_OUT.
     pub request_timeout_ms: u64,
+    /// `broker.heartbeat.interval.ms` (2000): a heartbeat's answer waits at most half of
+    /// it for a commit, as in Kafka's `ControllerApis`, so the broker's next one is not
+    /// held up behind it.
+    pub broker_heartbeat_interval_ms: u64,
     /// `unclean.leader.election.interval.ms` (Kafka's default 300000): how often offline
     /// partitions of topics that allow it get an unclean leader.
     pub unclean_leader_election_interval_ms: u64,
@@ -93,6 +97,7 @@ impl ActiveControllerConfig {
             default_replication_factor: 1,
             max_partitions: osprey_cluster::controller::MAX_PARTITIONS_PER_TOPIC,
             request_timeout_ms: 30_000,
+            broker_heartbeat_interval_ms: 2_000,
             unclean_leader_election_interval_ms: 300_000,
             max_queued_requests: 4096,
             placement_seed: None,
@@ -323,33 +328,35 @@ impl Core {
             let _ = q.reply.send(decisions::failed(&q.body, q.version, ErrorCode::UNSUPPORTED_VERSION, "Not served."));
             return;
         };
-        let deadline = decisions::request_timeout_ms(&q.body)
-            .map_or(self.config.request_timeout_ms, |ms| ms.min(self.config.request_timeout_ms));
-        self.propose(
-            decided.records,
-            Answer { version: q.version, body: q.body, ok: decided.response, reply: q.reply },
-            deadline,
-        );
+        let own = match &q.body {
+            RequestBody::BrokerHeartbeat(_) => Some((self.config.broker_heartbeat_interval_ms / 2).max(1)),
+            body => decisions::request_timeout_ms(body),
+        };
+        let deadline = own.map_or(self.config.request_timeout_ms, |ms| ms.min(self.config.request_timeout_ms));
+        let answer = Answer { version: q.version, body: q.body, ok: decided.response, reply: q.reply };
+        self.propose(decided.records, Some(answer), deadline);
         self.report_gauges();
     }
 
-    /// Proposes `records` (if any) and answers once they commit.
-    fn propose(&mut self, records: Vec<MetadataRecord>, answer: Answer, deadline_ms: u64) {
+    /// Proposes `records` (if any) and answers once they commit; `answer` is `None` for
+    /// the controller's own proposals (fencing, elections), which no one waits for.
+    fn propose(&mut self, records: Vec<MetadataRecord>, answer: Option<Answer>, deadline_ms: u64) {
         let Some(active) = &mut self.active else {
-            let _ = answer.reply.send(not_controller(&answer.body, answer.version));
+            if let Some(answer) = answer {
+                answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
+            }
             return;
         };
         if records.is_empty() {
+            let Some(answer) = answer else { return };
             match active.last_proposal.clone() {
                 Some(mut done) if !*done.borrow() => {
                     tokio::spawn(async move {
                         let _ = done.wait_for(|d| *d).await;
-                        let _ = answer.reply.send(answer.ok);
+                        answer.succeed();
                     });
                 }
-                _ => {
-                    let _ = answer.reply.send(answer.ok);
-                }
+                _ => answer.succeed(),
             }
             return;
         }
@@ -363,8 +370,9 @@ impl Core {
             // Never reached the log, but its records are in the speculative image: it is
             // no longer the log's future, so this term's activity ends (Kafka renounces).
             tracing::warn!(error = %e, "proposal refused before it reached the log");
-            let response = answer.failure(e);
-            let _ = answer.reply.send(response);
+            if let Some(answer) = answer {
+                answer.fail(e);
+            }
             self.deactivate("a proposal was refused");
             return;
         }
@@ -379,11 +387,12 @@ impl Core {
                     .await
                     .unwrap_or(Err(ProposeError::TimedOut)),
             };
-            let response = match &outcome {
-                Ok(_) => answer.ok,
-                Err(e) => answer.failure(e),
-            };
-            let _ = answer.reply.send(response);
+            match (&outcome, answer) {
+                (Ok(_), Some(answer)) => answer.succeed(),
+                (Err(e), Some(answer)) => answer.fail(e),
+                (Err(e), None) => tracing::warn!(error = %e, "the controller's own proposal failed"),
+                (Ok(_), None) => {}
+            }
             let _ = done_tx.send(true);
             if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
                 let _ = failures.send(term);
@@ -431,16 +440,9 @@ impl Core {
         self.report_gauges();
     }
 
-    /// A proposal of the controller's own (fencing, elections): no one waits for it.
+    /// A proposal of the controller's own (fencing, elections).
     fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
-        let (reply, _) = oneshot::channel();
-        let answer = Answer {
-            version: 0,
-            body: RequestBody::ApiVersions(Default::default()),
-            ok: ResponseBody::ApiVersions(Default::default()),
-            reply,
-        };
-        self.propose(records, answer, self.config.request_timeout_ms);
+        self.propose(records, None, self.config.request_timeout_ms);
     }
 
     /// Kafka's controller metrics, from the speculative image.
@@ -465,15 +467,19 @@ struct Answer {
 }
 
 impl Answer {
+    fn succeed(self) {
+        let _ = self.reply.send(self.ok);
+    }
+
     /// Kafka's controller answers NOT_CONTROLLER when it lost leadership before the
     /// commit and REQUEST_TIMED_OUT when the commit did not come in time.
-    fn failure(&self, e: &ProposeError) -> ResponseBody {
+    fn fail(self, e: &ProposeError) {
         let code = match e {
             ProposeError::NotLeader { .. } | ProposeError::Stopped(_) => ErrorCode::NOT_CONTROLLER,
             ProposeError::TimedOut => ErrorCode::REQUEST_TIMED_OUT,
             ProposeError::TooLarge { .. } | ProposeError::Refused(_) => ErrorCode::UNKNOWN_SERVER_ERROR,
         };
-        decisions::failed(&self.body, self.version, code, &e.to_string())
+        let _ = self.reply.send(decisions::failed(&self.body, self.version, code, &e.to_string()));
     }
 }
 

@@ -294,10 +294,7 @@ fn create_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, 
     for t in &r.topics {
         let mut result = CreatableTopicResult { name: t.name.clone(), ..Default::default() };
         let outcome = if duplicates.contains(t.name.as_str()) {
-            Err(ControllerError::new(
-                ErrorCode::INVALID_REQUEST,
-                format!("Create topics request from client contains duplicate topic {}", t.name),
-            ))
+            Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Duplicate topic name."))
         } else {
             new_topic(t).and_then(|new| {
                 let decided = c.topics.create_topic(image, &new, r.validate_only, c.validate_topic_config)?;
