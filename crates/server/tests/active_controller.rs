@@ -419,3 +419,60 @@ async fn create_topics_without_a_majority_times_out() {
         other => panic!("{other:?}"),
     }
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn partitions_grow_and_a_leader_shrinks_its_isr() {
+    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+    use osprey_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 1, 3).await.error_code, 0);
+    let grow = RequestBody::CreatePartitions(CreatePartitionsRequest {
+        topics: vec![CreatePartitionsTopic { name: "t".into(), count: 3, ..Default::default() }],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let ResponseBody::CreatePartitions(grown) = c.send(at, grow, 3).await else { panic!() };
+    assert_eq!(grown.results[0].error_code, 0, "{grown:?}");
+    let topic = c.image(at).topic("t").unwrap().clone();
+    assert_eq!(topic.partitions.len(), 3);
+    assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3));
+
+    let p = &topic.partitions[0];
+    let leader = p.leader;
+    let dropped = *p.isr.iter().find(|&&b| b != leader).unwrap();
+    let shrunk: Vec<i32> = p.isr.iter().copied().filter(|&b| b != dropped).collect();
+    let alter = |partition_epoch: i32| {
+        RequestBody::AlterPartition(AlterPartitionRequest {
+            broker_id: leader,
+            broker_epoch: epochs[leader as usize - 1],
+            topics: vec![TopicData {
+                topic_id: topic.id,
+                partitions: vec![PartitionData {
+                    partition_index: 0,
+                    leader_epoch: p.leader_epoch,
+                    new_isr_with_epochs: shrunk
+                        .iter()
+                        .map(|&b| BrokerState {
+                            broker_id: b,
+                            broker_epoch: epochs[b as usize - 1],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    partition_epoch,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    };
+    let ResponseBody::AlterPartition(altered) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
+    let answer = &altered.topics[0].partitions[0];
+    assert_eq!((altered.error_code, answer.error_code), (0, 0), "{altered:?}");
+    assert_eq!(answer.isr, shrunk);
+    assert_eq!(c.image(at).topic("t").unwrap().partitions[0].isr, shrunk, "committed before the answer");
+    let ResponseBody::AlterPartition(stale) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
+    assert_eq!(stale.topics[0].partitions[0].error_code, ErrorCode::INVALID_UPDATE_VERSION.code());
+}

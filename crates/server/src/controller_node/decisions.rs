@@ -381,7 +381,7 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
     for t in &r.topics {
         let outcome = if !seen.insert(t.name.as_str()) {
             Err(ControllerError::new(ErrorCode::INVALID_REQUEST, format!("Duplicate topic {} in the request", t.name)))
-        } else if t.assignments.is_some() {
+        } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
             Err(ControllerError::new(
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT,
                 "Manual replica assignments for new partitions are not supported yet.",
