@@ -209,6 +209,10 @@ struct Core {
     started: Instant,
     /// Proposals that failed in a way that ends this term's activity.
     failures: (mpsc::UnboundedSender<u64>, mpsc::UnboundedReceiver<u64>),
+    /// The last term whose activity ended: answers still waiting from that term (or an
+    /// earlier one) become NOT_CONTROLLER at once, as Kafka's controller fails every
+    /// pending event when it renounces, even though a record may still commit.
+    ended_term: watch::Sender<u64>,
 }
 
 impl Core {
@@ -227,6 +231,7 @@ impl Core {
             active_tx,
             started: Instant::now(),
             failures: mpsc::unbounded_channel(),
+            ended_term: watch::channel(0).0,
         }
     }
 
@@ -301,6 +306,7 @@ impl Core {
         let Some(a) = self.active.take() else { return };
         tracing::info!(term = a.term, why, "No longer the active controller.");
         let _ = self.active_tx.send(false);
+        self.ended_term.send_replace(a.term);
         metrics::gauge!("osprey_controller_active_count").set(0.0);
         for name in [
             "osprey_controller_fenced_broker_count",
@@ -351,9 +357,15 @@ impl Core {
             let Some(answer) = answer else { return };
             match active.last_proposal.clone() {
                 Some(mut done) if !*done.borrow() => {
+                    let term = active.term;
+                    let mut ended = self.ended_term.subscribe();
                     tokio::spawn(async move {
                         let _ = done.wait_for(|d| *d).await;
-                        answer.succeed();
+                        if *ended.borrow_and_update() >= term {
+                            answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
+                        } else {
+                            answer.succeed();
+                        }
                     });
                 }
                 _ => answer.succeed(),
@@ -380,12 +392,18 @@ impl Core {
         active.last_proposal = Some(done);
         let failures = self.failures.0.clone();
         let term = active.term;
+        let mut ended = self.ended_term.subscribe();
         tokio::spawn(async move {
             let outcome = match first {
                 Poll::Ready(outcome) => outcome,
-                Poll::Pending => tokio::time::timeout(Duration::from_millis(deadline_ms), proposal)
-                    .await
-                    .unwrap_or(Err(ProposeError::TimedOut)),
+                Poll::Pending => tokio::select! {
+                    committed = tokio::time::timeout(Duration::from_millis(deadline_ms), proposal) => {
+                        committed.unwrap_or(Err(ProposeError::TimedOut))
+                    }
+                    _ = ended.wait_for(|ended| *ended >= term) => {
+                        Err(ProposeError::NotLeader { leader: None, endpoint: None })
+                    }
+                },
             };
             match (&outcome, answer) {
                 (Ok(_), Some(answer)) => answer.succeed(),
