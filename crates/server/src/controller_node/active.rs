@@ -108,6 +108,21 @@ impl ActiveControllerConfig {
     }
 }
 
+impl ActiveControllerConfig {
+    /// The settings of a node's configuration, for the cluster `cluster_id` (from
+    /// meta.properties).
+    pub fn from_config(cluster_id: &str, config: &crate::config::BrokerConfig) -> ActiveControllerConfig {
+        let mut active = ActiveControllerConfig::new(cluster_id);
+        active.cluster.broker_session_timeout_ms = i64::from(config.cluster.broker_session_timeout_ms);
+        active.cluster.unclean_leader_election_enable = config.unclean_leader_election_enable;
+        active.broker_heartbeat_interval_ms = u64::try_from(config.cluster.broker_heartbeat_interval_ms).unwrap_or(1);
+        active.default_partitions = config.num_partitions;
+        active.default_replication_factor = config.default_replication_factor.clamp(1, i32::from(i16::MAX)) as i16;
+        active.max_partitions = config.max_partitions;
+        active
+    }
+}
+
 impl std::fmt::Debug for ActiveControllerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ActiveControllerConfig")
@@ -213,7 +228,15 @@ struct Core {
     /// earlier one) become NOT_CONTROLLER at once, as Kafka's controller fails every
     /// pending event when it renounces, even though a record may still commit.
     ended_term: watch::Sender<u64>,
+    /// When the gauges were last computed: they scan every partition, so a stream of
+    /// heartbeats recomputes them at most once per [`GAUGE_REFRESH`].
+    gauges_at: Option<Instant>,
+    /// A change since then that the gauges do not show yet: the timer refreshes them.
+    gauges_stale: bool,
 }
+
+/// How often a stream of requests may recompute the controller's gauges.
+const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
 impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
@@ -232,6 +255,8 @@ impl Core {
             started: Instant::now(),
             failures: mpsc::unbounded_channel(),
             ended_term: watch::channel(0).0,
+            gauges_at: None,
+            gauges_stale: false,
         }
     }
 
@@ -299,6 +324,7 @@ impl Core {
         });
         let _ = self.active_tx.send(true);
         metrics::gauge!("osprey_controller_active_count").set(1.0);
+        self.gauges_at = None;
         self.report_gauges();
     }
 
@@ -425,7 +451,8 @@ impl Core {
             .cluster
             .next_deadline(&active.speculative)
             .map(|ms| self.started + Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0) + 1));
-        Some(session.map_or(active.next_unclean_election, |s| s.min(active.next_unclean_election)))
+        let gauges = self.gauges_at.filter(|_| self.gauges_stale).map(|at| at + GAUGE_REFRESH);
+        Some([session, gauges].into_iter().flatten().fold(active.next_unclean_election, Instant::min))
     }
 
     /// Fences brokers whose session expired, one proposal each (each election sees the
@@ -464,8 +491,15 @@ impl Core {
     }
 
     /// Kafka's controller metrics, from the speculative image.
-    fn report_gauges(&self) {
+    fn report_gauges(&mut self) {
         let Some(active) = &self.active else { return };
+        let now = Instant::now();
+        if self.gauges_at.is_some_and(|at| now < at + GAUGE_REFRESH) {
+            self.gauges_stale = true;
+            return;
+        }
+        self.gauges_at = Some(now);
+        self.gauges_stale = false;
         let image = &active.speculative;
         let fenced = image.brokers().filter(|b| b.fenced).count();
         let unfenced = image.brokers().count() - fenced;
