@@ -271,3 +271,17 @@ async fn partitions_grow_and_a_leader_shrinks_its_isr() {
     let ResponseBody::AlterPartition(stale) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
     assert_eq!(stale.topics[0].partitions[0].error_code, ErrorCode::INVALID_UPDATE_VERSION.code());
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_batch_too_large_for_the_log_fails_alone_and_the_controller_goes_on() {
+    let c = Cluster::start_with(|q| q.max_rpc_bytes = 64 * 1024).await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let big = c.create_topic(at, "big", 5_000, 3).await;
+    assert_eq!(big.error_code, ErrorCode::UNKNOWN_SERVER_ERROR.code(), "{big:?}");
+    // The refused records were in the speculative image; it is rebuilt from the log, so
+    // the topic does not exist and the next request is decided without it.
+    let again = c.create_topic(at, "big", 2, 3).await;
+    assert_eq!(again.error_code, 0, "{again:?}");
+    assert_eq!(c.image(at).topic("big").unwrap().partitions.len(), 2);
+}

@@ -202,8 +202,11 @@ impl ControllerApis for ActiveController {
     }
 }
 
-/// This node's term as the active controller and what it has proposed.
+/// One period of this node as the active controller and what it has proposed.
 struct Active {
+    /// Counts this node's activations: a period ends for good even when the next one is
+    /// in the same quorum term (after a proposal was refused).
+    generation: u64,
     term: u64,
     /// The applied image plus every record proposed in this term and not yet applied.
     speculative: MetadataImage,
@@ -222,12 +225,14 @@ struct Core {
     active: Option<Active>,
     active_tx: watch::Sender<bool>,
     started: Instant,
-    /// Proposals that failed in a way that ends this term's activity.
+    /// Proposals that failed in a way that ends their period (by generation).
     failures: (mpsc::UnboundedSender<u64>, mpsc::UnboundedReceiver<u64>),
-    /// The last term whose activity ended: answers still waiting from that term (or an
-    /// earlier one) become NOT_CONTROLLER at once, as Kafka's controller fails every
-    /// pending event when it renounces, even though a record may still commit.
-    ended_term: watch::Sender<u64>,
+    /// The last generation that ended: answers still waiting from it (or an earlier
+    /// one) become NOT_CONTROLLER at once, as Kafka's controller fails every pending
+    /// event when it renounces, even though a record may still commit.
+    ended_generation: watch::Sender<u64>,
+    /// The generation of the next activation.
+    next_generation: u64,
     /// When the gauges were last computed: they scan every partition, so a stream of
     /// heartbeats recomputes them at most once per [`GAUGE_REFRESH`].
     gauges_at: Option<Instant>,
@@ -254,7 +259,8 @@ impl Core {
             active_tx,
             started: Instant::now(),
             failures: mpsc::unbounded_channel(),
-            ended_term: watch::channel(0).0,
+            ended_generation: watch::channel(0).0,
+            next_generation: 1,
             gauges_at: None,
             gauges_stale: false,
         }
@@ -274,8 +280,8 @@ impl Core {
                         self.deactivate("the quorum stopped");
                     }
                 }
-                Some(term) = self.failures.1.recv() => {
-                    if self.active.as_ref().is_some_and(|a| a.term == term) {
+                Some(generation) = self.failures.1.recv() => {
+                    if self.active.as_ref().is_some_and(|a| a.generation == generation) {
                         self.deactivate("a proposal was refused");
                     }
                 }
@@ -296,12 +302,11 @@ impl Core {
     /// Becomes active once this node leads and has applied its whole log; stops being
     /// active when it no longer leads or the term moved on.
     fn check_leadership(&mut self) {
-        let leads = self.quorum.is_leader();
-        let (term, caught_up) = {
+        let (leads, term, caught_up) = {
             let metrics = self.quorum.metrics();
             let m = metrics.borrow();
             let applied = m.last_applied.map(|l| l.index);
-            (m.current_term, applied.is_some() && applied >= m.last_log_index)
+            (m.state.is_leader(), m.current_term, applied.is_some() && applied >= m.last_log_index)
         };
         match &self.active {
             Some(a) if !leads || a.term != term => self.deactivate("leadership moved"),
@@ -316,7 +321,10 @@ impl Core {
         self.cluster.activate(&image, now_ms);
         tracing::info!(term, records = image.applied, "Becoming the active controller.");
         let interval = Duration::from_millis(self.config.unclean_leader_election_interval_ms.max(1));
+        let generation = self.next_generation;
+        self.next_generation += 1;
         self.active = Some(Active {
+            generation,
             term,
             speculative: image,
             last_proposal: None,
@@ -332,7 +340,7 @@ impl Core {
         let Some(a) = self.active.take() else { return };
         tracing::info!(term = a.term, why, "No longer the active controller.");
         let _ = self.active_tx.send(false);
-        self.ended_term.send_replace(a.term);
+        self.ended_generation.send_replace(a.generation);
         metrics::gauge!("osprey_controller_active_count").set(0.0);
         for name in [
             "osprey_controller_fenced_broker_count",
@@ -383,11 +391,11 @@ impl Core {
             let Some(answer) = answer else { return };
             match active.last_proposal.clone() {
                 Some(mut done) if !*done.borrow() => {
-                    let term = active.term;
-                    let mut ended = self.ended_term.subscribe();
+                    let generation = active.generation;
+                    let mut ended = self.ended_generation.subscribe();
                     tokio::spawn(async move {
                         let _ = done.wait_for(|d| *d).await;
-                        if *ended.borrow_and_update() >= term {
+                        if *ended.borrow_and_update() >= generation {
                             answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
                         } else {
                             answer.succeed();
@@ -406,7 +414,7 @@ impl Core {
         let first = poll_once(proposal.as_mut());
         if let Poll::Ready(Err(e)) = &first {
             // Never reached the log, but its records are in the speculative image: it is
-            // no longer the log's future, so this term's activity ends (Kafka renounces).
+            // no longer the log's future, so this period ends (Kafka renounces).
             tracing::warn!(error = %e, "proposal refused before it reached the log");
             if let Some(answer) = answer {
                 answer.fail(e);
@@ -417,8 +425,8 @@ impl Core {
         let (done_tx, done) = watch::channel(false);
         active.last_proposal = Some(done);
         let failures = self.failures.0.clone();
-        let term = active.term;
-        let mut ended = self.ended_term.subscribe();
+        let generation = active.generation;
+        let mut ended = self.ended_generation.subscribe();
         tokio::spawn(async move {
             let outcome = match first {
                 Poll::Ready(outcome) => outcome,
@@ -426,7 +434,7 @@ impl Core {
                     committed = tokio::time::timeout(Duration::from_millis(deadline_ms), proposal) => {
                         committed.unwrap_or(Err(ProposeError::TimedOut))
                     }
-                    _ = ended.wait_for(|ended| *ended >= term) => {
+                    _ = ended.wait_for(|ended| *ended >= generation) => {
                         Err(ProposeError::NotLeader { leader: None, endpoint: None })
                     }
                 },
@@ -439,7 +447,7 @@ impl Core {
             }
             let _ = done_tx.send(true);
             if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
-                let _ = failures.send(term);
+                let _ = failures.send(generation);
             }
         });
     }

@@ -77,12 +77,18 @@ pub struct Cluster {
 impl Cluster {
     /// Three quorum members, an active controller on each, one of them active.
     pub async fn start() -> Cluster {
+        Cluster::start_with(|_| {}).await
+    }
+
+    /// As `start`, with each member's quorum config changed by `change`.
+    pub async fn start_with(change: impl Fn(&mut QuorumConfig)) -> Cluster {
         let router = Router::default();
         let mut quorums = Vec::new();
         let mut controllers = Vec::new();
         for n in 1..=3 {
             let mut config = QuorumConfig::new(key(n), endpoint(n));
             config.request_timeout_ms = 3_000;
+            change(&mut config);
             let transport = RouterTransport { from: n, router: router.clone() };
             let q = Arc::new(Quorum::start(config, SimStorage::new(), Path::new("/meta"), transport).await.unwrap());
             router.members.lock().unwrap().insert(n, (q.clone(), true));
