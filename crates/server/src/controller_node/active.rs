@@ -362,6 +362,7 @@ impl Core {
             cluster: &mut self.cluster,
             topics: &mut self.topics,
             validate_topic_config: &*validate,
+            default_partitions: self.config.default_partitions,
             now_ms,
         };
         let Some(decided) = decisions::decide(&mut controls, &mut active.speculative, q.version, &q.body) else {

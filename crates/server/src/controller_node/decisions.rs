@@ -37,6 +37,8 @@ pub struct Controls<'a> {
     pub cluster: &'a mut ClusterControl,
     pub topics: &'a mut TopicControl,
     pub validate_topic_config: ConfigValidator<'a>,
+    /// `num.partitions`, counted for a topic that asks for -1.
+    pub default_partitions: i32,
     pub now_ms: i64,
 }
 
@@ -273,11 +275,7 @@ fn alter_partition(c: &mut Controls<'_>, image: &mut MetadataImage, r: &AlterPar
 
 fn create_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, r: &CreateTopicsRequest) -> Decided {
     let mut records = Vec::new();
-    let asked: i64 = r
-        .topics
-        .iter()
-        .map(|t| if t.assignments.is_empty() { i64::from(t.num_partitions.max(1)) } else { t.assignments.len() as i64 })
-        .sum();
+    let asked = crate::handlers::create_topics::requested_partitions(&r.topics, c.default_partitions);
     if asked > MAX_PARTITIONS_PER_REQUEST {
         let refused = failed(
             &RequestBody::CreateTopics(r.clone()),
