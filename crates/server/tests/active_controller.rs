@@ -285,3 +285,19 @@ async fn a_batch_too_large_for_the_log_fails_alone_and_the_controller_goes_on() 
     assert_eq!(again.error_code, 0, "{again:?}");
     assert_eq!(c.image(at).topic("big").unwrap().partitions.len(), 2);
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn requests_beyond_the_queue_bound_are_answered_request_timed_out() {
+    let c = Cluster::start_configured(|_| {}, |a| a.max_queued_requests = 2).await;
+    let at = c.active().await;
+    let header = RequestHeader { request_api_key: 62, request_api_version: 4, ..Default::default() };
+    // Handed over before the controller task runs again: two fit in the queue.
+    let replies: Vec<_> = (1..=3).map(|id| c.controllers[at].handle(header.clone(), registration(id))).collect();
+    let mut codes = Vec::new();
+    for reply in replies {
+        let ResponseBody::BrokerRegistration(r) = reply.await else { panic!() };
+        codes.push(r.error_code);
+    }
+    assert_eq!(codes, vec![0, 0, ErrorCode::REQUEST_TIMED_OUT.code()]);
+    assert!(c.image(at).broker(3).is_none(), "the refused registration wrote nothing");
+}

@@ -82,6 +82,14 @@ impl Cluster {
 
     /// As `start`, with each member's quorum config changed by `change`.
     pub async fn start_with(change: impl Fn(&mut QuorumConfig)) -> Cluster {
+        Cluster::start_configured(change, |_| {}).await
+    }
+
+    /// As `start`, with each member's quorum and controller configs changed.
+    pub async fn start_configured(
+        change: impl Fn(&mut QuorumConfig),
+        change_controller: impl Fn(&mut ActiveControllerConfig),
+    ) -> Cluster {
         let router = Router::default();
         let mut quorums = Vec::new();
         let mut controllers = Vec::new();
@@ -95,6 +103,7 @@ impl Cluster {
             let mut config = ActiveControllerConfig::new(CLUSTER_ID);
             config.cluster.broker_session_timeout_ms = SESSION_TIMEOUT_MS;
             config.placement_seed = Some(n as u64);
+            change_controller(&mut config);
             controllers.push(Arc::new(ActiveController::new(q.clone(), config)));
             quorums.push(q);
             // openraft checks election timeouts on a tick (1.5 heartbeat intervals) and
