@@ -11,7 +11,7 @@ use crate::cluster_control::{
 };
 use crate::image::{MetadataImage, MetadataRecord, TopicImage};
 use crate::log::MetadataLog;
-use crate::placement::{self, SeededRandom, UsableBroker};
+use crate::topic_control::TopicControl;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
 use std::io;
@@ -65,15 +65,10 @@ pub struct Controller {
     /// whose records are committed elsewhere or nowhere (`in_memory`).
     log: Option<MetadataLog>,
     image: MetadataImage,
-    brokers: Vec<i32>,
-    default_partitions: i32,
-    default_replication_factor: i16,
-    /// `osprey.max.partitions`: the most partitions the cluster may hold.
-    max_partitions: i64,
     /// Broker registrations, heartbeats, fencing and elections.
     cluster: ClusterControl,
-    /// The striped placer's random source.
-    placement_random: SeededRandom,
+    /// Topics, configs and producer ids.
+    topics: TopicControl,
 }
 
 impl Controller {
@@ -102,16 +97,12 @@ impl Controller {
         Controller {
             log: None,
             image: MetadataImage::default(),
-            brokers,
-            default_partitions,
-            default_replication_factor,
-            max_partitions: i64::from(MAX_PARTITIONS_PER_TOPIC),
             cluster: ClusterControl::new(ClusterControlConfig {
                 cluster_id: String::new(),
                 broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
                 unclean_leader_election_enable: false,
             }),
-            placement_random: SeededRandom::from_entropy(),
+            topics: TopicControl::new(brokers, default_partitions, default_replication_factor),
         }
     }
 
@@ -123,7 +114,7 @@ impl Controller {
 
     /// Seeds the placer (tests and simulations replay a placement from its seed).
     pub fn set_placement_seed(&mut self, seed: u64) {
-        self.placement_random = SeededRandom::new(seed);
+        self.topics.set_placement_seed(seed);
     }
 
     /// The broker and leadership decisions, for a caller that commits their records
@@ -213,7 +204,7 @@ impl Controller {
 
     /// Sets the cluster-wide partition limit (`osprey.max.partitions`).
     pub fn set_max_partitions(&mut self, max_partitions: i32) {
-        self.max_partitions = i64::from(max_partitions.max(1));
+        self.topics.set_max_partitions(max_partitions);
     }
 
     pub fn image(&self) -> &MetadataImage {
@@ -227,70 +218,24 @@ impl Controller {
         validate_only: bool,
         validate_config: ConfigValidator<'_>,
     ) -> Result<TopicImage, ControllerError> {
-        validate_topic_name(&topic.name)?;
-        if self.image.topic(&topic.name).is_some() {
-            return Err(ControllerError::new(
-                ErrorCode::TOPIC_ALREADY_EXISTS,
-                format!("Topic '{}' already exists.", topic.name),
-            ));
-        }
-        for (k, v) in &topic.configs {
-            validate_config(k, v).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
-        }
-        let replicas = self.assign(topic)?;
-        self.check_partition_limit(replicas.len())?;
-        let id = random_uuid().map_err(|e| ControllerError::new(ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string()))?;
-        let record = MetadataRecord::CreateTopic {
-            name: topic.name.clone(),
-            id: id.0,
-            isrs: self.initial_isrs(&replicas),
-            replicas,
-            configs: topic.configs.clone(),
-        };
+        let result = self.topics.create_topic(&self.image, topic, validate_only, validate_config)?;
+        let preview = self.commit_result(result)?;
         if validate_only {
-            let mut preview = MetadataImage::default();
-            preview.apply(&record);
-            return preview.topic(&topic.name).cloned().ok_or_else(|| internal("preview lost the topic"));
+            return Ok(preview);
         }
-        self.commit(vec![record])?;
         self.image.topic(&topic.name).cloned().ok_or_else(|| internal("created topic is missing"))
     }
 
     /// Deletes a topic by name; returns its id.
     pub fn delete_topic(&mut self, name: &str) -> Result<Uuid, ControllerError> {
-        let id = self.image.topic(name).map(|t| t.id).ok_or_else(|| unknown_topic(name))?;
-        self.commit(vec![MetadataRecord::DeleteTopic { id: id.0 }])?;
-        Ok(id)
+        let result = self.topics.delete_topic(&self.image, name)?;
+        self.commit_result(result)
     }
 
     /// Grows a topic to `count` partitions.
     pub fn create_partitions(&mut self, name: &str, count: i32, validate_only: bool) -> Result<(), ControllerError> {
-        let topic = self.image.topic(name).ok_or_else(|| unknown_topic(name))?;
-        let current = topic.partitions.len() as i32;
-        if count < current {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_PARTITIONS,
-                format!("Topic currently has {current} partitions, which is higher than the requested {count}."),
-            ));
-        }
-        if count > MAX_PARTITIONS_PER_TOPIC {
-            return Err(too_many_partitions(count));
-        }
-        if count == current {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_PARTITIONS,
-                format!("Topic already has {current} partitions."),
-            ));
-        }
-        self.check_partition_limit((count - current) as usize)?;
-        let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
-        let id = topic.id.0;
-        let replicas = self.place((count - current) as usize, rf.min(i16::MAX as usize) as i16)?;
-        if !validate_only {
-            let isrs = self.initial_isrs(&replicas);
-            self.commit(vec![MetadataRecord::CreatePartitions { id, replicas, isrs }])?;
-        }
-        Ok(())
+        let result = self.topics.create_partitions(&self.image, name, count, validate_only)?;
+        self.commit_result(result)
     }
 
     /// Sets (`Some`) or resets (`None`) topic configs, all or nothing.
@@ -301,25 +246,12 @@ impl Controller {
         validate_only: bool,
         validate_config: ConfigValidator<'_>,
     ) -> Result<(), ControllerError> {
-        let id = self.image.topic(name).map(|t| t.id).ok_or_else(|| unknown_topic(name))?;
-        for (k, v) in changes {
-            if let Some(v) = v {
-                validate_config(k, v).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
-            }
-        }
-        if validate_only || changes.is_empty() {
-            return Ok(());
-        }
-        let records = changes
-            .iter()
-            .map(|(k, v)| MetadataRecord::SetTopicConfig { id: id.0, key: k.clone(), value: v.clone() })
-            .collect();
-        self.commit(records)
+        let result = self.topics.set_topic_configs(&self.image, name, changes, validate_only, validate_config)?;
+        self.commit_result(result)
     }
 
-    /// Sets (`Some`) or resets (`None`) a group's configs, all or nothing: the group's
-    /// whole set after the change must pass `validate` (Kafka checks the heartbeat
-    /// interval against the session timeout, so one key is not checked alone).
+    /// Sets (`Some`) or resets (`None`) a group's configs, all or nothing (see
+    /// `TopicControl::set_group_configs`).
     pub fn set_group_configs(
         &mut self,
         group: &str,
@@ -327,25 +259,13 @@ impl Controller {
         validate_only: bool,
         validate: GroupConfigValidator<'_>,
     ) -> Result<(), ControllerError> {
-        if group.is_empty() {
-            return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Group name must not be empty"));
-        }
-        let after = with_changes(self.image.group_configs(group), changes);
-        validate(&after).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
-        if validate_only || changes.is_empty() {
-            return Ok(());
-        }
-        let records = changes
-            .iter()
-            .map(|(k, v)| MetadataRecord::SetGroupConfig { group: group.to_string(), key: k.clone(), value: v.clone() })
-            .collect();
-        self.commit(records)
+        let result = self.topics.set_group_configs(&self.image, group, changes, validate_only, validate)?;
+        self.commit_result(result)
     }
 
     /// Sets (`Some`) or resets (`None`) dynamic broker configs of `resource` (empty: the
-    /// cluster-wide default; else a broker id), all or nothing: the resource's whole set
-    /// after the change must pass `validate`, which the broker gives (it knows which keys
-    /// are dynamic and how to check them).
+    /// cluster-wide default; else a broker id), all or nothing (see
+    /// `TopicControl::set_broker_configs`).
     pub fn set_broker_configs(
         &mut self,
         resource: &str,
@@ -353,175 +273,15 @@ impl Controller {
         validate_only: bool,
         validate: BrokerConfigValidator<'_>,
     ) -> Result<(), ControllerError> {
-        validate(&with_changes(self.image.broker_configs(resource), changes))?;
-        if validate_only || changes.is_empty() {
-            return Ok(());
-        }
-        let records = changes
-            .iter()
-            .map(|(k, v)| MetadataRecord::SetBrokerConfig {
-                resource: resource.to_string(),
-                key: k.clone(),
-                value: v.clone(),
-            })
-            .collect();
-        self.commit(records)
+        let result = self.topics.set_broker_configs(&self.image, resource, changes, validate_only, validate)?;
+        self.commit_result(result)
     }
 
     /// Reserves `count` producer ids, durably: ids of a block are never handed out again,
     /// even if the broker crashes before using them.
     pub fn allocate_producer_ids(&mut self, count: i64) -> Result<std::ops::Range<i64>, ControllerError> {
-        let start = self.image.next_producer_id;
-        let next = start.checked_add(count).ok_or_else(|| internal("producer ids exhausted"))?;
-        self.commit(vec![MetadataRecord::ProducerIdsAllocated { next }])?;
-        Ok(start..next)
-    }
-
-    /// Replica lists for a new topic: the explicit assignments, validated as Kafka's
-    /// `validateManualPartitionAssignment`, or the striped placer's over usable brokers.
-    fn assign(&mut self, topic: &NewTopic) -> Result<Vec<Vec<i32>>, ControllerError> {
-        if !topic.assignments.is_empty() {
-            if topic.replication_factor != -1 {
-                return Err(ControllerError::new(
-                    ErrorCode::INVALID_REQUEST,
-                    "A manual partition assignment was specified, but replication factor was not set to -1.",
-                ));
-            }
-            if topic.num_partitions != -1 {
-                return Err(ControllerError::new(
-                    ErrorCode::INVALID_REQUEST,
-                    "A manual partition assignment was specified, but numPartitions was not set to -1.",
-                ));
-            }
-            return self.manual_assignment(&topic.assignments);
-        }
-        let partitions = if topic.num_partitions == -1 { self.default_partitions } else { topic.num_partitions };
-        if partitions <= 0 {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_PARTITIONS,
-                "Number of partitions was set to an invalid non-positive value.",
-            ));
-        }
-        if partitions > MAX_PARTITIONS_PER_TOPIC {
-            return Err(too_many_partitions(partitions));
-        }
-        let rf =
-            if topic.replication_factor == -1 { self.default_replication_factor } else { topic.replication_factor };
-        if rf <= 0 {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_REPLICATION_FACTOR,
-                "Replication factor must be larger than 0, or -1 to use the default value.",
-            ));
-        }
-        self.place(partitions as usize, rf)
-    }
-
-    /// The striped placer over the usable brokers, its error prefixed as Kafka's
-    /// `ReplicationControlManager` does.
-    fn place(&mut self, partitions: usize, rf: i16) -> Result<Vec<Vec<i32>>, ControllerError> {
-        let brokers = self.usable_brokers();
-        placement::place(&mut self.placement_random, &brokers, partitions, rf).map_err(|e| {
-            ControllerError::new(e.code, format!("Unable to replicate the partition {rf} time(s): {}", e.message))
-        })
-    }
-
-    /// Kafka's checks of CreateTopics' explicit assignments, in Kafka's order and words.
-    fn manual_assignment(&self, assignments: &[(i32, Vec<i32>)]) -> Result<Vec<Vec<i32>>, ControllerError> {
-        let invalid = |m: String| Err(ControllerError::new(ErrorCode::INVALID_REPLICA_ASSIGNMENT, m));
-        let mut by_index: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
-        let mut replication_factor: Option<usize> = None;
-        for (p, replicas) in assignments {
-            if by_index.contains_key(p) {
-                return invalid(format!("Found multiple manual partition assignments for partition {p}"));
-            }
-            if replicas.is_empty() {
-                return invalid("The manual partition assignment includes an empty replica list.".into());
-            }
-            let mut sorted = replicas.clone();
-            sorted.sort_unstable();
-            for (i, b) in sorted.iter().enumerate() {
-                if !self.is_registered(*b) {
-                    return invalid(format!(
-                        "The manual partition assignment includes broker {b}, but no such broker is registered."
-                    ));
-                }
-                if i > 0 && sorted[i - 1] == *b {
-                    return invalid(format!("The manual partition assignment includes the broker {b} more than once."));
-                }
-            }
-            if let Some(rf) = replication_factor.filter(|rf| *rf != replicas.len()) {
-                return invalid(format!(
-                    "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
-                    replicas.len()
-                ));
-            }
-            replication_factor = Some(replicas.len());
-            if !replicas.iter().any(|b| self.is_active(*b)) {
-                return invalid(format!(
-                    "All brokers specified in the manual partition assignment for partition {p} are fenced or in controlled shutdown."
-                ));
-            }
-            by_index.insert(*p, replicas.clone());
-        }
-        if by_index.keys().enumerate().any(|(i, p)| *p != i as i32) {
-            return invalid("partitions should be a consecutive 0-based integer sequence".into());
-        }
-        Ok(by_index.into_values().collect())
-    }
-
-    /// Brokers replicas may go to: the registered ones not in controlled shutdown, or,
-    /// before any broker registered (a single node), the configured broker ids.
-    fn usable_brokers(&self) -> Vec<UsableBroker> {
-        if self.image.brokers().next().is_none() {
-            return self.brokers.iter().map(|&id| UsableBroker { id, rack: None, fenced: false }).collect();
-        }
-        self.image
-            .brokers()
-            .filter(|b| !b.in_controlled_shutdown)
-            .map(|b| UsableBroker { id: b.id, rack: b.rack.clone(), fenced: b.fenced })
-            .collect()
-    }
-
-    fn is_registered(&self, id: i32) -> bool {
-        match self.image.brokers().next() {
-            None => self.brokers.contains(&id),
-            Some(_) => self.image.broker(id).is_some(),
-        }
-    }
-
-    /// May lead and be in an ISR (Kafka's `isActive`).
-    fn is_active(&self, id: i32) -> bool {
-        match self.image.brokers().next() {
-            None => self.brokers.contains(&id),
-            Some(_) => self.image.broker(id).is_some_and(|b| b.is_active()),
-        }
-    }
-
-    /// The ISR of each new partition: its active replicas (Kafka's
-    /// `buildPartitionRegistration`). `None` when every ISR is the whole replica list,
-    /// so the record reads as it always has.
-    fn initial_isrs(&self, replicas: &[Vec<i32>]) -> Option<Vec<Vec<i32>>> {
-        let isrs: Vec<Vec<i32>> =
-            replicas.iter().map(|r| r.iter().copied().filter(|&b| self.is_active(b)).collect()).collect();
-        (isrs.as_slice() != replicas).then_some(isrs)
-    }
-
-    /// Refuses to grow the cluster past `osprey.max.partitions`: every partition is a
-    /// directory, files and memory on every replica, and start-up and shutdown take
-    /// time in proportion to them.
-    fn check_partition_limit(&self, adding: usize) -> Result<(), ControllerError> {
-        let existing: usize = self.image.topics().map(|t| t.partitions.len()).sum();
-        let total = (existing + adding) as i64;
-        if total > self.max_partitions {
-            return Err(ControllerError::new(
-                ErrorCode::POLICY_VIOLATION,
-                format!(
-                    "Adding {adding} partitions would bring the cluster to {total}, more than osprey.max.partitions ({}); the cluster has {existing}.",
-                    self.max_partitions
-                ),
-            ));
-        }
-        Ok(())
+        let result = self.topics.allocate_producer_ids(&self.image, count)?;
+        self.commit_result(result)
     }
 
     fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
@@ -558,17 +318,6 @@ pub fn validate_topic_name(name: &str) -> Result<(), ControllerError> {
     Ok(())
 }
 
-fn too_many_partitions(n: i32) -> ControllerError {
-    ControllerError::new(
-        ErrorCode::INVALID_PARTITIONS,
-        format!("{n} partitions is more than osprey allows in one topic ({MAX_PARTITIONS_PER_TOPIC})."),
-    )
-}
-
-fn unknown_topic(name: &str) -> ControllerError {
-    ControllerError::new(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, format!("Topic '{name}' does not exist."))
-}
-
 fn internal(what: &str) -> ControllerError {
     ControllerError::new(ErrorCode::UNKNOWN_SERVER_ERROR, what)
 }
@@ -581,21 +330,6 @@ pub fn random_uuid() -> io::Result<Uuid> {
         id[15] = 1;
     }
     Ok(Uuid(id))
-}
-
-/// A resource's configs as they would be after `changes` (set `Some`, reset `None`).
-fn with_changes(
-    current: Option<&BTreeMap<String, String>>,
-    changes: &[(String, Option<String>)],
-) -> BTreeMap<String, String> {
-    let mut after = current.cloned().unwrap_or_default();
-    for (k, v) in changes {
-        match v {
-            Some(v) => after.insert(k.clone(), v.clone()),
-            None => after.remove(k),
-        };
-    }
-    after
 }
 
 #[cfg(test)]

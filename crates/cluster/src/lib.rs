@@ -24,6 +24,7 @@ pub mod quorum;
 pub mod replica;
 #[cfg(test)]
 mod test_support;
+pub mod topic_control;
 
 pub use alter_partition::{
     AlterPartitionInput, AlterPartitionItem, AlterPartitionResult, AlterPartitionTopic, AlterPartitionTopicResult,

@@ -213,6 +213,13 @@ fn describe() {
     describe_counter!("osprey_txn_aborts_total", "Transactions aborted (client, timeout, fence).");
     describe_counter!("osprey_txn_fenced_producers_total", "Producer epochs fenced by a newer instance or a timeout.");
     describe_gauge!("osprey_txn_ongoing", "Transactions open or completing.");
+    describe_gauge!("osprey_controller_active_count", "1 on the active controller, else 0 (ActiveControllerCount).");
+    describe_gauge!("osprey_controller_fenced_broker_count", "Fenced brokers, on the active controller.");
+    describe_gauge!("osprey_controller_active_broker_count", "Unfenced brokers, on the active controller.");
+    describe_gauge!(
+        "osprey_controller_offline_partitions_count",
+        "Partitions without a leader, on the active controller."
+    );
     describe_gauge!("osprey_txn_transactional_ids", "Transactional ids held by this coordinator.");
     describe_counter!("osprey_txn_markers_total", "Transaction markers made durable, by result.");
     describe_counter!("osprey_log_damaged_ranges_total", "Offset ranges lost to log damage found at open, by kind.");

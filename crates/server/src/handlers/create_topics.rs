@@ -116,7 +116,7 @@ fn refuse_oversized(broker: &Broker, req: &CreateTopicsRequest, version: i16) ->
 
 /// Partitions a request asks for in all, counted as Kafka's controller counts them: the
 /// assignments if given, else the count, -1 meaning `num.partitions`.
-fn requested_partitions(topics: &[CreatableTopic], default_partitions: i32) -> i64 {
+pub(crate) fn requested_partitions(topics: &[CreatableTopic], default_partitions: i32) -> i64 {
     topics
         .iter()
         .map(|t| match (t.assignments.len(), t.num_partitions) {

@@ -1,0 +1,398 @@
+//! Each controller API decided on an image: the Kafka request in, the records to commit
+//! and the response to send once they are committed out (and the response to send if
+//! they never are). The image is the active controller's speculative one, and each
+//! decision applies its records to it as it goes, so a request with several topics sees
+//! its own earlier topics, and the next request sees this one.
+
+use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
+use osprey_cluster::cluster_control::{
+    BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
+};
+use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::topic_control::TopicControl;
+use osprey_cluster::{BrokerListener, ControllerError, MetadataImage, MetadataRecord, NewTopic};
+use osprey_protocol::messages::alter_partition_response::{PartitionData, TopicData};
+use osprey_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
+use osprey_protocol::messages::create_topics_response::CreatableTopicResult;
+use osprey_protocol::messages::delete_topics_response::DeletableTopicResult;
+use osprey_protocol::messages::*;
+use osprey_protocol::{ErrorCode, RequestBody, ResponseBody, Uuid};
+use std::collections::{BTreeMap, HashSet};
+
+/// Kafka's controller refuses a CreateTopics asking for more partitions than this in
+/// all (`ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`): it also keeps one
+/// request's batch well inside one quorum RPC.
+pub const MAX_PARTITIONS_PER_REQUEST: i64 = crate::handlers::create_topics::MAX_PARTITIONS_PER_REQUEST;
+
+/// What the controller decided for one request.
+pub struct Decided {
+    /// Proposed as one batch; empty when nothing changes.
+    pub records: Vec<MetadataRecord>,
+    /// Sent once `records` are committed.
+    pub response: ResponseBody,
+}
+
+/// The decision makers and their inputs.
+pub struct Controls<'a> {
+    pub cluster: &'a mut ClusterControl,
+    pub topics: &'a mut TopicControl,
+    pub validate_topic_config: ConfigValidator<'a>,
+    /// `num.partitions`, counted for a topic that asks for -1.
+    pub default_partitions: i32,
+    pub now_ms: i64,
+}
+
+/// Decides `body` on `image`, applying the records to it. `None` for an API this
+/// controller does not serve (the listener checked `supported` already).
+pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, body: &RequestBody) -> Option<Decided> {
+    let decided = match body {
+        RequestBody::BrokerRegistration(r) => register_broker(c, image, r),
+        RequestBody::BrokerHeartbeat(r) => broker_heartbeat(c, image, r),
+        RequestBody::AllocateProducerIds(r) => allocate_producer_ids(c, image, r),
+        RequestBody::AlterPartition(r) => alter_partition(c, image, r),
+        RequestBody::CreateTopics(r) => create_topics(c, image, version, r),
+        RequestBody::DeleteTopics(r) => delete_topics(c, image, version, r),
+        RequestBody::CreatePartitions(r) => create_partitions(c, image, r),
+        _ => return None,
+    };
+    Some(decided)
+}
+
+/// How long the answer may wait for its commit: the request's own `timeout_ms` where it
+/// has one (Kafka's controller takes its deadline from it), else `None`.
+pub fn request_timeout_ms(body: &RequestBody) -> Option<u64> {
+    let ms = match body {
+        RequestBody::CreateTopics(r) => r.timeout_ms,
+        RequestBody::DeleteTopics(r) => r.timeout_ms,
+        RequestBody::CreatePartitions(r) => r.timeout_ms,
+        _ => return None,
+    };
+    u64::try_from(ms).ok().filter(|ms| *ms > 0)
+}
+
+/// The response when the request's records were not committed (or this node is not the
+/// active controller): `code` in every error field, as Kafka's `getErrorResponse`.
+pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) -> ResponseBody {
+    let error_code = code.code();
+    let message = Some(message.to_string());
+    match body {
+        RequestBody::BrokerRegistration(_) => ResponseBody::BrokerRegistration(BrokerRegistrationResponse {
+            error_code,
+            broker_epoch: -1,
+            ..Default::default()
+        }),
+        RequestBody::BrokerHeartbeat(_) => {
+            ResponseBody::BrokerHeartbeat(BrokerHeartbeatResponse { error_code, is_fenced: true, ..Default::default() })
+        }
+        RequestBody::AllocateProducerIds(_) => {
+            ResponseBody::AllocateProducerIds(AllocateProducerIdsResponse { error_code, ..Default::default() })
+        }
+        RequestBody::AlterPartition(_) => {
+            ResponseBody::AlterPartition(AlterPartitionResponse { error_code, ..Default::default() })
+        }
+        RequestBody::CreateTopics(r) => ResponseBody::CreateTopics(CreateTopicsResponse {
+            topics: r
+                .topics
+                .iter()
+                .map(|t| CreatableTopicResult {
+                    name: t.name.clone(),
+                    error_code,
+                    error_message: message.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        RequestBody::DeleteTopics(r) => ResponseBody::DeleteTopics(DeleteTopicsResponse {
+            responses: delete_targets(r, version)
+                .into_iter()
+                .map(|(name, topic_id)| DeletableTopicResult {
+                    name,
+                    topic_id,
+                    error_code,
+                    error_message: message.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        RequestBody::CreatePartitions(r) => ResponseBody::CreatePartitions(CreatePartitionsResponse {
+            results: r
+                .topics
+                .iter()
+                .map(|t| CreatePartitionsTopicResult {
+                    name: t.name.clone(),
+                    error_code,
+                    error_message: message.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        _ => ResponseBody::ApiVersions(Default::default()),
+    }
+}
+
+/// Applies a decision's records to the image and hands them back with its answer.
+fn apply<T>(image: &mut MetadataImage, result: ControllerResult<T>, records: &mut Vec<MetadataRecord>) -> T {
+    for r in &result.records {
+        image.apply(r);
+    }
+    records.extend(result.records);
+    result.response
+}
+
+fn register_broker(c: &mut Controls<'_>, image: &mut MetadataImage, r: &BrokerRegistrationRequest) -> Decided {
+    let input = BrokerRegistrationInput {
+        broker_id: r.broker_id,
+        cluster_id: r.cluster_id.clone(),
+        incarnation_id: r.incarnation_id,
+        listeners: r
+            .listeners
+            .iter()
+            .map(|l| BrokerListener {
+                name: l.name.clone(),
+                host: l.host.clone(),
+                port: l.port,
+                security_protocol: l.security_protocol,
+            })
+            .collect(),
+        rack: r.rack.clone(),
+    };
+    let mut records = Vec::new();
+    let response = match c.cluster.register_broker(image, &input, c.now_ms) {
+        Ok(result) => {
+            let broker_epoch = apply(image, result, &mut records);
+            tracing::info!(broker = r.broker_id, broker_epoch, "broker registered");
+            BrokerRegistrationResponse { broker_epoch, ..Default::default() }
+        }
+        Err(e) => BrokerRegistrationResponse { error_code: e.code.code(), broker_epoch: -1, ..Default::default() },
+    };
+    Decided { records, response: ResponseBody::BrokerRegistration(response) }
+}
+
+fn broker_heartbeat(c: &mut Controls<'_>, image: &mut MetadataImage, r: &BrokerHeartbeatRequest) -> Decided {
+    let input = BrokerHeartbeatInput {
+        broker_id: r.broker_id,
+        broker_epoch: r.broker_epoch,
+        current_metadata_offset: r.current_metadata_offset,
+        want_fence: r.want_fence,
+        want_shut_down: r.want_shut_down,
+    };
+    let mut records = Vec::new();
+    let response = match c.cluster.broker_heartbeat(image, &input, c.now_ms) {
+        Ok(result) => {
+            let reply = apply(image, result, &mut records);
+            BrokerHeartbeatResponse {
+                is_caught_up: reply.is_caught_up,
+                is_fenced: reply.is_fenced,
+                should_shut_down: reply.should_shut_down,
+                ..Default::default()
+            }
+        }
+        Err(e) => BrokerHeartbeatResponse { error_code: e.code.code(), is_fenced: true, ..Default::default() },
+    };
+    Decided { records, response: ResponseBody::BrokerHeartbeat(response) }
+}
+
+fn allocate_producer_ids(c: &mut Controls<'_>, image: &mut MetadataImage, r: &AllocateProducerIdsRequest) -> Decided {
+    let mut records = Vec::new();
+    let response = match c.cluster.allocate_producer_ids(image, r.broker_id, r.broker_epoch) {
+        Ok(result) => {
+            let block = apply(image, result, &mut records);
+            AllocateProducerIdsResponse {
+                producer_id_start: block.start,
+                producer_id_len: PRODUCER_ID_BLOCK_SIZE as i32,
+                ..Default::default()
+            }
+        }
+        Err(e) => AllocateProducerIdsResponse { error_code: e.code.code(), ..Default::default() },
+    };
+    Decided { records, response: ResponseBody::AllocateProducerIds(response) }
+}
+
+fn alter_partition(c: &mut Controls<'_>, image: &mut MetadataImage, r: &AlterPartitionRequest) -> Decided {
+    let input = AlterPartitionInput {
+        broker_id: r.broker_id,
+        broker_epoch: r.broker_epoch,
+        topics: r
+            .topics
+            .iter()
+            .map(|t| AlterPartitionTopic {
+                topic_id: t.topic_id,
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|p| AlterPartitionItem {
+                        partition_index: p.partition_index,
+                        leader_epoch: p.leader_epoch,
+                        // v2 sends ids only (epoch -1: not checked), v3 ids with epochs.
+                        new_isr: if p.new_isr_with_epochs.is_empty() {
+                            p.new_isr.iter().map(|&b| (b, -1)).collect()
+                        } else {
+                            p.new_isr_with_epochs.iter().map(|b| (b.broker_id, b.broker_epoch)).collect()
+                        },
+                        leader_recovery_state: p.leader_recovery_state,
+                        partition_epoch: p.partition_epoch,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let mut records = Vec::new();
+    let response = match c.cluster.alter_partition(image, &input) {
+        Ok(result) => {
+            let topics = apply(image, result, &mut records);
+            AlterPartitionResponse {
+                topics: topics
+                    .into_iter()
+                    .map(|t| TopicData {
+                        topic_id: t.topic_id,
+                        partitions: t
+                            .partitions
+                            .into_iter()
+                            .map(|p| PartitionData {
+                                partition_index: p.partition_index,
+                                error_code: p.error.code(),
+                                leader_id: p.leader_id,
+                                leader_epoch: p.leader_epoch,
+                                isr: p.isr,
+                                leader_recovery_state: p.leader_recovery_state,
+                                partition_epoch: p.partition_epoch,
+                                ..Default::default()
+                            })
+                            .collect(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }
+        }
+        Err(e) => AlterPartitionResponse { error_code: e.code.code(), ..Default::default() },
+    };
+    Decided { records, response: ResponseBody::AlterPartition(response) }
+}
+
+fn create_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, r: &CreateTopicsRequest) -> Decided {
+    let mut records = Vec::new();
+    let asked = crate::handlers::create_topics::requested_partitions(&r.topics, c.default_partitions);
+    if asked > MAX_PARTITIONS_PER_REQUEST {
+        let refused = failed(
+            &RequestBody::CreateTopics(r.clone()),
+            version,
+            ErrorCode::POLICY_VIOLATION,
+            "Excessively large number of partitions per request.",
+        );
+        return Decided { records, response: refused };
+    }
+    let mut seen = HashSet::new();
+    let duplicates: HashSet<&str> =
+        r.topics.iter().filter(|t| !seen.insert(t.name.as_str())).map(|t| t.name.as_str()).collect();
+    let mut response = CreateTopicsResponse::default();
+    for t in &r.topics {
+        let mut result = CreatableTopicResult { name: t.name.clone(), ..Default::default() };
+        let outcome = if duplicates.contains(t.name.as_str()) {
+            Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Duplicate topic name."))
+        } else {
+            new_topic(t).and_then(|new| {
+                let decided = c.topics.create_topic(image, &new, r.validate_only, c.validate_topic_config)?;
+                Ok(apply(image, decided, &mut records))
+            })
+        };
+        match outcome {
+            Ok(created) => {
+                result.topic_id = created.id;
+                result.num_partitions = created.partitions.len() as i32;
+                result.replication_factor = created.partitions.first().map_or(-1, |p| p.replicas.len() as i16);
+            }
+            Err(e) => {
+                result.error_code = e.code.code();
+                result.error_message = Some(e.message);
+            }
+        }
+        response.topics.push(result);
+    }
+    Decided { records, response: ResponseBody::CreateTopics(response) }
+}
+
+fn new_topic(t: &create_topics_request::CreatableTopic) -> Result<NewTopic, ControllerError> {
+    let mut configs = BTreeMap::new();
+    for config in &t.configs {
+        let Some(value) = &config.value else {
+            return Err(ControllerError::new(
+                ErrorCode::INVALID_CONFIG,
+                format!("Null value not supported for topic configs: {}", config.name),
+            ));
+        };
+        configs.insert(config.name.clone(), value.clone());
+    }
+    Ok(NewTopic {
+        name: t.name.clone(),
+        num_partitions: t.num_partitions,
+        replication_factor: t.replication_factor,
+        assignments: t.assignments.iter().map(|a| (a.partition_index, a.broker_ids.clone())).collect(),
+        configs,
+    })
+}
+
+/// The topics a DeleteTopics names: by name (v1-5, or v6 with a name) or by id (v6).
+fn delete_targets(r: &DeleteTopicsRequest, version: i16) -> Vec<(Option<String>, Uuid)> {
+    if version >= 6 {
+        r.topics.iter().map(|t| (t.name.clone(), t.topic_id)).collect()
+    } else {
+        r.topic_names.iter().map(|n| (Some(n.clone()), Uuid::default())).collect()
+    }
+}
+
+fn delete_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, r: &DeleteTopicsRequest) -> Decided {
+    let mut records = Vec::new();
+    let mut response = DeleteTopicsResponse::default();
+    for (name, topic_id) in delete_targets(r, version) {
+        let mut result = DeletableTopicResult { name: name.clone(), topic_id, ..Default::default() };
+        let name = match &name {
+            Some(n) => Some(n.clone()),
+            None => image.topic_by_id(topic_id).map(|t| t.name.clone()),
+        };
+        let outcome = match name {
+            Some(n) => c.topics.delete_topic(image, &n).map(|d| (n, apply(image, d, &mut records))),
+            None => Err(ControllerError::new(ErrorCode::UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")),
+        };
+        match outcome {
+            Ok((n, id)) => {
+                result.name = Some(n);
+                result.topic_id = id;
+            }
+            Err(e) => {
+                result.error_code = e.code.code();
+                result.error_message = (version >= 5).then_some(e.message);
+            }
+        }
+        response.responses.push(result);
+    }
+    Decided { records, response: ResponseBody::DeleteTopics(response) }
+}
+
+fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &CreatePartitionsRequest) -> Decided {
+    let mut records = Vec::new();
+    let mut response = CreatePartitionsResponse::default();
+    let mut seen = HashSet::new();
+    for t in &r.topics {
+        let outcome = if !seen.insert(t.name.as_str()) {
+            Err(ControllerError::new(ErrorCode::INVALID_REQUEST, format!("Duplicate topic {} in the request", t.name)))
+        } else if t.assignments.as_ref().is_some_and(|a| !a.is_empty()) {
+            Err(ControllerError::new(
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                "Manual replica assignments for new partitions are not supported yet.",
+            ))
+        } else {
+            c.topics.create_partitions(image, &t.name, t.count, r.validate_only).map(|d| apply(image, d, &mut records))
+        };
+        let mut result = CreatePartitionsTopicResult { name: t.name.clone(), ..Default::default() };
+        if let Err(e) = outcome {
+            result.error_code = e.code.code();
+            result.error_message = Some(e.message);
+        }
+        response.results.push(result);
+    }
+    Decided { records, response: ResponseBody::CreatePartitions(response) }
+}

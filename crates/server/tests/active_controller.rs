@@ -1,0 +1,303 @@
+//! The active controller on a 3-member quorum in one process (an in-memory transport),
+//! driven through `ControllerApis::handle` with Kafka request bodies, on tokio's paused
+//! clock: registration and fencing, placement over unfenced brokers, session expiry,
+//! producer-id blocks across a failover, NOT_CONTROLLER from a follower, request order,
+//! and REQUEST_TIMED_OUT without a majority.
+
+#[path = "support/controller_cluster.rs"]
+mod controller_cluster;
+
+use controller_cluster::*;
+use osprey_protocol::messages::create_topics_request::CreatableTopic;
+use osprey_protocol::messages::*;
+use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
+use osprey_server::controller_node::apis::ControllerApis;
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn brokers_unfence_when_caught_up_and_topics_are_placed_over_them() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.register(at, 1..=3).await;
+    assert!(epochs.windows(2).all(|w| w[0] < w[1]), "epochs are record offsets, increasing: {epochs:?}");
+    let behind = c.heartbeat(at, 1, epochs[0], epochs[0] - 1).await;
+    assert!(!behind.is_caught_up && behind.is_fenced, "not caught up with its registration: stays fenced");
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let reply = c.heartbeat(at, id, *epoch, *epoch).await;
+        assert!(reply.is_caught_up && !reply.is_fenced);
+    }
+    let stale = c.heartbeat(at, 1, epochs[0] + 100, epochs[0]).await;
+    assert_eq!(stale.error_code, ErrorCode::STALE_BROKER_EPOCH.code());
+
+    let created = c.create_topic(at, "rf3", 6, 3).await;
+    assert_eq!((created.error_code, created.num_partitions, created.replication_factor), (0, 6, 3));
+    let image = c.image(at);
+    let topic = image.topic("rf3").expect("committed before the answer");
+    assert_eq!(topic.id, created.topic_id);
+    for p in &topic.partitions {
+        assert_eq!(p.replicas.iter().copied().collect::<BTreeSet<_>>(), BTreeSet::from([1, 2, 3]));
+        assert_eq!(p.isr.len(), 3);
+    }
+    let refused = c.create_topic(at, "rf4", 1, 4).await;
+    assert_eq!(refused.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
+    assert!(c.image(at).topic("rf4").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_follower_answers_not_controller() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let follower = (at + 1) % 3;
+    match c.send(follower, registration(1), 4).await {
+        ResponseBody::BrokerRegistration(r) => assert_eq!(r.error_code, ErrorCode::NOT_CONTROLLER.code()),
+        other => panic!("{other:?}"),
+    }
+    let refused = c.create_topic(follower, "t", 1, 1).await;
+    assert_eq!(refused.error_code, ErrorCode::NOT_CONTROLLER.code());
+    assert!(c.image(at).broker(1).is_none() && c.image(at).topic("t").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn requests_take_effect_in_the_order_they_arrive() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let create = RequestBody::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "t".into(),
+            num_partitions: 2,
+            replication_factor: 3,
+            ..Default::default()
+        }],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let delete = RequestBody::DeleteTopics(DeleteTopicsRequest {
+        topic_names: vec!["t".into()],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let header = |key: i16, version: i16| RequestHeader {
+        request_api_key: key,
+        request_api_version: version,
+        ..Default::default()
+    };
+    // Both handed over before either is answered: the delete is decided on the image
+    // that holds the create, not yet committed.
+    let created = c.controllers[at].handle(header(19, 7), create);
+    let deleted = c.controllers[at].handle(header(20, 5), delete);
+    let (created, deleted) = (created.await, deleted.await);
+    let ResponseBody::CreateTopics(created) = created else { panic!() };
+    let ResponseBody::DeleteTopics(deleted) = deleted else { panic!() };
+    assert_eq!(created.topics[0].error_code, 0);
+    assert_eq!(deleted.responses[0].error_code, 0, "{deleted:?}");
+    assert_eq!(deleted.responses[0].topic_id, created.topics[0].topic_id);
+    assert!(c.image(at).topic("t").is_none());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_broker_without_heartbeats_is_fenced_and_its_partitions_get_new_leaders() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 6, 3).await.error_code, 0);
+    let before = c.image(at).topic("t").unwrap().clone();
+    let led_by_3: Vec<i32> = before.partitions.iter().filter(|p| p.leader == 3).map(|p| p.index).collect();
+    assert!(!led_by_3.is_empty(), "placement gives broker 3 some leaderships: {before:?}");
+    // Brokers 1 and 2 heartbeat every second for twice the session timeout; 3 is silent.
+    for _ in 0..(2 * SESSION_TIMEOUT_MS / 1000) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (id, epoch) in [(1, epochs[0]), (2, epochs[1])] {
+            assert!(!c.heartbeat(at, id, epoch, epoch).await.is_fenced);
+        }
+    }
+    let image = c.image(at);
+    assert!(image.broker(3).unwrap().fenced, "broker 3's session expired");
+    assert!(!image.broker(1).unwrap().fenced && !image.broker(2).unwrap().fenced);
+    let after = image.topic("t").unwrap();
+    for index in led_by_3 {
+        let (old, new) = (&before.partitions[index as usize], &after.partitions[index as usize]);
+        assert!(old.isr.contains(&new.leader) && new.leader != 3, "a new leader from the ISR: {new:?}");
+        assert!(new.leader_epoch > old.leader_epoch, "the leader epoch is bumped");
+        assert!(!new.isr.contains(&3));
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn producer_id_blocks_never_overlap_across_a_failover_and_no_broker_is_fenced_at_once() {
+    let c = Cluster::start().await;
+    let first = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    let mut blocks = Vec::new();
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let r = c.allocate_producer_ids(first, id, *epoch).await;
+        assert_eq!(r.error_code, 0);
+        blocks.push((r.producer_id_start, r.producer_id_start + i64::from(r.producer_id_len)));
+    }
+    // The active controller is cut off; another member takes over.
+    c.router.set_reachable(first as i32 + 1, false);
+    eventually("another controller is active", || {
+        c.controllers.iter().enumerate().any(|(i, ctl)| i != first && ctl.is_active())
+    })
+    .await;
+    let second = c.controllers.iter().enumerate().position(|(i, ctl)| i != first && ctl.is_active()).unwrap();
+    let image = c.image(second);
+    assert!(image.brokers().all(|b| !b.fenced), "activate gave every broker a fresh session");
+    // Heartbeats resume against the new controller, within a session, from 1 and 2;
+    // broker 3 stays silent and only its session from activate can expire.
+    for (id, epoch) in (1..=2).zip(&epochs) {
+        let reply = c.heartbeat(second, id, *epoch, *epoch).await;
+        assert!(!reply.is_fenced && reply.error_code == 0, "{reply:?}");
+    }
+    for (id, epoch) in (1..=3).zip(&epochs) {
+        let r = c.allocate_producer_ids(second, id, *epoch).await;
+        assert_eq!(r.error_code, 0);
+        blocks.push((r.producer_id_start, r.producer_id_start + i64::from(r.producer_id_len)));
+    }
+    blocks.sort();
+    assert!(blocks.windows(2).all(|w| w[0].1 <= w[1].0), "blocks overlap: {blocks:?}");
+    for _ in 0..(2 * SESSION_TIMEOUT_MS / 1000) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (id, epoch) in [(1, epochs[0]), (2, epochs[1])] {
+            assert!(!c.heartbeat(second, id, epoch, epoch).await.is_fenced);
+        }
+    }
+    assert!(c.image(second).broker(3).unwrap().fenced, "the new controller fences a silent broker");
+    // The old one, cut off, still thinks it leads (openraft has no check-quorum): its
+    // proposals cannot commit.
+    let old = c.allocate_producer_ids(first, 1, epochs[0]).await;
+    assert_eq!(old.error_code, ErrorCode::REQUEST_TIMED_OUT.code(), "{old:?}");
+    // A request pending there when it hears of the new term is answered NOT_CONTROLLER,
+    // and so is every later one.
+    let header = RequestHeader { request_api_key: 67, ..Default::default() };
+    let body = RequestBody::AllocateProducerIds(AllocateProducerIdsRequest {
+        broker_id: 1,
+        broker_epoch: epochs[0],
+        ..Default::default()
+    });
+    let pending = c.controllers[first].handle(header, body);
+    c.router.set_reachable(first as i32 + 1, true);
+    let ResponseBody::AllocateProducerIds(pending) = pending.await else { panic!() };
+    assert_eq!(pending.error_code, ErrorCode::NOT_CONTROLLER.code(), "{pending:?}");
+    eventually("the old controller steps down", || !c.controllers[first].is_active()).await;
+    assert_eq!(c.allocate_producer_ids(first, 1, epochs[0]).await.error_code, ErrorCode::NOT_CONTROLLER.code());
+    let image = c.image(second);
+    assert!(!image.broker(1).unwrap().fenced, "the old controller's fencing while cut off never committed");
+    assert!(image.next_producer_id <= blocks.last().unwrap().1, "nor did its producer-id blocks");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn create_topics_without_a_majority_times_out() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    for n in 1..=3 {
+        if n != at as i32 + 1 {
+            c.router.set_reachable(n, false);
+        }
+    }
+    let body = RequestBody::CreateTopics(CreateTopicsRequest {
+        topics: vec![CreatableTopic {
+            name: "t".into(),
+            num_partitions: 1,
+            replication_factor: 3,
+            ..Default::default()
+        }],
+        timeout_ms: 2_000,
+        ..Default::default()
+    });
+    match c.send(at, body, 7).await {
+        ResponseBody::CreateTopics(r) => {
+            assert_eq!(r.topics[0].error_code, ErrorCode::REQUEST_TIMED_OUT.code(), "{r:?}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn partitions_grow_and_a_leader_shrinks_its_isr() {
+    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+    use osprey_protocol::messages::create_partitions_request::CreatePartitionsTopic;
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    let epochs = c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 1, 3).await.error_code, 0);
+    let grow = RequestBody::CreatePartitions(CreatePartitionsRequest {
+        topics: vec![CreatePartitionsTopic { name: "t".into(), count: 3, ..Default::default() }],
+        timeout_ms: 60_000,
+        ..Default::default()
+    });
+    let ResponseBody::CreatePartitions(grown) = c.send(at, grow, 3).await else { panic!() };
+    assert_eq!(grown.results[0].error_code, 0, "{grown:?}");
+    let topic = c.image(at).topic("t").unwrap().clone();
+    assert_eq!(topic.partitions.len(), 3);
+    assert!(topic.partitions.iter().all(|p| p.replicas.len() == 3));
+
+    let p = &topic.partitions[0];
+    let leader = p.leader;
+    let dropped = *p.isr.iter().find(|&&b| b != leader).unwrap();
+    let shrunk: Vec<i32> = p.isr.iter().copied().filter(|&b| b != dropped).collect();
+    let alter = |partition_epoch: i32| {
+        RequestBody::AlterPartition(AlterPartitionRequest {
+            broker_id: leader,
+            broker_epoch: epochs[leader as usize - 1],
+            topics: vec![TopicData {
+                topic_id: topic.id,
+                partitions: vec![PartitionData {
+                    partition_index: 0,
+                    leader_epoch: p.leader_epoch,
+                    new_isr_with_epochs: shrunk
+                        .iter()
+                        .map(|&b| BrokerState {
+                            broker_id: b,
+                            broker_epoch: epochs[b as usize - 1],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    partition_epoch,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+    };
+    let ResponseBody::AlterPartition(altered) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
+    let answer = &altered.topics[0].partitions[0];
+    assert_eq!((altered.error_code, answer.error_code), (0, 0), "{altered:?}");
+    assert_eq!(answer.isr, shrunk);
+    assert_eq!(c.image(at).topic("t").unwrap().partitions[0].isr, shrunk, "committed before the answer");
+    let ResponseBody::AlterPartition(stale) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
+    assert_eq!(stale.topics[0].partitions[0].error_code, ErrorCode::INVALID_UPDATE_VERSION.code());
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_batch_too_large_for_the_log_fails_alone_and_the_controller_goes_on() {
+    let c = Cluster::start_with(|q| q.max_rpc_bytes = 64 * 1024).await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let big = c.create_topic(at, "big", 5_000, 3).await;
+    assert_eq!(big.error_code, ErrorCode::UNKNOWN_SERVER_ERROR.code(), "{big:?}");
+    // The refused records were in the speculative image; it is rebuilt from the log, so
+    // the topic does not exist and the next request is decided without it.
+    let again = c.create_topic(at, "big", 2, 3).await;
+    assert_eq!(again.error_code, 0, "{again:?}");
+    assert_eq!(c.image(at).topic("big").unwrap().partitions.len(), 2);
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn requests_beyond_the_queue_bound_are_answered_request_timed_out() {
+    let c = Cluster::start_configured(|_| {}, |a| a.max_queued_requests = 2).await;
+    let at = c.active().await;
+    let header = RequestHeader { request_api_key: 62, request_api_version: 4, ..Default::default() };
+    // Handed over before the controller task runs again: two fit in the queue.
+    let replies: Vec<_> = (1..=3).map(|id| c.controllers[at].handle(header.clone(), registration(id))).collect();
+    let mut codes = Vec::new();
+    for reply in replies {
+        let ResponseBody::BrokerRegistration(r) = reply.await else { panic!() };
+        codes.push(r.error_code);
+    }
+    assert_eq!(codes, vec![0, 0, ErrorCode::REQUEST_TIMED_OUT.code()]);
+    assert!(c.image(at).broker(3).is_none(), "the refused registration wrote nothing");
+}
