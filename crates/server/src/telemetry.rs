@@ -40,6 +40,7 @@
 //! | `osprey_interbroker_connection_attempts_total` | counter | | connections this node opened to other nodes, tried |
 //! | `osprey_interbroker_connection_failures_total` | counter | | of those, the ones that failed (connect or ApiVersions handshake) |
 //! | `osprey_interbroker_connections` | gauge | | open connections to other nodes |
+//! | `osprey_quorum_voter_replacements_total` | counter | | quorum voters the active controller replaced by the same node under a new metadata directory id (each also logged) |
 //! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
@@ -228,6 +229,10 @@ fn describe() {
     describe_counter!("osprey_interbroker_connection_attempts_total", "Connections to other nodes tried.");
     describe_counter!("osprey_interbroker_connection_failures_total", "Connections to other nodes that failed.");
     describe_gauge!("osprey_interbroker_connections", "Open connections to other nodes.");
+    describe_counter!(
+        "osprey_quorum_voter_replacements_total",
+        "Quorum voters replaced by the same node under a new metadata directory id (it lost its disk)."
+    );
     describe_counter!(
         "osprey_internal_topic_create_errors_total",
         "Failed attempts to create an internal topic or open its logs, by internal topic."
@@ -420,6 +425,11 @@ impl LogLimiter {
 pub fn interbroker_request(api: &'static str, result: &'static str, started: Instant) {
     counter!("osprey_interbroker_requests_total", "api" => api, "result" => result).increment(1);
     histogram!("osprey_interbroker_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+}
+
+/// The active controller replaced a voter by the same node's new replica key.
+pub fn quorum_voter_replaced() {
+    counter!("osprey_quorum_voter_replacements_total").increment(1);
 }
 
 pub fn interbroker_connection_attempt() {
