@@ -147,7 +147,11 @@ pub fn cluster(node: &NodeState, request: &DescribeClusterRequest) -> ResponseBo
     }
     ResponseBody::DescribeCluster(DescribeClusterResponse {
         endpoint_type: ENDPOINT_TYPE_CONTROLLER,
-        cluster_id: node.cluster_id().unwrap_or_default(),
+        cluster_id: quorum
+            .as_ref()
+            .and_then(|q| q.with_applied(|a| a.image.cluster_id.clone()))
+            .or_else(|| node.cluster_id())
+            .unwrap_or_default(),
         controller_id: leader.unwrap_or(-1),
         brokers,
         ..Default::default()
