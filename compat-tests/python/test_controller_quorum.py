@@ -25,6 +25,8 @@ from conftest import _ANSI, free_port, osprey_bin
 KAFKA_LIB = Path(os.environ.get("KAFKA_LIB", "/work/main/bench/scratch/kafka-lib"))
 TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 WAIT_S = 60.0
+# The tool's --command-config, written by the fixture into the test's directory.
+_tool_config = [None]
 
 
 def _skip_without_kafka_tools():
@@ -89,17 +91,24 @@ class Controller:
         return "\n".join(_ANSI.sub("", self.log_path.read_text(errors="replace")).splitlines()[-lines:])
 
 
-def quorum_tool(port: int, *what: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["java", "-cp", f"{KAFKA_LIB}/*", TOOL, "--bootstrap-controller", f"127.0.0.1:{port}", "describe", *what],
-        capture_output=True, text=True, timeout=60,
-    )
+def quorum_tool(port: int, *what: str):
+    """The tool's result, or None if it did not finish (its admin client gives up after
+    `default.api.timeout.ms`, kept short so that a poll is retried rather than hung)."""
+    config = _tool_config[0]
+    try:
+        return subprocess.run(
+            ["java", "-cp", f"{KAFKA_LIB}/*", TOOL, "--bootstrap-controller", f"127.0.0.1:{port}",
+             "--command-config", str(config), "describe", *what],
+            capture_output=True, text=True, timeout=30,
+        )
+    except subprocess.TimeoutExpired:
+        return None
 
 
 def status(port: int):
     """`describe --status` as a dict, or None when the tool failed."""
     out = quorum_tool(port, "--status")
-    if out.returncode != 0:
+    if out is None or out.returncode != 0:
         return None
     fields = dict(line.split(":", 1) for line in out.stdout.splitlines() if ":" in line)
     return {k.strip(): v.strip() for k, v in fields.items()}
@@ -108,7 +117,7 @@ def status(port: int):
 def replication(port: int):
     """`describe --replication` rows as dicts, or None when the tool failed."""
     out = quorum_tool(port, "--replication")
-    if out.returncode != 0:
+    if out is None or out.returncode != 0:
         return None
     lines = [l.split() for l in out.stdout.splitlines() if l.strip() and not l.startswith("SLF4J")]
     header, rows = lines[0], lines[1:]
@@ -131,6 +140,8 @@ def wait_for(what, probe, controllers):
 def controllers(tmp_path):
     _skip_without_kafka_tools()
     assert osprey_bin().is_file(), "build it: cargo build -p osprey-server --bin osprey"
+    _tool_config[0] = tmp_path / "quorum-tool.properties"
+    _tool_config[0].write_text("default.api.timeout.ms=15000\nrequest.timeout.ms=5000\n")
     nodes = [Controller(tmp_path, n, free_port()) for n in (1, 2, 3)]
     voters = ",".join(f"{c.node_id}@127.0.0.1:{c.port}" for c in nodes)
     print(f"controller ports: {[c.port for c in nodes]}, dirs under {tmp_path}")

@@ -130,6 +130,19 @@ pub fn cluster(node: &NodeState, request: &DescribeClusterRequest) -> ResponseBo
     }
     let quorum = node.quorum();
     let leader = quorum.as_ref().and_then(|q| q.leader()).map(|(k, _)| k.node_id);
+    if leader.is_none() {
+        // During an election. An admin client bootstrapped with controllers takes the
+        // controller id as the node to send DescribeQuorum to, and with -1 it waits for
+        // its next metadata refresh (minutes); a retriable error makes it ask again
+        // after its back-off.
+        return ResponseBody::DescribeCluster(DescribeClusterResponse {
+            error_code: ErrorCode::NOT_CONTROLLER.code(),
+            error_message: Some("no active controller yet: an election is in progress".into()),
+            endpoint_type: ENDPOINT_TYPE_CONTROLLER,
+            controller_id: -1,
+            ..Default::default()
+        });
+    }
     let mut brokers: Vec<DescribeClusterBroker> = Vec::new();
     if let Some(q) = &quorum {
         let voters = q.voters();
