@@ -257,3 +257,88 @@ async fn a_voter_that_lost_its_disk_is_replaced_under_its_new_directory_id() {
     }
     let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
 }
+
+/// A request frame with header v2 (what the private keys and flexible versions use).
+fn frame_v2(api_key: i16, version: i16, correlation_id: i32, body: &[u8]) -> Vec<u8> {
+    let mut f = Vec::new();
+    f.extend_from_slice(&api_key.to_be_bytes());
+    f.extend_from_slice(&version.to_be_bytes());
+    f.extend_from_slice(&correlation_id.to_be_bytes());
+    f.extend_from_slice(&(-1i16).to_be_bytes()); // null client id
+    f.push(0); // no tagged fields
+    f.extend_from_slice(body);
+    let mut out = (f.len() as i32).to_be_bytes().to_vec();
+    out.extend_from_slice(&f);
+    out
+}
+
+/// Sends `bytes` on a new connection and reads one response frame; `None` if the node
+/// closed the connection instead.
+async fn exchange(port: u16, bytes: &[u8]) -> Option<Vec<u8>> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut size = [0u8; 4];
+    let read =
+        tokio::time::timeout(Duration::from_secs(30), s.read_exact(&mut size)).await.expect("no answer, no close");
+    if read.is_err() {
+        return None;
+    }
+    let mut body = vec![0u8; i32::from_be_bytes(size) as usize];
+    s.read_exact(&mut body).await.unwrap();
+    Some(body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_listener_closes_on_bad_input_and_keeps_serving() {
+    let mut cluster = Cluster::new("bad-input");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    cluster.ports = vec![listener.local_addr().unwrap().port(); 3];
+    let mut config = cluster.config(1);
+    config.voters.truncate(1);
+    config.limits.socket_request_max_bytes = 1024 * 1024;
+    let apis: osprey_server::controller_node::ApisFactory =
+        Box::new(|quorum| Arc::new(StubApis { quorum }) as Arc<dyn ControllerApis>);
+    let node = ControllerNode::start(config, vec![listener], apis).unwrap();
+    let port = cluster.ports[0];
+    eventually("a one-voter quorum elects itself", || node.quorum().is_leader()).await;
+
+    // Frame sizes outside 0..=socket.request.max.bytes close the connection before any read.
+    assert_eq!(exchange(port, &(2 * 1024 * 1024i32).to_be_bytes()).await, None);
+    assert_eq!(exchange(port, &(-5i32).to_be_bytes()).await, None);
+    // A Kafka API a controller does not serve, an unknown key, a truncated header.
+    assert_eq!(exchange(port, &frame_v2(ApiKey::Produce as i16, 9, 1, b"")).await, None);
+    assert_eq!(exchange(port, &frame_v2(9_999, 0, 1, b"")).await, None);
+    assert_eq!(exchange(port, &[0, 0, 0, 1, 0]).await, None);
+    // Private keys: garbage, a wrong version, an RPC shorter than its replica key.
+    let garbage = rpc::address(node.quorum().replica(), b"{\"Vote\":");
+    assert_eq!(exchange(port, &frame_v2(rpc::VOTE, 0, 1, &garbage)).await, None);
+    let incomplete = rpc::address(node.quorum().replica(), b"{\"AppendEntries\":{}}");
+    assert_eq!(exchange(port, &frame_v2(rpc::VOTE, 0, 1, &incomplete)).await, None);
+    assert_eq!(exchange(port, &frame_v2(rpc::VOTE, 1, 1, b"")).await, None);
+    assert_eq!(exchange(port, &frame_v2(rpc::APPEND_ENTRIES, 0, 1, &[1, 2, 3])).await, None);
+    assert_eq!(exchange(port, &frame_v2(rpc::HELLO, 0, 1, b"{not json")).await, None);
+    // An RPC for another replica of this node gets an empty answer, not a vote.
+    let other = osprey_cluster::quorum::ReplicaKey::new(1, [0xee; 16]);
+    let vote = rpc::address(other, b"{}");
+    let answer = exchange(port, &frame_v2(rpc::VOTE, 0, 7, &vote)).await.expect("an answer");
+    assert_eq!(answer, [0, 0, 0, 7, 0], "correlation id 7, no tagged fields, empty body");
+    // ApiVersions of a version from the future: KIP-511's v0 answer with the table.
+    let answer = exchange(port, &frame_v2(ApiKey::ApiVersions as i16, 99, 3, b"")).await.expect("an answer");
+    assert_eq!(&answer[..6], &[0, 0, 0, 3, 0, 35], "correlation id 3, UNSUPPORTED_VERSION");
+
+    // Still serving: a Hello is answered with this node's.
+    let hello = osprey_cluster::quorum::Hello {
+        replica: osprey_cluster::quorum::ReplicaKey::new(2, [2; 16]),
+        endpoint: ControllerEndpoint::new("127.0.0.1", 1),
+        cluster_id: None,
+        has_quorum_state: false,
+    };
+    let answer = exchange(port, &frame_v2(rpc::HELLO, 0, 9, &rpc::encode_hello(&hello))).await.expect("an answer");
+    let theirs = rpc::decode_hello(&answer[5..], 1 << 20).unwrap();
+    assert_eq!(theirs.replica, node.quorum().replica());
+    assert!(theirs.has_quorum_state);
+
+    tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
