@@ -16,6 +16,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,7 @@ class Controller:
         self.dir = workdir / f"controller-{node_id}"
         self.config = workdir / f"controller-{node_id}.properties"
         self.log_path = workdir / f"controller-{node_id}.log"
+        self.metrics_port = free_port()
         self.proc = None
 
     def write_config(self, voters: str):
@@ -55,6 +57,7 @@ class Controller:
             f"listeners=CONTROLLER://127.0.0.1:{self.port}\n"
             "controller.listener.names=CONTROLLER\n"
             f"log.dirs={self.dir}\n"
+            f"metrics.listener=127.0.0.1:{self.metrics_port}\n"
         )
 
     def start(self):
@@ -84,6 +87,16 @@ class Controller:
             return None
         found = re.search(r"^directory\.id=(\S+)$", path.read_text(), re.M)
         return found.group(1) if found else None
+
+    def counter(self, name: str) -> float:
+        """A counter's value on /metrics (0 when absent or unreachable)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0.0
+        found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
+        return float(found.group(1)) if found else 0.0
 
     def log_tail(self, lines: int = 60) -> str:
         if not self.log_path.is_file():
@@ -216,3 +229,5 @@ def test_three_controllers_form_a_quorum_that_kafkas_tool_describes(controllers)
     final = wait_for("a healthy quorum", lambda: healthy(wiped.port), controllers)
     assert final["ClusterId"] == cluster_id
     assert "replaced a quorum voter" in "\n".join(c.log_tail(400) for c in controllers)
+    replacements = sum(c.counter("osprey_quorum_voter_replacements_total") for c in controllers)
+    assert replacements >= 1, "osprey_quorum_voter_replacements_total moved on the leader that replaced it"

@@ -274,6 +274,11 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
     }
     let listeners =
         controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+    if let Some(addr) = &config.metrics_listener {
+        let addr = resolve(addr)?;
+        telemetry::install_for_controller(addr)?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
     let apis: osprey_server::controller_node::ApisFactory = Box::new(|_| Arc::new(NoControllerApis));
     let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
         .await

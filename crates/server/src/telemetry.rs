@@ -73,6 +73,36 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Starts the Prometheus endpoint (`GET /metrics`) and the periodic gauge refresher.
 /// Must run inside the tokio runtime.
 pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
+    let kept = install_recorder(addr)?;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFRESH);
+        loop {
+            tick.tick().await;
+            refresh_partition_gauges(&broker);
+            let groups = refresh_group_gauges(&broker);
+            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
+            kept.touch(&topics, &groups);
+        }
+    });
+    Ok(())
+}
+
+/// `/metrics` on `addr` for a controller-only node: no partitions or groups, the global
+/// series (the quorum's, the inter-broker client's) kept alive.
+pub fn install_for_controller(addr: SocketAddr) -> Result<(), String> {
+    let kept = install_recorder(addr)?;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFRESH);
+        loop {
+            tick.tick().await;
+            kept.touch(&HashSet::new(), &HashSet::new());
+        }
+    });
+    Ok(())
+}
+
+/// The Prometheus recorder and its HTTP listener on `addr`, installed as the global one.
+fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
     let (recorder, exporter) = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
@@ -87,17 +117,7 @@ pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
     let kept = KeepAlive::new(recorder);
     metrics::set_global_recorder(kept.clone()).map_err(|e| e.to_string())?;
     describe();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(REFRESH);
-        loop {
-            tick.tick().await;
-            refresh_partition_gauges(&broker);
-            let groups = refresh_group_gauges(&broker);
-            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
-            kept.touch(&topics, &groups);
-        }
-    });
-    Ok(())
+    Ok(kept)
 }
 
 /// The Prometheus recorder, remembering every counter and gauge registered so that each
