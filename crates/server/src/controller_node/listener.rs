@@ -4,7 +4,12 @@
 //! the bytes that really arrive, not with the size declared; at `max.connections` open
 //! connections the loop stops accepting until one closes (new ones wait in the backlog);
 //! at most `max_in_flight` requests per connection are read and not yet answered, and
-//! answers go out in request order.
+//! answers go out in request order. A connection's requests are handled one after
+//! another, each once the one before it is answered: openraft's RPCs from one peer must
+//! reach the quorum in the order sent, and Kafka's controller handles a connection's
+//! requests in order. What is bounded differently from the client listener:
+//! `queued.max.request.bytes` does not count these frames (a controller serves a few
+//! peers and tools, not clients).
 
 use super::requests::{self, Handled};
 use super::NodeState;
