@@ -342,3 +342,33 @@ async fn the_controller_listener_closes_on_bad_input_and_keeps_serving() {
     tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
     let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_formatted_cluster_id_is_committed_and_a_directory_of_another_cluster_fails_the_node() {
+    let mut cluster = Cluster::new("formatted");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    cluster.ports = vec![listener.local_addr().unwrap().port(); 3];
+    let formatted = meta_properties::random_uuid().unwrap().to_string();
+    meta_properties::format(&[cluster.dirs[0].clone()], 1, &formatted, false).unwrap();
+    let start = |listener: TcpListener| {
+        let mut config = cluster.config(1);
+        config.voters.truncate(1);
+        let apis: osprey_server::controller_node::ApisFactory =
+            Box::new(|quorum| Arc::new(StubApis { quorum }) as Arc<dyn ControllerApis>);
+        ControllerNode::start(config, vec![listener], apis).unwrap()
+    };
+    let node = start(listener);
+    eventually("the cluster id is learned", || node.cluster_id().is_some()).await;
+    assert_eq!(node.cluster_id(), Some(formatted.clone()), "the id osprey format wrote is the cluster's");
+    tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
+
+    // The directory now names another cluster than its quorum log: the node fails.
+    let path = cluster.dirs[0].join(meta_properties::FILE_NAME);
+    let other = meta_properties::random_uuid().unwrap().to_string();
+    std::fs::write(&path, std::fs::read_to_string(&path).unwrap().replace(&formatted, &other)).unwrap();
+    let node = start(TcpListener::bind(("127.0.0.1", cluster.ports[0])).unwrap());
+    let why = tokio::time::timeout(Duration::from_secs(60), node.failed()).await.expect("the node fails");
+    assert!(why.contains(&other) && why.contains(&formatted), "{why}");
+    tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
