@@ -42,9 +42,11 @@ pub async fn lead(
         if node.quorum.with_applied(|a| a.image.cluster_id.is_none()) {
             commit_cluster_id(&node, formatted_cluster_id.clone()).await;
         }
-        for (node_id, _) in &voters {
+        for (node_id, endpoint) in &voters {
+            // The endpoint is the configured one, not the Hello's: a Hello cannot send
+            // the quorum's traffic elsewhere.
             if let Some(hello) = node.recent_hellos(HELLO_FRESH).remove(node_id) {
-                make_voter(&node, hello.replica, hello.endpoint).await;
+                make_voter(&node, hello.replica, endpoint.clone()).await;
             }
         }
     }

@@ -32,7 +32,7 @@ use listener::ListenerLimits;
 use osprey_cluster::quorum::{ControllerEndpoint, Hello, Quorum, QuorumConfig, ReplicaKey};
 use osprey_protocol::{RequestBody, RequestHeader};
 use progress::FollowerProgress;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -130,8 +130,10 @@ pub struct NodeState {
     /// The cluster id as learned from the quorum (or from `meta.properties` when the
     /// node already belongs to it); reported in Hello.
     cluster_id: Mutex<Option<String>>,
-    /// The latest Hello from each node id, and when it came.
+    /// The latest Hello from each configured voter, and when it came.
     hellos: Mutex<BTreeMap<i32, (Hello, Instant)>>,
+    /// The node ids of `controller.quorum.voters`.
+    voter_ids: BTreeSet<i32>,
 }
 
 impl std::fmt::Debug for NodeState {
@@ -165,7 +167,12 @@ impl NodeState {
         }
     }
 
+    /// Keeps the Hello of a configured voter; others are dropped, so the map holds at
+    /// most one entry per configured voter whatever peers send.
     fn saw_hello(&self, hello: Hello) {
+        if !self.voter_ids.contains(&hello.replica.node_id) {
+            return;
+        }
         let mut hellos = self.hellos.lock().unwrap_or_else(|e| e.into_inner());
         hellos.insert(hello.replica.node_id, (hello, Instant::now()));
     }
@@ -332,6 +339,7 @@ async fn start(
         progress,
         cluster_id: Mutex::new(known_cluster_id),
         hellos: Mutex::new(BTreeMap::new()),
+        voter_ids: config.voters.iter().map(|(id, _)| *id).collect(),
     });
     let mut tokio_listeners = Vec::new();
     for l in listeners {
