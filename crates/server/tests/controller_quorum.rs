@@ -372,3 +372,34 @@ async fn a_formatted_cluster_id_is_committed_and_a_directory_of_another_cluster_
     tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
     let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_voter_that_starts_late_is_added_by_the_leader() {
+    let mut cluster = Cluster::new("late");
+    let mut listeners: Vec<Option<TcpListener>> =
+        (0..3).map(|_| Some(TcpListener::bind("127.0.0.1:0").unwrap())).collect();
+    cluster.ports = listeners.iter().flatten().map(|l| l.local_addr().unwrap().port()).collect();
+    eprintln!("controller ports: {:?}", cluster.ports);
+    let mut nodes: Vec<Option<ControllerNode>> = vec![None, None, None];
+    for id in [1, 2] {
+        nodes[id as usize - 1] = Some(cluster.start(id, listeners[id as usize - 1].take().unwrap()));
+    }
+    eventually("two of three elect a leader and commit the cluster id", || {
+        leader_of(&nodes).is_some() && nodes.iter().flatten().all(|n| n.cluster_id().is_some())
+    })
+    .await;
+    assert_eq!(node(&nodes, leader_of(&nodes).unwrap()).quorum().voters().len(), 2, "initialized with the two");
+
+    nodes[2] = Some(cluster.start(3, listeners[2].take().unwrap()));
+    let late = node(&nodes, 3).quorum().replica();
+    eventually("the late voter is a voter", || {
+        leader_of(&nodes).is_some_and(|l| node(&nodes, l).quorum().voters().contains(&late))
+    })
+    .await;
+    eventually("it learns the cluster id", || node(&nodes, 3).cluster_id() == node(&nodes, 1).cluster_id()).await;
+
+    for n in nodes.into_iter().flatten() {
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
