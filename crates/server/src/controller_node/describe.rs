@@ -26,15 +26,17 @@ const ENDPOINT_TYPE_CONTROLLER: i8 = 2;
 /// answers NOT_LEADER_OR_FOLLOWER for the partition, as Kafka's, and the admin client
 /// asks the active controller again.
 pub fn quorum(node: &NodeState) -> ResponseBody {
-    let partition = match node.quorum() {
-        Some(quorum) if quorum.is_leader() => leader_view(node, &quorum),
-        _ => PartitionData {
+    let quorum = &node.quorum;
+    let partition = if quorum.is_leader() {
+        leader_view(node, quorum)
+    } else {
+        PartitionData {
             error_code: ErrorCode::NOT_LEADER_OR_FOLLOWER.code(),
-            leader_id: node.quorum().and_then(|q| q.leader()).map_or(-1, |(k, _)| k.node_id),
-            leader_epoch: node.quorum().map_or(-1, |q| q.term() as i32),
+            leader_id: quorum.leader().map_or(-1, |(k, _)| k.node_id),
+            leader_epoch: quorum.term() as i32,
             high_watermark: -1,
             ..Default::default()
-        },
+        }
     };
     let nodes = if partition.error_code == 0 { nodes(node) } else { Vec::new() };
     ResponseBody::DescribeQuorum(DescribeQuorumResponse {
@@ -95,7 +97,7 @@ fn leader_view(node: &NodeState, quorum: &osprey_cluster::quorum::Quorum) -> Par
 
 /// Every member with its controller listener (v2's nodes).
 fn nodes(node: &NodeState) -> Vec<Node> {
-    let Some(quorum) = node.quorum() else { return Vec::new() };
+    let quorum = &node.quorum;
     let mut out: Vec<Node> = Vec::new();
     for (key, endpoint) in quorum.members() {
         // A node that replaced its disk is two members for a while: list it once.
@@ -128,8 +130,8 @@ pub fn cluster(node: &NodeState, request: &DescribeClusterRequest) -> ResponseBo
             ..Default::default()
         });
     }
-    let quorum = node.quorum();
-    let leader = quorum.as_ref().and_then(|q| q.leader()).map(|(k, _)| k.node_id);
+    let quorum = &node.quorum;
+    let leader = quorum.leader().map(|(k, _)| k.node_id);
     if leader.is_none() {
         // During an election. An admin client bootstrapped with controllers takes the
         // controller id as the node to send DescribeQuorum to, and with -1 it waits for
@@ -144,25 +146,22 @@ pub fn cluster(node: &NodeState, request: &DescribeClusterRequest) -> ResponseBo
         });
     }
     let mut brokers: Vec<DescribeClusterBroker> = Vec::new();
-    if let Some(q) = &quorum {
-        let voters = q.voters();
-        for (key, endpoint) in q.members().into_iter().filter(|(k, _)| voters.contains(k)) {
-            if brokers.iter().any(|b| b.broker_id == key.node_id) {
-                continue;
-            }
-            brokers.push(DescribeClusterBroker {
-                broker_id: key.node_id,
-                host: endpoint.host,
-                port: i32::from(endpoint.port),
-                ..Default::default()
-            });
+    let voters = quorum.voters();
+    for (key, endpoint) in quorum.members().into_iter().filter(|(k, _)| voters.contains(k)) {
+        if brokers.iter().any(|b| b.broker_id == key.node_id) {
+            continue;
         }
+        brokers.push(DescribeClusterBroker {
+            broker_id: key.node_id,
+            host: endpoint.host,
+            port: i32::from(endpoint.port),
+            ..Default::default()
+        });
     }
     ResponseBody::DescribeCluster(DescribeClusterResponse {
         endpoint_type: ENDPOINT_TYPE_CONTROLLER,
         cluster_id: quorum
-            .as_ref()
-            .and_then(|q| q.with_applied(|a| a.image.cluster_id.clone()))
+            .with_applied(|a| a.image.cluster_id.clone())
             .or_else(|| node.cluster_id())
             .unwrap_or_default(),
         controller_id: leader.unwrap_or(-1),

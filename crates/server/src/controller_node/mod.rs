@@ -143,10 +143,6 @@ impl std::fmt::Debug for NodeState {
 }
 
 impl NodeState {
-    fn quorum(&self) -> Option<Arc<Quorum>> {
-        Some(self.quorum.clone())
-    }
-
     fn cluster_id(&self) -> Option<String> {
         self.cluster_id.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }

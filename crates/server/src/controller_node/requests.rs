@@ -139,9 +139,7 @@ fn private(node: &Arc<NodeState>, api_key: i16, mut frame: Bytes) -> Handled {
     if rpc::api_key_of(&rpc) != api_key {
         return Handled::Close(format!("api key {api_key} carries another RPC"));
     }
-    let Some(quorum) = node.quorum() else {
-        return Handled::Close("the quorum is not started".into());
-    };
+    let quorum = node.quorum.clone();
     Handled::Answer(Box::pin(async move {
         let reply = quorum.handle_rpc(rpc).await;
         Ok(private_frame(correlation_id, &encode_reply(&reply)))
