@@ -9,6 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type")]
 pub enum MetadataRecord {
+    /// The cluster's id, chosen by the first active controller of a quorum bootstrapped
+    /// without a format step (DESIGN.md, "Bootstrap without a format step"). Kafka keeps
+    /// it only in `meta.properties`; here the quorum carries it so that every member
+    /// learns it from the log. The first one applied wins; later ones are ignored.
+    ClusterId {
+        id: String,
+    },
     /// Producer ids below `next` are handed out (in blocks, so a restart never reuses one).
     ProducerIdsAllocated {
         next: i64,
@@ -172,6 +179,8 @@ pub struct MetadataImage {
     broker_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// Registered brokers by id.
     brokers: BTreeMap<i32, BrokerRegistration>,
+    /// The cluster id from the first `ClusterId` record (`None` before it).
+    pub cluster_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -272,6 +281,11 @@ impl MetadataImage {
         let offset = self.applied;
         self.applied += 1;
         match record {
+            MetadataRecord::ClusterId { id } => {
+                if self.cluster_id.is_none() {
+                    self.cluster_id = Some(id.clone());
+                }
+            }
             MetadataRecord::CreateTopic { name, id, replicas, configs, isrs } => {
                 let id = Uuid(*id);
                 if self.topics_by_name.contains_key(name) || self.topics.contains_key(&id) {
@@ -430,6 +444,9 @@ struct ImageOnDisk {
     /// Absent in snapshots written before broker registrations existed.
     #[serde(default)]
     brokers: Vec<BrokerRegistration>,
+    /// Absent in snapshots written before the quorum carried it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cluster_id: Option<String>,
 }
 
 impl From<MetadataImage> for ImageOnDisk {
@@ -442,20 +459,31 @@ impl From<MetadataImage> for ImageOnDisk {
             group_configs,
             broker_configs,
             brokers,
+            cluster_id,
         } = image;
         let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
         let brokers = brokers.into_values().collect();
-        ImageOnDisk { topics, applied, next_producer_id, group_configs, broker_configs, brokers }
+        ImageOnDisk { topics, applied, next_producer_id, group_configs, broker_configs, brokers, cluster_id }
     }
 }
 
 impl From<ImageOnDisk> for MetadataImage {
     fn from(disk: ImageOnDisk) -> MetadataImage {
-        let ImageOnDisk { topics: list, applied, next_producer_id, group_configs, broker_configs, brokers } = disk;
+        let ImageOnDisk { topics: list, applied, next_producer_id, group_configs, broker_configs, brokers, cluster_id } =
+            disk;
         let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
         let topics = list.into_iter().map(|t| (t.id, t)).collect();
         let brokers = brokers.into_iter().map(|b| (b.id, b)).collect();
-        MetadataImage { topics_by_name, topics, applied, next_producer_id, group_configs, broker_configs, brokers }
+        MetadataImage {
+            topics_by_name,
+            topics,
+            applied,
+            next_producer_id,
+            group_configs,
+            broker_configs,
+            brokers,
+            cluster_id,
+        }
     }
 }
 
@@ -562,6 +590,21 @@ mod tests {
         image.apply(&set("1", None));
         assert!(image.broker_configs("1").is_none(), "a resource with no configs left is gone");
         assert_eq!(image.broker_configs("").unwrap()["log.retention.ms"], "60000", "the default is untouched");
+    }
+
+    #[test]
+    fn the_first_cluster_id_applied_wins_and_survives_a_snapshot() {
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::ClusterId { id: "first".into() });
+        image.apply(&MetadataRecord::ClusterId { id: "second".into() });
+        assert_eq!(image.cluster_id.as_deref(), Some("first"));
+        let back: MetadataImage = serde_json::from_str(&serde_json::to_string(&image).unwrap()).unwrap();
+        assert_eq!(back.cluster_id.as_deref(), Some("first"));
+        let old: MetadataImage = serde_json::from_str(
+            r#"{"topics":[],"applied":0,"next_producer_id":0,"group_configs":{},"broker_configs":{}}"#,
+        )
+        .unwrap();
+        assert_eq!(old.cluster_id, None, "a snapshot from before the record has none");
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! The controller listeners (`controller.listener.names`) until the controller quorum is
-//! wired in (issue 14): bound, so their ports are taken, checked and reported at start-up,
+//! The controller listeners (`controller.listener.names`) of a node with the broker role,
+//! until such nodes run the controller quorum (issue 14; a controller-only node already
+//! serves its CONTROLLER listener with `controller_node::listener`): bound, so their
+//! ports are taken, checked and reported at start-up,
 //! and every connection is accepted and closed at once. Nothing is advertised for them:
 //! Metadata never lists a controller listener, and no Kafka API is served here yet, so a
 //! client that connects learns at once that there is nothing to talk to rather than
-//! waiting for a response that never comes. The integration replaces [`serve`] with the
-//! quorum's network (crates/cluster/DESIGN.md, "Network").
+//! waiting for a response that never comes.
 
 use std::time::Duration;
 

@@ -5,6 +5,7 @@
 use osprey_cluster::meta_properties;
 use osprey_server::broker::{Broker, Settings};
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
+use osprey_server::controller_node::{ControllerNode, ControllerNodeConfig, NoControllerApis};
 use osprey_server::{background, controller_listener, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -52,7 +53,9 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
+        )
         .with_target(false)
         .init();
     stop_on_panic();
@@ -67,7 +70,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(run(config));
+    let outcome = if is_controller_only(&config) {
+        runtime.block_on(run_controller(config))
+    } else {
+        runtime.block_on(run(config))
+    };
     // A blocking thread stuck in an fsync must not keep the process alive.
     runtime.shutdown_timeout(SHUTDOWN_BLOCKING_GRACE);
     match outcome {
@@ -80,11 +87,15 @@ fn main() -> ExitCode {
 }
 
 /// THE MODE GATE (issue 14). The configuration may describe a multi-node cluster (it is
-/// validated as Kafka validates it), but until the controller quorum and broker
-/// membership are wired in, such a node would run as a lone single node, silently
-/// diverging from the cluster its operator asked for. Refuse to start instead. The
-/// integration deletes this function and its one call in `main`.
+/// validated as Kafka validates it). A controller-only node (`process.roles=controller`)
+/// runs the real controller quorum over its CONTROLLER listener. A node with the broker
+/// role in a multi-node configuration would still run as a lone single node, silently
+/// diverging from the cluster its operator asked for, until broker membership is wired
+/// in: it refuses to start instead.
 fn refuse_multi_node(config: &BrokerConfig) -> Result<(), String> {
+    if is_controller_only(config) {
+        return Ok(());
+    }
     match config.cluster.beyond_this_node(config.node_id) {
         None => Ok(()),
         Some(why) => Err(format!(
@@ -93,6 +104,11 @@ fn refuse_multi_node(config: &BrokerConfig) -> Result<(), String> {
              (or listing only this node's own id)."
         )),
     }
+}
+
+/// `process.roles=controller`: the node runs the controller quorum and no broker.
+fn is_controller_only(config: &BrokerConfig) -> bool {
+    config.cluster.roles.controller && !config.cluster.roles.broker
 }
 
 /// `osprey format`: as `kafka-storage.sh format`, prints one line per directory written.
@@ -244,6 +260,37 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
         Ok(Err(e)) => Err(e.to_string()),
         Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
     }
+}
+
+/// A controller-only node: the quorum member and its CONTROLLER listener, until SIGTERM
+/// or until the node fails (its `meta.properties` names another cluster).
+async fn run_controller(config: BrokerConfig) -> Result<(), String> {
+    let node_config = ControllerNodeConfig::from_broker_config(&config)?;
+    let bound = bind_listeners(&config)?;
+    let described = bound.describe();
+    let (client, controller) = bound.into_sockets();
+    if !client.is_empty() {
+        tracing::warn!("process.roles=controller: listeners other than controller.listener.names are not served");
+    }
+    let listeners =
+        controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+    if let Some(addr) = &config.metrics_listener {
+        let addr = resolve(addr)?;
+        telemetry::install_for_controller(addr)?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    let apis: osprey_server::controller_node::ApisFactory = Box::new(|_| Arc::new(NoControllerApis));
+    let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
+        .await
+        .map_err(|e| e.to_string())??;
+    tracing::info!(listeners = %described, node_id = config.node_id, replica = %node.quorum().replica(), "osprey controller is ready");
+    let outcome = tokio::select! {
+        _ = wait_for_signal() => Ok(()),
+        why = node.failed() => Err(why),
+    };
+    tracing::info!("shutting down the controller");
+    let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
+    outcome
 }
 
 /// Every entry of `listeners`, bound, split into client and controller listeners, each

@@ -40,6 +40,7 @@
 //! | `osprey_interbroker_connection_attempts_total` | counter | | connections this node opened to other nodes, tried |
 //! | `osprey_interbroker_connection_failures_total` | counter | | of those, the ones that failed (connect or ApiVersions handshake) |
 //! | `osprey_interbroker_connections` | gauge | | open connections to other nodes |
+//! | `osprey_quorum_voter_replacements_total` | counter | | quorum voters the active controller replaced by the same node under a new metadata directory id (each also logged) |
 //! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
@@ -72,6 +73,36 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Starts the Prometheus endpoint (`GET /metrics`) and the periodic gauge refresher.
 /// Must run inside the tokio runtime.
 pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
+    let kept = install_recorder(addr)?;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFRESH);
+        loop {
+            tick.tick().await;
+            refresh_partition_gauges(&broker);
+            let groups = refresh_group_gauges(&broker);
+            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
+            kept.touch(&topics, &groups);
+        }
+    });
+    Ok(())
+}
+
+/// `/metrics` on `addr` for a controller-only node: no partitions or groups, the global
+/// series (the quorum's, the inter-broker client's) kept alive.
+pub fn install_for_controller(addr: SocketAddr) -> Result<(), String> {
+    let kept = install_recorder(addr)?;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(REFRESH);
+        loop {
+            tick.tick().await;
+            kept.touch(&HashSet::new(), &HashSet::new());
+        }
+    });
+    Ok(())
+}
+
+/// The Prometheus recorder and its HTTP listener on `addr`, installed as the global one.
+fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
     let (recorder, exporter) = PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
@@ -86,17 +117,7 @@ pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
     let kept = KeepAlive::new(recorder);
     metrics::set_global_recorder(kept.clone()).map_err(|e| e.to_string())?;
     describe();
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(REFRESH);
-        loop {
-            tick.tick().await;
-            refresh_partition_gauges(&broker);
-            let groups = refresh_group_gauges(&broker);
-            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
-            kept.touch(&topics, &groups);
-        }
-    });
-    Ok(())
+    Ok(kept)
 }
 
 /// The Prometheus recorder, remembering every counter and gauge registered so that each
@@ -235,6 +256,10 @@ fn describe() {
     describe_counter!("osprey_interbroker_connection_attempts_total", "Connections to other nodes tried.");
     describe_counter!("osprey_interbroker_connection_failures_total", "Connections to other nodes that failed.");
     describe_gauge!("osprey_interbroker_connections", "Open connections to other nodes.");
+    describe_counter!(
+        "osprey_quorum_voter_replacements_total",
+        "Quorum voters replaced by the same node under a new metadata directory id (it lost its disk)."
+    );
     describe_counter!(
         "osprey_internal_topic_create_errors_total",
         "Failed attempts to create an internal topic or open its logs, by internal topic."
@@ -427,6 +452,11 @@ impl LogLimiter {
 pub fn interbroker_request(api: &'static str, result: &'static str, started: Instant) {
     counter!("osprey_interbroker_requests_total", "api" => api, "result" => result).increment(1);
     histogram!("osprey_interbroker_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+}
+
+/// The active controller replaced a voter by the same node's new replica key.
+pub fn quorum_voter_replaced() {
+    counter!("osprey_quorum_voter_replacements_total").increment(1);
 }
 
 pub fn interbroker_connection_attempt() {

@@ -1,0 +1,167 @@
+//! From a request frame read on the CONTROLLER listener to its answer: the private keys
+//! go to the quorum (`rpc.rs`), ApiVersions, DescribeQuorum and DescribeCluster are
+//! answered here from the quorum's state, and every other Kafka API the active
+//! controller serves goes to [`ControllerApis`]. Anything else closes the connection, as
+//! Kafka does with a request it does not serve.
+
+use super::apis::ControllerApis;
+use super::describe;
+use super::rpc;
+use super::NodeState;
+use bytes::{Bytes, BytesMut};
+use osprey_cluster::quorum::{decode_rpc, encode_reply};
+use osprey_protocol::frame::{split_request, FrameError, RequestHeader, ResponseHeader};
+use osprey_protocol::messages::api_versions_response::ApiVersion;
+use osprey_protocol::messages::ApiVersionsResponse;
+use osprey_protocol::wire::Message;
+use osprey_protocol::{ApiKey, ErrorCode, RequestBody, ResponseBody};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+/// A response's header and body, encoded once ready (without the size prefix).
+pub type Answer = Pin<Box<dyn Future<Output = Result<BytesMut, String>> + Send>>;
+
+/// What the connection does with one frame.
+pub enum Handled {
+    /// Send this answer, in request order.
+    Answer(Answer),
+    /// A request this listener does not serve, or malformed: close the connection
+    /// (after the earlier answers).
+    Close(String),
+}
+
+/// The Kafka APIs answered by the listener itself, with their versions.
+const SERVED_HERE: &[(ApiKey, i16, i16)] =
+    &[(ApiKey::ApiVersions, 0, 4), (ApiKey::DescribeQuorum, 0, 2), (ApiKey::DescribeCluster, 1, 2)];
+
+/// Handles one frame (without its size prefix).
+pub fn handle(node: &Arc<NodeState>, frame: Bytes) -> Handled {
+    if frame.len() < 2 {
+        return Handled::Close("frame too short for an api key".into());
+    }
+    let api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    if rpc::is_private(api_key) {
+        return private(node, api_key, frame);
+    }
+    let split = match split_request(frame) {
+        Ok(s) => s,
+        Err(FrameError::UnknownApiKey { api_key, .. }) => return Handled::Close(format!("unknown api key {api_key}")),
+        Err(FrameError::Header(e)) => return Handled::Close(format!("malformed request header: {e}")),
+    };
+    let (key, header) = (split.api_key, split.header);
+    let version = header.request_api_version;
+    let correlation_id = header.correlation_id;
+    let Some((min, max)) = served(node.apis.as_ref(), key) else {
+        return Handled::Close(format!("{} is not served by a controller", key.name()));
+    };
+    if !(min..=max).contains(&version) {
+        if key == ApiKey::ApiVersions {
+            // KIP-511: answer in v0 with UNSUPPORTED_VERSION and the table; the client retries.
+            let body = api_versions(node.apis.as_ref(), ErrorCode::UNSUPPORTED_VERSION.code());
+            return ready(correlation_id, 0, body);
+        }
+        return Handled::Close(format!("{} v{version} is not supported", key.name()));
+    }
+    let body = match RequestBody::decode(key, &mut split.body.clone(), version) {
+        Ok(b) => b,
+        Err(e) => return Handled::Close(format!("malformed {} v{version}: {e}", key.name())),
+    };
+    match body {
+        RequestBody::ApiVersions(_) => ready(correlation_id, version, api_versions(node.apis.as_ref(), 0)),
+        RequestBody::DescribeQuorum(_) => ready(correlation_id, version, describe::quorum(node)),
+        RequestBody::DescribeCluster(r) => ready(correlation_id, version, describe::cluster(node, &r)),
+        body => {
+            let reply = node.apis.handle(header, body);
+            Handled::Answer(Box::pin(async move { encode(correlation_id, version, &reply.await) }))
+        }
+    }
+}
+
+/// The versions of `key` this listener serves: its own, else the active controller's.
+fn served(apis: &dyn ControllerApis, key: ApiKey) -> Option<(i16, i16)> {
+    let own = SERVED_HERE.iter().find(|(k, _, _)| *k == key).map(|&(_, min, max)| (min, max));
+    own.or_else(|| apis.supported().into_iter().find(|(k, _, _)| *k == key as i16).map(|(_, min, max)| (min, max)))
+}
+
+/// ApiVersions: what this listener serves and what the active controller serves; never
+/// the private keys.
+fn api_versions(apis: &dyn ControllerApis, error_code: i16) -> ResponseBody {
+    let mut keys: Vec<ApiVersion> = SERVED_HERE
+        .iter()
+        .map(|&(k, min, max)| ApiVersion {
+            api_key: k as i16,
+            min_version: min,
+            max_version: max,
+            ..Default::default()
+        })
+        .collect();
+    for (api_key, min_version, max_version) in apis.supported() {
+        if !rpc::is_private(api_key) && !keys.iter().any(|k| k.api_key == api_key) {
+            keys.push(ApiVersion { api_key, min_version, max_version, ..Default::default() });
+        }
+    }
+    keys.sort_by_key(|k| k.api_key);
+    ResponseBody::ApiVersions(ApiVersionsResponse { error_code, api_keys: keys, ..Default::default() })
+}
+
+/// A private key: header v2, a JSON body, answered with header v1.
+fn private(node: &Arc<NodeState>, api_key: i16, mut frame: Bytes) -> Handled {
+    let header = match RequestHeader::decode(&mut frame, 2) {
+        Ok(h) => h,
+        Err(e) => return Handled::Close(format!("malformed request header: {e}")),
+    };
+    if header.request_api_version != rpc::VERSION {
+        return Handled::Close(format!("api key {api_key} v{} is not supported", header.request_api_version));
+    }
+    let correlation_id = header.correlation_id;
+    let max = node.max_rpc_bytes;
+    if api_key == rpc::HELLO {
+        let hello = match rpc::decode_hello(&frame, max) {
+            Ok(h) => h,
+            Err(why) => return Handled::Close(why),
+        };
+        node.saw_hello(hello);
+        let body = rpc::encode_hello(&node.my_hello());
+        return Handled::Answer(Box::pin(async move { Ok(private_frame(correlation_id, &body)) }));
+    }
+    let Some((target, frame)) = rpc::addressed(&frame) else {
+        return Handled::Close(format!("api key {api_key}: body too short for its replica key"));
+    };
+    if target != node.replica {
+        // Meant for another replica of this node (before its disk was replaced).
+        return Handled::Answer(Box::pin(async move { Ok(private_frame(correlation_id, &[])) }));
+    }
+    let rpc = match decode_rpc(frame, max) {
+        Ok(r) => r,
+        Err(e) => return Handled::Close(e.to_string()),
+    };
+    if rpc::api_key_of(&rpc) != api_key {
+        return Handled::Close(format!("api key {api_key} carries another RPC"));
+    }
+    let quorum = node.quorum.clone();
+    Handled::Answer(Box::pin(async move {
+        let reply = quorum.handle_rpc(rpc).await;
+        Ok(private_frame(correlation_id, &encode_reply(&reply)))
+    }))
+}
+
+fn private_frame(correlation_id: i32, body: &[u8]) -> BytesMut {
+    let mut out = BytesMut::with_capacity(8 + body.len());
+    // A header of an i32 and an empty tag section always encodes.
+    let _ = ResponseHeader { correlation_id, ..Default::default() }.encode(&mut out, 1);
+    out.extend_from_slice(body);
+    out
+}
+
+fn ready(correlation_id: i32, version: i16, body: ResponseBody) -> Handled {
+    let encoded = encode(correlation_id, version, &body);
+    Handled::Answer(Box::pin(async move { encoded }))
+}
+
+fn encode(correlation_id: i32, version: i16, body: &ResponseBody) -> Result<BytesMut, String> {
+    let mut out = BytesMut::new();
+    osprey_protocol::frame::encode_response(correlation_id, version, body, &mut out)
+        .map_err(|e| format!("response does not encode (a bug): {e}"))?;
+    Ok(out)
+}
