@@ -7,7 +7,7 @@ Metadata, Produce and Fetch on the broker listener, and the ApiVersions table of
 controller listener. Exits with the test's status.
 
 Usage: compat-tests/.venv/bin/python compat-tests/interbroker-kafka.py [KAFKA_LIB_DIR]
-       (default /work/main/bench/scratch/kafka-lib, where bench/run.sh puts the jars)
+       (default bench/scratch/kafka-lib in this repository, where bench/run.sh puts the jars)
 """
 
 import os
@@ -22,7 +22,7 @@ import bench  # noqa: E402
 
 
 def main():
-    kafka_lib = sys.argv[1] if len(sys.argv) > 1 else "/work/main/bench/scratch/kafka-lib"
+    kafka_lib = sys.argv[1] if len(sys.argv) > 1 else str(Path(__file__).resolve().parents[1] / "bench" / "scratch" / "kafka-lib")
     with tempfile.TemporaryDirectory(prefix="osprey-interbroker-kafka-") as tmp:
         kafka = bench.KafkaBroker(Path(tmp), kafka_lib)
         try:

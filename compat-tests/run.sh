@@ -25,6 +25,11 @@ if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt
         || echo "compat-tests: promtool could not be installed; its test will be skipped" >&2
 fi
 
+# Kafka 4.4's jars (bench/scratch/kafka-lib, as the benchmark uses them): the quorum test
+# drives Kafka's kafka-metadata-quorum tool against osprey's controllers.
+# shellcheck source=bench/setup.sh
+(here="$root/bench" && source "$root/bench/setup.sh")
+
 export OSPREY_BIN="${OSPREY_BIN:-$root/target/debug/osprey}"
 status=0
 "$here/.venv/bin/python" -m pytest "$here/python" -q -ra \

@@ -6,7 +6,7 @@ leader with a higher epoch is reported. A voter whose metadata directory is wipe
 back under a new directory id, is put in place of its old replica key, and the quorum
 reports three healthy voters again.
 
-Needs java and Kafka 4.4's jars (`$KAFKA_LIB`, default /work/main/bench/scratch/kafka-lib,
+Needs java and Kafka 4.4's jars (`$KAFKA_LIB`, default bench/scratch/kafka-lib in this repository,
 where bench/run.sh puts them); skipped visibly without them.
 """
 
@@ -23,7 +23,7 @@ import pytest
 
 from conftest import _ANSI, free_port, osprey_bin
 
-KAFKA_LIB = Path(os.environ.get("KAFKA_LIB", "/work/main/bench/scratch/kafka-lib"))
+KAFKA_LIB = Path(os.environ.get("KAFKA_LIB", Path(__file__).resolve().parents[2] / "bench" / "scratch" / "kafka-lib"))
 TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 WAIT_S = 60.0
 # The tool's --command-config, written by the fixture into the test's directory.
