@@ -3,6 +3,7 @@
 //! machine and its RPCs behind a transport the server provides.
 
 pub mod bootstrap;
+pub mod fetch;
 mod files;
 pub mod handle;
 pub mod log_store;
@@ -12,6 +13,7 @@ pub mod state_machine;
 pub mod types;
 
 pub use bootstrap::{decide_bootstrap, BootstrapDecision, Hello};
+pub use fetch::{LeaderHint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse};
 pub use handle::{ProposeError, Quorum, QuorumConfig, QuorumError};
 pub use log_store::{LogStore, METADATA_LOG_DIR_NAME};
 pub use network::{decode_reply, decode_rpc, encode_reply, encode_rpc, DecodeRpcError, RaftRpc, RaftRpcReply};

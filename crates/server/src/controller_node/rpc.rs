@@ -32,12 +32,16 @@ pub const VOTE: i16 = 10_001;
 pub const APPEND_ENTRIES: i16 = 10_002;
 /// openraft's InstallSnapshot (one chunk per request).
 pub const INSTALL_SNAPSHOT: i16 = 10_003;
+/// A broker's fetch of the committed metadata log (`osprey_cluster::quorum::fetch`):
+/// JSON `MetadataFetchRequest` in, `MetadataFetchResponse` out; not addressed to a
+/// replica key, since brokers are not quorum members.
+pub const METADATA_FETCH: i16 = 10_004;
 /// The one version of every private key.
 pub const VERSION: i16 = 0;
 
 /// Whether `api_key` is one of the private keys.
 pub fn is_private(api_key: i16) -> bool {
-    (HELLO..=INSTALL_SNAPSHOT).contains(&api_key)
+    (HELLO..=METADATA_FETCH).contains(&api_key)
 }
 
 /// The key an RPC travels under.
@@ -101,11 +105,11 @@ mod tests {
 
     #[test]
     fn private_keys_are_above_kafkas_and_unknown_to_the_codec() {
-        for key in HELLO..=INSTALL_SNAPSHOT {
+        for key in HELLO..=METADATA_FETCH {
             assert!(is_private(key));
             assert!(osprey_protocol::ApiKey::from_i16(key).is_none(), "{key} is a Kafka key");
         }
-        assert!(!is_private(55) && !is_private(INSTALL_SNAPSHOT + 1));
+        assert!(!is_private(55) && !is_private(METADATA_FETCH + 1));
     }
 
     #[test]
