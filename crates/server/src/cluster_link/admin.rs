@@ -45,6 +45,18 @@ impl ClusterLink {
         Instant::now() + self.config.request_timeout
     }
 
+    /// Forwards a client's request to the active controller (Kafka's forwarding) and
+    /// returns its answer; with `wait_for_image`, once this broker's image has caught up
+    /// with the controller's.
+    pub fn forward(
+        &self,
+        api: ApiKey,
+        body: RequestBody,
+        wait_for_image: bool,
+    ) -> Result<ResponseBody, ControllerError> {
+        self.write(api, body, wait_for_image)
+    }
+
     /// Sends `body` to the active controller, then waits for this broker's image.
     fn write(&self, api: ApiKey, body: RequestBody, wait_for_image: bool) -> Result<ResponseBody, ControllerError> {
         let deadline = self.deadline();
