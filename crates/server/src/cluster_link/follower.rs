@@ -58,6 +58,7 @@ impl ClusterLink {
                             }
                             publish(Arc::new(image.clone())).await;
                             self.published.send_replace(Arc::new(image.clone()));
+                            metrics::gauge!("osprey_broker_metadata_offset").set(image.applied as f64 - 1.0);
                         }
                         Err(gap) => {
                             tracing::warn!(error = %gap, "metadata fetch out of order; fetching again");
@@ -67,6 +68,7 @@ impl ClusterLink {
                 }
                 Err(why) => {
                     failures += 1;
+                    metrics::counter!("osprey_broker_metadata_fetch_failures_total").increment(1);
                     // The first failures of a controller going away are expected; a long
                     // run of them is not.
                     if failures == 10 || failures.is_multiple_of(100) {

@@ -166,6 +166,7 @@ impl ClusterLink {
                         } else if !was.fenced && r.is_fenced {
                             tracing::warn!("the controller fenced this broker");
                         }
+                        metrics::gauge!("osprey_broker_fenced").set(if r.is_fenced { 1.0 } else { 0.0 });
                         self.registration.send_modify(|s| {
                             s.fenced = r.is_fenced;
                             s.should_shut_down = r.should_shut_down;
@@ -181,7 +182,8 @@ impl ClusterLink {
                     }
                     ResponseBody::BrokerHeartbeat(r) => {
                         failures += 1;
-                        let code = ErrorCode::from_code(r.error_code).map_or("unknown error", |c| c.name());
+                        let code = ErrorCode::from_code(r.error_code).map_or("UNKNOWN_SERVER_ERROR", |c| c.name());
+                        metrics::counter!("osprey_broker_heartbeat_failures_total", "reason" => code).increment(1);
                         if failures == 1 || failures.is_multiple_of(20) {
                             tracing::warn!(error = code, "heartbeat refused by the controller");
                         }
@@ -190,6 +192,7 @@ impl ClusterLink {
                 },
                 Some(Err(e)) => {
                     failures += 1;
+                    metrics::counter!("osprey_broker_heartbeat_failures_total", "reason" => "unreachable").increment(1);
                     if failures == 3 || failures.is_multiple_of(30) {
                         tracing::warn!(error = %e, "heartbeats are not reaching the active controller");
                     }
