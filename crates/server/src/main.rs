@@ -5,7 +5,7 @@
 use osprey_cluster::meta_properties;
 use osprey_server::broker::{Broker, Settings};
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
-use osprey_server::controller_node::{ControllerNode, ControllerNodeConfig, NoControllerApis};
+use osprey_server::controller_node::{self, ControllerNode, ControllerNodeConfig};
 use osprey_server::{background, controller_listener, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -279,7 +279,7 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
         telemetry::install_for_controller(addr)?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
-    let apis: osprey_server::controller_node::ApisFactory = Box::new(|_| Arc::new(NoControllerApis));
+    let apis = controller_node::active_apis(&config);
     let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
         .await
         .map_err(|e| e.to_string())??;
