@@ -5,6 +5,7 @@ pub mod authorized_operations;
 pub mod background;
 pub mod broker;
 pub mod config;
+pub mod config_changes;
 pub mod connection_slots;
 pub mod controller_listener;
 pub mod controller_node;
