@@ -563,3 +563,87 @@ where
     .await;
     found.unwrap_or_else(|_| panic!("never happened: {what}"))
 }
+
+fn registration(broker_id: i32, cluster_id: &str) -> RequestBody {
+    use osprey_protocol::messages::broker_registration_request::Listener;
+    RequestBody::BrokerRegistration(osprey_protocol::messages::BrokerRegistrationRequest {
+        broker_id,
+        cluster_id: cluster_id.into(),
+        incarnation_id: osprey_protocol::Uuid([broker_id as u8; 16]),
+        listeners: vec![Listener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+async fn register(cluster: &Cluster, at: i32, broker_id: i32, cluster_id: &str) -> i16 {
+    match cluster.ask(at, registration(broker_id, cluster_id)).await {
+        ResponseBody::BrokerRegistration(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_write_without_a_majority_fails_with_kafkas_error() {
+    let mut cluster = Cluster::new("no-majority");
+    let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    cluster.ports = listeners.iter().map(|l| l.local_addr().unwrap().port()).collect();
+    let start = |cluster: &Cluster, id: i32, listener: TcpListener| {
+        let apis = controller_node::active_apis(&osprey_server::config::BrokerConfig::default());
+        ControllerNode::start(cluster.config(id), vec![listener], apis).unwrap()
+    };
+    let mut nodes: Vec<Option<ControllerNode>> =
+        listeners.into_iter().zip(1..=3).map(|(l, id)| Some(start(&cluster, id, l))).collect();
+    eventually("a leader and the cluster id", || {
+        leader_of(&nodes).is_some() && nodes.iter().flatten().all(|n| n.cluster_id().is_some())
+    })
+    .await;
+    let cluster_id = node(&nodes, 1).cluster_id().unwrap();
+    let leader = eventually_async("the leader registers a broker", || {
+        let (cluster, nodes, cluster_id) = (&cluster, &nodes, cluster_id.clone());
+        async move {
+            let leader = leader_of(nodes)?;
+            (register(cluster, leader, 1, &cluster_id).await == 0).then_some(leader)
+        }
+    })
+    .await;
+
+    // The leader alone cannot commit: REQUEST_TIMED_OUT once controller.quorum.request.timeout.ms passed.
+    let followers: Vec<i32> = (1..=3).filter(|&id| id != leader).collect();
+    for &id in &followers {
+        let n = nodes[id as usize - 1].take().unwrap();
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    assert_eq!(register(&cluster, leader, 2, &cluster_id).await, ErrorCode::REQUEST_TIMED_OUT.code());
+
+    // With a majority back, writes commit again.
+    for &id in &followers {
+        let listener = TcpListener::bind(("127.0.0.1", cluster.ports[id as usize - 1])).unwrap();
+        nodes[id as usize - 1] = Some(start(&cluster, id, listener));
+    }
+    let leader = eventually_async("a write commits again", || {
+        let (cluster, nodes, cluster_id) = (&cluster, &nodes, cluster_id.clone());
+        async move {
+            let leader = leader_of(nodes)?;
+            (register(cluster, leader, 3, &cluster_id).await == 0).then_some(leader)
+        }
+    })
+    .await;
+
+    // A controller left alone that is not the leader answers NOT_CONTROLLER.
+    let alone = (1..=3).find(|&id| id != leader).unwrap();
+    for id in (1..=3).filter(|&id| id != alone) {
+        let n = nodes[id as usize - 1].take().unwrap();
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    assert_eq!(register(&cluster, alone, 4, &cluster_id).await, ErrorCode::NOT_CONTROLLER.code());
+
+    for n in nodes.into_iter().flatten() {
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
