@@ -38,8 +38,10 @@ pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable
 
 #[derive(Debug, Clone)]
 pub struct ClusterControlConfig {
-    /// The cluster id brokers must register with.
-    pub cluster_id: String,
+    /// The cluster id brokers must register with when the image has none: a controller
+    /// of the quorum leaves it `None` and takes the id the bootstrap committed
+    /// (`MetadataImage::cluster_id`), which wins whenever the image has one.
+    pub cluster_id: Option<String>,
     /// `broker.session.timeout.ms` (Kafka's default 9000).
     pub broker_session_timeout_ms: i64,
     /// The cluster default of `unclean.leader.election.enable` (Kafka's default false).
@@ -122,10 +124,15 @@ impl ClusterControl {
         if id < 0 {
             return Err(ControllerError::new(ErrorCode::INVALID_REQUEST, format!("Invalid broker id {id}.")));
         }
-        if request.cluster_id != self.config.cluster_id {
+        let Some(expected) = image.cluster_id.as_deref().or(self.config.cluster_id.as_deref()) else {
+            // A quorum that has not committed its cluster id yet has not formed: the broker
+            // retries, as it does against a controller that is not active.
+            return Err(ControllerError::new(ErrorCode::NOT_CONTROLLER, "The cluster id is not known yet."));
+        };
+        if request.cluster_id != expected {
             return Err(ControllerError::new(
                 ErrorCode::INCONSISTENT_CLUSTER_ID,
-                format!("Expected cluster ID {}, but got cluster ID {}", self.config.cluster_id, request.cluster_id),
+                format!("Expected cluster ID {expected}, but got cluster ID {}", request.cluster_id),
             ));
         }
         if request.listeners.len() > MAX_BROKER_LISTENERS {

@@ -98,7 +98,7 @@ impl Controller {
             log: None,
             image: MetadataImage::default(),
             cluster: ClusterControl::new(ClusterControlConfig {
-                cluster_id: String::new(),
+                cluster_id: None,
                 broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
                 unclean_leader_election_enable: false,
             }),
@@ -463,7 +463,7 @@ mod tests {
     fn cluster(name: &str, n: i32, fenced: &[i32]) -> Controller {
         let mut c = controller(name, vec![]);
         c.configure_cluster(ClusterControlConfig {
-            cluster_id: "c".into(),
+            cluster_id: Some("c".into()),
             broker_session_timeout_ms: 9_000,
             unclean_leader_election_enable: false,
         });
@@ -571,7 +571,7 @@ mod tests {
         let path = dir.join("metadata.log");
         let mut c = Controller::open(&path, vec![], 1, 1).unwrap();
         c.configure_cluster(ClusterControlConfig {
-            cluster_id: "c".into(),
+            cluster_id: Some("c".into()),
             broker_session_timeout_ms: 100,
             unclean_leader_election_enable: false,
         });

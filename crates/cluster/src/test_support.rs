@@ -22,7 +22,7 @@ impl TestCluster {
         TestCluster {
             image: MetadataImage::default(),
             control: ClusterControl::new(ClusterControlConfig {
-                cluster_id: CLUSTER_ID.into(),
+                cluster_id: Some(CLUSTER_ID.into()),
                 broker_session_timeout_ms: SESSION_MS,
                 unclean_leader_election_enable: false,
             }),

@@ -73,7 +73,7 @@ impl Sim {
         let count = 3 + rng.below(4) as i32;
         let mut controller = Controller::in_memory(vec![], 1, 1);
         controller.configure_cluster(ClusterControlConfig {
-            cluster_id: CLUSTER_ID.into(),
+            cluster_id: Some(CLUSTER_ID.into()),
             broker_session_timeout_ms: SESSION_MS,
             unclean_leader_election_enable: rng.chance(4),
         });

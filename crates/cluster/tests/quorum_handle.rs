@@ -220,3 +220,52 @@ async fn a_member_on_a_real_disk_keeps_its_batches_across_a_restart_and_snapshot
     quorum.shutdown().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_broker_fetches_committed_records_from_any_member_and_long_polls_for_the_next() {
+    use osprey_cluster::quorum::{MetadataFetchContent, MetadataFetchRequest};
+    let (_router, quorums) = three_members().await;
+    let leader = wait_for_leader(&quorums).await;
+    let follower = quorums.iter().find(|q| !q.is_leader()).unwrap().clone();
+    let fetch = |next_offset: u64, max_wait_ms: u64| MetadataFetchRequest {
+        broker_id: 7,
+        next_offset,
+        max_wait_ms,
+        max_records: 100,
+    };
+    let not_formed = follower.fetch_metadata(&fetch(0, 0)).await;
+    assert!(matches!(not_formed.content, MetadataFetchContent::NotReady { .. }), "{not_formed:?}");
+
+    let cluster_id = MetadataRecord::ClusterId { id: "c".into() };
+    leader.propose(vec![cluster_id.clone(), record(1)]).await.unwrap();
+    leader.propose(vec![record(2)]).await.unwrap();
+    eventually("the follower applies both batches", || follower.applied().image.applied == 3).await;
+    let answer = follower.fetch_metadata(&fetch(0, 0)).await;
+    let hint = answer.leader.expect("the follower knows the leader");
+    assert_eq!((hint.node_id, hint.endpoint), (leader.replica().node_id, endpoint(leader.replica().node_id)));
+    match answer.content {
+        MetadataFetchContent::Records { first_offset: 0, records } => {
+            assert_eq!(records, vec![cluster_id, record(1), record(2)], "openraft's own entries carry no records")
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // Nothing past offset 3 yet: the fetch waits, and answers with the next commit.
+    let waiting = {
+        let follower = follower.clone();
+        let request = fetch(3, 60_000);
+        tokio::spawn(async move { follower.fetch_metadata(&request).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!waiting.is_finished(), "a fetch with nothing new waits");
+    leader.propose(vec![record(3)]).await.unwrap();
+    match waiting.await.unwrap().content {
+        MetadataFetchContent::Records { first_offset: 3, records } => assert_eq!(records, vec![record(3)]),
+        other => panic!("{other:?}"),
+    }
+    // With nothing committed, the wait ends (at most MAX_FETCH_WAIT_MS) with no records.
+    match follower.fetch_metadata(&fetch(4, u64::MAX)).await.content {
+        MetadataFetchContent::Records { first_offset: 4, records } => assert!(records.is_empty()),
+        other => panic!("{other:?}"),
+    }
+}

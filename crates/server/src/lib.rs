@@ -6,6 +6,7 @@ pub mod background;
 pub mod broker;
 pub mod cluster_link;
 pub mod config;
+pub mod config_changes;
 pub mod connection_slots;
 pub mod controller_listener;
 pub mod controller_node;

@@ -7,7 +7,7 @@ use osprey_server::broker::{Broker, Settings};
 use osprey_server::cluster_link::{ClusterLink, LinkConfig, Publisher};
 use osprey_server::config::SecurityProtocol;
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
-use osprey_server::controller_node::{ActiveController, ActiveControllerConfig, ControllerNode, ControllerNodeConfig};
+use osprey_server::controller_node::{self, ControllerNode, ControllerNodeConfig};
 use osprey_server::interbroker::NodeAddress;
 use osprey_server::{background, controller_listener, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -261,7 +261,7 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
         telemetry::install_for_controller(addr)?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
-    let apis = active_controller_apis(&config);
+    let apis = controller_node::active_apis(&config);
     let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
         .await
         .map_err(|e| e.to_string())??;
@@ -273,12 +273,6 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
     tracing::info!("shutting down the controller");
     let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
     outcome
-}
-
-/// The active controller's APIs, for a node with the controller role.
-fn active_controller_apis(config: &BrokerConfig) -> osprey_server::controller_node::ApisFactory {
-    let active = ActiveControllerConfig::from_config("", config);
-    Box::new(move |quorum| Arc::new(ActiveController::new(quorum, active)))
 }
 
 /// How long SIGTERM waits for the controller to move leadership away from this broker
@@ -300,7 +294,7 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
         let node_config = ControllerNodeConfig::from_broker_config(&config)?;
         let listeners =
             controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
-        let apis = active_controller_apis(&config);
+        let apis = controller_node::active_apis(&config);
         let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
             .await
             .map_err(|e| e.to_string())??;

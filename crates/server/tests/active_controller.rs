@@ -12,6 +12,7 @@ use osprey_protocol::messages::create_topics_request::CreatableTopic;
 use osprey_protocol::messages::*;
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use osprey_server::controller_node::apis::ControllerApis;
+use osprey_server::controller_node::ActiveControllerConfig;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -300,4 +301,214 @@ async fn requests_beyond_the_queue_bound_are_answered_request_timed_out() {
     }
     assert_eq!(codes, vec![0, 0, ErrorCode::REQUEST_TIMED_OUT.code()]);
     assert!(c.image(at).broker(3).is_none(), "the refused registration wrote nothing");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_controller_is_active_once_the_quorum_committed_its_cluster_id_and_checks_it() {
+    let c = Cluster::start_without_waiting(|_| {}, |a| a.cluster.cluster_id = None).await;
+    let leader = c.leader().await;
+    let code = |r: ResponseBody| match r {
+        ResponseBody::BrokerRegistration(r) => r.error_code,
+        other => panic!("{other:?}"),
+    };
+    // Not formed: the broker retries elsewhere, as against a controller not active.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(c.controllers.iter().all(|ctl| !ctl.is_active()), "no cluster id, no active controller");
+    assert_eq!(code(c.send(leader, registration(1), 4).await), ErrorCode::NOT_CONTROLLER.code());
+    // What the bootstrap commits first (controller_node/membership.rs).
+    let committed = osprey_cluster::MetadataRecord::ClusterId { id: CLUSTER_ID.into() };
+    c.quorums[leader].propose(vec![committed]).await.unwrap();
+    let at = c.active().await;
+    let mut wrong = registration(2);
+    if let RequestBody::BrokerRegistration(r) = &mut wrong {
+        r.cluster_id = "another-cluster".into();
+    }
+    assert_eq!(code(c.send(at, wrong, 4).await), ErrorCode::INCONSISTENT_CLUSTER_ID.code());
+    assert_eq!(code(c.send(at, registration(1), 4).await), 0, "the committed id is the one brokers register with");
+    let image = c.image(at);
+    assert!(image.broker(2).is_none());
+    assert_eq!(image.broker(1).unwrap().epoch, 1, "the broker epoch counts the ClusterId record at offset 0");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn a_cluster_serves_replication_factor_one_until_partition_data_is_replicated() {
+    let c = Cluster::start_configured(|_| {}, |a| *a = ActiveControllerConfig { ..fresh(a) }).await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let refused = c.create_topic(at, "rf3", 1, 3).await;
+    assert_eq!(refused.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
+    let message = refused.error_message.unwrap_or_default();
+    assert!(message.contains("does not replicate partition data yet (issue 15)"), "{message}");
+    let beyond = c.create_topic(at, "rf4", 1, 4).await;
+    assert_eq!(beyond.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
+    assert!(beyond.error_message.unwrap_or_default().starts_with("Unable to replicate the partition 4 time(s)"));
+    let created = c.create_topic(at, "rf1", 3, 1).await;
+    assert_eq!((created.error_code, created.replication_factor), (0, 1));
+    assert!(c.image(at).topic("rf3").is_none() && c.image(at).topic("rf1").is_some());
+}
+
+/// The defaults of a controller configured from a node's configuration, with the test
+/// cluster's id and session timeout kept.
+fn fresh(changed: &ActiveControllerConfig) -> ActiveControllerConfig {
+    let mut config = ActiveControllerConfig::from_config(&osprey_server::config::BrokerConfig::default());
+    config.cluster.cluster_id = changed.cluster.cluster_id.clone();
+    config.placement_seed = changed.placement_seed;
+    config
+}
+
+fn alter(
+    resource_type: i8,
+    name: &str,
+    configs: &[(&str, i8, Option<&str>)],
+) -> incremental_alter_configs_request::AlterConfigsResource {
+    incremental_alter_configs_request::AlterConfigsResource {
+        resource_type,
+        resource_name: name.into(),
+        configs: configs
+            .iter()
+            .map(|(k, op, v)| incremental_alter_configs_request::AlterableConfig {
+                name: k.to_string(),
+                config_operation: *op,
+                value: v.map(String::from),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+async fn incremental(
+    c: &Cluster,
+    at: usize,
+    resources: Vec<incremental_alter_configs_request::AlterConfigsResource>,
+    validate_only: bool,
+) -> Vec<(i16, Option<String>)> {
+    let body = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources,
+        validate_only,
+        ..Default::default()
+    });
+    match c.send(at, body, 1).await {
+        ResponseBody::IncrementalAlterConfigs(r) => {
+            r.responses.into_iter().map(|r| (r.error_code, r.error_message)).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+const SET: i8 = 0;
+const DELETE: i8 = 1;
+const APPEND: i8 = 2;
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn incremental_alter_configs_commits_topic_broker_and_group_configs_per_resource() {
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 1, 1).await.error_code, 0);
+
+    let dry = incremental(&c, at, vec![alter(2, "t", &[("retention.ms", SET, Some("1000"))])], true).await;
+    assert_eq!(dry, vec![(0, None)]);
+    assert!(c.image(at).topic("t").unwrap().configs.is_empty(), "validate_only writes nothing");
+
+    let answers = incremental(
+        &c,
+        at,
+        vec![
+            alter(2, "t", &[("retention.ms", SET, Some("1000")), ("cleanup.policy", APPEND, Some("compact"))]),
+            alter(2, "t", &[("retention.ms", SET, Some("soon"))]),
+            alter(2, "missing", &[("retention.ms", SET, Some("1"))]),
+            alter(2, "", &[("retention.ms", SET, Some("1"))]),
+            alter(4, "", &[("log.retention.ms", SET, Some("7200000"))]),
+            alter(4, "2", &[("log.cleanup.policy", APPEND, Some("compact"))]),
+            alter(4, "2", &[("node.id", SET, Some("5"))]),
+            alter(4, "two", &[("log.retention.ms", SET, Some("1"))]),
+            alter(32, "g", &[("consumer.session.timeout.ms", SET, Some("50000"))]),
+            alter(32, "g", &[("consumer.session.timeout.ms", SET, Some("1"))]),
+            alter(8, "1", &[("kafka.server", SET, Some("DEBUG"))]),
+            alter(16, "m", &[("metrics", SET, Some("x"))]),
+        ],
+        false,
+    )
+    .await;
+    let codes: Vec<i16> = answers.iter().map(|(code, _)| *code).collect();
+    let message = |i: usize| answers[i].1.clone().unwrap_or_default();
+    assert_eq!(
+        codes,
+        vec![
+            0,
+            ErrorCode::INVALID_CONFIG.code(),
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION.code(),
+            ErrorCode::INVALID_REQUEST.code(),
+            0,
+            0,
+            ErrorCode::INVALID_REQUEST.code(),
+            ErrorCode::INVALID_REQUEST.code(),
+            0,
+            ErrorCode::INVALID_CONFIG.code(),
+            ErrorCode::INVALID_REQUEST.code(),
+            ErrorCode::INVALID_REQUEST.code(),
+        ],
+        "{answers:?}"
+    );
+    assert_eq!(message(3), "Default topic resources are not allowed.");
+    assert!(message(6).contains("Cannot update these configs dynamically"), "{}", message(6));
+    assert_eq!(message(7), "Unable to parse broker name as a base 10 number.");
+    assert!(message(10).contains("BROKER_LOGGER"), "{}", message(10));
+
+    // Committed before the answer; refused resources wrote nothing.
+    let image = c.image(at);
+    let topic = &image.topic("t").unwrap().configs;
+    assert_eq!(topic.get("retention.ms").map(String::as_str), Some("1000"));
+    assert_eq!(topic.get("cleanup.policy").map(String::as_str), Some("delete,compact"), "appended to the default");
+    assert_eq!(image.broker_configs("").unwrap().get("log.retention.ms").map(String::as_str), Some("7200000"));
+    assert_eq!(
+        image.broker_configs("2").unwrap().get("log.cleanup.policy").map(String::as_str),
+        Some("delete,compact")
+    );
+    assert_eq!(image.group_configs("g").unwrap().get("consumer.session.timeout.ms").map(String::as_str), Some("50000"));
+    assert!(!image.broker_configs("2").unwrap().contains_key("node.id"));
+
+    let deleted = incremental(&c, at, vec![alter(2, "t", &[("retention.ms", DELETE, None)])], false).await;
+    assert_eq!(deleted, vec![(0, None)]);
+    assert!(!c.image(at).topic("t").unwrap().configs.contains_key("retention.ms"));
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn legacy_alter_configs_replaces_a_resources_whole_set() {
+    use osprey_protocol::messages::alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 1, 1).await.error_code, 0);
+    let set = incremental(&c, at, vec![alter(2, "t", &[("retention.ms", SET, Some("1000"))])], false).await;
+    assert_eq!(set, vec![(0, None)]);
+    let resource = |resource_type: i8, name: &str, k: &str, v: &str| AlterConfigsResource {
+        resource_type,
+        resource_name: name.into(),
+        configs: vec![AlterableConfig { name: k.into(), value: Some(v.into()), ..Default::default() }],
+        ..Default::default()
+    };
+    let body = RequestBody::AlterConfigs(AlterConfigsRequest {
+        resources: vec![
+            resource(2, "t", "segment.ms", "60000"),
+            resource(4, "1", "log.retention.ms", "7200000"),
+            resource(32, "g", "consumer.session.timeout.ms", "50000"),
+        ],
+        ..Default::default()
+    });
+    let ResponseBody::AlterConfigs(answer) = c.send(at, body, 2).await else { panic!() };
+    let codes: Vec<i16> = answer.responses.iter().map(|r| r.error_code).collect();
+    assert_eq!(codes, vec![0, 0, ErrorCode::INVALID_REQUEST.code()], "{answer:?}");
+    let image = c.image(at);
+    let topic = &image.topic("t").unwrap().configs;
+    assert_eq!(topic.get("segment.ms").map(String::as_str), Some("60000"));
+    assert!(!topic.contains_key("retention.ms"), "the legacy form resets what it does not name");
+    assert_eq!(image.broker_configs("1").unwrap().get("log.retention.ms").map(String::as_str), Some("7200000"));
+    assert!(image.group_configs("g").is_none());
+
+    // A follower answers NOT_CONTROLLER for every resource.
+    let follower = (at + 1) % 3;
+    let refused = incremental(&c, follower, vec![alter(2, "t", &[]), alter(32, "g", &[])], false).await;
+    assert!(refused.iter().all(|(code, _)| *code == ErrorCode::NOT_CONTROLLER.code()), "{refused:?}");
 }

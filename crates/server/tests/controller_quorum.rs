@@ -3,18 +3,21 @@
 //! reached over the CONTROLLER listener and through the quorum handle, one node stopped
 //! (the other two still commit) and restarted (it catches up under the same replica
 //! key), DescribeQuorum and DescribeCluster through the inter-broker client, and the
-//! private keys left out of ApiVersions.
+//! private keys left out of ApiVersions; a broker following the metadata log with
+//! METADATA_FETCH from a node serving the active controller.
 
 use osprey_cluster::image::MetadataRecord;
 use osprey_cluster::meta_properties::{self, Stored};
-use osprey_cluster::quorum::{ControllerEndpoint, Quorum};
+use osprey_cluster::quorum::{
+    ControllerEndpoint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, Quorum,
+};
 use osprey_protocol::messages::{
     AllocateProducerIdsRequest, AllocateProducerIdsResponse, DescribeClusterRequest, DescribeQuorumRequest,
 };
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, RequestHeader, ResponseBody};
 use osprey_server::controller_node::apis::{ControllerApis, ControllerReply};
 use osprey_server::controller_node::listener::ListenerLimits;
-use osprey_server::controller_node::{rpc, ControllerNode, ControllerNodeConfig};
+use osprey_server::controller_node::{self as controller_node, rpc, ControllerNode, ControllerNodeConfig};
 use osprey_server::interbroker::{ClientConfig, NodeAddress, NodeClient};
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -397,6 +400,247 @@ async fn a_configured_voter_that_starts_late_is_added_by_the_leader() {
     })
     .await;
     eventually("it learns the cluster id", || node(&nodes, 3).cluster_id() == node(&nodes, 1).cluster_id()).await;
+
+    for n in nodes.into_iter().flatten() {
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
+
+/// A broker's METADATA_FETCH over the CONTROLLER listener.
+async fn fetch(client: &NodeClient, next_offset: u64, max_wait_ms: u64) -> MetadataFetchResponse {
+    let request = MetadataFetchRequest { broker_id: 1, next_offset, max_wait_ms, max_records: 1_000 };
+    let body = client.send_raw(rpc::METADATA_FETCH, rpc::VERSION, rpc::encode_fetch(&request)).await.unwrap();
+    rpc::decode_fetch_response(&body, 1 << 20).unwrap()
+}
+
+fn fetched_records(response: MetadataFetchResponse, from: u64) -> Vec<MetadataRecord> {
+    match response.content {
+        MetadataFetchContent::Records { first_offset, records } if first_offset == from => records,
+        other => panic!("expected records from {from}, got {other:?}"),
+    }
+}
+
+fn created_topic(records: &[MetadataRecord]) -> Vec<String> {
+    records
+        .iter()
+        .filter_map(|r| match r {
+            MetadataRecord::CreateTopic { name, .. } => Some(name.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_follows_the_committed_metadata_log_over_the_controller_listener() {
+    use osprey_protocol::messages::broker_registration_request::Listener;
+    use osprey_protocol::messages::create_topics_request::CreatableTopic;
+    use osprey_protocol::messages::{BrokerHeartbeatRequest, BrokerRegistrationRequest, CreateTopicsRequest};
+    let mut cluster = Cluster::new("metadata-fetch");
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    cluster.ports = vec![listener.local_addr().unwrap().port(); 3];
+    let start = |listener: TcpListener| {
+        let mut config = cluster.config(1);
+        config.voters.truncate(1);
+        // A snapshot after every batch: the restarted node serves older offsets as the image.
+        config.max_record_bytes_between_snapshots = 1;
+        let apis = controller_node::active_apis(&osprey_server::config::BrokerConfig::default());
+        ControllerNode::start(config, vec![listener], apis).unwrap()
+    };
+    let node = start(listener);
+    eventually("the cluster id is committed", || node.cluster_id().is_some()).await;
+    let cluster_id = node.cluster_id().unwrap();
+    let client = cluster.client(1);
+
+    let first = fetch(&client, 0, 0).await;
+    assert_eq!(first.leader.as_ref().map(|l| l.node_id), Some(1), "the leader's node id");
+    let records = fetched_records(first, 0);
+    assert_eq!(records[0], MetadataRecord::ClusterId { id: cluster_id.clone() }, "offset 0 is the cluster id");
+
+    // A broker registers with the committed id, catches up, and creates a topic.
+    let registration = RequestBody::BrokerRegistration(BrokerRegistrationRequest {
+        broker_id: 1,
+        cluster_id: cluster_id.clone(),
+        incarnation_id: osprey_protocol::Uuid([1; 16]),
+        listeners: vec![Listener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let epoch = eventually_async("the controller is active and registers the broker", || {
+        let (cluster, registration) = (&cluster, registration.clone());
+        async move {
+            match cluster.ask(1, registration).await {
+                ResponseBody::BrokerRegistration(r) if r.error_code == 0 => Some(r.broker_epoch),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    let heartbeat = RequestBody::BrokerHeartbeat(BrokerHeartbeatRequest {
+        broker_id: 1,
+        broker_epoch: epoch,
+        current_metadata_offset: epoch,
+        ..Default::default()
+    });
+    match cluster.ask(1, heartbeat).await {
+        ResponseBody::BrokerHeartbeat(r) => assert!(r.error_code == 0 && !r.is_fenced, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    let create = |name: &str| {
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: 2,
+                replication_factor: -1,
+                ..Default::default()
+            }],
+            timeout_ms: 10_000,
+            ..Default::default()
+        })
+    };
+    match cluster.ask(1, create("first")).await {
+        ResponseBody::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    let all = fetched_records(fetch(&client, 0, 0).await, 0);
+    assert_eq!(created_topic(&all), vec!["first".to_string()], "the committed CreateTopics is in the log");
+
+    // Nothing past the end yet: the fetch waits on its own connection and gets the next commit.
+    let end = all.len() as u64;
+    let waiting = {
+        let client = cluster.client(1);
+        tokio::spawn(async move { fetch(&client, end, 60_000).await })
+    };
+    match cluster.ask(1, create("second")).await {
+        ResponseBody::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
+    let mut next = fetched_records(waiting.await.unwrap(), end);
+    if next.is_empty() {
+        // The wait ended (it is bounded) before the commit: the next fetch has it.
+        next = fetched_records(fetch(&client, end, 0).await, end);
+    }
+    assert_eq!(created_topic(&next), vec!["second".to_string()]);
+
+    // Restarted from its snapshot, the node no longer holds the early records: a broker
+    // asking for offset 0 gets the whole image.
+    tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
+    let node = start(TcpListener::bind(("127.0.0.1", cluster.ports[0])).unwrap());
+    let image = eventually_async("the restarted node serves the image", || {
+        let client = cluster.client(1);
+        async move {
+            match fetch(&client, 0, 0).await.content {
+                MetadataFetchContent::Image { image } => Some(image),
+                _ => None,
+            }
+        }
+    })
+    .await;
+    assert_eq!(image.cluster_id.as_deref(), Some(cluster_id.as_str()));
+    assert!(image.topic("first").is_some() && image.topic("second").is_some());
+    tokio::task::spawn_blocking(move || node.shutdown()).await.unwrap();
+    let _ = std::fs::remove_dir_all(cluster.dirs[0].parent().unwrap());
+}
+
+/// Retries `attempt` until it gives a value; a guard against hanging.
+async fn eventually_async<T, F, Fut>(what: &str, mut attempt: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let found = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some(v) = attempt().await {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    found.unwrap_or_else(|_| panic!("never happened: {what}"))
+}
+
+fn registration(broker_id: i32, cluster_id: &str) -> RequestBody {
+    use osprey_protocol::messages::broker_registration_request::Listener;
+    RequestBody::BrokerRegistration(osprey_protocol::messages::BrokerRegistrationRequest {
+        broker_id,
+        cluster_id: cluster_id.into(),
+        incarnation_id: osprey_protocol::Uuid([broker_id as u8; 16]),
+        listeners: vec![Listener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
+}
+
+async fn register(cluster: &Cluster, at: i32, broker_id: i32, cluster_id: &str) -> i16 {
+    match cluster.ask(at, registration(broker_id, cluster_id)).await {
+        ResponseBody::BrokerRegistration(r) => r.error_code,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metadata_write_without_a_majority_fails_with_kafkas_error() {
+    let mut cluster = Cluster::new("no-majority");
+    let listeners: Vec<TcpListener> = (0..3).map(|_| TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    cluster.ports = listeners.iter().map(|l| l.local_addr().unwrap().port()).collect();
+    let start = |cluster: &Cluster, id: i32, listener: TcpListener| {
+        let apis = controller_node::active_apis(&osprey_server::config::BrokerConfig::default());
+        ControllerNode::start(cluster.config(id), vec![listener], apis).unwrap()
+    };
+    let mut nodes: Vec<Option<ControllerNode>> =
+        listeners.into_iter().zip(1..=3).map(|(l, id)| Some(start(&cluster, id, l))).collect();
+    eventually("a leader and the cluster id", || {
+        leader_of(&nodes).is_some() && nodes.iter().flatten().all(|n| n.cluster_id().is_some())
+    })
+    .await;
+    let cluster_id = node(&nodes, 1).cluster_id().unwrap();
+    let leader = eventually_async("the leader registers a broker", || {
+        let (cluster, nodes, cluster_id) = (&cluster, &nodes, cluster_id.clone());
+        async move {
+            let leader = leader_of(nodes)?;
+            (register(cluster, leader, 1, &cluster_id).await == 0).then_some(leader)
+        }
+    })
+    .await;
+
+    // The leader alone cannot commit: REQUEST_TIMED_OUT once controller.quorum.request.timeout.ms passed.
+    let followers: Vec<i32> = (1..=3).filter(|&id| id != leader).collect();
+    for &id in &followers {
+        let n = nodes[id as usize - 1].take().unwrap();
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    assert_eq!(register(&cluster, leader, 2, &cluster_id).await, ErrorCode::REQUEST_TIMED_OUT.code());
+
+    // With a majority back, writes commit again.
+    for &id in &followers {
+        let listener = TcpListener::bind(("127.0.0.1", cluster.ports[id as usize - 1])).unwrap();
+        nodes[id as usize - 1] = Some(start(&cluster, id, listener));
+    }
+    let leader = eventually_async("a write commits again", || {
+        let (cluster, nodes, cluster_id) = (&cluster, &nodes, cluster_id.clone());
+        async move {
+            let leader = leader_of(nodes)?;
+            (register(cluster, leader, 3, &cluster_id).await == 0).then_some(leader)
+        }
+    })
+    .await;
+
+    // A controller left alone that is not the leader answers NOT_CONTROLLER.
+    let alone = (1..=3).find(|&id| id != leader).unwrap();
+    for id in (1..=3).filter(|&id| id != alone) {
+        let n = nodes[id as usize - 1].take().unwrap();
+        tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();
+    }
+    assert_eq!(register(&cluster, alone, 4, &cluster_id).await, ErrorCode::NOT_CONTROLLER.code());
 
     for n in nodes.into_iter().flatten() {
         tokio::task::spawn_blocking(move || n.shutdown()).await.unwrap();

@@ -14,6 +14,16 @@
 use super::types::ControllerEndpoint;
 use crate::image::{MetadataImage, MetadataRecord};
 use serde::{Deserialize, Serialize};
+use std::collections::VecDeque;
+
+/// The most recently applied records a node keeps for fetching brokers (about the
+/// records of a few thousand topic creations): a broker further behind gets the image.
+pub const RECORD_TAIL_CAPACITY: usize = 10_000;
+/// The most records one fetch answer carries, whatever the request asks.
+pub const MAX_FETCH_RECORDS: u32 = 5_000;
+/// The longest a fetch waits for new records, whatever the request asks: the broker
+/// asks again, and a connection is not held by one request for long.
+pub const MAX_FETCH_WAIT_MS: u64 = 5_000;
 
 /// A broker's fetch: the records from `next_offset` on.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,6 +75,78 @@ pub enum MetadataFetchContent {
     NotReady { why: String },
 }
 
+/// The most recently applied records with their offsets: what a node serves fetching
+/// brokers from. Fed in log order as batches are applied (openraft's own entries carry
+/// no records and add nothing); reset when a snapshot replaces the image, since the
+/// records before it are no longer known here.
+#[derive(Debug, Clone)]
+pub struct RecordTail {
+    /// The offset of `records[0]` (the next record's offset when empty).
+    first_offset: u64,
+    records: VecDeque<MetadataRecord>,
+    capacity: usize,
+}
+
+/// What the tail holds for a fetch from some offset.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TailRead {
+    /// Records from the requested offset (at least one).
+    Records(Vec<MetadataRecord>),
+    /// The offset is below the tail: only the whole image can bring the broker up.
+    BelowTail,
+    /// Nothing at or past the offset has been applied yet.
+    NothingNew,
+}
+
+impl RecordTail {
+    /// An empty tail whose next record will be at `next_offset`, keeping at most
+    /// `capacity` records (at least one).
+    pub fn new(next_offset: u64, capacity: usize) -> RecordTail {
+        RecordTail { first_offset: next_offset, records: VecDeque::new(), capacity: capacity.max(1) }
+    }
+
+    /// The offset the next record applied gets.
+    pub fn next_offset(&self) -> u64 {
+        self.first_offset + self.records.len() as u64
+    }
+
+    /// The offset of the oldest record kept.
+    pub fn first_offset(&self) -> u64 {
+        self.first_offset
+    }
+
+    /// Appends the records of one applied batch, dropping the oldest beyond capacity.
+    pub fn push(&mut self, records: &[MetadataRecord]) {
+        for r in records {
+            if self.records.len() == self.capacity {
+                self.records.pop_front();
+                self.first_offset += 1;
+            }
+            self.records.push_back(r.clone());
+        }
+    }
+
+    /// Forgets every record: the image was replaced by one at `next_offset`.
+    pub fn reset(&mut self, next_offset: u64) {
+        self.records.clear();
+        self.first_offset = next_offset;
+    }
+
+    /// At most `max_records` (bounded by [`MAX_FETCH_RECORDS`], at least one) records
+    /// from `offset` on.
+    pub fn read(&self, offset: u64, max_records: u32) -> TailRead {
+        if offset < self.first_offset {
+            return TailRead::BelowTail;
+        }
+        if offset >= self.next_offset() {
+            return TailRead::NothingNew;
+        }
+        let skip = (offset - self.first_offset) as usize;
+        let take = max_records.clamp(1, MAX_FETCH_RECORDS) as usize;
+        TailRead::Records(self.records.iter().skip(skip).take(take).cloned().collect())
+    }
+}
+
 /// Why fetched content does not fit the image it is applied to.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("fetched records start at offset {first_offset}, the image is at {applied}")]
@@ -106,6 +188,41 @@ mod tests {
 
     fn producer_ids(next: i64) -> MetadataRecord {
         MetadataRecord::ProducerIdsAllocated { next }
+    }
+
+    #[test]
+    fn the_tail_reads_from_any_offset_it_holds_and_sends_older_ones_to_the_image() {
+        let mut tail = RecordTail::new(0, 4);
+        assert_eq!(tail.read(0, 10), TailRead::NothingNew);
+        tail.push(&[producer_ids(1), producer_ids(2)]);
+        tail.push(&[]);
+        tail.push(&[producer_ids(3)]);
+        assert_eq!(tail.next_offset(), 3, "offsets run across batches; an empty batch adds none");
+        assert_eq!(tail.read(1, 10), TailRead::Records(vec![producer_ids(2), producer_ids(3)]));
+        assert_eq!(tail.read(0, 1), TailRead::Records(vec![producer_ids(1)]));
+        assert_eq!(tail.read(3, 10), TailRead::NothingNew);
+        assert_eq!(tail.read(9, 10), TailRead::NothingNew, "ahead of this node: nothing to give");
+        tail.push(&[producer_ids(4), producer_ids(5)]);
+        assert_eq!((tail.first_offset(), tail.next_offset()), (1, 5), "capacity 4: the oldest is dropped");
+        assert_eq!(tail.read(0, 10), TailRead::BelowTail);
+        assert_eq!(tail.read(4, 10), TailRead::Records(vec![producer_ids(5)]));
+        tail.reset(40);
+        assert_eq!((tail.read(5, 10), tail.read(40, 10)), (TailRead::BelowTail, TailRead::NothingNew));
+    }
+
+    #[test]
+    fn a_read_is_bounded_whatever_it_asks() {
+        let mut tail = RecordTail::new(0, RECORD_TAIL_CAPACITY);
+        let many: Vec<MetadataRecord> = (0..RECORD_TAIL_CAPACITY as i64).map(producer_ids).collect();
+        tail.push(&many);
+        match tail.read(0, u32::MAX) {
+            TailRead::Records(r) => assert_eq!(r.len(), MAX_FETCH_RECORDS as usize),
+            other => panic!("{other:?}"),
+        }
+        match tail.read(0, 0) {
+            TailRead::Records(r) => assert_eq!(r.len(), 1, "asking for none still makes progress"),
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! a transport, and what the server asks of it: propose a batch and await its commit,
 //! who leads, what is applied, membership changes, and answering peers' RPCs.
 
+use super::fetch::{LeaderHint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, MAX_FETCH_WAIT_MS};
 use super::log_store::{LogStore, METADATA_LOG_DIR_NAME};
 use super::network::{QuorumNetworkFactory, RaftRpc, RaftRpcReply, Transport};
 use super::state_machine::{AppliedEvent, AppliedImage, AppliedView, StateMachine};
@@ -310,6 +311,47 @@ impl Quorum {
     /// `RecvError::Lagged` the consumer re-subscribes.
     pub fn subscribe(&self) -> (AppliedImage, broadcast::Receiver<AppliedEvent>) {
         self.view.subscribe()
+    }
+
+    /// A broker's fetch of the committed metadata log: the records from
+    /// `request.next_offset` that this member has applied, the whole image if they are no
+    /// longer kept, or, once `max_wait_ms` (at most [`MAX_FETCH_WAIT_MS`]) passed with
+    /// nothing new, no records. A member whose quorum has not committed a cluster id
+    /// (not formed, or not caught up with its first entry) is not ready.
+    pub async fn fetch_metadata(&self, request: &MetadataFetchRequest) -> MetadataFetchResponse {
+        let content = self.fetch_content(request).await;
+        let applied = self.view.with_applied(|a| a.image.applied);
+        MetadataFetchResponse { leader: self.leader_hint(), applied, content }
+    }
+
+    async fn fetch_content(&self, request: &MetadataFetchRequest) -> MetadataFetchContent {
+        let wait = Duration::from_millis(request.max_wait_ms.min(MAX_FETCH_WAIT_MS));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            if self.view.with_applied(|a| a.image.cluster_id.is_none()) {
+                return MetadataFetchContent::NotReady { why: "the controller quorum has not formed yet".into() };
+            }
+            let (content, mut applied) = self.view.records_from(request.next_offset, request.max_records);
+            if let Some(content) = content {
+                return content;
+            }
+            match tokio::time::timeout_at(deadline, applied.recv()).await {
+                // Applied (or lagged behind what was): read again.
+                Ok(Ok(_)) | Ok(Err(broadcast::error::RecvError::Lagged(_))) => {}
+                Ok(Err(broadcast::error::RecvError::Closed)) => {
+                    return MetadataFetchContent::NotReady { why: "the controller is stopping".into() }
+                }
+                Err(_) => {
+                    return MetadataFetchContent::Records { first_offset: request.next_offset, records: Vec::new() }
+                }
+            }
+        }
+    }
+
+    /// The leader as a fetching broker needs it: node id and CONTROLLER endpoint.
+    fn leader_hint(&self) -> Option<LeaderHint> {
+        let (leader, endpoint) = self.leader()?;
+        Some(LeaderHint { node_id: leader.node_id, endpoint: endpoint? })
     }
 
     /// Answers an RPC from another member.

@@ -10,6 +10,7 @@
 //! Consumers (a broker applying metadata, the active controller's image) follow applied
 //! entries through [`AppliedEvent`]s, in log order, one per index.
 
+use super::fetch::{MetadataFetchContent, RecordTail, TailRead, RECORD_TAIL_CAPACITY};
 use super::files::read_all;
 use super::types::{BatchApplied, MetadataBatch};
 use super::types::{QuorumEntry, QuorumLogId, QuorumMembership, QuorumStorageError, QuorumTypes, ReplicaKey};
@@ -70,6 +71,9 @@ struct Shared {
     snapshot_due: Arc<Notify>,
     /// The newest snapshot on disk: its metadata and file name.
     current: Option<(SnapshotMeta<ReplicaKey, super::types::ControllerEndpoint>, String)>,
+    /// The most recently applied records, for brokers fetching the metadata log; its
+    /// next offset is always `applied.image.applied`.
+    tail: RecordTail,
 }
 
 /// A snapshot file's contents.
@@ -119,7 +123,9 @@ impl<S: Storage + Clone> StateMachine<S> {
             storage.remove(&dir.join(stale))?;
         }
         let (events, _) = broadcast::channel(events_capacity.max(1));
+        let tail = RecordTail::new(applied.image.applied, RECORD_TAIL_CAPACITY);
         let shared = Shared {
+            tail,
             applied,
             events,
             bytes_since_snapshot: 0,
@@ -186,6 +192,24 @@ impl AppliedView {
         (shared.applied.clone(), shared.events.subscribe())
     }
 
+    /// What a broker fetching from record `offset` gets now (`None`: nothing applied
+    /// at or past it yet), and a receiver of the entries applied after this read, taken
+    /// together so that a waiting fetch misses nothing. Only applied records are served,
+    /// and a node applies only what the quorum committed.
+    pub fn records_from(
+        &self,
+        offset: u64,
+        max_records: u32,
+    ) -> (Option<MetadataFetchContent>, broadcast::Receiver<AppliedEvent>) {
+        let shared = self.lock();
+        let content = match shared.tail.read(offset, max_records) {
+            TailRead::Records(records) => Some(MetadataFetchContent::Records { first_offset: offset, records }),
+            TailRead::BelowTail => Some(MetadataFetchContent::Image { image: shared.applied.image.clone() }),
+            TailRead::NothingNew => None,
+        };
+        (content, shared.events.subscribe())
+    }
+
     /// Notified whenever enough has been applied since the last snapshot.
     pub fn snapshot_due(&self) -> Arc<Notify> {
         self.lock().snapshot_due.clone()
@@ -247,6 +271,8 @@ impl<S: Storage + Clone> RaftStateMachine<QuorumTypes> for StateMachine<S> {
                     for record in &batch.records {
                         shared.applied.image.apply(record);
                     }
+                    shared.tail.push(&batch.records);
+                    debug_assert_eq!(shared.tail.next_offset(), shared.applied.image.applied);
                     shared.bytes_since_snapshot += approximate_bytes(&batch);
                     Some(Arc::new(batch))
                 }
@@ -298,6 +324,9 @@ impl<S: Storage + Clone> RaftStateMachine<QuorumTypes> for StateMachine<S> {
         };
         shared.bytes_since_snapshot = 0;
         shared.current = Some((meta.clone(), name));
+        // The records before the snapshot's image are not known here any more.
+        let next_offset = shared.applied.image.applied;
+        shared.tail.reset(next_offset);
         let index = meta.last_log_id.map_or(0, |l| l.index);
         let _ = shared.events.send(AppliedEvent::Snapshot { index, image });
         Ok(())
@@ -315,4 +344,101 @@ impl<S: Storage + Clone> RaftStateMachine<QuorumTypes> for StateMachine<S> {
 /// The size a batch counts for toward the next snapshot: its records as JSON.
 fn approximate_bytes(batch: &MetadataBatch) -> u64 {
     serde_json::to_vec(&batch.records).map_or(0, |v| v.len() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::MetadataRecord;
+    use openraft::{CommittedLeaderId, Entry, LogId, Membership};
+    use osprey_storage::fs::SimStorage;
+    use std::collections::BTreeSet;
+
+    fn key(n: i32) -> ReplicaKey {
+        ReplicaKey::new(n, [n as u8; 16])
+    }
+
+    fn log_id(index: u64) -> QuorumLogId {
+        LogId::new(CommittedLeaderId::new(1, key(1)), index)
+    }
+
+    fn pids(next: i64) -> MetadataRecord {
+        MetadataRecord::ProducerIdsAllocated { next }
+    }
+
+    fn normal(index: u64, records: Vec<MetadataRecord>) -> QuorumEntry {
+        Entry { log_id: log_id(index), payload: EntryPayload::Normal(MetadataBatch::new(records)) }
+    }
+
+    fn open(dir: &str) -> StateMachine<SimStorage> {
+        StateMachine::open(SimStorage::new(), Path::new(dir), 1 << 20, 16).unwrap()
+    }
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+    }
+
+    fn read(sm: &StateMachine<SimStorage>, offset: u64, max: u32) -> Option<MetadataFetchContent> {
+        sm.view().records_from(offset, max).0
+    }
+
+    fn records(content: Option<MetadataFetchContent>) -> (u64, Vec<MetadataRecord>) {
+        match content {
+            Some(MetadataFetchContent::Records { first_offset, records }) => (first_offset, records),
+            other => panic!("expected records, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn record_offsets_run_across_batches_and_openraft_entries_carry_none() {
+        let mut sm = open("/a");
+        let voters = BTreeSet::from([key(1)]);
+        let entries = vec![
+            Entry { log_id: log_id(1), payload: EntryPayload::Blank },
+            Entry { log_id: log_id(2), payload: EntryPayload::Membership(Membership::new(vec![voters], None)) },
+            normal(3, vec![MetadataRecord::ClusterId { id: "c".into() }, pids(1000)]),
+            Entry { log_id: log_id(4), payload: EntryPayload::Blank },
+            normal(5, vec![pids(2000)]),
+        ];
+        block_on(sm.apply(entries)).unwrap();
+        assert_eq!(sm.view().applied().image.applied, 3, "three records in five entries");
+        let (first, all) = records(read(&sm, 0, 100));
+        assert_eq!(first, 0);
+        assert_eq!(all, vec![MetadataRecord::ClusterId { id: "c".into() }, pids(1000), pids(2000)]);
+        assert_eq!(records(read(&sm, 2, 100)), (2, vec![pids(2000)]));
+        assert_eq!(records(read(&sm, 1, 1)), (1, vec![pids(1000)]), "bounded by max_records");
+        assert!(read(&sm, 3, 100).is_none(), "nothing applied at offset 3 yet");
+    }
+
+    #[test]
+    fn an_installed_snapshot_resets_the_tail_and_older_offsets_get_the_image() {
+        let mut leader = open("/leader");
+        block_on(leader.apply((1..=4).map(|i| normal(i, vec![pids(i as i64 * 1000)])))).unwrap();
+        let snapshot = block_on(async { leader.get_snapshot_builder().await.build_snapshot().await }).unwrap();
+
+        let mut follower = open("/follower");
+        block_on(follower.apply([normal(1, vec![pids(1000)])])).unwrap();
+        block_on(follower.install_snapshot(&snapshot.meta, snapshot.snapshot)).unwrap();
+        match read(&follower, 0, 100) {
+            Some(MetadataFetchContent::Image { image }) => {
+                assert_eq!((image.applied, image.next_producer_id), (4, 4000))
+            }
+            other => panic!("an offset below the snapshot gets the image: {other:?}"),
+        }
+        assert!(read(&follower, 4, 100).is_none(), "the tail goes on from the image's offset");
+        block_on(follower.apply([normal(5, vec![pids(5000)])])).unwrap();
+        assert_eq!(records(read(&follower, 4, 100)), (4, vec![pids(5000)]));
+        assert!(matches!(read(&follower, 3, 100), Some(MetadataFetchContent::Image { .. })));
+    }
+
+    #[test]
+    fn a_reopened_state_machine_serves_the_snapshot_image_below_its_offset() {
+        let disk = SimStorage::new();
+        let mut sm = StateMachine::open(disk.clone(), Path::new("/m"), 1 << 20, 16).unwrap();
+        block_on(sm.apply((1..=3).map(|i| normal(i, vec![pids(i as i64)])))).unwrap();
+        block_on(async { sm.get_snapshot_builder().await.build_snapshot().await }).unwrap();
+        let reopened = StateMachine::open(disk, Path::new("/m"), 1 << 20, 16).unwrap();
+        assert!(matches!(read(&reopened, 0, 10), Some(MetadataFetchContent::Image { .. })));
+        assert!(read(&reopened, 3, 10).is_none());
+    }
 }

@@ -7,7 +7,6 @@
 
 use super::ClusterLink;
 use crate::controller_node::rpc;
-use bytes::Bytes;
 use osprey_cluster::quorum::{MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse};
 use osprey_cluster::MetadataImage;
 use std::future::Future;
@@ -138,7 +137,7 @@ impl ClusterLink {
             max_wait_ms: self.config.fetch_max_wait.as_millis() as u64,
             max_records: MAX_RECORDS_PER_FETCH,
         };
-        let body = Bytes::from(serde_json::to_vec(&request).map_err(|e| e.to_string())?);
+        let body = rpc::encode_fetch(&request);
         let answer = client
             .send_raw(rpc::METADATA_FETCH, rpc::VERSION, body)
             .await
@@ -172,10 +171,10 @@ impl ClusterLink {
             max_wait_ms: 0,
             max_records: 0,
         };
-        let body = Bytes::from(serde_json::to_vec(&request).ok()?);
+        let body = rpc::encode_fetch(&request);
         let sent = client.send_raw(rpc::METADATA_FETCH, rpc::VERSION, body);
         let answer = tokio::time::timeout_at(deadline, sent).await.ok()?.ok()?;
-        let response: MetadataFetchResponse = serde_json::from_slice(&answer).ok()?;
+        let response = rpc::decode_fetch_response(&answer, self.config.max_response_bytes).ok()?;
         Some(response.applied)
     }
 }

@@ -438,6 +438,19 @@ impl BrokerConfig {
         TopicConfig::from_broker(self)
     }
 
+    /// The bounds and defaults group configs are checked against
+    /// (`group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms`).
+    pub fn group_config_bounds(&self) -> osprey_coordinator::group::group_config::GroupConfigBounds {
+        osprey_coordinator::group::group_config::GroupConfigBounds {
+            session_timeout_ms: self.group_consumer_session_timeout_ms,
+            min_session_timeout_ms: self.group_consumer_min_session_timeout_ms,
+            max_session_timeout_ms: self.group_consumer_max_session_timeout_ms,
+            heartbeat_interval_ms: self.group_consumer_heartbeat_interval_ms,
+            min_heartbeat_interval_ms: self.group_consumer_min_heartbeat_interval_ms,
+            max_heartbeat_interval_ms: self.group_consumer_max_heartbeat_interval_ms,
+        }
+    }
+
     /// The resolved value for a topic key whose default combines several broker keys.
     pub(crate) fn combined_topic_default(&self, topic_key: &str) -> Option<i64> {
         match topic_key {

@@ -12,7 +12,8 @@
 //!
 //! Becoming active: the quorum elected this node and its log is applied up to its last
 //! entry (the new term's first entry included, so everything earlier leaders committed
-//! is in the image); then every registered broker gets a fresh heartbeat session
+//! is in the image) and the image holds the cluster id the bootstrap committed (unless
+//! the config fixes one); then every registered broker gets a fresh heartbeat session
 //! (`activate`), so none is fenced for heartbeats the previous controller received.
 //! Losing leadership (or a proposal refused as not the leader): pending answers become
 //! NOT_CONTROLLER, the speculative image is dropped, and every new request is answered
@@ -48,8 +49,8 @@ use tokio::time::Instant;
 
 /// The API keys and versions the active controller serves: Kafka 4.4's controller's
 /// ranges, as in protocol-specs.
-pub const SUPPORTED: [(i16, i16, i16); 7] =
-    [(19, 2, 7), (20, 1, 6), (37, 0, 3), (56, 2, 3), (62, 0, 4), (63, 0, 2), (67, 0, 0)];
+pub const SUPPORTED: [(i16, i16, i16); 9] =
+    [(19, 2, 7), (20, 1, 6), (33, 0, 2), (37, 0, 3), (44, 0, 1), (56, 2, 3), (62, 0, 4), (63, 0, 2), (67, 0, 0)];
 
 /// A topic config check for CreateTopics (the broker's own, by default).
 pub type TopicConfigCheck = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
@@ -57,13 +58,18 @@ pub type TopicConfigCheck = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send 
 /// How the active controller runs. Kafka's config names where Kafka has one.
 #[derive(Clone)]
 pub struct ActiveControllerConfig {
-    /// `cluster.id` (brokers must register with it), `broker.session.timeout.ms`, and
-    /// the cluster default of `unclean.leader.election.enable`.
+    /// The cluster id brokers must register with (`None`: the one the quorum committed,
+    /// in the applied image), `broker.session.timeout.ms`, and the cluster default of
+    /// `unclean.leader.election.enable`.
     pub cluster: ClusterControlConfig,
     /// `num.partitions`, for a CreateTopics that asks for -1.
     pub default_partitions: i32,
     /// `default.replication.factor`, for a CreateTopics that asks for -1.
     pub default_replication_factor: i16,
+    /// The most replicas a partition may have. 1 until partition data is replicated
+    /// (issue 15): an RF>1 topic would acknowledge acks=all with one copy, so
+    /// CreateTopics and CreatePartitions beyond it answer INVALID_REPLICATION_FACTOR.
+    pub max_replication_factor: i16,
     /// `osprey.max.partitions`: the most partitions the cluster may hold.
     pub max_partitions: i32,
     /// `request.timeout.ms` (30000): the longest an answer waits for its records to
@@ -82,19 +88,24 @@ pub struct ActiveControllerConfig {
     /// Seeds replica placement (tests replay a placement); `None`: from entropy.
     pub placement_seed: Option<u64>,
     pub validate_topic_config: TopicConfigCheck,
+    /// The node's configuration: dynamic broker configs are checked with its
+    /// `validate_dynamic`, group configs against its `group.consumer.*` bounds, and list
+    /// configs are appended to from its values.
+    pub broker_config: Arc<crate::config::BrokerConfig>,
 }
 
 impl ActiveControllerConfig {
-    /// Kafka's defaults for a cluster with this id.
-    pub fn new(cluster_id: impl Into<String>) -> ActiveControllerConfig {
+    /// Kafka's defaults for a cluster with this id (`None`: the applied image's).
+    pub fn new(cluster_id: Option<String>) -> ActiveControllerConfig {
         ActiveControllerConfig {
             cluster: ClusterControlConfig {
-                cluster_id: cluster_id.into(),
+                cluster_id,
                 broker_session_timeout_ms: osprey_cluster::controller::DEFAULT_BROKER_SESSION_TIMEOUT_MS,
                 unclean_leader_election_enable: false,
             },
             default_partitions: 1,
             default_replication_factor: 1,
+            max_replication_factor: 1,
             max_partitions: osprey_cluster::controller::MAX_PARTITIONS_PER_TOPIC,
             request_timeout_ms: 30_000,
             broker_heartbeat_interval_ms: 2_000,
@@ -104,21 +115,23 @@ impl ActiveControllerConfig {
             validate_topic_config: Arc::new(|k, v| {
                 crate::config::validate_topic_config(k, v).map_err(|e| e.to_string())
             }),
+            broker_config: Arc::default(),
         }
     }
 }
 
 impl ActiveControllerConfig {
-    /// The settings of a node's configuration, for the cluster `cluster_id` (from
-    /// meta.properties).
-    pub fn from_config(cluster_id: &str, config: &crate::config::BrokerConfig) -> ActiveControllerConfig {
-        let mut active = ActiveControllerConfig::new(cluster_id);
+    /// The settings of a node's configuration. The cluster id is the one the quorum
+    /// committed: a new node learns it only from the log.
+    pub fn from_config(config: &crate::config::BrokerConfig) -> ActiveControllerConfig {
+        let mut active = ActiveControllerConfig::new(None);
         active.cluster.broker_session_timeout_ms = i64::from(config.cluster.broker_session_timeout_ms);
         active.cluster.unclean_leader_election_enable = config.unclean_leader_election_enable;
         active.broker_heartbeat_interval_ms = u64::try_from(config.cluster.broker_heartbeat_interval_ms).unwrap_or(1);
         active.default_partitions = config.num_partitions;
         active.default_replication_factor = config.default_replication_factor.clamp(1, i32::from(i16::MAX)) as i16;
         active.max_partitions = config.max_partitions;
+        active.broker_config = Arc::new(config.clone());
         active
     }
 }
@@ -247,6 +260,7 @@ impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
         let mut topics = TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
         topics.set_max_partitions(config.max_partitions);
+        topics.set_max_replication_factor(config.max_replication_factor);
         if let Some(seed) = config.placement_seed {
             topics.set_placement_seed(seed);
         }
@@ -310,9 +324,18 @@ impl Core {
         };
         match &self.active {
             Some(a) if !leads || a.term != term => self.deactivate("leadership moved"),
-            None if leads && caught_up => self.activate(term),
+            None if leads && caught_up && self.knows_cluster_id() => self.activate(term),
             _ => {}
         }
+    }
+
+    /// Whether brokers can be told which cluster they register with. Without a
+    /// configured id, the controller waits for the `ClusterId` record the bootstrap
+    /// commits first: activating before it would leave that record out of the
+    /// speculative image, and every record offset decided after (broker epochs) one
+    /// short.
+    fn knows_cluster_id(&self) -> bool {
+        self.config.cluster.cluster_id.is_some() || self.quorum.with_applied(|a| a.image.cluster_id.is_some())
     }
 
     fn activate(&mut self, term: u64) {
@@ -358,7 +381,9 @@ impl Core {
         };
         let now_ms = self.started.elapsed().as_millis() as i64;
         let validate = self.config.validate_topic_config.clone();
+        let broker_config = self.config.broker_config.clone();
         let mut controls = Controls {
+            broker_config: &broker_config,
             cluster: &mut self.cluster,
             topics: &mut self.topics,
             validate_topic_config: &*validate,

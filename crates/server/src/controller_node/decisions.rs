@@ -4,6 +4,8 @@
 //! decision applies its records to it as it goes, so a request with several topics sees
 //! its own earlier topics, and the next request sees this one.
 
+use crate::config::BrokerConfig;
+use crate::config_changes::{self, Changes, Outcome};
 use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
@@ -15,6 +17,7 @@ use osprey_protocol::messages::alter_partition_response::{PartitionData, TopicDa
 use osprey_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use osprey_protocol::messages::create_topics_response::CreatableTopicResult;
 use osprey_protocol::messages::delete_topics_response::DeletableTopicResult;
+use osprey_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse;
 use osprey_protocol::messages::*;
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody, Uuid};
 use std::collections::{BTreeMap, HashSet};
@@ -39,6 +42,9 @@ pub struct Controls<'a> {
     pub validate_topic_config: ConfigValidator<'a>,
     /// `num.partitions`, counted for a topic that asks for -1.
     pub default_partitions: i32,
+    /// The node's configuration: dynamic broker configs are checked with it, group
+    /// configs against its bounds, list configs appended to from its values.
+    pub broker_config: &'a BrokerConfig,
     pub now_ms: i64,
 }
 
@@ -53,6 +59,8 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::CreateTopics(r) => create_topics(c, image, version, r),
         RequestBody::DeleteTopics(r) => delete_topics(c, image, version, r),
         RequestBody::CreatePartitions(r) => create_partitions(c, image, r),
+        RequestBody::IncrementalAlterConfigs(r) => incremental_alter_configs(c, image, r),
+        RequestBody::AlterConfigs(r) => alter_configs(c, image, r),
         _ => return None,
     };
     Some(decided)
@@ -124,6 +132,36 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
                     name: t.name.clone(),
                     error_code,
                     error_message: message.clone(),
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }),
+        RequestBody::IncrementalAlterConfigs(r) => {
+            ResponseBody::IncrementalAlterConfigs(IncrementalAlterConfigsResponse {
+                responses: r
+                    .resources
+                    .iter()
+                    .map(|res| AlterConfigsResourceResponse {
+                        error_code,
+                        error_message: message.clone(),
+                        resource_type: res.resource_type,
+                        resource_name: res.resource_name.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+        }
+        RequestBody::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
+            responses: r
+                .resources
+                .iter()
+                .map(|res| alter_configs_response::AlterConfigsResourceResponse {
+                    error_code,
+                    error_message: message.clone(),
+                    resource_type: res.resource_type,
+                    resource_name: res.resource_name.clone(),
                     ..Default::default()
                 })
                 .collect(),
@@ -395,4 +433,169 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
         response.results.push(result);
     }
     Decided { records, response: ResponseBody::CreatePartitions(response) }
+}
+
+/// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or
+/// nothing, decided on the image with Kafka's per-resource errors.
+fn incremental_alter_configs(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    r: &IncrementalAlterConfigsRequest,
+) -> Decided {
+    let mut records = Vec::new();
+    let mut response = IncrementalAlterConfigsResponse::default();
+    for res in &r.resources {
+        let name = res.resource_name.as_str();
+        let outcome = match res.resource_type {
+            config_changes::RESOURCE_TOPIC => existing_topic(image, name).and_then(|topic| {
+                let defaults = effective_config(c.broker_config, image, "").topic_defaults();
+                let changes = config_changes::topic_changes(&res.configs, &topic.configs, |k| {
+                    defaults.value(k).map(String::from)
+                })?;
+                set_topic_configs(c, image, name, &changes, r.validate_only, &mut records)
+            }),
+            config_changes::RESOURCE_BROKER => {
+                let requested: Vec<(&str, Option<&str>)> =
+                    res.configs.iter().map(|c| (c.name.as_str(), c.value.as_deref())).collect();
+                let needs_value = |i: usize| res.configs[i].config_operation != config_changes::OP_DELETE;
+                config_changes::check_broker_request(name, &requested, needs_value, None).and_then(|()| {
+                    let effective = effective_config(c.broker_config, image, name);
+                    let changes = config_changes::broker_changes(&res.configs, image.broker_configs(name), |k| {
+                        effective.value(k)
+                    })?;
+                    set_broker_configs(c, image, name, &changes, r.validate_only, &mut records)
+                })
+            }
+            config_changes::RESOURCE_GROUP => config_changes::group_changes(&res.configs)
+                .and_then(|changes| set_group_configs(c, image, name, &changes, r.validate_only, &mut records)),
+            other => Err(not_altered_here(other)),
+        };
+        let (error_code, error_message) = split(outcome);
+        response.responses.push(AlterConfigsResourceResponse {
+            error_code,
+            error_message,
+            resource_type: res.resource_type,
+            resource_name: res.resource_name.clone(),
+            ..Default::default()
+        });
+    }
+    Decided { records, response: ResponseBody::IncrementalAlterConfigs(response) }
+}
+
+/// AlterConfigs (33), the legacy form: each resource's set replaces its whole set, for
+/// topics and brokers (groups only incrementally, as Kafka).
+fn alter_configs(c: &mut Controls<'_>, image: &mut MetadataImage, r: &AlterConfigsRequest) -> Decided {
+    let mut records = Vec::new();
+    let mut response = AlterConfigsResponse::default();
+    for res in &r.resources {
+        let name = res.resource_name.as_str();
+        let configs: Vec<(&str, Option<&str>)> =
+            res.configs.iter().map(|c| (c.name.as_str(), c.value.as_deref())).collect();
+        let outcome = match res.resource_type {
+            config_changes::RESOURCE_TOPIC => existing_topic(image, name).and_then(|topic| {
+                let changes = config_changes::whole_set_changes(Some(&topic.configs), &configs);
+                set_topic_configs(c, image, name, &changes, r.validate_only, &mut records)
+            }),
+            config_changes::RESOURCE_BROKER => config_changes::check_broker_request(name, &configs, |_| true, None)
+                .and_then(|()| {
+                    let changes = config_changes::whole_set_changes(image.broker_configs(name), &configs);
+                    set_broker_configs(c, image, name, &changes, r.validate_only, &mut records)
+                }),
+            config_changes::RESOURCE_GROUP => config_changes::check_legacy_resource(res.resource_type),
+            other => Err(not_altered_here(other)),
+        };
+        let (error_code, error_message) = split(outcome);
+        response.responses.push(alter_configs_response::AlterConfigsResourceResponse {
+            error_code,
+            error_message,
+            resource_type: res.resource_type,
+            resource_name: res.resource_name.clone(),
+            ..Default::default()
+        });
+    }
+    Decided { records, response: ResponseBody::AlterConfigs(response) }
+}
+
+/// A topic resource's topic, as Kafka's `ControllerConfigurationValidator` and
+/// existence check refuse it.
+fn existing_topic(image: &MetadataImage, name: &str) -> Outcome<osprey_cluster::TopicImage> {
+    if name.is_empty() {
+        return Err((ErrorCode::INVALID_REQUEST, "Default topic resources are not allowed.".into()));
+    }
+    image.topic(name).cloned().ok_or_else(|| config_changes::unknown_topic(name))
+}
+
+/// The node's configuration with the committed dynamic broker configs on top: the
+/// cluster-wide default, and `resource`'s own when it names a broker. The static
+/// configuration if they do not combine (they were each validated when set).
+fn effective_config(config: &BrokerConfig, image: &MetadataImage, resource: &str) -> BrokerConfig {
+    let none = BTreeMap::new();
+    let default = image.broker_configs("").unwrap_or(&none);
+    let own = if resource.is_empty() { &none } else { image.broker_configs(resource).unwrap_or(&none) };
+    config.with_dynamic(default, own).unwrap_or_else(|_| config.clone())
+}
+
+fn set_topic_configs(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    name: &str,
+    changes: &Changes,
+    validate_only: bool,
+    records: &mut Vec<MetadataRecord>,
+) -> Outcome {
+    let decided = c.topics.set_topic_configs(image, name, changes, validate_only, c.validate_topic_config);
+    decided.map(|d| apply(image, d, records)).map_err(|e| (e.code, e.message))
+}
+
+fn set_broker_configs(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    name: &str,
+    changes: &Changes,
+    validate_only: bool,
+    records: &mut Vec<MetadataRecord>,
+) -> Outcome {
+    let effective = effective_config(c.broker_config, image, name);
+    // The whole set the resource would hold, with Kafka's per-key and cross-key rules.
+    let validate = |configs: &BTreeMap<String, String>| {
+        effective
+            .validate_dynamic(configs, name.is_empty())
+            .map_err(|message| ControllerError::new(ErrorCode::INVALID_REQUEST, message))
+    };
+    let decided = c.topics.set_broker_configs(image, name, changes, validate_only, &validate);
+    decided.map(|d| apply(image, d, records)).map_err(|e| (e.code, e.message))
+}
+
+fn set_group_configs(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    group: &str,
+    changes: &Changes,
+    validate_only: bool,
+    records: &mut Vec<MetadataRecord>,
+) -> Outcome {
+    let bounds = c.broker_config.group_config_bounds();
+    let validate =
+        |configs: &BTreeMap<String, String>| osprey_coordinator::group::group_config::validate(configs, &bounds);
+    let decided = c.topics.set_group_configs(image, group, changes, validate_only, &validate);
+    decided.map(|d| apply(image, d, records)).map_err(|e| (e.code, e.message))
+}
+
+/// The resource types the controller does not alter, each with why.
+fn not_altered_here(resource_type: i8) -> (ErrorCode, String) {
+    let why = match resource_type {
+        config_changes::RESOURCE_BROKER_LOGGER => {
+            "BROKER_LOGGER resources are not kept in the metadata log: alter them on the broker they name".into()
+        }
+        config_changes::RESOURCE_CLIENT_METRICS => "CLIENT_METRICS resources are not supported by Osprey".into(),
+        other => format!("Unknown resource type {other}"),
+    };
+    (ErrorCode::INVALID_REQUEST, why)
+}
+
+fn split(outcome: Outcome) -> (i16, Option<String>) {
+    match outcome {
+        Ok(()) => (0, None),
+        Err((code, message)) => (code.code(), Some(message)),
+    }
 }

@@ -106,8 +106,16 @@ impl ControllerNodeConfig {
 /// Builds the active controller's APIs over the started quorum.
 pub type ApisFactory = Box<dyn FnOnce(Arc<Quorum>) -> Arc<dyn ControllerApis> + Send>;
 
-/// Until the active controller is wired in: a controller that serves no Kafka API beyond
-/// what the listener answers itself.
+/// The active controller over the started quorum, configured from `config`: what a
+/// controller node serves (controller-only and combined nodes alike). The cluster id
+/// brokers must register with is the one the quorum committed.
+pub fn active_apis(config: &BrokerConfig) -> ApisFactory {
+    let active = ActiveControllerConfig::from_config(config);
+    Box::new(move |quorum| Arc::new(ActiveController::new(quorum, active)))
+}
+
+/// A controller that serves no Kafka API beyond what the listener answers itself (tests
+/// of the quorum alone).
 #[derive(Debug, Default)]
 pub struct NoControllerApis;
 

@@ -125,6 +125,9 @@ fn private(node: &Arc<NodeState>, api_key: i16, mut frame: Bytes) -> Handled {
         let body = rpc::encode_hello(&node.my_hello());
         return Handled::Answer(Box::pin(async move { Ok(private_frame(correlation_id, &body)) }));
     }
+    if api_key == rpc::METADATA_FETCH {
+        return metadata_fetch(node, correlation_id, &frame);
+    }
     let Some((target, frame)) = rpc::addressed(&frame) else {
         return Handled::Close(format!("api key {api_key}: body too short for its replica key"));
     };
@@ -143,6 +146,22 @@ fn private(node: &Arc<NodeState>, api_key: i16, mut frame: Bytes) -> Handled {
     Handled::Answer(Box::pin(async move {
         let reply = quorum.handle_rpc(rpc).await;
         Ok(private_frame(correlation_id, &encode_reply(&reply)))
+    }))
+}
+
+/// A broker's fetch of the committed metadata log: answered from what this member has
+/// applied, after waiting (at most `MAX_FETCH_WAIT_MS`) when there is nothing new. The
+/// connection's later requests wait behind it, so a broker fetches on a connection of
+/// its own.
+fn metadata_fetch(node: &Arc<NodeState>, correlation_id: i32, body: &[u8]) -> Handled {
+    let request = match rpc::decode_fetch(body, node.max_rpc_bytes) {
+        Ok(r) => r,
+        Err(why) => return Handled::Close(why),
+    };
+    let quorum = node.quorum.clone();
+    Handled::Answer(Box::pin(async move {
+        let response = quorum.fetch_metadata(&request).await;
+        Ok(private_frame(correlation_id, &rpc::encode_fetch_response(&response)))
     }))
 }
 

@@ -14,6 +14,11 @@
 //! serde types for the RPCs (`osprey_cluster::quorum::encode_rpc`), the bootstrap
 //! [`Hello`] for [`HELLO`] (request: the sender's; response: the receiver's).
 //!
+//! [`METADATA_FETCH`] is the exception to addressing: brokers are not quorum members and
+//! any member serves what it has applied, so its body is the JSON
+//! `MetadataFetchRequest` alone ([`encode_fetch`], [`decode_fetch`]), bounded by
+//! `socket.request.max.bytes` before parsing like every other body.
+//!
 //! An RPC's body starts with the replica key it is meant for (`int32 node.id`, 16 bytes
 //! of directory id), as KIP-853 puts the destination's replica key in Kafka's Raft
 //! requests: a node that lost its disk and came back under a new directory id must not
@@ -21,7 +26,9 @@
 //! body, which the sender takes as "that replica is unreachable".
 
 use bytes::{BufMut, Bytes, BytesMut};
-use osprey_cluster::quorum::{Hello, RaftRpc, ReplicaKey};
+use osprey_cluster::quorum::{
+    Hello, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, RaftRpc, ReplicaKey,
+};
 
 /// The bootstrap exchange between configured voters (DESIGN.md, "Bootstrap without a
 /// format step").
@@ -84,10 +91,54 @@ pub fn encode_hello(hello: &Hello) -> Bytes {
 
 /// A [`Hello`] from a body of at most `max_bytes`, checked before parsing.
 pub fn decode_hello(bytes: &[u8], max_bytes: usize) -> Result<Hello, String> {
-    if bytes.len() > max_bytes {
-        return Err(format!("Hello of {} bytes exceeds the {max_bytes}-byte bound", bytes.len()));
-    }
+    check_size(bytes, max_bytes, "Hello")?;
     serde_json::from_slice(bytes).map_err(|e| format!("malformed Hello: {e}"))
+}
+
+/// A broker's [`METADATA_FETCH`] request body.
+pub fn encode_fetch(request: &MetadataFetchRequest) -> Bytes {
+    // Integers only: this cannot fail.
+    Bytes::from(serde_json::to_vec(request).unwrap_or_default())
+}
+
+/// A [`METADATA_FETCH`] request from a body of at most `max_bytes`, checked before
+/// parsing.
+pub fn decode_fetch(bytes: &[u8], max_bytes: usize) -> Result<MetadataFetchRequest, String> {
+    check_size(bytes, max_bytes, "MetadataFetchRequest")?;
+    serde_json::from_slice(bytes).map_err(|e| format!("malformed MetadataFetchRequest: {e}"))
+}
+
+/// A controller's [`METADATA_FETCH`] answer body.
+pub fn encode_fetch_response(response: &MetadataFetchResponse) -> Bytes {
+    match serde_json::to_vec(response) {
+        Ok(body) => Bytes::from(body),
+        Err(e) => {
+            // The image and records are serialized into snapshots and the log the same
+            // way, so this is a bug; the broker is told to ask again rather than hang.
+            tracing::error!(error = %e, "metadata fetch answer does not encode");
+            let not_ready = MetadataFetchResponse {
+                leader: response.leader.clone(),
+                applied: response.applied,
+                content: MetadataFetchContent::NotReady { why: format!("answer does not encode: {e}") },
+            };
+            Bytes::from(serde_json::to_vec(&not_ready).unwrap_or_default())
+        }
+    }
+}
+
+/// A [`METADATA_FETCH`] answer from a body of at most `max_bytes` (the broker's bound on
+/// a response), checked before parsing.
+pub fn decode_fetch_response(bytes: &[u8], max_bytes: usize) -> Result<MetadataFetchResponse, String> {
+    check_size(bytes, max_bytes, "MetadataFetchResponse")?;
+    serde_json::from_slice(bytes).map_err(|e| format!("malformed MetadataFetchResponse: {e}"))
+}
+
+/// Refuses a body larger than `max_bytes`, before it is parsed.
+fn check_size(bytes: &[u8], max_bytes: usize, what: &str) -> Result<(), String> {
+    if bytes.len() > max_bytes {
+        return Err(format!("{what} of {} bytes exceeds the {max_bytes}-byte bound", bytes.len()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -124,5 +175,28 @@ mod tests {
         assert_eq!(decode_hello(&bytes, bytes.len()).unwrap(), hello);
         assert!(decode_hello(&bytes, bytes.len() - 1).is_err());
         assert!(decode_hello(b"{\"replica\":", 100).is_err());
+    }
+
+    #[test]
+    fn fetch_messages_round_trip_and_oversized_or_malformed_ones_are_refused() {
+        use osprey_cluster::quorum::LeaderHint;
+        let request = MetadataFetchRequest { broker_id: 4, next_offset: 17, max_wait_ms: 500, max_records: 100 };
+        let bytes = encode_fetch(&request);
+        assert_eq!(decode_fetch(&bytes, bytes.len()).unwrap(), request);
+        assert!(decode_fetch(&bytes, bytes.len() - 1).unwrap_err().contains("bound"));
+        assert!(decode_fetch(b"{\"broker_id\":-1}", 100).unwrap_err().contains("malformed"));
+
+        let record = osprey_cluster::MetadataRecord::ClusterId { id: "c".into() };
+        let response = MetadataFetchResponse {
+            leader: Some(LeaderHint { node_id: 2, endpoint: ControllerEndpoint::new("127.0.0.1", 9093) }),
+            content: MetadataFetchContent::Records { first_offset: 0, records: vec![record.clone()] },
+        };
+        let bytes = encode_fetch_response(&response);
+        let back = decode_fetch_response(&bytes, bytes.len()).unwrap();
+        assert_eq!(back.leader, response.leader);
+        assert!(
+            matches!(back.content, MetadataFetchContent::Records { first_offset: 0, records } if records == vec![record])
+        );
+        assert!(decode_fetch_response(&bytes, 10).is_err());
     }
 }

@@ -90,6 +90,17 @@ impl Cluster {
         change: impl Fn(&mut QuorumConfig),
         change_controller: impl Fn(&mut ActiveControllerConfig),
     ) -> Cluster {
+        let cluster = Cluster::start_without_waiting(change, change_controller).await;
+        cluster.active().await;
+        cluster
+    }
+
+    /// As `start_configured`, without waiting for an active controller (there is none
+    /// while the controllers take the cluster id from a log that has none yet).
+    pub async fn start_without_waiting(
+        change: impl Fn(&mut QuorumConfig),
+        change_controller: impl Fn(&mut ActiveControllerConfig),
+    ) -> Cluster {
         let router = Router::default();
         let mut quorums = Vec::new();
         let mut controllers = Vec::new();
@@ -100,7 +111,10 @@ impl Cluster {
             let transport = RouterTransport { from: n, router: router.clone() };
             let q = Arc::new(Quorum::start(config, SimStorage::new(), Path::new("/meta"), transport).await.unwrap());
             router.members.lock().unwrap().insert(n, (q.clone(), true));
-            let mut config = ActiveControllerConfig::new(CLUSTER_ID);
+            let mut config = ActiveControllerConfig::new(Some(CLUSTER_ID.into()));
+            // These tests place replicas over three brokers, past the guard that holds a
+            // cluster to RF 1 until issue 15 replicates partition data.
+            config.max_replication_factor = 3;
             config.cluster.broker_session_timeout_ms = SESSION_TIMEOUT_MS;
             config.placement_seed = Some(n as u64);
             change_controller(&mut config);
@@ -114,9 +128,13 @@ impl Cluster {
         }
         let voters = (1..=3).map(|n| (key(n), endpoint(n))).collect();
         quorums[0].initialize(voters).await.unwrap();
-        let cluster = Cluster { router, quorums, controllers };
-        cluster.active().await;
-        cluster
+        Cluster { router, quorums, controllers }
+    }
+
+    /// The index of the quorum's leader, once there is one.
+    pub async fn leader(&self) -> usize {
+        eventually("a leader is elected", || self.quorums.iter().any(|q| q.is_leader())).await;
+        self.quorums.iter().position(|q| q.is_leader()).unwrap()
     }
 
     /// The index of the active controller, once there is one.
