@@ -369,6 +369,7 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     );
     background::spawn_scrubber(broker.clone(), stopped.clone());
     tracing::info!(
+        listener = %local,
         listeners = %described,
         node_id = broker.settings.node_id,
         cluster_id = %broker.cluster_id,

@@ -137,6 +137,7 @@ impl ClusterLink {
     /// registration went stale (register again).
     async fn heartbeat_until_stale(&self, epoch: i64, stopped: &mut watch::Receiver<bool>) -> bool {
         let mut shutting_down = self.shutting_down.subscribe();
+        let mut published = self.watch_published();
         let mut failures = 0u32;
         loop {
             let want_shut_down = *shutting_down.borrow_and_update();
@@ -200,10 +201,14 @@ impl ClusterLink {
                 None => {}
             }
             let pause = tokio::time::sleep(self.config.heartbeat_interval);
+            // While fenced, a heartbeat goes out as soon as more metadata is applied, so
+            // the controller unfences the broker once it caught up, not an interval later.
+            let fenced = self.registration().fenced;
             tokio::select! {
                 _ = pause => {}
                 // A shutdown request goes out at once.
                 _ = shutting_down.changed() => {}
+                _ = published.changed(), if fenced => {}
                 _ = stopped.changed() => return false,
             }
         }
