@@ -321,6 +321,8 @@ async fn the_controller_listener_closes_on_bad_input_and_keeps_serving() {
     assert_eq!(exchange(port, &frame_v2(rpc::VOTE, 1, 1, b"")).await, None);
     assert_eq!(exchange(port, &frame_v2(rpc::APPEND_ENTRIES, 0, 1, &[1, 2, 3])).await, None);
     assert_eq!(exchange(port, &frame_v2(rpc::HELLO, 0, 1, b"{not json")).await, None);
+    // A metadata fetch missing its fields.
+    assert_eq!(exchange(port, &frame_v2(rpc::METADATA_FETCH, 0, 1, b"{\"broker_id\":1}")).await, None);
     // An RPC for another replica of this node gets an empty answer, not a vote.
     let other = osprey_cluster::quorum::ReplicaKey::new(1, [0xee; 16]);
     let vote = rpc::address(other, b"{}");
