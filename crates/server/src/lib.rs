@@ -17,6 +17,7 @@ pub mod groups;
 pub mod handlers;
 pub mod interbroker;
 pub mod log_deleter;
+pub mod log_limit;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;

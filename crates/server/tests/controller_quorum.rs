@@ -321,6 +321,8 @@ async fn the_controller_listener_closes_on_bad_input_and_keeps_serving() {
     assert_eq!(exchange(port, &frame_v2(rpc::VOTE, 1, 1, b"")).await, None);
     assert_eq!(exchange(port, &frame_v2(rpc::APPEND_ENTRIES, 0, 1, &[1, 2, 3])).await, None);
     assert_eq!(exchange(port, &frame_v2(rpc::HELLO, 0, 1, b"{not json")).await, None);
+    // A metadata fetch missing its fields.
+    assert_eq!(exchange(port, &frame_v2(rpc::METADATA_FETCH, 0, 1, b"{\"broker_id\":1}")).await, None);
     // An RPC for another replica of this node gets an empty answer, not a vote.
     let other = osprey_cluster::quorum::ReplicaKey::new(1, [0xee; 16]);
     let vote = rpc::address(other, b"{}");
@@ -435,7 +437,10 @@ fn created_topic(records: &[MetadataRecord]) -> Vec<String> {
 async fn a_broker_follows_the_committed_metadata_log_over_the_controller_listener() {
     use osprey_protocol::messages::broker_registration_request::Listener;
     use osprey_protocol::messages::create_topics_request::CreatableTopic;
-    use osprey_protocol::messages::{BrokerHeartbeatRequest, BrokerRegistrationRequest, CreateTopicsRequest};
+    use osprey_protocol::messages::incremental_alter_configs_request::{AlterConfigsResource, AlterableConfig};
+    use osprey_protocol::messages::{
+        BrokerHeartbeatRequest, BrokerRegistrationRequest, CreateTopicsRequest, IncrementalAlterConfigsRequest,
+    };
     let mut cluster = Cluster::new("metadata-fetch");
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     cluster.ports = vec![listener.local_addr().unwrap().port(); 3];
@@ -506,8 +511,37 @@ async fn a_broker_follows_the_committed_metadata_log_over_the_controller_listene
         ResponseBody::CreateTopics(r) => assert_eq!(r.topics[0].error_code, 0, "{r:?}"),
         other => panic!("{other:?}"),
     }
+    // IncrementalAlterConfigs through the codec (v1, flexible), advertised in ApiVersions.
+    match cluster.ask(1, RequestBody::ApiVersions(Default::default())).await {
+        ResponseBody::ApiVersions(r) => {
+            let served = |key: ApiKey| r.api_keys.iter().find(|k| k.api_key == key as i16).map(|k| k.max_version);
+            assert_eq!((served(ApiKey::IncrementalAlterConfigs), served(ApiKey::AlterConfigs)), (Some(1), Some(2)));
+        }
+        other => panic!("{other:?}"),
+    }
+    let alter = RequestBody::IncrementalAlterConfigs(IncrementalAlterConfigsRequest {
+        resources: vec![AlterConfigsResource {
+            resource_type: 2,
+            resource_name: "first".into(),
+            configs: vec![AlterableConfig {
+                name: "retention.ms".into(),
+                value: Some("1000".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    match cluster.ask(1, alter).await {
+        ResponseBody::IncrementalAlterConfigs(r) => assert_eq!(r.responses[0].error_code, 0, "{r:?}"),
+        other => panic!("{other:?}"),
+    }
     let all = fetched_records(fetch(&client, 0, 0).await, 0);
     assert_eq!(created_topic(&all), vec!["first".to_string()], "the committed CreateTopics is in the log");
+    let changed = all.iter().any(|r| {
+        matches!(r, MetadataRecord::SetTopicConfig { key, value: Some(v), .. } if key == "retention.ms" && v == "1000")
+    });
+    assert!(changed, "the committed config change is in the log: {all:?}");
 
     // Nothing past the end yet: the fetch waits on its own connection and gets the next commit.
     let end = all.len() as u64;
