@@ -51,18 +51,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-<<<<<<< HEAD
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
-        )
-        .with_target(false)
-        .init();
-=======
-    if let Err(why) = refuse_multi_node(&config) {
-        eprintln!("osprey: {why}");
-        return ExitCode::FAILURE;
-    }
     {
         use tracing_subscriber::layer::SubscriberExt;
         use tracing_subscriber::util::SubscriberInitExt;
@@ -74,7 +62,6 @@ fn main() -> ExitCode {
             tracing_subscriber::fmt::layer().with_target(false).with_filter(log_limit::RepeatLimit::openraft());
         tracing_subscriber::registry().with(levels).with(output).init();
     }
->>>>>>> h/ctrlside
     stop_on_panic();
     raise_open_file_limit(config.max_connections);
     if !unknown.is_empty() {
