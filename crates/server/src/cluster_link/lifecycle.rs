@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 /// Where the broker stands with the controller.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Registration {
     /// The broker epoch of the current registration (`None` until registered).
     pub epoch: Option<i64>,
@@ -30,6 +30,13 @@ pub struct Registration {
     pub should_shut_down: bool,
     /// Set once the broker was first unfenced: it has caught up with the metadata.
     pub caught_up_once: bool,
+}
+
+impl Default for Registration {
+    /// Not registered, so fenced.
+    fn default() -> Registration {
+        Registration { epoch: None, fenced: true, should_shut_down: false, caught_up_once: false }
+    }
 }
 
 impl ClusterLink {
@@ -42,7 +49,6 @@ impl ClusterLink {
                 return;
             }
         };
-        self.registration.send_modify(|r| r.fenced = true);
         let mut published = self.watch_published();
         loop {
             if *stopped.borrow() {
