@@ -189,6 +189,7 @@ mod tests {
         let record = osprey_cluster::MetadataRecord::ClusterId { id: "c".into() };
         let response = MetadataFetchResponse {
             leader: Some(LeaderHint { node_id: 2, endpoint: ControllerEndpoint::new("127.0.0.1", 9093) }),
+            applied: 1,
             content: MetadataFetchContent::Records { first_offset: 0, records: vec![record.clone()] },
         };
         let bytes = encode_fetch_response(&response);
