@@ -15,6 +15,7 @@ pub mod groups;
 pub mod handlers;
 pub mod interbroker;
 pub mod log_deleter;
+pub mod metadata_cache;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;
