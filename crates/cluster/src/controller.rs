@@ -284,6 +284,13 @@ impl Controller {
         self.commit_result(result)
     }
 
+    /// Commits records decided elsewhere, as if this controller had decided them: for
+    /// tests that need a particular image (other brokers registered, partitions led by
+    /// them, no leader) without driving every decision that leads there.
+    pub fn commit_records(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
+        self.commit(records)
+    }
+
     fn commit(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         if let Some(log) = &mut self.log {
             log.append(&records).map_err(|e| {

@@ -784,6 +784,16 @@ impl Broker {
         result
     }
 
+    /// Test-only: commits `records` through the controller and publishes the image they
+    /// make, then opens the logs of the partitions now led here, as a metadata change
+    /// from the quorum does.
+    #[cfg(test)]
+    pub(crate) fn apply_records_for_test(&self, records: &[osprey_cluster::MetadataRecord]) {
+        self.with_controller(|c| c.commit_records(records.to_vec())).expect("records committed");
+        let image = self.image();
+        self.open_partitions(&image.topics().collect::<Vec<_>>(), PriorShutdown::SeeLogMarker).expect("logs opened");
+    }
+
     fn partition_dir(&self, topic: &str, index: i32) -> PathBuf {
         self.settings.data_dir.join(format!("{topic}-{index}"))
     }

@@ -18,6 +18,7 @@ pub mod handlers;
 pub mod interbroker;
 pub mod log_deleter;
 pub mod log_limit;
+pub mod metadata_cache;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;

@@ -1,6 +1,9 @@
-//! Set-up shared by the unit tests that check where work runs.
+//! Set-up shared by the unit tests: a single-node broker, a broker whose image puts it in
+//! a cluster, and runtimes that count where work runs.
 
 use crate::broker::{Broker, Settings};
+use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::{BrokerListener, MetadataRecord};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -28,4 +31,82 @@ pub fn counting_runtime() -> (tokio::runtime::Runtime, Arc<AtomicUsize>) {
         .build()
         .unwrap();
     (runtime, blocking_threads)
+}
+
+/// A broker in a cluster, as its metadata image would have it once it follows the
+/// quorum: node 1 (this broker) and 2 registered and unfenced, 3 registered and fenced,
+/// 4 never registered, with a topic `t` whose partitions are led here (0), by broker 2
+/// (1), and by nobody (2). Internal topics are sized `INTERNAL_PARTITIONS`, so that tests
+/// can place them.
+pub fn broker_in_cluster(name: &str) -> (Arc<Broker>, PathBuf) {
+    let dir = std::env::temp_dir().join(format!("osprey-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut settings = Settings::single_node(addr, dir.clone());
+    settings.offsets_topic_num_partitions = INTERNAL_PARTITIONS;
+    let mut config = (*settings.config).clone();
+    config.transaction_state_log_num_partitions = INTERNAL_PARTITIONS;
+    settings.config = Arc::new(config);
+    let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+    let this_node = registration(1, "127.0.0.1", addr.port(), "rack-a", false);
+    let mut records = vec![
+        this_node,
+        registration(2, "b2.example", 9092, "rack-b", false),
+        registration(3, "b3.example", 9092, "rack-c", true),
+    ];
+    records.push(create_topic("t", TOPIC_T, vec![vec![1, 2, 3], vec![2, 3, 1], vec![3, 4]]));
+    records.push(partition_change(TOPIC_T, 1, 2, vec![2, 1], vec![2, 3, 1], 5));
+    records.push(partition_change(TOPIC_T, 2, NO_LEADER, vec![3], vec![3, 4], 7));
+    broker.apply_records_for_test(&records);
+    (broker, dir)
+}
+
+/// Partitions of `__consumer_offsets` and `__transaction_state` on a broker of
+/// [`broker_in_cluster`].
+pub const INTERNAL_PARTITIONS: i32 = 3;
+
+/// The id of topic `t` of [`broker_in_cluster`].
+pub const TOPIC_T: [u8; 16] = [7; 16];
+
+/// Broker `id` registering with one PLAINTEXT listener, as Kafka's RegisterBrokerRecord.
+pub fn registration(id: i32, host: &str, port: u16, rack: &str, fenced: bool) -> MetadataRecord {
+    let listener = BrokerListener { name: "PLAINTEXT".into(), host: host.into(), port, security_protocol: 0 };
+    MetadataRecord::RegisterBroker {
+        id,
+        epoch: i64::from(id) * 10,
+        incarnation: [id as u8; 16],
+        listeners: vec![listener],
+        rack: Some(rack.into()),
+        fenced,
+        in_controlled_shutdown: false,
+    }
+}
+
+/// A topic whose partitions have these replica lists, every replica in the ISR and the
+/// first leading.
+pub fn create_topic(name: &str, id: [u8; 16], replicas: Vec<Vec<i32>>) -> MetadataRecord {
+    MetadataRecord::CreateTopic { name: name.into(), id, replicas, configs: Default::default(), isrs: None }
+}
+
+/// A partition's new leader, ISR and replicas at `leader_epoch` (the partition epoch
+/// moves with it).
+pub fn partition_change(
+    topic_id: [u8; 16],
+    partition: i32,
+    leader: i32,
+    isr: Vec<i32>,
+    replicas: Vec<i32>,
+    leader_epoch: i32,
+) -> MetadataRecord {
+    MetadataRecord::PartitionChange {
+        topic_id,
+        partition,
+        leader,
+        isr,
+        elr: Vec::new(),
+        leader_epoch,
+        partition_epoch: leader_epoch,
+        replicas,
+        leader_recovery_state: 0,
+    }
 }

@@ -2,16 +2,17 @@
 //! watermark); whole segments below it are deleted in the background.
 
 use crate::broker::Broker;
+use crate::metadata_cache::MetadataCache;
 use osprey_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use osprey_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
-    let image = broker.image();
+    let cache = MetadataCache::for_client(broker);
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = image.topic(&t.name);
+        let topic = cache.image().topic(&t.name);
         let mut out = DeleteRecordsTopicResult { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = DeleteRecordsPartitionResult {
@@ -19,9 +20,11 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
                 low_watermark: -1,
                 ..Default::default()
             };
-            let outcome = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
-                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(partition) => {
+            let found =
+                cache.partition_or_error(broker, topic, p.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+            let outcome = match found {
+                Err(code) => Err(code),
+                Ok(partition) => {
                     let hw = partition.snapshot().high_watermark;
                     let target = if p.offset == -1 { hw } else { p.offset };
                     if target < 0 || target > hw {

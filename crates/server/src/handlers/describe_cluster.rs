@@ -1,7 +1,11 @@
-//! DescribeCluster: this node is the whole cluster and its controller.
+//! DescribeCluster on a client listener: every live broker with its rack (the fenced ones
+//! too when v2 asks, KIP-1073), and, as Kafka
+//! in KRaft mode, a random live broker as the "controller" (brokers forward what clients
+//! send it). Controllers answer DescribeCluster themselves (`controller_node`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
+use crate::metadata_cache::MetadataCache;
 use osprey_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use osprey_protocol::messages::{DescribeClusterRequest, DescribeClusterResponse};
 use osprey_protocol::{ErrorCode, ResponseBody};
@@ -11,21 +15,29 @@ use std::sync::Arc;
 const ENDPOINT_BROKERS: i8 = 1;
 
 pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest, version: i16) -> ResponseBody {
-    let s = &broker.settings;
+    let cache = MetadataCache::for_client(broker);
     let mut resp = DescribeClusterResponse {
         endpoint_type: if version >= 1 { req.endpoint_type } else { ENDPOINT_BROKERS },
         cluster_id: broker.cluster_id.clone(),
-        controller_id: s.node_id,
+        controller_id: cache.random_alive_broker_id(),
         cluster_authorized_operations: if_requested(
             req.include_cluster_authorized_operations,
             authorized_operations::CLUSTER,
         ),
-        brokers: vec![DescribeClusterBroker {
-            broker_id: s.node_id,
-            host: s.advertised_host.clone(),
-            port: s.advertised_port,
-            ..Default::default()
-        }],
+        brokers: cache
+            .registered_brokers()
+            .into_iter()
+            // v2 (KIP-1073): fenced brokers too when asked, marked as such.
+            .filter(|(_, fenced)| !fenced || (version >= 2 && req.include_fenced_brokers))
+            .map(|(e, is_fenced)| DescribeClusterBroker {
+                broker_id: e.node_id,
+                host: e.host,
+                port: e.port,
+                rack: e.rack,
+                is_fenced,
+                ..Default::default()
+            })
+            .collect(),
         ..Default::default()
     };
     if version >= 1 && req.endpoint_type != ENDPOINT_BROKERS && req.endpoint_type != 2 {

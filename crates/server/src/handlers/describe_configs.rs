@@ -63,10 +63,16 @@ fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigE
             if name.is_empty() {
                 return Ok(broker.config().describe_dynamic_default());
             }
-            if name != broker.settings.node_id.to_string() {
+            // As Kafka's `ConfigHelper`: a broker describes itself only (the admin client
+            // sends a broker resource to that broker).
+            let node_id = broker.settings.node_id;
+            let id: i32 = name.parse().map_err(|_| {
+                (ErrorCode::INVALID_REQUEST, format!("Broker id must be an integer, but it is: {name}"))
+            })?;
+            if id != node_id {
                 return Err((
                     ErrorCode::INVALID_REQUEST,
-                    format!("Unexpected broker id, expected {}", broker.settings.node_id),
+                    format!("Unexpected broker id, expected {node_id} or empty string, but received {name}"),
                 ));
             }
             Ok(broker.config().describe())

@@ -3,6 +3,8 @@
 
 use crate::authorized_operations;
 use crate::broker::Broker;
+use crate::metadata_cache::MetadataCache;
+use osprey_cluster::image::NO_LEADER;
 use osprey_cluster::TopicImage;
 use osprey_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
@@ -12,7 +14,8 @@ use osprey_protocol::{ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest) -> ResponseBody {
-    let image = broker.image();
+    let cache = MetadataCache::for_client(broker);
+    let image = cache.image();
     let mut names: Vec<String> = if req.topics.is_empty() {
         image.topics().map(|t| t.name.clone()).collect()
     } else {
@@ -34,7 +37,7 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest) -> Resp
             continue;
         };
         let first = if name == start_topic { start_partition } else { 0 };
-        let (described, next) = describe(topic, first, budget);
+        let (described, next) = describe(&cache, topic, first, budget);
         budget -= described.partitions.len();
         resp.topics.push(described);
         if let Some(partition_index) = next {
@@ -46,7 +49,15 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest) -> Resp
 }
 
 /// The topic's partitions from `first`, at most `budget`; the next index if cut short.
-fn describe(topic: &TopicImage, first: i32, budget: usize) -> (DescribeTopicPartitionsResponseTopic, Option<i32>) {
+/// As Kafka's `getPartitionMetadataForDescribeTopicResponse`: leader -1 when it is not
+/// registered on the client's listener (no error code: this response has none per
+/// partition), and the replicas on fenced or unregistered brokers as offline.
+fn describe(
+    cache: &MetadataCache,
+    topic: &TopicImage,
+    first: i32,
+    budget: usize,
+) -> (DescribeTopicPartitionsResponseTopic, Option<i32>) {
     let partitions: Vec<_> = topic.partitions.iter().filter(|p| p.index >= first).collect();
     let next = partitions.get(budget).map(|p| p.index);
     let out = DescribeTopicPartitionsResponseTopic {
@@ -60,10 +71,11 @@ fn describe(topic: &TopicImage, first: i32, budget: usize) -> (DescribeTopicPart
             .take(budget)
             .map(|p| DescribeTopicPartitionsResponsePartition {
                 partition_index: p.index,
-                leader_id: p.leader,
+                leader_id: cache.leader(p).map_or(NO_LEADER, |leader| leader.node_id),
                 leader_epoch: p.leader_epoch,
                 replica_nodes: p.replicas.clone(),
                 isr_nodes: p.isr.clone(),
+                offline_replicas: cache.offline_replicas(&p.replicas),
                 eligible_leader_replicas: Some(Vec::new()),
                 last_known_elr: Some(Vec::new()),
                 ..Default::default()

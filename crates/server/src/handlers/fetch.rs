@@ -8,9 +8,13 @@
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
 use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, PartitionRead, Respond};
+use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use crate::telemetry;
-use osprey_protocol::messages::fetch_response::{AbortedTransaction, FetchableTopicResponse, PartitionData};
+use osprey_cluster::{MetadataImage, TopicImage};
+use osprey_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+};
 use osprey_protocol::messages::{FetchRequest, FetchResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use osprey_storage::StorageError;
@@ -21,6 +25,7 @@ use tokio::task::JoinSet;
 /// What to read, resolved from the request (and its session) once.
 struct Plan {
     broker: Arc<Broker>,
+    version: i16,
     /// read_committed (1): read up to the last stable offset, report aborted transactions.
     read_committed: bool,
     /// The response's byte limit: the request's `max_bytes`, at most the broker's
@@ -70,18 +75,19 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
             return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));
         }
     };
-    let image = broker.image();
+    let cache = MetadataCache::for_client(broker);
     let unknown = if by_id { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
     let partitions = partitions
         .into_iter()
         .map(|(key, fetch)| {
-            let topic = if by_id { image.topic_by_id(key.topic_id) } else { image.topic(&key.topic) };
-            let partition = topic.and_then(|t| broker.replica_manager.partition(t.id, key.partition)).ok_or(unknown);
+            let topic = topic_of(cache.image(), &key);
+            let partition = cache.partition_or_error(broker, topic, key.partition, unknown);
             PartitionPlan { key, fetch, partition }
         })
         .collect();
     let plan = Plan {
         broker: broker.clone(),
+        version,
         read_committed: req.isolation_level == 1,
         max_bytes: req.max_bytes.clamp(0, broker.settings.config.fetch_max_bytes.max(0)) as usize,
         min_bytes: req.min_bytes.max(0) as usize,
@@ -89,6 +95,15 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         partitions,
     };
     Reply::Later(Box::pin(fetch(Arc::new(plan), req.max_wait_ms)))
+}
+
+/// The topic a session's partition key names: by id from v13, else by name.
+fn topic_of<'a>(image: &'a MetadataImage, key: &PartitionKey) -> Option<&'a TopicImage> {
+    if key.topic_id.is_zero() {
+        image.topic(&key.topic)
+    } else {
+        image.topic_by_id(key.topic_id)
+    }
 }
 
 /// Reads once, and answers at once or after a long poll.
@@ -207,7 +222,35 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
             topic.partitions.push(data);
         }
     }
+    if plan.version >= 16 {
+        add_current_leaders(&plan.broker, &mut resp);
+    }
     ResponseBody::Fetch(resp)
+}
+
+/// KIP-951, Fetch v16+: a partition answered NOT_LEADER_OR_FOLLOWER or
+/// FENCED_LEADER_EPOCH names the current leader and its epoch, and the response carries
+/// the leader's endpoint (Kafka's `handleFetchRequest`; v12-15 have the field, but Kafka
+/// fills it from v16 only).
+fn add_current_leaders(broker: &Broker, resp: &mut FetchResponse) {
+    let cache = MetadataCache::for_client(broker);
+    let mut endpoints = std::collections::BTreeMap::new();
+    let stale = [ErrorCode::NOT_LEADER_OR_FOLLOWER.code(), ErrorCode::FENCED_LEADER_EPOCH.code()];
+    for topic in &mut resp.responses {
+        let key = PartitionKey { topic: topic.topic.clone(), topic_id: topic.topic_id, partition: 0 };
+        let found = topic_of(cache.image(), &key);
+        for p in topic.partitions.iter_mut().filter(|p| stale.contains(&p.error_code)) {
+            let (leader_id, leader_epoch, endpoint) = cache.current_leader(found, p.partition_index);
+            p.current_leader = LeaderIdAndEpoch { leader_id, leader_epoch, ..Default::default() };
+            if let Some(e) = endpoint {
+                endpoints.insert(e.node_id, e);
+            }
+        }
+    }
+    resp.node_endpoints = endpoints
+        .into_values()
+        .map(|e| NodeEndpoint { node_id: e.node_id, host: e.host, port: e.port, rack: e.rack, ..Default::default() })
+        .collect();
 }
 
 fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_committed: bool) -> PartitionData {

@@ -1,10 +1,13 @@
-//! FindCoordinator: this node coordinates every group and every transactional id
-//! (creating `__consumer_offsets` or `__transaction_state` on first use, as Kafka does,
-//! from the blocking pool: `creates_topic`).
+//! FindCoordinator: the coordinator of a group (transactional id) is the leader of its
+//! `__consumer_offsets` (`__transaction_state`) partition, as Kafka's; the topic is
+//! created on first use, as Kafka does, from the blocking pool (`creates_topic`). A
+//! partition without a live leader answers COORDINATOR_NOT_AVAILABLE.
 
 use crate::broker::Broker;
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
+use crate::metadata_cache::{Endpoint, MetadataCache};
 use crate::transactions::ensure_state_topic;
+use osprey_coordinator::group::partition_for;
 use osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME;
 use osprey_protocol::messages::find_coordinator_response::Coordinator;
 use osprey_protocol::messages::{FindCoordinatorRequest, FindCoordinatorResponse};
@@ -26,27 +29,32 @@ pub fn creates_topic(broker: &Broker, req: &FindCoordinatorRequest, version: i16
 }
 
 pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -> ResponseBody {
-    let s = &broker.settings;
-    let find = |key_type: i8| -> Result<(), (ErrorCode, String)> {
-        match key_type {
-            KEY_TYPE_GROUP => ensure_offsets_topic(broker)
-                .map(drop)
-                .map_err(|code| (code, "the offsets topic is not available".into())),
-            KEY_TYPE_TRANSACTION => ensure_state_topic(broker)
-                .map(drop)
-                .map_err(|code| (code, "the transaction state topic is not available".into())),
-            other => Err((ErrorCode::INVALID_REQUEST, format!("unknown coordinator key type {other}"))),
-        }
+    let key_type = if version >= 1 { req.key_type } else { KEY_TYPE_GROUP };
+    let ensured = match key_type {
+        KEY_TYPE_GROUP => ensure_offsets_topic(broker).map(drop),
+        KEY_TYPE_TRANSACTION => ensure_state_topic(broker).map(drop),
+        _ => Ok(()),
+    };
+    let find = |key: &str| -> Result<Endpoint, (ErrorCode, String)> {
+        let topic = match key_type {
+            KEY_TYPE_GROUP => OFFSETS_TOPIC,
+            KEY_TYPE_TRANSACTION => TRANSACTION_STATE_TOPIC_NAME,
+            other => return Err((ErrorCode::INVALID_REQUEST, format!("unknown coordinator key type {other}"))),
+        };
+        ensured.map_err(|code| (code, format!("the {topic} topic is not available")))?;
+        coordinator(broker, key_type, key).ok_or_else(|| {
+            (ErrorCode::COORDINATOR_NOT_AVAILABLE, format!("the {topic} partition of {key} has no live leader"))
+        })
     };
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {
         for key in req.coordinator_keys {
-            let mut c = Coordinator { key, node_id: -1, port: -1, ..Default::default() };
-            match find(req.key_type) {
-                Ok(()) => {
-                    c.node_id = s.node_id;
-                    c.host = s.advertised_host.clone();
-                    c.port = s.advertised_port;
+            let mut c = Coordinator { node_id: -1, port: -1, ..Default::default() };
+            match find(&key) {
+                Ok(node) => {
+                    c.node_id = node.node_id;
+                    c.host = node.host;
+                    c.port = node.port;
                 }
                 Err((code, message)) => {
                     crate::telemetry::error_code(ApiKey::FindCoordinator, code);
@@ -54,14 +62,15 @@ pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -
                     c.error_message = Some(message);
                 }
             }
+            c.key = key;
             resp.coordinators.push(c);
         }
     } else {
-        match find(if version >= 1 { req.key_type } else { KEY_TYPE_GROUP }) {
-            Ok(()) => {
-                resp.node_id = s.node_id;
-                resp.host = s.advertised_host.clone();
-                resp.port = s.advertised_port;
+        match find(&req.key) {
+            Ok(node) => {
+                resp.node_id = node.node_id;
+                resp.host = node.host;
+                resp.port = node.port;
             }
             Err((code, message)) => {
                 crate::telemetry::error_code(ApiKey::FindCoordinator, code);
@@ -75,4 +84,18 @@ pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -
         }
     }
     ResponseBody::FindCoordinator(resp)
+}
+
+/// The live leader of `key`'s partition of the internal topic, on the client's listener
+/// (Kafka's `KafkaApis.getCoordinator`). The partition is the one the coordinators use
+/// (`partition_for` over the configured partition count).
+fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Option<Endpoint> {
+    let (topic, partitions) = match key_type {
+        KEY_TYPE_GROUP => (OFFSETS_TOPIC, broker.settings.offsets_topic_num_partitions),
+        _ => (TRANSACTION_STATE_TOPIC_NAME, broker.settings.config.transaction_state_log_num_partitions),
+    };
+    let cache = MetadataCache::for_client(broker);
+    let topic = cache.image().topic(topic)?;
+    let partition = topic.partitions.get(usize::try_from(partition_for(key, partitions.max(1))).ok()?)?;
+    cache.alive_broker(cache.leader(partition).ok()?.node_id)
 }

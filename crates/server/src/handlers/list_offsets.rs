@@ -3,6 +3,7 @@
 
 use crate::broker::Broker;
 use crate::dispatch::Reply;
+use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use osprey_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use osprey_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -57,17 +58,18 @@ fn failed(req: &ListOffsetsRequest) -> ResponseBody {
 }
 
 fn answer(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ResponseBody {
-    let image = broker.image();
+    let cache = MetadataCache::for_client(broker);
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = image.topic(&t.name);
+        let topic = cache.image().topic(&t.name);
         let mut out = ListOffsetsTopicResponse { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
-            let result = match topic.and_then(|t| broker.replica_manager.partition(t.id, p.partition_index)) {
-                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-                Some(partition) => lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1),
-            };
+            let result = cache
+                .partition_or_error(broker, topic, p.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+                .and_then(|partition| {
+                    lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1)
+                });
             match result {
                 Ok((offset, timestamp, epoch)) => {
                     r.offset = offset;

@@ -1,10 +1,14 @@
-//! Metadata: brokers, topics (by name or id), partitions with leaders and epochs; creates
+//! Metadata: live brokers, topics (by name or id), partitions with leaders and epochs,
+//! as the metadata image has them (`metadata_cache`); creates
 //! missing topics when both the request and `auto.create.topics.enable` allow it (such a
 //! request is answered from the blocking pool: `creates_topics`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
-use osprey_cluster::{NewTopic, TopicImage};
+use crate::metadata_cache::{MetadataCache, NoLeader};
+use osprey_cluster::controller::validate_topic_name;
+use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::{NewTopic, PartitionImage, TopicImage};
 use osprey_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -41,39 +45,44 @@ pub fn creates_topics(broker: &Broker, req: &MetadataRequest, version: i16) -> b
 
 fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16) -> MetadataResponse {
     let s = &broker.settings;
+    let cache = MetadataCache::for_client(broker);
     let mut resp = MetadataResponse {
-        brokers: vec![MetadataResponseBroker {
-            node_id: s.node_id,
-            host: s.advertised_host.clone(),
-            port: s.advertised_port,
-            ..Default::default()
-        }],
         cluster_id: if version >= 2 { Some(broker.cluster_id.clone()) } else { None },
-        controller_id: s.node_id,
+        controller_id: cache.random_alive_broker_id(),
         ..Default::default()
     };
     // v0: an empty list means every topic; v1+: null means every topic.
     let requested = match &req.topics {
         Some(t) if !(version == 0 && t.is_empty()) => t,
         _ => {
-            resp.topics = broker.image().topics().map(|t| describe(t, version)).collect();
+            resp.topics = cache.image().topics().map(|t| describe(&cache, t, version)).collect();
+            resp.brokers = brokers(&cache);
             return resp;
         }
     };
     let auto_create = req.allow_auto_topic_creation && s.auto_create_topics;
+    let mut cache = cache;
     for topic in requested {
-        let image = broker.image();
         let found = match (&topic.name, topic.topic_id.is_zero()) {
-            (_, false) => image.topic_by_id(topic.topic_id).cloned().ok_or(ErrorCode::UNKNOWN_TOPIC_ID),
-            (Some(name), true) => match image.topic(name) {
+            (_, false) => cache.image().topic_by_id(topic.topic_id).cloned().ok_or(ErrorCode::UNKNOWN_TOPIC_ID),
+            (Some(name), true) => match cache.image().topic(name) {
                 Some(t) => Ok(t.clone()),
-                None if auto_create => create(broker, name),
-                None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                None if auto_create => {
+                    let created = create(broker, name);
+                    // The new topic's partitions are described from the image that has them.
+                    cache = MetadataCache::for_client(broker);
+                    created
+                }
+                // As Kafka: a name that could never be a topic is INVALID_TOPIC_EXCEPTION.
+                None => match validate_topic_name(name) {
+                    Ok(()) => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+                    Err(e) => Err(e.code),
+                },
             },
             (None, true) => Err(ErrorCode::INVALID_REQUEST),
         };
         resp.topics.push(match found {
-            Ok(t) => describe(&t, version),
+            Ok(t) => describe(&cache, &t, version),
             Err(code) => {
                 crate::telemetry::error_code(ApiKey::Metadata, code);
                 MetadataResponseTopic {
@@ -86,7 +95,23 @@ fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16)
             }
         });
     }
+    resp.brokers = brokers(&cache);
     resp
+}
+
+/// Every live broker on the client's listener, with its rack.
+fn brokers(cache: &MetadataCache) -> Vec<MetadataResponseBroker> {
+    cache
+        .alive_brokers()
+        .into_iter()
+        .map(|e| MetadataResponseBroker {
+            node_id: e.node_id,
+            host: e.host,
+            port: e.port,
+            rack: e.rack,
+            ..Default::default()
+        })
+        .collect()
 }
 
 fn create(broker: &Arc<Broker>, name: &str) -> Result<TopicImage, ErrorCode> {
@@ -104,23 +129,46 @@ fn create(broker: &Arc<Broker>, name: &str) -> Result<TopicImage, ErrorCode> {
     }
 }
 
-fn describe(topic: &TopicImage, version: i16) -> MetadataResponseTopic {
+/// A topic's partitions as Kafka's `KRaftMetadataCache.getPartitionMetadata` gives them:
+/// leader, epoch, replicas, ISR and offline replicas from the image; a partition whose
+/// leader is missing or unregistered answers LEADER_NOT_AVAILABLE with leader -1, one
+/// whose leader lacks the client's listener LISTENER_NOT_FOUND (v6+). v0 lists only the
+/// live replicas and answers REPLICA_NOT_AVAILABLE when some are not.
+fn describe(cache: &MetadataCache, topic: &TopicImage, version: i16) -> MetadataResponseTopic {
     MetadataResponseTopic {
         name: Some(topic.name.clone()),
         topic_id: if version >= 10 { topic.id } else { Default::default() },
         is_internal: topic.name.starts_with("__"),
-        partitions: topic
-            .partitions
-            .iter()
-            .map(|p| MetadataResponsePartition {
-                partition_index: p.index,
-                leader_id: p.leader,
-                leader_epoch: if version >= 7 { p.leader_epoch } else { -1 },
-                replica_nodes: p.replicas.clone(),
-                isr_nodes: p.isr.clone(),
-                ..Default::default()
-            })
-            .collect(),
+        partitions: topic.partitions.iter().map(|p| describe_partition(cache, p, version)).collect(),
+        ..Default::default()
+    }
+}
+
+fn describe_partition(cache: &MetadataCache, p: &PartitionImage, version: i16) -> MetadataResponsePartition {
+    let (replica_nodes, isr_nodes) = if version == 0 {
+        (cache.online_replicas(&p.replicas), cache.online_replicas(&p.isr))
+    } else {
+        (p.replicas.clone(), p.isr.clone())
+    };
+    let (leader_id, error) = match cache.leader(p) {
+        Ok(_) if replica_nodes.len() < p.replicas.len() || isr_nodes.len() < p.isr.len() => {
+            (p.leader, ErrorCode::REPLICA_NOT_AVAILABLE)
+        }
+        Ok(leader) => (leader.node_id, ErrorCode::NONE),
+        Err(NoLeader::ListenerNotFound) if version >= 6 => (NO_LEADER, ErrorCode::LISTENER_NOT_FOUND),
+        Err(_) => (NO_LEADER, ErrorCode::LEADER_NOT_AVAILABLE),
+    };
+    if error != ErrorCode::NONE {
+        crate::telemetry::error_code(ApiKey::Metadata, error);
+    }
+    MetadataResponsePartition {
+        error_code: error.code(),
+        partition_index: p.index,
+        leader_id,
+        leader_epoch: if version >= 7 { p.leader_epoch } else { -1 },
+        replica_nodes,
+        isr_nodes,
+        offline_replicas: cache.offline_replicas(&p.replicas),
         ..Default::default()
     }
 }

@@ -4,6 +4,8 @@
 pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
+#[cfg(test)]
+mod cluster_tests;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_records;

@@ -11,11 +11,12 @@
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
+use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
 use crate::telemetry;
 use bytes::Bytes;
 use osprey_protocol::messages::produce_response::{
-    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+    BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
 use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
 use osprey_protocol::records::{Batches, Compression, RecordBatch};
@@ -64,8 +65,9 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
     let acks = req.acks;
     let transactional_id: Option<Arc<str>> = req.transactional_id.as_deref().map(Arc::from);
     let mut topics = Vec::with_capacity(req.topic_data.len());
+    let cache = MetadataCache::for_client(broker);
     for topic in req.topic_data {
-        let image = broker.image();
+        let image = cache.image();
         let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
         let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
@@ -77,9 +79,12 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match found.and_then(|t| broker.replica_manager.partition(t.id, p.index).map(|part| (t, part))) {
-                    None => Outcome::Failed(unknown, None),
-                    Some((_, partition)) => match check_append(&partition, acks) {
+                match cache.partition_or_error(broker, found, p.index, unknown) {
+                    Err(code) => {
+                        telemetry::error_code(ApiKey::Produce, code);
+                        Outcome::Failed(code, None)
+                    }
+                    Ok(partition) => match check_append(&partition, acks) {
                         Err(outcome) => outcome,
                         Ok(()) => {
                             let (b, part, id, records) =
@@ -99,11 +104,44 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         // Nobody waits for the answer, but a queued append may defer (transaction version
         // 2), and what it defers must still happen.
         if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Queued(_))) {
-            tokio::spawn(respond(topics));
+            tokio::spawn(async move { drop(respond(topics).await) });
         }
         return Reply::Nothing;
     }
-    Reply::Later(Box::pin(respond(topics)))
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let mut resp = respond(topics).await;
+        if version >= 10 {
+            add_current_leaders(&broker, &mut resp, version);
+        }
+        ResponseBody::Produce(resp)
+    }))
+}
+
+/// KIP-951, Produce v10+: a partition answered NOT_LEADER_OR_FOLLOWER names the current
+/// leader and its epoch, and the response carries the leader's endpoint, so the producer
+/// goes there without a Metadata round trip (Kafka's `handleProduceRequest`).
+fn add_current_leaders(broker: &Broker, resp: &mut ProduceResponse, version: i16) {
+    let cache = MetadataCache::for_client(broker);
+    let mut endpoints = std::collections::BTreeMap::new();
+    for topic in &mut resp.responses {
+        let image = cache.image();
+        let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
+        for p in &mut topic.partition_responses {
+            if p.error_code != ErrorCode::NOT_LEADER_OR_FOLLOWER.code() {
+                continue;
+            }
+            let (leader_id, leader_epoch, endpoint) = cache.current_leader(found, p.index);
+            p.current_leader = LeaderIdAndEpoch { leader_id, leader_epoch, ..Default::default() };
+            if let Some(e) = endpoint {
+                endpoints.insert(e.node_id, e);
+            }
+        }
+    }
+    resp.node_endpoints = endpoints
+        .into_values()
+        .map(|e| NodeEndpoint { node_id: e.node_id, host: e.host, port: e.port, rack: e.rack, ..Default::default() })
+        .collect();
 }
 
 /// Refuses the write before anything is written when the replica state machine says so:
@@ -376,7 +414,7 @@ pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
     }
 }
 
-async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
+async fn respond(topics: Vec<TopicOutcome>) -> ProduceResponse {
     let mut resp = ProduceResponse::default();
     for topic in topics {
         let mut out = TopicProduceResponse { name: topic.name, topic_id: topic.topic_id, ..Default::default() };
@@ -436,7 +474,7 @@ async fn respond(topics: Vec<TopicOutcome>) -> ResponseBody {
         }
         resp.responses.push(out);
     }
-    ResponseBody::Produce(resp)
+    resp
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ use crate::broker::Broker;
 use crate::dispatch::{Pending, Reply};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::handlers::after_creating_internal_topic;
+use crate::metadata_cache::MetadataCache;
 use crate::telemetry;
 use crate::transactions::marker_durable;
 use osprey_coordinator::group;
@@ -484,24 +485,19 @@ pub fn list_transactions(broker: &Arc<Broker>, req: ListTransactionsRequest) -> 
 
 /// DescribeProducers v0: the producers with state on each partition led here.
 pub fn describe_producers(broker: &Arc<Broker>, req: DescribeProducersRequest) -> ResponseBody {
-    let image = broker.image();
+    let cache = MetadataCache::for_client(broker);
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
-        let topic = image.topic(&t.name);
+        let topic = cache.image().topic(&t.name);
         let mut out = TopicResponse { name: t.name.clone(), ..Default::default() };
         for index in t.partition_indexes {
             let mut p = PartitionResponse { partition_index: index, ..Default::default() };
-            match topic.and_then(|ti| broker.replica_manager.partition(ti.id, index)) {
-                None => {
-                    let code = if topic.is_some_and(|ti| index >= 0 && (index as usize) < ti.partitions.len()) {
-                        ErrorCode::NOT_LEADER_OR_FOLLOWER
-                    } else {
-                        ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
-                    };
+            match cache.partition_or_error(broker, topic, index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) {
+                Err(code) => {
                     telemetry::error_code(ApiKey::DescribeProducers, code);
                     p.error_code = code.code();
                 }
-                Some(partition) => {
+                Ok(partition) => {
                     let mut producers = partition.log.producer_states();
                     producers.sort_by_key(|(id, _)| *id);
                     p.active_producers = producers

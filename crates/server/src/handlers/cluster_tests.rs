@@ -1,0 +1,379 @@
+//! The client-facing handlers on a broker whose metadata image puts it in a cluster
+//! (`test_support::broker_in_cluster`): brokers 1 (this one) and 2 alive, 3 fenced, 4 never
+//! registered; topic `t` with partition 0 led here, 1 led by broker 2 (epoch 5) and 2
+//! led by nobody (epoch 7).
+
+use super::*;
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use crate::test_support::{broker_in, broker_in_cluster, create_topic, partition_change, INTERNAL_PARTITIONS, TOPIC_T};
+use osprey_coordinator::group::partition_for;
+use osprey_protocol::messages::*;
+use osprey_protocol::{ErrorCode, ResponseBody};
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// NOT_LEADER_OR_FOLLOWER.
+const NOT_LEADER: i16 = 6;
+/// UNKNOWN_TOPIC_OR_PARTITION.
+const UNKNOWN: i16 = 3;
+
+struct Cleanup(Arc<Broker>, PathBuf);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.1);
+    }
+}
+
+fn cluster(name: &str) -> Cleanup {
+    let (broker, dir) = broker_in_cluster(name);
+    Cleanup(broker, dir)
+}
+
+async fn later(reply: Reply) -> ResponseBody {
+    match reply {
+        Reply::Now(body) => body,
+        Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn metadata(broker: &Arc<Broker>, topics: Option<&[&str]>, version: i16) -> MetadataResponse {
+    let topics = topics.map(|names| {
+        names
+            .iter()
+            .map(|n| metadata_request::MetadataRequestTopic { name: Some(n.to_string()), ..Default::default() })
+            .collect()
+    });
+    let req = MetadataRequest { topics, allow_auto_topic_creation: false, ..Default::default() };
+    let ResponseBody::Metadata(resp) = metadata::handle(broker, req, version) else { panic!("not Metadata") };
+    resp
+}
+
+#[test]
+fn metadata_lists_unfenced_brokers_with_racks_and_partitions_as_the_image_has_them() {
+    let c = cluster("view-metadata");
+    let port = c.0.settings.advertised_port;
+    let resp = metadata(&c.0, None, 12);
+    let brokers: Vec<_> =
+        resp.brokers.iter().map(|b| (b.node_id, b.host.as_str(), b.port, b.rack.as_deref())).collect();
+    assert_eq!(brokers, [(1, "127.0.0.1", port, Some("rack-a")), (2, "b2.example", 9092, Some("rack-b"))]);
+    assert!([1, 2].contains(&resp.controller_id), "controller {} is not a live broker", resp.controller_id);
+
+    let t = resp.topics.iter().find(|t| t.name.as_deref() == Some("t")).unwrap();
+    assert_eq!(t.error_code, 0);
+    let p = |i: usize| &t.partitions[i];
+    assert_eq!((p(0).error_code, p(0).leader_id, p(0).leader_epoch), (0, 1, 0));
+    assert_eq!((p(0).replica_nodes.clone(), p(0).offline_replicas.clone()), (vec![1, 2, 3], vec![3]));
+    assert_eq!((p(1).error_code, p(1).leader_id, p(1).leader_epoch), (0, 2, 5));
+    assert_eq!((p(1).isr_nodes.clone(), p(1).offline_replicas.clone()), (vec![2, 1], vec![3]));
+    // No leader: LEADER_NOT_AVAILABLE, leader -1, the epoch still given (as Kafka).
+    let no_leader = ErrorCode::LEADER_NOT_AVAILABLE.code();
+    assert_eq!((p(2).error_code, p(2).leader_id, p(2).leader_epoch), (no_leader, -1, 7));
+    assert_eq!((p(2).replica_nodes.clone(), p(2).offline_replicas.clone()), (vec![3, 4], vec![3, 4]));
+
+    // v0 lists only the live replicas, and says that some are missing.
+    let v0 = metadata(&c.0, Some(&["t"]), 0);
+    let p0 = &v0.topics[0].partitions[0];
+    assert_eq!((p0.error_code, p0.leader_id), (ErrorCode::REPLICA_NOT_AVAILABLE.code(), 1));
+    assert_eq!((p0.replica_nodes.clone(), p0.isr_nodes.clone()), (vec![1, 2], vec![1, 2]));
+}
+
+#[test]
+fn metadata_names_a_random_live_broker_as_controller() {
+    let c = cluster("view-controller");
+    let seen: BTreeSet<i32> = (0..200).map(|_| metadata(&c.0, Some(&[]), 12).controller_id).collect();
+    // Both live brokers, never the fenced one: 2^-199 odds of seeing only one.
+    assert_eq!(seen, BTreeSet::from([1, 2]));
+}
+
+#[test]
+fn metadata_for_a_missing_topic_says_whether_its_name_could_exist() {
+    let c = cluster("view-missing-topic");
+    let resp = metadata(&c.0, Some(&["nope", "bad name"]), 12);
+    assert_eq!(resp.topics[0].error_code, UNKNOWN);
+    assert_eq!(resp.topics[1].error_code, ErrorCode::INVALID_TOPIC_EXCEPTION.code());
+}
+
+#[test]
+fn a_single_node_is_its_only_broker_and_controller() {
+    let (broker, dir) = broker_in("view-single-node");
+    let _cleanup = Cleanup(broker.clone(), dir);
+    let topic =
+        osprey_cluster::NewTopic { name: "t".into(), num_partitions: 2, replication_factor: -1, ..Default::default() };
+    broker.create_topic(&topic, false).unwrap();
+    let s = &broker.settings;
+    let resp = metadata(&broker, None, 12);
+    let brokers: Vec<_> = resp.brokers.iter().map(|b| (b.node_id, b.host.clone(), b.port, b.rack.clone())).collect();
+    assert_eq!(brokers, [(1, s.advertised_host.clone(), s.advertised_port, None)]);
+    assert_eq!(resp.controller_id, 1);
+    for p in &resp.topics[0].partitions {
+        assert_eq!((p.error_code, p.leader_id, p.offline_replicas.len()), (0, 1, 0));
+    }
+    let req = DescribeClusterRequest { endpoint_type: 1, ..Default::default() };
+    let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&broker, req, 1) else { panic!() };
+    assert_eq!((resp.controller_id, resp.brokers.len(), resp.brokers[0].broker_id), (1, 1, 1));
+}
+
+#[test]
+fn describe_cluster_lists_unfenced_brokers_and_the_fenced_ones_only_when_asked() {
+    let c = cluster("view-describe-cluster");
+    let brokers = |version: i16, include_fenced_brokers: bool| {
+        let req = DescribeClusterRequest { endpoint_type: 1, include_fenced_brokers, ..Default::default() };
+        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, version) else { panic!() };
+        assert_eq!(resp.error_code, 0);
+        assert!([1, 2].contains(&resp.controller_id));
+        resp.brokers.iter().map(|b| (b.broker_id, b.rack.clone().unwrap(), b.is_fenced)).collect::<Vec<_>>()
+    };
+    let live = vec![(1, "rack-a".to_string(), false), (2, "rack-b".to_string(), false)];
+    assert_eq!(brokers(1, false), live);
+    assert_eq!(brokers(2, false), live);
+    let mut all = live.clone();
+    all.push((3, "rack-c".to_string(), true));
+    assert_eq!(brokers(2, true), all);
+}
+
+fn produce_request(partitions: &[i32]) -> ProduceRequest {
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    let partition_data = partitions
+        .iter()
+        .map(|&index| {
+            let mut batch = BatchBuilder::new(Compression::None);
+            batch.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
+            produce_request::PartitionProduceData {
+                index,
+                records: Some(batch.build().unwrap().into_bytes()),
+                ..Default::default()
+            }
+        })
+        .collect();
+    ProduceRequest {
+        acks: -1,
+        timeout_ms: 30_000,
+        topic_data: vec![produce_request::TopicProduceData { name: "t".into(), partition_data, ..Default::default() }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn produce_to_a_partition_led_elsewhere_answers_not_leader_and_names_the_leader() {
+    let c = cluster("view-produce");
+    let answer = |version: i16| {
+        let reply = produce::handle(&c.0, produce_request(&[0, 1, 2, 9]), version);
+        async move {
+            let ResponseBody::Produce(resp) = later(reply).await else { panic!("not Produce") };
+            resp
+        }
+    };
+    let v9 = answer(9).await;
+    let codes: Vec<i16> = v9.responses[0].partition_responses.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN]);
+    assert!(v9.node_endpoints.is_empty(), "v9 has no current leaders");
+
+    // KIP-951: v10+ names the current leader and where to find it.
+    let v10 = answer(10).await;
+    let p = &v10.responses[0].partition_responses;
+    assert_eq!((p[0].error_code, p[0].base_offset), (0, 1), "the partition led here takes the batch");
+    assert_eq!((p[1].current_leader.leader_id, p[1].current_leader.leader_epoch), (2, 5));
+    assert_eq!((p[2].current_leader.leader_id, p[2].current_leader.leader_epoch), (-1, 7));
+    assert_eq!((p[3].error_code, p[3].current_leader.leader_id), (UNKNOWN, -1));
+    let endpoints: Vec<_> = v10.node_endpoints.iter().map(|e| (e.node_id, e.host.as_str(), e.port)).collect();
+    assert_eq!(endpoints, [(2, "b2.example", 9092)]);
+}
+
+fn fetch_request(partitions: &[i32]) -> FetchRequest {
+    let partitions = partitions
+        .iter()
+        .map(|&partition| fetch_request::FetchPartition {
+            partition,
+            current_leader_epoch: -1,
+            partition_max_bytes: 1 << 20,
+            ..Default::default()
+        })
+        .collect();
+    FetchRequest {
+        max_wait_ms: 0,
+        max_bytes: 1 << 20,
+        session_epoch: -1,
+        topics: vec![fetch_request::FetchTopic { topic: "t".into(), partitions, ..Default::default() }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn fetch_from_a_partition_led_elsewhere_answers_not_leader_and_names_the_leader_from_v16() {
+    let c = cluster("view-fetch");
+    for version in [12, 15, 16] {
+        let mut req = fetch_request(&[0, 1, 2, 9]);
+        if version >= 13 {
+            req.topics[0].topic_id = osprey_protocol::Uuid(TOPIC_T);
+        }
+        let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version)).await else { panic!() };
+        let p = &resp.responses[0].partitions;
+        let codes: Vec<i16> = p.iter().map(|p| p.error_code).collect();
+        assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "v{version}");
+        let leaders: Vec<_> = p.iter().map(|p| (p.current_leader.leader_id, p.current_leader.leader_epoch)).collect();
+        let endpoints: Vec<_> = resp.node_endpoints.iter().map(|e| (e.node_id, e.rack.clone())).collect();
+        if version >= 16 {
+            assert_eq!(leaders, [(-1, -1), (2, 5), (-1, 7), (-1, -1)]);
+            assert_eq!(endpoints, [(2, Some("rack-b".to_string()))]);
+        } else {
+            assert!(leaders.iter().all(|l| *l == (-1, -1)), "v{version}: {leaders:?}");
+            assert!(endpoints.is_empty());
+        }
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn offsets_and_records_of_a_partition_led_elsewhere_answer_not_leader() {
+    let c = cluster("view-offsets");
+    let req = ListOffsetsRequest {
+        topics: vec![list_offsets_request::ListOffsetsTopic {
+            name: "t".into(),
+            partitions: [0, 1, 2, 9]
+                .map(|i| list_offsets_request::ListOffsetsPartition {
+                    partition_index: i,
+                    current_leader_epoch: -1,
+                    timestamp: -1,
+                    ..Default::default()
+                })
+                .to_vec(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let ResponseBody::ListOffsets(resp) = later(list_offsets::handle(&c.0, req, 7)).await else { panic!() };
+    let codes: Vec<i16> = resp.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "ListOffsets");
+
+    let req = OffsetForLeaderEpochRequest {
+        topics: vec![offset_for_leader_epoch_request::OffsetForLeaderTopic {
+            topic: "t".into(),
+            partitions: [0, 1, 2, 9]
+                .map(|partition| offset_for_leader_epoch_request::OffsetForLeaderPartition {
+                    partition,
+                    current_leader_epoch: -1,
+                    leader_epoch: 0,
+                    ..Default::default()
+                })
+                .to_vec(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let ResponseBody::OffsetForLeaderEpoch(resp) = offset_for_leader_epoch::handle(&c.0, req) else { panic!() };
+    let codes: Vec<i16> = resp.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "OffsetForLeaderEpoch");
+
+    let req = DeleteRecordsRequest {
+        topics: vec![delete_records_request::DeleteRecordsTopic {
+            name: "t".into(),
+            partitions: [0, 1, 2, 9]
+                .map(|partition_index| delete_records_request::DeleteRecordsPartition {
+                    partition_index,
+                    offset: -1,
+                    ..Default::default()
+                })
+                .to_vec(),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let ResponseBody::DeleteRecords(resp) = delete_records::handle(&c.0, req) else { panic!() };
+    let codes: Vec<i16> = resp.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "DeleteRecords");
+
+    let req = DescribeProducersRequest {
+        topics: vec![describe_producers_request::TopicRequest {
+            name: "t".into(),
+            partition_indexes: vec![0, 1, 2, 9],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let ResponseBody::DescribeProducers(resp) = transactions::describe_producers(&c.0, req) else { panic!() };
+    let codes: Vec<i16> = resp.topics[0].partitions.iter().map(|p| p.error_code).collect();
+    assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "DescribeProducers");
+}
+
+/// A key whose partition of an internal topic is `partition`.
+fn key_on(partition: i32) -> String {
+    (0..).map(|i| format!("key-{i}")).find(|k| partition_for(k, INTERNAL_PARTITIONS) == partition).unwrap()
+}
+
+#[test]
+fn find_coordinator_answers_the_live_leader_of_the_keys_partition() {
+    let c = cluster("view-find-coordinator");
+    // __consumer_offsets led by 2, 3 (fenced, not yet moved) and here; __transaction_state
+    // by nobody, 2 and here.
+    let offsets = [9; 16];
+    let state = [10; 16];
+    let records = [
+        create_topic("__consumer_offsets", offsets, vec![vec![2, 1], vec![3, 1], vec![1, 2]]),
+        create_topic("__transaction_state", state, vec![vec![3, 4], vec![2, 1], vec![1, 2]]),
+        partition_change(state, 0, -1, vec![3], vec![3, 4], 1),
+    ];
+    c.0.apply_records_for_test(&records);
+    let port = c.0.settings.advertised_port;
+    let find = |key_type: i8, keys: Vec<String>| {
+        let req = FindCoordinatorRequest { key_type, coordinator_keys: keys, ..Default::default() };
+        let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 4) else { panic!() };
+        resp.coordinators.into_iter().map(|c| (c.error_code, c.node_id, c.host, c.port)).collect::<Vec<_>>()
+    };
+    let unavailable = (ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), -1, String::new(), -1);
+    let groups = find(0, vec![key_on(0), key_on(1), key_on(2)]);
+    assert_eq!(groups[0], (0, 2, "b2.example".to_string(), 9092));
+    assert_eq!(groups[1], unavailable, "a fenced leader coordinates nothing");
+    assert_eq!(groups[2], (0, 1, "127.0.0.1".to_string(), port));
+    let transactions = find(1, vec![key_on(0), key_on(1), key_on(2)]);
+    assert_eq!(transactions[0], unavailable, "no leader");
+    assert_eq!(transactions[1], (0, 2, "b2.example".to_string(), 9092));
+    assert_eq!(transactions[2], (0, 1, "127.0.0.1".to_string(), port));
+
+    // Before v4: one key, in the request's `key`.
+    let req = FindCoordinatorRequest { key: key_on(0), key_type: 0, ..Default::default() };
+    let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 3) else { panic!() };
+    assert_eq!((resp.error_code, resp.node_id, resp.host.as_str(), resp.port), (0, 2, "b2.example", 9092));
+}
+
+#[test]
+fn describe_configs_of_another_broker_is_refused_as_kafka_does() {
+    let c = cluster("view-describe-configs");
+    let describe = |name: &str| {
+        let req = DescribeConfigsRequest {
+            resources: vec![describe_configs_request::DescribeConfigsResource {
+                resource_type: describe_configs::RESOURCE_BROKER,
+                resource_name: name.into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let ResponseBody::DescribeConfigs(resp) = describe_configs::handle(&c.0, req, 4) else { panic!() };
+        let r = resp.results.into_iter().next().unwrap();
+        (r.error_code, r.error_message, r.configs.len())
+    };
+    let (code, _, configs) = describe("1");
+    assert_eq!(code, 0);
+    assert!(configs > 0);
+    let invalid = ErrorCode::INVALID_REQUEST.code();
+    let message = "Unexpected broker id, expected 1 or empty string, but received 2".to_string();
+    assert_eq!(describe("2"), (invalid, Some(message), 0));
+    let message = "Broker id must be an integer, but it is: one".to_string();
+    assert_eq!(describe("one"), (invalid, Some(message), 0));
+}
+
+#[test]
+fn describe_topic_partitions_gives_no_leader_and_offline_replicas_from_the_image() {
+    let c = cluster("view-describe-topic-partitions");
+    let req = DescribeTopicPartitionsRequest {
+        topics: vec![describe_topic_partitions_request::TopicRequest { name: "t".into(), ..Default::default() }],
+        response_partition_limit: 100,
+        ..Default::default()
+    };
+    let ResponseBody::DescribeTopicPartitions(resp) = describe_topic_partitions::handle(&c.0, req) else { panic!() };
+    let p: Vec<_> =
+        resp.topics[0].partitions.iter().map(|p| (p.leader_id, p.leader_epoch, p.offline_replicas.clone())).collect();
+    assert_eq!(p, [(1, 0, vec![3]), (2, 5, vec![3]), (-1, 7, vec![3, 4])]);
+}

@@ -1,0 +1,208 @@
+//! The cluster as clients see it, read from the metadata image (Kafka's
+//! `KRaftMetadataCache`): which brokers are alive and where they listen, who leads a
+//! partition, which replicas are offline, and the error a client gets for a partition
+//! this broker does not lead (Kafka's `ReplicaManager.getPartitionOrError`).
+//!
+//! In a cluster the image holds every broker's registration. A single node has none (its
+//! image only lists topics, each led by this node): it is its own only broker, at the
+//! address it advertises, exactly as before clusters existed.
+
+use crate::broker::Broker;
+use crate::partition::Partition;
+use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage};
+use osprey_protocol::ErrorCode;
+use std::sync::Arc;
+
+/// Where a broker is reached on one listener (Kafka's `Node`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Endpoint {
+    pub node_id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
+}
+
+/// One snapshot of the image, read for a client connected on one listener.
+#[derive(Debug, Clone)]
+pub struct MetadataCache {
+    image: Arc<MetadataImage>,
+    /// This node, as it advertises itself: the only broker of a single node.
+    this_node: Endpoint,
+    /// The listener the client is connected on; `None`: each registration's first.
+    listener: Option<String>,
+}
+
+/// Why a partition's leader cannot be given to a client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoLeader {
+    /// No leader, or a leader that is not registered: LEADER_NOT_AVAILABLE.
+    NotAvailable,
+    /// The leader is registered without the client's listener: LISTENER_NOT_FOUND
+    /// (Metadata v6+; older versions get LEADER_NOT_AVAILABLE).
+    ListenerNotFound,
+}
+
+impl MetadataCache {
+    /// The current image as seen from `listener` (`None`: the connection does not know
+    /// its listener name, and each broker's first registered listener is used; the first
+    /// advertised listener is also what a single node answers with).
+    pub fn new(broker: &Broker, listener: Option<&str>) -> MetadataCache {
+        let s = &broker.settings;
+        MetadataCache {
+            image: broker.image(),
+            this_node: Endpoint {
+                node_id: s.node_id,
+                host: s.advertised_host.clone(),
+                port: s.advertised_port,
+                rack: None,
+            },
+            listener: listener.map(str::to_string),
+        }
+    }
+
+    /// For a client request. The handlers are not told which listener a connection came
+    /// in on yet, so every broker is given at its first registered listener: the one it
+    /// advertises first, as a single node answers with its first advertised listener.
+    pub fn for_client(broker: &Broker) -> MetadataCache {
+        MetadataCache::new(broker, None)
+    }
+
+    pub fn image(&self) -> &MetadataImage {
+        &self.image
+    }
+
+    /// No broker is registered: the single node, its own only broker.
+    pub fn is_single_node(&self) -> bool {
+        self.image.brokers().next().is_none()
+    }
+
+    /// Every unfenced broker with an endpoint on the listener, in id order (Kafka's
+    /// `getAliveBrokerNodes`).
+    pub fn alive_brokers(&self) -> Vec<Endpoint> {
+        if self.is_single_node() {
+            return vec![self.this_node.clone()];
+        }
+        self.image.brokers().filter(|b| !b.fenced).filter_map(|b| self.endpoint_of(b)).collect()
+    }
+
+    /// Every registered broker on the listener, fenced ones included, with whether it is
+    /// fenced, in id order (Kafka's `getBrokerNodes`, for DescribeCluster v2's
+    /// `include_fenced_brokers`, KIP-1073).
+    pub fn registered_brokers(&self) -> Vec<(Endpoint, bool)> {
+        if self.is_single_node() {
+            return vec![(self.this_node.clone(), false)];
+        }
+        self.image.brokers().filter_map(|b| self.endpoint_of(b).map(|e| (e, b.fenced))).collect()
+    }
+
+    /// The endpoint of broker `id` if it is registered, unfenced and on the listener
+    /// (Kafka's `getAliveBrokerNode`).
+    pub fn alive_broker(&self, id: i32) -> Option<Endpoint> {
+        if self.is_single_node() {
+            return (id == self.this_node.node_id).then(|| self.this_node.clone());
+        }
+        self.image.broker(id).filter(|b| !b.fenced).and_then(|b| self.endpoint_of(b))
+    }
+
+    /// A random alive broker's id, or -1 when none is alive: what Kafka in KRaft mode
+    /// reports as the "controller" to clients (`getRandomAliveBrokerId`), so that their
+    /// controller-bound requests spread over the brokers, which forward them (KIP-590).
+    pub fn random_alive_broker_id(&self) -> i32 {
+        let alive: Vec<i32> = if self.is_single_node() {
+            vec![self.this_node.node_id]
+        } else {
+            self.image.brokers().filter(|b| !b.fenced).map(|b| b.id).collect()
+        };
+        if alive.is_empty() {
+            return -1;
+        }
+        // No randomness from the OS (never seen on Linux): the first, still a live broker.
+        let pick = getrandom::u32().unwrap_or(0) as usize;
+        alive[pick % alive.len()]
+    }
+
+    /// The partition's leader for a client, as Kafka's Metadata answers it: a registered
+    /// leader (fenced or not: it leads until the controller moves leadership) with an
+    /// endpoint on the listener.
+    pub fn leader(&self, partition: &PartitionImage) -> Result<Endpoint, NoLeader> {
+        if partition.leader == NO_LEADER {
+            return Err(NoLeader::NotAvailable);
+        }
+        if self.is_single_node() {
+            return match partition.leader == self.this_node.node_id {
+                true => Ok(self.this_node.clone()),
+                false => Err(NoLeader::NotAvailable),
+            };
+        }
+        let broker = self.image.broker(partition.leader).ok_or(NoLeader::NotAvailable)?;
+        self.endpoint_of(broker).ok_or(NoLeader::ListenerNotFound)
+    }
+
+    /// Replicas on brokers that are fenced, not registered or not on the listener
+    /// (Kafka's `getOfflineReplicas`). A single node has none.
+    pub fn offline_replicas(&self, replicas: &[i32]) -> Vec<i32> {
+        if self.is_single_node() {
+            return Vec::new();
+        }
+        replicas.iter().copied().filter(|id| !self.is_online(*id)).collect()
+    }
+
+    /// `replicas` without the offline ones (Metadata v0 lists only those).
+    pub fn online_replicas(&self, replicas: &[i32]) -> Vec<i32> {
+        if self.is_single_node() {
+            return replicas.to_vec();
+        }
+        replicas.iter().copied().filter(|id| self.is_online(*id)).collect()
+    }
+
+    /// The partition for a client read or write, if this broker holds it; otherwise the
+    /// error Kafka's `ReplicaManager.getPartitionOrError` gives: NOT_LEADER_OR_FOLLOWER
+    /// when the image has the partition (led elsewhere, or by none: the client refreshes
+    /// its metadata and goes to the leader), else `unknown` (UNKNOWN_TOPIC_OR_PARTITION,
+    /// or UNKNOWN_TOPIC_ID for a request by topic id).
+    pub fn partition_or_error(
+        &self,
+        broker: &Broker,
+        topic: Option<&TopicImage>,
+        index: i32,
+        unknown: ErrorCode,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        let Some(topic) = topic else { return Err(unknown) };
+        match broker.replica_manager.partition(topic.id, index) {
+            Some(partition) => Ok(partition),
+            None if self.image.partition(topic.id, index).is_some() => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        }
+    }
+
+    /// The current leader to tell a client that got NOT_LEADER_OR_FOLLOWER or
+    /// FENCED_LEADER_EPOCH (KIP-951): the leader's id and epoch from the image, and its
+    /// endpoint if it is alive on the listener (Kafka's `KafkaApis.getCurrentLeader`).
+    /// (-1, -1, None) for a partition the image does not have.
+    pub fn current_leader(&self, topic: Option<&TopicImage>, index: i32) -> (i32, i32, Option<Endpoint>) {
+        let partition = topic.and_then(|t| self.image.partition(t.id, index));
+        let Some(p) = partition else { return (NO_LEADER, -1, None) };
+        (p.leader, p.leader_epoch, self.alive_broker(p.leader))
+    }
+
+    /// Registered, unfenced and on the listener.
+    fn is_online(&self, id: i32) -> bool {
+        self.image.broker(id).is_some_and(|b| !b.fenced && self.endpoint_of(b).is_some())
+    }
+
+    /// A registration's endpoint on the client's listener (its first one when the
+    /// listener is not known).
+    fn endpoint_of(&self, broker: &BrokerRegistration) -> Option<Endpoint> {
+        let listener = match &self.listener {
+            Some(name) => broker.listeners.iter().find(|l| l.name == *name),
+            None => broker.listeners.first(),
+        }?;
+        Some(Endpoint {
+            node_id: broker.id,
+            host: listener.host.clone(),
+            port: i32::from(listener.port),
+            rack: broker.rack.clone(),
+        })
+    }
+}
