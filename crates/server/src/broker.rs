@@ -1,6 +1,7 @@
 //! The broker's shared state: settings, the controller and its published metadata image,
 //! the partition logs it opens and closes, and the replica manager that serves them.
 
+use crate::cluster_link::ClusterLink;
 use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
 use crate::connection_slots::ConnectionSlots;
 use crate::fetch_session::FetchSessions;
@@ -161,7 +162,11 @@ type Validator = Box<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
 pub struct Broker {
     pub settings: Settings,
     pub cluster_id: String,
-    controller: Mutex<Controller>,
+    /// Who decides metadata changes: this node's own controller, or the cluster's.
+    backend: Backend,
+    /// How the data directory was last shut down: partition logs opened later (in a
+    /// cluster, as the metadata arrives) are opened with it.
+    startup_prior: PriorShutdown,
     image: RwLock<Arc<MetadataImage>>,
     /// The partitions this node holds, each with its replica state machine.
     pub replica_manager: ReplicaManager,
@@ -191,6 +196,15 @@ pub struct Broker {
     logs_left_unopened: std::sync::atomic::AtomicBool,
     /// Deletes the directories of deleted partitions, crash-safely.
     pub log_deleter: LogDeleter,
+}
+
+/// Where metadata changes are decided.
+enum Backend {
+    /// A single node: its own controller, committing to its own metadata log, in-process.
+    Local(Box<Mutex<Controller>>),
+    /// A broker of a cluster: the active controller decides; the image follows the
+    /// quorum's committed log ([`Broker::publish`]).
+    Cluster(Arc<ClusterLink>),
 }
 
 /// What the dynamic broker configs change, swapped whole when they change.
@@ -280,10 +294,65 @@ impl Broker {
     /// Opens the data directory: meta.properties, the metadata log, and every partition
     /// log (recovering any that were not shut down cleanly).
     pub fn open(settings: Settings, validate_topic_config: Validator) -> io::Result<Arc<Broker>> {
+        let (meta, prior) = Self::take_data_dir(&settings, None)?;
+        let metadata_dir =
+            settings.metadata_log_dir.as_ref().unwrap_or(&settings.data_dir).join("__cluster_metadata-0");
+        std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
+        let mut controller = Controller::open(
+            &metadata_dir.join("metadata.log"),
+            vec![settings.node_id],
+            settings.num_partitions,
+            settings.default_replication_factor,
+        )?;
+        controller.set_max_partitions(settings.config.max_partitions);
+        let image = Arc::new(controller.image().clone());
+        let broker = Self::new(
+            settings,
+            validate_topic_config,
+            meta,
+            prior,
+            Backend::Local(Box::new(Mutex::new(controller))),
+            image.clone(),
+        )?;
+        broker.remove_stale_partition_dirs(&image)?;
+        let started = std::time::Instant::now();
+        broker.open_partitions(&image.topics().collect::<Vec<_>>(), prior)?;
+        broker.groups.load(&broker).map_err(io::Error::other)?;
+        broker.transactions.load(&broker).map_err(io::Error::other)?;
+        broker.report_opened(started);
+        Ok(broker)
+    }
+
+    /// A broker of a cluster (`cluster_id`, learned from the quorum): nothing is opened
+    /// yet. Partition logs open as the metadata arrives ([`Broker::publish`]); once this
+    /// broker has caught up, [`Broker::caught_up`] removes stale directories and loads
+    /// the coordinators.
+    pub fn open_in_cluster(
+        settings: Settings,
+        validate_topic_config: Validator,
+        link: Arc<ClusterLink>,
+        cluster_id: &str,
+    ) -> io::Result<Arc<Broker>> {
+        let (meta, prior) = Self::take_data_dir(&settings, Some(cluster_id))?;
+        Self::new(
+            settings,
+            validate_topic_config,
+            meta,
+            prior,
+            Backend::Cluster(link),
+            Arc::new(MetadataImage::default()),
+        )
+    }
+
+    /// meta.properties (checked, or written), then the clean-shutdown marker taken.
+    fn take_data_dir(
+        settings: &Settings,
+        cluster_id: Option<&str>,
+    ) -> io::Result<(meta_properties::Ensured, PriorShutdown)> {
         std::fs::create_dir_all(&settings.data_dir).map_err(|e| context(e, "create", &settings.data_dir))?;
         // Before the clean-shutdown marker is taken: a start refused for a directory of
         // another cluster or node leaves the directory as it was.
-        let meta = meta_properties::ensure(&settings.meta_properties_dirs(), settings.node_id, None)
+        let meta = meta_properties::ensure(&settings.meta_properties_dirs(), settings.node_id, cluster_id)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         for dir in meta.created.iter().chain(&meta.upgraded) {
             let how = if meta.created.contains(dir) { "written" } else { "upgraded to directory ids" };
@@ -296,24 +365,25 @@ impl Broker {
             Ok(false) => PriorShutdown::SeeLogMarker,
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
-        let metadata_dir =
-            settings.metadata_log_dir.as_ref().unwrap_or(&settings.data_dir).join("__cluster_metadata-0");
-        std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
-        let mut controller = Controller::open(
-            &metadata_dir.join("metadata.log"),
-            vec![settings.node_id],
-            settings.num_partitions,
-            settings.default_replication_factor,
-        )?;
-        controller.set_max_partitions(settings.config.max_partitions);
-        let image = Arc::new(controller.image().clone());
+        Ok((meta, prior))
+    }
+
+    fn new(
+        settings: Settings,
+        validate_topic_config: Validator,
+        meta: meta_properties::Ensured,
+        prior: PriorShutdown,
+        backend: Backend,
+        image: Arc<MetadataImage>,
+    ) -> io::Result<Arc<Broker>> {
         let effective = Effective::new(&settings, &image);
         let connection_slots = ConnectionSlots::new(effective.max_connections(&settings));
         let effective = RwLock::new(effective);
-        let broker = Arc::new(Broker {
+        Ok(Arc::new(Broker {
             cluster_id: meta.cluster_id,
-            controller: Mutex::new(controller),
-            image: RwLock::new(image.clone()),
+            backend,
+            startup_prior: prior,
+            image: RwLock::new(image),
             replica_manager: ReplicaManager::new(),
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
@@ -333,13 +403,12 @@ impl Broker {
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
             log_deleter: LogDeleter::start(&settings.data_dir)?,
             settings,
-        });
-        broker.remove_stale_partition_dirs(&image)?;
-        let started = std::time::Instant::now();
-        broker.open_partitions(&image.topics().collect::<Vec<_>>(), prior)?;
-        broker.groups.load(&broker).map_err(io::Error::other)?;
-        broker.transactions.load(&broker).map_err(io::Error::other)?;
-        let all = broker.replica_manager.partitions();
+        }))
+    }
+
+    /// Logs how opening the partition logs went (recovery, damage).
+    fn report_opened(&self, started: std::time::Instant) {
+        let all = self.replica_manager.partitions();
         let recovered = all.iter().filter(|p| !p.log.opened_clean()).count();
         for p in all.iter().filter(|p| !p.log.recovery_report().damaged.is_empty()) {
             let damaged = &p.log.recovery_report().damaged;
@@ -359,7 +428,6 @@ impl Broker {
             "partition logs opened ({})",
             if recovered == 0 { "clean shutdown, recovery skipped" } else { "unclean shutdown, recovery ran" }
         );
-        Ok(broker)
     }
 
     /// The current metadata (a cheap snapshot: clone the `Arc`).
@@ -425,6 +493,15 @@ impl Broker {
     }
 
     pub fn create_topic(&self, topic: &NewTopic, validate_only: bool) -> Result<TopicImage, ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            let id = link.create_topic(topic, validate_only)?;
+            return self.image().topic_by_id(id).cloned().ok_or_else(|| {
+                ControllerError::new(
+                    ErrorCode::REQUEST_TIMED_OUT,
+                    format!("topic {} created, but this broker has not received it yet; retry", topic.name),
+                )
+            });
+        }
         let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
         let created = self.with_controller(|c| c.create_topic(topic, validate_only, validator))?;
         if !validate_only {
@@ -488,6 +565,10 @@ impl Broker {
     }
 
     pub fn delete_topic(&self, name: &str) -> Result<Uuid, ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            // The logs go when the deletion reaches this broker's image (`publish`).
+            return link.delete_topic(name);
+        }
         let topic = self.image().topic(name).cloned();
         let id = self.with_controller(|c| c.delete_topic(name))?;
         if let Some(topic) = topic {
@@ -508,6 +589,9 @@ impl Broker {
     }
 
     pub fn create_partitions(&self, name: &str, count: i32, validate_only: bool) -> Result<(), ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            return link.create_partitions(name, count, validate_only);
+        }
         self.with_controller(|c| c.create_partitions(name, count, validate_only))?;
         if !validate_only {
             if let Some(topic) = self.image().topic(name) {
@@ -523,6 +607,9 @@ impl Broker {
         changes: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            return link.alter_configs(crate::cluster_link::TOPIC_RESOURCE, name, changes, validate_only);
+        }
         let validator: ConfigValidator<'_> = &|k, v| self.validate_topic_config(k, v);
         self.with_controller(|c| c.set_topic_configs(name, changes, validate_only, validator))?;
         if !validate_only {
@@ -539,6 +626,9 @@ impl Broker {
         changes: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            return link.alter_configs(crate::cluster_link::GROUP_RESOURCE, group, changes, validate_only);
+        }
         let bounds = self.group_config_bounds();
         let validate = |configs: &BTreeMap<String, String>| group_config::validate(configs, &bounds);
         self.with_controller(|c| c.set_group_configs(group, changes, validate_only, &validate))
@@ -554,6 +644,10 @@ impl Broker {
         changes: &[(String, Option<String>)],
         validate_only: bool,
     ) -> Result<(), ControllerError> {
+        if let Backend::Cluster(link) = &self.backend {
+            // Applied when the change reaches this broker's image (`publish`).
+            return link.alter_configs(crate::cluster_link::BROKER_RESOURCE, resource, changes, validate_only);
+        }
         let current = self.config();
         let validate = |configs: &BTreeMap<String, String>| {
             current
@@ -634,7 +728,7 @@ impl Broker {
     pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
         let mut ids = self.producer_ids.lock().expect(POISONED);
         if ids.is_empty() {
-            *ids = self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK))?;
+            *ids = self.allocate_producer_ids()?;
         }
         let id = ids.start;
         ids.start += 1;
@@ -648,7 +742,7 @@ impl Broker {
     pub fn reserve_producer_ids(&self) -> Result<(), ControllerError> {
         let mut ids = self.producer_ids.lock().expect(POISONED);
         if ids.is_empty() {
-            *ids = self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK))?;
+            *ids = self.allocate_producer_ids()?;
         }
         Ok(())
     }
@@ -658,12 +752,32 @@ impl Broker {
         self.producer_ids.lock().expect(POISONED).is_empty()
     }
 
-    /// Runs a controller operation and publishes the image it produced.
+    /// The next block of producer ids: from this node's controller, or the cluster's.
+    fn allocate_producer_ids(&self) -> Result<std::ops::Range<i64>, ControllerError> {
+        match &self.backend {
+            Backend::Cluster(link) => link.allocate_producer_ids(),
+            Backend::Local(_) => self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK)),
+        }
+    }
+
+    /// The link to the controller quorum, when this broker is one of a cluster.
+    pub fn cluster_link(&self) -> Option<&Arc<ClusterLink>> {
+        match &self.backend {
+            Backend::Cluster(link) => Some(link),
+            Backend::Local(_) => None,
+        }
+    }
+
+    /// Runs an operation of this node's own controller and publishes the image it
+    /// produced. In a cluster there is none here: the caller checked the backend.
     fn with_controller<T>(
         &self,
         op: impl FnOnce(&mut Controller) -> Result<T, ControllerError>,
     ) -> Result<T, ControllerError> {
-        let mut controller = self.controller.lock().expect(POISONED);
+        let Backend::Local(controller) = &self.backend else {
+            return Err(ControllerError::new(ErrorCode::NOT_CONTROLLER, "this broker has no controller of its own"));
+        };
+        let mut controller = controller.lock().expect(POISONED);
         let result = op(&mut controller);
         let image = Arc::new(controller.image().clone());
         *self.image.write().expect(POISONED) = image;
@@ -685,6 +799,85 @@ impl Broker {
             }
             other => other.map_err(storage_error),
         }
+    }
+
+    /// In a cluster: makes `image` the broker's metadata. Logs of partitions newly led
+    /// here open first, so no reader of the image finds one of them missing; then the
+    /// image is swapped in; then the logs of partitions no longer held here (topic
+    /// deleted, replica moved away) are closed and their directories deleted, and
+    /// changed configs are applied. Blocks (opening logs): call it from the blocking
+    /// pool. Images come in log order from one follower, one at a time.
+    pub fn publish(&self, image: Arc<MetadataImage>) {
+        let node = self.settings.node_id;
+        let old = self.image();
+        let new_topics: Vec<&TopicImage> = image.topics().collect();
+        // Opening may take a while after a restart; it stops early at shutdown, and
+        // what is not open then opens at the next start.
+        if let Err(e) = self.open_partitions_led_here(&new_topics) {
+            tracing::error!(error = %e, "partition logs not opened; this broker does not serve them");
+        }
+        *self.image.write().expect(POISONED) = image.clone();
+        let mut gone = Vec::new();
+        for topic in old.topics() {
+            let kept = image.topic_by_id(topic.id);
+            for p in &topic.partitions {
+                let still_here = kept
+                    .and_then(|t| t.partitions.get(p.index as usize))
+                    .is_some_and(|now| now.replicas.contains(&node));
+                if p.replicas.contains(&node) && !still_here {
+                    if let Some(partition) = self.replica_manager.remove(topic.id, p.index) {
+                        gone.push(partition.log.dir().to_path_buf());
+                    } else {
+                        let dir = self.partition_dir(&topic.name, p.index);
+                        if dir.exists() {
+                            gone.push(dir);
+                        }
+                    }
+                }
+            }
+            if kept.is_none() {
+                tracing::info!(topic = %topic.name, id = %topic.id, "topic deleted");
+            }
+        }
+        if !gone.is_empty() {
+            if let Err(e) = self.log_deleter.delete(&gone) {
+                tracing::warn!(error = %e, "deleted partitions' directories not removed; the next start removes them");
+            }
+        }
+        let node_resource = node.to_string();
+        if old.broker_configs("") != image.broker_configs("")
+            || old.broker_configs(&node_resource) != image.broker_configs(&node_resource)
+        {
+            self.apply_dynamic_configs();
+        }
+        for topic in image.topics() {
+            if old.topic_by_id(topic.id).is_some_and(|before| before.configs != topic.configs) {
+                self.reconfigure(&topic.name);
+            }
+        }
+    }
+
+    /// Opens the logs of partitions `topics` lead here that are not open yet.
+    fn open_partitions_led_here(&self, topics: &[&TopicImage]) -> io::Result<()> {
+        match self.open_partitions(topics, self.startup_prior) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {
+                tracing::info!("{e}");
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// In a cluster, once this broker has caught up with the metadata (the controller
+    /// unfenced it): removes directories of partitions it no longer holds (deleted
+    /// while it was down) and loads the group and transaction coordinators from the
+    /// internal partitions led here, as a single node does at start.
+    pub fn caught_up(self: &Arc<Self>) -> io::Result<()> {
+        let image = self.image();
+        self.remove_stale_partition_dirs(&image)?;
+        self.groups.load(self).map_err(io::Error::other)?;
+        self.transactions.load(self).map_err(io::Error::other)?;
+        Ok(())
     }
 
     /// Threads that open and close partition logs (`num.recovery.threads.per.data.dir`).
@@ -789,7 +982,9 @@ impl Broker {
             let Ok(id) = std::fs::read_to_string(path.join("partition.metadata")) else { continue };
             let current = image.topics().any(|t| {
                 id.lines().any(|l| l.trim() == format!("topic_id: {}", t.id))
-                    && t.partitions.iter().any(|p| path == self.partition_dir(&t.name, p.index))
+                    && t.partitions.iter().any(|p| {
+                        p.replicas.contains(&self.settings.node_id) && path == self.partition_dir(&t.name, p.index)
+                    })
             });
             if !current {
                 tracing::warn!(dir = %path.display(), "removing the directory of a partition that no longer exists");

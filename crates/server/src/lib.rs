@@ -4,6 +4,7 @@
 pub mod authorized_operations;
 pub mod background;
 pub mod broker;
+pub mod cluster_link;
 pub mod config;
 pub mod connection_slots;
 pub mod controller_listener;

@@ -4,8 +4,11 @@
 
 use osprey_cluster::meta_properties;
 use osprey_server::broker::{Broker, Settings};
+use osprey_server::cluster_link::{ClusterLink, LinkConfig, Publisher};
+use osprey_server::config::SecurityProtocol;
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
-use osprey_server::controller_node::{ControllerNode, ControllerNodeConfig, NoControllerApis};
+use osprey_server::controller_node::{ActiveController, ActiveControllerConfig, ControllerNode, ControllerNodeConfig};
+use osprey_server::interbroker::NodeAddress;
 use osprey_server::{background, controller_listener, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
@@ -48,10 +51,6 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(why) = refuse_multi_node(&config) {
-        eprintln!("osprey: {why}");
-        return ExitCode::FAILURE;
-    }
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info,openraft=warn".into()),
@@ -72,6 +71,9 @@ fn main() -> ExitCode {
     };
     let outcome = if is_controller_only(&config) {
         runtime.block_on(run_controller(config))
+    } else if let Some(why) = config.cluster.beyond_this_node(config.node_id) {
+        tracing::info!(why, "this node is a broker of a multi-node cluster");
+        runtime.block_on(run_in_cluster(config))
     } else {
         runtime.block_on(run(config))
     };
@@ -83,26 +85,6 @@ fn main() -> ExitCode {
             tracing::error!("{e}");
             ExitCode::FAILURE
         }
-    }
-}
-
-/// THE MODE GATE (issue 14). The configuration may describe a multi-node cluster (it is
-/// validated as Kafka validates it). A controller-only node (`process.roles=controller`)
-/// runs the real controller quorum over its CONTROLLER listener. A node with the broker
-/// role in a multi-node configuration would still run as a lone single node, silently
-/// diverging from the cluster its operator asked for, until broker membership is wired
-/// in: it refuses to start instead.
-fn refuse_multi_node(config: &BrokerConfig) -> Result<(), String> {
-    if is_controller_only(config) {
-        return Ok(());
-    }
-    match config.cluster.beyond_this_node(config.node_id) {
-        None => Ok(()),
-        Some(why) => Err(format!(
-            "multi-node clusters are not built yet: issue 14. This configuration asks for one: {why}. \
-             Until then run a single node: process.roles=broker,controller and controller.quorum.voters empty \
-             (or listing only this node's own id)."
-        )),
     }
 }
 
@@ -279,7 +261,7 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
         telemetry::install_for_controller(addr)?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
-    let apis: osprey_server::controller_node::ApisFactory = Box::new(|_| Arc::new(NoControllerApis));
+    let apis = active_controller_apis(&config);
     let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
         .await
         .map_err(|e| e.to_string())??;
@@ -291,6 +273,211 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
     tracing::info!("shutting down the controller");
     let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
     outcome
+}
+
+/// The active controller's APIs, for a node with the controller role.
+fn active_controller_apis(config: &BrokerConfig) -> osprey_server::controller_node::ApisFactory {
+    let active = ActiveControllerConfig::from_config("", config);
+    Box::new(move |quorum| Arc::new(ActiveController::new(quorum, active)))
+}
+
+/// How long SIGTERM waits for the controller to move leadership away from this broker
+/// (controlled shutdown) before stopping anyway.
+const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+
+/// A broker of a multi-node cluster (with the controller role too, in combined mode):
+/// the controller quorum member first, then the broker, which learns the cluster id from
+/// the quorum, follows its metadata, registers, and serves clients once the controller
+/// has unfenced it (its metadata caught up), as Kafka's brokers start.
+async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
+    let bound = bind_listeners(&config)?;
+    let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
+    let registered = registered_listeners(&config, &bound);
+    let settings = settings(&config, local)?;
+    let described = bound.describe();
+    let (client, controller) = bound.into_sockets();
+    let controller_node = if config.cluster.roles.controller {
+        let node_config = ControllerNodeConfig::from_broker_config(&config)?;
+        let listeners =
+            controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
+        let apis = active_controller_apis(&config);
+        let node = tokio::task::spawn_blocking(move || ControllerNode::start(node_config, listeners, apis))
+            .await
+            .map_err(|e| e.to_string())??;
+        tracing::info!(replica = %node.quorum().replica(), "controller quorum member started");
+        Some(node)
+    } else {
+        None
+    };
+    let link = ClusterLink::new(link_config(&config, registered));
+    let (stop, stopped) = watch::channel(false);
+    tracing::info!(voters = ?config.cluster.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>(), "fetching the cluster metadata from the controller quorum");
+    let cluster_id = tokio::select! {
+        id = link.learn_cluster_id(stopped.clone()) => id.ok_or("stopped")?,
+        _ = wait_for_signal() => return stop_controller(controller_node, Ok(())).await,
+    };
+    let data_dir = settings.data_dir.clone();
+    let opening = {
+        let (link, id) = (link.clone(), cluster_id.clone());
+        tokio::task::spawn_blocking(move || {
+            Broker::open_in_cluster(
+                settings,
+                Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())),
+                link,
+                &id,
+            )
+        })
+    };
+    let broker = match opening.await.map_err(|e| e.to_string())? {
+        Ok(b) => b,
+        Err(e) => {
+            let why = format!("cannot open the data directory {}: {e}", data_dir.display());
+            return stop_controller(controller_node, Err(why)).await;
+        }
+    };
+    if let Some(addr) = &config.metrics_listener {
+        let addr = resolve(addr)?;
+        telemetry::install(addr, broker.clone())?;
+        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    }
+    let publisher: Publisher = {
+        let broker = broker.clone();
+        Arc::new(move |image| {
+            let broker = broker.clone();
+            Box::pin(async move {
+                let _ = tokio::task::spawn_blocking(move || broker.publish(image)).await;
+            })
+        })
+    };
+    tokio::spawn(link.clone().follow(publisher, stopped.clone()));
+    tokio::spawn(link.clone().run_lifecycle(stopped.clone()));
+    tracing::info!(%cluster_id, "waiting to catch up with the metadata and be unfenced by the controller");
+    let mut registration = link.watch_registration();
+    tokio::select! {
+        _ = registration.wait_for(|r| r.caught_up_once) => {}
+        _ = wait_for_signal() => {
+            let _ = stop.send(true);
+            return stop_controller(controller_node, close_broker(broker).await).await;
+        }
+    }
+    {
+        let broker = broker.clone();
+        tokio::task::spawn_blocking(move || broker.caught_up())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+    }
+    background::spawn(
+        broker.clone(),
+        Duration::from_millis(config.retention_check_interval_ms.max(1000) as u64),
+        Duration::from_millis(config.flush_scheduler_interval_ms.clamp(100, 60_000) as u64),
+        stopped.clone(),
+    );
+    background::spawn_scrubber(broker.clone(), stopped.clone());
+    tracing::info!(
+        listeners = %described,
+        node_id = broker.settings.node_id,
+        cluster_id = %broker.cluster_id,
+        data = %broker.settings.data_dir.display(),
+        "osprey is ready"
+    );
+    let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
+    wait_for_signal().await;
+    tracing::info!("controlled shutdown: asking the controller to move leadership away");
+    if link.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT).await {
+        tracing::info!("the controller moved every leadership away");
+    } else {
+        tracing::warn!("controlled shutdown not confirmed by the controller; stopping anyway");
+    }
+    tracing::info!("shutting down: no new connections, finishing in-flight requests");
+    let _ = stop.send(true);
+    broker.begin_shutdown();
+    let _ = server.await;
+    let closed = close_broker(broker).await;
+    stop_controller(controller_node, closed).await
+}
+
+/// Closes the broker's partition logs (as [`run`] does at the end).
+async fn close_broker(broker: Arc<Broker>) -> Result<(), String> {
+    let deadline = std::time::Instant::now() + SHUTDOWN_CLOSE_LOGS;
+    let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
+    match tokio::time::timeout(SHUTDOWN_CLOSE_LOGS + SHUTDOWN_BLOCKING_GRACE, closing).await {
+        Ok(Ok(Ok(()))) => {
+            tracing::info!("stopped cleanly");
+            Ok(())
+        }
+        Ok(Ok(Err(why))) => Err(format!("stopped: {why}")),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
+    }
+}
+
+/// Stops this node's controller quorum member, if it has one, last: the broker's
+/// controlled shutdown needed the quorum.
+async fn stop_controller(node: Option<ControllerNode>, outcome: Result<(), String>) -> Result<(), String> {
+    if let Some(node) = node {
+        tracing::info!("shutting down the controller");
+        let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
+    }
+    outcome
+}
+
+/// The broker's link settings from its configuration.
+fn link_config(config: &BrokerConfig, listeners: Vec<osprey_cluster::BrokerListener>) -> LinkConfig {
+    let ms = |v: i32| Duration::from_millis(u64::try_from(v).unwrap_or(0).max(1));
+    LinkConfig {
+        node_id: config.node_id,
+        controllers: config.cluster.voters.iter().map(|v| (v.id, NodeAddress::new(v.host.clone(), v.port))).collect(),
+        listeners,
+        rack: config.cluster.broker_rack.clone(),
+        log_dir_ids: Vec::new(),
+        heartbeat_interval: ms(config.cluster.broker_heartbeat_interval_ms),
+        request_timeout: REQUEST_TIMEOUT,
+        fetch_max_wait: METADATA_FETCH_MAX_WAIT,
+        max_response_bytes: config.socket_request_max_bytes.max(1024) as usize,
+    }
+}
+
+/// Kafka's broker `request.timeout.ms` default: how long a request to the controller
+/// is retried.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long a metadata fetch waits at the controller for a new record. Short, so a
+/// controller that stopped answering is left for another within about a second.
+const METADATA_FETCH_MAX_WAIT: Duration = Duration::from_millis(1000);
+
+/// What the broker registers: each client listener as advertised
+/// (`advertised.listeners` by name, else as bound), with the bound port where a port 0
+/// was asked for.
+fn registered_listeners(config: &BrokerConfig, bound: &BoundListeners) -> Vec<osprey_cluster::BrokerListener> {
+    bound
+        .client
+        .iter()
+        .map(|(listener, addr, _)| {
+            let advertised = config.advertised_listeners.iter().find(|a| a.name == listener.name);
+            let host = advertised
+                .map(|a| a.host.clone())
+                .filter(|h| !h.is_empty() && h != "0.0.0.0" && h != "::")
+                .unwrap_or_else(|| addr.ip().to_string());
+            let port = advertised.map(|a| a.port).filter(|p| *p != 0).unwrap_or(addr.port());
+            osprey_cluster::BrokerListener {
+                name: listener.name.clone(),
+                host,
+                port,
+                security_protocol: security_protocol_id(listener.security_protocol),
+            }
+        })
+        .collect()
+}
+
+/// Kafka's `SecurityProtocol` ids.
+fn security_protocol_id(protocol: SecurityProtocol) -> i16 {
+    match protocol {
+        SecurityProtocol::Plaintext => 0,
+        SecurityProtocol::Ssl => 1,
+        SecurityProtocol::SaslPlaintext => 2,
+        SecurityProtocol::SaslSsl => 3,
+    }
 }
 
 /// Every entry of `listeners`, bound, split into client and controller listeners, each

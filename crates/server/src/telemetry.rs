@@ -241,6 +241,13 @@ fn describe() {
         "osprey_controller_offline_partitions_count",
         "Partitions without a leader, on the active controller."
     );
+    describe_gauge!("osprey_broker_metadata_offset", "Offset of the last metadata record this broker applied.");
+    describe_gauge!("osprey_broker_fenced", "1 while the controller has this broker fenced, else 0.");
+    describe_counter!("osprey_broker_heartbeat_failures_total", "Heartbeats to the controller that failed, by reason.");
+    describe_counter!(
+        "osprey_broker_metadata_fetch_failures_total",
+        "Metadata fetches from the controllers that failed."
+    );
     describe_gauge!("osprey_txn_transactional_ids", "Transactional ids held by this coordinator.");
     describe_counter!("osprey_txn_markers_total", "Transaction markers made durable, by result.");
     describe_counter!("osprey_log_damaged_ranges_total", "Offset ranges lost to log damage found at open, by kind.");

@@ -35,6 +35,11 @@ pub struct MetadataFetchResponse {
     /// The active controller as the answering node knows it (`None` while there is
     /// none), so a broker finds where to register and heartbeat.
     pub leader: Option<LeaderHint>,
+    /// The answering node's applied offset (its image's `applied`): a broker that just
+    /// had a write answered by the active controller waits until its own image reaches
+    /// the controller's, so its next answers show the write.
+    #[serde(default)]
+    pub applied: u64,
     pub content: MetadataFetchContent,
 }
 
@@ -125,6 +130,7 @@ mod tests {
         whole.apply(&producer_ids(4000));
         let response = MetadataFetchResponse {
             leader: Some(LeaderHint { node_id: 2, endpoint: ControllerEndpoint::new("127.0.0.1", 9093) }),
+            applied: 2,
             content: MetadataFetchContent::Image { image: whole },
         };
         let json = serde_json::to_vec(&response).unwrap();

@@ -31,6 +31,34 @@ fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Respo
     if let Some(refused) = refuse_oversized(broker, &req, version) {
         return refused;
     }
+    if let Some(link) = broker.cluster_link() {
+        // In a cluster the active controller decides and answers, as Kafka's brokers
+        // forward CreateTopics; the answer goes back once this broker's image has the
+        // topics, so the client's next Metadata here finds them.
+        let wait = !req.validate_only;
+        let forwarded =
+            link.forward(ApiKey::CreateTopics, osprey_protocol::RequestBody::CreateTopics(req.clone()), wait);
+        return match forwarded {
+            Ok(body @ ResponseBody::CreateTopics(_)) => body,
+            Ok(_) | Err(_) => {
+                let (code, message) = match forwarded {
+                    Err(e) => (e.code, e.message),
+                    _ => (ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller".into()),
+                };
+                let topics = req
+                    .topics
+                    .iter()
+                    .map(|t| CreatableTopicResult {
+                        name: t.name.clone(),
+                        error_code: code.code(),
+                        error_message: Some(message.clone()),
+                        ..Default::default()
+                    })
+                    .collect();
+                ResponseBody::CreateTopics(CreateTopicsResponse { topics, ..Default::default() })
+            }
+        };
+    }
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> =
