@@ -444,8 +444,13 @@ def main():
     p.add_argument("--note", default="")
     opts = p.parse_args()
     # What bench/cluster.sh was given, for the report (its own paths left out).
-    opts.argv = [a for a in sys.argv[1:] if a not in ("--kafka-lib", "--osprey-bin", "--workdir", "--out")
-                 and not Path(a).is_absolute()]
+    opts.argv = []
+    args = iter(sys.argv[1:])
+    for a in args:
+        if a in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
+            next(args, None)
+        elif a.split("=", 1)[0] not in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
+            opts.argv.append(a)
     unknown = set(opts.variants.split(",")) - set(VARIANTS)
     if unknown:
         p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")

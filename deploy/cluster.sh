@@ -287,7 +287,12 @@ load_state() {
 undo_start() {
     if [[ $start_done != 1 ]]; then
         echo "cluster.sh: start failed; stopping the ${#started[@]} process(es) it started" >&2
-        stop_nodes "${started[@]}" || true
+        local n first=() last=()
+        for n in "${started[@]}"; do
+            if is_controller "$n"; then last+=("$n"); else first+=("$n"); fi
+        done
+        [[ ${#first[@]} -eq 0 ]] || stop_nodes "${first[@]}" || true
+        [[ ${#last[@]} -eq 0 ]] || stop_nodes "${last[@]}" || true
         exit 1
     fi
 }
