@@ -7,10 +7,16 @@ loopback, configured with the keys of issue 14 (node.id, controller.quorum.voter
 listeners with a CONTROLLER listener, ...). Kafka's directories are formatted with
 kafka-storage's StorageTool first; Osprey's are not (it needs no format step).
 
+Variants: `kafka` creates its topics with replication factor 3 (`spread`) and 2 (the
+failover topics); `osprey` with 1, because an Osprey cluster serves replication factor 1
+only until partition replication (issue 15); `kafka-rf1` is Kafka with Osprey's replication
+factors, the like-for-like comparison.
+
 One repetition, on a fresh cluster:
 1. **create → served**: CreateTopics `spread` (6 partitions, replication factor 3); the
    seconds until every broker's own Metadata answer lists all six partitions with a live
-   leader, and until one acks=all record has been acknowledged on every partition.
+   leader, and until one acks=all record has been acknowledged on every partition (with
+   replication factor 1 that is the leader's own write).
 2. **controller failover**: the active controller (from DescribeQuorum, read with Kafka's
    kafka-metadata-quorum tool) is killed with SIGKILL; the seconds from the kill to the
    first CreateTopics that succeeds, sent to the survivors and retried at once on failure.
@@ -23,9 +29,10 @@ Metadata is read with raw Metadata v1 requests sent to one chosen broker, so tha
 broker is asked about itself (librdkafka would ask whichever broker it likes).
 
 Results: OUT/cluster-VARIANT.json per variant, and CLUSTER.md drawn from every
-cluster-*.json in OUT (medians and ranges; the ratio is Osprey / Kafka, lower is better).
+cluster-*.json in OUT (medians and ranges; the ratios are Osprey / each Kafka variant,
+lower is better). A repetition's directory is deleted once it succeeded, to bound disk use.
 
-Usage: cluster.py --variants kafka,osprey --kafka-lib DIR --osprey-bin PATH
+Usage: cluster.py --variants kafka,kafka-rf1,osprey --kafka-lib DIR --osprey-bin PATH
                   --workdir DIR --out DIR [--reps 3] [--note TEXT]
 """
 
@@ -33,6 +40,7 @@ import argparse
 import datetime
 import json
 import re
+import shlex
 import shutil
 import socket
 import statistics
@@ -52,6 +60,7 @@ SPREAD_PARTITIONS = 6
 READY_S = 180  # a node that has not joined by then is a failed run
 FIGURE_S = 120  # a figure that has not happened by then is a failed run
 ATTEMPT_EVERY_S = 0.1  # a new CreateTopics attempt this often after the controller's kill
+VARIANTS = ("kafka", "kafka-rf1", "osprey")
 FIGURES = [
     ("create_metadata_s", "CreateTopics → every broker's Metadata lists all partitions with a leader"),
     ("create_produce_s", "CreateTopics → an acks=all record acknowledged on every partition"),
@@ -59,6 +68,16 @@ FIGURES = [
     ("fence_unlisted_s", "kill -9 of a broker → survivors' Metadata no longer lists it"),
     ("fence_leaders_s", "kill -9 of a broker → no partition names it as leader"),
 ]
+
+
+def replication_factors(variant):
+    """(of `spread`, of the failover topics): Kafka's as before; 1 where Osprey's cluster
+    serves only that (until issue 15), and for Kafka compared like for like."""
+    return (1, 1) if variant in ("osprey", "kafka-rf1") else (3, 2)
+
+
+def is_kafka(variant):
+    return variant.startswith("kafka")
 
 
 class Node:
@@ -94,7 +113,7 @@ class Node:
 
     def command(self, voters):
         keys = self.keys(voters)
-        if self.variant == "kafka":
+        if is_kafka(self.variant):
             config = self.root / "server.properties"
             keys["group.initial.rebalance.delay.ms"] = "0"
             config.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
@@ -263,7 +282,7 @@ def create_topic(node, name, partitions, rf, timeout_s=5.0):
     future.result(timeout=timeout_s + 5)
 
 
-def first_create_after(node, killed):
+def first_create_after(node, killed, rf):
     """(seconds from `killed` to the first CreateTopics that succeeded, attempts). A new
     attempt starts every ATTEMPT_EVERY_S whatever the earlier ones are doing, so a request
     stuck on the dead controller does not hide a later one that would have succeeded."""
@@ -273,7 +292,7 @@ def first_create_after(node, killed):
     while time.monotonic() - killed < FIGURE_S:
         attempt += 1
         name = f"after-failover-{attempt}"
-        pending.append(admin.create_topics([NewTopic(name, 1, 2)], request_timeout=FIGURE_S,
+        pending.append(admin.create_topics([NewTopic(name, 1, rf)], request_timeout=FIGURE_S,
                                            operation_timeout=FIGURE_S)[name])
         deadline = time.monotonic() + ATTEMPT_EVERY_S
         while time.monotonic() < deadline:
@@ -305,8 +324,9 @@ def run_rep(opts, variant, rep, workdir):
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
     ids = [n.node_id for n in nodes]
     figures = {}
+    spread_rf, failover_rf = replication_factors(variant)
     try:
-        if variant == "kafka":
+        if is_kafka(variant):
             cluster_id = bench.kafka_cluster_id()
             for n in nodes:
                 n.format(voters, cluster_id)
@@ -316,7 +336,7 @@ def run_rep(opts, variant, rep, workdir):
 
         # 1. create -> served
         started = time.monotonic()
-        create_topic(nodes[0], "spread", SPREAD_PARTITIONS, 3, timeout_s=30)
+        create_topic(nodes[0], "spread", SPREAD_PARTITIONS, spread_rf, timeout_s=30)
 
         def every_broker_serves():
             for n in nodes:
@@ -337,7 +357,7 @@ def run_rep(opts, variant, rep, workdir):
         survivors = [n for n in nodes if n is not dead]
         dead.kill9()
         killed = time.monotonic()
-        figures["failover_create_s"], attempt = first_create_after(survivors[0], killed)
+        figures["failover_create_s"], attempt = first_create_after(survivors[0], killed, failover_rf)
         figures["failover_attempts"] = attempt
         dead.start(voters)
         wait_for("the killed controller is listed again", lambda: all_listed(nodes, ids), nodes, READY_S)
@@ -359,10 +379,11 @@ def run_rep(opts, variant, rep, workdir):
 
         wait_for("no partition led by the killed broker", no_dead_leader, survivors)
         figures["fence_leaders_s"] = time.monotonic() - killed
-        return figures
     finally:
         for n in nodes:
             n.stop()
+    shutil.rmtree(root, ignore_errors=True)
+    return figures
 
 
 def write_report(out):
@@ -370,13 +391,16 @@ def write_report(out):
     for path in sorted(out.glob("cluster-*.json")):
         data = json.loads(path.read_text())
         runs[data["variant"]] = data
+    variants = [v for v in VARIANTS if v in runs]
+    baselines = [v for v in variants if is_kafka(v)] if "osprey" in runs else []
+    commands = sorted({runs[v].get("command", "bench/cluster.sh") for v in variants})
     lines = ["# Cluster failover: Osprey and Apache Kafka, 3 combined nodes on one machine", "",
              "Drawn by `bench/cluster.sh` from every `cluster-*.json` here. Medians over the "
              "repetitions, range in brackets; seconds; lower is better. Method: the docstring of "
-             "`bench/cluster.py`.", ""]
-    variants = [v for v in ("kafka", "osprey") if v in runs]
-    lines.append("| figure | " + " | ".join(variants) + (" | osprey / kafka |" if len(variants) == 2 else " |"))
-    lines.append("|---" * (len(variants) + 1 + (len(variants) == 2)) + "|")
+             "`bench/cluster.py`.", "",
+             "Command: " + ", ".join(f"`{c}`" for c in commands), ""]
+    lines.append("| figure | " + " | ".join(variants) + "".join(f" | osprey / {b}" for b in baselines) + " |")
+    lines.append("|---" * (len(variants) + 1 + len(baselines)) + "|")
     for key, label in FIGURES:
         cells, medians = [], {}
         for v in variants:
@@ -386,25 +410,32 @@ def write_report(out):
                 cells.append(f"{medians[v]:.2f} [{min(values):.2f}-{max(values):.2f}]")
             else:
                 cells.append("n/a")
-        row = f"| {label} | " + " | ".join(cells)
-        if len(variants) == 2:
-            ratio = (f"{medians['osprey'] / medians['kafka']:.2f}x"
-                     if "osprey" in medians and medians.get("kafka") else "n/a")
-            row += f" | {ratio}"
-        lines.append(row + " |")
+        for b in baselines:
+            cells.append(f"{medians['osprey'] / medians[b]:.2f}x" if "osprey" in medians and medians.get(b) else "n/a")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     lines.append("")
     for v in variants:
         r = runs[v]
-        lines.append(f"- **{v}**: {len(r['reps'])} repetitions, {r['date']}, revision {r['revision']}; "
+        spread_rf, failover_rf = replication_factors(v)
+        lines.append(f"- **{v}**: replication factor {spread_rf} (`spread`) and {failover_rf} (failover topics); "
+                     f"{len(r['reps'])} repetitions, {r['date']}, revision {r['revision']}; "
                      f"{r['machine']}. {r.get('note') or ''}".rstrip())
         for failure in r.get("failures", []):
             lines.append(f"  - failed repetition: {failure}")
+    lines += ["", "Caveats:",
+              "- An Osprey cluster serves replication factor 1 only until partition replication "
+              "(issue 15): its topics here have one replica, so \"acks=all acknowledged\" is the "
+              "leader's own fsync, and a fenced broker's partitions go offline instead of moving "
+              "to another replica. `kafka-rf1` is Kafka under the same replication factors; "
+              "`kafka` is Kafka as it would be run (3 and 2).",
+              "- Three nodes and the clients share one machine (loopback); few repetitions. The "
+              "fence figures are dominated by `broker.session.timeout.ms` (9000, both)."]
     (out / "CLUSTER.md").write_text("\n".join(lines) + "\n")
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variants", default="kafka,osprey")
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--kafka-lib", type=Path, required=True)
     p.add_argument("--osprey-bin", type=Path, required=True)
     p.add_argument("--workdir", type=Path, required=True)
@@ -412,23 +443,40 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--note", default="")
     opts = p.parse_args()
+    # What bench/cluster.sh was given, for the report (its own paths left out).
+    opts.argv = []
+    args = iter(sys.argv[1:])
+    for a in args:
+        if a in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
+            next(args, None)
+        elif a.split("=", 1)[0] not in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
+            opts.argv.append(a)
+    unknown = set(opts.variants.split(",")) - set(VARIANTS)
+    if unknown:
+        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.workdir.mkdir(parents=True, exist_ok=True)
+    variants = opts.variants.split(",")
+    reps = {v: [] for v in variants}
+    failures = {v: [] for v in variants}
     try:
-        for variant in opts.variants.split(","):
-            reps, failures = [], []
-            for rep in range(opts.reps):
+        # Variants alternate within each repetition, so that a load change on the machine
+        # falls on all of them alike.
+        for rep in range(opts.reps):
+            for variant in variants:
                 try:
                     figures = run_rep(opts, variant, rep, opts.workdir)
                     print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
-                    reps.append(figures)
+                    reps[variant].append(figures)
                 except bench.BenchError as e:
                     print(f"{variant} rep {rep} failed: {e}", flush=True)
-                    failures.append(str(e).splitlines()[0])
+                    failures[variant].append(str(e).splitlines()[0])
+        for variant in variants:
             (opts.out / f"cluster-{variant}.json").write_text(json.dumps({
-                "variant": variant, "reps": reps, "failures": failures,
+                "variant": variant, "reps": reps[variant], "failures": failures[variant],
                 "date": datetime.date.today().isoformat(), "revision": bench.git_revision(),
-                "machine": bench.machine_description(), "note": opts.note}, indent=1))
+                "machine": bench.machine_description(), "note": opts.note,
+                "command": " ".join(["bench/cluster.sh", *map(shlex.quote, opts.argv)])}, indent=1))
         write_report(opts.out)
     finally:
         bench.kill_all()

@@ -2,7 +2,7 @@
 # Failover figures of a 3-node cluster, Apache Kafka and Osprey side by side (method:
 # bench/cluster.py). Report: bench/results/CLUSTER.md.
 #
-#   bench/cluster.sh [--variants kafka,osprey] [--reps 3] [--note TEXT]
+#   bench/cluster.sh [--variants kafka,kafka-rf1,osprey] [--reps 3] [--note TEXT]
 #
 # Builds osprey in release, fetches Kafka and makes the venv as bench/run.sh does.
 set -euo pipefail
