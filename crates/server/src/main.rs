@@ -280,9 +280,6 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
     outcome
 }
 
-/// How long SIGTERM waits for the controller to move leadership away from this broker
-/// (controlled shutdown) before stopping anyway.
-const CONTROLLED_SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 
 /// A broker of a multi-node cluster (with the controller role too, in combined mode):
 /// the controller quorum member first, then the broker, which learns the cluster id from
@@ -384,7 +381,10 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
     wait_for_signal().await;
     tracing::info!("controlled shutdown: asking the controller to move leadership away");
-    if link.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT).await {
+    // At most `broker.session.timeout.ms`: by then the controller fences a broker that
+    // stopped heartbeating anyway, and a quorum without a majority never answers.
+    let wait = Duration::from_millis(u64::try_from(config.cluster.broker_session_timeout_ms).unwrap_or(0).max(1));
+    if link.controlled_shutdown(wait).await {
         tracing::info!("the controller moved every leadership away");
     } else {
         tracing::warn!("controlled shutdown not confirmed by the controller; stopping anyway");
