@@ -280,7 +280,6 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
     outcome
 }
 
-
 /// A broker of a multi-node cluster (with the controller role too, in combined mode):
 /// the controller quorum member first, then the broker, which learns the cluster id from
 /// the quorum, follows its metadata, registers, and serves clients once the controller
@@ -312,6 +311,17 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
         id = link.learn_cluster_id(stopped.clone()) => id.ok_or("stopped")?,
         _ = wait_for_signal() => return stop_controller(controller_node, Ok(())).await,
     };
+    if let Some(node) = &controller_node {
+        // This node's controller writes meta.properties (with the directory id its
+        // quorum replica key carries) once it learns the cluster id; the broker opens the
+        // directories only after, so both agree on the directory id.
+        while node.cluster_id().is_none() {
+            tokio::select! {
+                _ = tokio::time::sleep(Duration::from_millis(20)) => {}
+                why = node.failed() => return stop_controller(controller_node, Err(why)).await,
+            }
+        }
+    }
     let data_dir = settings.data_dir.clone();
     let opening = {
         let (link, id) = (link.clone(), cluster_id.clone());

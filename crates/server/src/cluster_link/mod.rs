@@ -226,6 +226,14 @@ fn not_controller(body: &ResponseBody) -> bool {
         ResponseBody::DeleteTopics(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
         ResponseBody::CreatePartitions(r) => all(&mut r.results.iter().map(|t| t.error_code)),
         ResponseBody::IncrementalAlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
+        ResponseBody::AlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
+        // A controller that is not the leader answers NOT_LEADER_OR_FOLLOWER for the
+        // metadata partition.
+        ResponseBody::DescribeQuorum(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .any(|p| p.error_code == ErrorCode::NOT_LEADER_OR_FOLLOWER.code() || p.error_code == code),
         _ => false,
     }
 }

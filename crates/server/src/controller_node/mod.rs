@@ -21,7 +21,7 @@ mod decisions;
 
 pub use active::{ActiveController, ActiveControllerConfig};
 mod bootstrap;
-mod describe;
+pub mod describe;
 pub mod listener;
 mod membership;
 mod progress;
