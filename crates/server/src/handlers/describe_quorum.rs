@@ -12,12 +12,12 @@ use osprey_protocol::messages::{DescribeQuorumRequest, DescribeQuorumResponse};
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, ResponseBody};
 use std::sync::Arc;
 
-pub fn handle(broker: &Arc<Broker>, req: DescribeQuorumRequest) -> Reply {
+pub fn handle(broker: &Arc<Broker>, req: DescribeQuorumRequest, version: i16) -> Reply {
     if broker.cluster_link().is_none() {
-        return Reply::Now(single_node(broker));
+        return Reply::Now(single_node(broker, version));
     }
     on_blocking_pool(broker, move |b| {
-        let Some(link) = b.cluster_link() else { return single_node(b) };
+        let Some(link) = b.cluster_link() else { return single_node(b, version) };
         match link.forward(ApiKey::DescribeQuorum, RequestBody::DescribeQuorum(req), false) {
             Ok(body @ ResponseBody::DescribeQuorum(_)) => body,
             Ok(_) => failed(ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller"),
@@ -26,11 +26,12 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeQuorumRequest) -> Reply {
     })
 }
 
-/// A single node: one voter, itself, leading since it started.
-fn single_node(broker: &Broker) -> ResponseBody {
+/// A single node: one voter, itself, leading since it started. Timestamps are v1+ and
+/// nodes v2+ fields: older versions carry the defaults.
+fn single_node(broker: &Broker, version: i16) -> ResponseBody {
     let node_id = broker.settings.node_id;
     let end = broker.image().applied as i64;
-    let now = now_ms();
+    let now = if version >= 1 { now_ms() } else { -1 };
     let me = ReplicaState {
         replica_id: node_id,
         log_end_offset: end,
@@ -51,7 +52,7 @@ fn single_node(broker: &Broker) -> ResponseBody {
             partitions: vec![partition],
             ..Default::default()
         }],
-        nodes: vec![Node { node_id, ..Default::default() }],
+        nodes: if version >= 2 { vec![Node { node_id, ..Default::default() }] } else { Vec::new() },
         ..Default::default()
     })
 }

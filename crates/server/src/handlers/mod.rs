@@ -93,7 +93,7 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
             on_blocking_pool(broker, move |b| alter_configs::handle_incremental(b, body))
         }
         RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
-        RequestBody::DescribeQuorum(body) => describe_quorum::handle(broker, body),
+        RequestBody::DescribeQuorum(body) => describe_quorum::handle(broker, body, version),
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
         RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
