@@ -235,18 +235,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     broker.begin_shutdown();
     let _ = server.await;
     let _ = controller.await;
-    let deadline = std::time::Instant::now() + SHUTDOWN_CLOSE_LOGS;
-    let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
-    // The deadline stops new closes; this bounds a close already stuck in an fsync.
-    match tokio::time::timeout(SHUTDOWN_CLOSE_LOGS + SHUTDOWN_BLOCKING_GRACE, closing).await {
-        Ok(Ok(Ok(()))) => {
-            tracing::info!("stopped cleanly");
-            Ok(())
-        }
-        Ok(Ok(Err(why))) => Err(format!("stopped: {why}")),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("stopped while partition logs were still closing; they are recovered at the next start".into()),
-    }
+    close_broker(broker).await
 }
 
 /// A controller-only node: the quorum member and its CONTROLLER listener, until SIGTERM
@@ -407,10 +396,12 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     stop_controller(controller_node, closed).await
 }
 
-/// Closes the broker's partition logs (as [`run`] does at the end).
+/// Closes the broker's partition logs, at most `SHUTDOWN_CLOSE_LOGS` (then the rest are
+/// recovered at the next start).
 async fn close_broker(broker: Arc<Broker>) -> Result<(), String> {
     let deadline = std::time::Instant::now() + SHUTDOWN_CLOSE_LOGS;
     let closing = tokio::task::spawn_blocking(move || broker.shutdown(deadline));
+    // The deadline stops new closes; this bounds a close already stuck in an fsync.
     match tokio::time::timeout(SHUTDOWN_CLOSE_LOGS + SHUTDOWN_BLOCKING_GRACE, closing).await {
         Ok(Ok(Ok(()))) => {
             tracing::info!("stopped cleanly");

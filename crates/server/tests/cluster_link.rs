@@ -6,13 +6,13 @@
 //! brokers find the next one; a broker that stops heartbeating is fenced; a controlled
 //! shutdown is agreed.
 
-use osprey_cluster::quorum::ControllerEndpoint;
+#[path = "support/controller_nodes.rs"]
+mod controller_nodes;
 use osprey_cluster::{MetadataImage, NewTopic};
 use osprey_protocol::ErrorCode;
 use osprey_server::cluster_link::{ClusterLink, LinkConfig, Publisher};
 use osprey_server::config::BrokerConfig;
-use osprey_server::controller_node::listener::ListenerLimits;
-use osprey_server::controller_node::{active_apis, ControllerNode, ControllerNodeConfig};
+use osprey_server::controller_node::{active_apis, ControllerNode};
 use osprey_server::interbroker::NodeAddress;
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -43,21 +43,7 @@ impl Controllers {
             .into_iter()
             .zip(1..=3)
             .map(|(listener, id)| {
-                let config = ControllerNodeConfig {
-                    node_id: id,
-                    voters: (1..=3).map(|n| (n, ControllerEndpoint::new("127.0.0.1", ports[n as usize - 1]))).collect(),
-                    listener_name: "CONTROLLER".into(),
-                    metadata_log_dir: dirs[id as usize - 1].clone(),
-                    election_timeout_ms: 500,
-                    request_timeout_ms: 5_000,
-                    max_record_bytes_between_snapshots: 20 * 1024 * 1024,
-                    limits: ListenerLimits {
-                        socket_request_max_bytes: 100 * 1024 * 1024,
-                        max_connections: 64,
-                        max_in_flight_per_connection: 16,
-                        connections_max_idle_ms: 600_000,
-                    },
-                };
+                let config = controller_nodes::node_config(id, &ports, dirs[id as usize - 1].clone());
                 Some(ControllerNode::start(config, vec![listener], active_apis(&broker_config)).unwrap())
             })
             .collect();

@@ -6,6 +6,8 @@
 //! private keys left out of ApiVersions; a broker following the metadata log with
 //! METADATA_FETCH from a node serving the active controller.
 
+#[path = "support/controller_nodes.rs"]
+mod controller_nodes;
 use osprey_cluster::image::MetadataRecord;
 use osprey_cluster::meta_properties::{self, Stored};
 use osprey_cluster::quorum::{
@@ -16,7 +18,6 @@ use osprey_protocol::messages::{
 };
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, RequestHeader, ResponseBody};
 use osprey_server::controller_node::apis::{ControllerApis, ControllerReply};
-use osprey_server::controller_node::listener::ListenerLimits;
 use osprey_server::controller_node::{self as controller_node, rpc, ControllerNode, ControllerNodeConfig};
 use osprey_server::interbroker::{ClientConfig, NodeAddress, NodeClient};
 use std::net::TcpListener;
@@ -69,21 +70,7 @@ impl Cluster {
     }
 
     fn config(&self, node_id: i32) -> ControllerNodeConfig {
-        ControllerNodeConfig {
-            node_id,
-            voters: (1..=3).map(|n| (n, ControllerEndpoint::new("127.0.0.1", self.ports[n as usize - 1]))).collect(),
-            listener_name: "CONTROLLER".into(),
-            metadata_log_dir: self.dirs[node_id as usize - 1].clone(),
-            election_timeout_ms: 500,
-            request_timeout_ms: 5_000,
-            max_record_bytes_between_snapshots: 20 * 1024 * 1024,
-            limits: ListenerLimits {
-                socket_request_max_bytes: 100 * 1024 * 1024,
-                max_connections: 64,
-                max_in_flight_per_connection: 16,
-                connections_max_idle_ms: 600_000,
-            },
-        }
+        controller_nodes::node_config(node_id, &self.ports, self.dirs[node_id as usize - 1].clone())
     }
 
     fn start(&self, node_id: i32, listener: TcpListener) -> ControllerNode {

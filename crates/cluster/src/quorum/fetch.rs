@@ -173,6 +173,11 @@ impl MetadataFetchContent {
                 }
                 Ok(true)
             }
+            // A controller sends the image only to a broker behind it; an older image than
+            // the broker's own would take back records it applied, and is refused.
+            MetadataFetchContent::Image { image: whole } if whole.applied < image.applied => {
+                Err(OffsetGap { first_offset: whole.applied, applied: image.applied })
+            }
             MetadataFetchContent::Image { image: whole } => {
                 *image = whole;
                 Ok(true)
@@ -238,6 +243,18 @@ mod tests {
         assert_eq!((image.applied, image.next_producer_id), (1, 1000), "a refused fetch changes nothing");
         let none = MetadataFetchContent::Records { first_offset: 7, records: vec![] };
         assert_eq!(none.apply_to(&mut image), Ok(false));
+    }
+
+    #[test]
+    fn an_image_older_than_the_brokers_is_refused() {
+        let mut older = MetadataImage::default();
+        older.apply(&producer_ids(10));
+        let mut image = MetadataImage::default();
+        image.apply(&producer_ids(20));
+        image.apply(&producer_ids(30));
+        let content = MetadataFetchContent::Image { image: older };
+        assert_eq!(content.apply_to(&mut image), Err(OffsetGap { first_offset: 1, applied: 2 }));
+        assert_eq!((image.applied, image.next_producer_id), (2, 30), "a refused image changes nothing");
     }
 
     #[test]

@@ -45,16 +45,18 @@ impl ClusterLink {
         Instant::now() + self.config.request_timeout
     }
 
-    /// Forwards a client's request to the active controller (Kafka's forwarding) and
-    /// returns its answer; with `wait_for_image`, once this broker's image has caught up
-    /// with the controller's.
-    pub fn forward(
-        &self,
-        api: ApiKey,
-        body: RequestBody,
-        wait_for_image: bool,
-    ) -> Result<ResponseBody, ControllerError> {
-        self.write(api, body, wait_for_image)
+    /// Forwards a client's request (read at `version`) to the active controller, as
+    /// Kafka's brokers forward, and returns its answer; with `wait_for_image`, once this
+    /// broker's image has caught up with the controller's. When no controller answers,
+    /// the request's error answer (`code` in every error field, as the controller's own).
+    pub fn forward(&self, body: RequestBody, version: i16, wait_for_image: bool) -> ResponseBody {
+        let api = body.api_key();
+        let (code, message) = match self.write(api, body.clone(), wait_for_image) {
+            Ok(answer) if answer.api_key() == api => return answer,
+            Ok(_) => (ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller".to_string()),
+            Err(e) => (e.code, e.message),
+        };
+        crate::controller_node::failed_response(&body, version, code, &message)
     }
 
     /// Sends `body` to the active controller, then waits for this broker's image.

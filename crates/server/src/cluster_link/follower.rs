@@ -48,13 +48,9 @@ impl ClusterLink {
                         tokio::time::sleep(FETCH_BACKOFF).await;
                         continue;
                     }
-                    let before = image.applied;
                     match response.content.apply_to(&mut image) {
                         Ok(false) => {}
                         Ok(true) => {
-                            if image.applied < before {
-                                tracing::warn!(before, now = image.applied, "metadata image replaced by an older one");
-                            }
                             publish(Arc::new(image.clone())).await;
                             self.published.send_replace(Arc::new(image.clone()));
                             metrics::gauge!("osprey_broker_metadata_offset").set(image.applied as f64 - 1.0);

@@ -167,6 +167,11 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
                 .collect(),
             ..Default::default()
         }),
+        RequestBody::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
+            error_code,
+            error_message: message,
+            ..Default::default()
+        }),
         _ => ResponseBody::ApiVersions(Default::default()),
     }
 }

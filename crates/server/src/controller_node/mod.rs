@@ -20,6 +20,7 @@ pub mod apis;
 mod decisions;
 
 pub use active::{ActiveController, ActiveControllerConfig};
+pub use decisions::failed as failed_response;
 mod bootstrap;
 pub mod describe;
 pub mod listener;

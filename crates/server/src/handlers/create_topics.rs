@@ -36,28 +36,7 @@ fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Respo
         // forward CreateTopics; the answer goes back once this broker's image has the
         // topics, so the client's next Metadata here finds them.
         let wait = !req.validate_only;
-        let forwarded =
-            link.forward(ApiKey::CreateTopics, osprey_protocol::RequestBody::CreateTopics(req.clone()), wait);
-        return match forwarded {
-            Ok(body @ ResponseBody::CreateTopics(_)) => body,
-            Ok(_) | Err(_) => {
-                let (code, message) = match forwarded {
-                    Err(e) => (e.code, e.message),
-                    _ => (ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller".into()),
-                };
-                let topics = req
-                    .topics
-                    .iter()
-                    .map(|t| CreatableTopicResult {
-                        name: t.name.clone(),
-                        error_code: code.code(),
-                        error_message: Some(message.clone()),
-                        ..Default::default()
-                    })
-                    .collect();
-                ResponseBody::CreateTopics(CreateTopicsResponse { topics, ..Default::default() })
-            }
-        };
+        return link.forward(osprey_protocol::RequestBody::CreateTopics(req), version, wait);
     }
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();

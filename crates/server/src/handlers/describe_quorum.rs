@@ -9,7 +9,7 @@ use crate::controller_node::describe::METADATA_TOPIC;
 use crate::dispatch::Reply;
 use osprey_protocol::messages::describe_quorum_response::{Node, PartitionData, ReplicaState, TopicData};
 use osprey_protocol::messages::{DescribeQuorumRequest, DescribeQuorumResponse};
-use osprey_protocol::{ApiKey, ErrorCode, RequestBody, ResponseBody};
+use osprey_protocol::{RequestBody, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: DescribeQuorumRequest, version: i16) -> Reply {
@@ -18,11 +18,7 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeQuorumRequest, version: i16) ->
     }
     on_blocking_pool(broker, move |b| {
         let Some(link) = b.cluster_link() else { return single_node(b, version) };
-        match link.forward(ApiKey::DescribeQuorum, RequestBody::DescribeQuorum(req), false) {
-            Ok(body @ ResponseBody::DescribeQuorum(_)) => body,
-            Ok(_) => failed(ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller"),
-            Err(e) => failed(e.code, &e.message),
-        }
+        link.forward(RequestBody::DescribeQuorum(req), version, false)
     })
 }
 
@@ -53,14 +49,6 @@ fn single_node(broker: &Broker, version: i16) -> ResponseBody {
             ..Default::default()
         }],
         nodes: if version >= 2 { vec![Node { node_id, ..Default::default() }] } else { Vec::new() },
-        ..Default::default()
-    })
-}
-
-fn failed(code: ErrorCode, message: &str) -> ResponseBody {
-    ResponseBody::DescribeQuorum(DescribeQuorumResponse {
-        error_code: code.code(),
-        error_message: Some(message.to_string()),
         ..Default::default()
     })
 }
