@@ -30,9 +30,6 @@ pub struct TopicControl {
     default_replication_factor: i16,
     /// `osprey.max.partitions`: the most partitions the cluster may hold.
     max_partitions: i64,
-    /// The most replicas a new partition may have (see
-    /// [`TopicControl::set_max_replication_factor`]).
-    max_replication_factor: i16,
     /// The striped placer's random source.
     placement_random: SeededRandom,
 }
@@ -44,7 +41,6 @@ impl TopicControl {
             default_partitions,
             default_replication_factor,
             max_partitions: i64::from(MAX_PARTITIONS_PER_TOPIC),
-            max_replication_factor: i16::MAX,
             placement_random: SeededRandom::from_entropy(),
         }
     }
@@ -57,14 +53,6 @@ impl TopicControl {
     /// Sets the cluster-wide partition limit (`osprey.max.partitions`).
     pub fn set_max_partitions(&mut self, max_partitions: i32) {
         self.max_partitions = i64::from(max_partitions.max(1));
-    }
-
-    /// Caps the replicas of a new partition. A cluster holds its topics to one replica
-    /// until partition data is replicated (issue 15): a topic with more would acknowledge
-    /// acks=all with a single copy. Unlimited by default (a single node places on
-    /// itself only, so the placer refuses RF>1 with Kafka's message anyway).
-    pub fn set_max_replication_factor(&mut self, max_replication_factor: i16) {
-        self.max_replication_factor = max_replication_factor.max(1);
     }
 
     /// CreateTopics for one topic: validates it and places its replicas; the answer is
@@ -87,7 +75,6 @@ impl TopicControl {
             validate_config(k, v).map_err(|m| ControllerError::new(ErrorCode::INVALID_CONFIG, m))?;
         }
         let replicas = self.assign(image, topic)?;
-        self.check_replication_factor(&replicas)?;
         self.check_partition_limit(image, replicas.len())?;
         let id = random_uuid().map_err(|e| ControllerError::new(ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string()))?;
         let record = MetadataRecord::CreateTopic {
@@ -139,7 +126,6 @@ impl TopicControl {
         let rf = topic.partitions.first().map_or(1, |p| p.replicas.len());
         let id = topic.id.0;
         let replicas = self.place(image, (count - current) as usize, rf.min(i16::MAX as usize) as i16)?;
-        self.check_replication_factor(&replicas)?;
         let mut records = Vec::new();
         if !validate_only {
             let isrs = self.initial_isrs(image, &replicas);
@@ -378,23 +364,6 @@ impl TopicControl {
         (isrs.as_slice() != replicas).then_some(isrs)
     }
 
-    /// Refuses partitions with more replicas than `max_replication_factor`. Checked once
-    /// placement succeeded, so an RF beyond the brokers available keeps Kafka's message.
-    fn check_replication_factor(&self, replicas: &[Vec<i32>]) -> Result<(), ControllerError> {
-        let most = replicas.iter().map(Vec::len).max().unwrap_or(0);
-        if most > self.max_replication_factor as usize {
-            return Err(ControllerError::new(
-                ErrorCode::INVALID_REPLICATION_FACTOR,
-                format!(
-                    "Replication factor {most} is not served: Osprey does not replicate partition data yet \
-                     (issue 15), so a cluster serves replication factor {} only.",
-                    self.max_replication_factor
-                ),
-            ));
-        }
-        Ok(())
-    }
-
     /// Refuses to grow the cluster past `osprey.max.partitions`: every partition is a
     /// directory, files and memory on every replica, and start-up and shutdown take
     /// time in proportion to them.
@@ -525,54 +494,20 @@ mod tests {
     }
 
     #[test]
-    fn replication_beyond_the_cap_is_refused_and_beyond_the_brokers_keeps_kafkas_message() {
-        let mut control = TopicControl::new(vec![], 1, 2);
-        control.set_max_replication_factor(1);
+    fn replicas_spread_over_the_brokers_and_beyond_them_keep_kafkas_message() {
+        let mut control = TopicControl::new(vec![], 1, 3);
         let mut image = MetadataImage::default();
         registered(&mut image, &[1, 2, 3]);
-        let explicit = control.create_topic(&image, &topic("rf2", 1, 2), false, &accept_all).unwrap_err();
-        assert_eq!(explicit.code, ErrorCode::INVALID_REPLICATION_FACTOR);
-        assert!(explicit.message.contains("does not replicate partition data yet (issue 15)"), "{}", explicit.message);
-        let default = control.create_topic(&image, &topic("default", 1, -1), false, &accept_all).unwrap_err();
-        assert_eq!(default.code, ErrorCode::INVALID_REPLICATION_FACTOR, "default.replication.factor=2 is capped too");
-        let manual = NewTopic {
-            name: "manual".into(),
-            num_partitions: -1,
-            replication_factor: -1,
-            assignments: vec![(0, vec![1]), (1, vec![2])],
-            ..Default::default()
-        };
-        assert!(control.create_topic(&image, &manual, false, &accept_all).is_ok(), "one replica each passes");
-        let manual = NewTopic { assignments: vec![(0, vec![1, 2])], ..manual };
-        let refused = control.create_topic(&image, &manual, false, &accept_all).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::INVALID_REPLICATION_FACTOR, "{}", refused.message);
+        let created = control.create_topic(&image, &topic("rf3", 2, -1), false, &accept_all).unwrap();
+        apply(&mut image, &created.records);
+        for p in &image.topic("rf3").unwrap().partitions {
+            let mut replicas = p.replicas.clone();
+            replicas.sort_unstable();
+            assert_eq!(replicas, vec![1, 2, 3], "default.replication.factor=3 puts a replica on each broker");
+            assert_eq!(p.isr.len(), 3);
+        }
         let too_many = control.create_topic(&image, &topic("rf4", 1, 4), false, &accept_all).unwrap_err();
         assert_eq!(too_many.code, ErrorCode::INVALID_REPLICATION_FACTOR);
-        assert!(
-            too_many.message.starts_with("Unable to replicate the partition 4 time(s)"),
-            "more than the brokers: Kafka's message, {}",
-            too_many.message
-        );
-        let one = control.create_topic(&image, &topic("rf1", 2, 1), false, &accept_all).unwrap();
-        apply(&mut image, &one.records);
-        assert_eq!(image.topic("rf1").unwrap().partitions.len(), 2);
-    }
-
-    #[test]
-    fn partitions_added_to_a_topic_wider_than_the_cap_are_refused() {
-        let mut control = TopicControl::new(vec![], 1, 1);
-        let mut image = MetadataImage::default();
-        registered(&mut image, &[1, 2]);
-        // Created before the cap was lowered (or by a build without it).
-        let wide = control.create_topic(&image, &topic("wide", 1, 2), false, &accept_all).unwrap();
-        apply(&mut image, &wide.records);
-        control.set_max_replication_factor(1);
-        let refused = control.create_partitions(&image, "wide", 2, false).unwrap_err();
-        assert_eq!(refused.code, ErrorCode::INVALID_REPLICATION_FACTOR);
-        let narrow = control.create_topic(&image, &topic("narrow", 1, 1), false, &accept_all).unwrap();
-        apply(&mut image, &narrow.records);
-        let grown = control.create_partitions(&image, "narrow", 3, false).unwrap();
-        apply(&mut image, &grown.records);
-        assert_eq!(image.topic("narrow").unwrap().partitions.len(), 3);
+        assert!(too_many.message.starts_with("Unable to replicate the partition 4 time(s)"), "{}", too_many.message);
     }
 }

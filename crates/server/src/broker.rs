@@ -196,6 +196,10 @@ pub struct Broker {
     logs_left_unopened: std::sync::atomic::AtomicBool,
     /// Deletes the directories of deleted partitions, crash-safely.
     pub log_deleter: LogDeleter,
+    /// In a cluster: where partitions queue their ISR changes, and the other end, taken
+    /// once by the task that sends them to the controller (`replication::spawn`).
+    isr_sink: Option<crate::partition::IsrSink>,
+    isr_changes: Mutex<Option<tokio::sync::mpsc::UnboundedReceiver<crate::partition::IsrRequest>>>,
 }
 
 /// Where metadata changes are decided.
@@ -379,7 +383,16 @@ impl Broker {
         let effective = Effective::new(&settings, &image);
         let connection_slots = ConnectionSlots::new(effective.max_connections(&settings));
         let effective = RwLock::new(effective);
+        let (isr_sink, isr_changes) = match backend {
+            Backend::Local(_) => (None, None),
+            Backend::Cluster(_) => {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                (Some(tx), Some(rx))
+            }
+        };
         Ok(Arc::new(Broker {
+            isr_sink,
+            isr_changes: Mutex::new(isr_changes),
             cluster_id: meta.cluster_id,
             backend,
             startup_prior: prior,
@@ -811,20 +824,37 @@ impl Broker {
         }
     }
 
-    /// In a cluster: makes `image` the broker's metadata. Logs of partitions newly led
-    /// here open first, so no reader of the image finds one of them missing; then the
-    /// image is swapped in; then the logs of partitions no longer held here (topic
-    /// deleted, replica moved away) are closed and their directories deleted, and
-    /// changed configs are applied. Blocks (opening logs): call it from the blocking
-    /// pool. Images come in log order from one follower, one at a time.
+    /// The ISR changes partitions queue for the controller; taken once, by the task
+    /// that sends them (None on a single node, or once taken).
+    pub fn take_isr_changes(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<crate::partition::IsrRequest>> {
+        self.isr_changes.lock().expect(POISONED).take()
+    }
+
+    /// In a cluster: makes `image` the broker's metadata. Logs of partitions newly
+    /// assigned here (as leader or follower) open first, so no reader of the image finds
+    /// one of them missing; every partition held here takes its new leadership, epochs
+    /// and ISR; then the image is swapped in; then the logs of partitions no longer held
+    /// here (topic deleted, replica moved away) are closed and their directories
+    /// deleted, and changed configs are applied. Blocks (opening logs): call it from the
+    /// blocking pool. Images come in log order from one follower, one at a time.
     pub fn publish(&self, image: Arc<MetadataImage>) {
         let node = self.settings.node_id;
         let old = self.image();
         let new_topics: Vec<&TopicImage> = image.topics().collect();
         // Opening may take a while after a restart; it stops early at shutdown, and
         // what is not open then opens at the next start.
-        if let Err(e) = self.open_partitions_led_here(&new_topics) {
+        if let Err(e) = self.open_partitions_held_here(&new_topics) {
             tracing::error!(error = %e, "partition logs not opened; this broker does not serve them");
+        }
+        for topic in &new_topics {
+            for p in &topic.partitions {
+                let unchanged = old.partition(topic.id, p.index).is_some_and(|before| before == p);
+                if !unchanged && p.replicas.contains(&node) {
+                    if let Some(partition) = self.replica_manager.replica(topic.id, p.index) {
+                        partition.apply_assignment(p);
+                    }
+                }
+            }
         }
         *self.image.write().expect(POISONED) = image.clone();
         let mut gone = Vec::new();
@@ -867,8 +897,8 @@ impl Broker {
         }
     }
 
-    /// Opens the logs of partitions `topics` lead here that are not open yet.
-    fn open_partitions_led_here(&self, topics: &[&TopicImage]) -> io::Result<()> {
+    /// Opens the logs of partitions of `topics` with a replica here that are not open yet.
+    fn open_partitions_held_here(&self, topics: &[&TopicImage]) -> io::Result<()> {
         match self.open_partitions(topics, self.startup_prior) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => {
                 tracing::info!("{e}");
@@ -900,7 +930,8 @@ impl Broker {
         *self.stopping.borrow()
     }
 
-    /// Opens the logs of these topics' partitions that are led here and not open yet, on
+    /// Opens the logs of these topics' partitions with a replica here (a single node's:
+    /// all) that are not open yet, on
     /// `num.recovery.threads.per.data.dir` threads: opening is mostly fsyncs, and
     /// concurrent fsyncs share the file system's journal commits. Runs on the caller's
     /// (blocking) thread; stops early, with an error, once shutdown begins. Logs not opened
@@ -913,7 +944,8 @@ impl Broker {
             let replica_config = self.replica_config(topic, &config);
             let config = Arc::new(config);
             for p in &topic.partitions {
-                if p.leader == self.settings.node_id && !self.replica_manager.contains(topic.id, p.index) {
+                let here = p.replicas.contains(&self.settings.node_id) || p.leader == self.settings.node_id;
+                if here && !self.replica_manager.contains(topic.id, p.index) {
                     jobs.push((*topic, p, config.clone(), replica_config));
                 }
             }
@@ -966,7 +998,9 @@ impl Broker {
         // A single node is its own ISR: the replica state machine takes everything recovery
         // kept (and open made durable) as committed, including acknowledged data written
         // after the last high-watermark checkpoint.
-        self.replica_manager.add(Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config));
+        let partition =
+            Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config, self.isr_sink.clone());
+        self.replica_manager.add(partition);
         Ok(())
     }
 

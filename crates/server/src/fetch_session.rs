@@ -38,6 +38,9 @@ pub struct PartitionFetch {
     pub fetch_offset: i64,
     pub max_bytes: i32,
     pub current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher has (v12+, KIP-320), -1 if not sent: the
+    /// leader answers a diverging epoch when its log disagrees.
+    pub last_fetched_epoch: i32,
 }
 
 /// What a read of a partition found, as far as the session compares it.
@@ -403,7 +406,7 @@ mod tests {
     }
 
     fn fetch(offset: i64) -> PartitionFetch {
-        PartitionFetch { fetch_offset: offset, max_bytes: 1024, current_leader_epoch: -1 }
+        PartitionFetch { fetch_offset: offset, max_bytes: 1024, current_leader_epoch: -1, last_fetched_epoch: -1 }
     }
 
     fn quiet(hw: i64) -> PartitionRead {

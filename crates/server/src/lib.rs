@@ -22,6 +22,7 @@ pub mod metadata_cache;
 pub mod network;
 pub mod partition;
 pub mod replica_manager;
+pub mod replication;
 pub mod replies;
 pub mod supported;
 pub mod telemetry;

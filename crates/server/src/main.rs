@@ -346,6 +346,9 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     };
     tokio::spawn(link.clone().follow(publisher, stopped.clone()));
     tokio::spawn(link.clone().run_lifecycle(stopped.clone()));
+    // Followers fetch as soon as their partitions open, so a restarted broker catches up
+    // while it is still fenced (it joins ISRs only once unfenced, KIP-841).
+    osprey_server::replication::spawn(broker.clone(), link.clone(), stopped.clone());
     tracing::info!(%cluster_id, "waiting to catch up with the metadata and be unfenced by the controller");
     let mut registration = link.watch_registration();
     tokio::select! {

@@ -1,15 +1,15 @@
-//! A partition this broker leads: its log, its replica state machine, and the signal
-//! fetchers wait on.
+//! A partition this broker holds, as leader or follower: its log, its replica state
+//! machine, and the signals fetchers wait on.
 
 use osprey_cluster::replica::{
-    AckLevel, AppendRefused, Assignment, LocalLog, Output, ReplicaConfig, ReplicaState, Snapshot,
+    AckLevel, AppendRefused, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState, Role, Snapshot,
 };
 use osprey_cluster::PartitionImage;
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::{FdLimited, Flusher, LogConfig, PartitionLog, StdStorage, StorageError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 
 /// A partition log whose files count against the broker's open-file budget.
 pub type Log = PartitionLog<FdLimited<StdStorage>>;
@@ -30,6 +30,12 @@ pub struct Partition {
     replica: Mutex<Replica>,
     /// The machine's high watermark, published for long-polling fetches.
     high_watermark: watch::Sender<i64>,
+    /// The log end offset, published for followers' long-polling fetches (they read
+    /// past the high watermark, so its moves are not enough to wake them).
+    log_end_offset: watch::Sender<i64>,
+    /// Where ISR changes go to be sent to the controller (AlterPartition); none on a
+    /// single node, whose ISR never changes.
+    isr_changes: Option<IsrSink>,
     /// Transactional appends waiting for their partition to join the transaction (KIP-890
     /// part 2). While any wait, later transactional batches wait behind them, so a batch
     /// never overtakes an earlier one of its producer.
@@ -42,7 +48,39 @@ struct Replica {
     state: ReplicaState,
     next_request_id: u64,
     waiters: HashMap<u64, oneshot::Sender<Result<(), AckError>>>,
+    /// Each follower's broker epoch, from its fetches (Fetch v15+ sends it): the ISR
+    /// the leader proposes carries them, so the controller refuses a member that has
+    /// restarted since (KIP-903).
+    follower_broker_epochs: HashMap<i32, i64>,
 }
+
+/// A led partition's replication figures, for metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReplicationStatus {
+    pub replicas: usize,
+    pub isr: usize,
+    /// The effective `min.insync.replicas`.
+    pub min_isr: usize,
+    /// The most messages (offsets) a follower is behind the leader's log end.
+    pub max_follower_lag: i64,
+    /// Produce requests waiting for their acknowledgement.
+    pub waiting: usize,
+}
+
+/// An ISR change of one partition, for the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrRequest {
+    pub topic_id: Uuid,
+    pub index: i32,
+    pub change: IsrChange,
+    /// The broker epoch of each member of `change.new_isr` (-1 where unknown).
+    pub broker_epochs: Vec<i64>,
+}
+
+/// The queue of ISR changes to send. At most one change per partition is in flight (the
+/// replica state machine proposes the next only once the last is answered), so it holds
+/// at most one entry per partition held here.
+pub type IsrSink = mpsc::UnboundedSender<IsrRequest>;
 
 /// Why a write was not acknowledged.
 #[derive(Debug)]
@@ -83,17 +121,26 @@ impl Partition {
         assignment: &PartitionImage,
         log: Arc<Log>,
         config: ReplicaConfig,
+        isr_changes: Option<IsrSink>,
     ) -> Partition {
         let now = crate::broker::now_ms();
         let state = ReplicaState::new(config, assignment_of(assignment), local_log(&log), log.high_watermark(), now);
         let (high_watermark, _) = watch::channel(state.high_watermark());
+        let (log_end_offset, _) = watch::channel(log.log_end_offset());
         let partition = Partition {
             topic,
             topic_id,
             index: assignment.index,
             log,
-            replica: Mutex::new(Replica { state, next_request_id: 0, waiters: HashMap::new() }),
+            replica: Mutex::new(Replica {
+                state,
+                next_request_id: 0,
+                waiters: HashMap::new(),
+                follower_broker_epochs: HashMap::new(),
+            }),
             high_watermark,
+            log_end_offset,
+            isr_changes,
             deferred_txn_appends: std::sync::atomic::AtomicUsize::new(0),
         };
         // The machine may already have moved the high watermark (a single node is its own
@@ -115,6 +162,121 @@ impl Partition {
 
     pub fn leader_epoch(&self) -> i32 {
         self.lock().state.leader_epoch()
+    }
+
+    /// The replication figures of a partition led here (None on a follower).
+    pub fn replication_status(&self) -> Option<ReplicationStatus> {
+        let replica = self.lock();
+        let state = &replica.state;
+        state.is_leader().then(|| ReplicationStatus {
+            replicas: state.replicas().len(),
+            isr: state.isr().len(),
+            min_isr: state.effective_min_insync_replicas(),
+            max_follower_lag: state.max_follower_lag(),
+            waiting: state.waiting_count(),
+        })
+    }
+
+    /// Osprey's default flush policy: data counts only once durable.
+    pub fn fsync_before_ack(&self) -> bool {
+        self.lock().state.fsync_before_ack()
+    }
+
+    /// Whether this broker leads the partition now.
+    pub fn is_leader(&self) -> bool {
+        self.lock().state.is_leader()
+    }
+
+    pub fn role(&self) -> Role {
+        self.lock().state.role()
+    }
+
+    /// The replicas and the ISR as this broker knows them.
+    pub fn replicas_and_isr(&self) -> (Vec<i32>, Vec<i32>) {
+        let replica = self.lock();
+        (replica.state.replicas().to_vec(), replica.state.isr().to_vec())
+    }
+
+    /// The controller's metadata for the partition, from the image or an AlterPartition
+    /// answer: leadership, epochs, replicas and ISR. Older news is ignored.
+    pub fn apply_assignment(&self, assignment: &PartitionImage) {
+        let mut replica = self.lock();
+        let led = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
+        replica.state.apply_assignment(assignment_of(assignment), crate::broker::now_ms());
+        let leads = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
+        let new_epoch = leads.is_some_and(|(epoch, _)| led.is_none_or(|(before, _)| before != epoch));
+        match (led, leads) {
+            (None, Some((epoch, _))) => {
+                tracing::info!(topic = %self.topic, partition = self.index, leader_epoch = epoch, "leading the partition");
+            }
+            // The ISR this broker leads changed (whether the AlterPartition answer or the
+            // metadata brought it first): Kafka's IsrShrinksPerSec / IsrExpandsPerSec.
+            (Some((e1, before)), Some((e2, after))) if e1 == e2 && before != after => {
+                crate::telemetry::isr_changed(after > before);
+            }
+            _ => {}
+        }
+        self.carry_out(&mut replica);
+        drop(replica);
+        if new_epoch {
+            if let Err(e) = self.log.assign_epoch_start(assignment.leader_epoch) {
+                tracing::error!(topic = %self.topic, partition = self.index, error = %e, "leader epoch not recorded in the log");
+            }
+        }
+    }
+
+    /// The controller refused the ISR change in flight: propose again from the metadata.
+    pub fn isr_change_rejected(&self) {
+        let mut replica = self.lock();
+        replica.state.isr_change_rejected(crate::broker::now_ms());
+        self.carry_out(&mut replica);
+    }
+
+    /// As the leader: a follower fetched from `fetch_offset`. A follower fetches only
+    /// once what it has is durable (its fetcher flushes first), so the fetch offset is
+    /// also its durable end. `broker_epoch` is the follower's, when its fetch names it.
+    pub fn follower_fetched(&self, replica_id: i32, broker_epoch: i64, fetch_offset: i64) -> Result<(), ErrorCode> {
+        let mut replica = self.lock();
+        if broker_epoch >= 0 {
+            replica.follower_broker_epochs.insert(replica_id, broker_epoch);
+        }
+        let result = replica.state.follower_fetched(replica_id, fetch_offset, fetch_offset, crate::broker::now_ms());
+        self.carry_out(&mut replica);
+        result
+    }
+
+    /// As a follower: the leader's high watermark, from a fetch answer.
+    pub fn leader_high_watermark(&self, high_watermark: i64) {
+        let mut replica = self.lock();
+        replica.state.local_log_changed(local_log(&self.log), crate::broker::now_ms());
+        replica.state.leader_high_watermark(high_watermark);
+        self.carry_out(&mut replica);
+    }
+
+    /// As a follower: the log was truncated where it diverged from the leader's.
+    pub fn log_truncated(&self) {
+        let mut replica = self.lock();
+        let local = local_log(&self.log);
+        replica.state.local_log_truncated(local);
+        self.publish_log_end_offset(local.log_end_offset);
+    }
+
+    /// Time passed: followers that fell behind for `replica.lag.time.max.ms` leave the
+    /// ISR (an AlterPartition to send).
+    pub fn tick(&self) {
+        let mut replica = self.lock();
+        replica.state.tick(crate::broker::now_ms());
+        self.carry_out(&mut replica);
+    }
+
+    /// Requests waiting for their acknowledgement (acks=all waiting on followers).
+    pub fn waiting_count(&self) -> usize {
+        self.lock().state.waiting_count()
+    }
+
+    /// A receiver that changes whenever the log end offset moves (followers' long polls).
+    pub fn watch_log_end_offset(&self) -> watch::Receiver<i64> {
+        self.log_end_offset.subscribe()
     }
 
     /// Whether a write with these acks may be appended now (leadership; the ISR against
@@ -145,7 +307,16 @@ impl Partition {
         // so an older first unstable offset never replaces a newer one.
         let local = local_log(&self.log);
         replica.state.local_log_changed(local, crate::broker::now_ms());
+        self.publish_log_end_offset(local.log_end_offset);
         self.carry_out(&mut replica);
+    }
+
+    fn publish_log_end_offset(&self, log_end_offset: i64) {
+        self.log_end_offset.send_if_modified(|published| {
+            let moved = log_end_offset != *published;
+            *published = log_end_offset;
+            moved
+        });
     }
 
     /// Resolves once the batch ending at `last_offset` is acknowledged at acks=all:
@@ -167,6 +338,7 @@ impl Partition {
             let now = crate::broker::now_ms();
             let local = local_log(&self.log);
             replica.state.local_log_changed(local, now);
+            self.publish_log_end_offset(local.log_end_offset);
             replica.state.await_ack(request_id, last_offset + 1, ack_level(acks), now);
             self.carry_out(&mut replica);
             (request_id, replica.state.fsync_before_ack())
@@ -195,8 +367,8 @@ impl Partition {
         }
     }
 
-    /// Carries out the machine's outputs: publishes a new high watermark, answers
-    /// acknowledged requests. (ISR changes need followers, which a single node has not.)
+    /// Carries out the machine's outputs: publishes a new high watermark, queues ISR
+    /// changes for the controller, answers acknowledged requests.
     fn carry_out(&self, replica: &mut Replica) {
         while let Some(output) = replica.state.poll_output() {
             match output {
@@ -213,7 +385,19 @@ impl Partition {
                     });
                 }
                 Output::AlterPartition(change) => {
-                    tracing::warn!(topic = %self.topic, partition = self.index, ?change, "ISR change asked without a controller to send it to");
+                    tracing::info!(topic = %self.topic, partition = self.index, isr = ?replica.state.isr(), new_isr = ?change.new_isr, "proposing an ISR change to the controller");
+                    let broker_epochs = change
+                        .new_isr
+                        .iter()
+                        .map(|id| replica.follower_broker_epochs.get(id).copied().unwrap_or(-1))
+                        .collect();
+                    let request = IsrRequest { topic_id: self.topic_id, index: self.index, change, broker_epochs };
+                    let sent = self.isr_changes.as_ref().is_some_and(|sink| sink.send(request).is_ok());
+                    if !sent {
+                        // Shutting down (or a single node): nobody sends it; forget it, so
+                        // the machine may propose again.
+                        replica.state.isr_change_rejected(crate::broker::now_ms());
+                    }
                 }
                 Output::Completed { request_id, result } => {
                     if let Some(tx) = replica.waiters.remove(&request_id) {
@@ -316,7 +500,7 @@ mod tests {
         };
         let replica_config =
             ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };
-        (Arc::new(Partition::new("t".into(), Uuid::default(), &image, Arc::new(log), replica_config)), dir)
+        (Arc::new(Partition::new("t".into(), Uuid::default(), &image, Arc::new(log), replica_config, None)), dir)
     }
 
     fn append(partition: &Partition, records: usize) -> i64 {

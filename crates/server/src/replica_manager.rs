@@ -59,11 +59,19 @@ impl ReplicaManager {
         rx
     }
 
+    /// The partition if this broker leads it now: what client requests, the coordinators
+    /// and the admin paths act on. A follower's replica is not served to them (Kafka
+    /// answers NOT_LEADER_OR_FOLLOWER).
     pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
+        self.replica(topic_id, index).filter(|p| p.is_leader())
+    }
+
+    /// The partition if this broker holds a replica of it, as leader or follower.
+    pub fn replica(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
         self.partitions.get(&(topic_id, index)).map(|p| p.clone())
     }
 
-    /// Every partition held here, in no particular order.
+    /// Every partition held here, leader or follower, in no particular order.
     pub fn partitions(&self) -> Vec<Arc<Partition>> {
         self.partitions.iter().map(|p| p.clone()).collect()
     }
@@ -98,7 +106,7 @@ impl ReplicaManager {
         replica_config: ReplicaConfig,
     ) {
         for index in indexes {
-            if let Some(partition) = self.partition(topic_id, index) {
+            if let Some(partition) = self.replica(topic_id, index) {
                 partition.reconfigure(config.clone(), replica_config);
             }
         }

@@ -337,7 +337,64 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
     listed.groups.into_iter().map(|g| g.group_id).collect()
 }
 
+/// Replication, as an operator watches it (the reference articles' list; the README
+/// maps each to Kafka's JMX name): partitions and leaders held here, and of those led
+/// here the under-replicated ones, those under and at `min.insync.replicas`, the largest
+/// follower lag, the produce requests waiting for acks=all; offline partitions from the
+/// image.
+fn refresh_replication_gauges(broker: &Broker) {
+    let (mut leaders, mut under_replicated, mut under_min_isr, mut at_min_isr) = (0u64, 0u64, 0u64, 0u64);
+    let (mut max_lag, mut waiting) = (0i64, 0usize);
+    let all = broker.replica_manager.partitions();
+    for p in &all {
+        let Some(status) = p.replication_status() else { continue };
+        leaders += 1;
+        under_replicated += u64::from(status.isr < status.replicas);
+        under_min_isr += u64::from(status.isr < status.min_isr);
+        at_min_isr += u64::from(status.isr == status.min_isr);
+        max_lag = max_lag.max(status.max_follower_lag);
+        waiting += status.waiting;
+    }
+    let image = broker.image();
+    let offline = image.topics().flat_map(|t| &t.partitions).filter(|p| p.leader < 0).count();
+    gauge!("osprey_partitions").set(all.len() as f64);
+    gauge!("osprey_leader_partitions").set(leaders as f64);
+    gauge!("osprey_under_replicated_partitions").set(under_replicated as f64);
+    gauge!("osprey_under_min_isr_partitions").set(under_min_isr as f64);
+    gauge!("osprey_at_min_isr_partitions").set(at_min_isr as f64);
+    gauge!("osprey_offline_partitions").set(offline as f64);
+    gauge!("osprey_replica_max_lag_messages").set(max_lag as f64);
+    gauge!("osprey_produce_acks_all_waiting").set(waiting as f64);
+}
+
+/// The leader's ISR changed (AlterPartition committed): expanded or shrunk.
+pub fn isr_changed(expanded: bool) {
+    let name = if expanded { "osprey_isr_expands_total" } else { "osprey_isr_shrinks_total" };
+    counter!(name).increment(1);
+}
+
+/// An ISR change not made: the controller was unreachable or refused it.
+pub fn isr_change_failed(reason: &'static str) {
+    counter!("osprey_isr_change_failures_total", "reason" => reason).increment(1);
+}
+
+/// A follower's fetch failed (the request, or one partition's answer).
+pub fn replica_fetch_failed(reason: &'static str) {
+    counter!("osprey_replica_fetch_failures_total", "reason" => reason).increment(1);
+}
+
+/// Bytes a follower appended from its leader.
+pub fn replica_bytes_in(topic: &str, bytes: u64) {
+    counter!("osprey_replication_bytes_in_total", "topic" => topic.to_string()).increment(bytes);
+}
+
+/// A follower truncated its log where it diverged from its leader's.
+pub fn replica_truncated() {
+    counter!("osprey_replica_truncations_total").increment(1);
+}
+
 fn refresh_partition_gauges(broker: &Broker) {
+    refresh_replication_gauges(broker);
     let (mut count, mut max, mut errors) = (0u64, 0f64, 0u64);
     for p in broker.replica_manager.partitions() {
         let f = p.log.fsync_stats();

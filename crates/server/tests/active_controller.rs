@@ -12,7 +12,6 @@ use osprey_protocol::messages::create_topics_request::CreatableTopic;
 use osprey_protocol::messages::*;
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use osprey_server::controller_node::apis::ControllerApis;
-use osprey_server::controller_node::ActiveControllerConfig;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -328,32 +327,6 @@ async fn a_controller_is_active_once_the_quorum_committed_its_cluster_id_and_che
     let image = c.image(at);
     assert!(image.broker(2).is_none());
     assert_eq!(image.broker(1).unwrap().epoch, 1, "the broker epoch counts the ClusterId record at offset 0");
-}
-
-#[tokio::test(flavor = "current_thread", start_paused = true)]
-async fn a_cluster_serves_replication_factor_one_until_partition_data_is_replicated() {
-    let c = Cluster::start_configured(|_| {}, |a| *a = ActiveControllerConfig { ..fresh(a) }).await;
-    let at = c.active().await;
-    c.three_unfenced_brokers().await;
-    let refused = c.create_topic(at, "rf3", 1, 3).await;
-    assert_eq!(refused.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
-    let message = refused.error_message.unwrap_or_default();
-    assert!(message.contains("does not replicate partition data yet (issue 15)"), "{message}");
-    let beyond = c.create_topic(at, "rf4", 1, 4).await;
-    assert_eq!(beyond.error_code, ErrorCode::INVALID_REPLICATION_FACTOR.code());
-    assert!(beyond.error_message.unwrap_or_default().starts_with("Unable to replicate the partition 4 time(s)"));
-    let created = c.create_topic(at, "rf1", 3, 1).await;
-    assert_eq!((created.error_code, created.replication_factor), (0, 1));
-    assert!(c.image(at).topic("rf3").is_none() && c.image(at).topic("rf1").is_some());
-}
-
-/// The defaults of a controller configured from a node's configuration, with the test
-/// cluster's id and session timeout kept.
-fn fresh(changed: &ActiveControllerConfig) -> ActiveControllerConfig {
-    let mut config = ActiveControllerConfig::from_config(&osprey_server::config::BrokerConfig::default());
-    config.cluster.cluster_id = changed.cluster.cluster_id.clone();
-    config.placement_seed = changed.placement_seed;
-    config
 }
 
 fn alter(

@@ -154,9 +154,9 @@ async fn brokers_follow_register_write_through_the_active_controller_and_survive
     assert_eq!(leaders, [11, 12].into(), "partitions are placed over both brokers");
     eventually("broker 12 sees the topic", || brokers[1].image().topic("spread").is_some()).await;
 
-    // Until partition data is replicated, replication factor 2 is refused.
+    // Replication factor beyond the brokers registered is refused, with Kafka's message.
     let link = brokers[0].link.clone();
-    let refused = blocking(move || link.create_topic(&topic("wide", 1, 2), false)).await.unwrap_err();
+    let refused = blocking(move || link.create_topic(&topic("wide", 1, 3), false)).await.unwrap_err();
     assert_eq!(refused.code, ErrorCode::INVALID_REPLICATION_FACTOR, "{refused:?}");
 
     // Producer id blocks from the controller never overlap across brokers.

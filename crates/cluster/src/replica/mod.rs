@@ -349,6 +349,19 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
+    /// As a follower: the local log was truncated (it diverged from the new leader's), so
+    /// unlike [`local_log_changed`](Self::local_log_changed) its offsets go back. The
+    /// high watermark is cut back with it if it passed the new end: only after an
+    /// unclean election does a follower lose offsets below its high watermark. A leader
+    /// never truncates; the call is ignored there.
+    pub fn local_log_truncated(&mut self, local: LocalLog) {
+        if self.is_leader() {
+            return;
+        }
+        self.local = local;
+        self.high_watermark = self.high_watermark.min(local.log_end_offset.max(0));
+    }
+
     /// A follower fetched from `fetch_offset` (its log end offset), having made
     /// everything below `durable_end_offset` durable (Kafka's `updateFollowerFetchState`).
     /// Fails with NOT_LEADER_OR_FOLLOWER if this broker does not lead, or the replica is
@@ -484,6 +497,13 @@ impl ReplicaState {
     /// out). Returns whether it was waiting.
     pub fn cancel(&mut self, request_id: u64) -> bool {
         self.waiting.remove(&request_id).is_some()
+    }
+
+    /// As the leader: the most offsets a follower's log end is behind this log's (a
+    /// follower that has not fetched in this epoch counts from 0); 0 on a follower.
+    pub fn max_follower_lag(&self) -> i64 {
+        let leader_end = self.local.log_end_offset;
+        self.followers.values().map(|f| (leader_end - f.log_end_offset.max(0)).max(0)).max().unwrap_or(0)
     }
 
     /// Requests waiting for their acknowledgement.

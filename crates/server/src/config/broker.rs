@@ -210,6 +210,18 @@ pub struct BrokerConfig {
     pub max_partitions: i32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: i64,
+    /// `num.replica.fetchers`.
+    pub num_replica_fetchers: i32,
+    /// `replica.fetch.max.bytes`.
+    pub replica_fetch_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`.
+    pub replica_fetch_response_max_bytes: i32,
+    /// `replica.fetch.wait.max.ms`.
+    pub replica_fetch_wait_max_ms: i32,
+    /// `replica.fetch.min.bytes`.
+    pub replica_fetch_min_bytes: i32,
+    /// `replica.fetch.backoff.ms`.
+    pub replica_fetch_backoff_ms: i32,
     /// `offsets.topic.num.partitions`.
     pub offsets_topic_num_partitions: i32,
     /// `offsets.topic.replication.factor`.
@@ -564,6 +576,12 @@ impl BrokerConfig {
             num_recovery_threads_per_data_dir: r.i32("num.recovery.threads.per.data.dir"),
             max_partitions: r.i32("osprey.max.partitions"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
+            num_replica_fetchers: r.i32("num.replica.fetchers"),
+            replica_fetch_max_bytes: r.i32("replica.fetch.max.bytes"),
+            replica_fetch_response_max_bytes: r.i32("replica.fetch.response.max.bytes"),
+            replica_fetch_wait_max_ms: r.i32("replica.fetch.wait.max.ms"),
+            replica_fetch_min_bytes: r.i32("replica.fetch.min.bytes"),
+            replica_fetch_backoff_ms: r.i32("replica.fetch.backoff.ms"),
             offsets_topic_num_partitions: r.i32("offsets.topic.num.partitions"),
             offsets_topic_replication_factor: r.i16("offsets.topic.replication.factor"),
             offsets_topic_segment_bytes: r.i32("offsets.topic.segment.bytes"),

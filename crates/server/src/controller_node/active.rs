@@ -66,10 +66,6 @@ pub struct ActiveControllerConfig {
     pub default_partitions: i32,
     /// `default.replication.factor`, for a CreateTopics that asks for -1.
     pub default_replication_factor: i16,
-    /// The most replicas a partition may have. 1 until partition data is replicated
-    /// (issue 15): an RF>1 topic would acknowledge acks=all with one copy, so
-    /// CreateTopics and CreatePartitions beyond it answer INVALID_REPLICATION_FACTOR.
-    pub max_replication_factor: i16,
     /// `osprey.max.partitions`: the most partitions the cluster may hold.
     pub max_partitions: i32,
     /// `request.timeout.ms` (30000): the longest an answer waits for its records to
@@ -105,7 +101,6 @@ impl ActiveControllerConfig {
             },
             default_partitions: 1,
             default_replication_factor: 1,
-            max_replication_factor: 1,
             max_partitions: osprey_cluster::controller::MAX_PARTITIONS_PER_TOPIC,
             request_timeout_ms: 30_000,
             broker_heartbeat_interval_ms: 2_000,
@@ -260,7 +255,6 @@ impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
         let mut topics = TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
         topics.set_max_partitions(config.max_partitions);
-        topics.set_max_replication_factor(config.max_replication_factor);
         if let Some(seed) = config.placement_seed {
             topics.set_placement_seed(seed);
         }

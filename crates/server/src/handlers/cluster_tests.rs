@@ -150,8 +150,8 @@ fn produce_request(partitions: &[i32]) -> ProduceRequest {
         })
         .collect();
     ProduceRequest {
-        // acks=1: partition 0's ISR names brokers that do not replicate here, and
-        // acks=all would wait for them (issue 15 replicates).
+        // acks=1: partition 0's ISR names brokers that do not fetch in this test, and
+        // acks=all would wait for them until the timeout.
         acks: 1,
         timeout_ms: 30_000,
         topic_data: vec![produce_request::TopicProduceData { name: "t".into(), partition_data, ..Default::default() }],
@@ -379,4 +379,107 @@ fn describe_topic_partitions_gives_no_leader_and_offline_replicas_from_the_image
     let p: Vec<_> =
         resp.topics[0].partitions.iter().map(|p| (p.leader_id, p.leader_epoch, p.offline_replicas.clone())).collect();
     assert_eq!(p, [(1, 0, vec![3]), (2, 5, vec![3]), (-1, 7, vec![3, 4])]);
+}
+
+fn produce_one(acks: i16, timeout_ms: i32) -> ProduceRequest {
+    ProduceRequest { acks, timeout_ms, ..produce_request(&[0]) }
+}
+
+fn produced(resp: ResponseBody) -> produce_response::PartitionProduceResponse {
+    let ResponseBody::Produce(resp) = resp else { panic!("not Produce") };
+    resp.responses[0].partition_responses[0].clone()
+}
+
+/// A follower's fetch of partition 0 (led here) at `fetch_offset`: replica id in the
+/// v12 field or in `ReplicaState` from v15.
+fn follower_fetch(replica_id: i32, fetch_offset: i64, version: i16) -> FetchRequest {
+    let mut req = fetch_request(&[0]);
+    req.topics[0].partitions[0].fetch_offset = fetch_offset;
+    if version >= 13 {
+        req.topics[0].topic_id = osprey_protocol::Uuid(TOPIC_T);
+    }
+    if version >= 15 {
+        req.replica_state = fetch_request::ReplicaState { replica_id, replica_epoch: 20, ..Default::default() };
+    } else {
+        req.replica_id = replica_id;
+    }
+    req
+}
+
+async fn fetched(c: &Cleanup, req: FetchRequest, version: i16) -> fetch_response::PartitionData {
+    let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version)).await else { panic!("not Fetch") };
+    resp.responses[0].partitions[0].clone()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn acks_all_waits_for_every_isr_follower_and_times_out_without_them() {
+    let c = cluster("view-acks-all-timeout");
+    // Partition 0's ISR is [1, 2, 3]; 2 and 3 never fetch here.
+    let answer = produced(later(produce::handle(&c.0, produce_one(-1, 200), 9)).await);
+    assert_eq!(answer.error_code, ErrorCode::REQUEST_TIMED_OUT.code(), "{answer:?}");
+    let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(TOPIC_T), 0).unwrap();
+    assert_eq!(partition.snapshot().high_watermark, 0, "nothing is committed without the followers");
+    assert_eq!(partition.log.log_end_offset(), 1, "the batch stays in the log, as in Kafka");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn follower_fetches_read_past_the_high_watermark_and_move_it() {
+    let c = cluster("view-follower-fetch");
+    let waiting = tokio::spawn(later(produce::handle(&c.0, produce_one(-1, 30_000), 9)));
+    let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(TOPIC_T), 0).unwrap();
+    while partition.log.log_end_offset() < 1 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    // A consumer sees nothing past the high watermark; a follower reads the batch.
+    let consumer = fetched(&c, fetch_request(&[0]), 12).await;
+    assert!(consumer.records.as_ref().is_none_or(|r| r.is_empty()), "{consumer:?}");
+    let follower = fetched(&c, follower_fetch(2, 0, 12), 12).await;
+    assert_eq!(follower.error_code, 0);
+    assert!(follower.records.as_ref().is_some_and(|r| !r.is_empty()), "the follower reads past the high watermark");
+    assert_eq!(follower.high_watermark, 0);
+    // Each follower comes back for offset 1: it has the batch, durably.
+    assert_eq!(fetched(&c, follower_fetch(2, 1, 12), 12).await.error_code, 0);
+    assert!(!waiting.is_finished(), "broker 3 is still in the ISR and has not fetched");
+    let last = fetched(&c, follower_fetch(3, 1, 15), 15).await;
+    assert_eq!((last.error_code, last.high_watermark), (0, 1), "v15 names the replica in ReplicaState");
+    let answer = produced(waiting.await.unwrap());
+    assert_eq!((answer.error_code, answer.base_offset), (0, 0), "acknowledged once every ISR member has it");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fetcher_that_is_not_a_follower_reads_nothing_past_the_high_watermark() {
+    let c = cluster("view-not-a-follower");
+    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9)).await);
+    assert_eq!(answer.error_code, 0);
+    for (replica_id, version) in [(7, 12), (1, 12), (7, 15)] {
+        let got = fetched(&c, follower_fetch(replica_id, 0, version), version).await;
+        assert_eq!(got.error_code, NOT_LEADER, "replica {replica_id} at v{version}");
+        assert!(got.records.as_ref().is_none_or(|r| r.is_empty()));
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_fetch_from_a_diverging_epoch_is_told_where_the_leaders_log_ends() {
+    let c = cluster("view-diverging");
+    for acks in [1, 1] {
+        assert_eq!(produced(later(produce::handle(&c.0, produce_one(acks, 30_000), 9)).await).error_code, 0);
+    }
+    // The fetcher's last batch is from epoch 0 at offset 4; this log's epoch 0 ends at 2.
+    let mut req = follower_fetch(2, 5, 12);
+    req.topics[0].partitions[0].last_fetched_epoch = 0;
+    let got = fetched(&c, req, 12).await;
+    assert_eq!(got.error_code, 0);
+    assert_eq!((got.diverging_epoch.epoch, got.diverging_epoch.end_offset), (0, 2), "epoch 0 ends at offset 2 here");
+    assert!(got.records.as_ref().is_none_or(|r| r.is_empty()), "no records with a diverging epoch");
+    // An epoch newer than any this log has cannot be placed: OFFSET_OUT_OF_RANGE, as Kafka.
+    let mut req = follower_fetch(2, 5, 12);
+    req.topics[0].partitions[0].last_fetched_epoch = 3;
+    assert_eq!(fetched(&c, req, 12).await.error_code, ErrorCode::OFFSET_OUT_OF_RANGE.code());
+    // In step: no diverging epoch, records as usual.
+    let mut req = follower_fetch(2, 1, 12);
+    req.topics[0].partitions[0].last_fetched_epoch = 0;
+    let got = fetched(&c, req, 12).await;
+    assert_eq!((got.diverging_epoch.epoch, got.diverging_epoch.end_offset), (-1, -1));
+    assert!(got.records.as_ref().is_some_and(|r| !r.is_empty()));
 }

@@ -4,6 +4,13 @@
 //! appends without blocking anything else. Incremental fetch sessions (KIP-227) are
 //! kept in `fetch_session.rs`. The reads (`pread`s of segment files) run on the blocking
 //! pool, never on an async worker: a read that misses the page cache waits for the disk.
+//!
+//! A fetch with a replica id (`replica_id` up to v14, `replica_state` from v15) is a
+//! follower's (Kafka's `ReplicaFetcherThread`): it reads up to the log end offset, not
+//! the high watermark; its fetch offset tells the leader's replica state machine where
+//! the follower is (which moves the high watermark and the ISR); and its long poll
+//! wakes on appends. Any fetch that names the epoch of its last batch (v12+, KIP-320)
+//! is answered with a diverging epoch when the log disagrees, so the fetcher truncates.
 
 use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
@@ -13,7 +20,7 @@ use crate::partition::Partition;
 use crate::telemetry;
 use osprey_cluster::{MetadataImage, TopicImage};
 use osprey_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
+    AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
 };
 use osprey_protocol::messages::{FetchRequest, FetchResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -34,6 +41,8 @@ struct Plan {
     min_bytes: usize,
     session: Context,
     partitions: Vec<PartitionPlan>,
+    /// A follower's fetch: its broker id and broker epoch (-1 before v15).
+    replica: Option<(i32, i64)>,
 }
 
 struct PartitionPlan {
@@ -56,6 +65,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
                 fetch_offset: p.fetch_offset,
                 max_bytes: p.partition_max_bytes,
                 current_leader_epoch: p.current_leader_epoch,
+                last_fetched_epoch: if version >= 12 { p.last_fetched_epoch } else { -1 },
             };
             requested.push((key(&t.topic, t.topic_id, p.partition), fetch));
         }
@@ -65,9 +75,22 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .iter()
         .flat_map(|t| t.partitions.iter().map(|p| key(&t.topic, t.topic_id, *p)))
         .collect();
-    // Every fetch is a consumer's: Osprey has no followers, so no session is privileged.
-    let begin =
-        broker.fetch_sessions().begin(req.session_id, req.session_epoch, by_id, false, requested, &forgotten, now_ms());
+    let (replica_id, replica_epoch) = if version >= 15 {
+        (req.replica_state.replica_id, req.replica_state.replica_epoch)
+    } else {
+        (req.replica_id, -1)
+    };
+    let replica = (replica_id >= 0).then_some((replica_id, replica_epoch));
+    // A follower's session is privileged (Kafka keeps followers' sessions over consumers').
+    let begin = broker.fetch_sessions().begin(
+        req.session_id,
+        req.session_epoch,
+        by_id,
+        replica.is_some(),
+        requested,
+        &forgotten,
+        now_ms(),
+    );
     let (session, partitions) = match begin {
         Begin::Fetch { context, partitions } => (context, partitions),
         Begin::Error(code) => {
@@ -81,7 +104,16 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .into_iter()
         .map(|(key, fetch)| {
             let topic = topic_of(cache.image(), &key);
-            let partition = cache.partition_or_error(broker, topic, key.partition, unknown);
+            let mut partition = cache.partition_or_error(broker, topic, key.partition, unknown);
+            if let (Some((replica_id, broker_epoch)), Ok(p)) = (replica, &partition) {
+                // The follower's position, once per request and before the read, so the
+                // high watermark it moves is in the answer. A fetcher that is not one of
+                // the partition's followers reads nothing (Kafka's
+                // `updateFollowerFetchState` refusing it).
+                if let Err(code) = p.follower_fetched(replica_id, broker_epoch, fetch.fetch_offset) {
+                    partition = Err(code);
+                }
+            }
             PartitionPlan { key, fetch, partition }
         })
         .collect();
@@ -93,6 +125,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         min_bytes: req.min_bytes.max(0) as usize,
         session,
         partitions,
+        replica,
     };
     Reply::Later(Box::pin(fetch(Arc::new(plan), req.max_wait_ms)))
 }
@@ -129,7 +162,12 @@ async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
         let mut watchers = JoinSet::new();
         for p in &plan.partitions {
             if let Ok(partition) = &p.partition {
-                let mut rx = partition.watch_high_watermark();
+                // A follower waits for appends; a consumer for what it may read.
+                let mut rx = if plan.replica.is_some() {
+                    partition.watch_log_end_offset()
+                } else {
+                    partition.watch_high_watermark()
+                };
                 watchers.spawn(async move { rx.changed().await.is_ok() });
             }
         }
@@ -173,7 +211,7 @@ fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
     for p in &plan.partitions {
         let left = plan.max_bytes.saturating_sub(total);
         let budget = (p.fetch.max_bytes.max(0) as usize).min(left);
-        let data = read_partition(p, budget, total == 0, plan.read_committed);
+        let data = read_partition(p, budget, total == 0, plan.read_committed, plan.replica.is_some());
         errors |= data.error_code != 0;
         total += data.records.as_ref().map_or(0, |r| r.len());
         reads.push(data);
@@ -253,7 +291,13 @@ fn add_current_leaders(broker: &Broker, resp: &mut FetchResponse) {
         .collect();
 }
 
-fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_committed: bool) -> PartitionData {
+fn read_partition(
+    p: &PartitionPlan,
+    budget: usize,
+    min_one_batch: bool,
+    read_committed: bool,
+    follower: bool,
+) -> PartitionData {
     let mut data = PartitionData {
         partition_index: p.key.partition,
         high_watermark: -1,
@@ -284,9 +328,24 @@ fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_co
     data.high_watermark = snapshot.high_watermark;
     data.last_stable_offset = snapshot.last_stable_offset;
     data.log_start_offset = offsets.log_start_offset;
-    // read_committed stops at the last stable offset: nothing of an open transaction.
-    let bound = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
     let offset = p.fetch.fetch_offset;
+    match diverging_epoch(log, p.fetch.last_fetched_epoch, offset, offsets.log_start_offset) {
+        Ok(Some(diverging)) => {
+            data.diverging_epoch = diverging;
+            return data;
+        }
+        Ok(None) => {}
+        Err(code) => return failed(data, code),
+    }
+    // A follower reads everything the leader has; a consumer up to the high watermark,
+    // and read_committed up to the last stable offset: nothing of an open transaction.
+    let bound = if follower {
+        offsets.log_end_offset
+    } else if read_committed {
+        snapshot.last_stable_offset
+    } else {
+        snapshot.high_watermark
+    };
     if offset >= bound && offset <= offsets.log_end_offset {
         // Caught up (or past the bound but inside the log): nothing to read yet.
         return data;
@@ -322,6 +381,32 @@ fn read_partition(p: &PartitionPlan, budget: usize, min_one_batch: bool, read_co
             failed(data, code)
         }
     }
+}
+
+/// KIP-320, as Kafka's `Partition.fetchRecords`: a fetcher whose last batch has epoch
+/// `last_fetched_epoch` diverges from this log when this log's last epoch at or below it
+/// is smaller, or ends before `fetch_offset`. The answer names that epoch and its end
+/// offset; the fetcher truncates to it and fetches again. An epoch this log cannot
+/// place (newer than any it has), or a fetch offset below the log start, is
+/// OFFSET_OUT_OF_RANGE, as in Kafka.
+fn diverging_epoch(
+    log: &crate::partition::Log,
+    last_fetched_epoch: i32,
+    fetch_offset: i64,
+    log_start_offset: i64,
+) -> Result<Option<EpochEndOffset>, ErrorCode> {
+    if last_fetched_epoch < 0 {
+        return Ok(None);
+    }
+    let (epoch, end_offset) = log.end_offset_for_epoch(last_fetched_epoch);
+    if epoch < 0 || end_offset < 0 || fetch_offset < log_start_offset {
+        return Err(ErrorCode::OFFSET_OUT_OF_RANGE);
+    }
+    Ok((epoch < last_fetched_epoch || end_offset < fetch_offset).then(|| EpochEndOffset {
+        epoch,
+        end_offset,
+        ..Default::default()
+    }))
 }
 
 fn failed(mut data: PartitionData, code: ErrorCode) -> PartitionData {

@@ -27,6 +27,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::oneshot;
 
 /// A partition's outcome before the durability wait.
@@ -104,13 +105,19 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         // Nobody waits for the answer, but a queued append may defer (transaction version
         // 2), and what it defers must still happen.
         if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Queued(_))) {
-            tokio::spawn(async move { drop(respond(topics).await) });
+            tokio::spawn(async move { drop(respond(topics, None).await) });
         }
         return Reply::Nothing;
     }
     let broker = broker.clone();
+    // Kafka's DelayedProduce: what is not acknowledged by `timeout_ms` is answered
+    // REQUEST_TIMED_OUT (it stays in the log; an idempotent retry is deduplicated). A
+    // timeout of 0 still waits for the local fsync: Kafka answers such a request at once
+    // only because its own copy counts without one.
+    let timeout = Duration::from_millis(u64::try_from(req.timeout_ms).unwrap_or(0));
+    let deadline = (!timeout.is_zero()).then(|| tokio::time::Instant::now() + timeout);
     Reply::Later(Box::pin(async move {
-        let mut resp = respond(topics).await;
+        let mut resp = respond(topics, deadline).await;
         if version >= 10 {
             add_current_leaders(&broker, &mut resp, version);
         }
@@ -414,7 +421,7 @@ pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
     }
 }
 
-async fn respond(topics: Vec<TopicOutcome>) -> ProduceResponse {
+async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instant>) -> ProduceResponse {
     let mut resp = ProduceResponse::default();
     for topic in topics {
         let mut out = TopicProduceResponse { name: topic.name, topic_id: topic.topic_id, ..Default::default() };
@@ -449,11 +456,14 @@ async fn respond(topics: Vec<TopicOutcome>) -> ProduceResponse {
                     r.error_message = Some(message);
                 }
                 Outcome::Appended { info, durable } => {
-                    let result = match durable {
-                        Some(rx) => {
-                            rx.await.unwrap_or(Err(AckError::Storage(StorageError::Truncated(info.last_offset))))
-                        }
-                        None => Ok(()),
+                    let truncated = || Err(AckError::Storage(StorageError::Truncated(info.last_offset)));
+                    let result = match (durable, deadline) {
+                        (Some(rx), Some(deadline)) => match tokio::time::timeout_at(deadline, rx).await {
+                            Ok(acknowledged) => acknowledged.unwrap_or_else(|_| truncated()),
+                            Err(_) => Err(AckError::Replication(ErrorCode::REQUEST_TIMED_OUT)),
+                        },
+                        (Some(rx), None) => rx.await.unwrap_or_else(|_| truncated()),
+                        (None, _) => Ok(()),
                     };
                     match result {
                         Ok(()) => {

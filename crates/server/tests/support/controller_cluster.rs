@@ -112,9 +112,6 @@ impl Cluster {
             let q = Arc::new(Quorum::start(config, SimStorage::new(), Path::new("/meta"), transport).await.unwrap());
             router.members.lock().unwrap().insert(n, (q.clone(), true));
             let mut config = ActiveControllerConfig::new(Some(CLUSTER_ID.into()));
-            // These tests place replicas over three brokers, past the guard that holds a
-            // cluster to RF 1 until issue 15 replicates partition data.
-            config.max_replication_factor = 3;
             config.cluster.broker_session_timeout_ms = SESSION_TIMEOUT_MS;
             config.placement_seed = Some(n as u64);
             change_controller(&mut config);

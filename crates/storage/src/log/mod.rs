@@ -961,6 +961,26 @@ impl<S: Storage> PartitionLog<S> {
         self.append(&mut bytes, leader_epoch, now_ms)
     }
 
+    /// A new leader epoch starts at the log end offset: this replica became the leader
+    /// (Kafka's `maybeAssignEpochStartOffset`). A follower whose last batches are of an
+    /// older epoch past this point then learns where the logs part (diverging epoch,
+    /// OffsetForLeaderEpoch) even before the first batch of the new epoch is written.
+    /// An epoch not newer than the latest is ignored.
+    pub fn assign_epoch_start(&self, epoch: i32) -> Result<()> {
+        let mut s = lock(&self.state);
+        if let Some(reason) = &s.offline {
+            return Err(self.offline_error(reason));
+        }
+        let start = s.log_end_offset();
+        if s.epochs.assign(epoch, start) {
+            if let Err(e) = self.write_epoch_checkpoint(&s) {
+                s.epochs.truncate_from_end(start);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// The leader-epoch cache: (epoch, start offset), oldest first.
     pub fn leader_epochs(&self) -> Vec<(i32, i64)> {
         lock(&self.state).epochs.entries().to_vec()
