@@ -153,6 +153,23 @@ class Node:
         found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
         return float(found.group(1)) if found else 0.0
 
+    def gauge(self, name: str) -> float:
+        """A gauge's (or counter's) value on /metrics: the sum over its series (0 when
+        absent or unreachable)."""
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return 0.0
+        return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+
+    def pause(self):
+        """SIGSTOP: the process stops answering, its sockets stay open."""
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self):
+        self.proc.send_signal(signal.SIGCONT)
+
     def log_tail(self, lines: int = 200) -> str:
         if not self.log_path.is_file():
             return ""
@@ -336,6 +353,37 @@ def metadata(node: Node, topics=(), timeout: float = 5.0):
             partitions[index] = leader
         found[name] = None if error else partitions
     return brokers, controller_id, found
+
+
+def partition_states(node: Node, topic: str, timeout: float = 5.0):
+    """{partition: (leader, replicas, isr)} of `topic` from Metadata v1 sent to this node
+    only, or None when the node does not answer or does not know the topic."""
+    body = struct.pack(">i", 1) + kafkawire.string16(topic)
+    try:
+        with kafkawire.Conn("127.0.0.1", node.port, timeout=timeout) as c:
+            payload = c.roundtrip(kafkawire.request(kafkawire.API_METADATA, 1, 12, body))
+    except (OSError, kafkawire.Closed):
+        return None
+    r = kafkawire.Reader(payload)
+    assert r.take(">i") == 12, "correlation id"
+    for _ in range(r.take(">i")):
+        r.take(">i")
+        r.string16()
+        r.take(">i")
+        r.string16()
+    r.take(">i")  # controller id
+    states = None
+    for _ in range(r.take(">i")):
+        error, name, _internal = r.take(">h"), r.string16(), r.take(">b")
+        partitions = {}
+        for _ in range(r.take(">i")):
+            _error, index, leader = r.take(">hii")
+            replicas = [r.take(">i") for _ in range(r.take(">i"))]
+            isr = [r.take(">i") for _ in range(r.take(">i"))]
+            partitions[index] = (leader, replicas, isr)
+        if name == topic and not error:
+            states = partitions
+    return states
 
 
 def listed_brokers(node: Node):

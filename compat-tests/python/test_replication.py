@@ -1,0 +1,253 @@
+"""Partition replication (issue 15) on a cluster of three real combined broker+controller
+`osprey` processes, driven by confluent-kafka (librdkafka) and Kafka 4.4's kafka-topics:
+
+- an idempotent acks=all producer keeps writing to a replication factor 3 topic with
+  min.insync.replicas=2 while the leader's process is killed with SIGKILL, three times;
+  every acknowledged message is read back exactly once, each key's in order, and the
+  ISR returns to all three replicas;
+- a follower stopped with SIGSTOP leaves the ISR and acks=all goes on; with
+  min.insync.replicas=3 acks=all gets NOT_ENOUGH_REPLICAS while acks=1 still works;
+  kafka-topics --under-replicated-partitions and the metrics show it; the follower
+  rejoins once resumed;
+- with two of the three nodes gone the quorum is lost, the ISR cannot shrink, and
+  acks=all times out with nothing acknowledged, as on Kafka 4.4.
+
+Every wait polls until true (up to cluster.WAIT_S); times are printed, never asserted.
+"""
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import clients
+from cluster import WAIT_S, KafkaTools, combined, listed_brokers, partition_states, skip_without_kafka_tools
+
+pytestmark = pytest.mark.timeout(400)
+
+# Faster failure detection than Kafka's defaults, so each test takes seconds, not
+# minutes: fencing after 3 s without a heartbeat, ISR shrink after 2 s of lag.
+FAST = {
+    "broker.session.timeout.ms": 3000,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": 2000,
+}
+
+
+@pytest.fixture
+def three(tmp_path, request):
+    skip_without_kafka_tools()
+    cluster = combined(tmp_path, FAST)
+    request.node._osprey_brokers = cluster.nodes
+    try:
+        cluster.start()
+        want = {n.node_id for n in cluster.nodes}
+        cluster.wait_for("every broker lists all three", lambda: all(listed_brokers(n) == want for n in cluster.nodes))
+        yield cluster
+        for n in cluster.nodes:
+            if n.proc is not None:
+                n.resume()
+        cluster.stop()
+    finally:
+        cluster.kill_all()
+
+
+def create(cluster, name: str, partitions: int, min_insync: int):
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": cluster.bootstrap()}))
+    topic = NewTopic(name, partitions, 3, config={"min.insync.replicas": str(min_insync)})
+    admin.create_topics([topic], operation_timeout=10)[name].result(timeout=60)
+    cluster.wait_for(f"{name} has a leader and 3 in-sync replicas everywhere",
+                     lambda: all(fully_in_sync(partition_states(n, name), partitions) for n in cluster.nodes))
+
+
+def fully_in_sync(states, partitions: int) -> bool:
+    return bool(states) and len(states) == partitions and all(
+        leader >= 0 and sorted(isr) == [1, 2, 3] for leader, _, isr in states.values())
+
+
+def states_from_any(cluster, topic: str):
+    for n in cluster.nodes:
+        if n.proc is not None:
+            found = partition_states(n, topic)
+            if found:
+                return found
+    return None
+
+
+def led_elsewhere(states, dead: int):
+    """`states` if partition 0 has a leader other than `dead`, else None."""
+    return states if states and states[0][0] not in (-1, dead) else None
+
+
+class KeyedWriter:
+    """An idempotent acks=all producer in a thread: key k<i> carries values i:0, i:1, ...
+    in order; records every acknowledgement and every failure."""
+
+    def __init__(self, bootstrap: str, topic: str, keys: int = 12):
+        self.producer = Producer(dict(clients.COMMON, **{
+            "bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+            "message.timeout.ms": 180000, "log_level": 0}))
+        self.topic, self.keys = topic, keys
+        self.acked, self.failed = [], []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _on_delivery(self, err, msg):
+        if err is None:
+            self.acked.append((msg.key(), msg.value(), msg.partition(), msg.offset()))
+        else:
+            self.failed.append(str(err))
+
+    def _run(self):
+        sequence = 0
+        while not self.stop.is_set():
+            key = sequence % self.keys
+            value = f"{key}:{sequence // self.keys}".encode()
+            try:
+                self.producer.produce(self.topic, key=f"k{key}".encode(), value=value, on_delivery=self._on_delivery)
+                sequence += 1
+            except BufferError:
+                pass
+            self.producer.poll(0.002)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stop.set()
+        self.thread.join()
+
+    def finish(self):
+        self.stop.set()
+        self.thread.join()
+        left = self.producer.flush(180)
+        assert left == 0, f"{left} messages never answered"
+
+
+def read_everything(bootstrap: str, topic: str, partitions: int):
+    """Every record of the topic, by assign from the beginning up to each partition's high
+    watermark as it is now."""
+    c = clients.consumer(type("B", (), {"bootstrap": bootstrap})(), enable_partition_eof=False)
+    try:
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
+        c.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        got, deadline = [], time.monotonic() + WAIT_S
+        positions = {p: 0 for p in range(partitions)}
+        while any(positions[p] < ends[p] for p in range(partitions)):
+            assert time.monotonic() < deadline, f"read {positions} of {ends}"
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            assert not m.error(), m.error()
+            got.append((m.key(), m.value(), m.partition(), m.offset()))
+            positions[m.partition()] = m.offset() + 1
+        return got
+    finally:
+        c.close()
+
+
+def test_acks_all_survives_repeated_kills_of_the_leader(three):
+    topic, partitions = "kills", 3
+    create(three, topic, partitions, min_insync=2)
+    with KeyedWriter(three.bootstrap(), topic) as writer:
+        for round in range(3):
+            time.sleep(1.5)
+            states = three.wait_for("a leader for partition 0", lambda: states_from_any(three, topic))
+            leader = three.node(states[0][0])
+            before = len(writer.acked)
+            killed = time.monotonic()
+            leader.kill9()
+            moved = three.wait_for(f"partition 0 led by a live node after killing {leader}",
+                                   lambda: led_elsewhere(states_from_any(three, topic), leader.node_id))
+            three.wait_for("acknowledgements go on", lambda: len(writer.acked) > before + 50)
+            print(f"round {round}: {leader} killed; partition 0 led by {moved[0][0]} after "
+                  f"{time.monotonic() - killed:.1f}s; {len(writer.acked)} acknowledged so far")
+            leader.start()
+            three.wait_for("the ISR is back to all three replicas",
+                           lambda: fully_in_sync(states_from_any(three, topic), partitions))
+        writer.finish()
+    assert writer.failed == [], writer.failed[:5]
+    assert len(writer.acked) > 500, "the producer barely ran"
+    got = read_everything(three.bootstrap(), topic, partitions)
+    where = {}
+    for key, value, partition, offset in got:
+        assert (key, value) not in where, f"{key}={value} twice: at {where[(key, value)]} and {(partition, offset)}"
+        where[(key, value)] = (partition, offset)
+    lost = [(k, v) for k, v, _, _ in writer.acked if (k, v) not in where]
+    assert lost == [], f"{len(lost)} acknowledged messages lost, e.g. {lost[:5]}"
+    for key, value, partition, offset in writer.acked:
+        assert where[(key, value)] == (partition, offset), f"{key}={value} acknowledged at {(partition, offset)}"
+    last = {}
+    for key, value, _, _ in got:
+        n = int(value.split(b":")[1])
+        assert n > last.get(key, -1), f"key {key}: {value} after {last.get(key)}"
+        last[key] = n
+    print(f"{len(writer.acked)} acknowledged, {len(got)} read back")
+
+
+def produce_one(bootstrap: str, topic: str, acks: str):
+    """One message with `acks` and no retries; its delivery error (None when acknowledged)."""
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": bootstrap, "acks": acks, "retries": 0,
+                                         "message.timeout.ms": 20000, "log_level": 0}))
+    result = []
+    p.produce(topic, value=b"x", partition=0, on_delivery=lambda err, msg: result.append(err))
+    p.flush(30)
+    assert result, "no delivery report"
+    return result[0]
+
+
+def test_a_stopped_follower_leaves_the_isr_and_acks_all_goes_on(three, tmp_path):
+    create(three, "two", 1, min_insync=2)
+    create(three, "three", 1, min_insync=3)
+    states = states_from_any(three, "two")
+    leader = three.node(states[0][0])
+    follower = next(n for n in three.nodes if n is not leader and three.node(states_from_any(three, "three")[0][0]) is not n)
+    bootstrap = ",".join(n.bootstrap for n in three.nodes if n is not follower)
+    follower.pause()
+    stopped = time.monotonic()
+    for topic in ("two", "three"):
+        three.wait_for(f"{follower} out of the ISR of {topic}",
+                       lambda: (s := partition_states(leader, topic)) and follower.node_id not in s[0][2])
+    print(f"{follower} out of the ISR after {time.monotonic() - stopped:.1f}s")
+    assert produce_one(bootstrap, "two", "all") is None, "acks=all with 2 of min.insync.replicas=2"
+    refused = produce_one(bootstrap, "three", "all")
+    assert refused is not None and refused.code() == KafkaError.NOT_ENOUGH_REPLICAS, refused
+    assert produce_one(bootstrap, "three", "1") is None, "acks=1 needs the leader only"
+
+    tools = KafkaTools(tmp_path)
+    out = tools.topics(leader.bootstrap, "--describe", "--under-replicated-partitions")
+    assert out is not None and out.returncode == 0, out
+    listed = {line.split("Topic:")[1].split()[0] for line in out.stdout.splitlines() if "Topic:" in line and "Partition:" in line}
+    assert {"two", "three"} <= listed, out.stdout
+    under = sum(n.gauge("osprey_under_replicated_partitions") for n in three.nodes if n is not follower)
+    assert under >= 2, f"under-replicated partitions on the live leaders: {under}"
+    assert sum(n.gauge("osprey_isr_shrinks_total") for n in three.nodes if n is not follower) >= 2
+
+    follower.resume()
+    three.wait_for(f"{follower} back in both ISRs",
+                   lambda: all(fully_in_sync(partition_states(leader, t), 1) for t in ("two", "three")))
+    assert produce_one(three.bootstrap(), "three", "all") is None, "acks=all with the ISR whole again"
+    assert sum(n.gauge("osprey_isr_expands_total") for n in three.nodes) >= 2
+
+
+def test_without_a_quorum_the_isr_cannot_shrink_and_acks_all_times_out(three):
+    create(three, "stuck", 1, min_insync=2)
+    leader = three.node(states_from_any(three, "stuck")[0][0])
+    assert produce_one(leader.bootstrap, "stuck", "all") is None
+    for n in three.nodes:
+        if n is not leader:
+            n.kill9()
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": leader.bootstrap, "acks": "all",
+                                         "request.timeout.ms": 3000, "message.timeout.ms": 10000, "log_level": 0}))
+    results = []
+    for i in range(5):
+        p.produce("stuck", value=f"lost-{i}".encode(), partition=0, on_delivery=lambda err, msg: results.append(err))
+    assert p.flush(60) == 0
+    assert len(results) == 5
+    assert all(err is not None for err in results), f"acknowledged without a quorum: {results}"
+    print("errors:", sorted({str(e.name()) for e in results}))
+    # The ISR the metadata holds is still all three: no controller could shrink it.
+    assert sorted(partition_states(leader, "stuck")[0][2]) == [1, 2, 3]
