@@ -10,7 +10,11 @@
   kafka-topics --under-replicated-partitions and the metrics show it; the follower
   rejoins once resumed;
 - with two of the three nodes gone the quorum is lost, the ISR cannot shrink, and
-  acks=all times out with nothing acknowledged, as on Kafka 4.4.
+  acks=all times out with nothing acknowledged, as on Kafka 4.4;
+- (3 controllers and 3 brokers) a partition whose only in-sync replica died stays
+  offline while unclean.leader.election.enable is off; switched on, the lagging replica
+  leads within the unclean election interval, and the old leader truncates the records
+  the new one never had when it returns.
 
 Every wait polls until true (up to cluster.WAIT_S); times are printed, never asserted.
 """
@@ -20,10 +24,18 @@ import time
 
 import pytest
 from confluent_kafka import KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 import clients
-from cluster import WAIT_S, KafkaTools, combined, listed_brokers, partition_states, skip_without_kafka_tools
+from cluster import (
+    WAIT_S,
+    KafkaTools,
+    combined,
+    listed_brokers,
+    partition_states,
+    skip_without_kafka_tools,
+    split,
+)
 
 pytestmark = pytest.mark.timeout(400)
 
@@ -251,3 +263,57 @@ def test_without_a_quorum_the_isr_cannot_shrink_and_acks_all_times_out(three):
     print("errors:", sorted({str(e.name()) for e in results}))
     # The ISR the metadata holds is still all three: no controller could shrink it.
     assert sorted(partition_states(leader, "stuck")[0][2]) == [1, 2, 3]
+
+
+@pytest.fixture
+def split_cluster(tmp_path, request):
+    """Controllers 1-3 and brokers 4-6: brokers die without taking the quorum along."""
+    skip_without_kafka_tools()
+    cluster = split(tmp_path, dict(FAST, **{"unclean.leader.election.interval.ms": 1000}))
+    request.node._osprey_brokers = cluster.nodes
+    try:
+        cluster.start()
+        want = {4, 5, 6}
+        cluster.wait_for("every broker lists brokers 4-6", lambda: all(listed_brokers(b) == want for b in cluster.brokers))
+        yield cluster
+        cluster.stop()
+    finally:
+        cluster.kill_all()
+
+
+def values_read(bootstrap: str, topic: str):
+    return [v for _, v, _, _ in read_everything(bootstrap, topic, 1)]
+
+
+def test_unclean_election_only_when_allowed_and_the_old_leader_truncates(split_cluster):
+    c = split_cluster
+    a, b, other = c.node(4), c.node(5), c.node(6)
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": c.bootstrap()}))
+    topic = NewTopic("u", 1, -1, replica_assignment=[[4, 5]], config={"min.insync.replicas": "1"})
+    admin.create_topics([topic], operation_timeout=10)["u"].result(timeout=60)
+    c.wait_for("u led by 4 with ISR [4, 5]", lambda: (s := partition_states(other, "u")) and s[0][0] == 4
+               and sorted(s[0][2]) == [4, 5])
+    assert all(produce_one(a.bootstrap, "u", "all") is None for _ in range(3)), "committed on both replicas"
+    b.kill9()
+    c.wait_for("5 out of the ISR", lambda: (s := partition_states(other, "u")) and s[0][2] == [4])
+    assert all(produce_one(a.bootstrap, "u", "all") is None for _ in range(2)), "on 4 only"
+    a.kill9()
+    b.start()
+    c.wait_for("5 registered again", lambda: 5 in (listed_brokers(other) or set()))
+    time.sleep(3)  # three unclean-election intervals: nothing may happen without the setting
+    states = partition_states(other, "u")
+    assert states[0][0] == -1, f"a replica outside the ISR led without unclean.leader.election.enable: {states}"
+    assert produce_one(b.bootstrap, "u", "1") is not None, "an offline partition takes no write"
+
+    resource = ConfigResource("topic", "u", incremental_configs=[
+        ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    enabled = time.monotonic()
+    c.wait_for("5 leads after the unclean election", lambda: (s := partition_states(other, "u")) and s[0][0] == 5)
+    print(f"5 leads {time.monotonic() - enabled:.1f}s after the topic config changed")
+    assert sum(n.gauge("osprey_controller_unclean_leader_elections_total") for n in c.controllers) >= 1
+    assert produce_one(b.bootstrap, "u", "all") is None
+    a.start()
+    c.wait_for("4 back in the ISR", lambda: (s := partition_states(other, "u")) and sorted(s[0][2]) == [4, 5])
+    assert "log truncated" in a.log_tail(400), "the old leader cut the records 5 never had"
+    assert values_read(other.bootstrap, "u") == [b"x"] * 4, "3 committed on both, then 1 written to 5"

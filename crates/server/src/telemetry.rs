@@ -340,8 +340,8 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
 /// Replication, as an operator watches it (the reference articles' list; the README
 /// maps each to Kafka's JMX name): partitions and leaders held here, and of those led
 /// here the under-replicated ones, those under and at `min.insync.replicas`, the largest
-/// follower lag, the produce requests waiting for acks=all; offline partitions from the
-/// image.
+/// follower lag, the produce requests waiting for acks=all. (Offline partitions are the
+/// active controller's: `osprey_controller_offline_partitions_count`.)
 fn refresh_replication_gauges(broker: &Broker) {
     let (mut leaders, mut under_replicated, mut under_min_isr, mut at_min_isr) = (0u64, 0u64, 0u64, 0u64);
     let (mut max_lag, mut waiting) = (0i64, 0usize);
@@ -355,14 +355,11 @@ fn refresh_replication_gauges(broker: &Broker) {
         max_lag = max_lag.max(status.max_follower_lag);
         waiting += status.waiting;
     }
-    let image = broker.image();
-    let offline = image.topics().flat_map(|t| &t.partitions).filter(|p| p.leader < 0).count();
     gauge!("osprey_partitions").set(all.len() as f64);
     gauge!("osprey_leader_partitions").set(leaders as f64);
     gauge!("osprey_under_replicated_partitions").set(under_replicated as f64);
     gauge!("osprey_under_min_isr_partitions").set(under_min_isr as f64);
     gauge!("osprey_at_min_isr_partitions").set(at_min_isr as f64);
-    gauge!("osprey_offline_partitions").set(offline as f64);
     gauge!("osprey_replica_max_lag_messages").set(max_lag as f64);
     gauge!("osprey_produce_acks_all_waiting").set(waiting as f64);
 }

@@ -210,6 +210,8 @@ pub struct BrokerConfig {
     pub max_partitions: i32,
     /// `replica.lag.time.max.ms`.
     pub replica_lag_time_max_ms: i64,
+    /// `unclean.leader.election.interval.ms`.
+    pub unclean_leader_election_interval_ms: i64,
     /// `num.replica.fetchers`.
     pub num_replica_fetchers: i32,
     /// `replica.fetch.max.bytes`.
@@ -576,6 +578,7 @@ impl BrokerConfig {
             num_recovery_threads_per_data_dir: r.i32("num.recovery.threads.per.data.dir"),
             max_partitions: r.i32("osprey.max.partitions"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
+            unclean_leader_election_interval_ms: r.i64("unclean.leader.election.interval.ms"),
             num_replica_fetchers: r.i32("num.replica.fetchers"),
             replica_fetch_max_bytes: r.i32("replica.fetch.max.bytes"),
             replica_fetch_response_max_bytes: r.i32("replica.fetch.response.max.bytes"),

@@ -373,6 +373,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Create a topic when a client asks for metadata of or produces to one that does not exist."),
     ConfigKey::new("delete.topic.enable", Boolean, Some("true"), Any, G::Topics,
         "Allow DeleteTopics."),
+    ConfigKey::new("unclean.leader.election.interval.ms", Long, Some("300000"), AtLeast(1), G::Replication,
+        "How often the active controller gives offline partitions of topics that allow it an unclean leader."),
     ConfigKey::new("unclean.leader.election.enable", Boolean, Some("false"), Any, G::Topics,
         "Allow a replica outside the ISR to become leader (loses acknowledged data)."),
     ConfigKey::new("compression.type", ConfigType::String, Some("producer"), OneOf(COMPRESSION_TYPES), G::Topics,

@@ -124,6 +124,8 @@ impl ActiveControllerConfig {
         active.cluster.unclean_leader_election_enable = config.unclean_leader_election_enable;
         active.broker_heartbeat_interval_ms = u64::try_from(config.cluster.broker_heartbeat_interval_ms).unwrap_or(1);
         active.default_partitions = config.num_partitions;
+        active.unclean_leader_election_interval_ms =
+            u64::try_from(config.unclean_leader_election_interval_ms).unwrap_or(1).max(1);
         active.default_replication_factor = config.default_replication_factor.clamp(1, i32::from(i16::MAX)) as i16;
         active.max_partitions = config.max_partitions;
         active.broker_config = Arc::new(config.clone());
@@ -515,6 +517,16 @@ impl Core {
 
     /// A proposal of the controller's own (fencing, elections).
     fn propose_internal(&mut self, records: Vec<MetadataRecord>) {
+        // An unclean election leaves its leader recovering (KIP-704): count and say it.
+        for r in &records {
+            if let MetadataRecord::PartitionChange { topic_id, partition, leader, leader_recovery_state, .. } = r {
+                if *leader_recovery_state == osprey_cluster::image::LEADER_RECOVERING {
+                    let topic = osprey_protocol::Uuid(*topic_id);
+                    tracing::warn!(%topic, partition, leader, "unclean leader election: a replica outside the ISR leads; acknowledged records it lacks are lost");
+                    metrics::counter!("osprey_controller_unclean_leader_elections_total").increment(1);
+                }
+            }
+        }
         self.propose(records, None, self.config.request_timeout_ms);
     }
 
