@@ -6,7 +6,8 @@ with no format step, spreads a topic's leaders over the brokers and serves it, s
 the loss of its active controller, refuses metadata writes without a majority while
 partitions led by the survivor go on serving, takes back a voter whose directory was
 wiped, and fences a broker that died. `deploy/cluster.sh` starts and stops both
-topologies. Topics have replication factor 1: partition replication is issue 15.
+topologies. Topics here have replication factor 1 (these tests are about the metadata);
+test_replication.py covers replicated partitions.
 
 Every wait polls until true (up to cluster.WAIT_S); times are printed, never asserted.
 Needs java and Kafka 4.4's jars (`$KAFKA_LIB`); skipped visibly without them.

@@ -74,7 +74,13 @@ struct Fetcher {
     client: Option<NodeClient>,
     /// Partitions not to fetch before this instant (they failed).
     delayed: HashMap<(Uuid, i32), Instant>,
+    /// This fetcher's partitions in the image they were worked out from: worked out
+    /// again only when the image changes, not at every fetch.
+    assigned: Option<(Arc<MetadataImage>, Vec<Assigned>)>,
 }
+
+/// A followed partition: topic id, index, the leader epoch the image gives it.
+type Assigned = (Uuid, i32, i32);
 
 /// A partition in one fetch round.
 struct Followed {
@@ -84,7 +90,7 @@ struct Followed {
 
 impl Fetcher {
     fn new(broker: Arc<Broker>, leader: i32, fetcher_id: i32, fetchers: i32) -> Fetcher {
-        Fetcher { broker, leader, fetcher_id, fetchers, client: None, delayed: HashMap::new() }
+        Fetcher { broker, leader, fetcher_id, fetchers, client: None, delayed: HashMap::new(), assigned: None }
     }
 
     async fn run(mut self, mut stopped: watch::Receiver<bool>) {
@@ -103,7 +109,7 @@ impl Fetcher {
             };
             let round = self.partitions(&image);
             if round.is_empty() {
-                if self.any_followed(&image) {
+                if !self.assigned(&image).is_empty() {
                     // Everything is delayed or not open yet.
                     if !self.sleep(METADATA_RACE_BACKOFF, &mut stopped).await {
                         return;
@@ -220,38 +226,43 @@ impl Fetcher {
         }
     }
 
-    /// Whether this fetcher still has partitions of its leader, delayed or not.
-    fn any_followed(&self, image: &MetadataImage) -> bool {
-        let node = self.broker.settings.node_id;
-        image.topics().any(|t| {
-            t.partitions.iter().any(|p| p.leader == self.leader && follows(p, node) && self.mine(t.id, p.index))
-        })
-    }
-
     /// This fetcher's share of a leader's partitions (Kafka's `getFetcherId`).
     fn mine(&self, topic_id: Uuid, index: i32) -> bool {
         let hash = topic_id.0.iter().fold(index as u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(*b)));
         (hash % self.fetchers as u32) as i32 == self.fetcher_id
     }
 
-    /// The partitions to fetch in this round: led by this fetcher's leader, followed
-    /// here, open, and not delayed.
-    fn partitions(&mut self, image: &MetadataImage) -> Vec<Followed> {
-        let node = self.broker.settings.node_id;
+    /// (topic id, partition, leader epoch) of every partition this fetcher follows in
+    /// `image`, delayed or not.
+    fn assigned(&mut self, image: &Arc<MetadataImage>) -> &[Assigned] {
+        let stale = self.assigned.as_ref().is_none_or(|(seen, _)| !Arc::ptr_eq(seen, image));
+        if stale {
+            let node = self.broker.settings.node_id;
+            let mut assigned = Vec::new();
+            for topic in image.topics() {
+                for p in &topic.partitions {
+                    if p.leader == self.leader && follows(p, node) && self.mine(topic.id, p.index) {
+                        assigned.push((topic.id, p.index, p.leader_epoch));
+                    }
+                }
+            }
+            self.assigned = Some((image.clone(), assigned));
+        }
+        self.assigned.as_ref().map_or(&[], |(_, a)| a.as_slice())
+    }
+
+    /// The partitions to fetch in this round: followed, open, and not delayed.
+    fn partitions(&mut self, image: &Arc<MetadataImage>) -> Vec<Followed> {
         let now = Instant::now();
         self.delayed.retain(|_, until| *until > now);
+        let assigned = self.assigned(image).to_vec();
         let mut round = Vec::new();
-        for topic in image.topics() {
-            for p in &topic.partitions {
-                if p.leader != self.leader || !follows(p, node) || !self.mine(topic.id, p.index) {
-                    continue;
-                }
-                if self.delayed.contains_key(&(topic.id, p.index)) {
-                    continue;
-                }
-                if let Some(partition) = self.broker.replica_manager.replica(topic.id, p.index) {
-                    round.push(Followed { partition, leader_epoch: p.leader_epoch });
-                }
+        for (topic_id, index, leader_epoch) in assigned {
+            if self.delayed.contains_key(&(topic_id, index)) {
+                continue;
+            }
+            if let Some(partition) = self.broker.replica_manager.replica(topic_id, index) {
+                round.push(Followed { partition, leader_epoch });
             }
         }
         round
