@@ -164,7 +164,7 @@ pub const NO_LEADER: i32 = -1;
 ///
 /// Serialized (the quorum's snapshots) through `ImageOnDisk`, which lists topics once
 /// instead of the two indexes kept here.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(from = "ImageOnDisk", into = "ImageOnDisk")]
 pub struct MetadataImage {
     topics_by_name: BTreeMap<String, Uuid>,

@@ -2,7 +2,10 @@
 //! a transport, and what the server asks of it: propose a batch and await its commit,
 //! who leads, what is applied, membership changes, and answering peers' RPCs.
 
-use super::fetch::{LeaderHint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, MAX_FETCH_WAIT_MS};
+use super::fetch::{
+    LeaderHint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, MAX_FETCH_WAIT_MS,
+    RECORD_TAIL_CAPACITY,
+};
 use super::log_store::{LogStore, METADATA_LOG_DIR_NAME};
 use super::network::{QuorumNetworkFactory, RaftRpc, RaftRpcReply, Transport};
 use super::state_machine::{AppliedEvent, AppliedImage, AppliedView, StateMachine};
@@ -52,6 +55,10 @@ pub struct QuorumConfig {
     /// Entries a slow consumer of [`Quorum::subscribe`] may fall behind before it is
     /// told it lagged (and re-reads the image).
     pub applied_events_capacity: usize,
+    /// The most recently applied records a member keeps in memory for fetching brokers
+    /// ([`RECORD_TAIL_CAPACITY`]); a broker further behind is sent the whole image.
+    /// Smaller in the simulation, so that the image path runs there.
+    pub record_tail_capacity: usize,
 }
 
 impl QuorumConfig {
@@ -68,6 +75,7 @@ impl QuorumConfig {
             log_segment_bytes: 8 * 1024 * 1024,
             max_rpc_bytes: 100 * 1024 * 1024,
             applied_events_capacity: 4096,
+            record_tail_capacity: RECORD_TAIL_CAPACITY,
         }
     }
 
@@ -154,6 +162,7 @@ impl Quorum {
             &dir,
             config.max_record_bytes_between_snapshots,
             config.applied_events_capacity,
+            config.record_tail_capacity,
         )?;
         let view = state_machine.view();
         let network = QuorumNetworkFactory::new(Arc::new(transport));

@@ -10,7 +10,7 @@
 //! Consumers (a broker applying metadata, the active controller's image) follow applied
 //! entries through [`AppliedEvent`]s, in log order, one per index.
 
-use super::fetch::{MetadataFetchContent, RecordTail, TailRead, RECORD_TAIL_CAPACITY};
+use super::fetch::{MetadataFetchContent, RecordTail, TailRead};
 use super::files::read_all;
 use super::types::{BatchApplied, MetadataBatch};
 use super::types::{QuorumEntry, QuorumLogId, QuorumMembership, QuorumStorageError, QuorumTypes, ReplicaKey};
@@ -86,12 +86,14 @@ struct SnapshotFile {
 impl<S: Storage + Clone> StateMachine<S> {
     /// Opens the state machine in `dir`, from its newest snapshot if there is one.
     /// `events_capacity` bounds how many applied entries a slow consumer may be behind
-    /// before it is told it lagged (and must re-read the image).
+    /// before it is told it lagged (and must re-read the image); `tail_capacity`, how many
+    /// applied records are kept for fetching brokers.
     pub fn open(
         storage: S,
         dir: &Path,
         max_bytes_between_snapshots: u64,
         events_capacity: usize,
+        tail_capacity: usize,
     ) -> io::Result<StateMachine<S>> {
         storage.create_dir_all(dir)?;
         let mut snapshots: Vec<(u64, u64, String)> = storage
@@ -123,7 +125,7 @@ impl<S: Storage + Clone> StateMachine<S> {
             storage.remove(&dir.join(stale))?;
         }
         let (events, _) = broadcast::channel(events_capacity.max(1));
-        let tail = RecordTail::new(applied.image.applied, RECORD_TAIL_CAPACITY);
+        let tail = RecordTail::new(applied.image.applied, tail_capacity);
         let shared = Shared {
             tail,
             applied,
@@ -350,6 +352,7 @@ fn approximate_bytes(batch: &MetadataBatch) -> u64 {
 mod tests {
     use super::*;
     use crate::image::MetadataRecord;
+    use crate::quorum::fetch::RECORD_TAIL_CAPACITY;
     use openraft::{CommittedLeaderId, Entry, LogId, Membership};
     use osprey_storage::fs::SimStorage;
     use std::collections::BTreeSet;
@@ -371,7 +374,7 @@ mod tests {
     }
 
     fn open(dir: &str) -> StateMachine<SimStorage> {
-        StateMachine::open(SimStorage::new(), Path::new(dir), 1 << 20, 16).unwrap()
+        StateMachine::open(SimStorage::new(), Path::new(dir), 1 << 20, 16, RECORD_TAIL_CAPACITY).unwrap()
     }
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
@@ -434,10 +437,10 @@ mod tests {
     #[test]
     fn a_reopened_state_machine_serves_the_snapshot_image_below_its_offset() {
         let disk = SimStorage::new();
-        let mut sm = StateMachine::open(disk.clone(), Path::new("/m"), 1 << 20, 16).unwrap();
+        let mut sm = StateMachine::open(disk.clone(), Path::new("/m"), 1 << 20, 16, RECORD_TAIL_CAPACITY).unwrap();
         block_on(sm.apply((1..=3).map(|i| normal(i, vec![pids(i as i64)])))).unwrap();
         block_on(async { sm.get_snapshot_builder().await.build_snapshot().await }).unwrap();
-        let reopened = StateMachine::open(disk, Path::new("/m"), 1 << 20, 16).unwrap();
+        let reopened = StateMachine::open(disk, Path::new("/m"), 1 << 20, 16, RECORD_TAIL_CAPACITY).unwrap();
         assert!(matches!(read(&reopened, 0, 10), Some(MetadataFetchContent::Image { .. })));
         assert!(read(&reopened, 3, 10).is_none());
     }

@@ -257,7 +257,7 @@ impl StoreBuilder<QuorumTypes, LogStore<SimStorage>, StateMachine<SimStorage>, (
     async fn build(&self) -> Result<((), LogStore<SimStorage>, StateMachine<SimStorage>), StorageError<ReplicaKey>> {
         let disk = SimStorage::new();
         let log = LogStore::open(disk.clone(), Path::new(DIR), SEGMENT_BYTES).unwrap();
-        let sm = StateMachine::open(disk, Path::new(DIR), 1 << 20, 16).unwrap();
+        let sm = StateMachine::open(disk, Path::new(DIR), 1 << 20, 16, super::fetch::RECORD_TAIL_CAPACITY).unwrap();
         Ok(((), log, sm))
     }
 }
