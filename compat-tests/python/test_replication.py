@@ -1,8 +1,9 @@
 """Partition replication (issue 15) on a cluster of three real combined broker+controller
 `osprey` processes, driven by confluent-kafka (librdkafka) and Kafka 4.4's kafka-topics:
 
-- an idempotent acks=all producer keeps writing to a replication factor 3 topic with
-  min.insync.replicas=2 while the leader's process is killed with SIGKILL, three times;
+- an idempotent acks=all producer (librdkafka, and Kafka's VerifiableProducer on the Java
+  client) keeps writing to a replication factor 3 topic with min.insync.replicas=2 while
+  the leader's process is killed with SIGKILL, three times;
   every acknowledged message is read back exactly once, each key's in order, and the
   ISR returns to all three replicas;
 - a follower stopped with SIGSTOP leaves the ISR and acks=all goes on; with
@@ -19,6 +20,9 @@
 Every wait polls until true (up to cluster.WAIT_S); times are printed, never asserted.
 """
 
+import json
+import signal
+import subprocess
 import threading
 import time
 
@@ -28,6 +32,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 import clients
 from cluster import (
+    KAFKA_LIB,
     WAIT_S,
     KafkaTools,
     combined,
@@ -139,6 +144,66 @@ class KeyedWriter:
         assert left == 0, f"{left} messages never answered"
 
 
+class JavaWriter:
+    """Kafka's own VerifiableProducer (the Java client, as Kafka's system tests use it):
+    an idempotent acks=all producer of increasing integers with 12 repeating keys, whose
+    JSON events on stdout say what was acknowledged where."""
+
+    def __init__(self, bootstrap: str, topic: str, workdir, keys: int = 12):
+        config = workdir / "verifiable-producer.properties"
+        config.write_text("enable.idempotence=true\nretries=2147483647\ndelivery.timeout.ms=180000\nlinger.ms=5\n")
+        self.args = ["java", "-cp", f"{KAFKA_LIB}/*", "org.apache.kafka.tools.VerifiableProducer",
+                     "--bootstrap-server", bootstrap, "--topic", topic, "--acks", "-1", "--throughput", "2000",
+                     "--repeating-keys", str(keys), "--command-config", str(config)]
+        self.stdout = workdir / "verifiable-producer.out"
+        self.acked, self.failed = [], []
+
+    def __enter__(self):
+        self.proc = subprocess.Popen(self.args, stdout=open(self.stdout, "w"), stderr=subprocess.DEVNULL)
+        return self
+
+    def __exit__(self, *_):
+        if self.proc.poll() is None:
+            self.proc.kill()
+
+    def _events(self):
+        events = []
+        for line in self.stdout.read_text().splitlines():
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                pass
+        return events
+
+    def _refresh(self):
+        events = self._events()
+        self.acked = [(str(e["key"]).encode(), str(e["value"]).encode(), e["partition"], e["offset"])
+                      for e in events if e.get("name") == "producer_send_success"]
+        self.failed = [e for e in events if e.get("name") == "producer_send_error"]
+
+    def finish(self):
+        # SIGTERM: its shutdown hook closes the producer, which waits for every answer.
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(timeout=200)
+        events = self._events()
+        assert any(e.get("name") == "shutdown_complete" for e in events), "the producer did not shut down cleanly"
+        self._refresh()
+
+
+def committed(cluster, topic: str, partitions: int) -> int:
+    """The sum of the topic's high watermarks, asked of the live brokers (0 if none answers):
+    what acks=all has committed. (The Java producer's reports reach its output file only
+    when it exits: its stdout is buffered.)"""
+    live = ",".join(n.bootstrap for n in cluster.nodes if n.proc is not None)
+    c = clients.consumer(type("B", (), {"bootstrap": live})())
+    try:
+        return sum(c.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(partitions))
+    except Exception:
+        return 0
+    finally:
+        c.close()
+
+
 def read_everything(bootstrap: str, topic: str, partitions: int):
     """Every record of the topic, by assign from the beginning up to each partition's high
     watermark as it is now."""
@@ -161,22 +226,28 @@ def read_everything(bootstrap: str, topic: str, partitions: int):
         c.close()
 
 
-def test_acks_all_survives_repeated_kills_of_the_leader(three):
+@pytest.mark.parametrize("client", ["librdkafka", "java"])
+def test_acks_all_survives_repeated_kills_of_the_leader(three, client, tmp_path):
     topic, partitions = "kills", 3
     create(three, topic, partitions, min_insync=2)
-    with KeyedWriter(three.bootstrap(), topic) as writer:
+    if client == "java":
+        writer = JavaWriter(three.bootstrap(), topic, tmp_path)
+    else:
+        writer = KeyedWriter(three.bootstrap(), topic)
+    with writer:
+        three.wait_for("the producer runs", lambda: committed(three, topic, partitions) > 100)
         for round in range(3):
             time.sleep(1.5)
             states = three.wait_for("a leader for partition 0", lambda: states_from_any(three, topic))
             leader = three.node(states[0][0])
-            before = len(writer.acked)
+            before = committed(three, topic, partitions)
             killed = time.monotonic()
             leader.kill9()
             moved = three.wait_for(f"partition 0 led by a live node after killing {leader}",
                                    lambda: led_elsewhere(states_from_any(three, topic), leader.node_id))
-            three.wait_for("acknowledgements go on", lambda: len(writer.acked) > before + 50)
+            three.wait_for("committed records go on growing", lambda: committed(three, topic, partitions) > before + 50)
             print(f"round {round}: {leader} killed; partition 0 led by {moved[0][0]} after "
-                  f"{time.monotonic() - killed:.1f}s; {len(writer.acked)} acknowledged so far")
+                  f"{time.monotonic() - killed:.1f}s; {committed(three, topic, partitions)} records committed so far")
             leader.start()
             three.wait_for("the ISR is back to all three replicas",
                            lambda: fully_in_sync(states_from_any(three, topic), partitions))
@@ -194,7 +265,7 @@ def test_acks_all_survives_repeated_kills_of_the_leader(three):
         assert where[(key, value)] == (partition, offset), f"{key}={value} acknowledged at {(partition, offset)}"
     last = {}
     for key, value, _, _ in got:
-        n = int(value.split(b":")[1])
+        n = int(value.split(b":")[-1])
         assert n > last.get(key, -1), f"key {key}: {value} after {last.get(key)}"
         last[key] = n
     print(f"{len(writer.acked)} acknowledged, {len(got)} read back")
