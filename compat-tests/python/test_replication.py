@@ -205,14 +205,15 @@ def committed(cluster, topic: str, partitions: int) -> int:
 
 
 def read_everything(bootstrap: str, topic: str, partitions: int):
-    """Every record of the topic, by assign from the beginning up to each partition's high
+    """Every record of the topic, by assign from each partition's log start up to its high
     watermark as it is now."""
     c = clients.consumer(type("B", (), {"bootstrap": bootstrap})(), enable_partition_eof=False)
     try:
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)}
-        c.assign([TopicPartition(topic, p, 0) for p in range(partitions) if ends[p] > 0])
+        marks = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30) for p in range(partitions)}
+        ends = {p: high for p, (_, high) in marks.items()}
+        positions = {p: low for p, (low, _) in marks.items()}
+        c.assign([TopicPartition(topic, p, positions[p]) for p in range(partitions) if ends[p] > positions[p]])
         got, deadline = [], time.monotonic() + WAIT_S
-        positions = {p: 0 for p in range(partitions)}
         while any(positions[p] < ends[p] for p in range(partitions)):
             assert time.monotonic() < deadline, f"read {positions} of {ends}"
             m = c.poll(0.5)
@@ -388,3 +389,25 @@ def test_unclean_election_only_when_allowed_and_the_old_leader_truncates(split_c
     c.wait_for("4 back in the ISR", lambda: (s := partition_states(other, "u")) and sorted(s[0][2]) == [4, 5])
     assert "log truncated" in a.log_tail(400), "the old leader cut the records 5 never had"
     assert values_read(other.bootstrap, "u") == [b"x"] * 4, "3 committed on both, then 1 written to 5"
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(three):
+    create(three, "gone", 1, min_insync=1)
+    leader = three.node(states_from_any(three, "gone")[0][0])
+    behind = next(n for n in three.nodes if n is not leader)
+    assert produce_one(leader.bootstrap, "gone", "all") is None
+    behind.kill9()
+    three.wait_for(f"{behind} out of the ISR", lambda: behind.node_id not in partition_states(leader, "gone")[0][2])
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": leader.bootstrap, "acks": "all", "linger.ms": 0}))
+    for i in range(30):
+        p.produce("gone", value=f"v{i}".encode(), partition=0)
+        p.flush(30)
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": leader.bootstrap}))
+    deleted = admin.delete_records([TopicPartition("gone", 0, 25)])
+    for future in deleted.values():
+        assert future.result(timeout=30).low_watermark == 25
+    behind.start()
+    three.wait_for(f"{behind} back in the ISR", lambda: (s := partition_states(leader, "gone")) and
+                   sorted(s[0][2]) == [1, 2, 3])
+    assert "fetches from the leader's log start" in behind.log_tail(400), "it started over at the log start"
+    assert [v for v in values_read(leader.bootstrap, "gone")] == [f"v{i}".encode() for i in range(24, 30)]

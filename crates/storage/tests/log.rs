@@ -317,6 +317,34 @@ fn truncate_below_log_start_empties_the_log_and_restarts_there() {
 }
 
 #[test]
+fn truncate_fully_starts_an_empty_log_past_the_old_end_and_survives_a_reopen() {
+    let tmp = TempDir::new("truncate-fully");
+    let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
+    for i in 0..6u64 {
+        let info = log.append(&mut batch(i, 2, 900), 1, 0).unwrap();
+        log.wait_for_ack(&info).unwrap();
+    }
+    log.update_high_watermark(12).unwrap();
+    // A follower whose log ends at 12 while the leader's starts at 40.
+    assert_eq!(log.truncate_fully_and_start_at(40).unwrap(), 40);
+    assert_eq!((log.log_start_offset(), log.log_end_offset(), log.high_watermark()), (40, 40, 40));
+    assert_eq!(log.segment_count(), 1);
+    assert!(log.leader_epochs().is_empty(), "the old epochs describe data that is gone");
+    assert!(log.durable_end_offset() >= 40, "the empty log is durable where it starts");
+    assert!(read_all(&log).is_empty());
+    // Replicated batches from the leader land at 40 on.
+    let replicated = stamped(batch(7, 3, 10), 40, 5);
+    let info = log.append_as_follower(&replicated, 0).unwrap();
+    assert_eq!((info.base_offset, info.last_offset), (40, 42));
+    log.wait_for_ack(&info).unwrap();
+    drop(log);
+    let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
+    assert_eq!((log.log_start_offset(), log.log_end_offset()), (40, 43));
+    assert_eq!(log.leader_epochs(), vec![(5, 40)]);
+    assert_eq!(read_all(&log).len(), 1);
+}
+
+#[test]
 fn delete_records_moves_log_start_durably_and_retention_deletes_segments() {
     let tmp = TempDir::new("delete-records");
     {

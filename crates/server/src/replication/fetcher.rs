@@ -422,15 +422,23 @@ fn truncate(partition: &Partition, offset: i64, why: &str) -> Outcome {
 
 /// OFFSET_OUT_OF_RANGE: this log ends past the leader's (after an unclean election) or
 /// before its log start (retention or DeleteRecords removed what this follower lacks).
-/// The first is truncated to the leader's high watermark. The second is not handled
-/// yet (Kafka empties the log and starts it at the leader's log start offset): the
-/// partition is retried after the back-off, with an error logged.
+/// The first is truncated to the leader's high watermark; the second starts over, empty,
+/// at the leader's log start offset (Kafka's `truncateFullyAndStartAt`).
 fn out_of_range(partition: &Partition, data: &PartitionData) -> Outcome {
     let end = partition.log.log_end_offset();
     if data.log_start_offset >= 0 && end < data.log_start_offset {
-        tracing::error!(topic = %partition.topic, partition = partition.index, log_end_offset = end, leader_log_start_offset = data.log_start_offset, "this replica ends before the leader's log starts; it cannot catch up");
-        crate::telemetry::replica_fetch_failed("out_of_range");
-        return Outcome::Failed;
+        return match partition.log.truncate_fully_and_start_at(data.log_start_offset) {
+            Ok(start) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, log_end_offset = end, restarted_at = start, "this replica ended before the leader's log starts: emptied, it fetches from the leader's log start");
+                crate::telemetry::replica_truncated();
+                partition.log_truncated();
+                Outcome::Done
+            }
+            Err(e) => {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "the log could not start over at the leader's log start");
+                Outcome::Failed
+            }
+        };
     }
     if data.high_watermark >= 0 && end > data.high_watermark {
         return truncate(partition, data.high_watermark, "it ends past the leader's log");

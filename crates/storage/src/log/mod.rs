@@ -1017,7 +1017,20 @@ impl<S: Storage> PartitionLog<S> {
     /// Below the log start offset the log is emptied and restarts at `offset`; if the
     /// cut would leave the log end below the log start, it restarts at the log start.
     pub fn truncate_to(&self, offset: i64) -> Result<i64> {
-        let result = self.truncate_locked(offset);
+        self.truncate_checked(offset, false)
+    }
+
+    /// Empties the log and starts it again at `offset`, which may be past its end (Kafka's
+    /// `truncateFullyAndStartAt`): a follower whose log ends before the leader's log start
+    /// (retention removed what it lacks) starts over where the leader's log starts. Every
+    /// segment, the epoch cache and the producer state go; the high watermark and the log
+    /// start offset become `offset`, and the empty log is durable there.
+    pub fn truncate_fully_and_start_at(&self, offset: i64) -> Result<i64> {
+        self.truncate_checked(offset.max(0), true)
+    }
+
+    fn truncate_checked(&self, offset: i64, fully: bool) -> Result<i64> {
+        let result = self.truncate_locked(offset, fully);
         if let Err(e) = &result {
             if e.is_kafka_storage_error() {
                 // Half-done truncation leaves files and memory disagreeing; only a reopen
@@ -1028,7 +1041,7 @@ impl<S: Storage> PartitionLog<S> {
         result
     }
 
-    fn truncate_locked(&self, offset: i64) -> Result<i64> {
+    fn truncate_locked(&self, offset: i64, fully: bool) -> Result<i64> {
         let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         if let Some(reason) = &s.offline {
@@ -1038,12 +1051,12 @@ impl<S: Storage> PartitionLog<S> {
         // needs lowering if the cut reaches below it.
         self.seal_now(&mut s)?;
         let leo = s.log_end_offset();
-        if offset >= leo {
+        if offset >= leo && !fully {
             return Ok(leo);
         }
         let offset = offset.max(0);
         let mut removed: Vec<i64> = Vec::new();
-        if offset >= s.log_start_offset {
+        if offset >= s.log_start_offset && !fully {
             let keep = s.segments.partition_point(|seg| seg.base_offset <= offset).max(1);
             removed = s.segments.drain(keep..).map(|seg| seg.base_offset).collect();
             for &base in &removed {
@@ -1063,7 +1076,7 @@ impl<S: Storage> PartitionLog<S> {
         // Below the log start nothing readable remains: restart the log empty at `offset`
         // (Kafka's truncateFullyAndStartAt). If the cut removed the batch holding the log
         // start, the log restarts at the log start so its end never falls below it.
-        let restart_at = if offset < s.log_start_offset {
+        let restart_at = if fully || offset < s.log_start_offset {
             Some(offset)
         } else {
             (s.log_end_offset() < s.log_start_offset).then_some(s.log_start_offset)
@@ -1086,6 +1099,15 @@ impl<S: Storage> PartitionLog<S> {
         }
         self.storage.sync_dir(&self.dir).map_err(|e| StorageError::io("fsync dir", &self.dir, e))?;
         let new_leo = s.log_end_offset();
+        if fully {
+            // Nothing of the old log remains: what was committed, dirty, produced or
+            // epoch-stamped there means nothing for the log that starts here.
+            s.high_watermark = new_leo;
+            s.first_dirty_offset = new_leo;
+            for snapshot in loader::list_snapshots(&self.storage, &self.dir)? {
+                loader::remove_snapshot(&self.storage, &self.dir, snapshot)?;
+            }
+        }
         s.high_watermark = s.high_watermark.min(new_leo);
         s.log_start_offset = s.log_start_offset.min(new_leo);
         s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
@@ -1093,13 +1115,16 @@ impl<S: Storage> PartitionLog<S> {
         s.producers = producers;
         s.producers_snapshotted = None;
         insert_aborted(&mut s, aborted);
-        if s.epochs.truncate_from_end(new_leo) {
+        let epochs_cut = if fully { s.epochs.truncate_from_end(i64::MIN) } else { s.epochs.truncate_from_end(new_leo) };
+        if epochs_cut {
             self.write_epoch_checkpoint(&s)?;
         }
         s.generation += 1;
         let mut d = lock(&self.durability);
         d.generation += 1;
-        d.durable_end = d.durable_end.min(new_leo);
+        // The empty log is durable where it starts: its segment and checkpoint were written
+        // and the directory fsynced above.
+        d.durable_end = if fully { new_leo } else { d.durable_end.min(new_leo) };
         let (failed, kept): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| *end > new_leo);
         d.waiters = kept;
         self.durable_changed.notify_all();
