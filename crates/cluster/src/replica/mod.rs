@@ -23,6 +23,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use osprey_protocol::ErrorCode;
 
+pub mod fetch;
+
+use fetch::{FetchDecision, FollowerFetch};
+
 /// The partition as the controller's metadata describes it (Kafka's
 /// `PartitionRegistration`, as a broker applies it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -360,6 +364,44 @@ impl ReplicaState {
         }
         self.local = local;
         self.high_watermark = self.high_watermark.min(local.log_end_offset.max(0));
+    }
+
+    /// A follower's Fetch, checked in Kafka's order (`Partition.fetchRecords`): this
+    /// broker leads, the follower's leader epoch is this one (FENCED_LEADER_EPOCH if
+    /// older, UNKNOWN_LEADER_EPOCH if newer), the replica is one of the partition's, and
+    /// its log does not diverge from this one ([`fetch::diverging_epoch`] over this log's
+    /// `end_offset_for`). Only then is its position taken ([`follower_fetched`]): a
+    /// diverging follower's fetch offset names offsets of another leader's log, and
+    /// counting it would move the high watermark over records it does not have.
+    ///
+    /// [`follower_fetched`]: Self::follower_fetched
+    pub fn follower_fetch(
+        &mut self,
+        fetch: &FollowerFetch,
+        log_start_offset: i64,
+        end_offset_for: impl FnOnce(i32) -> (i32, i64),
+        now_ms: i64,
+    ) -> Result<FetchDecision, ErrorCode> {
+        if !self.is_leader() {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
+        let epoch = fetch.current_leader_epoch;
+        if epoch >= 0 && epoch < self.leader_epoch {
+            return Err(ErrorCode::FENCED_LEADER_EPOCH);
+        }
+        if epoch > self.leader_epoch {
+            return Err(ErrorCode::UNKNOWN_LEADER_EPOCH);
+        }
+        if !self.followers.contains_key(&fetch.replica_id) {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
+        let diverging =
+            fetch::diverging_epoch(fetch.last_fetched_epoch, fetch.fetch_offset, log_start_offset, end_offset_for)?;
+        if let Some(diverging) = diverging {
+            return Ok(FetchDecision::Diverging(diverging));
+        }
+        self.follower_fetched(fetch.replica_id, fetch.fetch_offset, fetch.durable_end_offset, now_ms)?;
+        Ok(FetchDecision::Read)
     }
 
     /// A follower fetched from `fetch_offset` (its log end offset), having made

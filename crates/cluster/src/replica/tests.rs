@@ -1,3 +1,4 @@
+use super::fetch::{FetchDecision, FollowerFetch};
 use super::*;
 
 const LAG_MS: i64 = 30_000;
@@ -156,4 +157,61 @@ fn last_stable_offset_stops_at_the_first_unstable_offset_and_the_high_watermark(
     assert_eq!(s.snapshot(), Snapshot { leader_epoch: 0, high_watermark: 10, last_stable_offset: 4 });
     s.local_log_changed(LocalLog { log_end_offset: 12, durable_end_offset: 10, first_unstable_offset: None }, 2);
     assert_eq!(s.last_stable_offset(), 10);
+}
+
+/// Leader 1 of epoch 2 whose log has epoch 0 on [0, 3) and epoch 2 from 3, all durable.
+fn leader_after_an_election() -> ReplicaState {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 2, 4, &[1, 2], &[1, 2]), log(3, 3), 3, 0);
+    s.local_log_changed(log(6, 6), 1);
+    s.await_ack(9, 5, AckLevel::All, 1);
+    outputs(&mut s);
+    s
+}
+
+fn leader_epochs(epoch: i32) -> (i32, i64) {
+    osprey_storage::epoch::LeaderEpochCache::from_entries([(0, 0), (2, 3)]).end_offset_for(epoch, 6)
+}
+
+#[test]
+fn a_diverging_followers_position_does_not_move_the_high_watermark() {
+    // Follower 2 still has offsets 3 and 4 of epoch 0, which the old leader wrote and
+    // never committed: its fetch offset 5 is not the leader's offset 5.
+    let mut s = leader_after_an_election();
+    let fetch = FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 2,
+        fetch_offset: 5,
+        durable_end_offset: 5,
+        last_fetched_epoch: 0,
+    };
+    let decision = s.follower_fetch(&fetch, 0, leader_epochs, 2);
+    assert_eq!(decision, Ok(FetchDecision::Diverging(fetch::EpochEnd { epoch: 0, end_offset: 3 })));
+    assert_eq!(s.high_watermark(), 3, "offsets 3 and 4 are not on follower 2");
+    assert!(outputs(&mut s).is_empty(), "request 9 is not acknowledged");
+
+    // Truncated to 3, it fetches again: now its position counts.
+    let fetch = FollowerFetch { fetch_offset: 3, durable_end_offset: 3, ..fetch };
+    assert_eq!(s.follower_fetch(&fetch, 0, leader_epochs, 3), Ok(FetchDecision::Read));
+    let fetch = FollowerFetch { fetch_offset: 6, durable_end_offset: 6, last_fetched_epoch: 2, ..fetch };
+    assert_eq!(s.follower_fetch(&fetch, 0, leader_epochs, 4), Ok(FetchDecision::Read));
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(6), Output::Completed { request_id: 9, result: Ok(()) }]);
+}
+
+#[test]
+fn a_fetch_from_another_leader_epoch_is_refused_before_its_position_counts() {
+    let mut s = leader_after_an_election();
+    let stale = FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 1,
+        fetch_offset: 6,
+        durable_end_offset: 6,
+        last_fetched_epoch: 2,
+    };
+    assert_eq!(s.follower_fetch(&stale, 0, leader_epochs, 2), Err(ErrorCode::FENCED_LEADER_EPOCH));
+    let newer = FollowerFetch { current_leader_epoch: 3, ..stale };
+    assert_eq!(s.follower_fetch(&newer, 0, leader_epochs, 2), Err(ErrorCode::UNKNOWN_LEADER_EPOCH));
+    let stranger = FollowerFetch { replica_id: 7, current_leader_epoch: 2, ..stale };
+    assert_eq!(s.follower_fetch(&stranger, 0, leader_epochs, 2), Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+    assert_eq!(s.high_watermark(), 3);
+    assert!(outputs(&mut s).is_empty());
 }
