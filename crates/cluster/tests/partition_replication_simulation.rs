@@ -708,10 +708,6 @@ impl Sim {
     /// high watermark.
     fn apply_partition_metadata(&mut self, i: usize, p: i32) {
         let b = &self.brokers[i];
-        let Some(image) = b.image.partition(Uuid(TOPIC_ID), p).cloned() else { return };
-        if !image.replicas.contains(&b.id) {
-            return;
-        }
         let caught_up = b
             .epoch
             .and_then(|epoch| b.image.broker(b.id).filter(|r| r.epoch == epoch))
@@ -719,10 +715,15 @@ impl Sim {
         if !caught_up {
             return;
         }
+        self.brokers[i].open = true;
+        let b = &self.brokers[i];
+        let Some(image) = b.image.partition(Uuid(TOPIC_ID), p).cloned() else { return };
+        if !image.replicas.contains(&b.id) {
+            return;
+        }
         let now = self.now;
         let min_insync_replicas = self.settings.min_insync_replicas;
         let b = &mut self.brokers[i];
-        b.open = true;
         let disk = &mut b.disks[p as usize];
         let before = b.replicas[p as usize].as_ref().and_then(|r| r.is_leader().then(|| r.leader_epoch()));
         let replica = match &mut b.replicas[p as usize] {
@@ -846,7 +847,7 @@ impl Sim {
                 self.brokers[i].isr_changes.entry(p).or_insert((change, None));
                 return;
             }
-            Err(_) => self.replica_mut(i, p).isr_change_rejected(now),
+            Err(_) => self.replica_mut(i, p).isr_change_refused(&change, now),
         }
         self.carry_out(i, p);
     }
@@ -1161,6 +1162,9 @@ impl Sim {
 
     fn converged(&self) -> bool {
         if !self.network.is_empty() || self.brokers.iter().any(|b| !b.is_open() || !b.isr_changes.is_empty()) {
+            return false;
+        }
+        if self.image.brokers().any(|b| b.fenced) {
             return false;
         }
         (0..self.settings.partitions).all(|p| {

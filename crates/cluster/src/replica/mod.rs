@@ -438,11 +438,15 @@ impl ReplicaState {
 
     /// The controller's metadata for the partition changed (a leader change, an ISR
     /// change, a reassignment), or answered an AlterPartition. Older news (a smaller
-    /// leader epoch, or a smaller partition epoch in the same leader epoch) is ignored.
+    /// leader epoch, or a smaller partition epoch in the same leader epoch) is ignored,
+    /// and so is the state this machine already has (the same epochs): the metadata
+    /// record of an ISR change the AlterPartition answer brought first must not drop a
+    /// proposal made since, or the high watermark would stop waiting for a member the
+    /// controller is about to add (KIP-497).
     pub fn apply_assignment(&mut self, assignment: Assignment, now_ms: i64) {
         let newer_leader_epoch = assignment.leader_epoch > self.leader_epoch;
         if !newer_leader_epoch
-            && (assignment.leader_epoch < self.leader_epoch || assignment.partition_epoch < self.partition_epoch)
+            && (assignment.leader_epoch < self.leader_epoch || assignment.partition_epoch <= self.partition_epoch)
         {
             return;
         }
@@ -477,8 +481,22 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
-    /// The controller refused the AlterPartition in flight (e.g. INVALID_UPDATE_VERSION):
-    /// forget it, so that a later change can be proposed from the metadata as it is.
+    /// The controller refused `change` (e.g. INVALID_UPDATE_VERSION): forget it if it is
+    /// still the change in flight, so that a later one can be proposed from the metadata
+    /// as it is. The refusal of an older proposal (a retry answered after the metadata
+    /// moved on and a newer proposal was made) leaves the newer one in flight:
+    /// forgetting an expansion would let the high watermark pass the member the
+    /// controller may still add (KIP-497).
+    pub fn isr_change_refused(&mut self, change: &IsrChange, now_ms: i64) {
+        if self.pending_isr.as_ref().is_some_and(|p| p.change == *change) {
+            self.pending_isr = None;
+        }
+        self.update(now_ms);
+    }
+
+    /// Forgets whatever AlterPartition is in flight. Prefer
+    /// [`isr_change_refused`](Self::isr_change_refused), which names the refused
+    /// change: this one also drops a newer proposal than the one refused.
     pub fn isr_change_rejected(&mut self, now_ms: i64) {
         self.pending_isr = None;
         self.update(now_ms);

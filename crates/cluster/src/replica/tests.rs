@@ -215,3 +215,42 @@ fn a_fetch_from_another_leader_epoch_is_refused_before_its_position_counts() {
     assert_eq!(s.high_watermark(), 3);
     assert!(outputs(&mut s).is_empty());
 }
+
+#[test]
+fn metadata_the_leader_already_has_keeps_an_isr_expansion_in_flight() {
+    // Leader 1 with ISR [1] at partition epoch 5; follower 2 catches up and is proposed.
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let proposal = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(proposal)]);
+    s.local_log_changed(log(20, 20), 2);
+    assert_eq!(s.high_watermark(), 10, "the high watermark waits for the member being added (KIP-497)");
+
+    // Follower 2 goes quiet; the metadata record of partition epoch 5 (which the
+    // AlterPartition answer brought first) arrives late. It is not news: the expansion
+    // is still in flight, and the controller may commit it.
+    let quiet = 2 + LAG_MS + 1;
+    s.apply_assignment(assignment(1, 0, 5, &[1, 2], &[1]), quiet);
+    assert_eq!(s.high_watermark(), 10, "still waiting for follower 2");
+    s.apply_assignment(assignment(1, 0, 6, &[1, 2], &[1, 2]), quiet + 1);
+    assert_eq!(s.isr(), &[1, 2]);
+    assert_eq!(s.high_watermark(), 10, "never above an ISR member's end");
+}
+
+#[test]
+fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
+    s.local_log_changed(log(20, 20), 2);
+
+    // A retry of the shrink to [1] (partition epoch 4), which the controller had
+    // already committed, is answered INVALID_UPDATE_VERSION after follower 2 went quiet.
+    let quiet = 2 + LAG_MS + 1;
+    let shrink = IsrChange { leader_epoch: 0, partition_epoch: 4, new_isr: vec![1] };
+    s.isr_change_refused(&shrink, quiet);
+    assert_eq!(s.high_watermark(), 10, "the expansion is still in flight: the high watermark waits for 2");
+    s.isr_change_refused(&expansion, quiet);
+    assert_eq!(s.high_watermark(), 20, "refused: follower 2 is not waited for any more");
+}
