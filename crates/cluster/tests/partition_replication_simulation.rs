@@ -174,26 +174,10 @@ impl Broker {
 
 #[derive(Debug, Clone)]
 enum Message {
-    Fetch {
-        partition: i32,
-        fetch: FollowerFetch,
-        broker_epoch: i64,
-    },
-    FetchReply {
-        partition: i32,
-        answer: FetchAnswer,
-    },
-    AlterPartition {
-        partition: i32,
-        broker_epoch: i64,
-        change: IsrChange,
-        member_epochs: Vec<i64>,
-    },
-    AlterPartitionReply {
-        partition: i32,
-        change: IsrChange,
-        answer: Result<AlterPartitionResult, ErrorCode>,
-    },
+    Fetch { partition: i32, fetch: FollowerFetch, broker_epoch: i64 },
+    FetchReply { partition: i32, answer: FetchAnswer },
+    AlterPartition { partition: i32, broker_epoch: i64, change: IsrChange, member_epochs: Vec<i64> },
+    AlterPartitionReply { partition: i32, change: IsrChange, answer: Result<AlterPartitionResult, ErrorCode> },
 }
 
 #[derive(Debug, Clone)]
@@ -260,6 +244,7 @@ struct Sim {
     acked: Vec<Acked>,
     /// Whether an unclean election happened: the no-loss checks are off from then on.
     unclean_elected: bool,
+    coverage: Coverage,
     /// The largest leader epoch seen per partition in the controller's records, and per
     /// broker and partition.
     controller_epochs: Vec<i32>,
@@ -273,17 +258,60 @@ fn main_seeds() -> Vec<u64> {
     if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
         return vec![seed];
     }
-    let count = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(24);
+    let count = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
     (0..count).collect()
+}
+
+/// What the runs went through, summed over the seeds: a simulation that never crashes a
+/// leader or truncates a log checks nothing worth having.
+#[derive(Debug, Default, Clone, Copy)]
+struct Coverage {
+    acknowledged_writes: usize,
+    crashes: usize,
+    cut_offs: usize,
+    leader_elections: usize,
+    unclean_elections: usize,
+    diverging_truncations: usize,
+    refused_isr_changes: usize,
+}
+
+impl Coverage {
+    fn add(&mut self, other: Coverage) {
+        self.acknowledged_writes += other.acknowledged_writes;
+        self.crashes += other.crashes;
+        self.cut_offs += other.cut_offs;
+        self.leader_elections += other.leader_elections;
+        self.unclean_elections += other.unclean_elections;
+        self.diverging_truncations += other.diverging_truncations;
+        self.refused_isr_changes += other.refused_isr_changes;
+    }
 }
 
 #[test]
 fn partition_replication_keeps_acknowledged_writes_through_crashes_and_partitions() {
-    for seed in main_seeds() {
-        let outcome = std::panic::catch_unwind(|| Sim::new(seed).run());
-        if outcome.is_err() {
-            panic!("partition replication simulation failed at seed {seed}; replay with SIM_SEED={seed} SIM_TRACE=1");
+    let seeds = main_seeds();
+    let mut total = Coverage::default();
+    for &seed in &seeds {
+        match std::panic::catch_unwind(|| Sim::new(seed).run()) {
+            Ok(coverage) => total.add(coverage),
+            Err(_) => panic!(
+                "partition replication simulation failed at seed {seed}; replay with SIM_SEED={seed} SIM_TRACE=1"
+            ),
         }
+    }
+    println!("{} seeds: {total:?}", seeds.len());
+    if seeds.len() >= 16 {
+        let c = total;
+        let seen = [
+            c.acknowledged_writes,
+            c.crashes,
+            c.cut_offs,
+            c.leader_elections,
+            c.unclean_elections,
+            c.diverging_truncations,
+            c.refused_isr_changes,
+        ];
+        assert!(seen.iter().all(|&n| n > 0), "some fault or path never happened: {c:?}");
     }
 }
 
@@ -336,6 +364,7 @@ impl Sim {
             answered: BTreeSet::new(),
             acked: Vec::new(),
             unclean_elected: false,
+            coverage: Coverage::default(),
             controller_epochs: vec![-1; settings.partitions as usize],
             broker_epochs: BTreeMap::new(),
             leader_high_watermarks: BTreeMap::new(),
@@ -385,7 +414,7 @@ impl Sim {
         ));
     }
 
-    fn run(mut self) {
+    fn run(mut self) -> Coverage {
         for _ in 0..STEPS {
             self.step();
         }
@@ -397,6 +426,8 @@ impl Sim {
             self.step();
         }
         self.check_converged();
+        self.coverage.acknowledged_writes = self.acked.len();
+        self.coverage
     }
 
     // ----- one step ----------------------------------------------------------------
@@ -544,6 +575,7 @@ impl Sim {
         }
         let restart_at_ms = self.now + 500 + self.rng.below(2 * SESSION_MS as u64) as i64;
         self.trace(format!("broker {} crashes; restarts at {restart_at_ms}", self.brokers[i].id));
+        self.coverage.crashes += 1;
         let b = &mut self.brokers[i];
         b.life = Life::Down { restart_at_ms };
         for disk in &mut b.disks {
@@ -623,17 +655,22 @@ impl Sim {
     /// Commits records: the controller's image, and the invariants on them.
     fn commit(&mut self, records: Vec<MetadataRecord>) {
         for record in records {
-            if let MetadataRecord::PartitionChange { partition, leader, isr, leader_epoch, leader_recovery_state, .. } =
-                &record
+            if let MetadataRecord::PartitionChange {
+                partition, leader, isr, leader_epoch, leader_recovery_state, ..
+            } = &record
             {
                 self.trace(format!(
                     "controller: partition {partition} leader {leader} epoch {leader_epoch} isr {isr:?} recovery {leader_recovery_state}"
                 ));
                 let seen = &mut self.controller_epochs[*partition as usize];
                 assert!(*leader_epoch >= *seen, "the controller's leader epoch for {partition} went back");
+                if *leader_epoch > *seen && *leader != NO_LEADER {
+                    self.coverage.leader_elections += 1;
+                }
                 *seen = *leader_epoch;
-                if *leader_recovery_state != 0 {
+                if *leader_recovery_state != 0 && !self.unclean_elected {
                     self.unclean_elected = true;
+                    self.coverage.unclean_elections += 1;
                 }
             }
             self.image.apply(&record);
@@ -667,7 +704,10 @@ impl Sim {
         let answer = match self.control.alter_partition(&self.image, &request) {
             Ok(result) => {
                 let answer = result.response[0].partitions[0].clone();
-                self.trace(format!("controller answers AlterPartition {change:?} from {from}: {}", answer.error.name()));
+                self.trace(format!(
+                    "controller answers AlterPartition {change:?} from {from}: {}",
+                    answer.error.name()
+                ));
                 self.commit(result.records);
                 if answer.error == ErrorCode::NONE {
                     Ok(answer)
@@ -800,17 +840,16 @@ impl Sim {
             .filter(|(_, (_, sent))| sent.is_none_or(|t| now - t > REQUEST_TIMEOUT_MS))
             .map(|(&p, (c, _))| (p, c.clone()))
             .collect();
+        let from = b.id;
         for (p, change) in due {
-            let member_epochs =
-                change.new_isr.iter().map(|m| self.brokers[i].follower_epochs.get(m).copied().unwrap_or(-1)).collect();
-            let member_epochs = if change.new_isr.contains(&self.brokers[i].id) {
-                let own = self.brokers[i].id;
-                change.new_isr.iter().zip(member_epochs).map(|(m, e)| if *m == own { broker_epoch } else { e }).collect()
-            } else {
-                member_epochs
-            };
+            // Each member's broker epoch as its fetches named it (-1: not known here).
+            let b = &self.brokers[i];
+            let member_epochs = change
+                .new_isr
+                .iter()
+                .map(|&m| if m == from { broker_epoch } else { b.follower_epochs.get(&m).copied().unwrap_or(-1) })
+                .collect();
             self.brokers[i].isr_changes.insert(p, (change.clone(), Some(now)));
-            let from = self.brokers[i].id;
             self.send(from, CONTROLLER, Message::AlterPartition { partition: p, broker_epoch, change, member_epochs });
         }
     }
@@ -847,7 +886,10 @@ impl Sim {
                 self.brokers[i].isr_changes.entry(p).or_insert((change, None));
                 return;
             }
-            Err(_) => self.replica_mut(i, p).isr_change_refused(&change, now),
+            Err(_) => {
+                self.coverage.refused_isr_changes += 1;
+                self.replica_mut(i, p).isr_change_refused(&change, now);
+            }
         }
         self.carry_out(i, p);
     }
@@ -958,6 +1000,7 @@ impl Sim {
                 let hw = self.replica(i, p).high_watermark();
                 let to = fetch::truncation_offset(diverging, hw, disk.end(), |e| disk.end_offset_for(e));
                 self.trace(format!("broker {id} truncates {p} to {to}: diverging at {diverging:?}"));
+                self.coverage.diverging_truncations += 1;
                 self.truncate(i, p, to);
             }
             FetchAnswer::Records { from, entries, high_watermark } => {
@@ -1027,7 +1070,9 @@ impl Sim {
                 continue;
             }
             match m.message {
-                Message::Fetch { partition, fetch, broker_epoch } => self.handle_fetch(i, partition, fetch, broker_epoch),
+                Message::Fetch { partition, fetch, broker_epoch } => {
+                    self.handle_fetch(i, partition, fetch, broker_epoch)
+                }
                 Message::FetchReply { partition, answer } => self.fetch_answered(i, partition, answer),
                 Message::AlterPartitionReply { partition, change, answer } => {
                     self.alter_partition_answered(i, partition, change, answer)
@@ -1047,6 +1092,7 @@ impl Sim {
             _ => (true, true),
         };
         self.trace(format!("network cuts broker {id} off: controller {controller}, brokers {brokers}"));
+        self.coverage.cut_offs += 1;
         if controller {
             self.cut.insert((CONTROLLER, id));
         }
@@ -1128,7 +1174,12 @@ impl Sim {
             return;
         }
         let leader_disk = &b.disks[p as usize];
-        for &member in replica.isr() {
+        // The leader's ISR, and the controller's while this broker is its leader (it may
+        // have committed a change the leader has not heard of yet).
+        let controller_isr = self.image.partition(Uuid(TOPIC_ID), p).filter(|_| current).map(|c| c.isr.clone());
+        let members: BTreeSet<i32> =
+            replica.isr().iter().copied().chain(controller_isr.into_iter().flatten()).collect();
+        for member in members {
             let disk = &self.brokers[(member - 1) as usize].disks[p as usize];
             for offset in 0..hw {
                 assert_eq!(
@@ -1213,10 +1264,8 @@ impl Sim {
         let mut out = String::new();
         for p in 0..self.settings.partitions {
             let image = self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists");
-            out += &format!(
-                "\npartition {p}: leader {} epoch {} isr {:?}",
-                image.leader, image.leader_epoch, image.isr
-            );
+            out +=
+                &format!("\npartition {p}: leader {} epoch {} isr {:?}", image.leader, image.leader_epoch, image.isr);
             for b in &self.brokers {
                 let disk = &b.disks[p as usize];
                 let state = b.replicas.get(p as usize).and_then(Option::as_ref);
@@ -1233,7 +1282,8 @@ impl Sim {
             }
         }
         for b in &self.brokers {
-            out += &format!("\nbroker {} registration {:?}", b.id, self.image.broker(b.id).map(|r| (r.epoch, r.fenced)));
+            out +=
+                &format!("\nbroker {} registration {:?}", b.id, self.image.broker(b.id).map(|r| (r.epoch, r.fenced)));
         }
         out
     }

@@ -114,9 +114,8 @@ mod tests {
 
     #[test]
     fn truncation_cuts_where_either_log_ends_the_epoch() {
-        let follower = |epoch| {
-            osprey_storage::epoch::LeaderEpochCache::from_entries([(1, 0), (3, 12)]).end_offset_for(epoch, 25)
-        };
+        let follower =
+            |epoch| osprey_storage::epoch::LeaderEpochCache::from_entries([(1, 0), (3, 12)]).end_offset_for(epoch, 25);
         let at = |epoch, end_offset| EpochEnd { epoch, end_offset };
         assert_eq!(truncation_offset(at(3, 20), 5, 25, follower), 20, "the leader's epoch 3 ends first");
         assert_eq!(truncation_offset(at(1, 14), 5, 25, follower), 12, "the follower's epoch 1 ends first");
