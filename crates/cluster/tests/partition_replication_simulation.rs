@@ -1,30 +1,35 @@
 //! Seeded simulation of partition replication across brokers (issue 15): each broker's
 //! replica state machines ([`ReplicaState`]) and model logs, the controller's real
 //! decisions ([`ClusterControl`] over a [`MetadataImage`]: registration, heartbeats and
-//! fencing, clean or unclean elections, AlterPartition), over a simulated network that
-//! delays and drops messages and can cut a broker off, and disks that lose what was not
-//! made durable when their broker crashes.
+//! session expiry, fencing, clean or unclean elections, AlterPartition with KIP-841 and
+//! KIP-903 checks), over a simulated network that delays and drops messages and can cut
+//! a broker off from the controller, the other brokers or both, and disks that lose
+//! what was not made durable when their broker crashes (and, now and then, everything).
 //!
 //! Each broker keeps, per partition, a model log (offset, leader epoch, client write
 //! id), its durable prefix, a leader-epoch cache (`osprey_storage`'s
 //! `LeaderEpochCache`, Kafka's `endOffsetFor` rules) and a checkpointed high watermark.
-//! Followers fetch as the broker's fetcher does (fetch offset = log end offset, which
-//! is made durable first; last fetched epoch = the log's last epoch; truncate where the
-//! leader says the logs diverge, [`fetch::truncation_offset`]); leaders answer as the
-//! broker's Fetch handler does, through [`ReplicaState::follower_fetch`]. Brokers learn
-//! the controller's records in order, after a delay. A crashed broker restarts with a
-//! new incarnation, registers again and, once it has caught up with its registration,
+//! Followers fetch as the broker's fetcher does (fetch offset = log end offset, made
+//! durable first; last fetched epoch = the log's last epoch; truncate where the leader
+//! says the logs diverge, [`fetch::truncation_offset`]; to the leader's high watermark
+//! on OFFSET_OUT_OF_RANGE); leaders answer through [`ReplicaState::follower_fetch`]
+//! (the epoch checks, then the follower's position). ISR changes are retried until
+//! answered, newest per partition, as the server's `send_isr_changes`. Brokers learn the
+//! controller's records in order, after a delay. A crashed broker restarts as a new
+//! incarnation, registers again and, once it has caught up with its registration,
 //! opens fresh replica state machines from the metadata and each log's checkpointed
 //! high watermark.
 //!
 //! Invariants, checked after EVERY step:
 //! 1. an acknowledged acks=all write is never lost while an ISR member keeps its disk:
-//!    some member of the controller's ISR has it durably at the offset it was
-//!    acknowledged at (clean elections only: an unclean election gives that up, as in
-//!    Kafka);
+//!    some member of the controller's ISR has it durably, at the offset it was
+//!    acknowledged at, unless every member that had it lost its disk (clean elections
+//!    only: an unclean election gives this up, as in Kafka);
 //! 2. the logs of ISR members agree up to the high watermark: every member of a leader's
-//!    ISR holds the leader's records below its high watermark (after an unclean
-//!    election, checked for the controller's current leader only);
+//!    ISR (and of the controller's, for the current leader) holds the leader's records
+//!    below its high watermark; a member that lost its disk is skipped until it has
+//!    left the ISR and caught up (after an unclean election, only the current leader's
+//!    ISR is checked);
 //! 3. leader epochs only grow: in the controller's records, and on every broker;
 //! 4. the high watermark never goes backwards on a leader (within its leadership);
 //! 5. no request is answered twice, and an acknowledged one lies below its leader's high
@@ -34,10 +39,12 @@
 //! Then everything heals (network, crashed brokers restart) and the simulation runs
 //! until quiet, checking liveness: every broker is unfenced, every partition has a
 //! leader, every replica is in the ISR, every log is the same, and (clean elections
-//! only) every acknowledged write is in every log at the offset it was acknowledged at.
+//! only) every acknowledged write not lost with disks is in every log at the offset it
+//! was acknowledged at. The seeds together must have gone through every fault and
+//! path counted in [`Coverage`].
 //!
 //! A failure prints its seed: `SIM_SEED=n` replays one seed, `SIM_SEEDS=n` sets how
-//! many run, `SIM_TRACE=1` prints every step.
+//! many run (seeds 0..n), `SIM_TRACE=1` prints every step.
 
 use osprey_cluster::image::{BrokerListener, MetadataImage, MetadataRecord, PartitionImage, NO_LEADER};
 use osprey_cluster::replica::fetch::{self, EpochEnd, FetchDecision, FollowerFetch};
@@ -126,6 +133,13 @@ impl Disk {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DiskLoss {
+    /// The partition epoch at which the controller's ISR first left the broker out
+    /// after it registered again: a view from then on names it only once it caught up.
+    removed_at_partition_epoch: Option<i32>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Life {
     Up,
     Down { restart_at_ms: i64 },
@@ -147,6 +161,10 @@ struct Broker {
     /// The metadata this broker has applied, in order.
     image: MetadataImage,
     disks: Vec<Disk>,
+    /// Per partition: this broker lost its disk. It stays in the ISR until it is fenced
+    /// (for good if it is the last member), keeping no records: the ISR agreement check
+    /// skips it in every leader's view older than its removal.
+    disk_lost: Vec<Option<DiskLoss>>,
     /// Whether this incarnation has caught up with its own registration: only then
     /// does it open its partitions (Kafka's broker waits for the same catch-up).
     open: bool,
@@ -212,6 +230,9 @@ struct Acked {
     partition: i32,
     offset: i64,
     write_id: u64,
+    /// It was on no other ISR member's disk when a broker lost its disk: gone, as
+    /// Kafka allows.
+    lost_with_disk: bool,
 }
 
 struct Settings {
@@ -267,7 +288,10 @@ fn main_seeds() -> Vec<u64> {
 #[derive(Debug, Default, Clone, Copy)]
 struct Coverage {
     acknowledged_writes: usize,
+    /// Acknowledged writes gone because every ISR member holding them lost its disk.
+    writes_lost_with_disks: usize,
     crashes: usize,
+    disk_losses: usize,
     cut_offs: usize,
     leader_elections: usize,
     unclean_elections: usize,
@@ -278,7 +302,9 @@ struct Coverage {
 impl Coverage {
     fn add(&mut self, other: Coverage) {
         self.acknowledged_writes += other.acknowledged_writes;
+        self.writes_lost_with_disks += other.writes_lost_with_disks;
         self.crashes += other.crashes;
+        self.disk_losses += other.disk_losses;
         self.cut_offs += other.cut_offs;
         self.leader_elections += other.leader_elections;
         self.unclean_elections += other.unclean_elections;
@@ -305,6 +331,7 @@ fn partition_replication_keeps_acknowledged_writes_through_crashes_and_partition
         let seen = [
             c.acknowledged_writes,
             c.crashes,
+            c.disk_losses,
             c.cut_offs,
             c.leader_elections,
             c.unclean_elections,
@@ -337,6 +364,7 @@ impl Sim {
                 epoch: None,
                 image: MetadataImage::default(),
                 disks: vec![Disk::default(); settings.partitions as usize],
+                disk_lost: vec![None; settings.partitions as usize],
                 open: false,
                 replicas: (0..settings.partitions).map(|_| None).collect(),
                 fetches: vec![None; settings.partitions as usize],
@@ -427,6 +455,7 @@ impl Sim {
         }
         self.check_converged();
         self.coverage.acknowledged_writes = self.acked.len();
+        self.coverage.writes_lost_with_disks = self.acked.iter().filter(|a| a.lost_with_disk).count();
         self.coverage
     }
 
@@ -574,8 +603,16 @@ impl Sim {
             return;
         }
         let restart_at_ms = self.now + 500 + self.rng.below(2 * SESSION_MS as u64) as i64;
-        self.trace(format!("broker {} crashes; restarts at {restart_at_ms}", self.brokers[i].id));
+        let lose_disk = self.rng.chance(5);
+        self.trace(format!(
+            "broker {} crashes{}; restarts at {restart_at_ms}",
+            self.brokers[i].id,
+            if lose_disk { " and loses its disk" } else { "" }
+        ));
         self.coverage.crashes += 1;
+        if lose_disk {
+            self.lose_disk(i);
+        }
         let b = &mut self.brokers[i];
         b.life = Life::Down { restart_at_ms };
         for disk in &mut b.disks {
@@ -589,6 +626,39 @@ impl Sim {
         for f in &mut b.fetches {
             *f = None;
         }
+    }
+
+    /// The broker's disk is replaced by an empty one. Acknowledged writes no other ISR
+    /// member holds are gone with it.
+    fn lose_disk(&mut self, i: usize) {
+        self.coverage.disk_losses += 1;
+        let id = self.brokers[i].id;
+        for k in 0..self.acked.len() {
+            let a = self.acked[k];
+            let isr = &self.image.partition(Uuid(TOPIC_ID), a.partition).expect("the topic exists").isr;
+            if !isr.iter().any(|&m| m != id && self.holds(m, &a)) {
+                self.acked[k].lost_with_disk = true;
+            }
+        }
+        let b = &mut self.brokers[i];
+        b.disks = b.disks.iter().map(|_| Disk::default()).collect();
+        b.disk_lost = b.disk_lost.iter().map(|_| Some(DiskLoss { removed_at_partition_epoch: None })).collect();
+    }
+
+    /// Whether broker `id` kept its disk for partition `p`: it never lost it, or it
+    /// rejoined the ISR by catching up since.
+    fn kept_disk(&self, id: i32, p: i32) -> bool {
+        let image = self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists");
+        match self.brokers[(id - 1) as usize].disk_lost[p as usize] {
+            None => true,
+            Some(loss) => loss.removed_at_partition_epoch.is_some() && image.isr.contains(&id),
+        }
+    }
+
+    /// Whether broker `id` has the acknowledged write durably, where it was acknowledged.
+    fn holds(&self, id: i32, a: &Acked) -> bool {
+        let disk = &self.brokers[(id - 1) as usize].disks[a.partition as usize];
+        a.offset < disk.durable && disk.at(a.offset).is_some_and(|e| e.write_id == a.write_id)
     }
 
     /// A new incarnation: it replays the metadata from the start and registers again.
@@ -822,7 +892,8 @@ impl Sim {
         assert!(end <= hw, "request {request_id} acknowledged at {end}, above the high watermark {hw}");
         assert_eq!((produce.partition, produce.leader), (p, b.id));
         for (k, &write_id) in produce.write_ids.iter().enumerate() {
-            self.acked.push(Acked { partition: p, offset: produce.first_offset + k as i64, write_id });
+            let offset = produce.first_offset + k as i64;
+            self.acked.push(Acked { partition: p, offset, write_id, lost_with_disk: false });
         }
     }
 
@@ -1128,6 +1199,7 @@ impl Sim {
     // ----- invariants --------------------------------------------------------------
 
     fn check(&mut self) {
+        self.note_isr_removals();
         self.check_controller();
         for i in 0..self.brokers.len() {
             for p in 0..self.settings.partitions {
@@ -1136,6 +1208,23 @@ impl Sim {
         }
         if !self.unclean_elected {
             self.check_no_acknowledged_write_lost();
+        }
+    }
+
+    /// Notes when a broker that lost its disk has left a partition's ISR after it
+    /// registered again: from then on it rejoins only by catching up, since an ISR
+    /// change naming its earlier incarnation's broker epoch is refused (KIP-903). Before
+    /// that, an expansion proposed before the loss may still add it.
+    fn note_isr_removals(&mut self) {
+        for b in self.brokers.iter_mut().filter(|b| b.epoch.is_some()) {
+            for (p, loss) in b.disk_lost.iter_mut().enumerate() {
+                let image = self.image.partition(Uuid(TOPIC_ID), p as i32).expect("the topic exists");
+                if let Some(loss @ DiskLoss { removed_at_partition_epoch: None }) = loss {
+                    if !image.isr.contains(&b.id) {
+                        loss.removed_at_partition_epoch = Some(image.partition_epoch);
+                    }
+                }
+            }
         }
     }
 
@@ -1179,7 +1268,12 @@ impl Sim {
         let controller_isr = self.image.partition(Uuid(TOPIC_ID), p).filter(|_| current).map(|c| c.isr.clone());
         let members: BTreeSet<i32> =
             replica.isr().iter().copied().chain(controller_isr.into_iter().flatten()).collect();
-        for member in members {
+        let view = replica.partition_epoch();
+        let lost_disk = |m: i32| {
+            self.brokers[(m - 1) as usize].disk_lost[p as usize]
+                .is_some_and(|loss| loss.removed_at_partition_epoch.is_none_or(|removed| view < removed))
+        };
+        for member in members.into_iter().filter(|&m| !lost_disk(m)) {
             let disk = &self.brokers[(member - 1) as usize].disks[p as usize];
             for offset in 0..hw {
                 assert_eq!(
@@ -1194,13 +1288,20 @@ impl Sim {
 
     /// Some member of the controller's ISR has every acknowledged write, durably, at
     /// the offset it was acknowledged at.
-    fn check_no_acknowledged_write_lost(&self) {
-        for a in &self.acked {
+    fn check_no_acknowledged_write_lost(&mut self) {
+        for k in 0..self.acked.len() {
+            let a = self.acked[k];
+            if a.lost_with_disk {
+                continue;
+            }
             let image = self.image.partition(Uuid(TOPIC_ID), a.partition).expect("the topic exists");
-            let kept = image.isr.iter().any(|&m| {
-                let disk = &self.brokers[(m - 1) as usize].disks[a.partition as usize];
-                a.offset < disk.durable && disk.at(a.offset).is_some_and(|e| e.write_id == a.write_id)
-            });
+            let kept = image.isr.iter().any(|&m| self.holds(m, &a));
+            if !kept && image.isr.iter().all(|&m| !self.kept_disk(m, a.partition)) {
+                // Every ISR member lost its disk (an ISR change in flight can leave only
+                // such members): nothing promised it survives.
+                self.acked[k].lost_with_disk = true;
+                continue;
+            }
             assert!(
                 kept,
                 "acknowledged write {} at offset {} of partition {} is on no ISR member's disk (ISR {:?})",
@@ -1244,7 +1345,7 @@ impl Sim {
         if self.unclean_elected {
             return;
         }
-        for a in &self.acked {
+        for a in self.acked.iter().filter(|a| !a.lost_with_disk) {
             let image = self.image.partition(Uuid(TOPIC_ID), a.partition).expect("the topic exists");
             for &r in &image.isr {
                 let entry = self.brokers[(r - 1) as usize].disks[a.partition as usize].at(a.offset);
