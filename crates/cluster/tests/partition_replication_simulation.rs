@@ -957,9 +957,9 @@ impl Sim {
                 self.brokers[i].isr_changes.entry(p).or_insert((change, None));
                 return;
             }
-            Err(_) => {
+            Err(error) => {
                 self.coverage.refused_isr_changes += 1;
-                self.replica_mut(i, p).isr_change_refused(&change, now);
+                self.replica_mut(i, p).isr_change_refused(&change, error, now);
             }
         }
         self.carry_out(i, p);

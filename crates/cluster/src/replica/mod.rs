@@ -481,22 +481,27 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
-    /// The controller refused `change` (e.g. INVALID_UPDATE_VERSION): forget it if it is
-    /// still the change in flight, so that a later one can be proposed from the metadata
-    /// as it is. The refusal of an older proposal (a retry answered after the metadata
-    /// moved on and a newer proposal was made) leaves the newer one in flight:
-    /// forgetting an expansion would let the high watermark pass the member the
-    /// controller may still add (KIP-497).
-    pub fn isr_change_refused(&mut self, change: &IsrChange, now_ms: i64) {
-        if self.pending_isr.as_ref().is_some_and(|p| p.change == *change) {
+    /// The controller answered `change` with `error` (Kafka's `handleAlterPartitionError`).
+    /// Only INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say the change was not made:
+    /// the proposal is forgotten, so that a later one can be made from the metadata as
+    /// it is. Any other refusal may answer a retry of a change the controller already
+    /// committed (INVALID_UPDATE_VERSION: its first attempt bumped the partition epoch):
+    /// the proposal stays in flight until the metadata brings the partition's new state,
+    /// or the high watermark would stop waiting for a member the controller added.
+    /// The refusal of another change than the one in flight (an older proposal's retry)
+    /// changes nothing.
+    pub fn isr_change_refused(&mut self, change: &IsrChange, error: ErrorCode, now_ms: i64) {
+        let not_made = matches!(error, ErrorCode::INELIGIBLE_REPLICA | ErrorCode::OPERATION_NOT_ATTEMPTED);
+        if not_made && self.pending_isr.as_ref().is_some_and(|p| p.change == *change) {
             self.pending_isr = None;
         }
         self.update(now_ms);
     }
 
     /// Forgets whatever AlterPartition is in flight. Prefer
-    /// [`isr_change_refused`](Self::isr_change_refused), which names the refused
-    /// change: this one also drops a newer proposal than the one refused.
+    /// [`isr_change_refused`](Self::isr_change_refused), which names the refused change
+    /// and the error: this one also drops a newer proposal than the one refused, and a
+    /// change the controller committed on an earlier attempt.
     pub fn isr_change_rejected(&mut self, now_ms: i64) {
         self.pending_isr = None;
         self.update(now_ms);

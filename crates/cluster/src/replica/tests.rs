@@ -246,11 +246,30 @@ fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
     s.local_log_changed(log(20, 20), 2);
 
     // A retry of the shrink to [1] (partition epoch 4), which the controller had
-    // already committed, is answered INVALID_UPDATE_VERSION after follower 2 went quiet.
+    // already committed, is refused after follower 2 went quiet.
     let quiet = 2 + LAG_MS + 1;
     let shrink = IsrChange { leader_epoch: 0, partition_epoch: 4, new_isr: vec![1] };
-    s.isr_change_refused(&shrink, quiet);
+    s.isr_change_refused(&shrink, ErrorCode::INELIGIBLE_REPLICA, quiet);
     assert_eq!(s.high_watermark(), 10, "the expansion is still in flight: the high watermark waits for 2");
-    s.isr_change_refused(&expansion, quiet);
-    assert_eq!(s.high_watermark(), 20, "refused: follower 2 is not waited for any more");
+    s.isr_change_refused(&expansion, ErrorCode::INELIGIBLE_REPLICA, quiet);
+    assert_eq!(s.high_watermark(), 20, "not made: follower 2 is not waited for any more");
+}
+
+#[test]
+fn a_retried_expansion_refused_as_stale_stays_in_flight_until_the_metadata_comes() {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
+    s.local_log_changed(log(20, 20), 2);
+
+    // The first attempt was committed (partition epoch 6) and its answer lost; the
+    // retry is refused as stale, while follower 2 is quiet.
+    let quiet = 2 + LAG_MS + 1;
+    s.isr_change_refused(&expansion, ErrorCode::INVALID_UPDATE_VERSION, quiet);
+    assert_eq!(s.high_watermark(), 10, "follower 2 may be in the ISR: still waited for");
+    s.apply_assignment(assignment(1, 0, 6, &[1, 2], &[1, 2]), quiet + 1);
+    assert_eq!((s.isr(), s.high_watermark()), (&[1, 2][..], 10));
+    s.follower_fetched(2, 20, 20, quiet + 2).unwrap();
+    assert_eq!(s.high_watermark(), 20);
 }
