@@ -265,6 +265,9 @@ struct Sim {
     acked: Vec<Acked>,
     /// Whether an unclean election happened: the no-loss checks are off from then on.
     unclean_elected: bool,
+    /// Per partition: at some point every ISR member had lost its disk, so the partition
+    /// may have lost committed records, as after an unclean election.
+    isr_lost_disks: Vec<bool>,
     coverage: Coverage,
     /// The largest leader epoch seen per partition in the controller's records, and per
     /// broker and partition.
@@ -392,6 +395,7 @@ impl Sim {
             answered: BTreeSet::new(),
             acked: Vec::new(),
             unclean_elected: false,
+            isr_lost_disks: vec![false; settings.partitions as usize],
             coverage: Coverage::default(),
             controller_epochs: vec![-1; settings.partitions as usize],
             broker_epochs: BTreeMap::new(),
@@ -1199,7 +1203,7 @@ impl Sim {
     // ----- invariants --------------------------------------------------------------
 
     fn check(&mut self) {
-        self.note_isr_removals();
+        self.note_disk_losses();
         self.check_controller();
         for i in 0..self.brokers.len() {
             for p in 0..self.settings.partitions {
@@ -1214,8 +1218,15 @@ impl Sim {
     /// Notes when a broker that lost its disk has left a partition's ISR after it
     /// registered again: from then on it rejoins only by catching up, since an ISR
     /// change naming its earlier incarnation's broker epoch is refused (KIP-903). Before
-    /// that, an expansion proposed before the loss may still add it.
-    fn note_isr_removals(&mut self) {
+    /// that, an expansion proposed before the loss may still add it. And notes the
+    /// partitions whose every ISR member lost its disk.
+    fn note_disk_losses(&mut self) {
+        for p in 0..self.settings.partitions {
+            let isr = &self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists").isr;
+            if isr.iter().all(|&m| !self.kept_disk(m, p)) {
+                self.isr_lost_disks[p as usize] = true;
+            }
+        }
         for b in self.brokers.iter_mut().filter(|b| b.epoch.is_some()) {
             for (p, loss) in b.disk_lost.iter_mut().enumerate() {
                 let image = self.image.partition(Uuid(TOPIC_ID), p as i32).expect("the topic exists");
@@ -1256,10 +1267,11 @@ impl Sim {
         let last = self.leader_high_watermarks.entry((b.id, b.incarnation, p, epoch)).or_insert(hw);
         assert!(hw >= *last, "broker {} partition {p}: leader's high watermark went back from {last} to {hw}", b.id);
         *last = hw;
-        // After an unclean election, a leader that lost its leadership (a zombie) may
-        // name members that have since followed the unclean leader's shorter log.
+        // After an unclean election, or a clean one of a member that lost its disk, a
+        // leader that lost its leadership (a zombie) may name members that have since
+        // followed the new leader's shorter log.
         let current = self.image.partition(Uuid(TOPIC_ID), p).is_some_and(|c| c.leader_epoch == epoch);
-        if self.unclean_elected && !current {
+        if (self.unclean_elected || self.isr_lost_disks[p as usize]) && !current {
             return;
         }
         let leader_disk = &b.disks[p as usize];
