@@ -23,6 +23,10 @@ use std::collections::{BTreeMap, VecDeque};
 
 use osprey_protocol::ErrorCode;
 
+pub mod fetch;
+
+use fetch::{FetchDecision, FollowerFetch};
+
 /// The partition as the controller's metadata describes it (Kafka's
 /// `PartitionRegistration`, as a broker applies it).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -362,6 +366,44 @@ impl ReplicaState {
         self.high_watermark = self.high_watermark.min(local.log_end_offset.max(0));
     }
 
+    /// A follower's Fetch, checked in Kafka's order (`Partition.fetchRecords`): this
+    /// broker leads, the follower's leader epoch is this one (FENCED_LEADER_EPOCH if
+    /// older, UNKNOWN_LEADER_EPOCH if newer), the replica is one of the partition's, and
+    /// its log does not diverge from this one ([`fetch::diverging_epoch`] over this log's
+    /// `end_offset_for`). Only then is its position taken ([`follower_fetched`]): a
+    /// diverging follower's fetch offset names offsets of another leader's log, and
+    /// counting it would move the high watermark over records it does not have.
+    ///
+    /// [`follower_fetched`]: Self::follower_fetched
+    pub fn follower_fetch(
+        &mut self,
+        fetch: &FollowerFetch,
+        log_start_offset: i64,
+        end_offset_for: impl FnOnce(i32) -> (i32, i64),
+        now_ms: i64,
+    ) -> Result<FetchDecision, ErrorCode> {
+        if !self.is_leader() {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
+        let epoch = fetch.current_leader_epoch;
+        if epoch >= 0 && epoch < self.leader_epoch {
+            return Err(ErrorCode::FENCED_LEADER_EPOCH);
+        }
+        if epoch > self.leader_epoch {
+            return Err(ErrorCode::UNKNOWN_LEADER_EPOCH);
+        }
+        if !self.followers.contains_key(&fetch.replica_id) {
+            return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+        }
+        let diverging =
+            fetch::diverging_epoch(fetch.last_fetched_epoch, fetch.fetch_offset, log_start_offset, end_offset_for)?;
+        if let Some(diverging) = diverging {
+            return Ok(FetchDecision::Diverging(diverging));
+        }
+        self.follower_fetched(fetch.replica_id, fetch.fetch_offset, fetch.durable_end_offset, now_ms)?;
+        Ok(FetchDecision::Read)
+    }
+
     /// A follower fetched from `fetch_offset` (its log end offset), having made
     /// everything below `durable_end_offset` durable (Kafka's `updateFollowerFetchState`).
     /// Fails with NOT_LEADER_OR_FOLLOWER if this broker does not lead, or the replica is
@@ -396,11 +438,15 @@ impl ReplicaState {
 
     /// The controller's metadata for the partition changed (a leader change, an ISR
     /// change, a reassignment), or answered an AlterPartition. Older news (a smaller
-    /// leader epoch, or a smaller partition epoch in the same leader epoch) is ignored.
+    /// leader epoch, or a smaller partition epoch in the same leader epoch) is ignored,
+    /// and so is the state this machine already has (the same epochs): the metadata
+    /// record of an ISR change the AlterPartition answer brought first must not drop a
+    /// proposal made since, or the high watermark would stop waiting for a member the
+    /// controller is about to add (KIP-497).
     pub fn apply_assignment(&mut self, assignment: Assignment, now_ms: i64) {
         let newer_leader_epoch = assignment.leader_epoch > self.leader_epoch;
         if !newer_leader_epoch
-            && (assignment.leader_epoch < self.leader_epoch || assignment.partition_epoch < self.partition_epoch)
+            && (assignment.leader_epoch < self.leader_epoch || assignment.partition_epoch <= self.partition_epoch)
         {
             return;
         }
@@ -435,8 +481,27 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
-    /// The controller refused the AlterPartition in flight (e.g. INVALID_UPDATE_VERSION):
-    /// forget it, so that a later change can be proposed from the metadata as it is.
+    /// The controller answered `change` with `error` (Kafka's `handleAlterPartitionError`).
+    /// Only INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say the change was not made:
+    /// the proposal is forgotten, so that a later one can be made from the metadata as
+    /// it is. Any other refusal may answer a retry of a change the controller already
+    /// committed (INVALID_UPDATE_VERSION: its first attempt bumped the partition epoch):
+    /// the proposal stays in flight until the metadata brings the partition's new state,
+    /// or the high watermark would stop waiting for a member the controller added.
+    /// The refusal of another change than the one in flight (an older proposal's retry)
+    /// changes nothing.
+    pub fn isr_change_refused(&mut self, change: &IsrChange, error: ErrorCode, now_ms: i64) {
+        let not_made = matches!(error, ErrorCode::INELIGIBLE_REPLICA | ErrorCode::OPERATION_NOT_ATTEMPTED);
+        if not_made && self.pending_isr.as_ref().is_some_and(|p| p.change == *change) {
+            self.pending_isr = None;
+        }
+        self.update(now_ms);
+    }
+
+    /// Forgets whatever AlterPartition is in flight. Prefer
+    /// [`isr_change_refused`](Self::isr_change_refused), which names the refused change
+    /// and the error: this one also drops a newer proposal than the one refused, and a
+    /// change the controller committed on an earlier attempt.
     pub fn isr_change_rejected(&mut self, now_ms: i64) {
         self.pending_isr = None;
         self.update(now_ms);

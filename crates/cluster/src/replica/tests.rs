@@ -1,3 +1,4 @@
+use super::fetch::{FetchDecision, FollowerFetch};
 use super::*;
 
 const LAG_MS: i64 = 30_000;
@@ -156,4 +157,119 @@ fn last_stable_offset_stops_at_the_first_unstable_offset_and_the_high_watermark(
     assert_eq!(s.snapshot(), Snapshot { leader_epoch: 0, high_watermark: 10, last_stable_offset: 4 });
     s.local_log_changed(LocalLog { log_end_offset: 12, durable_end_offset: 10, first_unstable_offset: None }, 2);
     assert_eq!(s.last_stable_offset(), 10);
+}
+
+/// Leader 1 of epoch 2 whose log has epoch 0 on [0, 3) and epoch 2 from 3, all durable.
+fn leader_after_an_election() -> ReplicaState {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 2, 4, &[1, 2], &[1, 2]), log(3, 3), 3, 0);
+    s.local_log_changed(log(6, 6), 1);
+    s.await_ack(9, 5, AckLevel::All, 1);
+    outputs(&mut s);
+    s
+}
+
+fn leader_epochs(epoch: i32) -> (i32, i64) {
+    osprey_storage::epoch::LeaderEpochCache::from_entries([(0, 0), (2, 3)]).end_offset_for(epoch, 6)
+}
+
+#[test]
+fn a_diverging_followers_position_does_not_move_the_high_watermark() {
+    // Follower 2 still has offsets 3 and 4 of epoch 0, which the old leader wrote and
+    // never committed: its fetch offset 5 is not the leader's offset 5.
+    let mut s = leader_after_an_election();
+    let fetch = FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 2,
+        fetch_offset: 5,
+        durable_end_offset: 5,
+        last_fetched_epoch: 0,
+    };
+    let decision = s.follower_fetch(&fetch, 0, leader_epochs, 2);
+    assert_eq!(decision, Ok(FetchDecision::Diverging(fetch::EpochEnd { epoch: 0, end_offset: 3 })));
+    assert_eq!(s.high_watermark(), 3, "offsets 3 and 4 are not on follower 2");
+    assert!(outputs(&mut s).is_empty(), "request 9 is not acknowledged");
+
+    // Truncated to 3, it fetches again: now its position counts.
+    let fetch = FollowerFetch { fetch_offset: 3, durable_end_offset: 3, ..fetch };
+    assert_eq!(s.follower_fetch(&fetch, 0, leader_epochs, 3), Ok(FetchDecision::Read));
+    let fetch = FollowerFetch { fetch_offset: 6, durable_end_offset: 6, last_fetched_epoch: 2, ..fetch };
+    assert_eq!(s.follower_fetch(&fetch, 0, leader_epochs, 4), Ok(FetchDecision::Read));
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(6), Output::Completed { request_id: 9, result: Ok(()) }]);
+}
+
+#[test]
+fn a_fetch_from_another_leader_epoch_is_refused_before_its_position_counts() {
+    let mut s = leader_after_an_election();
+    let stale = FollowerFetch {
+        replica_id: 2,
+        current_leader_epoch: 1,
+        fetch_offset: 6,
+        durable_end_offset: 6,
+        last_fetched_epoch: 2,
+    };
+    assert_eq!(s.follower_fetch(&stale, 0, leader_epochs, 2), Err(ErrorCode::FENCED_LEADER_EPOCH));
+    let newer = FollowerFetch { current_leader_epoch: 3, ..stale };
+    assert_eq!(s.follower_fetch(&newer, 0, leader_epochs, 2), Err(ErrorCode::UNKNOWN_LEADER_EPOCH));
+    let stranger = FollowerFetch { replica_id: 7, current_leader_epoch: 2, ..stale };
+    assert_eq!(s.follower_fetch(&stranger, 0, leader_epochs, 2), Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+    assert_eq!(s.high_watermark(), 3);
+    assert!(outputs(&mut s).is_empty());
+}
+
+#[test]
+fn metadata_the_leader_already_has_keeps_an_isr_expansion_in_flight() {
+    // Leader 1 with ISR [1] at partition epoch 5; follower 2 catches up and is proposed.
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let proposal = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(proposal)]);
+    s.local_log_changed(log(20, 20), 2);
+    assert_eq!(s.high_watermark(), 10, "the high watermark waits for the member being added (KIP-497)");
+
+    // Follower 2 goes quiet; the metadata record of partition epoch 5 (which the
+    // AlterPartition answer brought first) arrives late. It is not news: the expansion
+    // is still in flight, and the controller may commit it.
+    let quiet = 2 + LAG_MS + 1;
+    s.apply_assignment(assignment(1, 0, 5, &[1, 2], &[1]), quiet);
+    assert_eq!(s.high_watermark(), 10, "still waiting for follower 2");
+    s.apply_assignment(assignment(1, 0, 6, &[1, 2], &[1, 2]), quiet + 1);
+    assert_eq!(s.isr(), &[1, 2]);
+    assert_eq!(s.high_watermark(), 10, "never above an ISR member's end");
+}
+
+#[test]
+fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
+    s.local_log_changed(log(20, 20), 2);
+
+    // A retry of the shrink to [1] (partition epoch 4), which the controller had
+    // already committed, is refused after follower 2 went quiet.
+    let quiet = 2 + LAG_MS + 1;
+    let shrink = IsrChange { leader_epoch: 0, partition_epoch: 4, new_isr: vec![1] };
+    s.isr_change_refused(&shrink, ErrorCode::INELIGIBLE_REPLICA, quiet);
+    assert_eq!(s.high_watermark(), 10, "the expansion is still in flight: the high watermark waits for 2");
+    s.isr_change_refused(&expansion, ErrorCode::INELIGIBLE_REPLICA, quiet);
+    assert_eq!(s.high_watermark(), 20, "not made: follower 2 is not waited for any more");
+}
+
+#[test]
+fn a_retried_expansion_refused_as_stale_stays_in_flight_until_the_metadata_comes() {
+    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
+    s.local_log_changed(log(20, 20), 2);
+
+    // The first attempt was committed (partition epoch 6) and its answer lost; the
+    // retry is refused as stale, while follower 2 is quiet.
+    let quiet = 2 + LAG_MS + 1;
+    s.isr_change_refused(&expansion, ErrorCode::INVALID_UPDATE_VERSION, quiet);
+    assert_eq!(s.high_watermark(), 10, "follower 2 may be in the ISR: still waited for");
+    s.apply_assignment(assignment(1, 0, 6, &[1, 2], &[1, 2]), quiet + 1);
+    assert_eq!((s.isr(), s.high_watermark()), (&[1, 2][..], 10));
+    s.follower_fetched(2, 20, 20, quiet + 2).unwrap();
+    assert_eq!(s.high_watermark(), 20);
 }
