@@ -18,7 +18,7 @@ use osprey_cluster::{
 use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, PriorShutdown, StdStorage};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -186,6 +186,9 @@ pub struct Broker {
     /// Held while an internal topic is created or its logs opened, so that two requests
     /// never open the same partition log twice.
     internal_topics: Mutex<()>,
+    /// The internal topics a thread of their own is creating ([`Broker::create_internal_topic_in_background`]):
+    /// one attempt per topic at a time.
+    internal_topics_in_background: Mutex<BTreeSet<&'static str>>,
     /// The configuration in effect: the static one with the dynamic broker configs of the
     /// metadata image on top, and the topic defaults that follow from it.
     effective: RwLock<Effective>,
@@ -259,6 +262,10 @@ impl std::fmt::Debug for Broker {
         f.debug_struct("Broker").field("node_id", &self.settings.node_id).field("cluster_id", &self.cluster_id).finish()
     }
 }
+
+/// Makes an internal topic ready to serve (`groups::ensure_offsets_topic`,
+/// `transactions::ensure_state_topic`).
+pub type InternalTopicEnsure = fn(&Arc<Broker>) -> Result<Uuid, ErrorCode>;
 
 /// An internal topic ready to serve.
 #[derive(Debug, Clone, Copy)]
@@ -411,6 +418,7 @@ impl Broker {
             transactions: Transactions::new(settings.txn_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             internal_topics: Mutex::new(()),
+            internal_topics_in_background: Mutex::new(BTreeSet::new()),
             effective,
             connection_slots,
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
@@ -569,6 +577,27 @@ impl Broker {
             crate::telemetry::internal_topic_unavailable(name, &e.to_string(), waiting, &fix);
             ErrorCode::COORDINATOR_NOT_AVAILABLE
         })
+    }
+
+    /// Runs `ensure`, which makes the internal topic `name` ready, on a thread of its own,
+    /// unless an earlier run for `name` is still going: for a request answered without
+    /// waiting for the controller quorum, as Kafka's brokers hand the creation to their
+    /// `AutoTopicCreationManager`. `ensure` logs its own failure; the next request tries
+    /// again. Not the blocking pool: a creation no controller answers waits
+    /// `request.timeout.ms`, and the runtime's shutdown would wait for it.
+    pub fn create_internal_topic_in_background(self: &Arc<Self>, name: &'static str, ensure: InternalTopicEnsure) {
+        if !self.internal_topics_in_background.lock().expect(POISONED).insert(name) {
+            return;
+        }
+        let broker = self.clone();
+        let spawned = std::thread::Builder::new().name(format!("create {name}")).spawn(move || {
+            let _ = ensure(&broker);
+            broker.internal_topics_in_background.lock().expect(POISONED).remove(name);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(topic = name, error = %e, "cannot start a thread to create an internal topic");
+            self.internal_topics_in_background.lock().expect(POISONED).remove(name);
+        }
     }
 
     /// True when every partition of `topic` led here has its log open.

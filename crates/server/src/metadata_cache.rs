@@ -105,15 +105,28 @@ impl MetadataCache {
         self.image.broker(id).filter(|b| !b.fenced).and_then(|b| self.endpoint_of(b))
     }
 
-    /// A random alive broker's id, or -1 when none is alive: what Kafka in KRaft mode
-    /// reports as the "controller" to clients (`getRandomAliveBrokerId`), so that their
-    /// controller-bound requests spread over the brokers, which forward them (KIP-590).
-    pub fn random_alive_broker_id(&self) -> i32 {
-        let alive: Vec<i32> = if self.is_single_node() {
-            vec![self.this_node.node_id]
-        } else {
-            self.image.brokers().filter(|b| !b.fenced).map(|b| b.id).collect()
-        };
+    /// The id clients are given as the "controller" (Metadata, DescribeCluster): this
+    /// broker while it is alive, else a random alive broker, else -1.
+    ///
+    /// Kafka in KRaft mode gives a random alive broker (`getRandomAliveBrokerId`): clients
+    /// cannot reach the controllers, and every broker forwards what is meant for them
+    /// (KIP-590). This broker is one of the alive ones, so naming it is an answer Kafka
+    /// can give, and it is the one broker the client is known to reach, since it is
+    /// answering. A random pick can name a broker that died and is not fenced yet:
+    /// fencing waits `broker.session.timeout.ms`, and never comes while the controller
+    /// quorum has no majority. librdkafka then waits for that broker until the admin
+    /// request times out, rather than asking another.
+    pub fn controller_id_for_clients(&self) -> i32 {
+        if self.is_single_node() || self.image.broker(self.this_node.node_id).is_some_and(|b| !b.fenced) {
+            return self.this_node.node_id;
+        }
+        self.random_alive_broker_id()
+    }
+
+    /// A random alive broker's id, or -1 when none is alive (Kafka's
+    /// `getRandomAliveBrokerId`).
+    fn random_alive_broker_id(&self) -> i32 {
+        let alive: Vec<i32> = self.image.brokers().filter(|b| !b.fenced).map(|b| b.id).collect();
         if alive.is_empty() {
             return -1;
         }

@@ -60,7 +60,7 @@ fn metadata_lists_unfenced_brokers_with_racks_and_partitions_as_the_image_has_th
     let brokers: Vec<_> =
         resp.brokers.iter().map(|b| (b.node_id, b.host.as_str(), b.port, b.rack.as_deref())).collect();
     assert_eq!(brokers, [(1, "127.0.0.1", port, Some("rack-a")), (2, "b2.example", 9092, Some("rack-b"))]);
-    assert!([1, 2].contains(&resp.controller_id), "controller {} is not a live broker", resp.controller_id);
+    assert_eq!(resp.controller_id, 1, "this broker, alive");
 
     let t = resp.topics.iter().find(|t| t.name.as_deref() == Some("t")).unwrap();
     assert_eq!(t.error_code, 0);
@@ -82,11 +82,28 @@ fn metadata_lists_unfenced_brokers_with_racks_and_partitions_as_the_image_has_th
 }
 
 #[test]
-fn metadata_names_a_random_live_broker_as_controller() {
+fn metadata_and_describe_cluster_name_this_broker_as_controller_while_it_is_alive() {
     let c = cluster("view-controller");
-    let seen: BTreeSet<i32> = (0..200).map(|_| metadata(&c.0, Some(&[]), 12).controller_id).collect();
-    // Both live brokers, never the fenced one: 2^-199 odds of seeing only one.
-    assert_eq!(seen, BTreeSet::from([1, 2]));
+    let described = || {
+        let req = DescribeClusterRequest { endpoint_type: 1, ..Default::default() };
+        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, 1) else { panic!() };
+        resp.controller_id
+    };
+    // Never broker 2, although alive: a client asking this broker reaches this broker.
+    let seen: BTreeSet<(i32, i32)> =
+        (0..50).map(|_| (metadata(&c.0, Some(&[]), 12).controller_id, described())).collect();
+    assert_eq!(seen, BTreeSet::from([(1, 1)]));
+}
+
+#[test]
+fn a_fenced_broker_names_a_random_live_broker_as_controller() {
+    let c = cluster("view-controller-fenced");
+    c.0.apply_records_for_test(&[osprey_cluster::MetadataRecord::FenceBroker { id: 1, epoch: 10 }]);
+    let seen: BTreeSet<i32> = (0..50).map(|_| metadata(&c.0, Some(&[]), 12).controller_id).collect();
+    // Broker 2 is the only live one: never this fenced broker, nor fenced broker 3.
+    assert_eq!(seen, BTreeSet::from([2]));
+    c.0.apply_records_for_test(&[osprey_cluster::MetadataRecord::FenceBroker { id: 2, epoch: 20 }]);
+    assert_eq!(metadata(&c.0, Some(&[]), 12).controller_id, -1, "no live broker");
 }
 
 #[test]
@@ -124,7 +141,7 @@ fn describe_cluster_lists_unfenced_brokers_and_the_fenced_ones_only_when_asked()
         let req = DescribeClusterRequest { endpoint_type: 1, include_fenced_brokers, ..Default::default() };
         let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, version) else { panic!() };
         assert_eq!(resp.error_code, 0);
-        assert!([1, 2].contains(&resp.controller_id));
+        assert_eq!(resp.controller_id, 1);
         resp.brokers.iter().map(|b| (b.broker_id, b.rack.clone().unwrap(), b.is_fenced)).collect::<Vec<_>>()
     };
     let live = vec![(1, "rack-a".to_string(), false), (2, "rack-b".to_string(), false)];

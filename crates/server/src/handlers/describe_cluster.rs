@@ -1,7 +1,7 @@
 //! DescribeCluster on a client listener: every live broker with its rack (the fenced ones
-//! too when v2 asks, KIP-1073), and, as Kafka
-//! in KRaft mode, a random live broker as the "controller" (brokers forward what clients
-//! send it). Controllers answer DescribeCluster themselves (`controller_node`).
+//! too when v2 asks, KIP-1073), and a live broker as the "controller", as Kafka in KRaft
+//! mode: this one (`MetadataCache::controller_id_for_clients`; brokers forward what
+//! clients send it). Controllers answer DescribeCluster themselves (`controller_node`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
@@ -19,7 +19,7 @@ pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest, version: i16) -
     let mut resp = DescribeClusterResponse {
         endpoint_type: if version >= 1 { req.endpoint_type } else { ENDPOINT_BROKERS },
         cluster_id: broker.cluster_id.clone(),
-        controller_id: cache.random_alive_broker_id(),
+        controller_id: cache.controller_id_for_clients(),
         cluster_authorized_operations: if_requested(
             req.include_cluster_authorized_operations,
             authorized_operations::CLUSTER,

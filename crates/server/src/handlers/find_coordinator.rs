@@ -1,9 +1,15 @@
 //! FindCoordinator: the coordinator of a group (transactional id) is the leader of its
 //! `__consumer_offsets` (`__transaction_state`) partition, as Kafka's; the topic is
-//! created on first use, as Kafka does, from the blocking pool (`creates_topic`). A
-//! partition without a live leader answers COORDINATOR_NOT_AVAILABLE.
+//! created on first use, as Kafka does. A single node creates it before answering, from
+//! the blocking pool (`creates_topic`): its controller is in-process. A broker of a
+//! cluster starts the creation in the background and answers COORDINATOR_NOT_AVAILABLE
+//! at once, as Kafka's brokers do: the creation is a request to the controller quorum,
+//! which waits `request.timeout.ms` when no controller answers (no majority), and a
+//! connection's answers go out in order, so a consumer's fetches on the same connection
+//! would wait behind it. A partition without a live leader answers
+//! COORDINATOR_NOT_AVAILABLE.
 
-use crate::broker::Broker;
+use crate::broker::{Broker, InternalTopicEnsure};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::metadata_cache::{Endpoint, MetadataCache};
 use crate::transactions::ensure_state_topic;
@@ -17,24 +23,45 @@ use std::sync::Arc;
 const KEY_TYPE_GROUP: i8 = 0;
 const KEY_TYPE_TRANSACTION: i8 = 1;
 
-/// Whether answering `req` creates `__consumer_offsets` or `__transaction_state` (a
-/// controller write, run on the blocking pool).
+/// Whether answering `req` waits for `__consumer_offsets` or `__transaction_state` to be
+/// created (a controller write, run on the blocking pool): on a single node only.
 pub fn creates_topic(broker: &Broker, req: &FindCoordinatorRequest, version: i16) -> bool {
-    let topic = match if version >= 1 { req.key_type } else { KEY_TYPE_GROUP } {
-        KEY_TYPE_GROUP => OFFSETS_TOPIC,
-        KEY_TYPE_TRANSACTION => TRANSACTION_STATE_TOPIC_NAME,
-        _ => return false,
-    };
-    broker.image().topic(topic).is_none()
+    let Some((topic, _)) = internal_topic(key_type_of(req, version)) else { return false };
+    broker.cluster_link().is_none() && broker.image().topic(topic).is_none()
+}
+
+fn key_type_of(req: &FindCoordinatorRequest, version: i16) -> i8 {
+    if version >= 1 {
+        req.key_type
+    } else {
+        KEY_TYPE_GROUP
+    }
+}
+
+/// The internal topic whose partition leaders coordinate `key_type`, and what makes it ready.
+fn internal_topic(key_type: i8) -> Option<(&'static str, InternalTopicEnsure)> {
+    match key_type {
+        KEY_TYPE_GROUP => Some((OFFSETS_TOPIC, ensure_offsets_topic)),
+        KEY_TYPE_TRANSACTION => Some((TRANSACTION_STATE_TOPIC_NAME, ensure_state_topic)),
+        _ => None,
+    }
+}
+
+/// The internal topic made ready, or started in the background in a cluster (module doc).
+fn ensure(broker: &Arc<Broker>, key_type: i8) -> Result<(), ErrorCode> {
+    match internal_topic(key_type) {
+        Some((name, ensure)) if broker.cluster_link().is_some() && broker.image().topic(name).is_none() => {
+            broker.create_internal_topic_in_background(name, ensure);
+            Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
+        }
+        Some((_, ensure)) => ensure(broker).map(drop),
+        None => Ok(()),
+    }
 }
 
 pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -> ResponseBody {
-    let key_type = if version >= 1 { req.key_type } else { KEY_TYPE_GROUP };
-    let ensured = match key_type {
-        KEY_TYPE_GROUP => ensure_offsets_topic(broker).map(drop),
-        KEY_TYPE_TRANSACTION => ensure_state_topic(broker).map(drop),
-        _ => Ok(()),
-    };
+    let key_type = key_type_of(&req, version);
+    let ensured = ensure(broker, key_type);
     let find = |key: &str| -> Result<Endpoint, (ErrorCode, String)> {
         let topic = match key_type {
             KEY_TYPE_GROUP => OFFSETS_TOPIC,

@@ -48,7 +48,7 @@ fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16)
     let cache = MetadataCache::for_client(broker);
     let mut resp = MetadataResponse {
         cluster_id: if version >= 2 { Some(broker.cluster_id.clone()) } else { None },
-        controller_id: cache.random_alive_broker_id(),
+        controller_id: cache.controller_id_for_clients(),
         ..Default::default()
     };
     // v0: an empty list means every topic; v1+: null means every topic.
