@@ -1,6 +1,7 @@
 //! A partition this broker holds, as leader or follower: its log, its replica state
 //! machine, and the signals fetchers wait on.
 
+use osprey_cluster::replica::fetch::{FetchDecision, FollowerFetch};
 use osprey_cluster::replica::{
     AckLevel, AppendRefused, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState, Role, Snapshot,
 };
@@ -225,22 +226,27 @@ impl Partition {
         }
     }
 
-    /// The controller refused the ISR change in flight: propose again from the metadata.
-    pub fn isr_change_rejected(&self) {
+    /// The controller refused `change` with `error`: the machine forgets it only when the
+    /// controller did not make it (Kafka's `handleAlterPartitionError`).
+    pub fn isr_change_refused(&self, change: &IsrChange, error: ErrorCode) {
         let mut replica = self.lock();
-        replica.state.isr_change_rejected(crate::broker::now_ms());
+        replica.state.isr_change_refused(change, error, crate::broker::now_ms());
         self.carry_out(&mut replica);
     }
 
-    /// As the leader: a follower fetched from `fetch_offset`. A follower fetches only
-    /// once what it has is durable (its fetcher flushes first), so the fetch offset is
-    /// also its durable end. `broker_epoch` is the follower's, when its fetch names it.
-    pub fn follower_fetched(&self, replica_id: i32, broker_epoch: i64, fetch_offset: i64) -> Result<(), ErrorCode> {
+    /// As the leader: a follower fetched `fetch` (Kafka's `Partition.fetchRecords` checks:
+    /// leadership, epochs, a diverging log), and its position counts only when its log
+    /// agrees with this one. A follower fetches only once what it has is durable (its
+    /// fetcher flushes first), so the fetch offset is also its durable end. `broker_epoch`
+    /// is the follower's, when its fetch names it.
+    pub fn follower_fetched(&self, broker_epoch: i64, fetch: &FollowerFetch) -> Result<FetchDecision, ErrorCode> {
         let mut replica = self.lock();
         if broker_epoch >= 0 {
-            replica.follower_broker_epochs.insert(replica_id, broker_epoch);
+            replica.follower_broker_epochs.insert(fetch.replica_id, broker_epoch);
         }
-        let result = replica.state.follower_fetched(replica_id, fetch_offset, fetch_offset, crate::broker::now_ms());
+        let log_start_offset = self.log.log_start_offset();
+        let end_offset_for = |epoch| self.log.end_offset_for_epoch(epoch);
+        let result = replica.state.follower_fetch(fetch, log_start_offset, end_offset_for, crate::broker::now_ms());
         self.carry_out(&mut replica);
         result
     }

@@ -248,6 +248,26 @@ fn describe() {
         "osprey_broker_metadata_fetch_failures_total",
         "Metadata fetches from the controllers that failed."
     );
+    describe_gauge!("osprey_partitions", "Partition replicas held on this broker.");
+    describe_gauge!("osprey_leader_partitions", "Partitions this broker leads.");
+    describe_gauge!(
+        "osprey_under_replicated_partitions",
+        "Partitions led here whose ISR is smaller than their replicas."
+    );
+    describe_gauge!("osprey_under_min_isr_partitions", "Partitions led here whose ISR is below min.insync.replicas.");
+    describe_gauge!("osprey_at_min_isr_partitions", "Partitions led here whose ISR is exactly min.insync.replicas.");
+    describe_gauge!("osprey_replica_max_lag_messages", "The most offsets a follower is behind a partition led here.");
+    describe_gauge!("osprey_produce_acks_all_waiting", "Produce requests waiting for their acknowledgement.");
+    describe_counter!("osprey_isr_shrinks_total", "ISR shrinks of partitions led here.");
+    describe_counter!("osprey_isr_expands_total", "ISR expansions of partitions led here.");
+    describe_counter!("osprey_isr_change_failures_total", "AlterPartition requests not taken, by reason.");
+    describe_counter!("osprey_replica_fetch_failures_total", "Follower fetches that failed, by reason.");
+    describe_counter!("osprey_replication_bytes_in_total", Unit::Bytes, "Bytes a follower appended from its leaders.");
+    describe_counter!("osprey_replica_truncations_total", "Follower logs cut where they diverged from the leader's.");
+    describe_counter!(
+        "osprey_controller_unclean_leader_elections_total",
+        "Partitions given a leader outside their ISR, on the active controller."
+    );
     describe_gauge!("osprey_txn_transactional_ids", "Transactional ids held by this coordinator.");
     describe_counter!("osprey_txn_markers_total", "Transaction markers made durable, by result.");
     describe_counter!("osprey_log_damaged_ranges_total", "Offset ranges lost to log damage found at open, by kind.");

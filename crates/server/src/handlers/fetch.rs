@@ -18,6 +18,7 @@ use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, Partiti
 use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use crate::telemetry;
+use osprey_cluster::replica::fetch::{diverging_epoch, FollowerFetch};
 use osprey_cluster::{MetadataImage, TopicImage};
 use osprey_protocol::messages::fetch_response::{
     AbortedTransaction, EpochEndOffset, FetchableTopicResponse, LeaderIdAndEpoch, NodeEndpoint, PartitionData,
@@ -110,8 +111,18 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
                 // high watermark it moves is in the answer. A fetcher that is not one of
                 // the partition's followers reads nothing (Kafka's
                 // `updateFollowerFetchState` refusing it).
-                if let Err(code) = p.follower_fetched(replica_id, broker_epoch, fetch.fetch_offset) {
-                    partition = Err(code);
+                let follower = FollowerFetch {
+                    replica_id,
+                    current_leader_epoch: fetch.current_leader_epoch,
+                    fetch_offset: fetch.fetch_offset,
+                    durable_end_offset: fetch.fetch_offset,
+                    last_fetched_epoch: fetch.last_fetched_epoch,
+                };
+                // A diverging log or an offset out of range is answered by the read below,
+                // with the leader's offsets, from the same rule; its position is not taken.
+                match p.follower_fetched(broker_epoch, &follower) {
+                    Ok(_) | Err(ErrorCode::OFFSET_OUT_OF_RANGE) => {}
+                    Err(code) => partition = Err(code),
                 }
             }
             PartitionPlan { key, fetch, partition }
@@ -329,9 +340,11 @@ fn read_partition(
     data.last_stable_offset = snapshot.last_stable_offset;
     data.log_start_offset = offsets.log_start_offset;
     let offset = p.fetch.fetch_offset;
-    match diverging_epoch(log, p.fetch.last_fetched_epoch, offset, offsets.log_start_offset) {
+    let end_offset_for = |epoch| log.end_offset_for_epoch(epoch);
+    match diverging_epoch(p.fetch.last_fetched_epoch, offset, offsets.log_start_offset, end_offset_for) {
         Ok(Some(diverging)) => {
-            data.diverging_epoch = diverging;
+            data.diverging_epoch =
+                EpochEndOffset { epoch: diverging.epoch, end_offset: diverging.end_offset, ..Default::default() };
             return data;
         }
         Ok(None) => {}
@@ -381,32 +394,6 @@ fn read_partition(
             failed(data, code)
         }
     }
-}
-
-/// KIP-320, as Kafka's `Partition.fetchRecords`: a fetcher whose last batch has epoch
-/// `last_fetched_epoch` diverges from this log when this log's last epoch at or below it
-/// is smaller, or ends before `fetch_offset`. The answer names that epoch and its end
-/// offset; the fetcher truncates to it and fetches again. An epoch this log cannot
-/// place (newer than any it has), or a fetch offset below the log start, is
-/// OFFSET_OUT_OF_RANGE, as in Kafka.
-fn diverging_epoch(
-    log: &crate::partition::Log,
-    last_fetched_epoch: i32,
-    fetch_offset: i64,
-    log_start_offset: i64,
-) -> Result<Option<EpochEndOffset>, ErrorCode> {
-    if last_fetched_epoch < 0 {
-        return Ok(None);
-    }
-    let (epoch, end_offset) = log.end_offset_for_epoch(last_fetched_epoch);
-    if epoch < 0 || end_offset < 0 || fetch_offset < log_start_offset {
-        return Err(ErrorCode::OFFSET_OUT_OF_RANGE);
-    }
-    Ok((epoch < last_fetched_epoch || end_offset < fetch_offset).then(|| EpochEndOffset {
-        epoch,
-        end_offset,
-        ..Default::default()
-    }))
 }
 
 fn failed(mut data: PartitionData, code: ErrorCode) -> PartitionData {

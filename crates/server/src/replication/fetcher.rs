@@ -12,6 +12,7 @@ use crate::broker::{now_ms, Broker};
 use crate::cluster_link::ClusterLink;
 use crate::interbroker::{client_id, ClientConfig, NodeAddress, NodeClient};
 use crate::partition::Partition;
+use osprey_cluster::replica::fetch::{truncation_offset, EpochEnd};
 use osprey_cluster::{MetadataImage, PartitionImage};
 use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use osprey_protocol::messages::fetch_response::PartitionData;
@@ -391,17 +392,8 @@ fn apply(partition: &Partition, data: PartitionData) -> Outcome {
 /// next fetch names this log's new last epoch, and the leader checks again.
 fn truncate_diverging(partition: &Partition, epoch: i32, end_offset: i64) -> Outcome {
     let log = &partition.log;
-    let to = if epoch < 0 || end_offset < 0 {
-        // The leader has no epoch at or below ours: keep only what is committed.
-        log.high_watermark()
-    } else {
-        let (local_epoch, local_end) = log.end_offset_for_epoch(epoch);
-        if local_epoch < 0 {
-            end_offset.min(log.log_end_offset())
-        } else {
-            end_offset.min(local_end)
-        }
-    };
+    let diverging = EpochEnd { epoch, end_offset };
+    let to = truncation_offset(diverging, log.high_watermark(), log.log_end_offset(), |e| log.end_offset_for_epoch(e));
     truncate(partition, to, "the log diverges from the leader's")
 }
 

@@ -4,6 +4,7 @@
 use crate::broker::Broker;
 use crate::cluster_link::ClusterLink;
 use crate::partition::IsrRequest;
+use osprey_cluster::replica::IsrChange;
 use osprey_cluster::PartitionImage;
 use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
 use osprey_protocol::messages::{AlterPartitionRequest, AlterPartitionResponse};
@@ -84,9 +85,9 @@ pub async fn send_isr_changes(
             let broker = broker.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(RETRY_BACKOFF).await;
-                for (topic_id, index) in refused {
+                for ((topic_id, index), change, code) in refused {
                     if let Some(partition) = broker.replica_manager.replica(topic_id, index) {
-                        partition.isr_change_rejected();
+                        partition.isr_change_refused(&change, code);
                     }
                 }
             });
@@ -101,7 +102,7 @@ fn apply_answer(
     batch: &[IsrRequest],
     answer: AlterPartitionResponse,
     pending: &mut BTreeMap<(Uuid, i32), IsrRequest>,
-) -> Vec<(Uuid, i32)> {
+) -> Vec<((Uuid, i32), IsrChange, ErrorCode)> {
     let image = broker.image();
     let mut refused = Vec::new();
     for topic in answer.topics {
@@ -117,7 +118,7 @@ fn apply_answer(
             if code != ErrorCode::NONE {
                 tracing::info!(topic = %partition.topic, partition = p.partition_index, error = code.name(), "ISR change refused by the controller");
                 crate::telemetry::isr_change_failed(code.name());
-                refused.push(key);
+                refused.push((key, sent.change.clone(), code));
                 continue;
             }
             let Some(current) = image.partition(topic.topic_id, p.partition_index) else { continue };
