@@ -143,25 +143,23 @@ class Node:
     def cluster_id(self):
         return self.meta_properties().get("cluster.id")
 
-    def counter(self, name: str) -> float:
-        """A counter's value on /metrics (0 when absent or unreachable)."""
+    def _series(self, name: str) -> list:
+        """The values of every series of `name` on /metrics (none when unreachable)."""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
                 text = r.read().decode()
         except OSError:
-            return 0.0
-        found = re.search(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)
-        return float(found.group(1)) if found else 0.0
+            return []
+        return [float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M)]
+
+    def counter(self, name: str) -> float:
+        """A counter's value on /metrics: its first series (0 when absent or unreachable)."""
+        return next(iter(self._series(name)), 0.0)
 
     def gauge(self, name: str) -> float:
         """A gauge's (or counter's) value on /metrics: the sum over its series (0 when
         absent or unreachable)."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return 0.0
-        return sum(float(v) for v in re.findall(rf"^{name}(?:{{[^}}]*}})? (\S+)$", text, re.M))
+        return sum(self._series(name))
 
     def pause(self):
         """SIGSTOP: the process stops answering, its sockets stay open."""
@@ -322,10 +320,10 @@ class KafkaTools:
 # ----- raw Metadata ---------------------------------------------------------------------
 
 
-def metadata(node: Node, topics=(), timeout: float = 5.0):
+def metadata_states(node: Node, topics=(), timeout: float = 5.0):
     """Metadata v1 sent to this node only: ({broker id: port}, controller id,
-    {topic: {partition: leader}} with None for a topic answered with an error), or None
-    when the node does not answer."""
+    {topic: {partition: (leader, replicas, isr)}} with None for a topic answered with an
+    error), or None when the node does not answer."""
     body = struct.pack(">i", len(topics)) + b"".join(kafkawire.string16(t) for t in topics)
     try:
         with kafkawire.Conn("127.0.0.1", node.port, timeout=timeout) as c:
@@ -347,43 +345,28 @@ def metadata(node: Node, topics=(), timeout: float = 5.0):
         partitions = {}
         for _ in range(r.take(">i")):
             _error, index, leader = r.take(">hii")
-            for _ in range(2):  # replicas, isr
-                for _ in range(r.take(">i")):
-                    r.take(">i")
-            partitions[index] = leader
+            replicas = [r.take(">i") for _ in range(r.take(">i"))]
+            isr = [r.take(">i") for _ in range(r.take(">i"))]
+            partitions[index] = (leader, replicas, isr)
         found[name] = None if error else partitions
     return brokers, controller_id, found
 
 
-def partition_states(node: Node, topic: str, timeout: float = 5.0):
-    """{partition: (leader, replicas, isr)} of `topic` from Metadata v1 sent to this node
-    only, or None when the node does not answer or does not know the topic."""
-    body = struct.pack(">i", 1) + kafkawire.string16(topic)
-    try:
-        with kafkawire.Conn("127.0.0.1", node.port, timeout=timeout) as c:
-            payload = c.roundtrip(kafkawire.request(kafkawire.API_METADATA, 1, 12, body))
-    except (OSError, kafkawire.Closed):
+def metadata(node: Node, topics=(), timeout: float = 5.0):
+    """As `metadata_states`, with each partition's leader only."""
+    md = metadata_states(node, topics, timeout)
+    if md is None:
         return None
-    r = kafkawire.Reader(payload)
-    assert r.take(">i") == 12, "correlation id"
-    for _ in range(r.take(">i")):
-        r.take(">i")
-        r.string16()
-        r.take(">i")
-        r.string16()
-    r.take(">i")  # controller id
-    states = None
-    for _ in range(r.take(">i")):
-        error, name, _internal = r.take(">h"), r.string16(), r.take(">b")
-        partitions = {}
-        for _ in range(r.take(">i")):
-            _error, index, leader = r.take(">hii")
-            replicas = [r.take(">i") for _ in range(r.take(">i"))]
-            isr = [r.take(">i") for _ in range(r.take(">i"))]
-            partitions[index] = (leader, replicas, isr)
-        if name == topic and not error:
-            states = partitions
-    return states
+    brokers, controller_id, found = md
+    leaders = {name: None if parts is None else {i: s[0] for i, s in parts.items()} for name, parts in found.items()}
+    return brokers, controller_id, leaders
+
+
+def partition_states(node: Node, topic: str, timeout: float = 5.0):
+    """{partition: (leader, replicas, isr)} of `topic` from this node, or None when the
+    node does not answer or does not know the topic."""
+    md = metadata_states(node, [topic], timeout)
+    return None if md is None else md[2].get(topic)
 
 
 def listed_brokers(node: Node):

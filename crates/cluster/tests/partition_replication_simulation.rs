@@ -46,7 +46,7 @@
 //! A failure prints its seed: `SIM_SEED=n` replays one seed, `SIM_SEEDS=n` sets how
 //! many run (seeds 0..n), `SIM_TRACE=1` prints every step.
 
-use osprey_cluster::image::{BrokerListener, MetadataImage, MetadataRecord, PartitionImage, NO_LEADER};
+use osprey_cluster::image::{BrokerListener, MetadataImage, MetadataRecord, NO_LEADER};
 use osprey_cluster::replica::fetch::{self, EpochEnd, FetchDecision, FollowerFetch};
 use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState};
 use osprey_cluster::{
@@ -842,7 +842,7 @@ impl Sim {
         let before = b.replicas[p as usize].as_ref().and_then(|r| r.is_leader().then(|| r.leader_epoch()));
         let replica = match &mut b.replicas[p as usize] {
             Some(replica) => {
-                replica.apply_assignment(assignment_of(&image), now);
+                replica.apply_assignment(Assignment::from(&image), now);
                 replica
             }
             slot @ None => {
@@ -854,7 +854,7 @@ impl Sim {
                 };
                 let local = disk.local_log();
                 let hw = disk.checkpointed_high_watermark;
-                slot.insert(ReplicaState::new(config, assignment_of(&image), local, hw, now))
+                slot.insert(ReplicaState::new(config, Assignment::from(&image), local, hw, now))
             }
         };
         let after = replica.is_leader().then(|| replica.leader_epoch());
@@ -1415,15 +1415,5 @@ impl Sim {
         if self.trace {
             println!("[{} ms] {line}", self.now);
         }
-    }
-}
-
-fn assignment_of(p: &PartitionImage) -> Assignment {
-    Assignment {
-        leader: p.leader,
-        leader_epoch: p.leader_epoch,
-        partition_epoch: p.partition_epoch,
-        replicas: p.replicas.clone(),
-        isr: p.isr.clone(),
     }
 }

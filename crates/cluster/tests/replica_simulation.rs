@@ -18,7 +18,7 @@
 //! A failure prints its seed; `SIM_SEED=n` replays one seed, `SIM_TRACE=1` prints every
 //! step.
 
-use osprey_cluster::replica::{AckLevel, Assignment, LocalLog, Output, ReplicaConfig, ReplicaState};
+use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::TestRng as Rng;
 use osprey_protocol::ErrorCode;
@@ -54,7 +54,7 @@ struct Sim {
     followers: BTreeMap<i32, TrueLog>,
     first_unstable_offset: Option<i64>,
     /// AlterPartition requests sent and not answered.
-    proposals: Vec<Vec<i32>>,
+    proposals: Vec<IsrChange>,
     next_request: u64,
     waiting: BTreeMap<u64, Request>,
     completed: BTreeSet<u64>,
@@ -200,13 +200,13 @@ impl Sim {
         if self.proposals.is_empty() {
             return;
         }
-        let new_isr = self.proposals.remove(0);
+        let change = self.proposals.remove(0);
         if self.rng.below(4) == 0 || !self.state.is_leader() {
-            self.trace(format!("controller refuses ISR {new_isr:?}"));
-            self.state.isr_change_rejected(self.now);
+            self.trace(format!("controller refuses ISR {:?}", change.new_isr));
+            self.state.isr_change_refused(&change, ErrorCode::INELIGIBLE_REPLICA, self.now);
             return;
         }
-        self.controller.isr = new_isr;
+        self.controller.isr = change.new_isr;
         self.controller.partition_epoch += 1;
         self.trace(format!("controller commits ISR {:?}", self.controller.isr));
         self.state.apply_assignment(self.controller.clone(), self.now);
@@ -256,7 +256,7 @@ impl Sim {
                     assert_eq!(change.partition_epoch, self.controller.partition_epoch, "based on the current ISR");
                     assert!(change.new_isr.contains(&LOCAL), "a proposed ISR keeps its leader");
                     assert!(self.proposals.is_empty(), "one AlterPartition in flight at a time");
-                    self.proposals.push(change.new_isr);
+                    self.proposals.push(change);
                 }
                 Output::Completed { request_id, result } => self.completed_request(request_id, result),
             }
@@ -346,8 +346,8 @@ impl Sim {
                 self.check();
             }
             while !self.proposals.is_empty() {
-                let new_isr = self.proposals.remove(0);
-                self.controller.isr = new_isr;
+                let change = self.proposals.remove(0);
+                self.controller.isr = change.new_isr;
                 self.controller.partition_epoch += 1;
                 self.state.apply_assignment(self.controller.clone(), self.now);
                 self.drain();

@@ -125,7 +125,7 @@ impl Partition {
         isr_changes: Option<IsrSink>,
     ) -> Partition {
         let now = crate::broker::now_ms();
-        let state = ReplicaState::new(config, assignment_of(assignment), local_log(&log), log.high_watermark(), now);
+        let state = ReplicaState::new(config, Assignment::from(assignment), local_log(&log), log.high_watermark(), now);
         let (high_watermark, _) = watch::channel(state.high_watermark());
         let (log_end_offset, _) = watch::channel(log.log_end_offset());
         let partition = Partition {
@@ -192,18 +192,14 @@ impl Partition {
         self.lock().state.role()
     }
 
-    /// The replicas and the ISR as this broker knows them.
-    pub fn replicas_and_isr(&self) -> (Vec<i32>, Vec<i32>) {
-        let replica = self.lock();
-        (replica.state.replicas().to_vec(), replica.state.isr().to_vec())
-    }
-
     /// The controller's metadata for the partition, from the image or an AlterPartition
     /// answer: leadership, epochs, replicas and ISR. Older news is ignored.
     pub fn apply_assignment(&self, assignment: &PartitionImage) {
         let mut replica = self.lock();
         let led = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
-        replica.state.apply_assignment(assignment_of(assignment), crate::broker::now_ms());
+        replica.state.apply_assignment(Assignment::from(assignment), crate::broker::now_ms());
+        let replicas = replica.state.replicas().to_vec();
+        replica.follower_broker_epochs.retain(|id, _| replicas.contains(id));
         let leads = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
         let new_epoch = leads.is_some_and(|(epoch, _)| led.is_none_or(|(before, _)| before != epoch));
         match (led, leads) {
@@ -241,12 +237,14 @@ impl Partition {
     /// is the follower's, when its fetch names it.
     pub fn follower_fetched(&self, broker_epoch: i64, fetch: &FollowerFetch) -> Result<FetchDecision, ErrorCode> {
         let mut replica = self.lock();
-        if broker_epoch >= 0 {
-            replica.follower_broker_epochs.insert(fetch.replica_id, broker_epoch);
-        }
         let log_start_offset = self.log.log_start_offset();
         let end_offset_for = |epoch| self.log.end_offset_for_epoch(epoch);
         let result = replica.state.follower_fetch(fetch, log_start_offset, end_offset_for, crate::broker::now_ms());
+        // Kept only for a replica the machine accepted as a follower: the map is bounded
+        // by the partition's replicas, whatever ids fetchers claim.
+        if result.is_ok() && broker_epoch >= 0 {
+            replica.follower_broker_epochs.insert(fetch.replica_id, broker_epoch);
+        }
         self.carry_out(&mut replica);
         result
     }
@@ -338,6 +336,9 @@ impl Partition {
         let (tx, rx) = oneshot::channel();
         let (request_id, fsync_before_ack) = {
             let mut replica = self.lock();
+            if replica.waiters.len() >= WAITERS_SWEEP_AT {
+                forget_abandoned_waiters(&mut replica);
+            }
             let request_id = replica.next_request_id;
             replica.next_request_id += 1;
             replica.waiters.insert(request_id, tx);
@@ -397,12 +398,18 @@ impl Partition {
                         .iter()
                         .map(|id| replica.follower_broker_epochs.get(id).copied().unwrap_or(-1))
                         .collect();
-                    let request = IsrRequest { topic_id: self.topic_id, index: self.index, change, broker_epochs };
+                    let request = IsrRequest {
+                        topic_id: self.topic_id,
+                        index: self.index,
+                        change: change.clone(),
+                        broker_epochs,
+                    };
                     let sent = self.isr_changes.as_ref().is_some_and(|sink| sink.send(request).is_ok());
                     if !sent {
                         // Shutting down (or a single node): nobody sends it; forget it, so
                         // the machine may propose again.
-                        replica.state.isr_change_rejected(crate::broker::now_ms());
+                        let not_sent = ErrorCode::OPERATION_NOT_ATTEMPTED;
+                        replica.state.isr_change_refused(&change, not_sent, crate::broker::now_ms());
                     }
                 }
                 Output::Completed { request_id, result } => {
@@ -415,6 +422,22 @@ impl Partition {
     }
 }
 
+/// Waiting requests past which each new one first drops those nobody waits for any more.
+const WAITERS_SWEEP_AT: usize = 64;
+
+/// Drops the waiters whose request was answered elsewhere (REQUEST_TIMED_OUT, or its
+/// connection closed) and takes them out of the machine's waiting list: while the high
+/// watermark is stuck (a quorum lost, so the ISR cannot shrink) a client's acks=all
+/// requests would otherwise pile up there. What waits is then bounded by the requests in
+/// flight.
+fn forget_abandoned_waiters(replica: &mut Replica) {
+    let abandoned: Vec<u64> = replica.waiters.iter().filter(|(_, tx)| tx.is_closed()).map(|(id, _)| *id).collect();
+    for request_id in abandoned {
+        replica.waiters.remove(&request_id);
+        replica.state.cancel(request_id);
+    }
+}
+
 /// What the log reports to the replica state machine. The durable end is read first:
 /// it never passes the log end offset read after it.
 fn local_log(log: &Log) -> LocalLog {
@@ -424,16 +447,6 @@ fn local_log(log: &Log) -> LocalLog {
     // stable offset at the log start offset, as Kafka's `maybeIncrementFirstUnstableOffset`.
     let first_unstable_offset = log.first_unstable_offset().map(|first| first.max(offsets.log_start_offset));
     LocalLog { log_end_offset: offsets.log_end_offset, durable_end_offset, first_unstable_offset }
-}
-
-fn assignment_of(p: &PartitionImage) -> Assignment {
-    Assignment {
-        leader: p.leader,
-        leader_epoch: p.leader_epoch,
-        partition_epoch: p.partition_epoch,
-        replicas: p.replicas.clone(),
-        isr: p.isr.clone(),
-    }
 }
 
 /// acks=all waits for the high watermark; acks=1 (and 0) for the leader's own copy.
@@ -534,6 +547,45 @@ mod tests {
         assert!(partition.log.durable_end_offset() >= 3, "acknowledged only once durable");
         assert!(watch.has_changed().unwrap());
         assert_eq!(*watch.borrow_and_update(), 3);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn abandoned_acks_all_waits_do_not_pile_up_while_the_high_watermark_is_stuck() {
+        let (single, dir) = open("abandoned-waits", None);
+        // The same log, led here with follower 2 in the ISR, which never fetches.
+        let image = PartitionImage {
+            index: 0,
+            replicas: vec![1, 2],
+            isr: vec![1, 2],
+            leader: 1,
+            leader_epoch: 0,
+            partition_epoch: 0,
+            elr: Vec::new(),
+            leader_recovery_state: 0,
+        };
+        let replica_config = ReplicaConfig {
+            local_id: 1,
+            replica_lag_time_max_ms: 30_000,
+            min_insync_replicas: 1,
+            fsync_before_ack: false,
+        };
+        let partition =
+            Arc::new(Partition::new("t".into(), Uuid::default(), &image, single.log.clone(), replica_config, None));
+        let flusher = Flusher::new(1).unwrap();
+        let mut live = Vec::new();
+        for i in 0..1_000 {
+            let last_offset = append(&partition, 1);
+            let ack = partition.acknowledge(last_offset, -1, &flusher);
+            // Every tenth request is still waited for; the others timed out.
+            if i % 10 == 0 {
+                live.push(ack);
+            }
+        }
+        assert_eq!(partition.snapshot().high_watermark, 0, "follower 2 never fetched");
+        let waiting = partition.waiting_count();
+        assert!(waiting >= live.len(), "a live request was dropped: {waiting} < {}", live.len());
+        assert!(waiting <= live.len() + WAITERS_SWEEP_AT, "{waiting} requests wait; {} are live", live.len());
         std::fs::remove_dir_all(dir).unwrap();
     }
 

@@ -41,6 +41,18 @@ pub struct Assignment {
     pub isr: Vec<i32>,
 }
 
+impl From<&crate::image::PartitionImage> for Assignment {
+    fn from(p: &crate::image::PartitionImage) -> Assignment {
+        Assignment {
+            leader: p.leader,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            replicas: p.replicas.clone(),
+            isr: p.isr.clone(),
+        }
+    }
+}
+
 /// The settings the state machine needs, from the broker and topic configs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReplicaConfig {
@@ -495,15 +507,6 @@ impl ReplicaState {
         if not_made && self.pending_isr.as_ref().is_some_and(|p| p.change == *change) {
             self.pending_isr = None;
         }
-        self.update(now_ms);
-    }
-
-    /// Forgets whatever AlterPartition is in flight. Prefer
-    /// [`isr_change_refused`](Self::isr_change_refused), which names the refused change
-    /// and the error: this one also drops a newer proposal than the one refused, and a
-    /// change the controller committed on an earlier attempt.
-    pub fn isr_change_rejected(&mut self, now_ms: i64) {
-        self.pending_isr = None;
         self.update(now_ms);
     }
 

@@ -237,13 +237,20 @@ fn metadata_the_leader_already_has_keeps_an_isr_expansion_in_flight() {
     assert_eq!(s.high_watermark(), 10, "never above an ISR member's end");
 }
 
-#[test]
-fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
+/// Leader 1 at log end 20, high watermark 10, proposing to add follower 2 (caught up
+/// to 10 at time 1) to the ISR at partition epoch 5.
+fn leader_with_an_expansion_in_flight() -> (ReplicaState, IsrChange) {
     let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
     s.follower_fetched(2, 10, 10, 1).unwrap();
     let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
     assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
     s.local_log_changed(log(20, 20), 2);
+    (s, expansion)
+}
+
+#[test]
+fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
+    let (mut s, expansion) = leader_with_an_expansion_in_flight();
 
     // A retry of the shrink to [1] (partition epoch 4), which the controller had
     // already committed, is refused after follower 2 went quiet.
@@ -257,11 +264,7 @@ fn refusing_an_older_isr_change_keeps_the_expansion_in_flight() {
 
 #[test]
 fn a_retried_expansion_refused_as_stale_stays_in_flight_until_the_metadata_comes() {
-    let mut s = ReplicaState::new(config(1, 1, true), assignment(1, 0, 5, &[1, 2], &[1]), log(10, 10), 10, 0);
-    s.follower_fetched(2, 10, 10, 1).unwrap();
-    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2] };
-    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(expansion.clone())]);
-    s.local_log_changed(log(20, 20), 2);
+    let (mut s, expansion) = leader_with_an_expansion_in_flight();
 
     // The first attempt was committed (partition epoch 6) and its answer lost; the
     // retry is refused as stale, while follower 2 is quiet.
