@@ -29,11 +29,22 @@ def osprey_bin() -> Path:
     return path if path.is_absolute() else REPO_ROOT / path
 
 
+_PORTS_HANDED_OUT: set = set()
+
+
 def free_port() -> int:
-    """A port the OS just handed out for port 0; free again once this socket closes."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port the OS just handed out for port 0, never one this test run handed out before.
+
+    The port is free again once the probing socket closes, so the OS may offer it twice in a
+    row (CI once gave a broker's listener and its metrics listener the same port); remembering
+    what was handed out keeps the ports of one run distinct."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in _PORTS_HANDED_OUT:
+            _PORTS_HANDED_OUT.add(port)
+            return port
 
 
 class Broker:
