@@ -14,6 +14,7 @@
 pub mod alter_partition;
 pub mod cluster_control;
 pub mod controller;
+pub mod elect_leaders;
 pub mod heartbeat;
 pub mod image;
 pub mod log;

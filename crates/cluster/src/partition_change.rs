@@ -1,6 +1,7 @@
-//! One partition's next state: a new ISR and, when the leader is no longer acceptable,
-//! an election (Kafka's `PartitionChangeBuilder`, without reassignment and without
-//! eligible leader replicas, KIP-966, which Osprey's controller does not do yet).
+//! One partition's next state: a new ISR and, when the leader is no longer acceptable
+//! (or a preferred election asks for the first replica), an election (Kafka's
+//! `PartitionChangeBuilder`, without reassignment and without eligible leader replicas,
+//! KIP-966, which Osprey's controller does not do yet).
 //!
 //! The leader epoch is bumped at every leader change and the partition epoch at every
 //! change; a change that changes nothing is no record.
@@ -13,14 +14,26 @@ pub(crate) struct PartitionChangeBuilder<'a> {
     partition: &'a PartitionImage,
     target_isr: Vec<i32>,
     target_leader_recovery_state: i8,
-    /// Unclean election allowed (`unclean.leader.election.enable` for the topic).
-    unclean: bool,
+    election: Election,
     is_acceptable_leader: &'a dyn Fn(i32) -> bool,
+}
+
+/// Which leader an election looks for (Kafka's `PartitionChangeBuilder.Election`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Election {
+    /// Keep an acceptable leader in the ISR, else the first acceptable ISR member.
+    Online,
+    /// The first replica when it is an acceptable ISR member, else as `Online`, never
+    /// outside the ISR: ElectLeaders' preferred election and the leader rebalance.
+    Preferred,
+    /// As `Online`, else any acceptable replica outside the ISR
+    /// (`unclean.leader.election.enable`, ElectLeaders' unclean election).
+    Unclean,
 }
 
 /// The outcome of an election.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Election {
+struct Elected {
     leader: i32,
     unclean: bool,
 }
@@ -37,7 +50,7 @@ impl<'a> PartitionChangeBuilder<'a> {
             partition,
             target_isr: partition.isr.clone(),
             target_leader_recovery_state: partition.leader_recovery_state,
-            unclean: false,
+            election: Election::Online,
             is_acceptable_leader,
         }
     }
@@ -52,8 +65,13 @@ impl<'a> PartitionChangeBuilder<'a> {
         self
     }
 
-    pub(crate) fn unclean_election(mut self, enabled: bool) -> Self {
-        self.unclean = enabled;
+    /// `Unclean` when enabled, else `Online`.
+    pub(crate) fn unclean_election(self, enabled: bool) -> Self {
+        self.election(if enabled { Election::Unclean } else { Election::Online })
+    }
+
+    pub(crate) fn election(mut self, election: Election) -> Self {
+        self.election = election;
         self
     }
 
@@ -101,23 +119,40 @@ impl<'a> PartitionChangeBuilder<'a> {
         })
     }
 
+    /// Kafka's `electLeader`: a preferred election takes the first replica if it is a
+    /// valid leader (in the target ISR and acceptable), and otherwise elects as any
+    /// other; see [`Self::elect_any`].
+    fn elect(&self) -> Elected {
+        if self.election == Election::Preferred {
+            if let Some(&preferred) = self.partition.replicas.first() {
+                if self.is_valid_leader(preferred) {
+                    return Elected { leader: preferred, unclean: false };
+                }
+            }
+        }
+        self.elect_any()
+    }
+
     /// Kafka's `electAnyLeader`: keep an acceptable leader that stays in the ISR; else
     /// the first replica, in replica order, that is in the target ISR and acceptable;
     /// else, if unclean election is enabled, the first acceptable replica; else none.
-    fn elect(&self) -> Election {
-        let valid = |r: i32| self.target_isr.contains(&r) && (self.is_acceptable_leader)(r);
-        if self.partition.leader != NO_LEADER && valid(self.partition.leader) {
-            return Election { leader: self.partition.leader, unclean: false };
+    fn elect_any(&self) -> Elected {
+        if self.partition.leader != NO_LEADER && self.is_valid_leader(self.partition.leader) {
+            return Elected { leader: self.partition.leader, unclean: false };
         }
-        if let Some(&r) = self.partition.replicas.iter().find(|&&r| valid(r)) {
-            return Election { leader: r, unclean: false };
+        if let Some(&r) = self.partition.replicas.iter().find(|&&r| self.is_valid_leader(r)) {
+            return Elected { leader: r, unclean: false };
         }
-        if self.unclean {
+        if self.election == Election::Unclean {
             if let Some(&r) = self.partition.replicas.iter().find(|&&r| (self.is_acceptable_leader)(r)) {
-                return Election { leader: r, unclean: true };
+                return Elected { leader: r, unclean: true };
             }
         }
-        Election { leader: NO_LEADER, unclean: false }
+        Elected { leader: NO_LEADER, unclean: false }
+    }
+
+    fn is_valid_leader(&self, r: i32) -> bool {
+        self.target_isr.contains(&r) && (self.is_acceptable_leader)(r)
     }
 }
 
@@ -187,6 +222,36 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(fields(r), (2, vec![2], 5, 8, LEADER_RECOVERING));
+    }
+
+    #[test]
+    fn preferred_election_moves_leadership_to_the_first_replica_in_the_isr() {
+        let p = partition(&[1, 2, 3], &[2, 3, 1], 2);
+        let alive = |_: i32| true;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).election(Election::Preferred).build().unwrap();
+        assert_eq!(fields(r), (1, vec![2, 3, 1], 5, 8, LEADER_RECOVERED));
+        let online = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).build();
+        assert!(online.is_none(), "an online election keeps a valid leader");
+    }
+
+    #[test]
+    fn preferred_election_keeps_the_leader_when_the_first_replica_is_not_valid() {
+        let p = partition(&[1, 2, 3], &[2, 3], 2);
+        let alive = |_: i32| true;
+        let outside_isr = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).election(Election::Preferred);
+        assert!(outside_isr.build().is_none(), "replica 1 is not in the ISR");
+        let p = partition(&[1, 2, 3], &[1, 2, 3], 2);
+        let fenced = |r: i32| r != 1;
+        let not_acceptable = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &fenced).election(Election::Preferred);
+        assert!(not_acceptable.build().is_none(), "replica 1 is fenced");
+    }
+
+    #[test]
+    fn preferred_election_never_elects_outside_the_isr() {
+        let p = partition(&[1, 2], &[1], NO_LEADER);
+        let alive = |r: i32| r != 1;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).election(Election::Preferred).build();
+        assert!(r.is_none(), "offline stays offline: {r:?}");
     }
 
     #[test]
