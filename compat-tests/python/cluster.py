@@ -34,6 +34,7 @@ TOOL_TIMEOUT_S = 60.0
 QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 TOPICS_TOOL = "org.apache.kafka.tools.TopicCommand"
 FEATURES_TOOL = "org.apache.kafka.tools.FeatureCommand"
+LEADER_ELECTION_TOOL = "org.apache.kafka.tools.LeaderElectionCommand"
 
 
 def skip_without_kafka_tools():
@@ -311,6 +312,11 @@ class KafkaTools:
         for m in re.finditer(r"Partition:\s*(\d+)\s+Leader:\s*(\S+)", out.stdout):
             leaders[int(m.group(1))] = None if m.group(2) == "none" else int(m.group(2))
         return leaders or None
+
+    def leader_election(self, bootstrap: str, *args: str):
+        """kafka-leader-election, e.g. ("--election-type", "PREFERRED", "--all-topic-partitions")."""
+        return self.run(LEADER_ELECTION_TOOL, "--bootstrap-server", bootstrap, "--admin.config",
+                        str(self.command_config), *args)
 
     def features(self, bootstrap: str):
         return self.run(FEATURES_TOOL, "--bootstrap-server", bootstrap, "--command-config", str(self.command_config),

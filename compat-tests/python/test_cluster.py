@@ -237,6 +237,22 @@ def test_a_single_node_describes_itself_as_its_quorum(broker, tools):
     assert rows and [(r["NodeId"], r["Status"]) for r in rows] == [("1", "Leader")], rows
 
 
+def test_a_single_node_needs_no_leader_election(broker, tools):
+    """ElectLeaders on a single node: its only replica leads every partition, so
+    kafka-leader-election finds nothing to elect, and an unknown topic is refused."""
+    skip_without_kafka_tools()
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": broker.bootstrap}))
+    admin.create_topics([NewTopic("solo", 2, 1)])["solo"].result(timeout=30)
+    out = tools.leader_election(broker.bootstrap, "--election-type", "PREFERRED", "--topic", "solo",
+                                "--partition", "1")
+    assert out is not None and out.returncode == 0, out
+    assert "Valid replica already elected for partitions solo-1" in out.stdout, out.stdout
+    unknown = tools.leader_election(broker.bootstrap, "--election-type", "UNCLEAN", "--topic", "nope",
+                                    "--partition", "0")
+    assert unknown is not None and unknown.returncode != 0, unknown
+    assert "UnknownTopicOrPartitionException" in unknown.stdout + unknown.stderr, unknown
+
+
 # ----- failures -------------------------------------------------------------------------
 
 

@@ -12,6 +12,9 @@
   rejoins once resumed;
 - with two of the three nodes gone the quorum is lost, the ISR cannot shrink, and
   acks=all times out with nothing acknowledged, as on Kafka 4.4;
+- kafka-leader-election (ElectLeaders) moves a partition's leadership back to its
+  preferred replica once that replica is back in the ISR, and says no election is needed
+  the second time; with auto.leader.rebalance.enable the controller does it by itself;
 - (3 controllers and 3 brokers) a partition whose only in-sync replica died stays
   offline while unclean.leader.election.enable is off; switched on, the lagging replica
   leads within the unclean election interval, and the old leader truncates the records
@@ -55,8 +58,13 @@ FAST = {
 
 @pytest.fixture
 def three(tmp_path, request):
+    # Leadership stays where the tests put it unless a test asks for the rebalance.
+    yield from running_three(tmp_path, request, {"auto.leader.rebalance.enable": "false"})
+
+
+def running_three(tmp_path, request, extra):
     skip_without_kafka_tools()
-    cluster = combined(tmp_path, FAST)
+    cluster = combined(tmp_path, dict(FAST, **extra))
     request.node._osprey_brokers = cluster.nodes
     try:
         cluster.start()
@@ -413,3 +421,59 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(three):
                    sorted(s[0][2]) == [1, 2, 3])
     assert "fetches from the leader's log start" in behind.log_tail(400), "it started over at the log start"
     assert [v for v in values_read(leader.bootstrap, "gone")] == [f"v{i}".encode() for i in range(24, 30)]
+
+
+def preferred_replica_back_in_sync(cluster, topic: str):
+    """Kills partition 0's preferred (first) replica, waits for another leader, restarts
+    it and waits for the whole ISR; that replica's node."""
+    create(cluster, topic, 1, min_insync=2)
+    _, replicas, _ = states_from_any(cluster, topic)[0]
+    preferred = cluster.node(replicas[0])
+    cluster.wait_for(f"{preferred} leads {topic}-0 (leader at creation)",
+                     lambda: states_from_any(cluster, topic)[0][0] == preferred.node_id)
+    preferred.kill9()
+    cluster.wait_for(f"{topic}-0 led elsewhere", lambda: led_elsewhere(states_from_any(cluster, topic), preferred.node_id))
+    preferred.start()
+    cluster.wait_for(f"{preferred} back in the ISR", lambda: fully_in_sync(states_from_any(cluster, topic), 1))
+    return preferred
+
+
+def leaders_everywhere(cluster, topic: str):
+    """Partition 0's leader as every node reports it."""
+    return {n.node_id: (s[0][0] if (s := partition_states(n, topic)) else None) for n in cluster.nodes}
+
+
+def test_kafka_leader_election_moves_leadership_back_to_the_preferred_replica(three, tmp_path):
+    preferred = preferred_replica_back_in_sync(three, "pref")
+    assert states_from_any(three, "pref")[0][0] != preferred.node_id, "no rebalance while it is off"
+    tools = KafkaTools(tmp_path)
+    out = tools.leader_election(three.bootstrap(), "--election-type", "PREFERRED", "--all-topic-partitions")
+    assert out is not None and out.returncode == 0, out
+    assert "Successfully completed leader election (PREFERRED) for partitions" in out.stdout and "pref-0" in out.stdout, out.stdout
+    three.wait_for(f"every node sees {preferred} lead pref-0 again",
+                   lambda: set(leaders_everywhere(three, "pref").values()) == {preferred.node_id})
+    assert produce_one(three.bootstrap(), "pref", "all") is None, "acks=all under the preferred leader"
+    again = tools.leader_election(three.bootstrap(), "--election-type", "PREFERRED", "--topic", "pref",
+                                  "--partition", "0")
+    assert again is not None and again.returncode == 0, again
+    assert "Valid replica already elected for partitions pref-0" in again.stdout, again.stdout
+    unknown = tools.leader_election(three.bootstrap(), "--election-type", "PREFERRED", "--topic", "nope",
+                                    "--partition", "0")
+    assert unknown is not None and unknown.returncode != 0, unknown
+    assert "UnknownTopicOrPartitionException" in unknown.stdout + unknown.stderr, unknown
+
+
+@pytest.fixture
+def three_rebalancing(tmp_path, request):
+    yield from running_three(tmp_path, request, {"auto.leader.rebalance.enable": "true",
+                                                 "leader.imbalance.check.interval.seconds": "2"})
+
+
+def test_the_controller_moves_leadership_back_to_the_preferred_replica_by_itself(three_rebalancing):
+    c = three_rebalancing
+    preferred = preferred_replica_back_in_sync(c, "auto")
+    back = time.monotonic()
+    c.wait_for(f"every node sees {preferred} lead auto-0 again",
+               lambda: set(leaders_everywhere(c, "auto").values()) == {preferred.node_id})
+    print(f"leadership back {time.monotonic() - back:.1f}s after the ISR was whole")
+    assert sum(n.counter("osprey_controller_preferred_leader_elections_total") for n in c.nodes) >= 1

@@ -161,6 +161,17 @@ impl Controller {
         self.commit_result(result)
     }
 
+    /// ElectLeaders (API 43) for `topics` (`None`: every partition); see
+    /// [`crate::elect_leaders`].
+    pub fn elect_leaders(
+        &mut self,
+        election: crate::elect_leaders::ElectionType,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<Vec<crate::elect_leaders::TopicElectionResult>, ControllerError> {
+        let result = self.cluster.elect_leaders(&self.image, election, topics);
+        self.commit_result(result)
+    }
+
     /// UnregisterBroker (API 64): moves the broker's leaderships away and removes it.
     pub fn unregister_broker(&mut self, broker_id: i32) -> Result<(), ControllerError> {
         let result = self.cluster.unregister_broker(&self.image, broker_id)?;

@@ -643,6 +643,16 @@ impl Broker {
         Ok(())
     }
 
+    /// ElectLeaders on a single node, decided by its own controller (a cluster's brokers
+    /// forward the request instead).
+    pub fn elect_leaders(
+        &self,
+        election: osprey_cluster::elect_leaders::ElectionType,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Result<Vec<osprey_cluster::elect_leaders::TopicElectionResult>, ControllerError> {
+        self.with_controller(|c| c.elect_leaders(election, topics))
+    }
+
     pub fn set_topic_configs(
         &self,
         name: &str,

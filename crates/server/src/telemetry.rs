@@ -241,6 +241,14 @@ fn describe() {
         "osprey_controller_offline_partitions_count",
         "Partitions without a leader, on the active controller."
     );
+    describe_gauge!(
+        "osprey_controller_preferred_replica_imbalance_count",
+        "Partitions not led by their preferred (first) replica, on the active controller."
+    );
+    describe_counter!(
+        "osprey_controller_preferred_leader_elections_total",
+        "Partitions the automatic rebalance moved back to their preferred replica, on the active controller."
+    );
     describe_gauge!("osprey_broker_metadata_offset", "Offset of the last metadata record this broker applied.");
     describe_gauge!("osprey_broker_fenced", "1 while the controller has this broker fenced, else 0.");
     describe_counter!("osprey_broker_heartbeat_failures_total", "Heartbeats to the controller that failed, by reason.");

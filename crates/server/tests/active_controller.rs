@@ -485,3 +485,147 @@ async fn legacy_alter_configs_replaces_a_resources_whole_set() {
     let refused = incremental(&c, follower, vec![alter(2, "t", &[]), alter(32, "g", &[])], false).await;
     assert!(refused.iter().all(|(code, _)| *code == ErrorCode::NOT_CONTROLLER.code()), "{refused:?}");
 }
+
+/// Broker 3 loses its leaderships (its session expires while 1 and 2 heartbeat), comes
+/// back, and the leaders take it back into their ISRs: its partitions are now led by
+/// another replica while it, their preferred replica, could lead. The brokers' epochs
+/// and the indexes of those partitions of topic "t".
+async fn preferred_replica_back_in_the_isr(c: &Cluster, at: usize) -> (Vec<i64>, Vec<i32>) {
+    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+    let epochs = c.three_unfenced_brokers().await;
+    assert_eq!(c.create_topic(at, "t", 6, 3).await.error_code, 0);
+    let preferred_3: Vec<i32> =
+        c.image(at).topic("t").unwrap().partitions.iter().filter(|p| p.replicas[0] == 3).map(|p| p.index).collect();
+    assert!(!preferred_3.is_empty(), "placement makes broker 3 some partitions' first replica");
+    for _ in 0..(2 * SESSION_TIMEOUT_MS / 1000) {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for (id, epoch) in [(1, epochs[0]), (2, epochs[1])] {
+            c.heartbeat(at, id, epoch, epoch).await;
+        }
+    }
+    assert!(c.image(at).broker(3).unwrap().fenced);
+    let caught_up = c.image(at).applied as i64;
+    assert!(!c.heartbeat(at, 3, epochs[2], caught_up).await.is_fenced, "broker 3 is back");
+    let topic = c.image(at).topic("t").unwrap().clone();
+    for &index in &preferred_3 {
+        let p = &topic.partitions[index as usize];
+        assert!(p.leader != 3 && !p.isr.contains(&3), "led elsewhere without 3: {p:?}");
+        let isr: Vec<i32> = p.isr.iter().copied().chain([3]).collect();
+        let expand = RequestBody::AlterPartition(AlterPartitionRequest {
+            broker_id: p.leader,
+            broker_epoch: epochs[p.leader as usize - 1],
+            topics: vec![TopicData {
+                topic_id: topic.id,
+                partitions: vec![PartitionData {
+                    partition_index: index,
+                    leader_epoch: p.leader_epoch,
+                    new_isr_with_epochs: isr
+                        .iter()
+                        .map(|&b| BrokerState {
+                            broker_id: b,
+                            broker_epoch: epochs[b as usize - 1],
+                            ..Default::default()
+                        })
+                        .collect(),
+                    partition_epoch: p.partition_epoch,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let ResponseBody::AlterPartition(r) = c.send(at, expand, 3).await else { panic!() };
+        assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0), "{r:?}");
+    }
+    (epochs, preferred_3)
+}
+
+fn elect(election_type: i8, topics: Option<Vec<(&str, Vec<i32>)>>) -> RequestBody {
+    RequestBody::ElectLeaders(ElectLeadersRequest {
+        election_type,
+        topic_partitions: topics.map(|ts| {
+            ts.into_iter()
+                .map(|(topic, partitions)| elect_leaders_request::TopicPartitions {
+                    topic: topic.into(),
+                    partitions,
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        timeout_ms: 60_000,
+        ..Default::default()
+    })
+}
+
+/// (topic, partition, error code) of each answer.
+async fn elected(c: &Cluster, at: usize, body: RequestBody) -> (i16, Vec<(String, i32, i16)>) {
+    let ResponseBody::ElectLeaders(r) = c.send(at, body, 2).await else { panic!() };
+    let results = r
+        .replica_election_results
+        .iter()
+        .flat_map(|t| t.partition_result.iter().map(|p| (t.topic.clone(), p.partition_id, p.error_code)))
+        .collect();
+    (r.error_code, results)
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn elect_leaders_moves_leadership_to_the_preferred_replica_once() {
+    let c = Cluster::start_configured(|_| {}, |config| config.auto_leader_rebalance_enable = false).await;
+    let at = c.active().await;
+    let (_, preferred_3) = preferred_replica_back_in_the_isr(&c, at).await;
+    let before = c.image(at).topic("t").unwrap().clone();
+
+    let all: Vec<i32> = (0..6).chain([99]).collect();
+    let (top, results) = elected(&c, at, elect(0, Some(vec![("t", all), ("nope", vec![0])]))).await;
+    assert_eq!(top, 0);
+    for (topic, partition, code) in &results {
+        let expected = if topic == "nope" || *partition == 99 {
+            ErrorCode::UNKNOWN_TOPIC_OR_PARTITION
+        } else if preferred_3.contains(partition) {
+            ErrorCode::NONE
+        } else {
+            ErrorCode::ELECTION_NOT_NEEDED
+        };
+        assert_eq!(*code, expected.code(), "{topic}-{partition}: {results:?}");
+    }
+    let after = c.image(at).topic("t").unwrap().clone();
+    for p in &after.partitions {
+        assert_eq!(p.leader, p.replicas[0], "led by its preferred replica: {p:?}");
+        let old = &before.partitions[p.index as usize];
+        let moved = preferred_3.contains(&p.index);
+        assert_eq!(p.leader_epoch > old.leader_epoch, moved, "epoch bumped only where leadership moved");
+    }
+
+    // Nothing left to do: a null list answers the topic with no partition in it, a named
+    // partition ELECTION_NOT_NEEDED, and an unclean election finds every partition led.
+    let (_, results) = elected(&c, at, elect(0, None)).await;
+    assert!(results.is_empty(), "{results:?}");
+    let (_, results) = elected(&c, at, elect(0, Some(vec![("t", vec![preferred_3[0]])]))).await;
+    assert_eq!(results, vec![("t".to_string(), preferred_3[0], ErrorCode::ELECTION_NOT_NEEDED.code())]);
+    let (_, results) = elected(&c, at, elect(1, Some(vec![("t", vec![0])]))).await;
+    assert_eq!(results, vec![("t".to_string(), 0, ErrorCode::ELECTION_NOT_NEEDED.code())]);
+    let (top, results) = elected(&c, at, elect(7, Some(vec![("t", vec![0])]))).await;
+    assert_eq!(top, ErrorCode::INVALID_REQUEST.code());
+    assert_eq!(results, vec![("t".to_string(), 0, ErrorCode::INVALID_REQUEST.code())]);
+    assert_eq!(c.image(at).topic("t").unwrap(), &after, "no change after the first election");
+}
+
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn the_controller_moves_leadership_back_to_preferred_replicas_by_itself() {
+    const CHECK_MS: u64 = 20_000;
+    let c = Cluster::start_configured(|_| {}, |config| config.leader_imbalance_check_interval_ms = CHECK_MS).await;
+    let at = c.active().await;
+    let (epochs, preferred_3) = preferred_replica_back_in_the_isr(&c, at).await;
+    let mut waited = 0;
+    while preferred_3.iter().any(|&i| c.image(at).topic("t").unwrap().partitions[i as usize].leader != 3) {
+        assert!(waited <= 2 * CHECK_MS, "no rebalance within two check intervals");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        waited += 1_000;
+        let offset = c.image(at).applied as i64;
+        for (id, epoch) in (1..=3).zip(&epochs) {
+            assert!(!c.heartbeat(at, id, *epoch, offset).await.is_fenced);
+        }
+    }
+    let topic = c.image(at).topic("t").unwrap().clone();
+    assert!(topic.partitions.iter().all(|p| p.leader == p.replicas[0]), "{topic:?}");
+}

@@ -212,6 +212,10 @@ pub struct BrokerConfig {
     pub replica_lag_time_max_ms: i64,
     /// `unclean.leader.election.interval.ms`.
     pub unclean_leader_election_interval_ms: i64,
+    /// `auto.leader.rebalance.enable`.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_seconds: i64,
     /// `num.replica.fetchers`.
     pub num_replica_fetchers: i32,
     /// `replica.fetch.max.bytes`.
@@ -579,6 +583,8 @@ impl BrokerConfig {
             max_partitions: r.i32("osprey.max.partitions"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),
             unclean_leader_election_interval_ms: r.i64("unclean.leader.election.interval.ms"),
+            auto_leader_rebalance_enable: r.bool("auto.leader.rebalance.enable"),
+            leader_imbalance_check_interval_seconds: r.i64("leader.imbalance.check.interval.seconds"),
             num_replica_fetchers: r.i32("num.replica.fetchers"),
             replica_fetch_max_bytes: r.i32("replica.fetch.max.bytes"),
             replica_fetch_response_max_bytes: r.i32("replica.fetch.response.max.bytes"),

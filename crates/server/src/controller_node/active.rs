@@ -19,8 +19,10 @@
 //! NOT_CONTROLLER, the speculative image is dropped, and every new request is answered
 //! NOT_CONTROLLER until this node is active again.
 //!
-//! A timer fences brokers whose session expired (`broker.session.timeout.ms`) and runs
-//! the periodic unclean election (`unclean.leader.election.interval.ms`).
+//! A timer fences brokers whose session expired (`broker.session.timeout.ms`), runs
+//! the periodic unclean election (`unclean.leader.election.interval.ms`) and, with
+//! `auto.leader.rebalance.enable`, moves leadership back to preferred replicas every
+//! `leader.imbalance.check.interval.seconds`.
 //!
 //! **Metadata offsets.** A broker's "metadata offset" (BrokerHeartbeat's
 //! `current_metadata_offset`, a registration's `register_offset`, the broker epoch) is
@@ -49,8 +51,18 @@ use tokio::time::Instant;
 
 /// The API keys and versions the active controller serves: Kafka 4.4's controller's
 /// ranges, as in protocol-specs.
-pub const SUPPORTED: [(i16, i16, i16); 9] =
-    [(19, 2, 7), (20, 1, 6), (33, 0, 2), (37, 0, 3), (44, 0, 1), (56, 2, 3), (62, 0, 4), (63, 0, 2), (67, 0, 0)];
+pub const SUPPORTED: [(i16, i16, i16); 10] = [
+    (19, 2, 7),
+    (20, 1, 6),
+    (33, 0, 2),
+    (37, 0, 3),
+    (43, 0, 2),
+    (44, 0, 1),
+    (56, 2, 3),
+    (62, 0, 4),
+    (63, 0, 2),
+    (67, 0, 0),
+];
 
 /// A topic config check for CreateTopics (the broker's own, by default).
 pub type TopicConfigCheck = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;
@@ -78,6 +90,10 @@ pub struct ActiveControllerConfig {
     /// `unclean.leader.election.interval.ms` (Kafka's default 300000): how often offline
     /// partitions of topics that allow it get an unclean leader.
     pub unclean_leader_election_interval_ms: u64,
+    /// `auto.leader.rebalance.enable` (true): preferred elections on the timer.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds` (300), in milliseconds.
+    pub leader_imbalance_check_interval_ms: u64,
     /// The most requests queued for the controller task; more are answered
     /// REQUEST_TIMED_OUT (retriable) rather than held without bound.
     pub max_queued_requests: usize,
@@ -105,6 +121,8 @@ impl ActiveControllerConfig {
             request_timeout_ms: 30_000,
             broker_heartbeat_interval_ms: 2_000,
             unclean_leader_election_interval_ms: 300_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
             max_queued_requests: 4096,
             placement_seed: None,
             validate_topic_config: Arc::new(|k, v| {
@@ -126,6 +144,9 @@ impl ActiveControllerConfig {
         active.default_partitions = config.num_partitions;
         active.unclean_leader_election_interval_ms =
             u64::try_from(config.unclean_leader_election_interval_ms).unwrap_or(1).max(1);
+        active.auto_leader_rebalance_enable = config.auto_leader_rebalance_enable;
+        active.leader_imbalance_check_interval_ms =
+            u64::try_from(config.leader_imbalance_check_interval_seconds).unwrap_or(1).max(1).saturating_mul(1000);
         active.default_replication_factor = config.default_replication_factor.clamp(1, i32::from(i16::MAX)) as i16;
         active.max_partitions = config.max_partitions;
         active.broker_config = Arc::new(config.clone());
@@ -224,6 +245,8 @@ struct Active {
     /// nothing is answered after it.
     last_proposal: Option<watch::Receiver<bool>>,
     next_unclean_election: Instant,
+    /// When the next preferred-leader rebalance is due (if enabled).
+    next_leader_balance: Instant,
 }
 
 /// The controller task's state.
@@ -348,6 +371,7 @@ impl Core {
             speculative: image,
             last_proposal: None,
             next_unclean_election: Instant::now() + interval,
+            next_leader_balance: Instant::now() + self.leader_balance_interval(),
         });
         let _ = self.active_tx.send(true);
         metrics::gauge!("osprey_controller_active_count").set(1.0);
@@ -365,6 +389,7 @@ impl Core {
             "osprey_controller_fenced_broker_count",
             "osprey_controller_active_broker_count",
             "osprey_controller_offline_partitions_count",
+            "osprey_controller_preferred_replica_imbalance_count",
         ] {
             metrics::gauge!(name).set(0.0);
         }
@@ -482,7 +507,41 @@ impl Core {
             .next_deadline(&active.speculative)
             .map(|ms| self.started + Duration::from_millis(u64::try_from(ms.max(0)).unwrap_or(0) + 1));
         let gauges = self.gauges_at.filter(|_| self.gauges_stale).map(|at| at + GAUGE_REFRESH);
-        Some([session, gauges].into_iter().flatten().fold(active.next_unclean_election, Instant::min))
+        let balance = self.config.auto_leader_rebalance_enable.then_some(active.next_leader_balance);
+        Some([session, gauges, balance].into_iter().flatten().fold(active.next_unclean_election, Instant::min))
+    }
+
+    fn leader_balance_interval(&self) -> Duration {
+        Duration::from_millis(self.config.leader_imbalance_check_interval_ms.max(1))
+    }
+
+    /// Kafka's `maybeBalancePartitionLeaders`: a preferred election for every partition
+    /// whose preferred replica can lead and does not, in passes of at most
+    /// `MAX_ELECTIONS_PER_IMBALANCE` partitions, one proposal each.
+    fn balance_partition_leaders(&mut self) {
+        let mut moved = 0;
+        loop {
+            let Some(active) = &mut self.active else { return };
+            let result = self.cluster.balance_partition_leaders(&active.speculative);
+            for r in &result.records {
+                active.speculative.apply(r);
+            }
+            moved += result.records.len();
+            let more = result.response;
+            if !result.records.is_empty() {
+                self.propose_internal(result.records);
+            }
+            if !more {
+                break;
+            }
+        }
+        if moved > 0 {
+            tracing::info!(
+                partitions = moved,
+                "leadership moved back to preferred replicas (auto.leader.rebalance.enable)"
+            );
+            metrics::counter!("osprey_controller_preferred_leader_elections_total").increment(moved as u64);
+        }
     }
 
     /// Fences brokers whose session expired, one proposal each (each election sees the
@@ -511,6 +570,12 @@ impl Core {
                 tracing::warn!(partitions = result.response, "unclean leader election");
                 self.propose_internal(result.records);
             }
+        }
+        let balance_interval = self.leader_balance_interval();
+        let Some(active) = &mut self.active else { return };
+        if self.config.auto_leader_rebalance_enable && Instant::now() >= active.next_leader_balance {
+            active.next_leader_balance = Instant::now() + balance_interval;
+            self.balance_partition_leaders();
         }
         self.report_gauges();
     }
@@ -547,6 +612,9 @@ impl Core {
         metrics::gauge!("osprey_controller_fenced_broker_count").set(fenced as f64);
         metrics::gauge!("osprey_controller_active_broker_count").set(unfenced as f64);
         metrics::gauge!("osprey_controller_offline_partitions_count").set(offline as f64);
+        let imbalanced =
+            image.topics().flat_map(|t| &t.partitions).filter(|p| p.replicas.first() != Some(&p.leader)).count();
+        metrics::gauge!("osprey_controller_preferred_replica_imbalance_count").set(imbalanced as f64);
     }
 }
 

@@ -6,6 +6,7 @@
 
 use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
+use crate::handlers::elect_leaders;
 use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
@@ -61,6 +62,7 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::CreatePartitions(r) => create_partitions(c, image, r),
         RequestBody::IncrementalAlterConfigs(r) => incremental_alter_configs(c, image, r),
         RequestBody::AlterConfigs(r) => alter_configs(c, image, r),
+        RequestBody::ElectLeaders(r) => elect_leaders(c, image, r),
         _ => return None,
     };
     Some(decided)
@@ -73,6 +75,7 @@ pub fn request_timeout_ms(body: &RequestBody) -> Option<u64> {
         RequestBody::CreateTopics(r) => r.timeout_ms,
         RequestBody::DeleteTopics(r) => r.timeout_ms,
         RequestBody::CreatePartitions(r) => r.timeout_ms,
+        RequestBody::ElectLeaders(r) => r.timeout_ms,
         _ => return None,
     };
     u64::try_from(ms).ok().filter(|ms| *ms > 0)
@@ -167,6 +170,7 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
                 .collect(),
             ..Default::default()
         }),
+        RequestBody::ElectLeaders(r) => ResponseBody::ElectLeaders(elect_leaders::failed(r, code, message)),
         RequestBody::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
             error_code,
             error_message: message,
@@ -438,6 +442,21 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
         response.results.push(result);
     }
     Decided { records, response: ResponseBody::CreatePartitions(response) }
+}
+
+/// ElectLeaders (43): preferred or unclean elections for the partitions named, or for
+/// every partition when the list is null (Kafka's `ReplicationControlManager.electLeaders`).
+fn elect_leaders(c: &mut Controls<'_>, image: &mut MetadataImage, r: &ElectLeadersRequest) -> Decided {
+    let (election, named) = match elect_leaders::parse(r) {
+        Ok(parsed) => parsed,
+        Err(e) => {
+            let refused = elect_leaders::failed(r, e.code, Some(e.message));
+            return Decided { records: Vec::new(), response: ResponseBody::ElectLeaders(refused) };
+        }
+    };
+    let mut records = Vec::new();
+    let results = apply(image, c.cluster.elect_leaders(image, election, named.as_deref()), &mut records);
+    Decided { records, response: ResponseBody::ElectLeaders(elect_leaders::response(results)) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or

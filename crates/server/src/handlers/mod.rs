@@ -15,6 +15,7 @@ pub mod describe_configs;
 pub mod describe_log_dirs;
 mod describe_quorum;
 pub mod describe_topic_partitions;
+pub mod elect_leaders;
 pub mod fetch;
 pub mod find_coordinator;
 pub mod groups;
@@ -94,6 +95,7 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
         }
         RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
         RequestBody::DescribeQuorum(body) => describe_quorum::handle(broker, body, version),
+        RequestBody::ElectLeaders(body) => elect_leaders::handle(broker, body, version),
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
         RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
