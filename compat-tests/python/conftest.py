@@ -81,6 +81,12 @@ class Broker:
     # ----- lifecycle ----------------------------------------------------------------
 
     def start(self):
+        self.spawn()
+        self.wait_ready()
+        return self
+
+    def spawn(self):
+        """Starts the process without waiting for it to be ready."""
         assert self.proc is None, "already running"
         binary = osprey_bin()
         assert binary.is_file(), f"{binary} does not exist: build it (cargo build -p osprey-server --bin osprey)"
@@ -98,8 +104,6 @@ class Broker:
             log.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
-        self.wait_ready()
-        return self
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S):
         """Until the broker answers a raw ApiVersions v0 request on its listener."""

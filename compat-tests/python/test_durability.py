@@ -3,12 +3,14 @@ at the offset it was acknowledged with, in order; and a clean SIGTERM restart is
 and skips recovery."""
 
 import re
+import signal
 import threading
 import time
 
 from confluent_kafka import TopicPartition
 
 import clients
+from conftest import Broker
 
 PARTITIONS = 3
 
@@ -128,6 +130,26 @@ def test_sigterm_restart_is_fast_and_skips_recovery(broker):
         f"lines mentioning recovery: {recovery_lines}\n{log}"
     )
 
+
+
+def test_sigterm_during_start_up_stops_the_broker_cleanly(tmp_path, request):
+    """SIGTERM while the broker opens its logs (CI once stopped a broker a few
+    milliseconds after "osprey is ready", before it listened for the signal, and the
+    default action killed it): the stop waits for the start and is clean."""
+    b = Broker(tmp_path / "early")
+    b.workdir.mkdir(parents=True)
+    request.node._osprey_brokers = [b]
+    b.spawn()
+    deadline = time.monotonic() + 30
+    while "metadata loaded" not in b.log_since_last_start():
+        assert b.proc.poll() is None and time.monotonic() < deadline, b.log_tail()
+        time.sleep(0.002)
+    b.proc.send_signal(signal.SIGTERM)
+    code = b.proc.wait(timeout=30)
+    b.proc = None
+    assert code == 0, f"exited with {code}:\n{b.log_tail()}"
+    assert "shutting down" in b.log_since_last_start(), b.log_tail()
+    assert (b.data_dir / ".clean-shutdown").exists(), "a clean stop leaves its marker"
 
 
 def test_acknowledged_messages_survive_kill_9_across_segment_rolls(broker):

@@ -74,14 +74,19 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = if is_controller_only(&config) {
-        runtime.block_on(run_controller(config))
-    } else if let Some(why) = config.cluster.beyond_this_node(config.node_id) {
-        tracing::info!(why, "this node is a broker of a multi-node cluster");
-        runtime.block_on(run_in_cluster(config))
-    } else {
-        runtime.block_on(run(config))
-    };
+    let outcome = runtime.block_on(async {
+        // First: a SIGTERM that arrives while the node starts must stop it cleanly, not
+        // kill it with the default action.
+        let mut signals = StopSignals::register()?;
+        if is_controller_only(&config) {
+            run_controller(config, &mut signals).await
+        } else if let Some(why) = config.cluster.beyond_this_node(config.node_id) {
+            tracing::info!(why, "this node is a broker of a multi-node cluster");
+            run_in_cluster(config, &mut signals).await
+        } else {
+            run(config, &mut signals).await
+        }
+    });
     // A blocking thread stuck in an fsync must not keep the process alive.
     runtime.shutdown_timeout(SHUTDOWN_BLOCKING_GRACE);
     match outcome {
@@ -194,7 +199,7 @@ fn stop_on_panic() {
     }));
 }
 
-async fn run(config: BrokerConfig) -> Result<(), String> {
+async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let settings = settings(&config, local)?;
@@ -229,7 +234,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
     let (client, controller) = bound.into_sockets();
     let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
     let controller = tokio::spawn(controller_listener::serve(controller, stopped));
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!("shutting down: no new connections, finishing in-flight requests");
     let _ = stop.send(true);
     broker.begin_shutdown();
@@ -240,7 +245,7 @@ async fn run(config: BrokerConfig) -> Result<(), String> {
 
 /// A controller-only node: the quorum member and its CONTROLLER listener, until SIGTERM
 /// or until the node fails (its `meta.properties` names another cluster).
-async fn run_controller(config: BrokerConfig) -> Result<(), String> {
+async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let node_config = ControllerNodeConfig::from_broker_config(&config)?;
     let bound = bind_listeners(&config)?;
     let described = bound.describe();
@@ -261,7 +266,7 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
         .map_err(|e| e.to_string())??;
     tracing::info!(listeners = %described, node_id = config.node_id, replica = %node.quorum().replica(), "osprey controller is ready");
     let outcome = tokio::select! {
-        _ = wait_for_signal() => Ok(()),
+        _ = signals.recv() => Ok(()),
         why = node.failed() => Err(why),
     };
     tracing::info!("shutting down the controller");
@@ -273,7 +278,7 @@ async fn run_controller(config: BrokerConfig) -> Result<(), String> {
 /// the controller quorum member first, then the broker, which learns the cluster id from
 /// the quorum, follows its metadata, registers, and serves clients once the controller
 /// has unfenced it (its metadata caught up), as Kafka's brokers start.
-async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
+async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let registered = registered_listeners(&config, &bound);
@@ -298,7 +303,7 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     tracing::info!(voters = ?config.cluster.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>(), "fetching the cluster metadata from the controller quorum");
     let cluster_id = tokio::select! {
         id = link.learn_cluster_id(stopped.clone()) => id.ok_or("stopped")?,
-        _ = wait_for_signal() => return stop_controller(controller_node, Ok(())).await,
+        _ = signals.recv() => return stop_controller(controller_node, Ok(())).await,
     };
     if let Some(node) = &controller_node {
         // This node's controller writes meta.properties (with the directory id its
@@ -353,7 +358,7 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
     let mut registration = link.watch_registration();
     tokio::select! {
         _ = registration.wait_for(|r| r.caught_up_once) => {}
-        _ = wait_for_signal() => {
+        _ = signals.recv() => {
             let _ = stop.send(true);
             return stop_controller(controller_node, close_broker(broker).await).await;
         }
@@ -381,7 +386,7 @@ async fn run_in_cluster(config: BrokerConfig) -> Result<(), String> {
         "osprey is ready"
     );
     let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
-    wait_for_signal().await;
+    signals.recv().await;
     tracing::info!("controlled shutdown: asking the controller to move leadership away");
     // At most `broker.session.timeout.ms`: by then the controller fences a broker that
     // stopped heartbeating anyway, and a quorum without a majority never answers.
@@ -580,14 +585,29 @@ fn resolve(addr: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("{addr} resolves to no address"))
 }
 
-async fn wait_for_signal() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let Ok(mut term) = signal(SignalKind::terminate()) else {
-        let _ = tokio::signal::ctrl_c().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {}
-        _ = tokio::signal::ctrl_c() => {}
+/// SIGTERM and SIGINT (Ctrl-C), registered before anything else: from then on neither
+/// kills the process with its default action, and one that arrives while the node starts
+/// is kept until the node waits for it, so a stop asked for during start-up is clean.
+struct StopSignals {
+    term: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+}
+
+impl StopSignals {
+    fn register() -> Result<StopSignals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let register = |kind: SignalKind, name: &str| signal(kind).map_err(|e| format!("cannot handle {name}: {e}"));
+        Ok(StopSignals {
+            term: register(SignalKind::terminate(), "SIGTERM")?,
+            interrupt: register(SignalKind::interrupt(), "SIGINT")?,
+        })
+    }
+
+    /// Waits for either signal (returns at once if one came since the last wait).
+    async fn recv(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {}
+            _ = self.interrupt.recv() => {}
+        }
     }
 }

@@ -2,6 +2,7 @@
 //! a transport, and what the server asks of it: propose a batch and await its commit,
 //! who leads, what is applied, membership changes, and answering peers' RPCs.
 
+use super::election::{stand_when_leader_silent, ElectionTimer};
 use super::fetch::{
     LeaderHint, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, MAX_FETCH_WAIT_MS,
     RECORD_TAIL_CAPACITY,
@@ -12,6 +13,7 @@ use super::state_machine::{AppliedEvent, AppliedImage, AppliedView, StateMachine
 use super::types::{BatchApplied, ControllerEndpoint, MetadataBatch, QuorumTypes, ReplicaKey};
 use crate::image::MetadataRecord;
 use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::AppendEntriesResponse;
 use openraft::{ChangeMembers, Config, Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use osprey_storage::fs::Storage;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,11 +30,16 @@ pub struct QuorumConfig {
     pub replica: ReplicaKey,
     /// Where this member receives RPCs.
     pub endpoint: ControllerEndpoint,
-    /// `controller.quorum.election.timeout.ms` (Kafka's default 1000): a follower that
-    /// hears no leader for a random time between this and twice this stands for
-    /// election.
+    /// `controller.quorum.fetch.timeout.ms` (Kafka's default 2000): a follower that hears
+    /// nothing from the leader for a random time between 3/4 of this and all of it
+    /// stands for election (`election.rs`).
+    pub fetch_timeout_ms: u64,
+    /// `controller.quorum.election.timeout.ms` (Kafka's default 1000): a candidate
+    /// without a result stands again after a random time between half of this and all
+    /// of it.
     pub election_timeout_ms: u64,
-    /// How often the leader sends heartbeats; below the election timeout.
+    /// How often the leader sends heartbeats; kept below half the smallest election
+    /// timeout.
     pub heartbeat_interval_ms: u64,
     /// `request.timeout.ms` (30000): a proposal or membership change that has not
     /// committed by then fails (the quorum has no majority), as Kafka's controller
@@ -67,6 +74,7 @@ impl QuorumConfig {
         QuorumConfig {
             replica,
             endpoint,
+            fetch_timeout_ms: 2000,
             election_timeout_ms: 1000,
             heartbeat_interval_ms: 250,
             request_timeout_ms: 30_000,
@@ -80,11 +88,19 @@ impl QuorumConfig {
     }
 
     fn openraft_config(&self) -> Result<Config, QuorumError> {
+        // Members stand for election on `election.rs`'s timer. openraft's largest election
+        // timeout is still its leader lease: a voter refuses votes for that long after a
+        // leader's last message. Half the fetch timeout keeps it below the shortest wait
+        // before a member stands (3/4 of the fetch timeout), so that member gets the votes.
+        let election_timeout_max = (self.fetch_timeout_ms / 2).max(4);
+        let election_timeout_min = (self.election_timeout_ms.min(election_timeout_max) / 2).max(2);
         let config = Config {
             cluster_name: "osprey".into(),
-            election_timeout_min: self.election_timeout_ms,
-            election_timeout_max: self.election_timeout_ms * 2,
-            heartbeat_interval: self.heartbeat_interval_ms,
+            election_timeout_min,
+            election_timeout_max,
+            heartbeat_interval: self.heartbeat_interval_ms.min(election_timeout_min / 2).max(1),
+            // Members stand for election when `election.rs` says, not on openraft's timer.
+            enable_elect: false,
             install_snapshot_timeout: self.request_timeout_ms,
             // Snapshots are taken by bytes (Kafka's policy), from the state machine.
             snapshot_policy: SnapshotPolicy::Never,
@@ -136,6 +152,8 @@ pub struct Quorum {
     view: AppliedView,
     had_quorum_state: bool,
     snapshot_task: tokio::task::JoinHandle<()>,
+    election: Arc<ElectionTimer>,
+    election_task: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Quorum {
@@ -170,7 +188,9 @@ impl Quorum {
             .await
             .map_err(|e| QuorumError::Fatal(e.to_string()))?;
         let snapshot_task = tokio::spawn(take_snapshots_when_due(raft.clone(), view.clone()));
-        Ok(Quorum { raft, config, view, had_quorum_state, snapshot_task })
+        let election = ElectionTimer::new(config.fetch_timeout_ms, config.election_timeout_ms);
+        let election_task = tokio::spawn(stand_when_leader_silent(raft.clone(), election.clone()));
+        Ok(Quorum { raft, config, view, had_quorum_state, snapshot_task, election, election_task })
     }
 
     /// This member's replica key.
@@ -364,17 +384,39 @@ impl Quorum {
     }
 
     /// Answers an RPC from another member.
+    /// A leader's accepted message, or a vote granted, puts off this member's own
+    /// campaign (see `election.rs`).
     pub async fn handle_rpc(&self, rpc: RaftRpc) -> RaftRpcReply {
         match rpc {
-            RaftRpc::Vote(r) => RaftRpcReply::Vote(self.raft.vote(r).await),
-            RaftRpc::AppendEntries(r) => RaftRpcReply::AppendEntries(self.raft.append_entries(r).await),
-            RaftRpc::InstallSnapshot(r) => RaftRpcReply::InstallSnapshot(self.raft.install_snapshot(r).await),
+            RaftRpc::Vote(r) => {
+                let reply = self.raft.vote(r).await;
+                if reply.as_ref().is_ok_and(|v| v.vote_granted) {
+                    self.election.heard_from_leader();
+                }
+                RaftRpcReply::Vote(reply)
+            }
+            RaftRpc::AppendEntries(r) => {
+                let reply = self.raft.append_entries(r).await;
+                if reply.as_ref().is_ok_and(|a| !matches!(a, AppendEntriesResponse::HigherVote(_))) {
+                    self.election.heard_from_leader();
+                }
+                RaftRpcReply::AppendEntries(reply)
+            }
+            RaftRpc::InstallSnapshot(r) => {
+                let leader_vote = r.vote;
+                let reply = self.raft.install_snapshot(r).await;
+                if reply.as_ref().is_ok_and(|s| s.vote <= leader_vote) {
+                    self.election.heard_from_leader();
+                }
+                RaftRpcReply::InstallSnapshot(reply)
+            }
         }
     }
 
     /// Stops the member. Everything it reported durable is on disk already.
     pub async fn shutdown(&self) {
         self.snapshot_task.abort();
+        self.election_task.abort();
         if let Err(e) = self.raft.shutdown().await {
             tracing::warn!(error = %e, "quorum member did not stop cleanly");
         }
@@ -382,6 +424,13 @@ impl Quorum {
 
     fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.config.request_timeout_ms)
+    }
+}
+
+impl Drop for Quorum {
+    fn drop(&mut self) {
+        self.snapshot_task.abort();
+        self.election_task.abort();
     }
 }
 

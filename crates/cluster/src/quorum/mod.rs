@@ -3,6 +3,7 @@
 //! machine and its RPCs behind a transport the server provides.
 
 pub mod bootstrap;
+mod election;
 pub mod fetch;
 mod files;
 pub mod handle;

@@ -57,6 +57,8 @@ pub struct ControllerNodeConfig {
     pub metadata_log_dir: PathBuf,
     /// `controller.quorum.election.timeout.ms`.
     pub election_timeout_ms: u64,
+    /// `controller.quorum.fetch.timeout.ms`.
+    pub fetch_timeout_ms: u64,
     /// `controller.quorum.request.timeout.ms`: one RPC, and a proposal's commit.
     pub request_timeout_ms: u64,
     /// `metadata.log.max.record.bytes.between.snapshots`.
@@ -86,6 +88,7 @@ impl ControllerNodeConfig {
             listener_name,
             metadata_log_dir: cluster.metadata_log_dir.clone(),
             election_timeout_ms: positive(cluster.quorum_election_timeout_ms.into()),
+            fetch_timeout_ms: positive(cluster.quorum_fetch_timeout_ms.into()),
             request_timeout_ms: positive(cluster.quorum_request_timeout_ms.into()),
             max_record_bytes_between_snapshots: positive(cluster.metadata_snapshot_max_new_record_bytes),
             limits: ListenerLimits {
@@ -325,6 +328,7 @@ async fn start(
     let transport = ListenerTransport::new(client, max_rpc_bytes, progress.clone());
     let mut quorum_config = QuorumConfig::new(replica, endpoint.clone());
     quorum_config.election_timeout_ms = config.election_timeout_ms;
+    quorum_config.fetch_timeout_ms = config.fetch_timeout_ms;
     quorum_config.heartbeat_interval_ms = (config.election_timeout_ms / 4).max(10);
     quorum_config.request_timeout_ms = config.request_timeout_ms;
     quorum_config.max_record_bytes_between_snapshots = config.max_record_bytes_between_snapshots;

@@ -500,3 +500,22 @@ async fn a_fetch_from_a_diverging_epoch_is_told_where_the_leaders_log_ends() {
     assert_eq!((got.diverging_epoch.epoch, got.diverging_epoch.end_offset), (-1, -1));
     assert!(got.records.as_ref().is_some_and(|r| !r.is_empty()));
 }
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_follower_makes_what_it_fetched_durable_before_it_fetches_again() {
+    use crate::replication::fetcher::{apply, Outcome};
+    let c = cluster("view-follower-durable");
+    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9)).await);
+    assert_eq!(answer.error_code, 0, "{answer:?}");
+    // Partition 0's batch, as a leader answers a follower, applied to partition 1, which
+    // broker 2 leads and this broker follows.
+    let from_leader = fetched(&c, follower_fetch(2, 0, 12), 12).await;
+    assert!(from_leader.records.as_ref().is_some_and(|r| !r.is_empty()), "{from_leader:?}");
+    let follower = c.0.replica_manager.replica(osprey_protocol::Uuid(TOPIC_T), 1).unwrap();
+    assert!(!follower.is_leader());
+    let data = fetch_response::PartitionData { partition_index: 1, log_start_offset: 0, ..from_leader };
+    assert_eq!(apply(&follower, data), Outcome::Done);
+    assert_eq!(follower.log.log_end_offset(), 1, "appended as the leader wrote it");
+    // The next fetch names offset 1, which tells the leader the batch is on disk here.
+    assert_eq!(follower.log.durable_end_offset(), 1, "fsynced before the fetcher fetches again");
+}

@@ -12,6 +12,7 @@ use crate::broker::{now_ms, Broker};
 use crate::cluster_link::ClusterLink;
 use crate::interbroker::{client_id, ClientConfig, NodeAddress, NodeClient};
 use crate::partition::Partition;
+use crate::telemetry::LogLimiter;
 use osprey_cluster::replica::fetch::{truncation_offset, EpochEnd};
 use osprey_cluster::{MetadataImage, PartitionImage};
 use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
@@ -78,7 +79,13 @@ struct Fetcher {
     /// This fetcher's partitions in the image they were worked out from: worked out
     /// again only when the image changes, not at every fetch.
     assigned: Option<(Arc<MetadataImage>, Vec<Assigned>)>,
+    /// A leader that is down fails every fetch, one per back-off: one line per
+    /// `FAILURE_LOG_INTERVAL`, with how many were held back (all are counted).
+    failures_logged: LogLimiter,
 }
+
+/// At most one "replica fetch failed" line per fetcher this often.
+const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// A followed partition: topic id, index, the leader epoch the image gives it.
 type Assigned = (Uuid, i32, i32);
@@ -91,7 +98,16 @@ struct Followed {
 
 impl Fetcher {
     fn new(broker: Arc<Broker>, leader: i32, fetcher_id: i32, fetchers: i32) -> Fetcher {
-        Fetcher { broker, leader, fetcher_id, fetchers, client: None, delayed: HashMap::new(), assigned: None }
+        Fetcher {
+            broker,
+            leader,
+            fetcher_id,
+            fetchers,
+            client: None,
+            delayed: HashMap::new(),
+            assigned: None,
+            failures_logged: LogLimiter::new(),
+        }
     }
 
     async fn run(mut self, mut stopped: watch::Receiver<bool>) {
@@ -136,7 +152,9 @@ impl Fetcher {
                     _ => continue,
                 },
                 Err(e) => {
-                    tracing::warn!(leader = self.leader, error = %e, "replica fetch failed");
+                    if let Some(unlogged) = self.failures_logged.admit(FAILURE_LOG_INTERVAL) {
+                        tracing::warn!(leader = self.leader, error = %e, unlogged, "replica fetch failed");
+                    }
                     crate::telemetry::replica_fetch_failed("request");
                     if !self.sleep(self.backoff(), &mut stopped).await {
                         return;
@@ -146,7 +164,9 @@ impl Fetcher {
             };
             let top = super::isr::error_code(response.error_code);
             if top != ErrorCode::NONE {
-                tracing::warn!(leader = self.leader, error = top.name(), "replica fetch refused");
+                if let Some(unlogged) = self.failures_logged.admit(FAILURE_LOG_INTERVAL) {
+                    tracing::warn!(leader = self.leader, error = top.name(), unlogged, "replica fetch refused");
+                }
                 crate::telemetry::replica_fetch_failed(top.name());
                 if !self.sleep(self.backoff(), &mut stopped).await {
                     return;
@@ -326,7 +346,8 @@ fn version_of(mut request: FetchRequest, version: i16) -> FetchRequest {
 }
 
 /// What came of one partition's answer.
-enum Outcome {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Outcome {
     Done,
     /// The leader's metadata and this broker's disagree for now: try again shortly.
     MetadataRace,
@@ -337,7 +358,7 @@ enum Outcome {
 /// Applies one partition's answer: truncates where the logs diverge, appends the records
 /// (and makes them durable before the next fetch, under Osprey's flush policy), and takes
 /// the leader's high watermark and log start offset.
-fn apply(partition: &Partition, data: PartitionData) -> Outcome {
+pub(crate) fn apply(partition: &Partition, data: PartitionData) -> Outcome {
     let code = super::isr::error_code(data.error_code);
     match code {
         ErrorCode::NONE => {}

@@ -20,7 +20,7 @@
 //! member holds only in its page cache. With `flush.messages` / `flush.ms` relaxed, the
 //! follower fetches again at once, as Kafka's do.
 
-mod fetcher;
+pub(crate) mod fetcher;
 mod isr;
 
 use crate::broker::Broker;

@@ -16,6 +16,7 @@ pub fn node_config(node_id: i32, ports: &[u16], dir: PathBuf) -> ControllerNodeC
         listener_name: "CONTROLLER".into(),
         metadata_log_dir: dir,
         election_timeout_ms: 500,
+        fetch_timeout_ms: 1_000,
         request_timeout_ms: 5_000,
         max_record_bytes_between_snapshots: 20 * 1024 * 1024,
         limits: ListenerLimits {
