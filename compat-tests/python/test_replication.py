@@ -24,6 +24,7 @@ Every wait polls until true (up to cluster.WAIT_S); times are printed, never ass
 """
 
 import json
+import re
 import signal
 import subprocess
 import threading
@@ -386,6 +387,9 @@ def test_unclean_election_only_when_allowed_and_the_old_leader_truncates(split_c
     states = partition_states(other, "u")
     assert states[0][0] == -1, f"a replica outside the ISR led without unclean.leader.election.enable: {states}"
     assert produce_one(b.bootstrap, "u", "1") is not None, "an offline partition takes no write"
+    out = KafkaTools(c.workdir).topics(other.bootstrap, "--describe", "--unavailable-partitions")
+    assert out is not None and out.returncode == 0, out
+    assert re.search(r"Topic:\s*u\s+Partition:\s*0\s+Leader:\s*none", out.stdout), out.stdout
 
     resource = ConfigResource("topic", "u", incremental_configs=[
         ConfigEntry("unclean.leader.election.enable", "true", incremental_operation=AlterConfigOpType.SET)])
