@@ -295,6 +295,9 @@ def produce_one(bootstrap: str, topic: str, acks: str):
 def test_a_stopped_follower_leaves_the_isr_and_acks_all_goes_on(three, tmp_path):
     create(three, "two", 1, min_insync=2)
     create(three, "three", 1, min_insync=3)
+    # No consumer runs here: the incremental fetches are the followers' (KIP-227 sessions).
+    three.wait_for("followers fetch in incremental sessions",
+                   lambda: sum(n.gauge(r'osprey_fetch_requests_total\{session="incremental"\}') for n in three.nodes) > 0)
     states = states_from_any(three, "two")
     leader = three.node(states[0][0])
     follower = next(n for n in three.nodes if n is not leader and three.node(states_from_any(three, "three")[0][0]) is not n)

@@ -258,6 +258,8 @@ fn describe() {
     );
     describe_gauge!("osprey_partitions", "Partition replicas held on this broker.");
     describe_gauge!("osprey_leader_partitions", "Partitions this broker leads.");
+    describe_gauge!("osprey_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker holds.");
+    describe_counter!("osprey_fetch_requests_total", "Fetch requests served, by session kind.");
     describe_gauge!(
         "osprey_under_replicated_partitions",
         "Partitions led here whose ISR is smaller than their replicas."
@@ -390,6 +392,12 @@ fn refresh_replication_gauges(broker: &Broker) {
     gauge!("osprey_at_min_isr_partitions").set(at_min_isr as f64);
     gauge!("osprey_replica_max_lag_messages").set(max_lag as f64);
     gauge!("osprey_produce_acks_all_waiting").set(waiting as f64);
+    gauge!("osprey_fetch_sessions").set(broker.fetch_sessions().len() as f64);
+}
+
+/// A Fetch served: without a session, opening one (full) or in one (incremental).
+pub fn fetch_served(session: &'static str) {
+    counter!("osprey_fetch_requests_total", "session" => session).increment(1);
 }
 
 /// The leader's ISR changed (AlterPartition committed): expanded or shrunk.

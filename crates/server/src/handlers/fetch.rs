@@ -93,7 +93,14 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         now_ms(),
     );
     let (session, partitions) = match begin {
-        Begin::Fetch { context, partitions } => (context, partitions),
+        Begin::Fetch { context, partitions } => {
+            telemetry::fetch_served(match context {
+                Context::Sessionless => "none",
+                Context::Full { .. } => "full",
+                Context::Incremental { .. } => "incremental",
+            });
+            (context, partitions)
+        }
         Begin::Error(code) => {
             telemetry::error_code(ApiKey::Fetch, code);
             return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));

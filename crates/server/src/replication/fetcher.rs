@@ -6,8 +6,11 @@
 //! A fetcher works out its partitions from the broker's image at every round, so a
 //! leader change, a new partition or a deleted topic takes effect at the next fetch; a
 //! fetcher left with no partition stops, and the manager starts one when a leader gets
-//! partitions to follow again.
+//! partitions to follow again. Each fetcher keeps an incremental fetch session with its
+//! leader (`session.rs`): after the first, full fetch, only partitions whose fetch state
+//! changed are named.
 
+use super::session::FetchSession;
 use crate::broker::{now_ms, Broker};
 use crate::cluster_link::ClusterLink;
 use crate::interbroker::{client_id, ClientConfig, NodeAddress, NodeClient};
@@ -15,7 +18,7 @@ use crate::partition::Partition;
 use crate::telemetry::LogLimiter;
 use osprey_cluster::replica::fetch::{truncation_offset, EpochEnd};
 use osprey_cluster::{MetadataImage, PartitionImage};
-use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic, ReplicaState};
 use osprey_protocol::messages::fetch_response::PartitionData;
 use osprey_protocol::messages::FetchRequest;
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, ResponseBody, Uuid};
@@ -82,6 +85,8 @@ struct Fetcher {
     /// A leader that is down fails every fetch, one per back-off: one line per
     /// `FAILURE_LOG_INTERVAL`, with how many were held back (all are counted).
     failures_logged: LogLimiter,
+    /// The incremental fetch session with the leader.
+    session: FetchSession,
 }
 
 /// At most one "replica fetch failed" line per fetcher this often.
@@ -107,6 +112,7 @@ impl Fetcher {
             delayed: HashMap::new(),
             assigned: None,
             failures_logged: LogLimiter::new(),
+            session: FetchSession::default(),
         }
     }
 
@@ -141,7 +147,7 @@ impl Fetcher {
                 return;
             }
             let client = self.client(address);
-            let request = self.request(&round);
+            let (request, was_full) = self.request(&image, &round);
             let sent = tokio::select! {
                 _ = stopped.changed() => return,
                 sent = client.send_with(ApiKey::Fetch, move |version| RequestBody::Fetch(version_of(request, version))) => sent,
@@ -149,9 +155,13 @@ impl Fetcher {
             let response = match sent {
                 Ok(response) => match response.body {
                     ResponseBody::Fetch(fetch) => fetch,
-                    _ => continue,
+                    _ => {
+                        self.session.failed();
+                        continue;
+                    }
                 },
                 Err(e) => {
+                    self.session.failed();
                     if let Some(unlogged) = self.failures_logged.admit(FAILURE_LOG_INTERVAL) {
                         tracing::warn!(leader = self.leader, error = %e, unlogged, "replica fetch failed");
                     }
@@ -163,6 +173,11 @@ impl Fetcher {
                 }
             };
             let top = super::isr::error_code(response.error_code);
+            if self.session.answered(top, response.session_id, was_full) {
+                // The leader lost the session or its epoch: the next fetch is full.
+                crate::telemetry::replica_fetch_failed(top.name());
+                continue;
+            }
             if top != ErrorCode::NONE {
                 if let Some(unlogged) = self.failures_logged.admit(FAILURE_LOG_INTERVAL) {
                     tracing::warn!(leader = self.leader, error = top.name(), unlogged, "replica fetch refused");
@@ -290,34 +305,57 @@ impl Fetcher {
     }
 
     /// The Fetch for this round, at the newest version (names by id, `ReplicaState`);
-    /// [`version_of`] adapts it to the version the connection agreed.
-    fn request(&self, round: &[Followed]) -> FetchRequest {
+    /// [`version_of`] adapts it to the version the connection agreed. In the fetch
+    /// session, only the partitions whose fetch state changed are named; and whether the
+    /// fetch is a full one.
+    fn request(&mut self, image: &MetadataImage, round: &[Followed]) -> (FetchRequest, bool) {
         let config = self.broker.config();
         let epoch = self.broker.cluster_link().and_then(|l| l.registration().epoch).unwrap_or(-1);
+        let wanted = round
+            .iter()
+            .map(|f| {
+                let log = &f.partition.log;
+                let offsets = log.offsets();
+                let data = FetchPartition {
+                    partition: f.partition.index,
+                    current_leader_epoch: f.leader_epoch,
+                    fetch_offset: offsets.log_end_offset,
+                    last_fetched_epoch: log.leader_epochs().last().map_or(-1, |&(epoch, _)| epoch),
+                    log_start_offset: offsets.log_start_offset,
+                    partition_max_bytes: config.replica_fetch_max_bytes,
+                    ..Default::default()
+                };
+                ((f.partition.topic_id, f.partition.index), data)
+            })
+            .collect();
+        let fetch = self.session.next_fetch(wanted);
+        let name = |topic_id: Uuid| image.topic_by_id(topic_id).map(|t| t.name.clone()).unwrap_or_default();
         let mut topics: Vec<FetchTopic> = Vec::new();
-        for f in round {
-            let log = &f.partition.log;
-            let offsets = log.offsets();
-            let data = FetchPartition {
-                partition: f.partition.index,
-                current_leader_epoch: f.leader_epoch,
-                fetch_offset: offsets.log_end_offset,
-                last_fetched_epoch: log.leader_epochs().last().map_or(-1, |&(epoch, _)| epoch),
-                log_start_offset: offsets.log_start_offset,
-                partition_max_bytes: config.replica_fetch_max_bytes,
-                ..Default::default()
-            };
-            match topics.iter_mut().find(|t| t.topic_id == f.partition.topic_id) {
-                Some(t) => t.partitions.push(data),
+        for ((topic_id, _), data) in &fetch.send {
+            match topics.iter_mut().find(|t| t.topic_id == *topic_id) {
+                Some(t) => t.partitions.push(data.clone()),
                 None => topics.push(FetchTopic {
-                    topic: f.partition.topic.clone(),
-                    topic_id: f.partition.topic_id,
-                    partitions: vec![data],
+                    topic: name(*topic_id),
+                    topic_id: *topic_id,
+                    partitions: vec![data.clone()],
                     ..Default::default()
                 }),
             }
         }
-        FetchRequest {
+        let mut forgotten_topics_data: Vec<ForgottenTopic> = Vec::new();
+        for (topic_id, index) in &fetch.forget {
+            match forgotten_topics_data.iter_mut().find(|t| t.topic_id == *topic_id) {
+                Some(t) => t.partitions.push(*index),
+                None => forgotten_topics_data.push(ForgottenTopic {
+                    topic: name(*topic_id),
+                    topic_id: *topic_id,
+                    partitions: vec![*index],
+                    ..Default::default()
+                }),
+            }
+        }
+        let was_full = fetch.is_full();
+        let request = FetchRequest {
             replica_id: self.broker.settings.node_id,
             replica_state: ReplicaState {
                 replica_id: self.broker.settings.node_id,
@@ -328,12 +366,13 @@ impl Fetcher {
             min_bytes: config.replica_fetch_min_bytes,
             max_bytes: config.replica_fetch_response_max_bytes,
             isolation_level: 0,
-            // Sessionless full fetches: every request names every partition.
-            session_id: 0,
-            session_epoch: -1,
+            session_id: fetch.session_id,
+            session_epoch: fetch.epoch,
             topics,
+            forgotten_topics_data,
             ..Default::default()
-        }
+        };
+        (request, was_full)
     }
 }
 

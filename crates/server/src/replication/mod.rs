@@ -22,6 +22,7 @@
 
 pub(crate) mod fetcher;
 mod isr;
+mod session;
 
 use crate::broker::Broker;
 use crate::cluster_link::ClusterLink;
