@@ -312,7 +312,6 @@ def test_without_a_majority_metadata_writes_fail_and_the_survivor_serves(three, 
     create_topic(bootstrap, "with-majority-again")
 
 
-@pytest.mark.xfail(reason="flaky in the combined topology (issue 14 note: failed once, passed once), cause not yet found", strict=False)
 def test_a_wiped_voter_rejoins_and_the_quorum_reports_three_voters(three, tools):
     via = ("--bootstrap-server", three.brokers[0].bootstrap)
     leader = active_controller(tools, three.brokers[0])
