@@ -217,7 +217,6 @@ async fn create_topics_without_a_majority_times_out() {
 
 #[tokio::test(flavor = "current_thread", start_paused = true)]
 async fn partitions_grow_and_a_leader_shrinks_its_isr() {
-    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
     use osprey_protocol::messages::create_partitions_request::CreatePartitionsTopic;
     let c = Cluster::start().await;
     let at = c.active().await;
@@ -238,31 +237,7 @@ async fn partitions_grow_and_a_leader_shrinks_its_isr() {
     let leader = p.leader;
     let dropped = *p.isr.iter().find(|&&b| b != leader).unwrap();
     let shrunk: Vec<i32> = p.isr.iter().copied().filter(|&b| b != dropped).collect();
-    let alter = |partition_epoch: i32| {
-        RequestBody::AlterPartition(AlterPartitionRequest {
-            broker_id: leader,
-            broker_epoch: epochs[leader as usize - 1],
-            topics: vec![TopicData {
-                topic_id: topic.id,
-                partitions: vec![PartitionData {
-                    partition_index: 0,
-                    leader_epoch: p.leader_epoch,
-                    new_isr_with_epochs: shrunk
-                        .iter()
-                        .map(|&b| BrokerState {
-                            broker_id: b,
-                            broker_epoch: epochs[b as usize - 1],
-                            ..Default::default()
-                        })
-                        .collect(),
-                    partition_epoch,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        })
-    };
+    let alter = |partition_epoch: i32| alter_isr(&epochs, topic.id, p, &shrunk, partition_epoch);
     let ResponseBody::AlterPartition(altered) = c.send(at, alter(p.partition_epoch), 3).await else { panic!() };
     let answer = &altered.topics[0].partitions[0];
     assert_eq!((altered.error_code, answer.error_code), (0, 0), "{altered:?}");
@@ -491,7 +466,6 @@ async fn legacy_alter_configs_replaces_a_resources_whole_set() {
 /// another replica while it, their preferred replica, could lead. The brokers' epochs
 /// and the indexes of those partitions of topic "t".
 async fn preferred_replica_back_in_the_isr(c: &Cluster, at: usize) -> (Vec<i64>, Vec<i32>) {
-    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
     let epochs = c.three_unfenced_brokers().await;
     assert_eq!(c.create_topic(at, "t", 6, 3).await.error_code, 0);
     let preferred_3: Vec<i32> =
@@ -511,33 +485,43 @@ async fn preferred_replica_back_in_the_isr(c: &Cluster, at: usize) -> (Vec<i64>,
         let p = &topic.partitions[index as usize];
         assert!(p.leader != 3 && !p.isr.contains(&3), "led elsewhere without 3: {p:?}");
         let isr: Vec<i32> = p.isr.iter().copied().chain([3]).collect();
-        let expand = RequestBody::AlterPartition(AlterPartitionRequest {
-            broker_id: p.leader,
-            broker_epoch: epochs[p.leader as usize - 1],
-            topics: vec![TopicData {
-                topic_id: topic.id,
-                partitions: vec![PartitionData {
-                    partition_index: index,
-                    leader_epoch: p.leader_epoch,
-                    new_isr_with_epochs: isr
-                        .iter()
-                        .map(|&b| BrokerState {
-                            broker_id: b,
-                            broker_epoch: epochs[b as usize - 1],
-                            ..Default::default()
-                        })
-                        .collect(),
-                    partition_epoch: p.partition_epoch,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        });
+        let expand = alter_isr(&epochs, topic.id, p, &isr, p.partition_epoch);
         let ResponseBody::AlterPartition(r) = c.send(at, expand, 3).await else { panic!() };
         assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0), "{r:?}");
     }
     (epochs, preferred_3)
+}
+
+/// The leader of `p` (of topic `topic_id`) asks for `isr` at `partition_epoch`, each
+/// member with its broker epoch from `epochs` (brokers 1..).
+fn alter_isr(
+    epochs: &[i64],
+    topic_id: osprey_protocol::Uuid,
+    p: &osprey_cluster::PartitionImage,
+    isr: &[i32],
+    partition_epoch: i32,
+) -> RequestBody {
+    use osprey_protocol::messages::alter_partition_request::{BrokerState, PartitionData, TopicData};
+    let broker_epoch = |b: i32| epochs[b as usize - 1];
+    RequestBody::AlterPartition(AlterPartitionRequest {
+        broker_id: p.leader,
+        broker_epoch: broker_epoch(p.leader),
+        topics: vec![TopicData {
+            topic_id,
+            partitions: vec![PartitionData {
+                partition_index: p.index,
+                leader_epoch: p.leader_epoch,
+                new_isr_with_epochs: isr
+                    .iter()
+                    .map(|&b| BrokerState { broker_id: b, broker_epoch: broker_epoch(b), ..Default::default() })
+                    .collect(),
+                partition_epoch,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })
 }
 
 fn elect(election_type: i8, topics: Option<Vec<(&str, Vec<i32>)>>) -> RequestBody {
