@@ -257,11 +257,22 @@ impl Partition {
         self.carry_out(&mut replica);
     }
 
-    /// As a follower: the log was truncated where it diverged from the leader's.
+    /// As a follower: the log was truncated where it diverged from the leader's. A high
+    /// watermark the truncation lowered (an unclean election took records back) is
+    /// published too: the watch otherwise only moves up, and would hold the old value
+    /// until the new log passed it, keeping long polls here from waking on the way.
     pub fn log_truncated(&self) {
         let mut replica = self.lock();
         let local = local_log(&self.log);
         replica.state.local_log_truncated(local);
+        let hw = replica.state.high_watermark();
+        self.high_watermark.send_if_modified(|published| {
+            let lowered = hw < *published;
+            if lowered {
+                *published = hw;
+            }
+            lowered
+        });
         self.publish_log_end_offset(local.log_end_offset);
     }
 
@@ -597,6 +608,42 @@ mod tests {
         let mut ack = partition.acknowledge(last_offset, 1, &flusher);
         assert!(ack.try_recv().unwrap().is_ok(), "answered at once, from the log end offset");
         assert_eq!(partition.snapshot().high_watermark, 2);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_truncation_below_the_high_watermark_publishes_the_lower_one() {
+        let (single, dir) = open("truncated-hw", None);
+        // The same log, followed here (broker 1) and led by broker 2.
+        let image = PartitionImage {
+            index: 0,
+            replicas: vec![2, 1],
+            isr: vec![2, 1],
+            leader: 2,
+            leader_epoch: 1,
+            partition_epoch: 1,
+            elr: Vec::new(),
+            leader_recovery_state: 0,
+        };
+        let config = ReplicaConfig {
+            local_id: 1,
+            replica_lag_time_max_ms: 30_000,
+            min_insync_replicas: 1,
+            fsync_before_ack: true,
+        };
+        let follower = Partition::new("t".into(), Uuid::default(), &image, single.log.clone(), config, None);
+        for _ in 0..3 {
+            append(&follower, 1);
+        }
+        follower.log.flush().unwrap();
+        follower.leader_high_watermark(3);
+        let mut watch = follower.watch_high_watermark();
+        assert_eq!(*watch.borrow_and_update(), 3);
+        follower.log.truncate_to(1).unwrap();
+        follower.log_truncated();
+        assert!(watch.has_changed().unwrap(), "the lowered high watermark is published");
+        assert_eq!(*watch.borrow_and_update(), 1);
+        assert_eq!(follower.snapshot().high_watermark, 1);
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
