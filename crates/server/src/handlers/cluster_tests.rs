@@ -444,7 +444,9 @@ async fn follower_fetches_read_past_the_high_watermark_and_move_it() {
     let c = cluster("view-follower-fetch");
     let waiting = tokio::spawn(later(produce::handle(&c.0, produce_one(-1, 30_000), 9)));
     let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(TOPIC_T), 0).unwrap();
-    while partition.log.log_end_offset() < 1 {
+    // The leader's own copy counts once fsynced (by the flusher, in the background): the
+    // high watermark below can only reach 1 after that.
+    while partition.log.durable_end_offset() < 1 {
         tokio::task::yield_now().await;
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
