@@ -305,7 +305,7 @@ impl Broker {
     /// Opens the data directory: meta.properties, the metadata log, and every partition
     /// log (recovering any that were not shut down cleanly).
     pub fn open(settings: Settings, validate_topic_config: Validator) -> io::Result<Arc<Broker>> {
-        let (meta, prior) = Self::take_data_dir(&settings, None)?;
+        let (meta, prior, _) = Self::take_data_dir(&settings, None)?;
         let metadata_dir =
             settings.metadata_log_dir.as_ref().unwrap_or(&settings.data_dir).join("__cluster_metadata-0");
         std::fs::create_dir_all(&metadata_dir).map_err(|e| context(e, "create", &metadata_dir))?;
@@ -344,7 +344,8 @@ impl Broker {
         link: Arc<ClusterLink>,
         cluster_id: &str,
     ) -> io::Result<Arc<Broker>> {
-        let (meta, prior) = Self::take_data_dir(&settings, Some(cluster_id))?;
+        let (meta, prior, previous_broker_epoch) = Self::take_data_dir(&settings, Some(cluster_id))?;
+        link.set_previous_broker_epoch(previous_broker_epoch);
         Self::new(
             settings,
             validate_topic_config,
@@ -355,11 +356,12 @@ impl Broker {
         )
     }
 
-    /// meta.properties (checked, or written), then the clean-shutdown marker taken.
+    /// meta.properties (checked, or written), then the clean-shutdown marker taken: how
+    /// the node last stopped, and its broker epoch then if it stopped cleanly.
     fn take_data_dir(
         settings: &Settings,
         cluster_id: Option<&str>,
-    ) -> io::Result<(meta_properties::Ensured, PriorShutdown)> {
+    ) -> io::Result<(meta_properties::Ensured, PriorShutdown, Option<i64>)> {
         std::fs::create_dir_all(&settings.data_dir).map_err(|e| context(e, "create", &settings.data_dir))?;
         // Before the clean-shutdown marker is taken: a start refused for a directory of
         // another cluster or node leaves the directory as it was.
@@ -371,12 +373,12 @@ impl Broker {
         }
         // Taken before anything in the data directory is written: a crash from here on
         // leaves no marker, and every log is recovered at the next start.
-        let prior = match osprey_storage::shutdown::take(&StdStorage, &settings.data_dir) {
-            Ok(true) => PriorShutdown::Clean,
-            Ok(false) => PriorShutdown::SeeLogMarker,
+        let (prior, broker_epoch) = match osprey_storage::shutdown::take(&StdStorage, &settings.data_dir) {
+            Ok(Some(clean)) => (PriorShutdown::Clean, clean.broker_epoch),
+            Ok(None) => (PriorShutdown::SeeLogMarker, None),
             Err(e) => return Err(io::Error::other(e.to_string())),
         };
-        Ok((meta, prior))
+        Ok((meta, prior, broker_epoch))
     }
 
     fn new(
@@ -1119,7 +1121,8 @@ impl Broker {
             );
             return Ok(());
         }
-        osprey_storage::shutdown::write(&StdStorage, &self.settings.data_dir)
+        let broker_epoch = self.cluster_link().and_then(|l| l.registration().epoch);
+        osprey_storage::shutdown::write(&StdStorage, &self.settings.data_dir, broker_epoch)
             .map_err(|e| format!("clean-shutdown marker not written ({e}); every log is recovered at the next start"))
     }
 }

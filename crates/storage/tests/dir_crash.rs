@@ -199,8 +199,8 @@ fn a_crash_at_any_step_of_a_clean_close_reopens_with_every_record() {
 /// Opens the log as the broker does: the data directory's marker taken first.
 fn open_as_broker(storage: &SimStorage) -> PartitionLog<SimStorage> {
     let prior = match shutdown::take(storage, Path::new(DATA_DIR)).unwrap() {
-        true => PriorShutdown::Clean,
-        false => PriorShutdown::SeeLogMarker,
+        Some(_) => PriorShutdown::Clean,
+        None => PriorShutdown::SeeLogMarker,
     };
     PartitionLog::open_after(storage.clone(), DIR, small_segments(), 0, prior).unwrap()
 }
@@ -217,7 +217,7 @@ fn a_crash_at_any_step_of_a_data_directory_shutdown_reopens_with_every_record() 
     log.close_unmarked().unwrap();
     let closed = storage.crash(CrashMode::LoseUnsynced);
     assert!(!open_as_broker(&closed).opened_clean(), "no marker yet: recovered");
-    shutdown::write(&storage, Path::new(DATA_DIR)).unwrap();
+    shutdown::write(&storage, Path::new(DATA_DIR), Some(7)).unwrap();
     let marked = storage.crash(CrashMode::LoseUnsynced);
     let mut images = storage.crash_points();
     images.push(storage.crash(CrashMode::LoseUnsynced));

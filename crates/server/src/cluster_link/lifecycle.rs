@@ -101,6 +101,7 @@ impl ClusterLink {
                     listeners: listeners.clone(),
                     rack: self.config.rack.clone(),
                     log_dirs: self.config.log_dir_ids.clone(),
+                    previous_broker_epoch: self.previous_broker_epoch(),
                     ..Default::default()
                 })
             };

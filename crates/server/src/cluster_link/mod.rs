@@ -77,6 +77,10 @@ pub struct ClusterLink {
     shutting_down: watch::Sender<bool>,
     /// The runtime the link's requests run on (see `admin.rs`).
     runtime: tokio::runtime::Handle,
+    /// The broker epoch this node had when it last stopped cleanly (from the data
+    /// directory's clean-shutdown marker), -1 after an unclean stop: registration's
+    /// `previous_broker_epoch` (KIP-966).
+    previous_broker_epoch: std::sync::atomic::AtomicI64,
 }
 
 impl std::fmt::Debug for ClusterLink {
@@ -110,8 +114,19 @@ impl ClusterLink {
             registration: watch::channel(Registration::default()).0,
             shutting_down: watch::channel(false).0,
             runtime: tokio::runtime::Handle::current(),
+            previous_broker_epoch: std::sync::atomic::AtomicI64::new(-1),
             config,
         })
+    }
+
+    /// The broker epoch of this node's last clean stop (`None`: it did not stop cleanly),
+    /// sent with the registration.
+    pub fn set_previous_broker_epoch(&self, epoch: Option<i64>) {
+        self.previous_broker_epoch.store(epoch.unwrap_or(-1), Ordering::Relaxed);
+    }
+
+    fn previous_broker_epoch(&self) -> i64 {
+        self.previous_broker_epoch.load(Ordering::Relaxed)
     }
 
     pub fn config(&self) -> &LinkConfig {
