@@ -127,6 +127,11 @@ impl ClusterLink {
         let index = self.target();
         let (node_id, address) = self.config.controllers[index % self.config.controllers.len()].clone();
         let client = self.fetcher.client(node_id, address);
+        if client.backing_off() {
+            // Unreachable now (a killed controller): the next one is asked after the
+            // caller's pause rather than after this one's reconnect back-off.
+            return Err(format!("controller {node_id} is unreachable (reconnect back-off)"));
+        }
         let request = MetadataFetchRequest {
             broker_id: self.config.node_id,
             next_offset,

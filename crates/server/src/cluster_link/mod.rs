@@ -189,7 +189,15 @@ impl ClusterLink {
             let (node_id, address) = self.config.controllers[index % self.config.controllers.len()].clone();
             let client = self.to_controller.client(node_id, address);
             let remaining = deadline.saturating_duration_since(Instant::now());
-            let sent = tokio::time::timeout(remaining, client.send_with(api, &build)).await;
+            // A controller that cannot be reached now (a killed one, in reconnect
+            // back-off) is skipped while another may answer: waiting out its back-off
+            // held a failover's requests up to a second per attempt.
+            let sent = if client.backing_off() {
+                last = format!("controller {node_id} is unreachable (reconnect back-off)");
+                Err(())
+            } else {
+                tokio::time::timeout(remaining, client.send_with(api, &build)).await.map_err(|_| ())
+            };
             match sent {
                 Ok(Ok(response)) if !not_controller(&response.body) => {
                     self.set_leader(Some(node_id));
@@ -197,7 +205,7 @@ impl ClusterLink {
                 }
                 Ok(Ok(_)) => last = format!("controller {node_id} is not the active controller"),
                 Ok(Err(e)) => last = format!("controller {node_id}: {}", describe(&e)),
-                Err(_) => {}
+                Err(()) => {}
             }
             self.forget_leader(index);
             tried += 1;

@@ -310,6 +310,20 @@ impl NodeClient {
         self.inner.address().0
     }
 
+    /// Whether a request now would wait for a reconnect back-off first (the last
+    /// connection attempt failed and its retry is not due, or another request is waiting
+    /// for it), as Kafka's `NetworkClient` tells a node that is not ready: a caller with
+    /// other nodes to ask (the controllers) asks them instead.
+    pub fn backing_off(&self) -> bool {
+        if self.inner.live().is_some_and(|c| c.is_open()) {
+            return false;
+        }
+        match self.inner.connecting.try_lock() {
+            Ok(reconnect) => reconnect.retry_at.is_some_and(|at| at > tokio::time::Instant::now()),
+            Err(_) => true,
+        }
+    }
+
     /// The node now listens at `address` (a metadata update). If it differs, the open
     /// connection closes (its requests fail with [`DisconnectReason::AddressChanged`])
     /// and the next request connects to the new address without back-off.
