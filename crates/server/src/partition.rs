@@ -516,6 +516,8 @@ mod tests {
             partition_epoch: 0,
             elr: Vec::new(),
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         let replica_config =
             ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };
@@ -563,6 +565,8 @@ mod tests {
             partition_epoch: 0,
             elr: Vec::new(),
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         let replica_config = ReplicaConfig {
             local_id: 1,
