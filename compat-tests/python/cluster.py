@@ -33,6 +33,7 @@ TOOL_TIMEOUT_S = 60.0
 
 QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 TOPICS_TOOL = "org.apache.kafka.tools.TopicCommand"
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 FEATURES_TOOL = "org.apache.kafka.tools.FeatureCommand"
 
 
@@ -311,6 +312,12 @@ class KafkaTools:
         for m in re.finditer(r"Partition:\s*(\d+)\s+Leader:\s*(\S+)", out.stdout):
             leaders[int(m.group(1))] = None if m.group(2) == "none" else int(m.group(2))
         return leaders or None
+
+    def reassign(self, bootstrap: str, *args: str):
+        """kafka-reassign-partitions (`--execute`, `--verify`, `--cancel` with
+        `--reassignment-json-file`, or `--list`)."""
+        return self.run(REASSIGN_TOOL, "--bootstrap-server", bootstrap, "--command-config", str(self.command_config),
+                        *args)
 
     def features(self, bootstrap: str):
         return self.run(FEATURES_TOOL, "--bootstrap-server", bootstrap, "--command-config", str(self.command_config),

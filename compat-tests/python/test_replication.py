@@ -413,3 +413,117 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(three):
                    sorted(s[0][2]) == [1, 2, 3])
     assert "fetches from the leader's log start" in behind.log_tail(400), "it started over at the log start"
     assert [v for v in values_read(leader.bootstrap, "gone")] == [f"v{i}".encode() for i in range(24, 30)]
+
+
+# ----- reassignment (AlterPartitionReassignments 45, ListPartitionReassignments 46) -----
+
+def reassignment_plan(tmp_path, topic: str, replicas):
+    """A kafka-reassign-partitions JSON file moving `topic`-0 to `replicas`."""
+    plan = tmp_path / f"reassign-{topic}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}))
+    return str(plan)
+
+
+def reassign_ok(tools: KafkaTools, bootstrap: str, *args: str) -> str:
+    out = tools.reassign(bootstrap, *args)
+    assert out is not None, f"kafka-reassign-partitions {args} hung"
+    assert out.returncode == 0, f"kafka-reassign-partitions {args}: {out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def listed_reassignments(tools: KafkaTools, bootstrap: str) -> str:
+    """`--list`'s lines about partitions (ListPartitionReassignments)."""
+    return reassign_ok(tools, bootstrap, "--list")
+
+
+def roles_for_a_move(cluster, tools: KafkaTools):
+    """(source, target kept running, target paused): the source is the active controller,
+    so that pausing a target never stalls the quorum."""
+    status = cluster.wait_for("the quorum's leader", lambda: tools.quorum_status(("--bootstrap-server",
+                                                                                 cluster.bootstrap())))
+    source = cluster.node(int(status["LeaderId"]))
+    running, paused = [n for n in cluster.nodes if n is not source]
+    return source, running, paused
+
+
+def produce_values(bootstrap: str, topic: str, values):
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}))
+    failed = []
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=lambda err, msg: err and failed.append(err))
+    assert p.flush(60) == 0
+    assert failed == [], failed
+
+
+def create_on(cluster, topic: str, replicas):
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": cluster.bootstrap()}))
+    admin.create_topics([NewTopic(topic, 1, -1, replica_assignment=[replicas])],
+                        operation_timeout=10)[topic].result(timeout=60)
+    cluster.wait_for(f"{topic} led by {replicas[0]} everywhere",
+                     lambda: all((s := partition_states(n, topic)) and s[0][0] == replicas[0] for n in cluster.nodes))
+
+
+def test_reassignment_moves_a_partition_off_its_only_replica(three, tmp_path):
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(three, tools)
+    topic = "moved"
+    create_on(three, topic, [a.node_id])
+    values = [f"v{i}".encode() * 50 for i in range(2000)]
+    produce_values(a.bootstrap, topic, values)
+    assert (a.dir / f"{topic}-0").is_dir()
+
+    c.pause()  # holds the reassignment in progress: c cannot catch up
+    plan = reassignment_plan(tmp_path, topic, [b.node_id, c.node_id])
+    started = time.monotonic()
+    out = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    assert "Successfully started partition reassignment" in out, out
+    listed = listed_reassignments(tools, a.bootstrap)
+    target = sorted([b.node_id, c.node_id])
+    assert f"{topic}-0: replicas: {b.node_id},{c.node_id},{a.node_id}. adding: {target[0]},{target[1]}. " \
+           f"removing: {a.node_id}." in listed, listed
+    verify = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--verify")
+    assert f"Reassignment of partition {topic}-0 is still in progress." in verify, verify
+    three.wait_for(f"{b} joins the ISR as a follower",
+                   lambda: (s := partition_states(a, topic)) and sorted(s[0][2]) == sorted([a.node_id, b.node_id]))
+    states = partition_states(a, topic)
+    assert states[0][0] == a.node_id and states[0][1] == [b.node_id, c.node_id, a.node_id], states
+
+    c.resume()
+    three.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
+        a.bootstrap, "--reassignment-json-file", plan, "--verify") or type("O", (), {"stdout": ""})).stdout)
+    print(f"reassignment completed {time.monotonic() - started:.1f}s after --execute")
+    for n in three.nodes:
+        leader, replicas, isr = three.wait_for(f"{n} sees the final state", lambda: (s := partition_states(n, topic))
+                                               and s[0][1] == [b.node_id, c.node_id] and s[0])
+        assert leader in (b.node_id, c.node_id) and set(isr) <= {b.node_id, c.node_id}, (leader, replicas, isr)
+    three.wait_for(f"{a}'s replica directory removed", lambda: not (a.dir / f"{topic}-0").exists())
+    assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
+    new_leader = three.node(partition_states(b, topic)[0][0])
+    assert [v for _, v, _, _ in read_everything(new_leader.bootstrap, topic, 1)] == values
+
+
+def test_a_cancelled_reassignment_reverts_to_the_original_replica(three, tmp_path):
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(three, tools)
+    topic = "kept"
+    create_on(three, topic, [a.node_id])
+    produce_values(a.bootstrap, topic, [b"before"] * 10)
+    c.pause()
+    plan = reassignment_plan(tmp_path, topic, [b.node_id, c.node_id])
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    three.wait_for(f"{b} holds a replica", lambda: (b.dir / f"{topic}-0").is_dir())
+    assert f"{topic}-0: replicas:" in listed_reassignments(tools, a.bootstrap)
+
+    # The tool then clears throttles on every broker, the paused one too: not yet.
+    out = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel", "--preserve-throttles")
+    assert f"Successfully cancelled partition reassignment for: {topic}-0" in out, out
+    three.wait_for("back to the original replica", lambda: (s := partition_states(a, topic))
+                   and s[0] == (a.node_id, [a.node_id], [a.node_id]))
+    assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
+    three.wait_for(f"{b}'s added replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
+    c.resume()
+    # Nothing left to cancel: the tool lists first and cancels nothing, then clears the
+    # throttles (DELETE of broker and topic throttle configs) on every broker.
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel")
+    produce_values(a.bootstrap, topic, [b"after"])
+    assert [v for _, v, _, _ in read_everything(a.bootstrap, topic, 1)] == [b"before"] * 10 + [b"after"]

@@ -11,6 +11,7 @@ use crate::cluster_control::{
 };
 use crate::image::{MetadataImage, MetadataRecord, TopicImage};
 use crate::log::MetadataLog;
+use crate::reassignment::{ReassignmentTarget, TopicOngoingReassignments, TopicReassignmentResult};
 use crate::topic_control::TopicControl;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
@@ -287,6 +288,40 @@ impl Controller {
     /// Commits records decided elsewhere, as if this controller had decided them: for
     /// tests that need a particular image (other brokers registered, partitions led by
     /// them, no leader) without driving every decision that leads there.
+    /// AlterPartitionReassignments on a single node, whose one broker (`node_id`) is not
+    /// registered in its image: the decision sees it registered and active, so a target
+    /// naming it is valid and any other broker is unknown, as in a one-broker cluster.
+    pub fn alter_partition_reassignments(
+        &mut self,
+        node_id: i32,
+        allow_replication_factor_change: bool,
+        topics: &[(String, Vec<ReassignmentTarget>)],
+    ) -> Result<Vec<TopicReassignmentResult>, ControllerError> {
+        let mut image = self.image.clone();
+        if image.broker(node_id).is_none() {
+            image.apply(&MetadataRecord::RegisterBroker {
+                id: node_id,
+                epoch: 0,
+                incarnation: [0; 16],
+                listeners: Vec::new(),
+                rack: None,
+                fenced: false,
+                in_controlled_shutdown: false,
+            });
+        }
+        let result = self.cluster.alter_partition_reassignments(&image, allow_replication_factor_change, topics);
+        self.commit(result.records)?;
+        Ok(result.response)
+    }
+
+    /// ListPartitionReassignments on this controller's image.
+    pub fn list_partition_reassignments(
+        &self,
+        topics: Option<&[(String, Vec<i32>)]>,
+    ) -> Vec<TopicOngoingReassignments> {
+        self.cluster.list_partition_reassignments(&self.image, topics)
+    }
+
     pub fn commit_records(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         self.commit(records)
     }

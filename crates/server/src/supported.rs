@@ -49,6 +49,8 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeLogDirs, 1, 4),
     (ApiKey::CreatePartitions, 0, 3),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::AlterPartitionReassignments, 0, 1),
+    (ApiKey::ListPartitionReassignments, 0, 0),
     (ApiKey::DescribeQuorum, 0, 2),
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::GetTelemetrySubscriptions, 0, 0),

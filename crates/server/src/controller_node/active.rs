@@ -49,8 +49,19 @@ use tokio::time::Instant;
 
 /// The API keys and versions the active controller serves: Kafka 4.4's controller's
 /// ranges, as in protocol-specs.
-pub const SUPPORTED: [(i16, i16, i16); 9] =
-    [(19, 2, 7), (20, 1, 6), (33, 0, 2), (37, 0, 3), (44, 0, 1), (56, 2, 3), (62, 0, 4), (63, 0, 2), (67, 0, 0)];
+pub const SUPPORTED: [(i16, i16, i16); 11] = [
+    (19, 2, 7),
+    (20, 1, 6),
+    (33, 0, 2),
+    (37, 0, 3),
+    (44, 0, 1),
+    (45, 0, 1),
+    (46, 0, 0),
+    (56, 2, 3),
+    (62, 0, 4),
+    (63, 0, 2),
+    (67, 0, 0),
+];
 
 /// A topic config check for CreateTopics (the broker's own, by default).
 pub type TopicConfigCheck = Arc<dyn Fn(&str, &str) -> Result<(), String> + Send + Sync>;

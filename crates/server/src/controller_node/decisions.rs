@@ -6,11 +6,13 @@
 
 use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
+use crate::handlers::partition_reassignments;
 use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
 };
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::reassignment::{ReassignmentResult, TopicReassignmentResult};
 use osprey_cluster::topic_control::TopicControl;
 use osprey_cluster::{BrokerListener, ControllerError, MetadataImage, MetadataRecord, NewTopic};
 use osprey_protocol::messages::alter_partition_response::{PartitionData, TopicData};
@@ -61,6 +63,8 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::CreatePartitions(r) => create_partitions(c, image, r),
         RequestBody::IncrementalAlterConfigs(r) => incremental_alter_configs(c, image, r),
         RequestBody::AlterConfigs(r) => alter_configs(c, image, r),
+        RequestBody::AlterPartitionReassignments(r) => alter_partition_reassignments(c, image, r),
+        RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(c, image, r),
         _ => return None,
     };
     Some(decided)
@@ -73,6 +77,8 @@ pub fn request_timeout_ms(body: &RequestBody) -> Option<u64> {
         RequestBody::CreateTopics(r) => r.timeout_ms,
         RequestBody::DeleteTopics(r) => r.timeout_ms,
         RequestBody::CreatePartitions(r) => r.timeout_ms,
+        RequestBody::AlterPartitionReassignments(r) => r.timeout_ms,
+        RequestBody::ListPartitionReassignments(r) => r.timeout_ms,
         _ => return None,
     };
     u64::try_from(ms).ok().filter(|ms| *ms > 0)
@@ -167,6 +173,46 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
                 .collect(),
             ..Default::default()
         }),
+        // Kafka's getErrorResponse: the error at the top and on every partition named.
+        RequestBody::AlterPartitionReassignments(r) => {
+            let refused = |t: &osprey_cluster::reassignment::ReassignmentTarget| ReassignmentResult {
+                partition_index: t.partition_index,
+                error: code,
+                message: message.clone(),
+            };
+            let results = partition_reassignments::targets(r)
+                .into_iter()
+                .map(|(name, targets)| TopicReassignmentResult {
+                    name,
+                    partitions: targets.iter().map(refused).collect(),
+                })
+                .collect();
+            let mut response = partition_reassignments::alter_response(r, results);
+            if let ResponseBody::AlterPartitionReassignments(body) = &mut response {
+                body.error_code = error_code;
+                body.error_message = message;
+            }
+            response
+        }
+        // Kafka's getErrorResponse: the error at the top, the partitions named listed bare.
+        RequestBody::ListPartitionReassignments(r) => {
+            let bare = |index: &i32| list_partition_reassignments_response::OngoingPartitionReassignment {
+                partition_index: *index,
+                ..Default::default()
+            };
+            let topics =
+                r.topics.iter().flatten().map(|t| list_partition_reassignments_response::OngoingTopicReassignment {
+                    name: t.name.clone(),
+                    partitions: t.partition_indexes.iter().map(bare).collect(),
+                    ..Default::default()
+                });
+            ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+                error_code,
+                error_message: message,
+                topics: topics.collect(),
+                ..Default::default()
+            })
+        }
         RequestBody::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
             error_code,
             error_message: message,
@@ -438,6 +484,31 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
         response.results.push(result);
     }
     Decided { records, response: ResponseBody::CreatePartitions(response) }
+}
+
+/// AlterPartitionReassignments (45): each partition's reassignment started, changed or
+/// cancelled on the image (crates/cluster/src/reassignment.rs), the records one batch.
+fn alter_partition_reassignments(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    r: &AlterPartitionReassignmentsRequest,
+) -> Decided {
+    let mut records = Vec::new();
+    let topics = partition_reassignments::targets(r);
+    let decided = c.cluster.alter_partition_reassignments(image, r.allow_replication_factor_change, &topics);
+    let results = apply(image, decided, &mut records);
+    Decided { records, response: partition_reassignments::alter_response(r, results) }
+}
+
+/// ListPartitionReassignments (46): the partitions with a reassignment in progress. It
+/// writes nothing; its answer waits for what was proposed before it.
+fn list_partition_reassignments(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    r: &ListPartitionReassignmentsRequest,
+) -> Decided {
+    let listed = c.cluster.list_partition_reassignments(image, partition_reassignments::named(r).as_deref());
+    Decided { records: Vec::new(), response: partition_reassignments::list_response(listed) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or
