@@ -394,6 +394,32 @@ mod tests {
     }
 
     #[test]
+    fn a_single_node_is_the_only_broker_a_reassignment_may_name() {
+        let mut c = controller("reassign", vec![1]);
+        c.create_topic(&topic("t", 1, 1), false, &accept_all).unwrap();
+        let applied = c.image().applied;
+        let ask = |replicas: Option<Vec<i32>>| {
+            vec![("t".to_string(), vec![ReassignmentTarget { partition_index: 0, replicas }])]
+        };
+        let answer = |results: Vec<TopicReassignmentResult>| results[0].partitions[0].clone();
+        let same = answer(c.alter_partition_reassignments(1, true, &ask(Some(vec![1]))).unwrap());
+        assert_eq!((same.error, same.message), (ErrorCode::NONE, None));
+        let elsewhere = answer(c.alter_partition_reassignments(1, true, &ask(Some(vec![1, 2]))).unwrap());
+        assert_eq!(
+            (elsewhere.error, elsewhere.message.as_deref()),
+            (
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                Some("The manual partition assignment includes broker 2, but no such broker is registered.")
+            )
+        );
+        let cancel = answer(c.alter_partition_reassignments(1, true, &ask(None)).unwrap());
+        assert_eq!(cancel.error, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS);
+        assert_eq!(c.image().applied, applied, "nothing written");
+        assert!(c.image().broker(1).is_none(), "the node was registered only for the decision");
+        assert!(c.list_partition_reassignments(None).is_empty());
+    }
+
+    #[test]
     fn created_topics_survive_reopen() {
         let dir = std::env::temp_dir().join(format!("osprey-controller-reopen-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
