@@ -527,3 +527,31 @@ def test_a_cancelled_reassignment_reverts_to_the_original_replica(three, tmp_pat
     reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel")
     produce_values(a.bootstrap, topic, [b"after"])
     assert [v for _, v, _, _ in read_everything(a.bootstrap, topic, 1)] == [b"before"] * 10 + [b"after"]
+
+
+def test_reassignment_replaces_a_follower_and_the_leader_goes_on(three, tmp_path):
+    """[a, b] -> [a, c]: c joins as a follower, the leader's AlterPartition that admits
+    it completes the move (b leaves, the leader epoch moves on), and a keeps leading.
+    With min.insync.replicas=3 on two replicas, acks=all works only once the leader knows
+    the replicas are two again (KAFKA-15583's effective minimum). (Whether the
+    AlterPartition answer or the metadata reaches the leader first is a race here; the
+    replica state machine's unit test and the simulation pin the answer-first case.)"""
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(three, tools)
+    topic = "swapped"
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": three.bootstrap()}))
+    admin.create_topics([NewTopic(topic, 1, -1, replica_assignment=[[a.node_id, b.node_id]],
+                                  config={"min.insync.replicas": "3"})], operation_timeout=10)[topic].result(timeout=60)
+    three.wait_for(f"{topic} led by {a} with both in sync",
+                   lambda: (s := partition_states(a, topic)) and s[0][0] == a.node_id and len(s[0][2]) == 2)
+    produce_values(a.bootstrap, topic, [b"before"] * 20)
+    plan = reassignment_plan(tmp_path, topic, [a.node_id, c.node_id])
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    three.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
+        a.bootstrap, "--reassignment-json-file", plan, "--verify") or type("O", (), {"stdout": ""})).stdout)
+    three.wait_for("replicas [a, c], both in sync, a leads", lambda: all(
+        (s := partition_states(n, topic)) and s[0][0] == a.node_id and s[0][1] == [a.node_id, c.node_id]
+        and sorted(s[0][2]) == sorted([a.node_id, c.node_id]) for n in three.nodes))
+    three.wait_for(f"{b}'s replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
+    assert produce_one(a.bootstrap, topic, "all") is None, "acks=all with both replicas in sync"
+    assert [v for _, v, _, _ in read_everything(c.bootstrap, topic, 1)] == [b"before"] * 20 + [b"x"]
