@@ -35,6 +35,7 @@ use std::collections::HashMap;
 
 /// The most partition changes one request may propose (Kafka's
 /// `MAX_RECORDS_PER_USER_OP`): the request's records are one batch of the metadata log.
+/// A partition whose change would pass it is answered UNKNOWN_SERVER_ERROR, as Kafka's.
 pub const MAX_RECORDS_PER_USER_OP: usize = 10_000;
 
 /// Kafka's `Errors.NO_REASSIGNMENT_IN_PROGRESS` message.
@@ -79,7 +80,8 @@ pub struct TopicOngoingReassignments {
     pub partitions: Vec<OngoingReassignment>,
 }
 
-/// Why a partition's reassignment was refused.
+/// Why a partition's reassignment was refused: the code, and the message Kafka logs
+/// (see [`wire_message`] for the one it sends).
 type Refusal = (ErrorCode, String);
 
 impl ClusterControl {
@@ -99,14 +101,8 @@ impl ClusterControl {
         for (name, targets) in topics {
             let mut partitions = Vec::with_capacity(targets.len());
             for target in targets {
-                let outcome = if records.len() >= MAX_RECORDS_PER_USER_OP {
-                    Err((
-                        ErrorCode::POLICY_VIOLATION,
-                        format!("More than {MAX_RECORDS_PER_USER_OP} partitions change in one request."),
-                    ))
-                } else {
-                    self.alter_one(image, name, target, allow_replication_factor_change, &mut changed)
-                };
+                let room = records.len() < MAX_RECORDS_PER_USER_OP;
+                let outcome = self.alter_one(image, name, target, allow_replication_factor_change, room, &mut changed);
                 let (error, message) = match outcome {
                     Ok(record) => {
                         records.extend(record);
@@ -114,7 +110,7 @@ impl ClusterControl {
                     }
                     Err((code, message)) => {
                         tracing::info!(topic = %name, partition = target.partition_index, error = code.name(), %message, "partition reassignment refused");
-                        (code, Some(message))
+                        (code, wire_message(code, message))
                     }
                 };
                 partitions.push(ReassignmentResult { partition_index: target.partition_index, error, message });
@@ -131,6 +127,7 @@ impl ClusterControl {
         name: &str,
         target: &ReassignmentTarget,
         allow_replication_factor_change: bool,
+        room: bool,
         changed: &mut HashMap<(String, i32), PartitionImage>,
     ) -> Result<Option<MetadataRecord>, Refusal> {
         let index = target.partition_index;
@@ -153,6 +150,16 @@ impl ClusterControl {
             }
         };
         if let Some(record) = &record {
+            if !room {
+                // Kafka's BoundedList refuses the record, and the partition's answer is
+                // the exception's.
+                return Err((
+                    ErrorCode::UNKNOWN_SERVER_ERROR,
+                    format!(
+                        "Cannot add another element to the list because it would exceed the maximum length of {MAX_RECORDS_PER_USER_OP}"
+                    ),
+                ));
+            }
             let mut after = current;
             apply_partition_change(&mut after, record);
             changed.insert(key, after);
@@ -225,7 +232,10 @@ impl ClusterControl {
 /// Kafka's `changePartitionReassignment` once the target is valid: the replicas become
 /// the target followed by the current replicas it leaves out; adding and removing are
 /// the differences (in id order, as Kafka's sets), and the builder completes the
-/// reassignment at once if the ISR already allows it.
+/// reassignment at once if the ISR already allows it. As in Kafka, "current" is the
+/// replica list with an ongoing reassignment's adding and removing replicas in it, and
+/// an empty difference leaves the partition's adding or removing list as it was: a
+/// target naming exactly the current replicas keeps the ongoing reassignment going.
 fn change(image: &MetadataImage, topic: &TopicImage, p: &PartitionImage, target: &[i32]) -> Option<MetadataRecord> {
     let removing = sorted_difference(&p.replicas, target);
     let adding = sorted_difference(target, &p.replicas);
@@ -243,6 +253,13 @@ fn change(image: &MetadataImage, topic: &TopicImage, p: &PartitionImage, target:
         builder = builder.target_adding(adding);
     }
     builder.build()
+}
+
+/// The message a refusal carries on the wire: Kafka's `ApiError.fromThrowable` sends none
+/// for UNKNOWN_SERVER_ERROR, nor one that is only the error's default message.
+fn wire_message(code: ErrorCode, message: String) -> Option<String> {
+    let default = code == ErrorCode::NO_REASSIGNMENT_IN_PROGRESS && message == NO_REASSIGNMENT_IN_PROGRESS_MESSAGE;
+    (code != ErrorCode::UNKNOWN_SERVER_ERROR && !default).then_some(message)
 }
 
 /// Kafka's `validateManualPartitionAssignment`, in Kafka's order: not empty, then each
@@ -461,7 +478,6 @@ mod tests {
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT,
                 "The manual partition assignment includes broker 9, but no such broker is registered.",
             ),
-            (target(0, None), ErrorCode::NO_REASSIGNMENT_IN_PROGRESS, "No partition reassignment is in progress."),
         ];
         for (request, code, message) in cases {
             let result = c.control.alter_partition_reassignments(&c.image, true, &request);
@@ -469,6 +485,10 @@ mod tests {
             let answer = &result.response[0].partitions[0];
             assert_eq!((answer.error, answer.message.as_deref()), (code, Some(message)));
         }
+        // Kafka sends no message that is only the error's default one.
+        let none = c.control.alter_partition_reassignments(&c.image, true, &target(0, None));
+        let answer = &none.response[0].partitions[0];
+        assert_eq!((answer.error, answer.message.as_deref()), (ErrorCode::NO_REASSIGNMENT_IN_PROGRESS, None));
         let ok = c.control.alter_partition_reassignments(&c.image, true, &target(0, Some(&[2])));
         assert_eq!((ok.records.len(), ok.response[0].partitions[0].message.clone()), (1, None));
     }
@@ -574,6 +594,32 @@ mod tests {
         assert_eq!(listed[0].partitions, vec![ongoing(2, vec![1, 3], vec![3], vec![])]);
         let none = vec![("t".to_string(), vec![1])];
         assert!(c.control.list_partition_reassignments(&c.image, Some(&none)).is_empty(), "no partition, no topic");
+    }
+
+    #[test]
+    fn a_target_of_exactly_the_current_replicas_keeps_the_ongoing_reassignment_as_kafka_does() {
+        let (mut c, _) = cluster(vec![vec![1]]);
+        reassign(&mut c, Some(&[2, 3]), true);
+        assert_eq!(reassign(&mut c, Some(&[1, 2, 3]), true).error, ErrorCode::NONE);
+        assert_eq!(state(c.partition(0)), (vec![1, 2, 3], vec![1], 1, vec![2, 3], vec![1]), "still moving off 1");
+    }
+
+    #[test]
+    fn at_most_ten_thousand_partitions_change_in_one_request() {
+        let partitions = MAX_RECORDS_PER_USER_OP + 1;
+        let (c, _) = cluster(vec![vec![1]; partitions + 1]);
+        let mut targets: Vec<ReassignmentTarget> = (0..partitions as i32)
+            .map(|partition_index| ReassignmentTarget { partition_index, replicas: Some(vec![2]) })
+            .collect();
+        // Asking for what a partition already has changes nothing: answered NONE.
+        targets.push(ReassignmentTarget { partition_index: partitions as i32, replicas: Some(vec![1]) });
+        let result = c.control.alter_partition_reassignments(&c.image, true, &[("t".to_string(), targets)]);
+        assert_eq!(result.records.len(), MAX_RECORDS_PER_USER_OP);
+        let answers = &result.response[0].partitions;
+        assert!(answers[..MAX_RECORDS_PER_USER_OP].iter().all(|a| a.error == ErrorCode::NONE));
+        let over = &answers[MAX_RECORDS_PER_USER_OP];
+        assert_eq!((over.error, over.message.as_deref()), (ErrorCode::UNKNOWN_SERVER_ERROR, None));
+        assert_eq!(answers[partitions].error, ErrorCode::NONE);
     }
 
     #[test]
