@@ -55,8 +55,22 @@ FAST = {
 
 @pytest.fixture
 def three(tmp_path, request):
+    yield from three_nodes(tmp_path, request, FAST)
+
+
+@pytest.fixture
+def three_slow_fencing(tmp_path, request):
+    """As `three`, but a broker is fenced only after 15 s without heartbeats: a target
+    paused with SIGSTOP to hold a reassignment in progress stays unfenced long enough for
+    kafka-reassign-partitions --execute, which checks the target ids against the live
+    brokers (DescribeCluster). (A stopping broker waits at most this long for its
+    controlled shutdown, which must fit in the 30 s a stop may take.)"""
+    yield from three_nodes(tmp_path, request, dict(FAST, **{"broker.session.timeout.ms": 15000}))
+
+
+def three_nodes(tmp_path, request, config):
     skip_without_kafka_tools()
-    cluster = combined(tmp_path, FAST)
+    cluster = combined(tmp_path, config)
     request.node._osprey_brokers = cluster.nodes
     try:
         cluster.start()
@@ -463,11 +477,12 @@ def create_on(cluster, topic: str, replicas):
                      lambda: all((s := partition_states(n, topic)) and s[0][0] == replicas[0] for n in cluster.nodes))
 
 
-def test_reassignment_moves_a_partition_off_its_only_replica(three, tmp_path):
+def test_reassignment_moves_a_partition_off_its_only_replica(three_slow_fencing, tmp_path):
+    cluster = three_slow_fencing
     tools = KafkaTools(tmp_path)
-    a, b, c = roles_for_a_move(three, tools)
+    a, b, c = roles_for_a_move(cluster, tools)
     topic = "moved"
-    create_on(three, topic, [a.node_id])
+    create_on(cluster, topic, [a.node_id])
     values = [f"v{i}".encode() * 50 for i in range(2000)]
     produce_values(a.bootstrap, topic, values)
     assert (a.dir / f"{topic}-0").is_dir()
@@ -483,44 +498,49 @@ def test_reassignment_moves_a_partition_off_its_only_replica(three, tmp_path):
            f"removing: {a.node_id}." in listed, listed
     verify = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--verify")
     assert f"Reassignment of partition {topic}-0 is still in progress." in verify, verify
-    three.wait_for(f"{b} joins the ISR as a follower",
+    described = tools.topics(a.bootstrap, "--describe", "--topic", topic)
+    assert described is not None and described.returncode == 0, described
+    assert f"Adding Replicas: {target[0]},{target[1]}\tRemoving Replicas: {a.node_id}" in described.stdout, \
+        described.stdout
+    cluster.wait_for(f"{b} joins the ISR as a follower",
                    lambda: (s := partition_states(a, topic)) and sorted(s[0][2]) == sorted([a.node_id, b.node_id]))
     states = partition_states(a, topic)
     assert states[0][0] == a.node_id and states[0][1] == [b.node_id, c.node_id, a.node_id], states
 
     c.resume()
-    three.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
+    cluster.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
         a.bootstrap, "--reassignment-json-file", plan, "--verify") or type("O", (), {"stdout": ""})).stdout)
     print(f"reassignment completed {time.monotonic() - started:.1f}s after --execute")
-    for n in three.nodes:
-        leader, replicas, isr = three.wait_for(f"{n} sees the final state", lambda: (s := partition_states(n, topic))
+    for n in cluster.nodes:
+        leader, replicas, isr = cluster.wait_for(f"{n} sees the final state", lambda: (s := partition_states(n, topic))
                                                and s[0][1] == [b.node_id, c.node_id] and s[0])
         assert leader in (b.node_id, c.node_id) and set(isr) <= {b.node_id, c.node_id}, (leader, replicas, isr)
-    three.wait_for(f"{a}'s replica directory removed", lambda: not (a.dir / f"{topic}-0").exists())
+    cluster.wait_for(f"{a}'s replica directory removed", lambda: not (a.dir / f"{topic}-0").exists())
     assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
-    new_leader = three.node(partition_states(b, topic)[0][0])
+    new_leader = cluster.node(partition_states(b, topic)[0][0])
     assert [v for _, v, _, _ in read_everything(new_leader.bootstrap, topic, 1)] == values
 
 
-def test_a_cancelled_reassignment_reverts_to_the_original_replica(three, tmp_path):
+def test_a_cancelled_reassignment_reverts_to_the_original_replica(three_slow_fencing, tmp_path):
+    cluster = three_slow_fencing
     tools = KafkaTools(tmp_path)
-    a, b, c = roles_for_a_move(three, tools)
+    a, b, c = roles_for_a_move(cluster, tools)
     topic = "kept"
-    create_on(three, topic, [a.node_id])
+    create_on(cluster, topic, [a.node_id])
     produce_values(a.bootstrap, topic, [b"before"] * 10)
     c.pause()
     plan = reassignment_plan(tmp_path, topic, [b.node_id, c.node_id])
     reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
-    three.wait_for(f"{b} holds a replica", lambda: (b.dir / f"{topic}-0").is_dir())
+    cluster.wait_for(f"{b} holds a replica", lambda: (b.dir / f"{topic}-0").is_dir())
     assert f"{topic}-0: replicas:" in listed_reassignments(tools, a.bootstrap)
 
     # The tool then clears throttles on every broker, the paused one too: not yet.
     out = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel", "--preserve-throttles")
     assert f"Successfully cancelled partition reassignment for: {topic}-0" in out, out
-    three.wait_for("back to the original replica", lambda: (s := partition_states(a, topic))
+    cluster.wait_for("back to the original replica", lambda: (s := partition_states(a, topic))
                    and s[0] == (a.node_id, [a.node_id], [a.node_id]))
     assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
-    three.wait_for(f"{b}'s added replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
+    cluster.wait_for(f"{b}'s added replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
     c.resume()
     # Nothing left to cancel: the tool lists first and cancels nothing, then clears the
     # throttles (DELETE of broker and topic throttle configs) on every broker.

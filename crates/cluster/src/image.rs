@@ -757,33 +757,10 @@ mod record_format_tests {
             if adding_replicas.is_empty() && removing_replicas.is_empty()));
         let json = serde_json::to_string(&record).unwrap();
         assert!(!json.contains("adding_replicas") && !json.contains("removing_replicas"), "{json}");
-        let MetadataRecord::PartitionChange {
-            topic_id,
-            partition,
-            leader,
-            isr,
-            elr,
-            leader_epoch,
-            partition_epoch,
-            leader_recovery_state,
-            ..
-        } = record
-        else {
-            unreachable!()
-        };
-        let moving = MetadataRecord::PartitionChange {
-            topic_id,
-            partition,
-            leader,
-            isr,
-            elr,
-            leader_epoch,
-            partition_epoch,
-            replicas: vec![2, 1],
-            leader_recovery_state,
-            adding_replicas: vec![2],
-            removing_replicas: vec![1],
-        };
+        let mut moving = record;
+        if let MetadataRecord::PartitionChange { replicas, adding_replicas, removing_replicas, .. } = &mut moving {
+            (*replicas, *adding_replicas, *removing_replicas) = (vec![2, 1], vec![2], vec![1]);
+        }
         let back: MetadataRecord = serde_json::from_str(&serde_json::to_string(&moving).unwrap()).unwrap();
         assert_eq!(back, moving);
         let mut image = MetadataImage::default();
