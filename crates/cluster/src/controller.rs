@@ -11,7 +11,7 @@ use crate::cluster_control::{
 };
 use crate::image::{MetadataImage, MetadataRecord, TopicImage};
 use crate::log::MetadataLog;
-use crate::reassignment::{ReassignmentTarget, TopicOngoingReassignments, TopicReassignmentResult};
+use crate::reassignment::{ReassignmentTarget, TopicReassignmentResult};
 use crate::topic_control::TopicControl;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
@@ -314,14 +314,6 @@ impl Controller {
         Ok(result.response)
     }
 
-    /// ListPartitionReassignments on this controller's image.
-    pub fn list_partition_reassignments(
-        &self,
-        topics: Option<&[(String, Vec<i32>)]>,
-    ) -> Vec<TopicOngoingReassignments> {
-        self.cluster.list_partition_reassignments(&self.image, topics)
-    }
-
     pub fn commit_records(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         self.commit(records)
     }
@@ -416,7 +408,7 @@ mod tests {
         assert_eq!(cancel.error, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS);
         assert_eq!(c.image().applied, applied, "nothing written");
         assert!(c.image().broker(1).is_none(), "the node was registered only for the decision");
-        assert!(c.list_partition_reassignments(None).is_empty());
+        assert!(crate::reassignment::list_partition_reassignments(c.image(), None).is_empty());
     }
 
     #[test]

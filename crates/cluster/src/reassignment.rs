@@ -198,34 +198,34 @@ impl ClusterControl {
             .target_removing(Vec::new())
             .build())
     }
+}
 
-    /// ListPartitionReassignments: `topics` names topics and partition indexes, or is
-    /// `None` for every partition being reassigned. Topics in name order when all.
-    pub fn list_partition_reassignments(
-        &self,
-        image: &MetadataImage,
-        topics: Option<&[(String, Vec<i32>)]>,
-    ) -> Vec<TopicOngoingReassignments> {
-        let listed = |topic: &TopicImage, indexes: &mut dyn Iterator<Item = i32>| {
-            let partitions: Vec<OngoingReassignment> = indexes
-                .filter_map(|i| usize::try_from(i).ok().and_then(|i| topic.partitions.get(i)))
-                .filter(|p| p.is_reassigning())
-                .map(|p| OngoingReassignment {
-                    partition_index: p.index,
-                    replicas: p.replicas.clone(),
-                    adding_replicas: p.adding_replicas.clone(),
-                    removing_replicas: p.removing_replicas.clone(),
-                })
-                .collect();
-            (!partitions.is_empty()).then(|| TopicOngoingReassignments { name: topic.name.clone(), partitions })
-        };
-        match topics {
-            None => image.topics().filter_map(|t| listed(t, &mut t.partitions.iter().map(|p| p.index))).collect(),
-            Some(named) => named
-                .iter()
-                .filter_map(|(name, indexes)| image.topic(name).and_then(|t| listed(t, &mut indexes.iter().copied())))
-                .collect(),
-        }
+/// ListPartitionReassignments: `topics` names topics and partition indexes, or is `None`
+/// for every partition being reassigned (topics in name order). A read of the image: the
+/// active controller answers it from its own, a single node from its own.
+pub fn list_partition_reassignments(
+    image: &MetadataImage,
+    topics: Option<&[(String, Vec<i32>)]>,
+) -> Vec<TopicOngoingReassignments> {
+    let listed = |topic: &TopicImage, indexes: &mut dyn Iterator<Item = i32>| {
+        let partitions: Vec<OngoingReassignment> = indexes
+            .filter_map(|i| usize::try_from(i).ok().and_then(|i| topic.partitions.get(i)))
+            .filter(|p| p.is_reassigning())
+            .map(|p| OngoingReassignment {
+                partition_index: p.index,
+                replicas: p.replicas.clone(),
+                adding_replicas: p.adding_replicas.clone(),
+                removing_replicas: p.removing_replicas.clone(),
+            })
+            .collect();
+        (!partitions.is_empty()).then(|| TopicOngoingReassignments { name: topic.name.clone(), partitions })
+    };
+    match topics {
+        None => image.topics().filter_map(|t| listed(t, &mut t.partitions.iter().map(|p| p.index))).collect(),
+        Some(named) => named
+            .iter()
+            .filter_map(|(name, indexes)| image.topic(name).and_then(|t| listed(t, &mut indexes.iter().copied())))
+            .collect(),
     }
 }
 
@@ -410,7 +410,7 @@ mod tests {
         let p = c.partition(0).clone();
         assert_eq!(state(&p), (vec![2, 3, 1], vec![1], 1, vec![2, 3], vec![1]));
         assert_eq!((p.leader_epoch, p.partition_epoch), (0, 1), "no replica left yet: same leader epoch");
-        assert!(c.control.list_partition_reassignments(&c.image, None)[0].partitions[0].adding_replicas == [2, 3]);
+        assert!(list_partition_reassignments(&c.image, None)[0].partitions[0].adding_replicas == [2, 3]);
 
         assert_eq!(alter_isr(&mut c, &epochs, &[1, 2]), ErrorCode::NONE);
         assert_eq!(state(c.partition(0)), (vec![2, 3, 1], vec![1, 2], 1, vec![2, 3], vec![1]), "3 is not in yet");
@@ -420,7 +420,7 @@ mod tests {
         let p = c.partition(0).clone();
         assert_eq!(state(&p), (vec![2, 3], vec![2, 3], 2, vec![], vec![]));
         assert_eq!((p.leader_epoch, p.partition_epoch), (1, 3));
-        assert!(c.control.list_partition_reassignments(&c.image, None).is_empty(), "nothing in progress");
+        assert!(list_partition_reassignments(&c.image, None).is_empty(), "nothing in progress");
     }
 
     #[test]
@@ -580,7 +580,7 @@ mod tests {
             adding_replicas: adding,
             removing_replicas: removing,
         };
-        let all = c.control.list_partition_reassignments(&c.image, None);
+        let all = list_partition_reassignments(&c.image, None);
         assert_eq!(
             all,
             vec![TopicOngoingReassignments {
@@ -589,11 +589,11 @@ mod tests {
             }]
         );
         let named = vec![("t".to_string(), vec![1, 2, 7]), ("nope".to_string(), vec![0])];
-        let listed = c.control.list_partition_reassignments(&c.image, Some(&named));
+        let listed = list_partition_reassignments(&c.image, Some(&named));
         assert_eq!(listed.len(), 1, "unknown topics are left out");
         assert_eq!(listed[0].partitions, vec![ongoing(2, vec![1, 3], vec![3], vec![])]);
         let none = vec![("t".to_string(), vec![1])];
-        assert!(c.control.list_partition_reassignments(&c.image, Some(&none)).is_empty(), "no partition, no topic");
+        assert!(list_partition_reassignments(&c.image, Some(&none)).is_empty(), "no partition, no topic");
     }
 
     #[test]

@@ -64,7 +64,7 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::IncrementalAlterConfigs(r) => incremental_alter_configs(c, image, r),
         RequestBody::AlterConfigs(r) => alter_configs(c, image, r),
         RequestBody::AlterPartitionReassignments(r) => alter_partition_reassignments(c, image, r),
-        RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(c, image, r),
+        RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(image, r),
         _ => return None,
     };
     Some(decided)
@@ -502,12 +502,9 @@ fn alter_partition_reassignments(
 
 /// ListPartitionReassignments (46): the partitions with a reassignment in progress. It
 /// writes nothing; its answer waits for what was proposed before it.
-fn list_partition_reassignments(
-    c: &mut Controls<'_>,
-    image: &mut MetadataImage,
-    r: &ListPartitionReassignmentsRequest,
-) -> Decided {
-    let listed = c.cluster.list_partition_reassignments(image, partition_reassignments::named(r).as_deref());
+fn list_partition_reassignments(image: &MetadataImage, r: &ListPartitionReassignmentsRequest) -> Decided {
+    let named = partition_reassignments::named(r);
+    let listed = osprey_cluster::reassignment::list_partition_reassignments(image, named.as_deref());
     Decided { records: Vec::new(), response: partition_reassignments::list_response(listed) }
 }
 

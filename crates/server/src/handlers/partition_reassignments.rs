@@ -10,7 +10,9 @@
 use super::on_blocking_pool;
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use osprey_cluster::reassignment::{ReassignmentTarget, TopicOngoingReassignments, TopicReassignmentResult};
+use osprey_cluster::reassignment::{
+    list_partition_reassignments, ReassignmentTarget, TopicOngoingReassignments, TopicReassignmentResult,
+};
 use osprey_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
@@ -49,8 +51,7 @@ pub fn list(broker: &Arc<Broker>, req: ListPartitionReassignmentsRequest, versio
         Some(link) => link.forward(RequestBody::ListPartitionReassignments(req), version, false),
         None => {
             let named = named(&req);
-            let listed = b.with_controller(|c| Ok(c.list_partition_reassignments(named.as_deref())));
-            list_response(listed.unwrap_or_default())
+            list_response(list_partition_reassignments(&b.image(), named.as_deref()))
         }
     })
 }
