@@ -33,6 +33,7 @@ TOOL_TIMEOUT_S = 60.0
 
 QUORUM_TOOL = "org.apache.kafka.tools.MetadataQuorumCommand"
 TOPICS_TOOL = "org.apache.kafka.tools.TopicCommand"
+REASSIGN_TOOL = "org.apache.kafka.tools.reassign.ReassignPartitionsCommand"
 FEATURES_TOOL = "org.apache.kafka.tools.FeatureCommand"
 LEADER_ELECTION_TOOL = "org.apache.kafka.tools.LeaderElectionCommand"
 
@@ -317,6 +318,12 @@ class KafkaTools:
         """kafka-leader-election, e.g. ("--election-type", "PREFERRED", "--all-topic-partitions")."""
         return self.run(LEADER_ELECTION_TOOL, "--bootstrap-server", bootstrap, "--admin.config",
                         str(self.command_config), *args)
+
+    def reassign(self, bootstrap: str, *args: str):
+        """kafka-reassign-partitions (`--execute`, `--verify`, `--cancel` with
+        `--reassignment-json-file`, or `--list`)."""
+        return self.run(REASSIGN_TOOL, "--bootstrap-server", bootstrap, "--command-config", str(self.command_config),
+                        *args)
 
     def features(self, bootstrap: str):
         return self.run(FEATURES_TOOL, "--bootstrap-server", bootstrap, "--command-config", str(self.command_config),

@@ -50,6 +50,9 @@ pytestmark = pytest.mark.timeout(400)
 
 # Faster failure detection than Kafka's defaults, so each test takes seconds, not
 # minutes: fencing after 3 s without a heartbeat, ISR shrink after 2 s of lag.
+# The tests place leaders themselves; only the rebalance test lets the controller move them.
+NO_REBALANCE = {"auto.leader.rebalance.enable": "false"}
+
 FAST = {
     "broker.session.timeout.ms": 3000,
     "broker.heartbeat.interval.ms": 500,
@@ -60,12 +63,22 @@ FAST = {
 @pytest.fixture
 def three(tmp_path, request):
     # Leadership stays where the tests put it unless a test asks for the rebalance.
-    yield from running_three(tmp_path, request, {"auto.leader.rebalance.enable": "false"})
+    yield from three_nodes(tmp_path, request, dict(FAST, **NO_REBALANCE))
 
 
-def running_three(tmp_path, request, extra):
+@pytest.fixture
+def three_slow_fencing(tmp_path, request):
+    """As `three`, but a broker is fenced only after 15 s without heartbeats: a target
+    paused with SIGSTOP to hold a reassignment in progress stays unfenced long enough for
+    kafka-reassign-partitions --execute, which checks the target ids against the live
+    brokers (DescribeCluster). (A stopping broker waits at most this long for its
+    controlled shutdown, which must fit in the 30 s a stop may take.)"""
+    yield from three_nodes(tmp_path, request, dict(FAST, **NO_REBALANCE, **{"broker.session.timeout.ms": 15000}))
+
+
+def three_nodes(tmp_path, request, config):
     skip_without_kafka_tools()
-    cluster = combined(tmp_path, dict(FAST, **extra))
+    cluster = combined(tmp_path, config)
     request.node._osprey_brokers = cluster.nodes
     try:
         cluster.start()
@@ -472,8 +485,8 @@ def test_kafka_leader_election_moves_leadership_back_to_the_preferred_replica(th
 
 @pytest.fixture
 def three_rebalancing(tmp_path, request):
-    yield from running_three(tmp_path, request, {"auto.leader.rebalance.enable": "true",
-                                                 "leader.imbalance.check.interval.seconds": "2"})
+    yield from three_nodes(tmp_path, request, dict(FAST, **{"auto.leader.rebalance.enable": "true",
+                                                            "leader.imbalance.check.interval.seconds": "2"}))
 
 
 def test_the_controller_moves_leadership_back_to_the_preferred_replica_by_itself(three_rebalancing):
@@ -484,3 +497,151 @@ def test_the_controller_moves_leadership_back_to_the_preferred_replica_by_itself
                lambda: set(leaders_everywhere(c, "auto").values()) == {preferred.node_id})
     print(f"leadership back {time.monotonic() - back:.1f}s after the ISR was whole")
     assert sum(n.counter("osprey_controller_preferred_leader_elections_total") for n in c.nodes) >= 1
+
+
+# ----- reassignment (AlterPartitionReassignments 45, ListPartitionReassignments 46) -----
+
+def reassignment_plan(tmp_path, topic: str, replicas):
+    """A kafka-reassign-partitions JSON file moving `topic`-0 to `replicas`."""
+    plan = tmp_path / f"reassign-{topic}.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [{"topic": topic, "partition": 0, "replicas": replicas}]}))
+    return str(plan)
+
+
+def reassign_ok(tools: KafkaTools, bootstrap: str, *args: str) -> str:
+    out = tools.reassign(bootstrap, *args)
+    assert out is not None, f"kafka-reassign-partitions {args} hung"
+    assert out.returncode == 0, f"kafka-reassign-partitions {args}: {out.stdout}\n{out.stderr}"
+    return out.stdout
+
+
+def listed_reassignments(tools: KafkaTools, bootstrap: str) -> str:
+    """`--list`'s lines about partitions (ListPartitionReassignments)."""
+    return reassign_ok(tools, bootstrap, "--list")
+
+
+def roles_for_a_move(cluster, tools: KafkaTools):
+    """(source, target kept running, target paused): the source is the active controller,
+    so that pausing a target never stalls the quorum."""
+    status = cluster.wait_for("the quorum's leader", lambda: tools.quorum_status(("--bootstrap-server",
+                                                                                 cluster.bootstrap())))
+    source = cluster.node(int(status["LeaderId"]))
+    running, paused = [n for n in cluster.nodes if n is not source]
+    return source, running, paused
+
+
+def produce_values(bootstrap: str, topic: str, values):
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5}))
+    failed = []
+    for v in values:
+        p.produce(topic, value=v, partition=0, on_delivery=lambda err, msg: err and failed.append(err))
+    assert p.flush(60) == 0
+    assert failed == [], failed
+
+
+def create_on(cluster, topic: str, replicas):
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": cluster.bootstrap()}))
+    admin.create_topics([NewTopic(topic, 1, -1, replica_assignment=[replicas])],
+                        operation_timeout=10)[topic].result(timeout=60)
+    cluster.wait_for(f"{topic} led by {replicas[0]} everywhere",
+                     lambda: all((s := partition_states(n, topic)) and s[0][0] == replicas[0] for n in cluster.nodes))
+
+
+def test_reassignment_moves_a_partition_off_its_only_replica(three_slow_fencing, tmp_path):
+    cluster = three_slow_fencing
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(cluster, tools)
+    topic = "moved"
+    create_on(cluster, topic, [a.node_id])
+    values = [f"v{i}".encode() * 50 for i in range(2000)]
+    produce_values(a.bootstrap, topic, values)
+    assert (a.dir / f"{topic}-0").is_dir()
+
+    c.pause()  # holds the reassignment in progress: c cannot catch up
+    plan = reassignment_plan(tmp_path, topic, [b.node_id, c.node_id])
+    started = time.monotonic()
+    out = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    assert "Successfully started partition reassignment" in out, out
+    listed = listed_reassignments(tools, a.bootstrap)
+    target = sorted([b.node_id, c.node_id])
+    assert f"{topic}-0: replicas: {b.node_id},{c.node_id},{a.node_id}. adding: {target[0]},{target[1]}. " \
+           f"removing: {a.node_id}." in listed, listed
+    verify = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--verify")
+    assert f"Reassignment of partition {topic}-0 is still in progress." in verify, verify
+    described = tools.topics(a.bootstrap, "--describe", "--topic", topic)
+    assert described is not None and described.returncode == 0, described
+    assert f"Adding Replicas: {target[0]},{target[1]}\tRemoving Replicas: {a.node_id}" in described.stdout, \
+        described.stdout
+    cluster.wait_for(f"{b} joins the ISR as a follower",
+                   lambda: (s := partition_states(a, topic)) and sorted(s[0][2]) == sorted([a.node_id, b.node_id]))
+    states = partition_states(a, topic)
+    assert states[0][0] == a.node_id and states[0][1] == [b.node_id, c.node_id, a.node_id], states
+
+    c.resume()
+    cluster.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
+        a.bootstrap, "--reassignment-json-file", plan, "--verify") or type("O", (), {"stdout": ""})).stdout)
+    print(f"reassignment completed {time.monotonic() - started:.1f}s after --execute")
+    for n in cluster.nodes:
+        leader, replicas, isr = cluster.wait_for(f"{n} sees the final state", lambda: (s := partition_states(n, topic))
+                                               and s[0][1] == [b.node_id, c.node_id] and s[0])
+        assert leader in (b.node_id, c.node_id) and set(isr) <= {b.node_id, c.node_id}, (leader, replicas, isr)
+    cluster.wait_for(f"{a}'s replica directory removed", lambda: not (a.dir / f"{topic}-0").exists())
+    assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
+    new_leader = cluster.node(partition_states(b, topic)[0][0])
+    assert [v for _, v, _, _ in read_everything(new_leader.bootstrap, topic, 1)] == values
+
+
+def test_a_cancelled_reassignment_reverts_to_the_original_replica(three_slow_fencing, tmp_path):
+    cluster = three_slow_fencing
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(cluster, tools)
+    topic = "kept"
+    create_on(cluster, topic, [a.node_id])
+    produce_values(a.bootstrap, topic, [b"before"] * 10)
+    c.pause()
+    plan = reassignment_plan(tmp_path, topic, [b.node_id, c.node_id])
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    cluster.wait_for(f"{b} holds a replica", lambda: (b.dir / f"{topic}-0").is_dir())
+    assert f"{topic}-0: replicas:" in listed_reassignments(tools, a.bootstrap)
+
+    # The tool then clears throttles on every broker, the paused one too: not yet.
+    out = reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel", "--preserve-throttles")
+    assert f"Successfully cancelled partition reassignment for: {topic}-0" in out, out
+    cluster.wait_for("back to the original replica", lambda: (s := partition_states(a, topic))
+                   and s[0] == (a.node_id, [a.node_id], [a.node_id]))
+    assert "No partition reassignments found." in listed_reassignments(tools, a.bootstrap)
+    cluster.wait_for(f"{b}'s added replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
+    c.resume()
+    # Nothing left to cancel: the tool lists first and cancels nothing, then clears the
+    # throttles (DELETE of broker and topic throttle configs) on every broker.
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--cancel")
+    produce_values(a.bootstrap, topic, [b"after"])
+    assert [v for _, v, _, _ in read_everything(a.bootstrap, topic, 1)] == [b"before"] * 10 + [b"after"]
+
+
+def test_reassignment_replaces_a_follower_and_the_leader_goes_on(three, tmp_path):
+    """[a, b] -> [a, c]: c joins as a follower, the leader's AlterPartition that admits
+    it completes the move (b leaves, the leader epoch moves on), and a keeps leading.
+    With min.insync.replicas=3 on two replicas, acks=all works only once the leader knows
+    the replicas are two again (KAFKA-15583's effective minimum). (Whether the
+    AlterPartition answer or the metadata reaches the leader first is a race here; the
+    replica state machine's unit test and the simulation pin the answer-first case.)"""
+    tools = KafkaTools(tmp_path)
+    a, b, c = roles_for_a_move(three, tools)
+    topic = "swapped"
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": three.bootstrap()}))
+    admin.create_topics([NewTopic(topic, 1, -1, replica_assignment=[[a.node_id, b.node_id]],
+                                  config={"min.insync.replicas": "3"})], operation_timeout=10)[topic].result(timeout=60)
+    three.wait_for(f"{topic} led by {a} with both in sync",
+                   lambda: (s := partition_states(a, topic)) and s[0][0] == a.node_id and len(s[0][2]) == 2)
+    produce_values(a.bootstrap, topic, [b"before"] * 20)
+    plan = reassignment_plan(tmp_path, topic, [a.node_id, c.node_id])
+    reassign_ok(tools, a.bootstrap, "--reassignment-json-file", plan, "--execute")
+    three.wait_for("--verify says complete", lambda: "is completed" in (tools.reassign(
+        a.bootstrap, "--reassignment-json-file", plan, "--verify") or type("O", (), {"stdout": ""})).stdout)
+    three.wait_for("replicas [a, c], both in sync, a leads", lambda: all(
+        (s := partition_states(n, topic)) and s[0][0] == a.node_id and s[0][1] == [a.node_id, c.node_id]
+        and sorted(s[0][2]) == sorted([a.node_id, c.node_id]) for n in three.nodes))
+    three.wait_for(f"{b}'s replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
+    assert produce_one(a.bootstrap, topic, "all") is None, "acks=all with both replicas in sync"
+    assert [v for _, v, _, _ in read_everything(c.bootstrap, topic, 1)] == [b"before"] * 20 + [b"x"]

@@ -626,6 +626,8 @@ mod tests {
             partition_epoch: 1,
             replicas: vec![1, 2],
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         });
         c.heartbeat(2, e2, 5_000, false);
         let fenced = c.control.tick(&c.image, SESSION_MS + 1);
@@ -650,6 +652,8 @@ mod tests {
             partition_epoch: 1,
             replicas: vec![2, 1],
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         });
         c.heartbeat(1, e1, 5_000, false);
         let fenced = c.control.tick(&c.image, SESSION_MS + 1);

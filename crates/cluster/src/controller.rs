@@ -11,6 +11,7 @@ use crate::cluster_control::{
 };
 use crate::image::{MetadataImage, MetadataRecord, TopicImage};
 use crate::log::MetadataLog;
+use crate::reassignment::{ReassignmentTarget, TopicReassignmentResult};
 use crate::topic_control::TopicControl;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
@@ -298,6 +299,32 @@ impl Controller {
     /// Commits records decided elsewhere, as if this controller had decided them: for
     /// tests that need a particular image (other brokers registered, partitions led by
     /// them, no leader) without driving every decision that leads there.
+    /// AlterPartitionReassignments on a single node, whose one broker (`node_id`) is not
+    /// registered in its image: the decision sees it registered and active, so a target
+    /// naming it is valid and any other broker is unknown, as in a one-broker cluster.
+    pub fn alter_partition_reassignments(
+        &mut self,
+        node_id: i32,
+        allow_replication_factor_change: bool,
+        topics: &[(String, Vec<ReassignmentTarget>)],
+    ) -> Result<Vec<TopicReassignmentResult>, ControllerError> {
+        let mut image = self.image.clone();
+        if image.broker(node_id).is_none() {
+            image.apply(&MetadataRecord::RegisterBroker {
+                id: node_id,
+                epoch: 0,
+                incarnation: [0; 16],
+                listeners: Vec::new(),
+                rack: None,
+                fenced: false,
+                in_controlled_shutdown: false,
+            });
+        }
+        let result = self.cluster.alter_partition_reassignments(&image, allow_replication_factor_change, topics);
+        self.commit(result.records)?;
+        Ok(result.response)
+    }
+
     pub fn commit_records(&mut self, records: Vec<MetadataRecord>) -> Result<(), ControllerError> {
         self.commit(records)
     }
@@ -367,6 +394,32 @@ mod tests {
 
     fn topic(name: &str, partitions: i32, rf: i16) -> NewTopic {
         NewTopic { name: name.into(), num_partitions: partitions, replication_factor: rf, ..Default::default() }
+    }
+
+    #[test]
+    fn a_single_node_is_the_only_broker_a_reassignment_may_name() {
+        let mut c = controller("reassign", vec![1]);
+        c.create_topic(&topic("t", 1, 1), false, &accept_all).unwrap();
+        let applied = c.image().applied;
+        let ask = |replicas: Option<Vec<i32>>| {
+            vec![("t".to_string(), vec![ReassignmentTarget { partition_index: 0, replicas }])]
+        };
+        let answer = |results: Vec<TopicReassignmentResult>| results[0].partitions[0].clone();
+        let same = answer(c.alter_partition_reassignments(1, true, &ask(Some(vec![1]))).unwrap());
+        assert_eq!((same.error, same.message), (ErrorCode::NONE, None));
+        let elsewhere = answer(c.alter_partition_reassignments(1, true, &ask(Some(vec![1, 2]))).unwrap());
+        assert_eq!(
+            (elsewhere.error, elsewhere.message.as_deref()),
+            (
+                ErrorCode::INVALID_REPLICA_ASSIGNMENT,
+                Some("The manual partition assignment includes broker 2, but no such broker is registered.")
+            )
+        );
+        let cancel = answer(c.alter_partition_reassignments(1, true, &ask(None)).unwrap());
+        assert_eq!(cancel.error, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS);
+        assert_eq!(c.image().applied, applied, "nothing written");
+        assert!(c.image().broker(1).is_none(), "the node was registered only for the decision");
+        assert!(crate::reassignment::list_partition_reassignments(c.image(), None).is_empty());
     }
 
     #[test]

@@ -242,6 +242,8 @@ mod tests {
             partition_epoch: p.partition_epoch + 1,
             replicas: p.replicas.clone(),
             leader_recovery_state: p.leader_recovery_state,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         });
     }
 
@@ -408,6 +410,8 @@ mod tests {
                 partition_epoch: 1,
                 replicas: vec![1, 2],
                 leader_recovery_state: 0,
+                adding_replicas: vec![],
+                removing_replicas: vec![],
             });
         }
         let first = c.control.balance_partition_leaders(&c.image);

@@ -116,6 +116,15 @@ pub enum MetadataRecord {
         replicas: Vec<i32>,
         #[serde(default)]
         leader_recovery_state: i8,
+        /// Kafka's AddingReplicas: the replicas a reassignment is adding (in `replicas`,
+        /// not yet in the target's ISR). Absent in records written before reassignment
+        /// existed, and whenever empty.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        adding_replicas: Vec<i32>,
+        /// Kafka's RemovingReplicas: the replicas a reassignment removes once the target
+        /// replicas are all in the ISR. As `adding_replicas`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        removing_replicas: Vec<i32>,
     },
 }
 
@@ -210,6 +219,14 @@ pub struct PartitionImage {
     pub elr: Vec<i32>,
     /// `LEADER_RECOVERED` or `LEADER_RECOVERING` (after an unclean election).
     pub leader_recovery_state: i8,
+    /// Replicas an ongoing reassignment adds (Kafka's `addingReplicas`): in `replicas`
+    /// already, followers that may join the ISR. Absent in older snapshots: none.
+    #[serde(default)]
+    pub adding_replicas: Vec<i32>,
+    /// Replicas an ongoing reassignment removes (Kafka's `removingReplicas`): still in
+    /// `replicas` until every target replica is in the ISR. Absent in older snapshots.
+    #[serde(default)]
+    pub removing_replicas: Vec<i32>,
 }
 
 impl PartitionImage {
@@ -226,7 +243,15 @@ impl PartitionImage {
             partition_epoch: 0,
             elr: Vec::new(),
             leader_recovery_state: LEADER_RECOVERED,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         }
+    }
+
+    /// A reassignment is adding or removing replicas (Kafka's
+    /// `PartitionReassignmentReplicas.isReassignmentInProgress`).
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding_replicas.is_empty() || !self.removing_replicas.is_empty()
     }
 }
 
@@ -409,6 +434,8 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
         partition_epoch,
         replicas,
         leader_recovery_state,
+        adding_replicas,
+        removing_replicas,
         ..
     } = record
     else {
@@ -430,6 +457,8 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
     p.partition_epoch = *partition_epoch;
     p.replicas = replicas.clone();
     p.leader_recovery_state = *leader_recovery_state;
+    p.adding_replicas = adding_replicas.clone();
+    p.removing_replicas = removing_replicas.clone();
 }
 
 /// The image as a snapshot stores it. Both conversions name every field, so a field
@@ -721,6 +750,38 @@ mod record_format_tests {
     }
 
     #[test]
+    fn reassignment_fields_are_absent_when_empty_and_default_when_absent() {
+        let old = r#"{"type":"PartitionChange","topic_id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"partition":0,"leader":1,"isr":[1],"leader_epoch":1,"partition_epoch":1,"replicas":[1]}"#;
+        let record: MetadataRecord = serde_json::from_str(old).unwrap();
+        assert!(matches!(&record, MetadataRecord::PartitionChange { adding_replicas, removing_replicas, .. }
+            if adding_replicas.is_empty() && removing_replicas.is_empty()));
+        let json = serde_json::to_string(&record).unwrap();
+        assert!(!json.contains("adding_replicas") && !json.contains("removing_replicas"), "{json}");
+        let mut moving = record;
+        if let MetadataRecord::PartitionChange { replicas, adding_replicas, removing_replicas, .. } = &mut moving {
+            (*replicas, *adding_replicas, *removing_replicas) = (vec![2, 1], vec![2], vec![1]);
+        }
+        let back: MetadataRecord = serde_json::from_str(&serde_json::to_string(&moving).unwrap()).unwrap();
+        assert_eq!(back, moving);
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        });
+        image.apply(&moving);
+        let snapshot: MetadataImage = serde_json::from_str(&serde_json::to_string(&image).unwrap()).unwrap();
+        let p = snapshot.partition(Uuid([1; 16]), 0).unwrap();
+        assert_eq!((p.adding_replicas.clone(), p.removing_replicas.clone()), (vec![2], vec![1]));
+        assert!(p.is_reassigning());
+        let old_snapshot = r#"{"index":0,"replicas":[1],"isr":[1],"leader":1,"leader_epoch":0,"partition_epoch":0,"elr":[],"leader_recovery_state":0}"#;
+        let p: PartitionImage = serde_json::from_str(old_snapshot).unwrap();
+        assert!(!p.is_reassigning(), "a snapshot from before reassignment has none in progress");
+    }
+
+    #[test]
     fn partition_change_never_moves_epochs_back() {
         let mut image = MetadataImage::default();
         image.apply(&MetadataRecord::CreateTopic {
@@ -740,6 +801,8 @@ mod record_format_tests {
             partition_epoch,
             replicas: vec![1, 2],
             leader_recovery_state: LEADER_RECOVERED,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         image.apply(&change(2, 1, 1));
         image.apply(&change(1, 0, 2));

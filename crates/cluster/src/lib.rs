@@ -22,6 +22,7 @@ pub mod meta_properties;
 mod partition_change;
 pub mod placement;
 pub mod quorum;
+pub mod reassignment;
 pub mod replica;
 #[cfg(test)]
 mod test_support;

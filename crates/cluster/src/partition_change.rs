@@ -1,10 +1,18 @@
-//! One partition's next state: a new ISR and, when the leader is no longer acceptable
-//! (or a preferred election asks for the first replica), an election (Kafka's
-//! `PartitionChangeBuilder`, without reassignment and without eligible leader replicas,
+//! One partition's next state: a new ISR, replicas and reassignment, and, when the
+//! leader is no longer acceptable (or a preferred election asks for the first replica),
+//! an election (Kafka's `PartitionChangeBuilder`, without eligible leader replicas,
 //! KIP-966, which Osprey's controller does not do yet).
 //!
-//! The leader epoch is bumped at every leader change and the partition epoch at every
-//! change; a change that changes nothing is no record.
+//! Every change first completes an ongoing reassignment when it can (Kafka's
+//! `completeReassignmentIfNeeded`): once every replica that stays is in the target ISR,
+//! the removing replicas leave the replicas and the ISR, and the election that follows
+//! replaces a removed leader. So an ISR change from any source (AlterPartition, fencing,
+//! controlled shutdown) finishes a reassignment, as in Kafka.
+//!
+//! The leader epoch is bumped at every leader change, and when the replicas lose a
+//! member (Kafka's `triggerLeaderEpochBumpForReplicaReassignmentIfNeeded`, so that a
+//! removed follower's fetches are fenced); the partition epoch at every change; a change
+//! that changes nothing is no record.
 
 use crate::image::{MetadataRecord, PartitionImage, LEADER_RECOVERING, NO_LEADER};
 use osprey_protocol::Uuid;
@@ -13,6 +21,9 @@ pub(crate) struct PartitionChangeBuilder<'a> {
     topic_id: Uuid,
     partition: &'a PartitionImage,
     target_isr: Vec<i32>,
+    target_replicas: Vec<i32>,
+    target_adding: Vec<i32>,
+    target_removing: Vec<i32>,
     target_leader_recovery_state: i8,
     election: Election,
     is_acceptable_leader: &'a dyn Fn(i32) -> bool,
@@ -49,6 +60,9 @@ impl<'a> PartitionChangeBuilder<'a> {
             topic_id,
             partition,
             target_isr: partition.isr.clone(),
+            target_replicas: partition.replicas.clone(),
+            target_adding: partition.adding_replicas.clone(),
+            target_removing: partition.removing_replicas.clone(),
             target_leader_recovery_state: partition.leader_recovery_state,
             election: Election::Online,
             is_acceptable_leader,
@@ -57,6 +71,21 @@ impl<'a> PartitionChangeBuilder<'a> {
 
     pub(crate) fn target_isr(mut self, isr: Vec<i32>) -> Self {
         self.target_isr = isr;
+        self
+    }
+
+    pub(crate) fn target_replicas(mut self, replicas: Vec<i32>) -> Self {
+        self.target_replicas = replicas;
+        self
+    }
+
+    pub(crate) fn target_adding(mut self, adding: Vec<i32>) -> Self {
+        self.target_adding = adding;
+        self
+    }
+
+    pub(crate) fn target_removing(mut self, removing: Vec<i32>) -> Self {
+        self.target_removing = removing;
         self
     }
 
@@ -76,7 +105,8 @@ impl<'a> PartitionChangeBuilder<'a> {
     }
 
     /// The PartitionChange record, or `None` when nothing changes.
-    pub(crate) fn build(self) -> Option<MetadataRecord> {
+    pub(crate) fn build(mut self) -> Option<MetadataRecord> {
+        self.complete_reassignment_if_needed();
         let p = self.partition;
         let mut leader = p.leader;
         let mut leader_epoch = p.leader_epoch;
@@ -94,6 +124,10 @@ impl<'a> PartitionChangeBuilder<'a> {
                 recovery = LEADER_RECOVERING;
                 isr_set_by_election = true;
             }
+        } else if !p.replicas.iter().all(|r| self.target_replicas.contains(r)) {
+            // A replica leaves: the leader epoch moves on, so that its fetches at the old
+            // epoch are refused.
+            leader_epoch = p.leader_epoch.saturating_add(1);
         }
         // An empty ISR is never written (without KIP-966's ELR): the last member stays,
         // so that the partition knows which replica has everything when it comes back.
@@ -103,7 +137,14 @@ impl<'a> PartitionChangeBuilder<'a> {
         if !isr_set_by_election && self.target_leader_recovery_state != p.leader_recovery_state {
             recovery = self.target_leader_recovery_state;
         }
-        if leader == p.leader && isr == p.isr && recovery == p.leader_recovery_state {
+        let replicas = if self.target_replicas.is_empty() { p.replicas.clone() } else { self.target_replicas };
+        let unchanged = leader_epoch == p.leader_epoch
+            && isr == p.isr
+            && recovery == p.leader_recovery_state
+            && replicas == p.replicas
+            && self.target_adding == p.adding_replicas
+            && self.target_removing == p.removing_replicas;
+        if unchanged {
             return None;
         }
         Some(MetadataRecord::PartitionChange {
@@ -114,9 +155,31 @@ impl<'a> PartitionChangeBuilder<'a> {
             elr: p.elr.clone(),
             leader_epoch,
             partition_epoch: p.partition_epoch.saturating_add(1),
-            replicas: p.replicas.clone(),
+            replicas,
             leader_recovery_state: recovery,
+            adding_replicas: self.target_adding,
+            removing_replicas: self.target_removing,
         })
+    }
+
+    /// Kafka's `completeReassignmentIfNeeded`: a reassignment in progress completes
+    /// when every replica it keeps is in the target ISR (with at least one ISR member
+    /// left once the removing replicas are out); then the replicas and the ISR lose the
+    /// removing replicas, and nothing is adding or removing any more.
+    fn complete_reassignment_if_needed(&mut self) {
+        if self.target_adding.is_empty() && self.target_removing.is_empty() {
+            return;
+        }
+        let removing = &self.target_removing;
+        let isr: Vec<i32> = self.target_isr.iter().copied().filter(|r| !removing.contains(r)).collect();
+        let replicas: Vec<i32> = self.target_replicas.iter().copied().filter(|r| !removing.contains(r)).collect();
+        if isr.is_empty() || replicas.is_empty() || !replicas.iter().all(|r| isr.contains(r)) {
+            return;
+        }
+        self.target_isr = isr;
+        self.target_replicas = replicas;
+        self.target_adding.clear();
+        self.target_removing.clear();
     }
 
     /// Kafka's `electLeader`: a preferred election takes the first replica if it is a
@@ -124,7 +187,7 @@ impl<'a> PartitionChangeBuilder<'a> {
     /// other; see [`Self::elect_any`].
     fn elect(&self) -> Elected {
         if self.election == Election::Preferred {
-            if let Some(&preferred) = self.partition.replicas.first() {
+            if let Some(&preferred) = self.target_replicas.first() {
                 if self.is_valid_leader(preferred) {
                     return Elected { leader: preferred, unclean: false };
                 }
@@ -140,11 +203,11 @@ impl<'a> PartitionChangeBuilder<'a> {
         if self.partition.leader != NO_LEADER && self.is_valid_leader(self.partition.leader) {
             return Elected { leader: self.partition.leader, unclean: false };
         }
-        if let Some(&r) = self.partition.replicas.iter().find(|&&r| self.is_valid_leader(r)) {
+        if let Some(&r) = self.target_replicas.iter().find(|&&r| self.is_valid_leader(r)) {
             return Elected { leader: r, unclean: false };
         }
         if self.election == Election::Unclean {
-            if let Some(&r) = self.partition.replicas.iter().find(|&&r| (self.is_acceptable_leader)(r)) {
+            if let Some(&r) = self.target_replicas.iter().find(|&&r| (self.is_acceptable_leader)(r)) {
                 return Elected { leader: r, unclean: true };
             }
         }
@@ -171,6 +234,8 @@ mod tests {
             partition_epoch: 7,
             elr: Vec::new(),
             leader_recovery_state: LEADER_RECOVERED,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         }
     }
 

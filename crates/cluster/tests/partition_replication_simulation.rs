@@ -2,7 +2,8 @@
 //! replica state machines ([`ReplicaState`]) and model logs, the controller's real
 //! decisions ([`ClusterControl`] over a [`MetadataImage`]: registration, heartbeats and
 //! session expiry, fencing, clean or unclean elections, AlterPartition with KIP-841 and
-//! KIP-903 checks), over a simulated network that delays and drops messages and can cut
+//! KIP-903 checks, and reassignments an operator starts or cancels now and then, moving a
+//! partition to two or three brokers picked at random), over a simulated network that delays and drops messages and can cut
 //! a broker off from the controller, the other brokers or both, and disks that lose
 //! what was not made durable when their broker crashes (and, now and then, everything).
 //!
@@ -18,7 +19,10 @@
 //! controller's records in order, after a delay. A crashed broker restarts as a new
 //! incarnation, registers again and, once it has caught up with its registration,
 //! opens fresh replica state machines from the metadata and each log's checkpointed
-//! high watermark.
+//! high watermark. A broker that learns it is no replica of a partition any more drops
+//! its replica state machine and deletes the log, as the server's `publish` does; a
+//! leader whose view predates the removal may still count it in its ISR, and the ISR
+//! agreement check skips it in such views.
 //!
 //! Invariants, checked after EVERY step:
 //! 1. an acknowledged acks=all write is never lost while an ISR member keeps its disk:
@@ -47,6 +51,7 @@
 //! many run (seeds 0..n), `SIM_TRACE=1` prints every step.
 
 use osprey_cluster::image::{BrokerListener, MetadataImage, MetadataRecord, NO_LEADER};
+use osprey_cluster::reassignment::ReassignmentTarget;
 use osprey_cluster::replica::fetch::{self, EpochEnd, FetchDecision, FollowerFetch};
 use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState};
 use osprey_cluster::{
@@ -165,6 +170,10 @@ struct Broker {
     /// (for good if it is the last member), keeping no records: the ISR agreement check
     /// skips it in every leader's view older than its removal.
     disk_lost: Vec<Option<DiskLoss>>,
+    /// Per partition: the partition epoch of the metadata that last removed this broker
+    /// from the replicas (it deleted its log then). A leader whose view is older may
+    /// still count it in its ISR: the ISR agreement check skips it in such views.
+    deleted_at: Vec<Option<i32>>,
     /// Whether this incarnation has caught up with its own registration: only then
     /// does it open its partitions (Kafka's broker waits for the same catch-up).
     open: bool,
@@ -300,6 +309,10 @@ struct Coverage {
     unclean_elections: usize,
     diverging_truncations: usize,
     refused_isr_changes: usize,
+    /// AlterPartitionReassignments accepted, and reassignments that ended (completed
+    /// once the target was in the ISR, or cancelled).
+    reassignments: usize,
+    reassignments_ended: usize,
 }
 
 impl Coverage {
@@ -313,6 +326,8 @@ impl Coverage {
         self.unclean_elections += other.unclean_elections;
         self.diverging_truncations += other.diverging_truncations;
         self.refused_isr_changes += other.refused_isr_changes;
+        self.reassignments += other.reassignments;
+        self.reassignments_ended += other.reassignments_ended;
     }
 }
 
@@ -340,6 +355,8 @@ fn partition_replication_keeps_acknowledged_writes_through_crashes_and_partition
             c.unclean_elections,
             c.diverging_truncations,
             c.refused_isr_changes,
+            c.reassignments,
+            c.reassignments_ended,
         ];
         assert!(seen.iter().all(|&n| n > 0), "some fault or path never happened: {c:?}");
     }
@@ -368,6 +385,7 @@ impl Sim {
                 image: MetadataImage::default(),
                 disks: vec![Disk::default(); settings.partitions as usize],
                 disk_lost: vec![None; settings.partitions as usize],
+                deleted_at: vec![None; settings.partitions as usize],
                 open: false,
                 replicas: (0..settings.partitions).map(|_| None).collect(),
                 fetches: vec![None; settings.partitions as usize],
@@ -477,6 +495,9 @@ impl Sim {
         }
         if self.faults {
             self.fault(i);
+            if self.rng.chance(100) {
+                self.reassign(p);
+            }
         }
         self.deliver_due();
         self.background();
@@ -534,6 +555,31 @@ impl Sim {
             self.trace(format!("controller fences broker {fenced}"));
             self.commit(result.records);
         }
+    }
+
+    /// An operator moves a partition (AlterPartitionReassignments) to two or three
+    /// brokers picked at random, or cancels the move in progress.
+    fn reassign(&mut self, p: i32) {
+        let in_progress = self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists").is_reassigning();
+        let replicas = if in_progress && self.rng.chance(3) {
+            None
+        } else {
+            let mut brokers: Vec<i32> = (1..=self.settings.brokers).collect();
+            for k in (1..brokers.len()).rev() {
+                brokers.swap(k, self.rng.below(k as u64 + 1) as usize);
+            }
+            brokers.truncate(2 + self.rng.below(2) as usize);
+            Some(brokers)
+        };
+        let request =
+            vec![("t".to_string(), vec![ReassignmentTarget { partition_index: p, replicas: replicas.clone() }])];
+        let result = self.control.alter_partition_reassignments(&self.image, true, &request);
+        let answer = &result.response[0].partitions[0];
+        self.trace(format!("operator reassigns {p} to {replicas:?}: {}", answer.error.name()));
+        if answer.error == ErrorCode::NONE {
+            self.coverage.reassignments += 1;
+        }
+        self.commit(result.records);
     }
 
     // ----- clients -----------------------------------------------------------------
@@ -747,7 +793,14 @@ impl Sim {
                     self.coverage.unclean_elections += 1;
                 }
             }
+            let reassigning = |image: &MetadataImage| {
+                (0..self.settings.partitions)
+                    .filter(|&p| image.partition(Uuid(TOPIC_ID), p).is_some_and(|p| p.is_reassigning()))
+                    .count()
+            };
+            let before = reassigning(&self.image);
             self.image.apply(&record);
+            self.coverage.reassignments_ended += before.saturating_sub(reassigning(&self.image));
             self.records.push(record);
         }
     }
@@ -833,6 +886,17 @@ impl Sim {
         let b = &self.brokers[i];
         let Some(image) = b.image.partition(Uuid(TOPIC_ID), p).cloned() else { return };
         if !image.replicas.contains(&b.id) {
+            // Not a replica (any more): the broker stops serving and fetching it and
+            // deletes its log, as the server's `publish` does.
+            let b = &mut self.brokers[i];
+            if b.replicas[p as usize].take().is_some() || b.disks[p as usize].end() > 0 {
+                let line = format!("broker {} is no replica of {p}: its replica and log are deleted", b.id);
+                b.disks[p as usize] = Disk::default();
+                b.deleted_at[p as usize] = Some(image.partition_epoch);
+                b.fetches[p as usize] = None;
+                b.isr_changes.remove(&p);
+                self.trace(line);
+            }
             return;
         }
         let now = self.now;
@@ -954,7 +1018,7 @@ impl Sim {
                     replicas: current.replicas,
                     isr: result.isr,
                 };
-                self.replica_mut(i, p).apply_assignment(assignment, now);
+                self.replica_mut(i, p).isr_change_accepted(assignment, now);
             }
             // STALE_BROKER_EPOCH is answered for the whole request: sent again later.
             Err(ErrorCode::STALE_BROKER_EPOCH) => {
@@ -1285,7 +1349,8 @@ impl Sim {
             self.brokers[(m - 1) as usize].disk_lost[p as usize]
                 .is_some_and(|loss| loss.removed_at_partition_epoch.is_none_or(|removed| view < removed))
         };
-        for member in members.into_iter().filter(|&m| !lost_disk(m)) {
+        let deleted_since = |m: i32| self.brokers[(m - 1) as usize].deleted_at[p as usize].is_some_and(|at| view < at);
+        for member in members.into_iter().filter(|&m| !lost_disk(m) && !deleted_since(m)) {
             let disk = &self.brokers[(member - 1) as usize].disks[p as usize];
             for offset in 0..hw {
                 assert_eq!(

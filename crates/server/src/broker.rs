@@ -824,7 +824,7 @@ impl Broker {
 
     /// Runs an operation of this node's own controller and publishes the image it
     /// produced. In a cluster there is none here: the caller checked the backend.
-    fn with_controller<T>(
+    pub(crate) fn with_controller<T>(
         &self,
         op: impl FnOnce(&mut Controller) -> Result<T, ControllerError>,
     ) -> Result<T, ControllerError> {

@@ -192,12 +192,27 @@ impl Partition {
         self.lock().state.role()
     }
 
-    /// The controller's metadata for the partition, from the image or an AlterPartition
-    /// answer: leadership, epochs, replicas and ISR. Older news is ignored.
+    /// The controller's metadata for the partition, from the image: leadership, epochs,
+    /// replicas and ISR. Older news is ignored.
     pub fn apply_assignment(&self, assignment: &PartitionImage) {
+        self.apply(assignment, false);
+    }
+
+    /// The controller accepted an ISR change and answered with the partition's state:
+    /// applied only at this replica's leader epoch (`ReplicaState::isr_change_accepted`).
+    pub fn isr_change_accepted(&self, answer: &PartitionImage) {
+        self.apply(answer, true);
+    }
+
+    fn apply(&self, assignment: &PartitionImage, answer: bool) {
         let mut replica = self.lock();
         let led = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
-        replica.state.apply_assignment(Assignment::from(assignment), crate::broker::now_ms());
+        let now_ms = crate::broker::now_ms();
+        if answer {
+            replica.state.isr_change_accepted(Assignment::from(assignment), now_ms);
+        } else {
+            replica.state.apply_assignment(Assignment::from(assignment), now_ms);
+        }
         let replicas = replica.state.replicas().to_vec();
         replica.follower_broker_epochs.retain(|id, _| replicas.contains(id));
         let leads = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
@@ -527,6 +542,8 @@ mod tests {
             partition_epoch: 0,
             elr: Vec::new(),
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         let replica_config =
             ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };
@@ -574,6 +591,8 @@ mod tests {
             partition_epoch: 0,
             elr: Vec::new(),
             leader_recovery_state: 0,
+            adding_replicas: vec![],
+            removing_replicas: vec![],
         };
         let replica_config = ReplicaConfig {
             local_id: 1,

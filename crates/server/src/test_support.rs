@@ -108,5 +108,7 @@ pub fn partition_change(
         partition_epoch: leader_epoch,
         replicas,
         leader_recovery_state: 0,
+        adding_replicas: vec![],
+        removing_replicas: vec![],
     }
 }

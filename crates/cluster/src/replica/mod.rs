@@ -493,6 +493,20 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
+    /// The controller accepted an ISR change and answered with the partition's state
+    /// (Kafka's `handleAlterPartitionUpdate`): applied as the metadata would be, but only
+    /// at this machine's leader epoch. An answer at another leader epoch comes from a
+    /// change that also moved the epoch (it completed a reassignment that removed a
+    /// replica): it lacks the new replica list, and applying it would make the metadata
+    /// record that carries that list look old. The proposal stays in flight until that
+    /// record arrives.
+    pub fn isr_change_accepted(&mut self, assignment: Assignment, now_ms: i64) {
+        if assignment.leader_epoch != self.leader_epoch {
+            return;
+        }
+        self.apply_assignment(assignment, now_ms);
+    }
+
     /// The controller answered `change` with `error` (Kafka's `handleAlterPartitionError`).
     /// Only INELIGIBLE_REPLICA and OPERATION_NOT_ATTEMPTED say the change was not made:
     /// the proposal is forgotten, so that a later one can be made from the metadata as

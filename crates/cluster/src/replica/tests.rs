@@ -276,3 +276,26 @@ fn a_retried_expansion_refused_as_stale_stays_in_flight_until_the_metadata_comes
     s.follower_fetched(2, 20, 20, quiet + 2).unwrap();
     assert_eq!(s.high_watermark(), 20);
 }
+
+#[test]
+fn an_answer_that_moved_the_leader_epoch_waits_for_the_metadata_with_the_new_replicas() {
+    // Leader 1 of [1, 3, 2] while a reassignment adds 3 and removes 2; min.insync.replicas 3.
+    let mut s = ReplicaState::new(config(1, 3, true), assignment(1, 0, 5, &[1, 3, 2], &[1, 2]), log(10, 10), 10, 0);
+    s.follower_fetched(2, 10, 10, 1).unwrap();
+    s.follower_fetched(3, 10, 10, 1).unwrap();
+    let expansion = IsrChange { leader_epoch: 0, partition_epoch: 5, new_isr: vec![1, 2, 3] };
+    assert!(outputs(&mut s).contains(&Output::AlterPartition(expansion)));
+    // The expansion completed the reassignment: replicas [1, 3], leader epoch 1. The
+    // answer has no replica list; applied, it would keep the old one.
+    s.isr_change_accepted(assignment(1, 1, 6, &[1, 3, 2], &[1, 3]), 2);
+    assert_eq!((s.leader_epoch(), s.replicas()), (0, &[1, 3, 2][..]), "the answer waits for the metadata");
+    s.apply_assignment(assignment(1, 1, 6, &[1, 3], &[1, 3]), 3);
+    assert_eq!((s.leader_epoch(), s.replicas(), s.isr()), (1, &[1, 3][..], &[1, 3][..]));
+    assert_eq!(s.effective_min_insync_replicas(), 2, "two replicas left");
+    // An answer at the same leader epoch is applied at once, as before.
+    s.local_log_changed(log(12, 12), 4);
+    s.follower_fetched(3, 12, 12, 5).unwrap();
+    assert_eq!(s.high_watermark(), 12);
+    s.isr_change_accepted(assignment(1, 1, 7, &[1, 3], &[1]), 6);
+    assert_eq!(s.isr(), &[1][..]);
+}

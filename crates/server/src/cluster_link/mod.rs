@@ -251,6 +251,8 @@ fn not_controller(body: &ResponseBody) -> bool {
         ResponseBody::IncrementalAlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
         ResponseBody::AlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
         ResponseBody::ElectLeaders(r) => r.error_code == code,
+        ResponseBody::AlterPartitionReassignments(r) => r.error_code == code,
+        ResponseBody::ListPartitionReassignments(r) => r.error_code == code,
         // A controller that is not the leader answers NOT_LEADER_OR_FOLLOWER for the
         // metadata partition.
         ResponseBody::DescribeQuorum(r) => r

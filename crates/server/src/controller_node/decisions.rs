@@ -7,11 +7,13 @@
 use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
 use crate::handlers::elect_leaders;
+use crate::handlers::partition_reassignments;
 use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
 };
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::reassignment::{ReassignmentResult, TopicReassignmentResult};
 use osprey_cluster::topic_control::TopicControl;
 use osprey_cluster::{BrokerListener, ControllerError, MetadataImage, MetadataRecord, NewTopic};
 use osprey_protocol::messages::alter_partition_response::{PartitionData, TopicData};
@@ -63,6 +65,8 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::IncrementalAlterConfigs(r) => incremental_alter_configs(c, image, r),
         RequestBody::AlterConfigs(r) => alter_configs(c, image, r),
         RequestBody::ElectLeaders(r) => elect_leaders(c, image, r),
+        RequestBody::AlterPartitionReassignments(r) => alter_partition_reassignments(c, image, r),
+        RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(image, r),
         _ => return None,
     };
     Some(decided)
@@ -76,6 +80,8 @@ pub fn request_timeout_ms(body: &RequestBody) -> Option<u64> {
         RequestBody::DeleteTopics(r) => r.timeout_ms,
         RequestBody::CreatePartitions(r) => r.timeout_ms,
         RequestBody::ElectLeaders(r) => r.timeout_ms,
+        RequestBody::AlterPartitionReassignments(r) => r.timeout_ms,
+        RequestBody::ListPartitionReassignments(r) => r.timeout_ms,
         _ => return None,
     };
     u64::try_from(ms).ok().filter(|ms| *ms > 0)
@@ -171,6 +177,46 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
             ..Default::default()
         }),
         RequestBody::ElectLeaders(r) => ResponseBody::ElectLeaders(elect_leaders::failed(r, code, message)),
+        // Kafka's getErrorResponse: the error at the top and on every partition named.
+        RequestBody::AlterPartitionReassignments(r) => {
+            let refused = |t: &osprey_cluster::reassignment::ReassignmentTarget| ReassignmentResult {
+                partition_index: t.partition_index,
+                error: code,
+                message: message.clone(),
+            };
+            let results = partition_reassignments::targets(r)
+                .into_iter()
+                .map(|(name, targets)| TopicReassignmentResult {
+                    name,
+                    partitions: targets.iter().map(refused).collect(),
+                })
+                .collect();
+            let mut response = partition_reassignments::alter_response(r, results);
+            if let ResponseBody::AlterPartitionReassignments(body) = &mut response {
+                body.error_code = error_code;
+                body.error_message = message;
+            }
+            response
+        }
+        // Kafka's getErrorResponse: the error at the top, the partitions named listed bare.
+        RequestBody::ListPartitionReassignments(r) => {
+            let bare = |index: &i32| list_partition_reassignments_response::OngoingPartitionReassignment {
+                partition_index: *index,
+                ..Default::default()
+            };
+            let topics =
+                r.topics.iter().flatten().map(|t| list_partition_reassignments_response::OngoingTopicReassignment {
+                    name: t.name.clone(),
+                    partitions: t.partition_indexes.iter().map(bare).collect(),
+                    ..Default::default()
+                });
+            ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+                error_code,
+                error_message: message,
+                topics: topics.collect(),
+                ..Default::default()
+            })
+        }
         RequestBody::DescribeQuorum(_) => ResponseBody::DescribeQuorum(DescribeQuorumResponse {
             error_code,
             error_message: message,
@@ -457,6 +503,28 @@ fn elect_leaders(c: &mut Controls<'_>, image: &mut MetadataImage, r: &ElectLeade
     let mut records = Vec::new();
     let results = apply(image, c.cluster.elect_leaders(image, election, named.as_deref()), &mut records);
     Decided { records, response: ResponseBody::ElectLeaders(elect_leaders::response(results)) }
+}
+
+/// AlterPartitionReassignments (45): each partition's reassignment started, changed or
+/// cancelled on the image (crates/cluster/src/reassignment.rs), the records one batch.
+fn alter_partition_reassignments(
+    c: &mut Controls<'_>,
+    image: &mut MetadataImage,
+    r: &AlterPartitionReassignmentsRequest,
+) -> Decided {
+    let mut records = Vec::new();
+    let topics = partition_reassignments::targets(r);
+    let decided = c.cluster.alter_partition_reassignments(image, r.allow_replication_factor_change, &topics);
+    let results = apply(image, decided, &mut records);
+    Decided { records, response: partition_reassignments::alter_response(r, results) }
+}
+
+/// ListPartitionReassignments (46): the partitions with a reassignment in progress. It
+/// writes nothing; its answer waits for what was proposed before it.
+fn list_partition_reassignments(image: &MetadataImage, r: &ListPartitionReassignmentsRequest) -> Decided {
+    let named = partition_reassignments::named(r);
+    let listed = osprey_cluster::reassignment::list_partition_reassignments(image, named.as_deref());
+    Decided { records: Vec::new(), response: partition_reassignments::list_response(listed) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or

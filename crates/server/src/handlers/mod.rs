@@ -25,6 +25,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
+pub mod partition_reassignments;
 pub mod produce;
 pub mod telemetry_subscriptions;
 pub mod transactions;
@@ -96,6 +97,8 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
         RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
         RequestBody::DescribeQuorum(body) => describe_quorum::handle(broker, body, version),
         RequestBody::ElectLeaders(body) => elect_leaders::handle(broker, body, version),
+        RequestBody::AlterPartitionReassignments(body) => partition_reassignments::alter(broker, body, version),
+        RequestBody::ListPartitionReassignments(body) => partition_reassignments::list(broker, body, version),
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
         RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),

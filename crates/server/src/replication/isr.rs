@@ -123,7 +123,7 @@ fn apply_answer(
             }
             let Some(current) = image.partition(topic.topic_id, p.partition_index) else { continue };
             tracing::info!(topic = %partition.topic, partition = p.partition_index, isr = ?p.isr, partition_epoch = p.partition_epoch, "ISR changed");
-            partition.apply_assignment(&PartitionImage {
+            partition.isr_change_accepted(&PartitionImage {
                 leader: p.leader_id,
                 leader_epoch: p.leader_epoch,
                 partition_epoch: p.partition_epoch,
