@@ -643,6 +643,8 @@ mod tests {
             partition_epoch: 1,
             elr: Vec::new(),
             leader_recovery_state: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
         };
         let config = ReplicaConfig {
             local_id: 1,
