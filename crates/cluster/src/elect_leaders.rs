@@ -23,7 +23,7 @@
 use crate::cluster_control::{ClusterControl, ControllerResult};
 use crate::controller::ControllerError;
 use crate::image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage, NO_LEADER};
-use crate::partition_change::{Election, PartitionChangeBuilder};
+use crate::partition_change::Election;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeMap;
 
@@ -90,7 +90,7 @@ impl ClusterControl {
                     let partitions = topic
                         .partitions
                         .iter()
-                        .map(|p| (p.index, elect_partition(image, topic, p, election, &mut records)))
+                        .map(|p| (p.index, self.elect_partition(image, topic, p, election, &mut records)))
                         // Every partition, so those already led as asked are left out.
                         .filter(|(_, (error, _))| *error != ErrorCode::ELECTION_NOT_NEEDED)
                         .map(|(partition_id, (error, message))| PartitionElectionResult {
@@ -109,7 +109,7 @@ impl ClusterControl {
                     for &partition_id in partition_ids {
                         let (error, message) = answered
                             .entry((name.as_str(), partition_id))
-                            .or_insert_with(|| elect_named(image, name, partition_id, election, &mut records))
+                            .or_insert_with(|| self.elect_named(image, name, partition_id, election, &mut records))
                             .clone();
                         partitions.push(PartitionElectionResult { partition_id, error, message });
                     }
@@ -131,8 +131,7 @@ impl ClusterControl {
                 if records.len() >= MAX_ELECTIONS_PER_IMBALANCE {
                     return ControllerResult { records, response: true };
                 }
-                let change =
-                    PartitionChangeBuilder::new(topic.id, p, &acceptable).election(Election::Preferred).build();
+                let change = self.partition_change(image, topic, p, &acceptable).election(Election::Preferred).build();
                 records.extend(change);
             }
         }
@@ -146,55 +145,62 @@ pub fn partition_leaders_imbalanced(image: &MetadataImage) -> bool {
     image.topics().flat_map(|t| &t.partitions).any(|p| !has_preferred_leader(p))
 }
 
-/// Kafka's `electLeader` for a partition named in the request.
-fn elect_named(
-    image: &MetadataImage,
-    name: &str,
-    partition_id: i32,
-    election: ElectionType,
-    records: &mut Vec<MetadataRecord>,
-) -> (ErrorCode, Option<String>) {
-    let Some(topic) = image.topic(name) else {
-        return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such topic as {name}")));
-    };
-    let Some(p) = topic.partitions.iter().find(|p| p.index == partition_id) else {
-        return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such partition as {name}-{partition_id}")));
-    };
-    elect_partition(image, topic, p, election, records)
-}
-
-/// Kafka's `electLeader` once the partition is found: no election when the partition
-/// already has what was asked for; else the election's record, or why there is none.
-fn elect_partition(
-    image: &MetadataImage,
-    topic: &TopicImage,
-    p: &PartitionImage,
-    election: ElectionType,
-    records: &mut Vec<MetadataRecord>,
-) -> (ErrorCode, Option<String>) {
-    let not_needed = match election {
-        ElectionType::Preferred => has_preferred_leader(p),
-        ElectionType::Unclean => p.leader != NO_LEADER,
-    };
-    if not_needed {
-        return (ErrorCode::ELECTION_NOT_NEEDED, Some(ELECTION_NOT_NEEDED_MESSAGE.into()));
+impl ClusterControl {
+    /// Kafka's `electLeader` for a partition named in the request.
+    fn elect_named(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        partition_id: i32,
+        election: ElectionType,
+        records: &mut Vec<MetadataRecord>,
+    ) -> (ErrorCode, Option<String>) {
+        let Some(topic) = image.topic(name) else {
+            return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such topic as {name}")));
+        };
+        let Some(p) = topic.partitions.iter().find(|p| p.index == partition_id) else {
+            return (
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(format!("No such partition as {name}-{partition_id}")),
+            );
+        };
+        self.elect_partition(image, topic, p, election, records)
     }
-    let acceptable = |r: i32| is_active(image, r);
-    let builder = PartitionChangeBuilder::new(topic.id, p, &acceptable);
-    let change = match election {
-        ElectionType::Preferred => builder.election(Election::Preferred).build(),
-        ElectionType::Unclean => builder.election(Election::Unclean).build(),
-    };
-    match (change, election) {
-        (Some(record), _) => {
-            records.push(record);
-            (ErrorCode::NONE, None)
+
+    /// Kafka's `electLeader` once the partition is found: no election when the partition
+    /// already has what was asked for; else the election's record, or why there is none.
+    fn elect_partition(
+        &self,
+        image: &MetadataImage,
+        topic: &TopicImage,
+        p: &PartitionImage,
+        election: ElectionType,
+        records: &mut Vec<MetadataRecord>,
+    ) -> (ErrorCode, Option<String>) {
+        let not_needed = match election {
+            ElectionType::Preferred => has_preferred_leader(p),
+            ElectionType::Unclean => p.leader != NO_LEADER,
+        };
+        if not_needed {
+            return (ErrorCode::ELECTION_NOT_NEEDED, Some(ELECTION_NOT_NEEDED_MESSAGE.into()));
         }
-        (None, ElectionType::Preferred) => {
-            (ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE, Some(PREFERRED_LEADER_NOT_AVAILABLE_MESSAGE.into()))
-        }
-        (None, ElectionType::Unclean) => {
-            (ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE, Some(ELIGIBLE_LEADERS_NOT_AVAILABLE_MESSAGE.into()))
+        let acceptable = |r: i32| is_active(image, r);
+        let builder = self.partition_change(image, topic, p, &acceptable);
+        let change = match election {
+            ElectionType::Preferred => builder.election(Election::Preferred).build(),
+            ElectionType::Unclean => builder.election(Election::Unclean).build(),
+        };
+        match (change, election) {
+            (Some(record), _) => {
+                records.push(record);
+                (ErrorCode::NONE, None)
+            }
+            (None, ElectionType::Preferred) => {
+                (ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE, Some(PREFERRED_LEADER_NOT_AVAILABLE_MESSAGE.into()))
+            }
+            (None, ElectionType::Unclean) => {
+                (ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE, Some(ELIGIBLE_LEADERS_NOT_AVAILABLE_MESSAGE.into()))
+            }
         }
     }
 }
@@ -238,6 +244,7 @@ mod tests {
             leader,
             isr,
             elr: vec![],
+            last_known_elr: Vec::new(),
             leader_epoch: p.leader_epoch + 1,
             partition_epoch: p.partition_epoch + 1,
             replicas: p.replicas.clone(),
@@ -404,6 +411,7 @@ mod tests {
                 leader: 2,
                 isr: vec![2, 1],
                 elr: vec![],
+                last_known_elr: Vec::new(),
                 leader_epoch: 1,
                 partition_epoch: 1,
                 replicas: vec![1, 2],

@@ -111,6 +111,9 @@ pub enum MetadataRecord {
         isr: Vec<i32>,
         #[serde(default)]
         elr: Vec<i32>,
+        /// Kafka's `LastKnownElr` (absent in records written before Osprey kept it).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        last_known_elr: Vec<i32>,
         leader_epoch: i32,
         partition_epoch: i32,
         replicas: Vec<i32>,
@@ -206,8 +209,16 @@ pub struct PartitionImage {
     /// The partition epoch the controller set: 0 at creation, bumped at every change of
     /// the ISR or replicas (AlterPartition fences on it).
     pub partition_epoch: i32,
-    /// Eligible leader replicas (KIP-966). Osprey's controller does not fill it yet.
+    /// Eligible leader replicas (KIP-966): replicas out of the ISR that still have every
+    /// committed record, filled while the ISR is below the topic's `min.insync.replicas`
+    /// (see `partition_change.rs`). Never overlaps the ISR.
+    #[serde(default)]
     pub elr: Vec<i32>,
+    /// Kafka's last known ELR, which its controller uses for the last leader alone: set
+    /// when the partition loses its leader, cleared when it has one again. Absent in
+    /// snapshots written before Osprey kept it.
+    #[serde(default)]
+    pub last_known_elr: Vec<i32>,
     /// `LEADER_RECOVERED` or `LEADER_RECOVERING` (after an unclean election).
     pub leader_recovery_state: i8,
 }
@@ -225,6 +236,7 @@ impl PartitionImage {
             leader_epoch: 0,
             partition_epoch: 0,
             elr: Vec::new(),
+            last_known_elr: Vec::new(),
             leader_recovery_state: LEADER_RECOVERED,
         }
     }
@@ -405,6 +417,7 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
         leader,
         isr,
         elr,
+        last_known_elr,
         leader_epoch,
         partition_epoch,
         replicas,
@@ -425,7 +438,13 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
     }
     p.leader = *leader;
     p.isr = isr.clone();
+    if elr.iter().any(|r| isr.contains(r)) {
+        // A bug in the decision that wrote it; Kafka's controller logs the same and
+        // applies the record anyway (`updatePartitionInfo`).
+        tracing::error!(partition = p.index, ?isr, ?elr, "metadata record has overlapping ISR and ELR");
+    }
     p.elr = elr.clone();
+    p.last_known_elr = last_known_elr.clone();
     p.leader_epoch = *leader_epoch;
     p.partition_epoch = *partition_epoch;
     p.replicas = replicas.clone();
@@ -736,6 +755,7 @@ mod record_format_tests {
             leader,
             isr: vec![leader],
             elr: vec![],
+            last_known_elr: vec![],
             leader_epoch,
             partition_epoch,
             replicas: vec![1, 2],

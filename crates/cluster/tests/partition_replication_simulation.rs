@@ -358,6 +358,8 @@ impl Sim {
             cluster_id: Some(CLUSTER_ID.into()),
             broker_session_timeout_ms: SESSION_MS,
             unclean_leader_election_enable: settings.unclean,
+            min_insync_replicas: 1,
+            eligible_leader_replicas_enabled: true,
         });
         let brokers = (1..=settings.brokers)
             .map(|id| Broker {
@@ -694,6 +696,7 @@ impl Sim {
                 security_protocol: 0,
             }],
             rack: None,
+            previous_broker_epoch: -1,
         };
         match self.control.register_broker(&self.image, &request, self.now) {
             Ok(result) => {
