@@ -709,6 +709,79 @@ mod tests {
         assert_eq!((c.partition(0).leader, c.partition(0).leader_epoch), (2, 3));
     }
 
+    /// Brokers 1-3, partition [1, 2, 3] with `min.insync.replicas=2`; brokers 3 then 2
+    /// time out: broker 1 is the ISR, broker 2 in the ELR. Broker 2's old epoch.
+    fn isr_1_elr_2() -> (TestCluster, i64) {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_broker(3, 0);
+        let configs = BTreeMap::from([(MIN_INSYNC_REPLICAS.to_string(), "2".to_string())]);
+        c.add_topic(vec![vec![1, 2, 3]], configs);
+        c.heartbeat(1, e1, 5_000, false);
+        c.heartbeat(2, e2, 5_000, false);
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(3));
+        c.commit(fenced);
+        assert_eq!((c.partition(0).isr.clone(), c.partition(0).elr.clone()), (vec![1, 2], vec![]), "at min ISR");
+        c.heartbeat(1, e1, 10_000, false);
+        let fenced = c.control.tick(&c.image, 5_000 + SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(2));
+        c.commit(fenced);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (1, vec![1], vec![2]));
+        (c, e2)
+    }
+
+    #[test]
+    fn a_broker_back_from_an_unclean_shutdown_leaves_every_elr() {
+        let (mut c, _) = isr_1_elr_2();
+        let unclean = TestCluster::registration(2, 20);
+        let result = c.control.register_broker(&c.image, &unclean, 20_000).unwrap();
+        c.commit(result);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (1, vec![1], vec![]));
+    }
+
+    #[test]
+    fn a_broker_back_from_a_clean_shutdown_stays_in_the_elr_and_may_lead_from_it() {
+        let (mut c, e2) = isr_1_elr_2();
+        let clean = BrokerRegistrationInput { previous_broker_epoch: e2, ..TestCluster::registration(2, 20) };
+        let result = c.control.register_broker(&c.image, &clean, 20_000).unwrap();
+        let new_e2 = c.commit(result);
+        assert_eq!(c.partition(0).elr, vec![2]);
+        // Broker 1 goes: the ISR empties; broker 2, unfenced, leads from the ELR.
+        let fenced = c.control.tick(&c.image, 10_000 + SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(1));
+        c.commit(fenced);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (NO_LEADER, vec![], vec![1, 2]));
+        c.heartbeat(2, new_e2, 21_000, false);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (2, vec![2], vec![1]));
+        assert_eq!(p.leader_recovery_state, LEADER_RECOVERED);
+    }
+
+    #[test]
+    fn effective_min_isr_is_the_topics_then_the_clusters_at_most_the_replication_factor() {
+        let mut c = TestCluster::new();
+        c.add_topic(vec![vec![1, 2, 3]], BTreeMap::new());
+        let topic = |c: &TestCluster| c.image.topic("t").unwrap().clone();
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 1, "the static default");
+        c.image.apply(&MetadataRecord::SetBrokerConfig {
+            resource: String::new(),
+            key: MIN_INSYNC_REPLICAS.into(),
+            value: Some("2".into()),
+        });
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 2, "the dynamic cluster default");
+        c.image.apply(&MetadataRecord::SetTopicConfig {
+            id: crate::test_support::TOPIC,
+            key: MIN_INSYNC_REPLICAS.into(),
+            value: Some("5".into()),
+        });
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 3, "capped at the replication factor");
+    }
+
     #[test]
     fn unclean_election_takes_a_live_replica_outside_the_isr_when_enabled() {
         let mut c = TestCluster::new();

@@ -740,6 +740,41 @@ mod record_format_tests {
     }
 
     #[test]
+    fn partition_changes_and_snapshots_without_a_last_known_elr_still_load() {
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1, 2]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        });
+        let old = r#"{"type":"PartitionChange","topic_id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"partition":0,"leader":-1,"isr":[],"elr":[1],"leader_epoch":1,"partition_epoch":1,"replicas":[1,2]}"#;
+        image.apply(&serde_json::from_str(old).unwrap());
+        let p = image.partition(Uuid([1; 16]), 0).unwrap();
+        assert_eq!((p.elr.clone(), p.last_known_elr.clone()), (vec![1], vec![]));
+        let mut json: serde_json::Value = serde_json::to_value(&image).unwrap();
+        let snapshot_partition = &mut json["topics"][0]["partitions"][0];
+        snapshot_partition.as_object_mut().unwrap().remove("last_known_elr");
+        let back: MetadataImage = serde_json::from_value(json).unwrap();
+        assert_eq!(back.partition(Uuid([1; 16]), 0), Some(p), "a snapshot from before last_known_elr");
+        let change = MetadataRecord::PartitionChange {
+            topic_id: [1; 16],
+            partition: 0,
+            leader: -1,
+            isr: vec![],
+            elr: vec![],
+            last_known_elr: vec![2],
+            leader_epoch: 2,
+            partition_epoch: 2,
+            replicas: vec![1, 2],
+            leader_recovery_state: LEADER_RECOVERED,
+        };
+        let round_trip: MetadataRecord = serde_json::from_str(&serde_json::to_string(&change).unwrap()).unwrap();
+        assert_eq!(round_trip, change);
+    }
+
+    #[test]
     fn partition_change_never_moves_epochs_back() {
         let mut image = MetadataImage::default();
         image.apply(&MetadataRecord::CreateTopic {

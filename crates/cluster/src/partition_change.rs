@@ -377,3 +377,128 @@ mod tests {
         assert!(PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).build().is_none());
     }
 }
+
+#[cfg(test)]
+mod elr_tests {
+    use super::*;
+    use crate::image::LEADER_RECOVERED;
+
+    /// A partition on `replicas` at leader epoch 4, partition epoch 7.
+    fn partition(replicas: &[i32], isr: &[i32], elr: &[i32], leader: i32, last_known_elr: &[i32]) -> PartitionImage {
+        PartitionImage {
+            index: 0,
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            leader,
+            leader_epoch: 4,
+            partition_epoch: 7,
+            elr: elr.to_vec(),
+            last_known_elr: last_known_elr.to_vec(),
+            leader_recovery_state: LEADER_RECOVERED,
+        }
+    }
+
+    /// (leader, ISR, ELR, last known ELR, leader recovery state).
+    fn fields(r: Option<MetadataRecord>) -> (i32, Vec<i32>, Vec<i32>, Vec<i32>, i8) {
+        match r {
+            Some(MetadataRecord::PartitionChange {
+                leader, isr, elr, last_known_elr, leader_recovery_state, ..
+            }) => (leader, isr, elr, last_known_elr, leader_recovery_state),
+            other => panic!("not a PartitionChange: {other:?}"),
+        }
+    }
+
+    fn builder<'a>(
+        p: &'a PartitionImage,
+        acceptable: &'a dyn Fn(i32) -> bool,
+        min_isr: usize,
+    ) -> PartitionChangeBuilder<'a> {
+        PartitionChangeBuilder::new(Uuid([1; 16]), p, acceptable).eligible_leader_replicas(Some(min_isr))
+    }
+
+    #[test]
+    fn replicas_leaving_an_isr_below_min_isr_join_the_elr() {
+        let p = partition(&[1, 2, 3], &[1, 2, 3], &[], 1, &[]);
+        let alive = |_: i32| true;
+        let at_min = builder(&p, &alive, 2).target_isr(vec![1, 2]).build();
+        assert_eq!(fields(at_min), (1, vec![1, 2], vec![], vec![], LEADER_RECOVERED), "at min ISR: no ELR");
+        let below = builder(&p, &alive, 3).target_isr(vec![1]).build();
+        assert_eq!(fields(below), (1, vec![1], vec![2, 3], vec![], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn an_isr_back_at_min_isr_clears_the_elr() {
+        let p = partition(&[1, 2, 3], &[1], &[2, 3], 1, &[]);
+        let alive = |_: i32| true;
+        let still_below = builder(&p, &alive, 3).target_isr(vec![1, 2]).build();
+        assert_eq!(fields(still_below), (1, vec![1, 2], vec![3], vec![], LEADER_RECOVERED), "2 is in the ISR");
+        let back = builder(&p, &alive, 2).target_isr(vec![1, 2]).build();
+        assert_eq!(fields(back), (1, vec![1, 2], vec![], vec![], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn the_last_isr_member_leaves_into_the_elr_and_is_the_last_known_leader() {
+        let p = partition(&[1, 2], &[1], &[2], 1, &[]);
+        let fenced = |r: i32| r != 1 && r != 2;
+        let r = builder(&p, &fenced, 2).target_isr(vec![]).build();
+        assert_eq!(fields(r), (NO_LEADER, vec![], vec![1, 2], vec![1], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn with_the_isr_empty_an_active_elr_member_leads_and_is_the_isr_alone() {
+        let p = partition(&[1, 2, 3], &[], &[1, 2], NO_LEADER, &[1]);
+        let only_2 = |r: i32| r == 2;
+        let r = builder(&p, &only_2, 2).build();
+        assert_eq!(fields(r), (2, vec![2], vec![1], vec![], LEADER_RECOVERED), "a clean election");
+        let none = |_: i32| false;
+        assert!(builder(&p, &none, 2).build().is_none(), "no ELR member active: offline stays offline");
+    }
+
+    #[test]
+    fn the_elr_is_not_looked_at_while_the_isr_has_members() {
+        // Broker 3 is in the ISR but may not lead (in controlled shutdown, say).
+        let p = partition(&[1, 2, 3], &[3], &[1], 3, &[]);
+        let not_3 = |r: i32| r != 3;
+        let r = builder(&p, &not_3, 2).build();
+        assert_eq!(fields(r), (NO_LEADER, vec![3], vec![1], vec![3], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn a_broker_back_from_an_unclean_shutdown_joins_no_elr_and_leaves_its_own() {
+        let alive = |r: i32| r != 1;
+        let p = partition(&[1, 2, 3], &[1, 2], &[], 2, &[]);
+        let r = builder(&p, &alive, 3).target_isr(vec![2]).unclean_shutdown_replica(1).build();
+        assert_eq!(fields(r), (2, vec![2], vec![], vec![], LEADER_RECOVERED));
+        let p = partition(&[1, 2, 3], &[], &[1, 2], NO_LEADER, &[2]);
+        let none = |_: i32| false;
+        let r = builder(&p, &none, 3).unclean_shutdown_replica(1).build();
+        assert_eq!(fields(r), (NO_LEADER, vec![], vec![2], vec![2], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn the_last_known_leader_leads_uncleanly_once_it_is_active_again() {
+        let p = partition(&[1, 2, 3], &[], &[], NO_LEADER, &[3]);
+        let fenced_3 = |r: i32| r != 3;
+        assert!(builder(&p, &fenced_3, 2).build().is_none(), "never a fenced last known leader (KAFKA-19522)");
+        let alive = |_: i32| true;
+        let r = builder(&p, &alive, 2).build();
+        assert_eq!(fields(r), (3, vec![3], vec![], vec![], LEADER_RECOVERING), "before any other replica");
+    }
+
+    #[test]
+    fn an_unclean_election_clears_the_elr() {
+        let p = partition(&[1, 2, 3], &[], &[1], NO_LEADER, &[1]);
+        let not_1 = |r: i32| r != 1;
+        assert!(builder(&p, &not_1, 2).build().is_none(), "clean only: waits for 1");
+        let r = builder(&p, &not_1, 2).unclean_election(true).build();
+        assert_eq!(fields(r), (2, vec![2], vec![], vec![], LEADER_RECOVERING));
+    }
+
+    #[test]
+    fn with_elr_off_an_elr_left_behind_is_cleared() {
+        let p = partition(&[1, 2], &[1], &[2], 1, &[]);
+        let alive = |_: i32| true;
+        let r = PartitionChangeBuilder::new(Uuid([1; 16]), &p, &alive).build();
+        assert_eq!(fields(r), (1, vec![1], vec![], vec![], LEADER_RECOVERED));
+    }
+}
