@@ -262,8 +262,9 @@ impl ClusterControl {
 
     /// Kafka's periodic `maybeElectUncleanLeaders` (every
     /// `unclean.leader.election.interval.ms`): every offline partition of a topic that
-    /// allows unclean election gets the first live replica as its leader, alone in the
-    /// ISR and recovering. Fence and unfence events already elect this way; this catches
+    /// allows unclean election gets a leader: an active ISR or ELR member if there is
+    /// one (a clean election), else the last known leader or the first live replica,
+    /// alone in the ISR and recovering. Fence and unfence events already elect this way; this catches
     /// a topic whose config was switched on while its partitions were offline. The
     /// answer is how many partitions got a leader.
     pub fn elect_unclean_leaders(&self, image: &MetadataImage) -> ControllerResult<usize> {

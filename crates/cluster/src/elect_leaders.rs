@@ -4,7 +4,8 @@
 //!
 //! **ElectLeaders (API 43).** A preferred election moves leadership to a partition's
 //! first replica (its "preferred" replica) when that replica is in the ISR and its
-//! broker is active; an unclean election gives a partition without a leader the first
+//! broker is active; an unclean election gives a partition without a leader an active
+//! member of its ISR or ELR (KIP-966), else its last known leader, else the first
 //! active replica, from outside the ISR if need be. Each partition named gets Kafka's
 //! answer: none (elected), ELECTION_NOT_NEEDED (the preferred replica already leads, or
 //! the partition has a leader), PREFERRED_LEADER_NOT_AVAILABLE or
@@ -349,6 +350,31 @@ mod tests {
         assert_eq!((p.leader, p.isr.clone(), p.leader_recovery_state), (1, vec![1], LEADER_RECOVERING));
         let again = c.control.elect_leaders(&c.image, ElectionType::Unclean, Some(&named(&[0])));
         assert_eq!(codes(&again.response), vec![(0, ErrorCode::ELECTION_NOT_NEEDED)], "it has a leader now");
+    }
+
+    #[test]
+    fn unclean_election_takes_an_active_elr_member_first_and_cleanly() {
+        let mut c = cluster(vec![vec![1, 2, 3]], &[1]);
+        let p = c.partition(0).clone();
+        c.image.apply(&MetadataRecord::PartitionChange {
+            topic_id: TOPIC,
+            partition: 0,
+            leader: NO_LEADER,
+            isr: vec![],
+            elr: vec![3],
+            last_known_elr: vec![1],
+            leader_epoch: p.leader_epoch + 1,
+            partition_epoch: p.partition_epoch + 1,
+            replicas: p.replicas.clone(),
+            leader_recovery_state: p.leader_recovery_state,
+        });
+        let result = c.control.elect_leaders(&c.image, ElectionType::Unclean, Some(&named(&[0])));
+        assert_eq!(codes(&result.response), vec![(0, ErrorCode::NONE)]);
+        c.commit(result);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (3, vec![3], vec![]));
+        assert_eq!(p.leader_recovery_state, crate::image::LEADER_RECOVERED, "not replica 1, not unclean");
+        assert!(p.last_known_elr.is_empty());
     }
 
     #[test]
