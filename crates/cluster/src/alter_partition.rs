@@ -4,7 +4,6 @@
 use crate::cluster_control::{check_broker_epoch, ClusterControl, ControllerResult};
 use crate::controller::ControllerError;
 use crate::image::{apply_partition_change, MetadataImage, PartitionImage, LEADER_RECOVERED, LEADER_RECOVERING};
-use crate::partition_change::PartitionChangeBuilder;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::HashMap;
 
@@ -117,7 +116,8 @@ impl ClusterControl {
                     continue;
                 }
                 let acceptable = |r: i32| image.broker(r).is_some_and(|b| b.is_active());
-                let record = PartitionChangeBuilder::new(t.topic_id, &current, &acceptable)
+                let record = self
+                    .partition_change(image, topic, &current, &acceptable)
                     .target_isr(item.new_isr.iter().map(|&(id, _)| id).collect())
                     .target_leader_recovery_state(item.leader_recovery_state)
                     .unclean_election(unclean)

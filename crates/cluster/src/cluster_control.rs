@@ -13,7 +13,9 @@
 
 use crate::controller::ControllerError;
 use crate::heartbeat::BrokerHeartbeatManager;
-use crate::image::{BrokerListener, BrokerRegistration, MetadataImage, MetadataRecord, TopicImage, NO_LEADER};
+use crate::image::{
+    BrokerListener, BrokerRegistration, MetadataImage, MetadataRecord, PartitionImage, TopicImage, NO_LEADER,
+};
 use crate::partition_change::PartitionChangeBuilder;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::ops::Range;
@@ -36,6 +38,9 @@ pub const MAX_BROKER_LISTENERS: usize = 64;
 /// The topic config that allows electing a replica outside the ISR.
 pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
 
+/// The topic config below which replicas leaving the ISR join the ELR (KIP-966).
+pub const MIN_INSYNC_REPLICAS: &str = "min.insync.replicas";
+
 #[derive(Debug, Clone)]
 pub struct ClusterControlConfig {
     /// The cluster id brokers must register with when the image has none: a controller
@@ -46,6 +51,12 @@ pub struct ClusterControlConfig {
     pub broker_session_timeout_ms: i64,
     /// The cluster default of `unclean.leader.election.enable` (Kafka's default false).
     pub unclean_leader_election_enable: bool,
+    /// The static default of `min.insync.replicas` (Kafka's default 1); a topic's
+    /// override, then the dynamic cluster default, win over it.
+    pub min_insync_replicas: i32,
+    /// Eligible leader replicas (KIP-966), Kafka's `eligible.leader.replicas.version=1`,
+    /// on by default since Kafka 4.1 for a new cluster.
+    pub eligible_leader_replicas_enabled: bool,
 }
 
 /// A BrokerRegistration request (API 62), as the controller needs it.
@@ -56,6 +67,10 @@ pub struct BrokerRegistrationInput {
     pub incarnation_id: Uuid,
     pub listeners: Vec<BrokerListener>,
     pub rack: Option<String>,
+    /// The epoch the broker had when it last shut down cleanly (version 3+, KIP-966),
+    /// -1 when it cannot tell: a new incarnation that does not name the epoch the
+    /// controller has for it shut down uncleanly.
+    pub previous_broker_epoch: i64,
 }
 
 /// A BrokerHeartbeat request (API 63).
@@ -160,11 +175,16 @@ impl ClusterControl {
                     "Another broker is registered with that broker id. If the broker was recently restarted this should self-resolve once the heartbeat manager expires the broker's session.",
                 ));
             }
-            if !old.fenced {
-                // The previous incarnation is gone without being fenced yet: move its
-                // leaderships away before the new one starts, fenced.
-                self.fence_records(image, old, &mut records);
-            }
+        }
+        // Kafka's `registerBroker` and `handleBrokerShutdown`: a new incarnation that did
+        // not shut down cleanly may have lost records it acknowledged, so it leaves every
+        // ISR and ELR; else, if the previous incarnation is gone without being fenced
+        // yet, its leaderships move away before the new one starts, fenced.
+        let clean = existing.is_some_and(|old| old.epoch == request.previous_broker_epoch);
+        if self.config.eligible_leader_replicas_enabled && !clean {
+            self.unclean_shutdown_records(image, id, &mut records);
+        } else if let Some(old) = existing.filter(|old| !old.fenced) {
+            self.fence_records(image, old, &mut records);
         }
         let epoch = offset_after(image, &records) as i64;
         records.push(register_record(request, epoch, true, false));
@@ -242,8 +262,9 @@ impl ClusterControl {
 
     /// Kafka's periodic `maybeElectUncleanLeaders` (every
     /// `unclean.leader.election.interval.ms`): every offline partition of a topic that
-    /// allows unclean election gets the first live replica as its leader, alone in the
-    /// ISR and recovering. Fence and unfence events already elect this way; this catches
+    /// allows unclean election gets a leader: an active ISR or ELR member if there is
+    /// one (a clean election), else the last known leader or the first live replica,
+    /// alone in the ISR and recovering. Fence and unfence events already elect this way; this catches
     /// a topic whose config was switched on while its partitions were offline. The
     /// answer is how many partitions got a leader.
     pub fn elect_unclean_leaders(&self, image: &MetadataImage) -> ControllerResult<usize> {
@@ -251,7 +272,7 @@ impl ClusterControl {
         let mut records = Vec::new();
         for topic in image.topics().filter(|t| self.unclean_election_enabled(t)) {
             for p in topic.partitions.iter().filter(|p| p.leader == NO_LEADER) {
-                let change = PartitionChangeBuilder::new(topic.id, p, &acceptable).unclean_election(true).build();
+                let change = self.partition_change(image, topic, p, &acceptable).unclean_election(true).build();
                 records.extend(change);
             }
         }
@@ -260,8 +281,9 @@ impl ClusterControl {
     }
 
     /// UnregisterBroker (API 64, Kafka's `ReplicationControlManager.unregisterBroker`):
-    /// the broker leaves every ISR (the last member stays) and leadership, then its
-    /// registration is removed.
+    /// the broker leaves every ISR and leadership (partitions where it is in the ELR are
+    /// looked at too, as Kafka's `handleBrokerUnregistered` does; it stays in the ELR),
+    /// then its registration is removed.
     pub fn unregister_broker(
         &mut self,
         image: &MetadataImage,
@@ -274,7 +296,7 @@ impl ClusterControl {
             )
         })?;
         let mut records = Vec::new();
-        self.leader_and_isr_updates(image, Some(broker_id), None, &mut records);
+        self.leader_and_isr_updates(image, BrokerChange::Unregistered(broker_id), &mut records);
         records.push(MetadataRecord::UnregisterBroker { id: broker_id, epoch: broker.epoch });
         self.heartbeats.remove(broker_id);
         Ok(ControllerResult { records, response: () })
@@ -341,10 +363,11 @@ impl ClusterControl {
             .unwrap_or(i64::MAX)
     }
 
-    /// Kafka's `handleBrokerFenced`: the broker leaves every ISR (but the last member
-    /// stays) and every leadership, then is marked fenced.
+    /// Kafka's `handleBrokerFenced`: the broker leaves every ISR (into the ELR when the
+    /// ISR falls below `min.insync.replicas`; without ELR the last member stays) and
+    /// every leadership, then is marked fenced.
     fn fence_records(&self, image: &MetadataImage, broker: &BrokerRegistration, records: &mut Vec<MetadataRecord>) {
-        self.leader_and_isr_updates(image, Some(broker.id), None, records);
+        self.leader_and_isr_updates(image, BrokerChange::Removed(broker.id), records);
         records.push(MetadataRecord::BrokerRegistrationChange {
             id: broker.id,
             epoch: broker.epoch,
@@ -364,7 +387,13 @@ impl ClusterControl {
             fenced: Some(false),
             in_controlled_shutdown: broker.in_controlled_shutdown.then_some(false),
         });
-        self.leader_and_isr_updates(image, None, Some(broker.id), records);
+        self.leader_and_isr_updates(image, BrokerChange::Added(broker.id), records);
+    }
+
+    /// Kafka's `handleBrokerShutdown` for an unclean shutdown (KIP-966): the broker
+    /// leaves every ISR and every ELR, and leads nothing.
+    fn unclean_shutdown_records(&self, image: &MetadataImage, broker_id: i32, records: &mut Vec<MetadataRecord>) {
+        self.leader_and_isr_updates(image, BrokerChange::UncleanShutdown(broker_id), records);
     }
 
     /// Kafka's `handleBrokerInControlledShutdown`: marked shutting down (so it joins no
@@ -381,47 +410,97 @@ impl ClusterControl {
             fenced: None,
             in_controlled_shutdown: Some(true),
         });
-        self.leader_and_isr_updates(image, Some(broker.id), None, records);
+        self.leader_and_isr_updates(image, BrokerChange::Removed(broker.id), records);
     }
 
-    /// Kafka's `generateLeaderAndIsrUpdates`: for every partition that has `remove` in
-    /// its ISR or as leader (or, when adding, that has no leader), the ISR without
-    /// `remove` and a new leader if the current one is not acceptable. `add` is
-    /// acceptable although the image does not say it is unfenced yet (its unfence
-    /// record is in the same batch).
-    fn leader_and_isr_updates(
-        &self,
-        image: &MetadataImage,
-        remove: Option<i32>,
-        add: Option<i32>,
-        records: &mut Vec<MetadataRecord>,
-    ) {
+    /// Kafka's `generateLeaderAndIsrUpdates`: for every partition the change concerns,
+    /// the ISR without a removed broker and a new leader if the current one is not
+    /// acceptable. An added broker is acceptable although the image does not say it is
+    /// unfenced yet (its unfence record is in the same batch).
+    fn leader_and_isr_updates(&self, image: &MetadataImage, change: BrokerChange, records: &mut Vec<MetadataRecord>) {
+        let (removed, added) = match change {
+            BrokerChange::Removed(r) | BrokerChange::Unregistered(r) | BrokerChange::UncleanShutdown(r) => {
+                (Some(r), None)
+            }
+            BrokerChange::Added(r) => (None, Some(r)),
+        };
         let acceptable =
-            |r: i32| Some(r) != remove && (Some(r) == add || image.broker(r).is_some_and(|b| b.is_active()));
+            |r: i32| Some(r) != removed && (Some(r) == added || image.broker(r).is_some_and(|b| b.is_active()));
         for topic in image.topics() {
             let unclean = self.unclean_election_enabled(topic);
-            for p in &topic.partitions {
-                let affected = match remove {
-                    Some(r) => p.isr.contains(&r) || p.leader == r,
-                    None => p.leader == NO_LEADER,
-                };
-                if !affected {
-                    continue;
-                }
-                let target_isr: Vec<i32> = p.isr.iter().copied().filter(|&i| Some(i) != remove).collect();
-                let change = PartitionChangeBuilder::new(topic.id, p, &acceptable)
+            for p in topic.partitions.iter().filter(|p| change.concerns(p)) {
+                let target_isr: Vec<i32> = p.isr.iter().copied().filter(|&i| Some(i) != removed).collect();
+                let mut builder = self
+                    .partition_change(image, topic, p, &acceptable)
                     .target_isr(target_isr)
-                    .unclean_election(unclean)
-                    .build();
-                records.extend(change);
+                    .unclean_election(unclean);
+                if let BrokerChange::UncleanShutdown(r) = change {
+                    builder = builder.unclean_shutdown_replica(r);
+                }
+                records.extend(builder.build());
             }
         }
+    }
+
+    /// A partition change with this topic's eligible leader replicas settings (every
+    /// decision about a partition starts here, as every one of Kafka's sets
+    /// `setEligibleLeaderReplicasEnabled` and the topic's effective min ISR).
+    pub(crate) fn partition_change<'a>(
+        &self,
+        image: &MetadataImage,
+        topic: &TopicImage,
+        p: &'a PartitionImage,
+        acceptable: &'a dyn Fn(i32) -> bool,
+    ) -> PartitionChangeBuilder<'a> {
+        let min_isr = self.config.eligible_leader_replicas_enabled.then(|| self.effective_min_isr(image, topic));
+        PartitionChangeBuilder::new(topic.id, p, acceptable).eligible_leader_replicas(min_isr)
+    }
+
+    /// Kafka's `getTopicEffectiveMinIsr`: the topic's `min.insync.replicas` (its
+    /// override, else the dynamic cluster default, else the static one), at most the
+    /// replication factor (of partition 0, as Kafka) and at least 1.
+    pub(crate) fn effective_min_isr(&self, image: &MetadataImage, topic: &TopicImage) -> usize {
+        let configured = topic
+            .configs
+            .get(MIN_INSYNC_REPLICAS)
+            .or_else(|| image.broker_configs("").and_then(|c| c.get(MIN_INSYNC_REPLICAS)))
+            .and_then(|v| v.parse::<i32>().ok())
+            .unwrap_or(self.config.min_insync_replicas);
+        let replication_factor = topic.partitions.first().map_or(0, |p| p.replicas.len());
+        usize::try_from(configured).unwrap_or(1).min(replication_factor).max(1)
     }
 
     pub(crate) fn unclean_election_enabled(&self, topic: &TopicImage) -> bool {
         match topic.configs.get(UNCLEAN_LEADER_ELECTION_ENABLE) {
             Some(v) => v.eq_ignore_ascii_case("true"),
             None => self.config.unclean_leader_election_enable,
+        }
+    }
+}
+
+/// What happened to a broker, for [`ClusterControl::leader_and_isr_updates`]: which
+/// partitions it concerns (Kafka's `brokersToIsrs` and `brokersToElrs` iterators) and
+/// how the broker stands in them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BrokerChange {
+    /// Fenced or in controlled shutdown: it leaves the ISRs it is in and leads nothing.
+    Removed(i32),
+    /// Unregistered: as `Removed`, looking at the partitions it is in the ELR of too.
+    Unregistered(i32),
+    /// Unfenced: it may lead partitions that have no leader.
+    Added(i32),
+    /// Registered again after an unclean shutdown: it leaves every ISR and ELR.
+    UncleanShutdown(i32),
+}
+
+impl BrokerChange {
+    fn concerns(self, p: &PartitionImage) -> bool {
+        match self {
+            BrokerChange::Removed(r) => p.isr.contains(&r) || p.leader == r,
+            BrokerChange::Unregistered(r) | BrokerChange::UncleanShutdown(r) => {
+                p.isr.contains(&r) || p.elr.contains(&r) || p.leader == r
+            }
+            BrokerChange::Added(_) => p.leader == NO_LEADER,
         }
     }
 }
@@ -475,6 +554,7 @@ fn register_record(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::image::LEADER_RECOVERED;
     use crate::test_support::{TestCluster, CLUSTER_ID, SESSION_MS};
     use std::collections::BTreeMap;
 
@@ -596,17 +676,111 @@ mod tests {
         let p1 = c.partition(1);
         assert_eq!((p1.leader, p1.isr.clone(), p1.leader_epoch, p1.partition_epoch), (2, vec![2], 0, 1));
         assert_eq!(c.control.tick(&c.image, SESSION_MS + 1).response, None, "fenced once");
-        // Broker 2 goes too: the last ISR member stays, the partitions go offline.
+        // Broker 2 goes too: the ISR empties into the ELR, the partitions go offline.
         let fenced = c.control.tick(&c.image, 5_000 + SESSION_MS + 1);
         assert_eq!(fenced.response, Some(2));
         c.commit(fenced);
         let p0 = c.partition(0);
-        assert_eq!((p0.leader, p0.isr.clone(), p0.leader_epoch), (NO_LEADER, vec![2], 2));
-        // Broker 2 comes back: unfenced, it leads again what it was the last ISR member of.
+        assert_eq!((p0.leader, p0.isr.clone(), p0.elr.clone(), p0.leader_epoch), (NO_LEADER, vec![], vec![2], 2));
+        assert_eq!(p0.last_known_elr, vec![2], "the last leader");
+        // Broker 2 comes back: unfenced, it leads again what it was in the ELR of.
         c.heartbeat(2, e2, 20_000, false);
-        assert_eq!(c.partition(0).leader, 2);
-        assert_eq!(c.partition(0).leader_epoch, 3);
+        let p0 = c.partition(0);
+        assert_eq!((p0.leader, p0.isr.clone(), p0.elr.clone(), p0.leader_epoch), (2, vec![2], vec![], 3));
+        assert!(p0.last_known_elr.is_empty());
+        assert_eq!(p0.leader_recovery_state, LEADER_RECOVERED, "a clean election");
         let _ = e1;
+    }
+
+    #[test]
+    fn without_eligible_leader_replicas_the_last_isr_member_stays_when_fenced() {
+        let mut c = TestCluster::without_elr();
+        c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2]], BTreeMap::new());
+        c.heartbeat(2, e2, 5_000, false);
+        for now_ms in [SESSION_MS + 1, 5_000 + SESSION_MS + 1] {
+            let fenced = c.control.tick(&c.image, now_ms);
+            c.commit(fenced);
+        }
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (NO_LEADER, vec![2], vec![]));
+        assert!(p.last_known_elr.is_empty());
+        c.heartbeat(2, e2, 20_000, false);
+        assert_eq!((c.partition(0).leader, c.partition(0).leader_epoch), (2, 3));
+    }
+
+    /// Brokers 1-3, partition [1, 2, 3] with `min.insync.replicas=2`; brokers 3 then 2
+    /// time out: broker 1 is the ISR, broker 2 in the ELR. Broker 2's old epoch.
+    fn isr_1_elr_2() -> (TestCluster, i64) {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_broker(3, 0);
+        let configs = BTreeMap::from([(MIN_INSYNC_REPLICAS.to_string(), "2".to_string())]);
+        c.add_topic(vec![vec![1, 2, 3]], configs);
+        c.heartbeat(1, e1, 5_000, false);
+        c.heartbeat(2, e2, 5_000, false);
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(3));
+        c.commit(fenced);
+        assert_eq!((c.partition(0).isr.clone(), c.partition(0).elr.clone()), (vec![1, 2], vec![]), "at min ISR");
+        c.heartbeat(1, e1, 10_000, false);
+        let fenced = c.control.tick(&c.image, 5_000 + SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(2));
+        c.commit(fenced);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (1, vec![1], vec![2]));
+        (c, e2)
+    }
+
+    #[test]
+    fn a_broker_back_from_an_unclean_shutdown_leaves_every_elr() {
+        let (mut c, _) = isr_1_elr_2();
+        let unclean = TestCluster::registration(2, 20);
+        let result = c.control.register_broker(&c.image, &unclean, 20_000).unwrap();
+        c.commit(result);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (1, vec![1], vec![]));
+    }
+
+    #[test]
+    fn a_broker_back_from_a_clean_shutdown_stays_in_the_elr_and_may_lead_from_it() {
+        let (mut c, e2) = isr_1_elr_2();
+        let clean = BrokerRegistrationInput { previous_broker_epoch: e2, ..TestCluster::registration(2, 20) };
+        let result = c.control.register_broker(&c.image, &clean, 20_000).unwrap();
+        let new_e2 = c.commit(result);
+        assert_eq!(c.partition(0).elr, vec![2]);
+        // Broker 1 goes: the ISR empties; broker 2, unfenced, leads from the ELR.
+        let fenced = c.control.tick(&c.image, 10_000 + SESSION_MS + 1);
+        assert_eq!(fenced.response, Some(1));
+        c.commit(fenced);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (NO_LEADER, vec![], vec![1, 2]));
+        c.heartbeat(2, new_e2, 21_000, false);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (2, vec![2], vec![1]));
+        assert_eq!(p.leader_recovery_state, LEADER_RECOVERED);
+    }
+
+    #[test]
+    fn effective_min_isr_is_the_topics_then_the_clusters_at_most_the_replication_factor() {
+        let mut c = TestCluster::new();
+        c.add_topic(vec![vec![1, 2, 3]], BTreeMap::new());
+        let topic = |c: &TestCluster| c.image.topic("t").unwrap().clone();
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 1, "the static default");
+        c.image.apply(&MetadataRecord::SetBrokerConfig {
+            resource: String::new(),
+            key: MIN_INSYNC_REPLICAS.into(),
+            value: Some("2".into()),
+        });
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 2, "the dynamic cluster default");
+        c.image.apply(&MetadataRecord::SetTopicConfig {
+            id: crate::test_support::TOPIC,
+            key: MIN_INSYNC_REPLICAS.into(),
+            value: Some("5".into()),
+        });
+        assert_eq!(c.control.effective_min_isr(&c.image, &topic(&c)), 3, "capped at the replication factor");
     }
 
     #[test]
@@ -622,6 +796,7 @@ mod tests {
             leader: 1,
             isr: vec![1],
             elr: vec![],
+            last_known_elr: Vec::new(),
             leader_epoch: 0,
             partition_epoch: 1,
             replicas: vec![1, 2],
@@ -648,6 +823,7 @@ mod tests {
             leader: 2,
             isr: vec![2],
             elr: vec![],
+            last_known_elr: Vec::new(),
             leader_epoch: 0,
             partition_epoch: 1,
             replicas: vec![2, 1],

@@ -102,6 +102,8 @@ impl Controller {
                 cluster_id: None,
                 broker_session_timeout_ms: DEFAULT_BROKER_SESSION_TIMEOUT_MS,
                 unclean_leader_election_enable: false,
+                min_insync_replicas: 1,
+                eligible_leader_replicas_enabled: true,
             }),
             topics: TopicControl::new(brokers, default_partitions, default_replication_factor),
         }
@@ -537,6 +539,8 @@ mod tests {
             cluster_id: Some("c".into()),
             broker_session_timeout_ms: 9_000,
             unclean_leader_election_enable: false,
+            min_insync_replicas: 1,
+            eligible_leader_replicas_enabled: true,
         });
         c.set_placement_seed(5);
         for id in 1..=n {
@@ -546,6 +550,7 @@ mod tests {
                 incarnation_id: Uuid([id as u8; 16]),
                 listeners: vec![],
                 rack: Some(format!("r{}", id % 2)),
+                previous_broker_epoch: -1,
             };
             let epoch = c.register_broker(&request, 0).unwrap();
             if !fenced.contains(&id) {
@@ -645,6 +650,8 @@ mod tests {
             cluster_id: Some("c".into()),
             broker_session_timeout_ms: 100,
             unclean_leader_election_enable: false,
+            min_insync_replicas: 1,
+            eligible_leader_replicas_enabled: true,
         });
         for id in [1, 2] {
             let request = BrokerRegistrationInput {
@@ -653,6 +660,7 @@ mod tests {
                 incarnation_id: Uuid([id as u8; 16]),
                 listeners: vec![],
                 rack: None,
+                previous_broker_epoch: -1,
             };
             let epoch = c.register_broker(&request, 0).unwrap();
             let heartbeat = BrokerHeartbeatInput {

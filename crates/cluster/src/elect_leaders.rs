@@ -4,7 +4,8 @@
 //!
 //! **ElectLeaders (API 43).** A preferred election moves leadership to a partition's
 //! first replica (its "preferred" replica) when that replica is in the ISR and its
-//! broker is active; an unclean election gives a partition without a leader the first
+//! broker is active; an unclean election gives a partition without a leader an active
+//! member of its ISR or ELR (KIP-966), else its last known leader, else the first
 //! active replica, from outside the ISR if need be. Each partition named gets Kafka's
 //! answer: none (elected), ELECTION_NOT_NEEDED (the preferred replica already leads, or
 //! the partition has a leader), PREFERRED_LEADER_NOT_AVAILABLE or
@@ -23,7 +24,7 @@
 use crate::cluster_control::{ClusterControl, ControllerResult};
 use crate::controller::ControllerError;
 use crate::image::{MetadataImage, MetadataRecord, PartitionImage, TopicImage, NO_LEADER};
-use crate::partition_change::{Election, PartitionChangeBuilder};
+use crate::partition_change::Election;
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeMap;
 
@@ -90,7 +91,7 @@ impl ClusterControl {
                     let partitions = topic
                         .partitions
                         .iter()
-                        .map(|p| (p.index, elect_partition(image, topic, p, election, &mut records)))
+                        .map(|p| (p.index, self.elect_partition(image, topic, p, election, &mut records)))
                         // Every partition, so those already led as asked are left out.
                         .filter(|(_, (error, _))| *error != ErrorCode::ELECTION_NOT_NEEDED)
                         .map(|(partition_id, (error, message))| PartitionElectionResult {
@@ -109,7 +110,7 @@ impl ClusterControl {
                     for &partition_id in partition_ids {
                         let (error, message) = answered
                             .entry((name.as_str(), partition_id))
-                            .or_insert_with(|| elect_named(image, name, partition_id, election, &mut records))
+                            .or_insert_with(|| self.elect_named(image, name, partition_id, election, &mut records))
                             .clone();
                         partitions.push(PartitionElectionResult { partition_id, error, message });
                     }
@@ -131,8 +132,7 @@ impl ClusterControl {
                 if records.len() >= MAX_ELECTIONS_PER_IMBALANCE {
                     return ControllerResult { records, response: true };
                 }
-                let change =
-                    PartitionChangeBuilder::new(topic.id, p, &acceptable).election(Election::Preferred).build();
+                let change = self.partition_change(image, topic, p, &acceptable).election(Election::Preferred).build();
                 records.extend(change);
             }
         }
@@ -146,55 +146,62 @@ pub fn partition_leaders_imbalanced(image: &MetadataImage) -> bool {
     image.topics().flat_map(|t| &t.partitions).any(|p| !has_preferred_leader(p))
 }
 
-/// Kafka's `electLeader` for a partition named in the request.
-fn elect_named(
-    image: &MetadataImage,
-    name: &str,
-    partition_id: i32,
-    election: ElectionType,
-    records: &mut Vec<MetadataRecord>,
-) -> (ErrorCode, Option<String>) {
-    let Some(topic) = image.topic(name) else {
-        return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such topic as {name}")));
-    };
-    let Some(p) = topic.partitions.iter().find(|p| p.index == partition_id) else {
-        return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such partition as {name}-{partition_id}")));
-    };
-    elect_partition(image, topic, p, election, records)
-}
-
-/// Kafka's `electLeader` once the partition is found: no election when the partition
-/// already has what was asked for; else the election's record, or why there is none.
-fn elect_partition(
-    image: &MetadataImage,
-    topic: &TopicImage,
-    p: &PartitionImage,
-    election: ElectionType,
-    records: &mut Vec<MetadataRecord>,
-) -> (ErrorCode, Option<String>) {
-    let not_needed = match election {
-        ElectionType::Preferred => has_preferred_leader(p),
-        ElectionType::Unclean => p.leader != NO_LEADER,
-    };
-    if not_needed {
-        return (ErrorCode::ELECTION_NOT_NEEDED, Some(ELECTION_NOT_NEEDED_MESSAGE.into()));
+impl ClusterControl {
+    /// Kafka's `electLeader` for a partition named in the request.
+    fn elect_named(
+        &self,
+        image: &MetadataImage,
+        name: &str,
+        partition_id: i32,
+        election: ElectionType,
+        records: &mut Vec<MetadataRecord>,
+    ) -> (ErrorCode, Option<String>) {
+        let Some(topic) = image.topic(name) else {
+            return (ErrorCode::UNKNOWN_TOPIC_OR_PARTITION, Some(format!("No such topic as {name}")));
+        };
+        let Some(p) = topic.partitions.iter().find(|p| p.index == partition_id) else {
+            return (
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+                Some(format!("No such partition as {name}-{partition_id}")),
+            );
+        };
+        self.elect_partition(image, topic, p, election, records)
     }
-    let acceptable = |r: i32| is_active(image, r);
-    let builder = PartitionChangeBuilder::new(topic.id, p, &acceptable);
-    let change = match election {
-        ElectionType::Preferred => builder.election(Election::Preferred).build(),
-        ElectionType::Unclean => builder.election(Election::Unclean).build(),
-    };
-    match (change, election) {
-        (Some(record), _) => {
-            records.push(record);
-            (ErrorCode::NONE, None)
+
+    /// Kafka's `electLeader` once the partition is found: no election when the partition
+    /// already has what was asked for; else the election's record, or why there is none.
+    fn elect_partition(
+        &self,
+        image: &MetadataImage,
+        topic: &TopicImage,
+        p: &PartitionImage,
+        election: ElectionType,
+        records: &mut Vec<MetadataRecord>,
+    ) -> (ErrorCode, Option<String>) {
+        let not_needed = match election {
+            ElectionType::Preferred => has_preferred_leader(p),
+            ElectionType::Unclean => p.leader != NO_LEADER,
+        };
+        if not_needed {
+            return (ErrorCode::ELECTION_NOT_NEEDED, Some(ELECTION_NOT_NEEDED_MESSAGE.into()));
         }
-        (None, ElectionType::Preferred) => {
-            (ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE, Some(PREFERRED_LEADER_NOT_AVAILABLE_MESSAGE.into()))
-        }
-        (None, ElectionType::Unclean) => {
-            (ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE, Some(ELIGIBLE_LEADERS_NOT_AVAILABLE_MESSAGE.into()))
+        let acceptable = |r: i32| is_active(image, r);
+        let builder = self.partition_change(image, topic, p, &acceptable);
+        let change = match election {
+            ElectionType::Preferred => builder.election(Election::Preferred).build(),
+            ElectionType::Unclean => builder.election(Election::Unclean).build(),
+        };
+        match (change, election) {
+            (Some(record), _) => {
+                records.push(record);
+                (ErrorCode::NONE, None)
+            }
+            (None, ElectionType::Preferred) => {
+                (ErrorCode::PREFERRED_LEADER_NOT_AVAILABLE, Some(PREFERRED_LEADER_NOT_AVAILABLE_MESSAGE.into()))
+            }
+            (None, ElectionType::Unclean) => {
+                (ErrorCode::ELIGIBLE_LEADERS_NOT_AVAILABLE, Some(ELIGIBLE_LEADERS_NOT_AVAILABLE_MESSAGE.into()))
+            }
         }
     }
 }
@@ -238,6 +245,7 @@ mod tests {
             leader,
             isr,
             elr: vec![],
+            last_known_elr: Vec::new(),
             leader_epoch: p.leader_epoch + 1,
             partition_epoch: p.partition_epoch + 1,
             replicas: p.replicas.clone(),
@@ -347,6 +355,33 @@ mod tests {
     }
 
     #[test]
+    fn unclean_election_takes_an_active_elr_member_first_and_cleanly() {
+        let mut c = cluster(vec![vec![1, 2, 3]], &[1]);
+        let p = c.partition(0).clone();
+        c.image.apply(&MetadataRecord::PartitionChange {
+            topic_id: TOPIC,
+            partition: 0,
+            leader: NO_LEADER,
+            isr: vec![],
+            elr: vec![3],
+            last_known_elr: vec![1],
+            leader_epoch: p.leader_epoch + 1,
+            partition_epoch: p.partition_epoch + 1,
+            replicas: p.replicas.clone(),
+            leader_recovery_state: p.leader_recovery_state,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        });
+        let result = c.control.elect_leaders(&c.image, ElectionType::Unclean, Some(&named(&[0])));
+        assert_eq!(codes(&result.response), vec![(0, ErrorCode::NONE)]);
+        c.commit(result);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone()), (3, vec![3], vec![]));
+        assert_eq!(p.leader_recovery_state, crate::image::LEADER_RECOVERED, "not replica 1, not unclean");
+        assert!(p.last_known_elr.is_empty());
+    }
+
+    #[test]
     fn unclean_election_without_a_live_replica_is_eligible_leaders_not_available() {
         let mut c = TestCluster::new();
         c.add_broker(1, 0);
@@ -406,6 +441,7 @@ mod tests {
                 leader: 2,
                 isr: vec![2, 1],
                 elr: vec![],
+                last_known_elr: Vec::new(),
                 leader_epoch: 1,
                 partition_epoch: 1,
                 replicas: vec![1, 2],

@@ -111,6 +111,9 @@ pub enum MetadataRecord {
         isr: Vec<i32>,
         #[serde(default)]
         elr: Vec<i32>,
+        /// Kafka's `LastKnownElr` (absent in records written before Osprey kept it).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        last_known_elr: Vec<i32>,
         leader_epoch: i32,
         partition_epoch: i32,
         replicas: Vec<i32>,
@@ -215,8 +218,16 @@ pub struct PartitionImage {
     /// The partition epoch the controller set: 0 at creation, bumped at every change of
     /// the ISR or replicas (AlterPartition fences on it).
     pub partition_epoch: i32,
-    /// Eligible leader replicas (KIP-966). Osprey's controller does not fill it yet.
+    /// Eligible leader replicas (KIP-966): replicas out of the ISR that still have every
+    /// committed record, filled while the ISR is below the topic's `min.insync.replicas`
+    /// (see `partition_change.rs`). Never overlaps the ISR.
+    #[serde(default)]
     pub elr: Vec<i32>,
+    /// Kafka's last known ELR, which its controller uses for the last leader alone: set
+    /// when the partition loses its leader, cleared when it has one again. Absent in
+    /// snapshots written before Osprey kept it.
+    #[serde(default)]
+    pub last_known_elr: Vec<i32>,
     /// `LEADER_RECOVERED` or `LEADER_RECOVERING` (after an unclean election).
     pub leader_recovery_state: i8,
     /// Replicas an ongoing reassignment adds (Kafka's `addingReplicas`): in `replicas`
@@ -242,6 +253,7 @@ impl PartitionImage {
             leader_epoch: 0,
             partition_epoch: 0,
             elr: Vec::new(),
+            last_known_elr: Vec::new(),
             leader_recovery_state: LEADER_RECOVERED,
             adding_replicas: Vec::new(),
             removing_replicas: Vec::new(),
@@ -430,6 +442,7 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
         leader,
         isr,
         elr,
+        last_known_elr,
         leader_epoch,
         partition_epoch,
         replicas,
@@ -452,7 +465,13 @@ pub(crate) fn apply_partition_change(p: &mut PartitionImage, record: &MetadataRe
     }
     p.leader = *leader;
     p.isr = isr.clone();
+    if elr.iter().any(|r| isr.contains(r)) {
+        // A bug in the decision that wrote it; Kafka's controller logs the same and
+        // applies the record anyway (`updatePartitionInfo`).
+        tracing::error!(partition = p.index, ?isr, ?elr, "metadata record has overlapping ISR and ELR");
+    }
     p.elr = elr.clone();
+    p.last_known_elr = last_known_elr.clone();
     p.leader_epoch = *leader_epoch;
     p.partition_epoch = *partition_epoch;
     p.replicas = replicas.clone();
@@ -782,6 +801,43 @@ mod record_format_tests {
     }
 
     #[test]
+    fn partition_changes_and_snapshots_without_a_last_known_elr_still_load() {
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::CreateTopic {
+            name: "a".into(),
+            id: [1; 16],
+            replicas: vec![vec![1, 2]],
+            configs: BTreeMap::new(),
+            isrs: None,
+        });
+        let old = r#"{"type":"PartitionChange","topic_id":[1,1,1,1,1,1,1,1,1,1,1,1,1,1,1,1],"partition":0,"leader":-1,"isr":[],"elr":[1],"leader_epoch":1,"partition_epoch":1,"replicas":[1,2]}"#;
+        image.apply(&serde_json::from_str(old).unwrap());
+        let p = image.partition(Uuid([1; 16]), 0).unwrap();
+        assert_eq!((p.elr.clone(), p.last_known_elr.clone()), (vec![1], vec![]));
+        let mut json: serde_json::Value = serde_json::to_value(&image).unwrap();
+        let snapshot_partition = &mut json["topics"][0]["partitions"][0];
+        snapshot_partition.as_object_mut().unwrap().remove("last_known_elr");
+        let back: MetadataImage = serde_json::from_value(json).unwrap();
+        assert_eq!(back.partition(Uuid([1; 16]), 0), Some(p), "a snapshot from before last_known_elr");
+        let change = MetadataRecord::PartitionChange {
+            topic_id: [1; 16],
+            partition: 0,
+            leader: -1,
+            isr: vec![],
+            elr: vec![],
+            last_known_elr: vec![2],
+            leader_epoch: 2,
+            partition_epoch: 2,
+            replicas: vec![1, 2],
+            leader_recovery_state: LEADER_RECOVERED,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        };
+        let round_trip: MetadataRecord = serde_json::from_str(&serde_json::to_string(&change).unwrap()).unwrap();
+        assert_eq!(round_trip, change);
+    }
+
+    #[test]
     fn partition_change_never_moves_epochs_back() {
         let mut image = MetadataImage::default();
         image.apply(&MetadataRecord::CreateTopic {
@@ -797,6 +853,7 @@ mod record_format_tests {
             leader,
             isr: vec![leader],
             elr: vec![],
+            last_known_elr: vec![],
             leader_epoch,
             partition_epoch,
             replicas: vec![1, 2],

@@ -535,6 +535,7 @@ mod tests {
             partition_epoch: p.partition_epoch + 1,
             replicas: vec![2, 1],
             leader_recovery_state: 0,
+            last_known_elr: Vec::new(),
             adding_replicas: vec![2],
             removing_replicas: vec![1],
         });

@@ -25,8 +25,20 @@ impl TestCluster {
                 cluster_id: Some(CLUSTER_ID.into()),
                 broker_session_timeout_ms: SESSION_MS,
                 unclean_leader_election_enable: false,
+                min_insync_replicas: 1,
+                eligible_leader_replicas_enabled: true,
             }),
         }
+    }
+
+    /// As `new`, with eligible leader replicas (KIP-966) off.
+    pub fn without_elr() -> TestCluster {
+        let mut c = TestCluster::new();
+        c.control = ClusterControl::new(ClusterControlConfig {
+            eligible_leader_replicas_enabled: false,
+            ..c.control.config().clone()
+        });
+        c
     }
 
     /// Applies a decision's records, as the quorum would once they commit.
@@ -49,6 +61,7 @@ impl TestCluster {
                 security_protocol: 0,
             }],
             rack: None,
+            previous_broker_epoch: -1,
         }
     }
 

@@ -6,8 +6,14 @@
 //! CreateTopics places new topics. After every step the image must hold:
 //! - every leader is in its ISR or is -1, and is an active broker (registered, not
 //!   fenced, not in controlled shutdown), so a fenced broker leads nothing;
-//! - every ISR is non-empty, has no duplicate, is within the replicas, and holds only
-//!   active brokers, except an offline partition (leader -1) keeping its last member;
+//! - every ISR has no duplicate, is within the replicas, and holds only active brokers,
+//!   except an offline partition (leader -1) keeping its last member; it is non-empty
+//!   without eligible leader replicas (KIP-966), and with them empty only offline;
+//! - every ELR (eligible leader replicas, on in most runs, with a random
+//!   `min.insync.replicas`) is within the replicas, disjoint from the ISR, and empty
+//!   unless the ISR is below the effective `min.insync.replicas`; the last known ELR is
+//!   the last leader alone, and empty while the partition has a leader; a broker that
+//!   registers again after an unclean shutdown is in no ISR and no ELR;
 //! - leader epochs and partition epochs never go back; a leader change bumps the
 //!   leader epoch, any change bumps the partition epoch, and the leader epoch never
 //!   moves more than the partition epoch;
@@ -64,6 +70,8 @@ struct Sim {
     topics: usize,
     producer_ids_end: i64,
     broker_epochs: BTreeMap<i32, i64>,
+    /// `min.insync.replicas` when eligible leader replicas are on.
+    elr_min_isr: Option<usize>,
 }
 
 impl Sim {
@@ -72,10 +80,14 @@ impl Sim {
         let racks = 1 + rng.below(3) as usize;
         let count = 3 + rng.below(4) as i32;
         let mut controller = Controller::in_memory(vec![], 1, 1);
+        let min_insync_replicas = 1 + rng.below(3) as i32;
+        let eligible_leader_replicas_enabled = !rng.chance(4);
         controller.configure_cluster(ClusterControlConfig {
             cluster_id: Some(CLUSTER_ID.into()),
             broker_session_timeout_ms: SESSION_MS,
             unclean_leader_election_enable: rng.chance(4),
+            min_insync_replicas,
+            eligible_leader_replicas_enabled,
         });
         controller.set_placement_seed(rng.next_u64());
         let brokers = (1..=count)
@@ -101,6 +113,7 @@ impl Sim {
             topics: 0,
             producer_ids_end: 0,
             broker_epochs: BTreeMap::new(),
+            elr_min_isr: eligible_leader_replicas_enabled.then_some(min_insync_replicas as usize),
         }
     }
 
@@ -148,6 +161,12 @@ impl Sim {
             Some((_, inc)) if !self.rng.chance(4) => inc,
             _ => b.next_incarnation,
         };
+        // Half the restarts prove a clean shutdown (the epoch it shut down at).
+        let registered_epoch = self.image().broker(id).map(|old| old.epoch);
+        let previous_broker_epoch = match registered_epoch {
+            Some(epoch) if self.rng.chance(2) => epoch,
+            _ => -1,
+        };
         let request = BrokerRegistrationInput {
             broker_id: id,
             cluster_id: CLUSTER_ID.into(),
@@ -159,6 +178,7 @@ impl Sim {
                 security_protocol: 0,
             }],
             rack: b.rack.clone(),
+            previous_broker_epoch,
         };
         let existing = self.image().broker(id).cloned();
         let result = self.controller.register_broker(&request, self.now);
@@ -174,6 +194,15 @@ impl Sim {
                 }
                 let reg = self.image().broker(id).expect("registered");
                 assert_eq!(reg.epoch, epoch);
+                let clean = existing.as_ref().is_some_and(|old| old.epoch == previous_broker_epoch);
+                if epoch != existing.as_ref().map_or(-1, |old| old.epoch) && !clean && self.elr_min_isr.is_some() {
+                    let kept = self
+                        .image()
+                        .topics()
+                        .flat_map(|t| &t.partitions)
+                        .find(|p| p.isr.contains(&id) || p.elr.contains(&id));
+                    assert!(kept.is_none(), "broker {id} back from an unclean shutdown is still eligible: {kept:?}");
+                }
                 let b = self.brokers.get_mut(&id).expect("broker");
                 if b.session.map(|(_, inc)| inc) != Some(incarnation) {
                     b.applied = -1;
@@ -431,7 +460,8 @@ impl Sim {
         }
         for t in image.topics() {
             for p in &t.partitions {
-                check_partition(image, p);
+                let min_isr = self.elr_min_isr.map(|n| n.min(p.replicas.len()));
+                check_partition(image, p, min_isr);
                 if let Some(old) = before.get(&(t.id, p.index)) {
                     check_progress(old, p);
                 }
@@ -465,6 +495,7 @@ impl Sim {
                             incarnation_id: Uuid([b.next_incarnation; 16]),
                             listeners: vec![],
                             rack: b.rack.clone(),
+                            previous_broker_epoch: -1,
                         };
                         let epoch = self.controller.register_broker(&request, self.now).expect("session expired");
                         let b = self.brokers.get_mut(&id).expect("broker");
@@ -504,12 +535,29 @@ fn snapshot(image: &MetadataImage) -> Snapshot {
     image.topics().flat_map(|t| t.partitions.iter().map(move |p| ((t.id, p.index), p.clone()))).collect()
 }
 
-fn check_partition(image: &MetadataImage, p: &PartitionImage) {
+/// `elr_min_isr`: the effective `min.insync.replicas` when eligible leader replicas are on.
+fn check_partition(image: &MetadataImage, p: &PartitionImage, elr_min_isr: Option<usize>) {
     let active = |id: i32| image.broker(id).is_some_and(|b| b.is_active());
-    assert!(!p.isr.is_empty(), "empty ISR: {p:?}");
+    match elr_min_isr {
+        None => {
+            assert!(!p.isr.is_empty(), "empty ISR: {p:?}");
+            assert!(p.elr.is_empty(), "ELR while it is off: {p:?}");
+        }
+        Some(min_isr) => {
+            assert!(!p.isr.is_empty() || p.leader == NO_LEADER, "a leader with an empty ISR: {p:?}");
+            assert!(p.elr.is_empty() || p.isr.len() < min_isr, "ELR with the ISR at min ISR {min_isr}: {p:?}");
+            assert!(p.last_known_elr.len() <= 1, "last known ELR is the last leader alone: {p:?}");
+            assert!(p.leader == NO_LEADER || p.last_known_elr.is_empty(), "a last known leader while led: {p:?}");
+        }
+    }
     for (i, r) in p.isr.iter().enumerate() {
         assert!(p.replicas.contains(r), "ISR member {r} is not a replica: {p:?}");
         assert!(!p.isr[..i].contains(r), "ISR member {r} twice: {p:?}");
+    }
+    for (i, r) in p.elr.iter().enumerate() {
+        assert!(p.replicas.contains(r), "ELR member {r} is not a replica: {p:?}");
+        assert!(!p.elr[..i].contains(r), "ELR member {r} twice: {p:?}");
+        assert!(!p.isr.contains(r), "ELR member {r} in the ISR: {p:?}");
     }
     if p.leader == NO_LEADER {
         return;
@@ -526,7 +574,11 @@ fn check_progress(old: &PartitionImage, p: &PartitionImage) {
     if p.leader != old.leader {
         assert!(p.leader_epoch > old.leader_epoch, "leader changed without a new leader epoch: {old:?} -> {p:?}");
     }
-    let changed = p.leader != old.leader || p.isr != old.isr || p.leader_recovery_state != old.leader_recovery_state;
+    let changed = p.leader != old.leader
+        || p.isr != old.isr
+        || p.elr != old.elr
+        || p.last_known_elr != old.last_known_elr
+        || p.leader_recovery_state != old.leader_recovery_state;
     if changed {
         assert!(p.partition_epoch > old.partition_epoch, "changed without a new partition epoch: {old:?} -> {p:?}");
     }
@@ -544,19 +596,25 @@ fn controller_decisions_keep_their_invariants() {
     let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
     let range = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).map_or(0..seeds, |s: u64| s..s + 1);
     let mut offline_seen = 0;
+    let mut elr_seen = 0;
     for seed in range {
         let result = std::panic::catch_unwind(|| {
             let mut sim = Sim::new(seed);
-            let mut offline = false;
+            let (mut offline, mut elr) = (false, false);
             for _ in 0..STEPS {
                 sim.step();
-                offline |= sim.image().topics().any(|t| t.partitions.iter().any(|p| p.leader == NO_LEADER));
+                let partitions = || sim.image().topics().flat_map(|t| &t.partitions);
+                offline |= partitions().any(|p| p.leader == NO_LEADER);
+                elr |= partitions().any(|p| p.isr.is_empty() && !p.elr.is_empty());
             }
             sim.recover_all();
-            offline
+            (offline, elr)
         });
         match result {
-            Ok(offline) => offline_seen += usize::from(offline),
+            Ok((offline, elr)) => {
+                offline_seen += usize::from(offline);
+                elr_seen += usize::from(elr);
+            }
             Err(e) => {
                 eprintln!("failing seed: {seed} (replay with SIM_SEED={seed} SIM_TRACE=1)");
                 std::panic::resume_unwind(e);
@@ -566,5 +624,6 @@ fn controller_decisions_keep_their_invariants() {
     // The runs must reach the interesting states, not just pass trivially.
     if std::env::var_os("SIM_SEED").is_none() {
         assert!(offline_seen > 0, "no run took a partition offline");
+        assert!(elr_seen > 0, "no run emptied an ISR into the ELR");
     }
 }

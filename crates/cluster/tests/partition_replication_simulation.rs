@@ -25,10 +25,12 @@
 //! agreement check skips it in such views.
 //!
 //! Invariants, checked after EVERY step:
-//! 1. an acknowledged acks=all write is never lost while an ISR member keeps its disk:
-//!    some member of the controller's ISR has it durably, at the offset it was
-//!    acknowledged at, unless every member that had it lost its disk (clean elections
-//!    only: an unclean election gives this up, as in Kafka);
+//! 1. an acknowledged acks=all write is never lost while an ISR or ELR member keeps its
+//!    disk: some member of the controller's ISR, or of its ELR (KIP-966, on in three
+//!    runs of four, with the run's `min.insync.replicas`), has it durably, at the offset
+//!    it was acknowledged at, unless every member that had it lost its disk (clean
+//!    elections only: an unclean election, or electing the last known leader, gives
+//!    this up, as in Kafka);
 //! 2. the logs of ISR members agree up to the high watermark: every member of a leader's
 //!    ISR (and of the controller's, for the current leader) holds the leader's records
 //!    below its high watermark; a member that lost its disk is skipped until it has
@@ -249,6 +251,8 @@ struct Settings {
     partitions: i32,
     min_insync_replicas: usize,
     unclean: bool,
+    /// KIP-966 on in the controller.
+    eligible_leader_replicas: bool,
 }
 
 struct Sim {
@@ -307,6 +311,8 @@ struct Coverage {
     cut_offs: usize,
     leader_elections: usize,
     unclean_elections: usize,
+    /// Leaders elected from the ELR, the ISR having emptied into it (KIP-966).
+    elr_elections: usize,
     diverging_truncations: usize,
     refused_isr_changes: usize,
     /// AlterPartitionReassignments accepted, and reassignments that ended (completed
@@ -324,6 +330,7 @@ impl Coverage {
         self.cut_offs += other.cut_offs;
         self.leader_elections += other.leader_elections;
         self.unclean_elections += other.unclean_elections;
+        self.elr_elections += other.elr_elections;
         self.diverging_truncations += other.diverging_truncations;
         self.refused_isr_changes += other.refused_isr_changes;
         self.reassignments += other.reassignments;
@@ -353,6 +360,7 @@ fn partition_replication_keeps_acknowledged_writes_through_crashes_and_partition
             c.cut_offs,
             c.leader_elections,
             c.unclean_elections,
+            c.elr_elections,
             c.diverging_truncations,
             c.refused_isr_changes,
             c.reassignments,
@@ -370,11 +378,15 @@ impl Sim {
             partitions: 1 + rng.below(2) as i32,
             min_insync_replicas: 1 + rng.below(3) as usize,
             unclean: rng.chance(5),
+            // From the seed, not the stream, so that the runs' faults stay the same.
+            eligible_leader_replicas: seed % 4 != 3,
         };
         let control = ClusterControl::new(ClusterControlConfig {
             cluster_id: Some(CLUSTER_ID.into()),
             broker_session_timeout_ms: SESSION_MS,
             unclean_leader_election_enable: settings.unclean,
+            min_insync_replicas: settings.min_insync_replicas as i32,
+            eligible_leader_replicas_enabled: settings.eligible_leader_replicas,
         });
         let brokers = (1..=settings.brokers)
             .map(|id| Broker {
@@ -740,6 +752,7 @@ impl Sim {
                 security_protocol: 0,
             }],
             rack: None,
+            previous_broker_epoch: -1,
         };
         match self.control.register_broker(&self.image, &request, self.now) {
             Ok(result) => {
@@ -786,6 +799,10 @@ impl Sim {
                 assert!(*leader_epoch >= *seen, "the controller's leader epoch for {partition} went back");
                 if *leader_epoch > *seen && *leader != NO_LEADER {
                     self.coverage.leader_elections += 1;
+                    let before = self.image.partition(Uuid(TOPIC_ID), *partition).expect("the topic exists");
+                    if before.isr.is_empty() && before.elr.contains(leader) {
+                        self.coverage.elr_elections += 1;
+                    }
                 }
                 *seen = *leader_epoch;
                 if *leader_recovery_state != 0 && !self.unclean_elected {
@@ -1286,8 +1303,8 @@ impl Sim {
     /// partitions whose every ISR member lost its disk.
     fn note_disk_losses(&mut self) {
         for p in 0..self.settings.partitions {
-            let isr = &self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists").isr;
-            if isr.iter().all(|&m| !self.kept_disk(m, p)) {
+            let eligible = self.eligible(p);
+            if eligible.iter().all(|&m| !self.kept_disk(m, p)) {
                 self.isr_lost_disks[p as usize] = true;
             }
         }
@@ -1363,28 +1380,36 @@ impl Sim {
         }
     }
 
-    /// Some member of the controller's ISR has every acknowledged write, durably, at
-    /// the offset it was acknowledged at.
+    /// Some member of the controller's ISR, or with the ISR emptied into it of its ELR
+    /// (KIP-966), has every acknowledged write, durably, at the offset it was
+    /// acknowledged at.
     fn check_no_acknowledged_write_lost(&mut self) {
         for k in 0..self.acked.len() {
             let a = self.acked[k];
             if a.lost_with_disk {
                 continue;
             }
-            let image = self.image.partition(Uuid(TOPIC_ID), a.partition).expect("the topic exists");
-            let kept = image.isr.iter().any(|&m| self.holds(m, &a));
-            if !kept && image.isr.iter().all(|&m| !self.kept_disk(m, a.partition)) {
-                // Every ISR member lost its disk (an ISR change in flight can leave only
-                // such members): nothing promised it survives.
+            let eligible = self.eligible(a.partition);
+            let kept = eligible.iter().any(|&m| self.holds(m, &a));
+            if !kept && eligible.iter().all(|&m| !self.kept_disk(m, a.partition)) {
+                // Every ISR (and ELR) member lost its disk (an ISR change in flight can
+                // leave only such members): nothing promised it survives.
                 self.acked[k].lost_with_disk = true;
                 continue;
             }
             assert!(
                 kept,
-                "acknowledged write {} at offset {} of partition {} is on no ISR member's disk (ISR {:?})",
-                a.write_id, a.offset, a.partition, image.isr
+                "acknowledged write {} at offset {} of partition {} is on no ISR or ELR member's disk ({:?})",
+                a.write_id, a.offset, a.partition, eligible
             );
         }
+    }
+
+    /// The controller's ISR and ELR of partition `p`: the replicas that may lead it in
+    /// a clean election.
+    fn eligible(&self, p: i32) -> Vec<i32> {
+        let image = self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists");
+        image.isr.iter().chain(&image.elr).copied().collect()
     }
 
     // ----- liveness ----------------------------------------------------------------

@@ -104,6 +104,7 @@ pub fn partition_change(
         leader,
         isr,
         elr: Vec::new(),
+        last_known_elr: Vec::new(),
         leader_epoch,
         partition_epoch: leader_epoch,
         replicas,

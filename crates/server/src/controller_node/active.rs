@@ -116,6 +116,8 @@ impl ActiveControllerConfig {
                 cluster_id,
                 broker_session_timeout_ms: osprey_cluster::controller::DEFAULT_BROKER_SESSION_TIMEOUT_MS,
                 unclean_leader_election_enable: false,
+                min_insync_replicas: 1,
+                eligible_leader_replicas_enabled: true,
             },
             default_partitions: 1,
             default_replication_factor: 1,
@@ -142,6 +144,7 @@ impl ActiveControllerConfig {
         let mut active = ActiveControllerConfig::new(None);
         active.cluster.broker_session_timeout_ms = i64::from(config.cluster.broker_session_timeout_ms);
         active.cluster.unclean_leader_election_enable = config.unclean_leader_election_enable;
+        active.cluster.min_insync_replicas = config.min_insync_replicas;
         active.broker_heartbeat_interval_ms = u64::try_from(config.cluster.broker_heartbeat_interval_ms).unwrap_or(1);
         active.default_partitions = config.num_partitions;
         active.unclean_leader_election_interval_ms =

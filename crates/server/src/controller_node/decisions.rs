@@ -251,6 +251,7 @@ fn register_broker(c: &mut Controls<'_>, image: &mut MetadataImage, r: &BrokerRe
             })
             .collect(),
         rack: r.rack.clone(),
+        previous_broker_epoch: r.previous_broker_epoch,
     };
     let mut records = Vec::new();
     let response = match c.cluster.register_broker(image, &input, c.now_ms) {

@@ -35,9 +35,9 @@ fn features(transaction_version: i16) -> [Feature; 7] {
         fixed("group.version", 1),
         // `osprey.transaction.version` picks 1 or 2 (KIP-890).
         Feature { name: "transaction.version", min: 1, max: MAX_TRANSACTION_VERSION, finalized: transaction_version },
-        // Not implemented: eligible leader replicas (KIP-966), share groups (KIP-932),
-        // streams groups (KIP-1071).
-        fixed("eligible.leader.replicas.version", 0),
+        // Eligible leader replicas (KIP-966), on as in a new Kafka 4.4 cluster.
+        Feature { name: "eligible.leader.replicas.version", min: 0, max: 1, finalized: 1 },
+        // Not implemented: share groups (KIP-932), streams groups (KIP-1071).
         fixed("share.version", 0),
         fixed("streams.version", 0),
     ]

@@ -76,8 +76,8 @@ fn describe(
                 replica_nodes: p.replicas.clone(),
                 isr_nodes: p.isr.clone(),
                 offline_replicas: cache.offline_replicas(&p.replicas),
-                eligible_leader_replicas: Some(Vec::new()),
-                last_known_elr: Some(Vec::new()),
+                eligible_leader_replicas: Some(p.elr.clone()),
+                last_known_elr: Some(p.last_known_elr.clone()),
                 ..Default::default()
             })
             .collect(),

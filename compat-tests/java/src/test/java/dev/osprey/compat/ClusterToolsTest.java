@@ -131,8 +131,9 @@ class ClusterToolsTest {
                         "group.version", List.of("1", "1", "1", "1"),
                         // KIP-890 part 2, the default; osprey.transaction.version=1 picks 1.
                         "transaction.version", List.of("1", "2", "2", "1"),
+                        // KIP-966, on as in a new Kafka 4.4 cluster.
+                        "eligible.leader.replicas.version", List.of("0", "1", "1", "1"),
                         // Not implemented, so at level 0.
-                        "eligible.leader.replicas.version", List.of("0", "0", "0", "1"),
                         "share.version", List.of("0", "0", "0", "1"),
                         "streams.version", List.of("0", "0", "0", "1")),
                 features, described.describe());
