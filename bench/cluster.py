@@ -317,22 +317,34 @@ def produce_everywhere(node, topic, partitions):
         raise bench.BenchError(f"produce to {topic}: {left} undelivered, errors {errors[:3]}")
 
 
-def run_rep(opts, variant, rep, workdir):
-    root = workdir / f"{variant}-{rep}"
+def new_cluster(opts, variant, root):
+    """Three nodes of the variant under root, not started: (nodes, voters)."""
     shutil.rmtree(root, ignore_errors=True)
     nodes = [Node(variant, root, i, opts) for i in (1, 2, 3)]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    return nodes, voters
+
+
+def start_cluster(opts, nodes, voters):
+    """Formats (Kafka) and starts the nodes; returns once every node lists all three."""
+    if is_kafka(nodes[0].variant):
+        cluster_id = bench.kafka_cluster_id()
+        for n in nodes:
+            n.format(voters, cluster_id)
+    for n in nodes:
+        n.start(voters)
+    ids = [n.node_id for n in nodes]
+    wait_for("every node lists three brokers", lambda: all_listed(nodes, ids), nodes, READY_S)
+
+
+def run_rep(opts, variant, rep, workdir):
+    root = workdir / f"{variant}-{rep}"
+    nodes, voters = new_cluster(opts, variant, root)
     ids = [n.node_id for n in nodes]
     figures = {}
     spread_rf, failover_rf = replication_factors(variant)
     try:
-        if is_kafka(variant):
-            cluster_id = bench.kafka_cluster_id()
-            for n in nodes:
-                n.format(voters, cluster_id)
-        for n in nodes:
-            n.start(voters)
-        wait_for("every node lists three brokers", lambda: all_listed(nodes, ids), nodes, READY_S)
+        start_cluster(opts, nodes, voters)
 
         # 1. create -> served
         started = time.monotonic()

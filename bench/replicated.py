@@ -1,0 +1,308 @@
+#!/usr/bin/env python3
+"""Replicated throughput, latency, cost and failover: 3 Osprey nodes against 3 Kafka nodes.
+
+Started by bench/replicated.sh (which builds osprey in release, fetches Kafka and makes
+the venv). Each variant runs as three combined-mode nodes on loopback, started as
+bench/cluster.py starts them (Kafka formatted with StorageTool first). Membership and
+fencing are each broker's default (broker.heartbeat.interval.ms=2000,
+broker.session.timeout.ms=9000 on both: the same numbers).
+
+Variants: `kafka` (Apache Kafka 4.4, no fsync on the write path); `osprey` at its
+default durability (every ISR member fsyncs before it counts an acks=all write);
+`osprey-nofsync`, whose topics set `flush.messages` to Kafka's default
+(Long.MAX_VALUE), so leader and followers count page-cache data as Kafka does.
+
+One repetition per variant, on a fresh cluster:
+1. Topics with replication factor 3 and min.insync.replicas=2: `repl` (6 partitions),
+   `latency` (1 partition) and `failover` (1 partition).
+2. ProducerPerformance, acks=all, idempotent, to `repl`: default batching, and tuned
+   (linger.ms=5, batch.size=131072). MiB/s and the tool's p50/p99/p99.9 send latency.
+3. librdkafka (confluent-kafka) acks=all produce throughput to `repl`, and its fixed-rate
+   end-to-end latency on `latency` (p50/p99/p99.9).
+4. Cost over steps 2-3: CPU seconds (utime+stime from /proc/PID/stat, before and after,
+   summed over the three broker processes) per GiB the clients produced, and the sum
+   of the three processes' peak resident set (VmHWM).
+5. Failover: a librdkafka producer (acks=all, idempotent, retry.backoff.ms=20, as
+   cluster.py's) writes to `failover` at a fixed rate; the partition's leader is killed
+   with SIGKILL; the figure is the seconds from the kill to the first acknowledgement of
+   a record sent after the kill. The killed node is restarted and must rejoin.
+
+Results: OUT/replicated-raw.json and OUT/REPLICATED.md (medians over the repetitions,
+ratios Osprey / Kafka).
+
+Usage: replicated.py --kafka-lib DIR --osprey-bin PATH --workdir DIR --out DIR
+                     [--variants kafka,osprey,osprey-nofsync] [--reps 1] [--quick]
+"""
+
+import argparse
+import dataclasses
+import datetime
+import json
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402  (workloads, process usage, the report's machine and revision)
+import cluster  # noqa: E402  (3-node clusters and raw Metadata)
+
+VARIANTS = ("kafka", "osprey", "osprey-nofsync")
+REPLICATION_FACTOR = 3
+MIN_INSYNC_REPLICAS = 2
+REPL_PARTITIONS = 6
+GIB = 1024 ** 3
+bench.BATCHING["linger5"] = ["linger.ms=5", "batch.size=131072"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Sizes:
+    producer_performance_records: int
+    librdkafka_records: int
+    latency_rate_msgs_per_s: int
+    latency_seconds: float
+    failover_rate_msgs_per_s: int
+    failover_steady_s: float  # producing before the kill
+    tool_timeout_s: int
+
+
+SIZES = {
+    "quick": Sizes(2_000, 2_000, 100, 1.0, 50, 1.0, 120),
+    "full": Sizes(400_000, 200_000, 1_000, 10.0, 200, 3.0, 900),
+}
+
+FIGURES = [
+    ("pp_default_mib_s", "ProducerPerformance acks=all, default batching: MiB/s"),
+    ("pp_default_p50_ms", "  its p50 latency, ms"),
+    ("pp_default_p99_ms", "  its p99 latency, ms"),
+    ("pp_default_p999_ms", "  its p99.9 latency, ms"),
+    ("pp_linger5_mib_s", "ProducerPerformance acks=all, linger.ms=5 batch.size=131072: MiB/s"),
+    ("pp_linger5_p50_ms", "  its p50 latency, ms"),
+    ("pp_linger5_p99_ms", "  its p99 latency, ms"),
+    ("pp_linger5_p999_ms", "  its p99.9 latency, ms"),
+    ("rdkafka_mib_s", "librdkafka acks=all produce: MiB/s"),
+    ("rdkafka_p50_ms", "librdkafka fixed-rate end-to-end latency p50, ms"),
+    ("rdkafka_p99_ms", "  p99, ms"),
+    ("rdkafka_p999_ms", "  p99.9, ms"),
+    ("cpu_s_per_gib", "broker CPU seconds per GiB produced (3 processes)"),
+    ("rss_mib", "peak RSS of the 3 brokers, MiB"),
+    ("failover_s", "kill -9 of the leader → next acknowledged write, s"),
+]
+
+
+def higher_is_better(key):
+    return key.endswith("mib_s")
+
+
+def topic_configs(variant):
+    configs = {"min.insync.replicas": str(MIN_INSYNC_REPLICAS)}
+    if variant == "osprey-nofsync":
+        configs["flush.messages"] = bench.KAFKA_FLUSH_MESSAGES
+    return configs
+
+
+def create_topics(nodes, variant):
+    admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
+    new = [NewTopic(name, partitions, REPLICATION_FACTOR, config=topic_configs(variant))
+           for name, partitions in (("repl", REPL_PARTITIONS), ("latency", 1), ("failover", 1))]
+    for future in admin.create_topics(new, operation_timeout=30).values():
+        future.result(60)
+    # Ready when an acks=all record is acknowledged on every partition: the ISR is formed.
+    for topic in new:
+        cluster.produce_everywhere(nodes[0], topic.topic, topic.num_partitions)
+
+
+def usage(nodes):
+    """(CPU seconds, peak resident bytes) summed over the running broker processes."""
+    per_node = [bench.Broker.usage(n) for n in nodes]
+    return sum(c for c, _ in per_node), sum(r for _, r in per_node)
+
+
+def throughput_and_latency(opts, nodes, figures):
+    clients = types.SimpleNamespace(bootstrap=",".join(n.bootstrap for n in nodes))
+    sizes = opts.sizes
+    cpu_before, _ = usage(nodes)
+    produced_bytes = 0
+    for batching in ("default", "linger5"):
+        mib_s, (p50, p99, p999) = bench.producer_performance_summary(
+            opts, clients, "repl", sizes.producer_performance_records, "all", batching)
+        figures.update({f"pp_{batching}_mib_s": mib_s, f"pp_{batching}_p50_ms": p50,
+                        f"pp_{batching}_p99_ms": p99, f"pp_{batching}_p999_ms": p999})
+        produced_bytes += sizes.producer_performance_records * bench.RECORD_BYTES
+    figures["rdkafka_mib_s"] = bench.librdkafka_produce(clients, "repl", sizes.librdkafka_records, "all")
+    produced_bytes += sizes.librdkafka_records * bench.RECORD_BYTES
+    latencies = bench.librdkafka_fixed_rate_latency(clients, "latency", sizes.latency_rate_msgs_per_s,
+                                                    sizes.latency_seconds)
+    produced_bytes += int(sizes.latency_rate_msgs_per_s * sizes.latency_seconds) * bench.RECORD_BYTES
+    figures["rdkafka_p50_ms"], figures["rdkafka_p99_ms"], figures["rdkafka_p999_ms"] = latencies
+    cpu_after, rss = usage(nodes)
+    figures["cpu_s_per_gib"] = (cpu_after - cpu_before) / (produced_bytes / GIB)
+    figures["rss_mib"] = rss / bench.MIB
+
+
+def failover(opts, nodes, voters, figures):
+    """Seconds from the SIGKILL of `failover`'s leader to the first acknowledgement of a
+    record sent after the kill; then restarts the node and waits for it to rejoin."""
+    md = cluster.try_metadata(nodes[0], ["failover"])
+    parts = md and md[1].get("failover")
+    if not parts or parts[0][1] < 0:
+        raise bench.BenchError(f"no leader for failover: {md}")
+    dead = next(n for n in nodes if n.node_id == parts[0][1])
+    producer = Producer({"bootstrap.servers": ",".join(n.bootstrap for n in nodes), "acks": "all",
+                         "enable.idempotence": True, "linger.ms": 0, "retry.backoff.ms": 20,
+                         "message.timeout.ms": cluster.FIGURE_S * 1000,
+                         "topic.metadata.refresh.interval.ms": 100})
+    acked_after_kill = []
+    errors = []
+    killed = None
+
+    def on_delivery(sent, err):
+        if err is not None:
+            errors.append(err)
+        elif killed is not None and sent >= killed:
+            acked_after_kill.append(time.monotonic())
+
+    rate = opts.sizes.failover_rate_msgs_per_s
+    started = time.monotonic()
+    i = 0
+    while not acked_after_kill:
+        now = time.monotonic()
+        if killed is None and now - started >= opts.sizes.failover_steady_s:
+            dead.kill9()
+            killed = time.monotonic()
+        if killed is not None and now - killed > cluster.FIGURE_S:
+            raise bench.BenchError(f"no acknowledged write within {cluster.FIGURE_S} s of the kill")
+        sent = time.monotonic()
+        producer.produce("failover", b"x" * 100, partition=0,
+                         on_delivery=lambda err, _m, sent=sent: on_delivery(sent, err))
+        i += 1
+        # Poll until the next send is due, so that an acknowledgement is seen when it comes.
+        while time.monotonic() < started + i / rate:
+            producer.poll(0.001)
+    figures["failover_s"] = acked_after_kill[0] - killed
+    producer.flush(cluster.FIGURE_S)
+    if errors:
+        raise bench.BenchError(f"failover producer errors: {errors[:3]}")
+    dead.start(voters)
+    ids = [n.node_id for n in nodes]
+    cluster.wait_for("the killed leader is listed again", lambda: cluster.all_listed(nodes, ids), nodes,
+                     cluster.READY_S)
+
+
+def run_variant(opts, variant, rep):
+    nodes, voters = cluster.new_cluster(opts, variant, opts.workdir / f"repl-{variant}-{rep}")
+    figures = {}
+    try:
+        cluster.start_cluster(opts, nodes, voters)
+        create_topics(nodes, variant)
+        throughput_and_latency(opts, nodes, figures)
+        failover(opts, nodes, voters, figures)
+    finally:
+        for n in nodes:
+            n.stop()
+    shutil.rmtree(nodes[0].root.parent, ignore_errors=True)
+    return figures
+
+
+def fmt(value):
+    return "n/a" if value is None else bench.fmt(value)
+
+
+def write_report(opts, runs, failures, out):
+    variants = [v for v in VARIANTS if v in runs]
+    medians = {v: {k: statistics.median([r[k] for r in runs[v] if k in r])
+                   for k, _ in FIGURES if any(k in r for r in runs[v])} for v in variants}
+    osprey_variants = [v for v in variants if v.startswith("osprey")] if "kafka" in variants else []
+    lines = ["# Replicated: 3 Osprey nodes against 3 Kafka nodes, RF 3, min.insync.replicas 2, acks=all", "",
+             f"Command: `{opts.command}`", "",
+             f"Date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, revision "
+             f"{bench.git_revision()}; {bench.machine_description()}.", "",
+             f"Load before the run (`uptime`): {opts.load_before}. {opts.note}".rstrip(), "",
+             f"Sizes ({opts.mode}): {dataclasses.asdict(opts.sizes)}; {opts.reps} repetition(s), "
+             "medians. Method: the docstring of `bench/replicated.py`.", ""]
+    header = "| figure | " + " | ".join(variants) + "".join(f" | {v} / kafka" for v in osprey_variants) + " |"
+    lines += [header, "|---" * (1 + len(variants) + len(osprey_variants)) + "|"]
+    for key, label in FIGURES:
+        cells = [fmt(medians[v].get(key)) for v in variants]
+        for v in osprey_variants:
+            a, b = medians[v].get(key), medians["kafka"].get(key)
+            cells.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    lines += ["", "Ratios: for MiB/s higher is better; for every other figure lower is better.", "",
+              "- `kafka`: Apache Kafka " + bench.KAFKA_VERSION + ", 3 combined nodes, JVM flags of "
+              "kafka-server-start.sh; no fsync on the write path (Kafka's default).",
+              "- `osprey`: default durability, fsync on every ISR member before an acks=all write counts.",
+              f"- `osprey-nofsync`: topic `flush.messages={bench.KAFKA_FLUSH_MESSAGES}`, like for like with Kafka.",
+              "- Fencing: each broker's default, the same on both (broker.heartbeat.interval.ms=2000, "
+              "broker.session.timeout.ms=9000); nothing lowered.",
+              "- Three nodes, the clients and the Java tools share one machine (loopback); the figures "
+              "are relative, not absolute."]
+    for v, failed in failures.items():
+        for f in failed:
+            lines.append(f"- {v}: failed repetition: {f}")
+    (out / "REPLICATED.md").write_text("\n".join(lines) + "\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--kafka-lib", type=Path, required=True)
+    p.add_argument("--osprey-bin", type=Path, required=True)
+    p.add_argument("--workdir", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--reps", type=int, default=1)
+    p.add_argument("--quick", action="store_true", help="tiny sizes, kafka and osprey only: a smoke test")
+    p.add_argument("--note", default="")
+    opts = p.parse_args()
+    given = [a for a in sys.argv[1:] if a.split("=", 1)[0] not in
+             ("--kafka-lib", "--osprey-bin", "--workdir", "--out")]
+    for flag in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
+        if flag in given:  # the value of a flag given as two words
+            del given[given.index(flag):given.index(flag) + 2]
+    opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, given)])
+    opts.mode = "quick" if opts.quick else "full"
+    opts.sizes = SIZES[opts.mode]
+    if opts.quick and "--variants" not in " ".join(sys.argv):
+        opts.variants = "kafka,osprey"
+    variants = opts.variants.split(",")
+    unknown = set(variants) - set(VARIANTS)
+    if unknown:
+        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+    opts.load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    opts.out.mkdir(parents=True, exist_ok=True)
+    opts.workdir.mkdir(parents=True, exist_ok=True)
+    runs = {v: [] for v in variants}
+    failures = {v: [] for v in variants}
+    try:
+        for rep in range(opts.reps):
+            for variant in variants:
+                try:
+                    figures = run_variant(opts, variant, rep)
+                    print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
+                    runs[variant].append(figures)
+                except bench.BenchError as e:
+                    print(f"{variant} rep {rep} failed: {e}", flush=True)
+                    failures[variant].append(str(e).splitlines()[0])
+    finally:
+        bench.kill_all()
+    runs = {v: r for v, r in runs.items() if r}
+    if not opts.quick:
+        (opts.out / "replicated-raw.json").write_text(json.dumps(
+            {"runs": runs, "failures": failures, "command": opts.command, "load_before": opts.load_before,
+             "sizes": dataclasses.asdict(opts.sizes)}, indent=1))
+    out = opts.out if not opts.quick else opts.workdir
+    write_report(opts, runs, failures, out)
+    print((out / "REPLICATED.md").read_text())
+    if any(failures.values()):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
