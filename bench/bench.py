@@ -314,7 +314,7 @@ def producer_performance_summary(opts, broker, topic, records, acks, batching):
     if not found or int(found[-1][0]) != records:
         raise BenchError(f"ProducerPerformance summary missing or short:\n{out[-2000:]}")
     summary = found[-1]
-    return float(summary[2]), [float(summary[6]), float(summary[8]), float(summary[9])]
+    return float(summary[2]), [float(summary[5]), float(summary[7]), float(summary[8])]
 
 
 def consumer_performance(opts, broker, topic, records):
