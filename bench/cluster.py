@@ -445,6 +445,19 @@ def write_report(out):
     (out / "CLUSTER.md").write_text("\n".join(lines) + "\n")
 
 
+def script_args(argv, paths=("--kafka-lib", "--osprey-bin", "--workdir", "--out")):
+    """What the shell script was given, for the report: argv without the paths the script
+    adds itself (as `--flag value` or `--flag=value`)."""
+    given = []
+    args = iter(argv)
+    for a in args:
+        if a in paths:
+            next(args, None)
+        elif a.split("=", 1)[0] not in paths:
+            given.append(a)
+    return given
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--variants", default=",".join(VARIANTS))
@@ -455,14 +468,7 @@ def main():
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--note", default="")
     opts = p.parse_args()
-    # What bench/cluster.sh was given, for the report (its own paths left out).
-    opts.argv = []
-    args = iter(sys.argv[1:])
-    for a in args:
-        if a in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
-            next(args, None)
-        elif a.split("=", 1)[0] not in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
-            opts.argv.append(a)
+    opts.argv = script_args(sys.argv[1:])
     unknown = set(opts.variants.split(",")) - set(VARIANTS)
     if unknown:
         p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")

@@ -264,16 +264,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="tiny sizes, kafka and osprey only: a smoke test")
     p.add_argument("--note", default="")
     opts = p.parse_args()
-    # What bench/replicated.sh was given, for the report (its own paths left out).
-    paths = ("--kafka-lib", "--osprey-bin", "--workdir", "--out")
-    given = []
-    args = iter(sys.argv[1:])
-    for a in args:
-        if a in paths:
-            next(args, None)
-        elif a.split("=", 1)[0] not in paths:
-            given.append(a)
-    opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, given)])
+    opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, cluster.script_args(sys.argv[1:]))])
     opts.mode = "quick" if opts.quick else "full"
     opts.sizes = SIZES[opts.mode]
     if opts.quick and "--variants" not in " ".join(sys.argv):
