@@ -31,7 +31,7 @@ Results: OUT/replicated-raw.json and OUT/REPLICATED.md (medians over the repetit
 ratios Osprey / Kafka).
 
 Usage: replicated.py --kafka-lib DIR --osprey-bin PATH --workdir DIR --out DIR
-                     [--variants kafka,osprey,osprey-nofsync] [--reps 1] [--quick]
+                     [--variants kafka,osprey,osprey-nofsync] [--reps 1] [--quick] [--records N]
 """
 
 import argparse
@@ -75,7 +75,7 @@ class Sizes:
 
 SIZES = {
     "quick": Sizes(2_000, 2_000, 100, 1.0, 50, 1.0, 120),
-    "full": Sizes(400_000, 200_000, 1_000, 10.0, 200, 3.0, 900),
+    "full": Sizes(1_000_000, 500_000, 1_000, 10.0, 200, 3.0, 900),
 }
 
 FIGURES = [
@@ -262,11 +262,16 @@ def main():
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--reps", type=int, default=1)
     p.add_argument("--quick", action="store_true", help="tiny sizes, kafka and osprey only: a smoke test")
+    p.add_argument("--records", type=int,
+                   help="records per ProducerPerformance run (librdkafka's: half), instead of the mode's")
     p.add_argument("--note", default="")
     opts = p.parse_args()
     opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, cluster.script_args(sys.argv[1:]))])
     opts.mode = "quick" if opts.quick else "full"
     opts.sizes = SIZES[opts.mode]
+    if opts.records:
+        opts.sizes = dataclasses.replace(opts.sizes, producer_performance_records=opts.records,
+                                         librdkafka_records=opts.records // 2)
     if opts.quick and "--variants" not in " ".join(sys.argv):
         opts.variants = "kafka,osprey"
     variants = opts.variants.split(",")

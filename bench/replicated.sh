@@ -4,7 +4,7 @@
 # Report: bench/results/REPLICATED.md (with --quick: bench/scratch/replicated/REPLICATED.md,
 # a smoke test that leaves the results alone).
 #
-#   bench/replicated.sh [--variants kafka,osprey,osprey-nofsync] [--reps N] [--quick] [--note TEXT]
+#   bench/replicated.sh [--variants kafka,osprey,osprey-nofsync] [--reps N] [--quick] [--records N] [--note TEXT]
 #
 # Builds osprey in release, fetches Kafka and makes the venv as bench/run.sh does.
 set -euo pipefail
