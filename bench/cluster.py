@@ -161,7 +161,7 @@ class Node:
 
 def metadata(node, topics, timeout_s=2.0):
     """A raw Metadata v1 request to this node only: (brokers {id: port}, {topic: [(partition,
-    leader)]} or None for a topic the node answers with an error)."""
+    leader, isr)]} or None for a topic the node answers with an error)."""
     body = struct.pack(">i", len(topics))
     for t in topics:
         body += struct.pack(">h", len(t)) + t.encode()
@@ -193,10 +193,10 @@ def metadata(node, topics, timeout_s=2.0):
             r.i16()
             index = r.i32()
             leader = r.i32()
-            for _ in range(2):  # replicas, isr
-                for _ in range(r.i32()):
-                    r.i32()
-            parts.append((index, leader))
+            for _ in range(r.i32()):  # replicas
+                r.i32()
+            isr = [r.i32() for _ in range(r.i32())]
+            parts.append((index, leader, isr))
         result[name] = None if error else parts
     return brokers, result
 
@@ -354,7 +354,7 @@ def run_rep(opts, variant, rep, workdir):
             for n in nodes:
                 md = try_metadata(n, ["spread"])
                 parts = md and md[1].get("spread")
-                if not parts or len(parts) != SPREAD_PARTITIONS or any(leader < 0 for _, leader in parts):
+                if not parts or len(parts) != SPREAD_PARTITIONS or any(leader < 0 for _, leader, _ in parts):
                     return False
             return True
 
@@ -387,7 +387,7 @@ def run_rep(opts, variant, rep, workdir):
         def no_dead_leader():
             md = try_metadata(survivors[0], ["spread"])
             parts = md and md[1].get("spread")
-            return bool(parts) and all(leader != victim.node_id for _, leader in parts)
+            return bool(parts) and all(leader != victim.node_id for _, leader, _ in parts)
 
         wait_for("no partition led by the killed broker", no_dead_leader, survivors)
         figures["fence_leaders_s"] = time.monotonic() - killed

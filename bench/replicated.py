@@ -25,7 +25,14 @@ One repetition per variant, on a fresh cluster:
 5. Failover: a librdkafka producer (acks=all, idempotent, retry.backoff.ms=20, as
    cluster.py's) writes to `failover` at a fixed rate; the partition's leader is killed
    with SIGKILL; the figure is the seconds from the kill to the first acknowledgement of
-   a record sent after the kill. The killed node is restarted and must rejoin.
+   a record sent after the kill. The killed node is restarted; the second figure is the
+   seconds from its restart until `failover`'s ISR names all three replicas again.
+
+Checks, each a failed repetition when it does not hold: the high watermarks of `repl` add
+up to the records the clients had acknowledged (nothing acknowledged is missing, nothing is
+doubled); the three replicas of every partition of `repl` (after step 3) and of `failover`
+(after the restarted node rejoined) hold the same number of bytes in their segment files.
+Each node's output is kept in WORKDIR/logs/VARIANT-REP/; the data is deleted.
 
 Results: OUT/replicated-raw.json and OUT/REPLICATED.md (medians over the repetitions,
 ratios Osprey / Kafka).
@@ -47,7 +54,7 @@ import time
 import types
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -94,6 +101,7 @@ FIGURES = [
     ("cpu_s_per_gib", "broker CPU seconds per GiB produced (3 processes)"),
     ("rss_mib", "peak RSS of the 3 brokers, MiB"),
     ("failover_s", "kill -9 of the leader → next acknowledged write, s"),
+    ("rejoin_s", "restart of the killed leader → back in the ISR, s"),
 ]
 
 
@@ -122,6 +130,47 @@ def create_topics(nodes, variant):
             cluster.produce_everywhere(nodes[0], topic.topic, topic.num_partitions)
 
 
+def high_watermarks(nodes, topic, partitions):
+    consumer = Consumer({"bootstrap.servers": ",".join(n.bootstrap for n in nodes), "group.id": "replicated-check"})
+    try:
+        return [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in range(partitions)]
+    finally:
+        consumer.close()
+
+
+def check_acknowledged(nodes, topic, partitions, acknowledged):
+    """Every acknowledged record is below the high watermark, and nothing more is."""
+    found = high_watermarks(nodes, topic, partitions)
+    if sum(found) != acknowledged:
+        raise bench.BenchError(f"{topic}: high watermarks {found} add up to {sum(found)}, "
+                               f"but {acknowledged} records were acknowledged")
+
+
+def segment_bytes(node, topic):
+    """{partition: bytes in the partition's segment (.log) files} on this node."""
+    sizes = {}
+    for directory in node.data.glob(f"{topic}-*"):
+        partition = directory.name.rsplit("-", 1)[1]
+        if partition.isdigit():
+            sizes[int(partition)] = sum(f.stat().st_size for f in directory.glob("*.log"))
+    return sizes
+
+
+def wait_replicas_agree(nodes, topic):
+    """Waits until the three replicas of every partition of topic hold the same bytes."""
+    last = {}
+
+    def agree():
+        last.update({n.node_id: segment_bytes(n, topic) for n in nodes})
+        first = last[nodes[0].node_id]
+        return bool(first) and all(last[n.node_id] == first for n in nodes)
+
+    try:
+        cluster.wait_for(f"the replicas of {topic} agree", agree, nodes)
+    except bench.BenchError as e:
+        raise bench.BenchError(f"{e}; segment bytes per node {last}") from None
+
+
 def usage(nodes):
     """(CPU seconds, peak resident bytes) summed over the running broker processes."""
     per_node = [bench.Broker.usage(n) for n in nodes]
@@ -133,14 +182,18 @@ def throughput_and_latency(opts, nodes, figures):
     sizes = opts.sizes
     cpu_before, _ = usage(nodes)
     produced_bytes = 0
+    # The readiness records of create_topics, one per partition.
+    acknowledged = REPL_PARTITIONS
     for batching in ("default", "linger5"):
         mib_s, (p50, p99, p999) = bench.producer_performance_summary(
             opts, clients, "repl", sizes.producer_performance_records, "all", batching)
         figures.update({f"pp_{batching}_mib_s": mib_s, f"pp_{batching}_p50_ms": p50,
                         f"pp_{batching}_p99_ms": p99, f"pp_{batching}_p999_ms": p999})
         produced_bytes += sizes.producer_performance_records * bench.RECORD_BYTES
+        acknowledged += sizes.producer_performance_records
     figures["rdkafka_mib_s"] = bench.librdkafka_produce(clients, "repl", sizes.librdkafka_records, "all")
     produced_bytes += sizes.librdkafka_records * bench.RECORD_BYTES
+    acknowledged += sizes.librdkafka_records + 1  # and its warm-up record
     latencies = bench.librdkafka_fixed_rate_latency(clients, "latency", sizes.latency_rate_msgs_per_s,
                                                     sizes.latency_seconds)
     produced_bytes += int(sizes.latency_rate_msgs_per_s * sizes.latency_seconds) * bench.RECORD_BYTES
@@ -148,11 +201,14 @@ def throughput_and_latency(opts, nodes, figures):
     cpu_after, rss = usage(nodes)
     figures["cpu_s_per_gib"] = (cpu_after - cpu_before) / (produced_bytes / GIB)
     figures["rss_mib"] = rss / bench.MIB
+    check_acknowledged(nodes, "repl", REPL_PARTITIONS, acknowledged)
+    wait_replicas_agree(nodes, "repl")
 
 
 def failover(opts, nodes, voters, figures):
     """Seconds from the SIGKILL of `failover`'s leader to the first acknowledgement of a
-    record sent after the kill; then restarts the node and waits for it to rejoin."""
+    record sent after the kill; then restarts the node, and the seconds until the ISR
+    names it again."""
     md = cluster.try_metadata(nodes[0], ["failover"])
     parts = md and md[1].get("failover")
     if not parts or parts[0][1] < 0:
@@ -194,9 +250,15 @@ def failover(opts, nodes, voters, figures):
     if errors:
         raise bench.BenchError(f"failover producer errors: {errors[:3]}")
     dead.start(voters)
-    ids = [n.node_id for n in nodes]
-    cluster.wait_for("the killed leader is listed again", lambda: cluster.all_listed(nodes, ids), nodes,
-                     cluster.READY_S)
+
+    def full_isr():
+        md = cluster.try_metadata(nodes[0], ["failover"])
+        parts = md and md[1].get("failover")
+        return bool(parts) and sorted(parts[0][2]) == sorted(n.node_id for n in nodes)
+
+    figures["rejoin_s"] = cluster.wait_for("the restarted node back in failover's ISR", full_isr, nodes,
+                                           cluster.READY_S)
+    wait_replicas_agree(nodes, "failover")
 
 
 def run_variant(opts, variant, rep):
@@ -210,8 +272,18 @@ def run_variant(opts, variant, rep):
     finally:
         for n in nodes:
             n.stop()
+        keep_logs(nodes, opts.workdir / "logs" / f"{variant}-{rep}")
     shutil.rmtree(nodes[0].root.parent, ignore_errors=True)
     return figures
+
+
+def keep_logs(nodes, into):
+    shutil.rmtree(into, ignore_errors=True)
+    into.mkdir(parents=True)
+    for n in nodes:
+        log = n.root / "node.log"
+        if log.exists():
+            shutil.copy(log, into / f"node{n.node_id}.log")
 
 
 def fmt(value):
