@@ -37,11 +37,13 @@ Usage: cluster.py --variants kafka,kafka-rf1,osprey --kafka-lib DIR --osprey-bin
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import re
 import shlex
 import shutil
+import signal
 import socket
 import statistics
 import struct
@@ -329,8 +331,9 @@ def start_cluster(opts, nodes, voters):
     """Formats (Kafka) and starts the nodes; returns once every node lists all three."""
     if is_kafka(nodes[0].variant):
         cluster_id = bench.kafka_cluster_id()
-        for n in nodes:
-            n.format(voters, cluster_id)
+        # At once: each format is a JVM start of several seconds.
+        with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(lambda n: n.format(voters, cluster_id), nodes))
     for n in nodes:
         n.start(voters)
     ids = [n.node_id for n in nodes]
@@ -458,37 +461,57 @@ def script_args(argv, paths=("--kafka-lib", "--osprey-bin", "--workdir", "--out"
     return given
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variants", default=",".join(VARIANTS))
+def arguments(description, variants, reps):
+    """The options every multi-node benchmark takes (the shell script passes the paths)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--variants", default=",".join(variants))
     p.add_argument("--kafka-lib", type=Path, required=True)
     p.add_argument("--osprey-bin", type=Path, required=True)
     p.add_argument("--workdir", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=reps)
     p.add_argument("--note", default="")
+    return p
+
+
+def chosen_variants(p, given, known):
+    """The comma-separated variants, each one of known (else the parser's error)."""
+    variants = given.split(",")
+    unknown = set(variants) - set(known)
+    if unknown:
+        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(known)}")
+    return variants
+
+
+def alternate(variants, reps, run_one):
+    """run_one(variant, rep) for each repetition, the variants alternating within each so
+    that a load change on the machine falls on all of them alike: ({variant: [figures]},
+    {variant: [the first line of each failed repetition's error]})."""
+    runs = {v: [] for v in variants}
+    failures = {v: [] for v in variants}
+    for rep in range(reps):
+        for variant in variants:
+            try:
+                figures = run_one(variant, rep)
+                print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
+                runs[variant].append(figures)
+            except bench.BenchError as e:
+                print(f"{variant} rep {rep} failed: {e}", flush=True)
+                failures[variant].append(str(e).splitlines()[0])
+    return runs, failures
+
+
+def main():
+    p = arguments(__doc__.split("\n")[0], VARIANTS, reps=3)
     opts = p.parse_args()
     opts.argv = script_args(sys.argv[1:])
-    unknown = set(opts.variants.split(",")) - set(VARIANTS)
-    if unknown:
-        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+    variants = chosen_variants(p, opts.variants, VARIANTS)
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.workdir.mkdir(parents=True, exist_ok=True)
-    variants = opts.variants.split(",")
-    reps = {v: [] for v in variants}
-    failures = {v: [] for v in variants}
+    # The backstop's SIGTERM (bench/release.sh) exits through `finally`, which kills the nodes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        # Variants alternate within each repetition, so that a load change on the machine
-        # falls on all of them alike.
-        for rep in range(opts.reps):
-            for variant in variants:
-                try:
-                    figures = run_rep(opts, variant, rep, opts.workdir)
-                    print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
-                    reps[variant].append(figures)
-                except bench.BenchError as e:
-                    print(f"{variant} rep {rep} failed: {e}", flush=True)
-                    failures[variant].append(str(e).splitlines()[0])
+        reps, failures = alternate(variants, opts.reps, lambda v, rep: run_rep(opts, v, rep, opts.workdir))
         for variant in variants:
             (opts.out / f"cluster-{variant}.json").write_text(json.dumps({
                 "variant": variant, "reps": reps[variant], "failures": failures[variant],

@@ -24,15 +24,17 @@ One repetition per variant, on a fresh cluster:
    of the three processes' peak resident set (VmHWM).
 5. Failover: a librdkafka producer (acks=all, idempotent, retry.backoff.ms=20, as
    cluster.py's) writes to `failover` at a fixed rate; the partition's leader is killed
-   with SIGKILL; the figure is the seconds from the kill to the first acknowledgement of
-   a record sent after the kill. The killed node is restarted; the second figure is the
+   with SIGKILL (it is placed on a node that is not the active controller, so that the
+   kill is a broker's failure alone); the figure is the seconds from the kill to the
+   first acknowledgement of a record sent after the kill. The killed node is restarted; the second figure is the
    seconds from its restart until `failover`'s ISR names all three replicas again.
 
 Checks, each a failed repetition when it does not hold: the high watermarks of `repl` add
 up to the records the clients had acknowledged (nothing acknowledged is missing, nothing is
 doubled); the three replicas of every partition of `repl` (after step 3) and of `failover`
 (after the restarted node rejoined) hold the same number of bytes in their segment files.
-Each node's output is kept in WORKDIR/logs/VARIANT-REP/; the data is deleted.
+At the end the nodes are killed (shutdown is not measured here) and their data deleted;
+each node's output is kept in WORKDIR/logs/VARIANT-REP/.
 
 Results: OUT/replicated-raw.json and OUT/REPLICATED.md (medians over the repetitions,
 ratios Osprey / Kafka).
@@ -41,12 +43,12 @@ Usage: replicated.py --kafka-lib DIR --osprey-bin PATH --workdir DIR --out DIR
                      [--variants kafka,osprey,osprey-nofsync] [--reps 1] [--quick] [--records N]
 """
 
-import argparse
 import dataclasses
 import datetime
 import json
 import shlex
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,8 +56,8 @@ import time
 import types
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (workloads, process usage, the report's machine and revision)
@@ -116,18 +118,47 @@ def topic_configs(variant):
     return configs
 
 
-def create_topics(nodes, variant):
+def create_topics(opts, nodes, variant):
+    """`repl` and `latency` placed by the controller; `failover` led by a node that is not
+    the active controller, so that its kill is a broker's failure, not also the controller's
+    (whose election would add to the figure, in Kafka as in Osprey)."""
+    controller = cluster.active_controller(opts, nodes[0])
+    leader = next(n.node_id for n in nodes if n.node_id != controller)
     admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
     new = [NewTopic(name, partitions, REPLICATION_FACTOR, config=topic_configs(variant))
-           for name, partitions in (("repl", REPL_PARTITIONS), ("latency", 1), ("failover", 1))]
+           for name, partitions in (("repl", REPL_PARTITIONS), ("latency", 1))]
+    new.append(NewTopic("failover", 1, replica_assignment=[[leader, *(n.node_id for n in nodes if n.node_id != leader)]],
+                        config=topic_configs(variant)))
     for future in admin.create_topics(new, operation_timeout=30).values():
         future.result(60)
+    check_topic_configs(nodes, admin, [t.topic for t in new], topic_configs(variant))
     # Ready when an acks=all record is acknowledged on every partition: the ISR is formed.
     # Not on `latency`: its consumer reads from offset 0, and takes the send time from
     # every record's first bytes (its own warm-up record waits for the topic instead).
     for topic in new:
         if topic.topic != "latency":
             cluster.produce_everywhere(nodes[0], topic.topic, topic.num_partitions)
+
+
+def check_topic_configs(nodes, admin, topics, expected):
+    """The brokers describe the topics with the configs they were created with (asked
+    again while the broker asked does not know a topic yet)."""
+    for topic in topics:
+        described = {}
+
+        def describe():
+            resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
+            try:
+                described.update(admin.describe_configs([resource])[resource].result(30))
+                return True
+            except KafkaException:
+                return False
+
+        cluster.wait_for(f"{topic}'s configs described", describe, nodes)
+        wrong = {k: described[k].value if k in described else None
+                 for k, v in expected.items() if k not in described or described[k].value != v}
+        if wrong:
+            raise bench.BenchError(f"{topic} was created with {expected}, described with {wrong}")
 
 
 def high_watermarks(nodes, topic, partitions):
@@ -214,6 +245,7 @@ def failover(opts, nodes, voters, figures):
     if not parts or parts[0][1] < 0:
         raise bench.BenchError(f"no leader for failover: {md}")
     dead = next(n for n in nodes if n.node_id == parts[0][1])
+    figures["killed_controller"] = int(dead.node_id == cluster.active_controller(opts, nodes[0]))
     producer = Producer({"bootstrap.servers": ",".join(n.bootstrap for n in nodes), "acks": "all",
                          "enable.idempotence": True, "linger.ms": 0, "retry.backoff.ms": 20,
                          "message.timeout.ms": cluster.FIGURE_S * 1000,
@@ -266,12 +298,15 @@ def run_variant(opts, variant, rep):
     figures = {}
     try:
         cluster.start_cluster(opts, nodes, voters)
-        create_topics(nodes, variant)
+        create_topics(opts, nodes, variant)
         throughput_and_latency(opts, nodes, figures)
         failover(opts, nodes, voters, figures)
     finally:
+        # Killed, not stopped: the data is deleted, and shutdown is not what this measures
+        # (a graceful stop of three nodes one by one takes longer than the quick workloads).
         for n in nodes:
-            n.stop()
+            if n.proc is not None:
+                n.kill9()
         keep_logs(nodes, opts.workdir / "logs" / f"{variant}-{rep}")
     shutil.rmtree(nodes[0].root.parent, ignore_errors=True)
     return figures
@@ -299,7 +334,8 @@ def write_report(opts, runs, failures, out):
              f"Command: `{opts.command}`", "",
              f"Date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, revision "
              f"{bench.git_revision()}; {bench.machine_description()}.", "",
-             f"Load before the run (`uptime`): {opts.load_before}. {opts.note}".rstrip(), "",
+             f"Load (`uptime`) before the run: {opts.load_before}; after it: {opts.load_after}.",
+             "", *([opts.note, ""] if opts.note else []),
              f"Sizes ({opts.mode}): {dataclasses.asdict(opts.sizes)}; {opts.reps} repetition(s), "
              "medians. Method: the docstring of `bench/replicated.py`.", ""]
     header = "| figure | " + " | ".join(variants) + "".join(f" | {v} / kafka" for v in osprey_variants) + " |"
@@ -317,6 +353,10 @@ def write_report(opts, runs, failures, out):
               f"- `osprey-nofsync`: topic `flush.messages={bench.KAFKA_FLUSH_MESSAGES}`, like for like with Kafka.",
               "- Fencing: each broker's default, the same on both (broker.heartbeat.interval.ms=2000, "
               "broker.session.timeout.ms=9000); nothing lowered.",
+              "- Failover: `failover`'s leader is placed on a node that is not the active controller, so "
+              "that the kill fences a broker and leaves the controller quorum's leader alone. Repetitions "
+              "in which the killed leader was the active controller after all: "
+              + ", ".join(f"{v} {sum(r.get('killed_controller', 0) for r in runs[v])}" for v in variants) + ".",
               "- Three nodes, the clients and the Java tools share one machine (loopback); the figures "
               "are relative, not absolute."]
     for v, failed in failures.items():
@@ -325,18 +365,17 @@ def write_report(opts, runs, failures, out):
     (out / "REPLICATED.md").write_text("\n".join(lines) + "\n")
 
 
+def uptime():
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+
+
 def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--kafka-lib", type=Path, required=True)
-    p.add_argument("--osprey-bin", type=Path, required=True)
-    p.add_argument("--workdir", type=Path, required=True)
-    p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--reps", type=int, default=1)
-    p.add_argument("--quick", action="store_true", help="tiny sizes, kafka and osprey only: a smoke test")
+    p = cluster.arguments(__doc__.split("\n")[0], VARIANTS, reps=1)
+    p.add_argument("--quick", action="store_true",
+                   help="tiny sizes, kafka and osprey only unless --variants says otherwise: a smoke test")
     p.add_argument("--records", type=int,
                    help="records per ProducerPerformance run (librdkafka's: half), instead of the mode's")
-    p.add_argument("--note", default="")
+    p.set_defaults(variants=None)
     opts = p.parse_args()
     opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, cluster.script_args(sys.argv[1:]))])
     opts.mode = "quick" if opts.quick else "full"
@@ -344,34 +383,23 @@ def main():
     if opts.records:
         opts.sizes = dataclasses.replace(opts.sizes, producer_performance_records=opts.records,
                                          librdkafka_records=opts.records // 2)
-    if opts.quick and "--variants" not in " ".join(sys.argv):
-        opts.variants = "kafka,osprey"
-    variants = opts.variants.split(",")
-    unknown = set(variants) - set(VARIANTS)
-    if unknown:
-        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
-    opts.load_before = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    given = opts.variants or ("kafka,osprey" if opts.quick else ",".join(VARIANTS))
+    variants = cluster.chosen_variants(p, given, VARIANTS)
+    opts.load_before = uptime()
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.workdir.mkdir(parents=True, exist_ok=True)
-    runs = {v: [] for v in variants}
-    failures = {v: [] for v in variants}
+    # The backstop's SIGTERM (bench/release.sh) exits through `finally`, which kills the nodes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        for rep in range(opts.reps):
-            for variant in variants:
-                try:
-                    figures = run_variant(opts, variant, rep)
-                    print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
-                    runs[variant].append(figures)
-                except bench.BenchError as e:
-                    print(f"{variant} rep {rep} failed: {e}", flush=True)
-                    failures[variant].append(str(e).splitlines()[0])
+        runs, failures = cluster.alternate(variants, opts.reps, lambda v, rep: run_variant(opts, v, rep))
     finally:
         bench.kill_all()
+    opts.load_after = uptime()
     runs = {v: r for v, r in runs.items() if r}
     if not opts.quick:
         (opts.out / "replicated-raw.json").write_text(json.dumps(
             {"runs": runs, "failures": failures, "command": opts.command, "load_before": opts.load_before,
-             "sizes": dataclasses.asdict(opts.sizes)}, indent=1))
+             "load_after": opts.load_after, "sizes": dataclasses.asdict(opts.sizes)}, indent=1))
     out = opts.out if not opts.quick else opts.workdir
     write_report(opts, runs, failures, out)
     print((out / "REPLICATED.md").read_text())
