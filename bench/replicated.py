@@ -127,8 +127,8 @@ def create_topics(opts, nodes, variant):
     admin = AdminClient({"bootstrap.servers": nodes[0].bootstrap})
     new = [NewTopic(name, partitions, REPLICATION_FACTOR, config=topic_configs(variant))
            for name, partitions in (("repl", REPL_PARTITIONS), ("latency", 1))]
-    new.append(NewTopic("failover", 1, replica_assignment=[[leader, *(n.node_id for n in nodes if n.node_id != leader)]],
-                        config=topic_configs(variant)))
+    replicas = [leader, *(n.node_id for n in nodes if n.node_id != leader)]
+    new.append(NewTopic("failover", 1, replica_assignment=[replicas], config=topic_configs(variant)))
     for future in admin.create_topics(new, operation_timeout=30).values():
         future.result(60)
     check_topic_configs(nodes, admin, [t.topic for t in new], topic_configs(variant))
