@@ -36,11 +36,13 @@ doubled); the three replicas of every partition of `repl` (after step 3) and of 
 At the end the nodes are killed (shutdown is not measured here) and their data deleted;
 each node's output is kept in WORKDIR/logs/VARIANT-REP/.
 
-Results: OUT/replicated-raw.json and OUT/REPLICATED.md (medians over the repetitions,
-ratios Osprey / Kafka).
+Results: OUT/replicated-raw.json and OUT/REPLICATED.md (with --quick, in WORKDIR instead):
+medians over the repetitions, ratios Osprey / Kafka, and issue 15's goals against them.
+--report-only RAW writes the report again from a replicated-raw.json.
 
 Usage: replicated.py --kafka-lib DIR --osprey-bin PATH --workdir DIR --out DIR
                      [--variants kafka,osprey,osprey-nofsync] [--reps 1] [--quick] [--records N]
+                     [--note TEXT] [--report-only RAW]
 """
 
 import dataclasses
@@ -107,8 +109,13 @@ FIGURES = [
 ]
 
 
-def higher_is_better(key):
-    return key.endswith("mib_s")
+# Issue 15's goals: (label, the lowest Osprey / Kafka throughput, the highest p99 ratio).
+GOALS = {
+    "osprey": ("default durability: at least Kafka's throughput, at most its p99", 1.0, 1.0),
+    "osprey-nofsync": ("like for like: 1.5x Kafka's throughput, a third of its p99", 1.5, 1 / 3),
+}
+GOAL_FIGURES = [("pp_default_mib_s", "pp_default_p99_ms"), ("pp_linger5_mib_s", "pp_linger5_p99_ms"),
+                ("rdkafka_mib_s", "rdkafka_p99_ms")]
 
 
 def topic_configs(variant):
@@ -325,28 +332,58 @@ def fmt(value):
     return "n/a" if value is None else bench.fmt(value)
 
 
-def write_report(opts, runs, failures, out):
+def cell(values):
+    """The median, and the range when there is more than one value."""
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return fmt(values[0])
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+
+
+def goal_lines(medians, osprey_variants):
+    """Issue 15's goals against the medians, one row per workload and variant."""
+    lines = ["", "Issue 15's goals, on the medians (the ProducerPerformance p99s at full speed are mostly "
+             "time spent queued in the producer, so the fixed-rate librdkafka row is the latency comparison):", "",
+             "| goal | workload | throughput ratio | p99 ratio | met |", "|---|---|---|---|---|"]
+    for v in osprey_variants:
+        label, min_throughput, max_p99 = GOALS[v]
+        for i, (throughput, p99) in enumerate(GOAL_FIGURES):
+            ratios = [medians[v].get(k) / medians["kafka"][k] if medians[v].get(k) is not None
+                      and medians["kafka"].get(k) else None for k in (throughput, p99)]
+            if None in ratios:
+                continue
+            met = ratios[0] >= min_throughput and ratios[1] <= max_p99
+            lines.append(f"| {f'{v}: {label}' if i == 0 else ''} | {throughput.rsplit('_', 2)[0]} | {ratios[0]:.2f}x | {ratios[1]:.2f}x | "
+                         f"{'yes' if met else 'no'} |")
+    return lines
+
+
+def write_report(run, out):
+    """OUT/REPLICATED.md from one run's record (what replicated-raw.json holds)."""
+    runs, failures = run["runs"], run["failures"]
     variants = [v for v in VARIANTS if v in runs]
-    medians = {v: {k: statistics.median([r[k] for r in runs[v] if k in r])
-                   for k, _ in FIGURES if any(k in r for r in runs[v])} for v in variants}
+    values = {v: {k: [r[k] for r in runs[v] if k in r] for k, _ in FIGURES} for v in variants}
+    medians = {v: {k: statistics.median(x) for k, x in values[v].items() if x} for v in variants}
     osprey_variants = [v for v in variants if v.startswith("osprey")] if "kafka" in variants else []
     lines = ["# Replicated: 3 Osprey nodes against 3 Kafka nodes, RF 3, min.insync.replicas 2, acks=all", "",
-             f"Command: `{opts.command}`", "",
-             f"Date {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, revision "
-             f"{bench.git_revision()}; {bench.machine_description()}.", "",
-             f"Load (`uptime`) before the run: {opts.load_before}; after it: {opts.load_after}.",
-             "", *([opts.note, ""] if opts.note else []),
-             f"Sizes ({opts.mode}): {dataclasses.asdict(opts.sizes)}; {opts.reps} repetition(s), "
-             "medians. Method: the docstring of `bench/replicated.py`.", ""]
+             f"Command: `{run['command']}`", "",
+             f"Date {run['date']}, revision {run['revision']}; {run['machine']}.", "",
+             f"Load (`uptime`) before the run: {run['load_before']}; after it: {run['load_after']}.",
+             "", *([run["note"], ""] if run["note"] else []),
+             f"Sizes ({run['mode']}): {run['sizes']}; {run['reps']} repetition(s), "
+             "medians (range in brackets). Method: the docstring of `bench/replicated.py`.", ""]
     header = "| figure | " + " | ".join(variants) + "".join(f" | {v} / kafka" for v in osprey_variants) + " |"
     lines += [header, "|---" * (1 + len(variants) + len(osprey_variants)) + "|"]
     for key, label in FIGURES:
-        cells = [fmt(medians[v].get(key)) for v in variants]
+        cells = [cell(values[v][key]) for v in variants]
         for v in osprey_variants:
             a, b = medians[v].get(key), medians["kafka"].get(key)
             cells.append(f"{a / b:.2f}x" if a is not None and b else "n/a")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
-    lines += ["", "Ratios: for MiB/s higher is better; for every other figure lower is better.", "",
+    lines += ["", "Ratios of the medians: for MiB/s higher is better; for every other figure lower is better."]
+    lines += goal_lines(medians, osprey_variants)
+    lines += ["",
               "- `kafka`: Apache Kafka " + bench.KAFKA_VERSION + ", 3 combined nodes, JVM flags of "
               "kafka-server-start.sh; no fsync on the write path (Kafka's default).",
               "- `osprey`: default durability, fsync on every ISR member before an acks=all write counts.",
@@ -375,8 +412,14 @@ def main():
                    help="tiny sizes, kafka and osprey only unless --variants says otherwise: a smoke test")
     p.add_argument("--records", type=int,
                    help="records per ProducerPerformance run (librdkafka's: half), instead of the mode's")
+    p.add_argument("--report-only", type=Path, metavar="RAW",
+                   help="write OUT/REPLICATED.md again from a replicated-raw.json, running nothing")
     p.set_defaults(variants=None)
     opts = p.parse_args()
+    if opts.report_only:
+        write_report(json.loads(opts.report_only.read_text()), opts.out)
+        print((opts.out / "REPLICATED.md").read_text())
+        return
     opts.command = " ".join(["bench/replicated.sh", *map(shlex.quote, cluster.script_args(sys.argv[1:]))])
     opts.mode = "quick" if opts.quick else "full"
     opts.sizes = SIZES[opts.mode]
@@ -385,7 +428,9 @@ def main():
                                          librdkafka_records=opts.records // 2)
     given = opts.variants or ("kafka,osprey" if opts.quick else ",".join(VARIANTS))
     variants = cluster.chosen_variants(p, given, VARIANTS)
-    opts.load_before = uptime()
+    run = {"command": opts.command, "revision": bench.git_revision(), "machine": bench.machine_description(),
+           "date": f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC", "load_before": uptime(),
+           "note": opts.note, "mode": opts.mode, "sizes": dataclasses.asdict(opts.sizes), "reps": opts.reps}
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.workdir.mkdir(parents=True, exist_ok=True)
     # The backstop's SIGTERM (bench/release.sh) exits through `finally`, which kills the nodes.
@@ -394,14 +439,10 @@ def main():
         runs, failures = cluster.alternate(variants, opts.reps, lambda v, rep: run_variant(opts, v, rep))
     finally:
         bench.kill_all()
-    opts.load_after = uptime()
-    runs = {v: r for v, r in runs.items() if r}
-    if not opts.quick:
-        (opts.out / "replicated-raw.json").write_text(json.dumps(
-            {"runs": runs, "failures": failures, "command": opts.command, "load_before": opts.load_before,
-             "load_after": opts.load_after, "sizes": dataclasses.asdict(opts.sizes)}, indent=1))
+    run.update(load_after=uptime(), runs={v: r for v, r in runs.items() if r}, failures=failures)
     out = opts.out if not opts.quick else opts.workdir
-    write_report(opts, runs, failures, out)
+    (out / "replicated-raw.json").write_text(json.dumps(run, indent=1))
+    write_report(run, out)
     print((out / "REPLICATED.md").read_text())
     if any(failures.values()):
         sys.exit(1)
