@@ -295,6 +295,12 @@ PERF_SUMMARY = re.compile(
 
 
 def producer_performance(opts, broker, topic, records, acks, batching):
+    """MiB/s, as the tool counts MB."""
+    return producer_performance_summary(opts, broker, topic, records, acks, batching)[0]
+
+
+def producer_performance_summary(opts, broker, topic, records, acks, batching):
+    """(MiB/s, [p50, p99, p99.9] latency in ms) from the tool's summary line."""
     # Kafka refuses enable.idempotence=true with acks other than all, so idempotence is on
     # exactly where the producer allows it.
     idempotence = "true" if acks == "all" else "false"
@@ -307,7 +313,8 @@ def producer_performance(opts, broker, topic, records, acks, batching):
     found = PERF_SUMMARY.findall(out)
     if not found or int(found[-1][0]) != records:
         raise BenchError(f"ProducerPerformance summary missing or short:\n{out[-2000:]}")
-    return float(found[-1][2])  # MiB/s, as the tool counts MB
+    summary = found[-1]
+    return float(summary[2]), [float(summary[5]), float(summary[7]), float(summary[8])]
 
 
 def consumer_performance(opts, broker, topic, records):

@@ -37,11 +37,13 @@ Usage: cluster.py --variants kafka,kafka-rf1,osprey --kafka-lib DIR --osprey-bin
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import re
 import shlex
 import shutil
+import signal
 import socket
 import statistics
 import struct
@@ -161,7 +163,7 @@ class Node:
 
 def metadata(node, topics, timeout_s=2.0):
     """A raw Metadata v1 request to this node only: (brokers {id: port}, {topic: [(partition,
-    leader)]} or None for a topic the node answers with an error)."""
+    leader, isr)]} or None for a topic the node answers with an error)."""
     body = struct.pack(">i", len(topics))
     for t in topics:
         body += struct.pack(">h", len(t)) + t.encode()
@@ -193,10 +195,10 @@ def metadata(node, topics, timeout_s=2.0):
             r.i16()
             index = r.i32()
             leader = r.i32()
-            for _ in range(2):  # replicas, isr
-                for _ in range(r.i32()):
-                    r.i32()
-            parts.append((index, leader))
+            for _ in range(r.i32()):  # replicas
+                r.i32()
+            isr = [r.i32() for _ in range(r.i32())]
+            parts.append((index, leader, isr))
         result[name] = None if error else parts
     return brokers, result
 
@@ -317,22 +319,35 @@ def produce_everywhere(node, topic, partitions):
         raise bench.BenchError(f"produce to {topic}: {left} undelivered, errors {errors[:3]}")
 
 
-def run_rep(opts, variant, rep, workdir):
-    root = workdir / f"{variant}-{rep}"
+def new_cluster(opts, variant, root):
+    """Three nodes of the variant under root, not started: (nodes, voters)."""
     shutil.rmtree(root, ignore_errors=True)
     nodes = [Node(variant, root, i, opts) for i in (1, 2, 3)]
     voters = ",".join(f"{n.node_id}@127.0.0.1:{n.controller_port}" for n in nodes)
+    return nodes, voters
+
+
+def start_cluster(opts, nodes, voters):
+    """Formats (Kafka) and starts the nodes; returns once every node lists all three."""
+    if is_kafka(nodes[0].variant):
+        cluster_id = bench.kafka_cluster_id()
+        # At once: each format is a JVM start of several seconds.
+        with concurrent.futures.ThreadPoolExecutor(len(nodes)) as pool:
+            list(pool.map(lambda n: n.format(voters, cluster_id), nodes))
+    for n in nodes:
+        n.start(voters)
+    ids = [n.node_id for n in nodes]
+    wait_for("every node lists three brokers", lambda: all_listed(nodes, ids), nodes, READY_S)
+
+
+def run_rep(opts, variant, rep, workdir):
+    root = workdir / f"{variant}-{rep}"
+    nodes, voters = new_cluster(opts, variant, root)
     ids = [n.node_id for n in nodes]
     figures = {}
     spread_rf, failover_rf = replication_factors(variant)
     try:
-        if is_kafka(variant):
-            cluster_id = bench.kafka_cluster_id()
-            for n in nodes:
-                n.format(voters, cluster_id)
-        for n in nodes:
-            n.start(voters)
-        wait_for("every node lists three brokers", lambda: all_listed(nodes, ids), nodes, READY_S)
+        start_cluster(opts, nodes, voters)
 
         # 1. create -> served
         started = time.monotonic()
@@ -342,7 +357,7 @@ def run_rep(opts, variant, rep, workdir):
             for n in nodes:
                 md = try_metadata(n, ["spread"])
                 parts = md and md[1].get("spread")
-                if not parts or len(parts) != SPREAD_PARTITIONS or any(leader < 0 for _, leader in parts):
+                if not parts or len(parts) != SPREAD_PARTITIONS or any(leader < 0 for _, leader, _ in parts):
                     return False
             return True
 
@@ -375,7 +390,7 @@ def run_rep(opts, variant, rep, workdir):
         def no_dead_leader():
             md = try_metadata(survivors[0], ["spread"])
             parts = md and md[1].get("spread")
-            return bool(parts) and all(leader != victim.node_id for _, leader in parts)
+            return bool(parts) and all(leader != victim.node_id for _, leader, _ in parts)
 
         wait_for("no partition led by the killed broker", no_dead_leader, survivors)
         figures["fence_leaders_s"] = time.monotonic() - killed
@@ -431,44 +446,70 @@ def write_report(out):
     (out / "CLUSTER.md").write_text("\n".join(lines) + "\n")
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--variants", default=",".join(VARIANTS))
+def script_args(argv, paths=("--kafka-lib", "--osprey-bin", "--workdir", "--out")):
+    """What the shell script was given, for the report: argv without the paths the script
+    adds itself (as `--flag value` or `--flag=value`)."""
+    given = []
+    args = iter(argv)
+    for a in args:
+        if a in paths:
+            next(args, None)
+        elif a.split("=", 1)[0] not in paths:
+            given.append(a)
+    return given
+
+
+def arguments(description, variants, reps):
+    """The options every multi-node benchmark takes (the shell script passes the paths)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--variants", default=",".join(variants))
     p.add_argument("--kafka-lib", type=Path, required=True)
     p.add_argument("--osprey-bin", type=Path, required=True)
     p.add_argument("--workdir", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
-    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--reps", type=int, default=reps)
     p.add_argument("--note", default="")
-    opts = p.parse_args()
-    # What bench/cluster.sh was given, for the report (its own paths left out).
-    opts.argv = []
-    args = iter(sys.argv[1:])
-    for a in args:
-        if a in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
-            next(args, None)
-        elif a.split("=", 1)[0] not in ("--kafka-lib", "--osprey-bin", "--workdir", "--out"):
-            opts.argv.append(a)
-    unknown = set(opts.variants.split(",")) - set(VARIANTS)
+    return p
+
+
+def chosen_variants(p, given, known):
+    """The comma-separated variants, each one of known (else the parser's error)."""
+    variants = given.split(",")
+    unknown = set(variants) - set(known)
     if unknown:
-        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(VARIANTS)}")
+        p.error(f"unknown variants {sorted(unknown)}: choose from {', '.join(known)}")
+    return variants
+
+
+def alternate(variants, reps, run_one):
+    """run_one(variant, rep) for each repetition, the variants alternating within each so
+    that a load change on the machine falls on all of them alike: ({variant: [figures]},
+    {variant: [the first line of each failed repetition's error]})."""
+    runs = {v: [] for v in variants}
+    failures = {v: [] for v in variants}
+    for rep in range(reps):
+        for variant in variants:
+            try:
+                figures = run_one(variant, rep)
+                print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
+                runs[variant].append(figures)
+            except bench.BenchError as e:
+                print(f"{variant} rep {rep} failed: {e}", flush=True)
+                failures[variant].append(str(e).splitlines()[0])
+    return runs, failures
+
+
+def main():
+    p = arguments(__doc__.split("\n")[0], VARIANTS, reps=3)
+    opts = p.parse_args()
+    opts.argv = script_args(sys.argv[1:])
+    variants = chosen_variants(p, opts.variants, VARIANTS)
     opts.out.mkdir(parents=True, exist_ok=True)
     opts.workdir.mkdir(parents=True, exist_ok=True)
-    variants = opts.variants.split(",")
-    reps = {v: [] for v in variants}
-    failures = {v: [] for v in variants}
+    # The backstop's SIGTERM (bench/release.sh) exits through `finally`, which kills the nodes.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
-        # Variants alternate within each repetition, so that a load change on the machine
-        # falls on all of them alike.
-        for rep in range(opts.reps):
-            for variant in variants:
-                try:
-                    figures = run_rep(opts, variant, rep, opts.workdir)
-                    print(f"{variant} rep {rep}: {json.dumps(figures)}", flush=True)
-                    reps[variant].append(figures)
-                except bench.BenchError as e:
-                    print(f"{variant} rep {rep} failed: {e}", flush=True)
-                    failures[variant].append(str(e).splitlines()[0])
+        reps, failures = alternate(variants, opts.reps, lambda v, rep: run_rep(opts, v, rep, opts.workdir))
         for variant in variants:
             (opts.out / f"cluster-{variant}.json").write_text(json.dumps({
                 "variant": variant, "reps": reps[variant], "failures": failures[variant],

@@ -1,4 +1,4 @@
-# Sourced by bench/run.sh and bench/partitions.sh (with `here` set to bench/): fetches
+# Sourced by bench/run.sh, bench/release.sh and bench/latency.sh (with `here` set to bench/): fetches
 # the Kafka broker and tools into $kafka_lib and makes the venv $venv, each again only
 # when bench/pom.xml or bench/requirements.txt changed. need_kafka=0 skips Kafka.
 
