@@ -331,6 +331,11 @@ def test_a_stopped_follower_leaves_the_isr_and_acks_all_goes_on(three, tmp_path)
     assert out is not None and out.returncode == 0, out
     listed = {line.split("Topic:")[1].split()[0] for line in out.stdout.splitlines() if "Topic:" in line and "Partition:" in line}
     assert {"two", "three"} <= listed, out.stdout
+    # Eligible leader replicas (KIP-966): below min.insync.replicas=3 the follower that
+    # left the ISR of "three" has every committed record, and may lead it cleanly; "two"
+    # is at its minimum, so it has none.
+    elr = {t: elr_of(tools, leader.bootstrap, t) for t in ("two", "three")}
+    assert elr == {"two": [], "three": [follower.node_id]}, elr
     live = [n for n in three.nodes if n is not follower]
     # The gauges are refreshed every 5 s.
     three.wait_for("the live leaders report both partitions under-replicated",
@@ -342,6 +347,16 @@ def test_a_stopped_follower_leaves_the_isr_and_acks_all_goes_on(three, tmp_path)
                    lambda: all(fully_in_sync(partition_states(leader, t), 1) for t in ("two", "three")))
     assert produce_one(three.bootstrap(), "three", "all") is None, "acks=all with the ISR whole again"
     assert sum(n.gauge("osprey_isr_expands_total") for n in three.nodes) >= 2
+    assert elr_of(tools, leader.bootstrap, "three") == [], "an ISR back at its minimum clears the ELR"
+
+
+def elr_of(tools: KafkaTools, bootstrap: str, topic: str):
+    """Partition 0's eligible leader replicas as kafka-topics --describe prints them."""
+    out = tools.topics(bootstrap, "--describe", "--topic", topic)
+    assert out is not None and out.returncode == 0, out
+    m = re.search(r"Partition:\s*0\b.*?\bElr:\s*([0-9,]*)", out.stdout)
+    assert m, out.stdout
+    return [int(x) for x in m.group(1).split(",") if x]
 
 
 def test_without_a_quorum_the_isr_cannot_shrink_and_acks_all_times_out(three):
