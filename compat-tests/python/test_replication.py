@@ -660,3 +660,38 @@ def test_reassignment_replaces_a_follower_and_the_leader_goes_on(three, tmp_path
     three.wait_for(f"{b}'s replica directory removed", lambda: not (b.dir / f"{topic}-0").exists())
     assert produce_one(a.bootstrap, topic, "all") is None, "acks=all with both replicas in sync"
     assert [v for _, v, _, _ in read_everything(c.bootstrap, topic, 1)] == [b"before"] * 20 + [b"x"]
+
+
+def test_reassign_partitions_generate_proposes_a_plan_that_executes(three, tmp_path):
+    """--generate (the tool's own plan, from Metadata and DescribeCluster) moves every
+    replica off node 3; --execute and --verify carry it out, and the records stay."""
+    tools = KafkaTools(tmp_path)
+    topic = "drained"
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": three.bootstrap()}))
+    admin.create_topics([NewTopic(topic, 3, -1, replica_assignment=[[3, 1], [3, 2], [1, 3]])],
+                        operation_timeout=10)[topic].result(timeout=60)
+    three.wait_for(f"{topic} fully led and in sync", lambda: (s := states_from_any(three, topic)) and len(s) == 3
+                   and all(leader >= 0 and len(isr) == 2 for leader, _, isr in s.values()))
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": three.bootstrap(), "acks": "all"}))
+    for i in range(30):
+        p.produce(topic, value=f"v{i}".encode(), partition=i % 3)
+    assert p.flush(60) == 0
+    moving = tmp_path / "topics.json"
+    moving.write_text(json.dumps({"version": 1, "topics": [{"topic": topic}]}))
+    out = reassign_ok(tools, three.bootstrap(), "--topics-to-move-json-file", str(moving), "--broker-list", "1,2",
+                      "--generate")
+    proposed = json.loads(out.split("Proposed partition reassignment configuration")[1].strip().splitlines()[0])
+    assert sorted(pp["partition"] for pp in proposed["partitions"]) == [0, 1, 2], proposed
+    assert all(sorted(pp["replicas"]) == [1, 2] for pp in proposed["partitions"]), proposed
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps(proposed))
+    reassign_ok(tools, three.bootstrap(), "--reassignment-json-file", str(plan), "--execute")
+    three.wait_for("--verify says every move is complete", lambda: (
+        (o := tools.reassign(three.bootstrap(), "--reassignment-json-file", str(plan), "--verify")) is not None
+        and o.stdout.count("is completed") == 3))
+    three.wait_for("no replica on node 3 any more", lambda: (s := states_from_any(three, topic)) and all(
+        sorted(replicas) == [1, 2] and set(isr) <= {1, 2} for _, replicas, isr in s.values()))
+    three.wait_for("node 3's replica directories removed",
+                   lambda: not any((three.node(3).dir / f"{topic}-{i}").exists() for i in range(3)))
+    assert sorted(v for _, v, _, _ in read_everything(three.bootstrap(), topic, 3)) == sorted(
+        f"v{i}".encode() for i in range(30))
