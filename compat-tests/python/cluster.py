@@ -223,6 +223,13 @@ class Cluster:
     def logs(self, lines: int = 60) -> str:
         return "\n".join(f"--- {n} {n.log_path}\n{n.log_tail(lines)}" for n in self.nodes)
 
+    def wait_for_all_voters(self):
+        """Until every controller says it is a voter: the quorum forms from the voters that
+        answered first and adds the others a moment later, and a test that kills a node
+        before then can leave the quorum without a majority of its voters."""
+        self.wait_for("every controller a voter of the quorum", lambda: all(
+            "this controller is a voter of the quorum" in n.log_tail(100_000) for n in self.controllers))
+
     def wait_for(self, what: str, probe, timeout: float = WAIT_S, every: float = 0.5):
         """Polls `probe` until it returns something true, and returns it; fails with the
         last value and every node's log at the end of `timeout`, or at once when a node

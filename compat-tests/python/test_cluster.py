@@ -64,6 +64,7 @@ def start(cluster):
     want = {b.node_id for b in cluster.brokers}
     cluster.wait_for(f"every broker lists brokers {sorted(want)}",
                      lambda: all(listed_brokers(b) == want for b in cluster.brokers))
+    cluster.wait_for_all_voters()
     return cluster
 
 

@@ -84,6 +84,7 @@ def three_nodes(tmp_path, request, config):
         cluster.start()
         want = {n.node_id for n in cluster.nodes}
         cluster.wait_for("every broker lists all three", lambda: all(listed_brokers(n) == want for n in cluster.nodes))
+        cluster.wait_for_all_voters()
         yield cluster
         for n in cluster.nodes:
             if n.proc is not None:
@@ -389,6 +390,7 @@ def split_cluster(tmp_path, request):
         cluster.start()
         want = {4, 5, 6}
         cluster.wait_for("every broker lists brokers 4-6", lambda: all(listed_brokers(b) == want for b in cluster.brokers))
+        cluster.wait_for_all_voters()
         yield cluster
         cluster.stop()
     finally:
