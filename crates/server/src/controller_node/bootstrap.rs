@@ -15,6 +15,12 @@ use tokio::sync::watch;
 
 /// How often a node that is not a voter yet says Hello to the configured voters.
 pub const HELLO_INTERVAL: Duration = Duration::from_millis(500);
+/// How long the initializer waits for every configured voter once a majority answered:
+/// a quorum initialized with all of them survives the loss of any minority from its
+/// first moment (Kafka's static quorum), while one initialized with a bare majority has
+/// no majority left if one of those dies before the others are added. A voter that is
+/// down at first start does not hold the cluster up longer than this.
+pub const ALL_VOTERS_GRACE: Duration = Duration::from_secs(3);
 /// How long one Hello waits for its answer.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
 /// How often the applied image is checked for the cluster id.
@@ -99,6 +105,7 @@ pub async fn hello_until_voter(
     let others: Vec<(i32, ControllerEndpoint)> =
         voters.into_iter().filter(|(id, _)| *id != node.replica.node_id).collect();
     let mut initialized = false;
+    let mut majority_since: Option<tokio::time::Instant> = None;
     loop {
         if node.quorum.voters().contains(&node.replica) {
             tracing::info!(replica = %node.replica, "this controller is a voter of the quorum");
@@ -123,6 +130,17 @@ pub async fn hello_until_voter(
         }
         if !initialized {
             match decide_bootstrap(&me, &configured, &answers) {
+                BootstrapDecision::Initialize(members)
+                    if members.len() < configured.len()
+                        && majority_since.get_or_insert_with(tokio::time::Instant::now).elapsed()
+                            < ALL_VOTERS_GRACE =>
+                {
+                    tracing::debug!(
+                        answered = members.len(),
+                        voters = configured.len(),
+                        "waiting for every configured voter before initializing"
+                    );
+                }
                 BootstrapDecision::Initialize(members) => {
                     let keys: Vec<String> = members.keys().map(|k| k.to_string()).collect();
                     match node.quorum.initialize(members).await {
