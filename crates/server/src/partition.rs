@@ -533,22 +533,27 @@ mod tests {
         let fsync_before_ack = matches!(config.flush_policy(), osprey_storage::FlushPolicy::FsyncBeforeAck);
         let storage = FdLimited::new(StdStorage, FdBudget::new(64));
         let log = PartitionLog::open(storage, &dir, config, 0).unwrap();
-        let image = PartitionImage {
-            index: 0,
-            replicas: vec![1],
-            isr: vec![1],
-            leader: 1,
-            leader_epoch: 0,
-            partition_epoch: 0,
-            elr: Vec::new(),
-            last_known_elr: Vec::new(),
-            leader_recovery_state: 0,
-            adding_replicas: vec![],
-            removing_replicas: vec![],
-        };
+        let image = partition_image(vec![1], 1, 0);
         let replica_config =
             ReplicaConfig { local_id: 1, replica_lag_time_max_ms: 30_000, min_insync_replicas: 2, fsync_before_ack };
         (Arc::new(Partition::new("t".into(), Uuid::default(), &image, Arc::new(log), replica_config, None)), dir)
+    }
+
+    /// Partition 0 with these replicas, all in the ISR, led by `leader` at `leader_epoch`.
+    fn partition_image(replicas: Vec<i32>, leader: i32, leader_epoch: i32) -> PartitionImage {
+        PartitionImage {
+            index: 0,
+            isr: replicas.clone(),
+            replicas,
+            leader,
+            leader_epoch,
+            partition_epoch: leader_epoch,
+            elr: Vec::new(),
+            last_known_elr: Vec::new(),
+            leader_recovery_state: 0,
+            adding_replicas: Vec::new(),
+            removing_replicas: Vec::new(),
+        }
     }
 
     fn append(partition: &Partition, records: usize) -> i64 {
@@ -583,19 +588,7 @@ mod tests {
     fn abandoned_acks_all_waits_do_not_pile_up_while_the_high_watermark_is_stuck() {
         let (single, dir) = open("abandoned-waits", None);
         // The same log, led here with follower 2 in the ISR, which never fetches.
-        let image = PartitionImage {
-            index: 0,
-            replicas: vec![1, 2],
-            isr: vec![1, 2],
-            leader: 1,
-            leader_epoch: 0,
-            partition_epoch: 0,
-            elr: Vec::new(),
-            last_known_elr: Vec::new(),
-            leader_recovery_state: 0,
-            adding_replicas: vec![],
-            removing_replicas: vec![],
-        };
+        let image = partition_image(vec![1, 2], 1, 0);
         let replica_config = ReplicaConfig {
             local_id: 1,
             replica_lag_time_max_ms: 30_000,
@@ -636,19 +629,7 @@ mod tests {
     fn a_truncation_below_the_high_watermark_publishes_the_lower_one() {
         let (single, dir) = open("truncated-hw", None);
         // The same log, followed here (broker 1) and led by broker 2.
-        let image = PartitionImage {
-            index: 0,
-            replicas: vec![2, 1],
-            isr: vec![2, 1],
-            leader: 2,
-            leader_epoch: 1,
-            partition_epoch: 1,
-            elr: Vec::new(),
-            last_known_elr: Vec::new(),
-            leader_recovery_state: 0,
-            adding_replicas: Vec::new(),
-            removing_replicas: Vec::new(),
-        };
+        let image = partition_image(vec![2, 1], 2, 1);
         let config = ReplicaConfig {
             local_id: 1,
             replica_lag_time_max_ms: 30_000,
