@@ -254,6 +254,24 @@ def test_a_single_node_needs_no_leader_election(broker, tools):
     assert "UnknownTopicOrPartitionException" in unknown.stdout + unknown.stderr, unknown
 
 
+def test_a_clean_stop_keeps_the_broker_epoch_for_the_next_registration(three):
+    """KIP-966's unclean-shutdown detection: SIGTERM leaves the broker epoch in the data
+    directory's clean-shutdown marker (Kafka's {"version":0,"brokerEpoch":N}), which the
+    next start takes and registers with as previous_broker_epoch; a kill -9 leaves no
+    marker, so that registration says -1 and the controller treats the stop as unclean."""
+    node = three.node(2)
+    marker = node.dir / ".clean-shutdown"
+    node.stop()
+    content = marker.read_text()
+    assert re.fullmatch(r'\{"version":0,"brokerEpoch":\d+\}', content), content
+    node.start()
+    three.wait_for("the marker taken at start", lambda: not marker.exists())
+    three.wait_for("every broker lists three brokers again",
+                   lambda: all(listed_brokers(b) == {1, 2, 3} for b in three.brokers))
+    node.kill9()
+    assert not marker.exists(), "a kill -9 leaves no marker"
+
+
 # ----- failures -------------------------------------------------------------------------
 
 
