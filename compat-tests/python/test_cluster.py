@@ -21,7 +21,7 @@ import subprocess
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ElectionType, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import clients
@@ -252,6 +252,10 @@ def test_a_single_node_needs_no_leader_election(broker, tools):
                                     "--partition", "0")
     assert unknown is not None and unknown.returncode != 0, unknown
     assert "UnknownTopicOrPartitionException" in unknown.stdout + unknown.stderr, unknown
+    # librdkafka's ElectLeaders too (confluent-kafka's AdminClient.elect_leaders).
+    answered = admin.elect_leaders(ElectionType.PREFERRED, [TopicPartition("solo", 1)]).result(timeout=30)
+    errors = {(tp.topic, tp.partition): (e.code() if e else None) for tp, e in answered.items()}
+    assert errors == {("solo", 1): KafkaError.ELECTION_NOT_NEEDED}, errors
 
 
 def test_a_clean_stop_keeps_the_broker_epoch_for_the_next_registration(three):
