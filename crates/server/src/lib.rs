@@ -29,3 +29,4 @@ pub mod telemetry;
 #[cfg(test)]
 mod test_support;
 pub mod transactions;
+pub mod txn_interbroker;

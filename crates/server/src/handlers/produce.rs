@@ -14,7 +14,12 @@ use crate::dispatch::Reply;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
 use crate::telemetry;
+use crate::transactions::NotYet;
+use crate::txn_interbroker::{CoordinatorRoute, RemoteCheck};
 use bytes::Bytes;
+use osprey_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -191,21 +196,126 @@ fn append(
             Some("a transactional batch needs the request's transactional_id".into()),
         );
     };
-    if version >= 12 && partition.deferred_txn_appends.load(Ordering::Acquire) > 0 {
+    if partition.deferred_txn_appends.load(Ordering::Acquire) > 0 {
         // Earlier batches wait for the coordinator: this one queues behind them.
-        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
+        return check_later(broker, partition, transactional_id, producer, records, acks, version);
     }
-    let appended = broker.transactions.append_transactional(partition, transactional_id, producer, || {
+    append_transactional(broker, partition, transactional_id, producer, records, acks, version)
+}
+
+/// A transactional batch's append, checked with its coordinator first when it is the
+/// first of its transaction on the partition (on the partition's append queue).
+fn append_transactional(
+    broker: &Arc<Broker>,
+    partition: &Arc<Partition>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    records: Bytes,
+    acks: i16,
+    version: i16,
+) -> Outcome {
+    let appended = broker.transactions.append_transactional(broker, partition, transactional_id, producer, || {
         append_checked(broker, partition, records.clone(), acks)
     });
-    if version >= 12 && appended.is_err() {
+    match appended {
+        Ok(outcome) => outcome,
         // Transaction version 2: the client does not add partitions itself; the leader asks
         // the coordinator to, then appends (KIP-890 part 2). The add's answer is the
         // authoritative one (a fenced epoch, or the previous transaction still completing,
         // which is retried briefly).
-        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
+        Err(NotYet::Refused(_)) if version >= 12 => {
+            add_then_append(broker, partition, transactional_id, producer, records, acks, version)
+        }
+        Err(NotYet::Refused(error)) => not_in_transaction(partition, transactional_id, error, version),
+        Err(NotYet::Remote(check)) => {
+            remote_then_append(broker, partition, transactional_id, producer, records, acks, version, check)
+        }
     }
-    appended.unwrap_or_else(|error| not_in_transaction(partition, transactional_id, error, version))
+}
+
+/// A batch behind deferred ones: checked and appended once the response before it is
+/// out (the connection polls response futures in request order), through the partition's
+/// append queue, so a producer's batches land in the order sent.
+fn check_later(
+    broker: &Arc<Broker>,
+    partition: &Arc<Partition>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    records: Bytes,
+    acks: i16,
+    version: i16,
+) -> Outcome {
+    let waiting = DeferredAppend::new(partition);
+    let (broker, partition, transactional_id) = (broker.clone(), partition.clone(), transactional_id.to_string());
+    Outcome::Deferred(Box::pin(async move {
+        let _waiting = waiting;
+        let (b, part) = (broker.clone(), partition.clone());
+        let queued = broker.replica_manager.append_later(&partition, move || {
+            append_transactional(&b, &part, &transactional_id, producer, records, acks, version)
+        });
+        queued.await.unwrap_or_else(|_| never_ran())
+    }))
+}
+
+/// The first batch of a transaction on the partition whose coordinator is on another
+/// broker: the check (AddPartitionsToTxn, verify-only before transaction version 2, an
+/// add from it) is recorded on the partition (`check`'s guard) and sent; the append then
+/// runs on the partition's append queue if no marker for the producer landed meanwhile.
+#[allow(clippy::too_many_arguments)]
+fn remote_then_append(
+    broker: &Arc<Broker>,
+    partition: &Arc<Partition>,
+    transactional_id: &str,
+    producer: (i64, i16),
+    records: Bytes,
+    acks: i16,
+    version: i16,
+    check: RemoteCheck,
+) -> Outcome {
+    let waiting = DeferredAppend::new(partition);
+    let transaction = single_partition_transaction(partition, transactional_id, producer, version < 12);
+    let (broker, partition, transactional_id) = (broker.clone(), partition.clone(), transactional_id.to_string());
+    Outcome::Deferred(Box::pin(async move {
+        let _waiting = waiting;
+        let RemoteCheck { guard, node, address } = check;
+        let error = if version >= 12 {
+            let route = CoordinatorRoute::Remote { node, address };
+            crate::transactions::add_with_retry(broker.clone(), route, transaction, None).await
+        } else {
+            crate::txn_interbroker::send_add_partitions(&broker, node, address, transaction).await
+        };
+        if error != ErrorCode::NONE {
+            return not_in_transaction(&partition, &transactional_id, error, version);
+        }
+        let (b, part) = (broker.clone(), partition.clone());
+        let queued = broker.replica_manager.append_later(&partition, move || {
+            b.transactions
+                .append_verified(&part, producer, guard, || append_checked(&b, &part, records, acks))
+                .unwrap_or_else(|error| not_in_transaction(&part, &transactional_id, error, version))
+        });
+        queued.await.unwrap_or_else(|_| never_ran())
+    }))
+}
+
+/// The AddPartitionsToTxn entry for one partition of `producer`'s transaction.
+fn single_partition_transaction(
+    partition: &Partition,
+    transactional_id: &str,
+    (producer_id, producer_epoch): (i64, i16),
+    verify_only: bool,
+) -> AddPartitionsToTxnTransaction {
+    AddPartitionsToTxnTransaction {
+        transactional_id: transactional_id.to_string(),
+        producer_id,
+        producer_epoch,
+        verify_only,
+        topics: vec![AddPartitionsToTxnTopic {
+            name: partition.topic.clone(),
+            partitions: vec![partition.index],
+            ..Default::default()
+        }],
+        ..Default::default()
+    }
 }
 
 /// The answer for a transactional batch the coordinator did not let in.
@@ -221,12 +331,12 @@ fn not_in_transaction(partition: &Partition, transactional_id: &str, error: Erro
     Outcome::Failed(code, Some(why))
 }
 
-/// A transaction version 2 batch for a partition not yet in its transaction: the
-/// coordinator adds the partition (AddPartitionsToTxn v5 on the client's behalf, durable
-/// before it answers), then the batch is appended under the marker lock, on the
-/// partition's append queue. The append is queued by the response future, which the
-/// connection polls in request order, so batches of one producer still land in the order
-/// they were sent.
+/// A transaction version 2 batch for a partition not yet in its transaction, whose
+/// coordinator is here: the coordinator adds the partition (AddPartitionsToTxn v5 on the
+/// client's behalf, durable before it answers), then the batch is appended under the
+/// marker lock, on the partition's append queue. The add is issued now, in request order;
+/// the append is queued by the response future, which the connection polls in request
+/// order, so batches of one producer still land in the order they were sent.
 fn add_then_append(
     broker: &Arc<Broker>,
     partition: &Arc<Partition>,
@@ -236,35 +346,29 @@ fn add_then_append(
     acks: i16,
     version: i16,
 ) -> Outcome {
-    use osprey_protocol::messages::add_partitions_to_txn_request::{
-        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
-    };
-    let transaction = AddPartitionsToTxnTransaction {
-        transactional_id: transactional_id.to_string(),
-        producer_id: producer.0,
-        producer_epoch: producer.1,
-        verify_only: false,
-        topics: vec![AddPartitionsToTxnTopic {
-            name: partition.topic.clone(),
-            partitions: vec![partition.index],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let rx = broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now));
+    let transaction = single_partition_transaction(partition, transactional_id, producer, false);
+    let added = crate::transactions::add_implicitly(broker, transaction);
     let waiting = DeferredAppend::new(partition);
     let (broker, partition, transactional_id) = (broker.clone(), partition.clone(), transactional_id.to_string());
     Outcome::Deferred(Box::pin(async move {
         let _waiting = waiting;
-        let error = crate::transactions::add_implicitly(broker.clone(), transaction, rx).await;
+        let error = added.await;
         if error != ErrorCode::NONE {
             return not_in_transaction(&partition, &transactional_id, error, version);
         }
         let (b, part) = (broker.clone(), partition.clone());
         let queued = broker.replica_manager.append_later(&partition, move || {
-            b.transactions
-                .append_transactional(&part, &transactional_id, producer, || append_checked(&b, &part, records, acks))
-                .unwrap_or_else(|error| not_in_transaction(&part, &transactional_id, error, version))
+            let appended = b.transactions.append_transactional(&b, &part, &transactional_id, producer, || {
+                append_checked(&b, &part, records.clone(), acks)
+            });
+            match appended {
+                Ok(outcome) => outcome,
+                Err(NotYet::Refused(error)) => not_in_transaction(&part, &transactional_id, error, version),
+                // The coordinator moved to another broker since it added the partition.
+                Err(NotYet::Remote(check)) => {
+                    remote_then_append(&b, &part, &transactional_id, producer, records, acks, version, check)
+                }
+            }
         });
         queued.await.unwrap_or_else(|_| never_ran())
     }))
@@ -416,6 +520,9 @@ pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
         }
         StorageError::Sequence(osprey_storage::producer::SequenceError::OutOfOrderSequence { .. }) => {
             ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        }
+        StorageError::Sequence(osprey_storage::producer::SequenceError::CoordinatorFenced { .. }) => {
+            ErrorCode::TRANSACTION_COORDINATOR_FENCED
         }
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
     }
