@@ -10,6 +10,8 @@ broker+controller `osprey` processes, driven by confluent-kafka (librdkafka):
 - offsets sent with send_offsets_to_transaction reach a group whose coordinator may be
   on another broker than the transaction's: they are committed with the transaction
   (the marker reaches the `__consumer_offsets` leader) and not with an abort;
+- a marker for a partition whose leader is killed stays pending, retried, until the
+  new leader writes it;
 - Kafka's TransactionalMessageCopier (Java client, transaction version 2) copies three
   partitions exactly once through random aborts, its implicit adds going to a
   coordinator on another broker;
@@ -20,7 +22,6 @@ broker+controller `osprey` processes, driven by confluent-kafka (librdkafka):
 Every wait polls until true (up to cluster.WAIT_S); times are printed, never asserted.
 """
 
-import gc
 import re
 import subprocess
 import time
@@ -33,7 +34,10 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import clients
 import kafkawire as kw
-from cluster import KAFKA_LIB, combined, listed_brokers, partition_states, skip_without_kafka_tools
+from cluster import KAFKA_LIB, listed_brokers, partition_states
+from test_replication import three_nodes
+from test_transactions import produce_txn
+from test_txn_verification import init_transactional_producer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -47,7 +51,6 @@ FAST = {
 
 TXN_ATTRIBUTE = 0x10
 INVALID_TXN_STATE = 48
-RETRIABLE_COORDINATOR = {14, 15, 16, 51}  # load in progress, not available, not coordinator, concurrent
 
 
 class Bootstrap:
@@ -59,19 +62,7 @@ class Bootstrap:
 
 @pytest.fixture
 def three(tmp_path, request):
-    skip_without_kafka_tools()
-    cluster = combined(tmp_path, FAST)
-    request.node._osprey_brokers = cluster.nodes
-    try:
-        cluster.start()
-        want = {n.node_id for n in cluster.nodes}
-        cluster.wait_for("every broker lists all three", lambda: all(listed_brokers(n) == want for n in cluster.nodes))
-        cluster.wait_for_all_voters()
-        yield cluster
-        gc.collect()
-        cluster.stop()
-    finally:
-        cluster.kill_all()
+    yield from three_nodes(tmp_path, request, FAST)
 
 
 def create(cluster, name: str, partitions: int):
@@ -105,27 +96,12 @@ def txn_producer(cluster, transactional_id: str):
     return p
 
 
-def run_transaction(p, messages, finish: str):
-    """One transaction of (topic, partition, value) messages, ended with `finish`."""
-    errors = []
-
-    def on_delivery(err, msg):
-        if err is not None:
-            errors.append((msg.topic(), msg.partition(), msg.value(), err))
-
-    p.begin_transaction()
-    for topic, partition, value in messages:
-        p.produce(topic, value=value, partition=partition, on_delivery=on_delivery)
-    assert p.flush(60) == 0, "transactional messages undelivered"
-    assert not errors, f"delivery errors inside a transaction: {errors}"
-    if finish == "commit":
-        p.commit_transaction(60)
-    else:
-        p.abort_transaction(60)
+def bootstrap_of(where):
+    return where if isinstance(where, Bootstrap) else Bootstrap(where)
 
 
 def read(cluster, tps, isolation: str, count: int):
-    c = clients.consumer(Bootstrap(cluster), isolation_level=isolation)
+    c = clients.consumer(bootstrap_of(cluster), isolation_level=isolation)
     try:
         c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t, p in tps])
         msgs = clients.consume_exactly(c, count)
@@ -138,7 +114,7 @@ def read(cluster, tps, isolation: str, count: int):
 
 
 def watermarks(cluster, tps, isolation: str):
-    c = clients.consumer(Bootstrap(cluster), isolation_level=isolation)
+    c = clients.consumer(bootstrap_of(cluster), isolation_level=isolation)
     try:
         return {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=20, cached=False)[1] for t, p in tps}
     finally:
@@ -214,7 +190,7 @@ def test_transactions_spanning_partitions_led_by_every_broker_are_all_or_nothing
     started = time.monotonic()
     for i, finish in enumerate(["commit", "abort", "commit", "commit", "abort", "commit"]):
         messages = [(topic, partition, f"txn{i}-p{partition}-{j}".encode()) for partition in partitions for j in range(3)]
-        run_transaction(p, messages, finish)
+        produce_txn(p, messages, finish)
         for t, partition, value in messages:
             everything[(t, partition)].append(value)
             if finish == "commit":
@@ -333,6 +309,45 @@ def test_kafkas_transactional_message_copier_copies_exactly_once_across_brokers(
                       for partition in range(3)}, "the committed output must be the input, exactly once"
 
 
+def test_a_marker_stays_pending_across_a_leader_move_until_written(three):
+    """The leader of some of the transaction's partitions is killed (kill -9) between the
+    last batch and the commit: the coordinator's markers for them fail, are retried with
+    back-off, and go to the new leader once the controller moves leadership, so the
+    commit becomes visible there too."""
+    cluster = three
+    topic = "txn-moves"
+    leaders = create(cluster, topic, 6)
+    transactional_id, coordinator = serving_transactional_id(cluster, "moves")
+    victim = next(n for n in (1, 2, 3) if n != coordinator)
+    moved = sorted(p for p, leader in leaders.items() if leader == victim)
+    print(f"coordinator {coordinator}; killing {victim}, leader of {moved}; leaders {leaders}")
+    p = txn_producer(cluster, transactional_id)
+    messages = [(topic, partition, f"moves-p{partition}-{j}".encode()) for partition in sorted(leaders) for j in range(3)]
+    p.begin_transaction()
+    for t, partition, value in messages:
+        p.produce(t, value=value, partition=partition)
+    assert p.flush(60) == 0
+    cluster.node(victim).kill9()
+    started = time.monotonic()
+    p.commit_transaction(60)
+    print(f"commit answered {time.monotonic() - started:.2f}s after the kill")
+    survivors = [n for n in cluster.nodes if n.proc is not None]
+    cluster.wait_for(f"{topic}'s partitions led by the survivors", lambda: all(
+        (states := partition_states(n, topic)) and all(l not in (victim, -1) for l, _, _ in states.values())
+        for n in survivors))
+    tps = [(topic, partition) for partition in sorted(leaders)]
+    survivor = Bootstrap(cluster)
+    survivor.bootstrap = ",".join(n.bootstrap for n in survivors)
+    hw = cluster.wait_for("every marker written, on the new leaders too", lambda: (
+        lambda hw: hw if hw == watermarks(survivor, tps, "read_committed") else None)(
+            watermarks(survivor, tps, "read_uncommitted")))
+    print(f"stable {time.monotonic() - started:.2f}s after the kill: {hw}")
+    committed = read(survivor, tps, "read_committed", len(messages))
+    assert committed == {(t, partition): [v for tt, pp, v in messages if (tt, pp) == (t, partition)] for t, partition in tps}
+    cluster.node(victim).start()
+    cluster.wait_for(f"node {victim} back", lambda: all(listed_brokers(n) == {1, 2, 3} for n in cluster.nodes))
+
+
 def _group_request(group: str, topic: str):
     from confluent_kafka import ConsumerGroupTopicPartitions
     return ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
@@ -368,18 +383,3 @@ def test_a_leader_on_another_broker_asks_the_coordinator_before_a_first_transact
         frame = kw.produce_v3(3, topic, partition, batch, transactional_id=transactional_id, acks=-1)
         _, [(_, _, error, base_offset)] = kw.parse_produce_v3(conn.roundtrip(frame))
         assert (error, base_offset) == (0, 0), "the coordinator on another broker verified the partition"
-
-
-def init_transactional_producer(conn, transactional_id):
-    """InitProducerId on the coordinator's own connection, retried while it loads."""
-    deadline = time.monotonic() + 60
-    correlation = 100
-    while True:
-        correlation += 1
-        _, error, producer_id, epoch = kw.parse_init_producer_id_v0(
-            conn.roundtrip(kw.init_producer_id_v0(correlation, transactional_id)))
-        if error == 0:
-            return producer_id, epoch
-        assert error in RETRIABLE_COORDINATOR, f"unexpected error {error}"
-        assert time.monotonic() < deadline, f"no producer id after 60 s (last error {error})"
-        time.sleep(0.2)
