@@ -44,7 +44,6 @@ use osprey_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::StorageError;
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
@@ -253,17 +252,10 @@ impl Transactions {
         &self,
         partition: &Partition,
         marker: (i64, i16, i32, bool),
-    ) -> Result<osprey_storage::AppendInfo, StorageError> {
+    ) -> Result<osprey_storage::AppendInfo, ErrorCode> {
         let mut guards = self.lock_markers();
         let (producer_id, producer_epoch, coordinator_epoch, committed) = marker;
-        let info = partition.log.append_marker(
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            committed,
-            partition.leader_epoch(),
-            now_ms(),
-        )?;
+        let info = append_marker_as_leader(partition, producer_id, producer_epoch, coordinator_epoch, committed)?;
         guards.marker_written(&(partition.topic_id, partition.index, producer_id));
         Ok(info)
     }
@@ -535,19 +527,12 @@ fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
             failed.push((tp.clone(), ErrorCode::NOT_LEADER_OR_FOLLOWER, true));
             continue;
         };
-        let appended = partition.log.append_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            marker.committed,
-            partition.leader_epoch(),
-            now_ms(),
-        );
+        let m = &marker;
+        let appended =
+            append_marker_as_leader(&partition, m.producer_id, m.producer_epoch, m.coordinator_epoch, m.committed);
         let info = match appended {
             Ok(info) => info,
-            Err(e) => {
-                let code = crate::handlers::produce::storage_error_code(&e);
-                tracing::warn!(transactional_id, topic = %topic, partition = index, error = %e, "transaction marker not written");
+            Err(code) => {
                 failed.push((tp.clone(), code, txn_interbroker::marker_retriable(code)));
                 continue;
             }
@@ -588,6 +573,26 @@ fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
         })
         .collect();
     broker.transactions.markers_written(broker, results);
+}
+
+/// Appends a marker to `partition` as its leader (`Partition::append_as_leader`: not
+/// across a change of leadership), with the error a WriteTxnMarkers answer carries.
+fn append_marker_as_leader(
+    partition: &Partition,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+) -> Result<osprey_storage::AppendInfo, ErrorCode> {
+    let appended = partition.append_as_leader(None, |epoch| {
+        partition.log.append_marker(producer_id, producer_epoch, coordinator_epoch, committed, epoch, now_ms())
+    })?;
+    appended.map_err(|e| {
+        let code = crate::handlers::produce::storage_error_code(&e);
+        let (topic, index) = (&partition.topic, partition.index);
+        tracing::warn!(topic = %topic, partition = index, producer_id, error = %e, "transaction marker not written");
+        code
+    })
 }
 
 /// A marker is durable on `tp`: counts it, and hands offsets committed in the

@@ -405,7 +405,7 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
 pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
     // Each marker is written on its partition's append queue (the blocking pool, in order
     // with the partition's produce appends), then waits to be acknowledged.
-    type Written = Result<crate::partition::Acknowledgement, osprey_storage::StorageError>;
+    type Written = Result<crate::partition::Acknowledgement, ErrorCode>;
     type Pending = (i32, tokio::sync::oneshot::Receiver<Written>);
     let mut markers = Vec::new();
     for m in req.markers {
@@ -453,10 +453,8 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
                                 }
                                 _ => (index, ErrorCode::KAFKA_STORAGE_ERROR),
                             },
-                            Ok(Err(e)) => {
-                                tracing::warn!(topic = %name, partition = index, error = %e, "WriteTxnMarkers: marker not written");
-                                (index, crate::handlers::produce::storage_error_code(&e))
-                            }
+                            // Logged where it was refused (`append_marker_as_leader`).
+                            Ok(Err(code)) => (index, code),
                             Err(_) => (index, ErrorCode::UNKNOWN_SERVER_ERROR),
                         },
                     };
