@@ -468,7 +468,7 @@ fn unloading_the_partition_drops_pending_offsets() {
     let mut w = Logged::new();
     w.txn(1, &[(0, 10)]);
     let home = partition_for(G, N);
-    assert_eq!(w.h.coordinator.unload_partition(home, N), 1);
+    assert_eq!(w.h.coordinator.unload_partition(home, N, w.h.now), 1);
     assert_eq!(stable(&w.h.coordinator, &[0]), [(-1, 0)]);
     // Loaded again, the transaction is open again.
     w.h.coordinator.load_replay(w.log.clone(), N, w.h.now).unwrap();

@@ -303,6 +303,26 @@ fn truncate_to_removes_later_segments_and_fixes_epochs_and_high_watermark() {
 }
 
 #[test]
+fn truncating_at_the_log_end_drops_an_epoch_that_holds_no_record() {
+    // A leader stamped epoch 1's start at its log end and appended nothing before it
+    // lost leadership (the chaos tool's power-loss seed 1): as a follower it truncates to
+    // the new leader's end offset, which is its own log end.
+    let tmp = TempDir::new("truncate-empty-epoch");
+    let log = PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap();
+    for i in 0..3u64 {
+        log.append(&mut batch(i, 2, 10), 0, 0).unwrap();
+    }
+    log.assign_epoch_start(1).unwrap();
+    assert_eq!(log.leader_epochs(), vec![(0, 0), (1, 6)]);
+    assert_eq!(log.truncate_to(6).unwrap(), 6);
+    assert_eq!(log.leader_epochs(), vec![(0, 0)]);
+    drop(log);
+    let log = PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.leader_epochs(), vec![(0, 0)], "the checkpoint was rewritten");
+    assert_eq!(log.log_end_offset(), 6);
+}
+
+#[test]
 fn truncate_below_log_start_empties_the_log_and_restarts_there() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, small_segments());

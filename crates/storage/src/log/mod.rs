@@ -1062,6 +1062,13 @@ impl<S: Storage> PartitionLog<S> {
         self.seal_now(&mut s)?;
         let leo = s.log_end_offset();
         if offset >= leo && !fully {
+            // No record goes, but an epoch entry at the log end does (Kafka's
+            // `UnifiedLog.truncateTo`): a replica that led and stamped an epoch's start
+            // offset without appending anything in it must not keep claiming that epoch
+            // once it follows, or the leader's truncation point never matches its own.
+            if s.epochs.truncate_from_end(leo) {
+                self.write_epoch_checkpoint(&s)?;
+            }
             return Ok(leo);
         }
         let offset = offset.max(0);
