@@ -373,10 +373,11 @@ def _check_groups(h: _History, result: Result):
         if op.ok:
             g = op.value["group"]
             for t, p, off in op.value.get("offsets", []):
-                if off < 0:
-                    continue  # nothing committed yet
+                # No committed offset (-1001, OFFSET_INVALID) is below any committed one:
+                # after a commit returned, "nothing committed" is a step back too.
+                off = max(off, -1)
                 observed[(g, t, p)].append((off, op.invoke_time, op.time, f"committed probe {op.where()}"))
-                if op.value.get("final"):
+                if op.value.get("final") and off >= 0:
                     final_committed[(g, t, p)] = off
     result.counts["commits"] = sum(1 for op in h.by_f["commit"] if op.ok)
 

@@ -204,6 +204,14 @@ def test_a_committed_offset_going_backwards_is_flagged():
     flagged(h, "commit_backwards", "group g", "committed offset 1", "then 0")
 
 
+def test_a_committed_offset_that_disappears_is_flagged():
+    h = History()
+    h.committed("g", [("t", 0, -1001)])  # before the first commit: nothing, and that is fine
+    h.commit("g", [("t", 0, 1)])
+    h.committed("g", [("t", 0, -1001)])
+    flagged(h, "commit_backwards", "committed offset 1", "then -1")
+
+
 def test_commits_moving_forwards_pass():
     h = History()
     h.send("a", "a:0", 0, 0)
