@@ -18,7 +18,8 @@ A history is a file of JSON lines, one event each:
 Operations (`f`) and their values:
 
 - `send`: an idempotent acks=all produce. Invoke `{topic, key, value}`; ok
-  `{partition, offset}`. The send order of a key is the order of its producer's
+  `{partition, offset}` (offset null when librdkafka knows the batch was persisted but
+  not where: a later batch of the producer succeeded after this one's request timed out). The send order of a key is the order of its producer's
   invocations.
 - `txn`: one transaction of a transactional producer. Invoke `{txn}`; completion
   `{txn, outcome: "commit"|"abort", records: [[topic, key, value], ...]}` (ok: that
@@ -269,6 +270,9 @@ def _check_sends(h: _History, result: Result):
     result.counts["sends"] = len(sends)
     acked = [op for op in sends if op.ok]
     result.counts["acknowledged"] = len(acked)
+    # librdkafka acknowledges an idempotent batch whose request timed out once a later
+    # batch of the same producer succeeds (it was persisted), without its offset.
+    result.counts["acknowledged_without_offset"] = sum(1 for op in acked if op.value.get("offset") in (None, -1))
     result.counts["send_failed"] = sum(1 for op in sends if op.type == "fail")
     result.counts["send_indeterminate"] = sum(1 for op in sends if op.type in (None, "info"))
 
@@ -282,11 +286,12 @@ def _check_sends(h: _History, result: Result):
         in_final = {oo for oo, kk, vv in records if (kk, vv) == (k, v)}
         if not in_final:
             holder = next(((kk, vv) for oo, kk, vv in records if oo == o), None)
-            what = f"offset {o} holds {holder[0]}={holder[1]}" if holder else "offset absent"
+            what = (f"offset {o} holds {holder[0]}={holder[1]}" if holder else
+                    "offset absent" if o is not None and o >= 0 else "acknowledged without an offset")
             hw = h.final[(t, p, "read_uncommitted")].value.get("high_watermark")
             result.add("lost", f"{t}-{p}: {k}={v} acknowledged at offset {o} by {op.where()}, not in the final "
                                f"read (high watermark {hw}; {what}){h.fault_near(op.time)}")
-        elif o not in in_final:
+        elif o is not None and o >= 0 and o not in in_final:
             result.add("divergent", f"{t}-{p}: {k}={v} acknowledged at offset {o} ({op.where()}) but stored at "
                                     f"{sorted(in_final)}")
 

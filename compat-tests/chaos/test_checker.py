@@ -150,6 +150,15 @@ def test_a_record_acknowledged_at_another_offset_is_divergent():
     flagged(h, "divergent", "acknowledged at offset 5", "[0]")
 
 
+def test_an_acknowledgement_without_an_offset_is_checked_for_presence_only():
+    h = History()
+    h.send("a", "a:0", 0, None)
+    h.send("a", "a:1", 0, None)
+    h.final(0, [(3, "a", "a:0")])
+    result = flagged(h, "lost", "a=a:1", "acknowledged without an offset")
+    assert "divergent" not in result.findings and result.counts["acknowledged_without_offset"] == 2
+
+
 def test_a_key_out_of_send_order_is_flagged():
     h = History()
     h.send("a", "a:0", 0, 1)
