@@ -578,7 +578,8 @@ class Run:
     def __init__(self, args, seed: int, workdir: Path):
         self.args, self.seed, self.workdir = args, seed, workdir
         self.history = History(workdir / "history.jsonl")
-        self.problems = []  # liveness and process findings, outside the history's checks
+        self.problems = []  # liveness, process and replica findings, outside the history's checks
+        self.final_read_marks = []
         extra = dict(BROKER_CONFIG)
         if args.unsafe:
             extra.update(RELAXED_FSYNC)
@@ -656,7 +657,14 @@ class Run:
         except AssertionError as e:
             self.problems.append(f"SIGTERM at the end: {str(e).splitlines()[0]}")
         self.cluster.kill_all()
+        self.compare_replicas()
         self.release()
+
+    def compare_replicas(self):
+        """After the stop, every replica's log below the final high watermark, batch by batch."""
+        for op in self.final_read_marks:
+            for line in replica_divergence(self.nodes, op["topic"], op["partition"], op["high_watermark"]):
+                self.problems.append(f"replicas disagree: {line}")
 
     def release(self):
         """Unmounts the loop file systems and removes the namespaces and the bridge."""
@@ -816,7 +824,9 @@ class Run:
         for topic, isolation in ((TOPIC, "read_uncommitted"), (TXN_TOPIC, "read_uncommitted"),
                                  (TXN_TOPIC, "read_committed")):
             for p in range(PARTITIONS):
-                final_read(b, self.history, topic, p, isolation, self.problems)
+                mark = final_read(b, self.history, topic, p, isolation, self.problems)
+                if mark and isolation == "read_uncommitted":
+                    self.final_read_marks.append(mark)
         if self.args.groups:
             c = Consumer(dict(COMMON, **{"bootstrap.servers": b, "group.id": GROUP, "enable.auto.commit": False}))
             for _ in range(10):
@@ -826,6 +836,55 @@ class Run:
             else:
                 self.problems.append("the group's committed offsets could not be read at the end")
             c.close()
+
+
+def batch_headers(partition_dir: Path):
+    """(base offset, last offset, partition leader epoch, producer id, base sequence, CRC)
+    of every record batch (v2) in a partition directory's segments, in offset order."""
+    batches = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base, length, epoch = struct.unpack_from(">qii", data, pos)
+            if length <= 0 or pos + 12 + length > len(data):
+                break  # a torn tail: recovery cuts it at the next start
+            crc, _attributes, last_delta = struct.unpack_from(">Ihi", data, pos + 17)
+            producer_id, _producer_epoch, sequence = struct.unpack_from(">qhi", data, pos + 43)
+            batches.append((base, base + last_delta, epoch, producer_id, sequence, crc))
+            pos += 12 + length
+    return batches
+
+
+def replica_divergence(nodes, topic: str, partition: int, high_watermark: int):
+    """Where the replicas of a partition disagree below its high watermark, as evidence
+    lines: every replica must hold the same batches there (same offsets, leader epoch and
+    CRC). A follower whose log diverges within one leader epoch can neither be truncated
+    by epoch nor catch up, and would serve other records if it led."""
+    logs = {}
+    for n in nodes:
+        d = n.dir / f"{topic}-{partition}"
+        if d.is_dir():
+            logs[n.node_id] = [b for b in batch_headers(d) if b[0] < high_watermark]
+    if len(logs) < 2:
+        return []
+    found = []
+    reference_id, reference = max(logs.items(), key=lambda kv: len(kv[1]))
+    at = {b[0]: b for b in reference}
+    for node_id, batches in logs.items():
+        for b in batches:
+            other = at.get(b[0])
+            if other is not None and other != b:
+                found.append(f"{topic}-{partition} offset {b[0]}: node {node_id} holds batch {b[0]}-{b[1]} "
+                             f"epoch {b[2]} producer {b[3]} sequence {b[4]}, node {reference_id} holds "
+                             f"{other[0]}-{other[1]} epoch {other[2]} producer {other[3]} sequence {other[4]}")
+                break
+        else:
+            short = batches[-1][1] + 1 if batches else 0
+            if short < high_watermark and node_id != reference_id:
+                found.append(f"{topic}-{partition}: node {node_id} holds offsets below {short} only, "
+                             f"the high watermark is {high_watermark}")
+    return found
 
 
 def watermarks(bootstrap: str, topics, isolation="read_uncommitted"):
@@ -884,6 +943,7 @@ def final_read(bootstrap, history, topic, partition, isolation, problems, timeou
         history.complete(op, "ok", process, "final_read", {
             "topic": topic, "partition": partition, "isolation": isolation, "log_start": low,
             "high_watermark": high, "records": records})
+        return {"topic": topic, "partition": partition, "high_watermark": high}
     except (KafkaException, TimeoutError) as e:
         history.complete(op, "fail", process, "final_read", {"error": str(e)})
         problems.append(f"final read of {topic}-{partition} ({isolation}) failed: {e}")
