@@ -668,7 +668,7 @@ class Run:
         """After the stop, every replica's log below the final high watermark, batch by batch."""
         for op in self.final_read_marks:
             for line in replica_divergence(self.nodes, op["topic"], op["partition"], op["high_watermark"]):
-                self.problems.append(f"replicas disagree: {line}")
+                self.problems.append(f"replicas: {line}")
 
     def release(self):
         """Unmounts the loop file systems and removes the namespaces and the bridge."""
@@ -886,8 +886,8 @@ def replica_divergence(nodes, topic: str, partition: int, high_watermark: int):
         else:
             short = batches[-1][1] + 1 if batches else 0
             if short < high_watermark and node_id != reference_id:
-                found.append(f"{topic}-{partition}: node {node_id} holds offsets below {short} only, "
-                             f"the high watermark is {high_watermark}")
+                found.append(f"{topic}-{partition}: node {node_id} is behind, it holds offsets below {short} "
+                             f"only, the high watermark is {high_watermark}")
     return found
 
 
