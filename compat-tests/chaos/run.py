@@ -1012,7 +1012,8 @@ def report(args, outcomes, path: Path):
     lines = [
         "# Chaos runs (issue 17)",
         "",
-        f"{now_utc()}: `compat-tests/chaos/run.py long --rounds {args.rounds_total}` "
+        f"{now_utc()}: `compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
+        f"--first-seed {args.first_seed}` "
         f"({len(outcomes)} runs of {args.rounds} fault rounds, {args.nodes} nodes, replication factor "
         f"{min(3, args.nodes)}, min.insync.replicas {min(2, args.nodes)}, unclean leader election "
         f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}); binary "
