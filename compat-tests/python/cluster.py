@@ -61,17 +61,21 @@ class Node:
         self.config = workdir / f"node-{node_id}.properties"
         self.log_path = workdir / f"node-{node_id}.log"
         self.proc = None
+        # Where its listeners are, and what runs the binary: the chaos runner puts each
+        # node in a network namespace of its own (`ip netns exec NS`) on an address there.
+        self.host = "127.0.0.1"
+        self.command_prefix = []
 
     def __repr__(self):
         return f"node {self.node_id} ({self.roles})"
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def controller_bootstrap(self) -> str:
-        return f"127.0.0.1:{self.controller_port}"
+        return f"{self.host}:{self.controller_port}"
 
     def write_config(self, voters: str, extra=None):
         """A server.properties with issue 14's keys for this node's roles."""
@@ -101,7 +105,8 @@ class Node:
         with open(self.log_path, "ab") as log:
             log.write(b"===== start\n")
             log.flush()
-            self.proc = subprocess.Popen([str(osprey_bin()), str(self.config)], stdout=log, stderr=subprocess.STDOUT,
+            self.proc = subprocess.Popen([*self.command_prefix, str(osprey_bin()), str(self.config)], stdout=log,
+                                         stderr=subprocess.STDOUT,
                                          stdin=subprocess.DEVNULL, env=dict(os.environ, NO_COLOR="1"))
 
     def kill9(self):
@@ -346,7 +351,7 @@ def metadata_states(node: Node, topics=(), timeout: float = 5.0):
     error), or None when the node does not answer."""
     body = struct.pack(">i", len(topics)) + b"".join(kafkawire.string16(t) for t in topics)
     try:
-        with kafkawire.Conn("127.0.0.1", node.port, timeout=timeout) as c:
+        with kafkawire.Conn(node.host, node.port, timeout=timeout) as c:
             payload = c.roundtrip(kafkawire.request(kafkawire.API_METADATA, 1, 11, body))
     except (OSError, kafkawire.Closed):
         return None

@@ -1,0 +1,435 @@
+"""The history checker of the chaos tool (issue 17): a pure function from a history to a
+verdict with its evidence. No clock, no sockets, no broker: `check(events)` reads what
+the runner recorded and says what the clients saw that Kafka's guarantees forbid.
+
+A history is a file of JSON lines, one event each:
+
+- `{"type": "meta", ...}`: facts about the run (`seed`, `unclean`, the config, how to
+  replay it). Several meta lines are merged; `unclean: true` turns lost and divergent
+  records into counted losses instead of violations (unclean leader election may lose
+  acknowledged writes by design).
+- `{"type": "invoke", "id": N, "process": P, "f": F, "time": T, "value": {...}}` when a
+  client starts an operation, and `{"type": "ok"|"fail"|"info", "id": N, ...}` when it
+  completes: `ok` it happened, `fail` it did not, `info` nobody knows (a timeout). The
+  checker treats `fail` of a produce as indeterminate too: librdkafka's message timeout
+  may fire for a batch the broker stored.
+- `{"type": "fault", "time": T, ...}`: what the fault injector did; shown as context.
+
+Operations (`f`) and their values:
+
+- `send`: an idempotent acks=all produce. Invoke `{topic, key, value}`; ok
+  `{partition, offset}` (offset null when librdkafka knows the batch was persisted but
+  not where: a later batch of the producer succeeded after this one's request timed out). The send order of a key is the order of its producer's
+  invocations.
+- `txn`: one transaction of a transactional producer. Invoke `{txn}`; completion
+  `{txn, outcome: "commit"|"abort", records: [[topic, key, value], ...]}` (ok: that
+  outcome returned; fail/info: `outcome` is what was attempted).
+- `poll`: records a consumer got. Ok `{isolation, group?, records: [[topic, partition,
+  offset, key, value], ...]}` (`group` for a consumer group member, absent for an
+  assign-only reader).
+- `commit`: a consumer group member's manual commit. Invoke `{group, offsets: [[topic,
+  partition, offset], ...]}`; ok when the broker accepted it.
+- `committed`: a probe of a group's committed offsets. Ok `{group, offsets: [[topic,
+  partition, offset], ...], final?: true}`; the one marked `final` is read after the run.
+- `final_read`: a whole partition read after the faults healed. Ok `{topic, partition,
+  isolation, high_watermark, records: [[offset, key, value], ...]}`.
+
+What is checked:
+
+- acks=all idempotent sends: every acknowledged record is in the final read of its
+  partition, at the offset it was acknowledged at (lost); no record is stored twice
+  (duplicated); every reader saw the same record at each offset of a partition
+  (divergent); each key's records are in its send order (reordered); no reader saw a
+  record nobody sent (phantom).
+- Transactions, in read_committed reads: never a record of a transaction whose abort
+  returned (aborted read); in the final read, every transaction whose commit returned
+  whole (lost commit), and any transaction either whole or absent (partial).
+- Consumer groups with manual commits: a partition's committed offset never goes back
+  (an observation that ended before another started is never larger than it); every
+  record below the final committed offset was delivered to some member (skipped).
+"""
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+# How many examples of each kind of finding the verdict prints.
+EXAMPLES = 10
+
+VIOLATIONS = ("lost", "duplicated", "divergent", "reordered", "phantom", "aborted_read", "lost_commit",
+              "partial_txn", "commit_backwards", "skipped", "incomplete")
+# The kinds that unclean leader election may cause by design: counted, not violations.
+UNCLEAN_LOSSES = ("lost", "divergent")
+
+
+class Result:
+    """The verdict: `findings` maps a kind to its evidence lines, `counts` the totals the
+    report prints, `valid` is False when any finding is a violation in this mode."""
+
+    def __init__(self, meta: dict):
+        self.meta = meta
+        self.findings = defaultdict(list)
+        self.counts = defaultdict(int)
+
+    @property
+    def unclean(self) -> bool:
+        return bool(self.meta.get("unclean"))
+
+    def add(self, kind: str, evidence: str):
+        assert kind in VIOLATIONS, kind
+        self.findings[kind].append(evidence)
+
+    def violations(self) -> dict:
+        """The findings that fail the run: everything, except the losses unclean leader
+        election is allowed to cause when it is on."""
+        return {k: v for k, v in self.findings.items()
+                if v and not (self.unclean and k in UNCLEAN_LOSSES)}
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations()
+
+    def summary(self) -> dict:
+        found = {k: len(v) for k, v in self.findings.items() if v}
+        return {"valid": self.valid, "unclean": self.unclean, "counts": dict(self.counts), "findings": found}
+
+    def render(self) -> str:
+        lines = []
+        seed = self.meta.get("seed")
+        head = "VALID" if self.valid else "INVALID"
+        lines.append(f"verdict: {head}" + (f" (seed {seed})" if seed is not None else ""))
+        lines.append("counts: " + ", ".join(f"{k}={v}" for k, v in sorted(self.counts.items())))
+        for kind in VIOLATIONS:
+            found = self.findings.get(kind)
+            if not found:
+                continue
+            tolerated = self.unclean and kind in UNCLEAN_LOSSES
+            label = "counted (unclean leader election on)" if tolerated else "VIOLATION"
+            lines.append(f"{kind}: {len(found)} {label}")
+            lines.extend(f"  - {e}" for e in found[:EXAMPLES])
+            if len(found) > EXAMPLES:
+                lines.append(f"  ... and {len(found) - EXAMPLES} more")
+        if not self.valid and self.meta.get("replay"):
+            lines.append(f"replay: {self.meta['replay']}")
+        return "\n".join(lines)
+
+
+def load(path) -> list:
+    """The events of a history file; a torn last line (the runner was killed) is dropped."""
+    events = []
+    with open(path) as f:
+        lines = f.read().splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            if i != len(lines) - 1:
+                raise
+    return events
+
+
+def check(events) -> Result:
+    """The verdict over a history (a list of event dicts, in the order written)."""
+    h = _History(events)
+    result = Result(h.meta)
+    _check_agreement(h, result)
+    _check_sends(h, result)
+    _check_transactions(h, result)
+    _check_groups(h, result)
+    return result
+
+
+# ----- the history, indexed -----------------------------------------------------------
+
+
+class _Op:
+    __slots__ = ("id", "process", "f", "invoke", "invoke_time", "type", "value", "time")
+
+    def __init__(self, invoke: dict):
+        self.id = invoke["id"]
+        self.process = invoke.get("process")
+        self.f = invoke["f"]
+        self.invoke = invoke.get("value") or {}
+        self.invoke_time = invoke.get("time", 0.0)
+        self.type = None  # None while it never completed: indeterminate
+        self.value = {}
+        self.time = None
+
+    def complete(self, event: dict):
+        self.type = event["type"]
+        self.value = event.get("value") or {}
+        self.time = event.get("time")
+
+    @property
+    def ok(self) -> bool:
+        return self.type == "ok"
+
+    def where(self) -> str:
+        end = f"{self.time:.3f}" if self.time is not None else "never"
+        return f"{self.process} op {self.id} [{self.invoke_time:.3f}..{end}]"
+
+
+class _History:
+    def __init__(self, events):
+        self.meta = {}
+        self.ops = []
+        self.faults = []
+        pending = {}
+        for e in events:
+            kind = e.get("type")
+            if kind == "meta":
+                self.meta.update({k: v for k, v in e.items() if k != "type"})
+            elif kind == "fault":
+                self.faults.append(e)
+            elif kind == "invoke":
+                op = _Op(e)
+                pending[op.id] = op
+                self.ops.append(op)
+            elif kind in ("ok", "fail", "info"):
+                op = pending.pop(e["id"], None)
+                if op is None:  # a completion without its invocation: keep what it says
+                    op = _Op(dict(e, value={}))
+                    self.ops.append(op)
+                op.complete(e)
+        self.by_f = defaultdict(list)
+        for op in self.ops:
+            self.by_f[op.f].append(op)
+        # (topic, partition, isolation) -> the final read's op; the last one wins.
+        self.final = {}
+        for op in self.by_f["final_read"]:
+            if op.ok:
+                v = op.value
+                self.final[(v["topic"], v["partition"], v.get("isolation", "read_uncommitted"))] = op
+
+    def final_records(self, topic: str, partition: int, isolation: str = "read_uncommitted"):
+        op = self.final.get((topic, partition, isolation))
+        return None if op is None else op.value["records"]
+
+    def reads(self):
+        """Every record any reader saw: (topic, partition, offset, key, value, isolation, op)."""
+        for op in self.by_f["poll"]:
+            if op.ok:
+                iso = op.value.get("isolation", "read_uncommitted")
+                for t, p, o, k, v in op.value.get("records", []):
+                    yield t, p, o, k, v, iso, op
+        for op in self.final.values():
+            v = op.value
+            for o, k, val in v["records"]:
+                yield v["topic"], v["partition"], o, k, val, v.get("isolation", "read_uncommitted"), op
+
+    def fault_near(self, t) -> str:
+        """The last fault injected before time `t`, as context for a finding."""
+        if t is None:
+            return ""
+        before = [f for f in self.faults if f.get("time", 0) <= t]
+        if not before:
+            return ""
+        f = before[-1]
+        return f"; last fault before: {f.get('fault')} {f.get('node', '')} at {f.get('time', 0):.3f}".rstrip()
+
+
+# ----- checks -------------------------------------------------------------------------
+
+
+def _check_agreement(h: _History, result: Result):
+    """Every reader saw the same record at each offset, and each record at one offset only."""
+    at = {}  # (topic, partition, offset) -> (key, value, op)
+    where = defaultdict(set)  # (topic, key, value) -> {(partition, offset)}
+    for t, p, o, k, v, _iso, op in h.reads():
+        seen = at.get((t, p, o))
+        if seen is None:
+            at[(t, p, o)] = (k, v, op)
+        elif (seen[0], seen[1]) != (k, v):
+            result.add("divergent", f"{t}-{p} offset {o}: {seen[2].process} read {seen[0]}={seen[1]} "
+                                    f"({seen[2].where()}) but {op.process} read {k}={v} ({op.where()})")
+            at[(t, p, o)] = (k, v, op)  # report each further disagreement once
+        where[(t, k, v)].add((p, o))
+    for (t, k, v), places in where.items():
+        if len(places) > 1:
+            result.add("duplicated", f"{t} {k}={v} stored at {len(places)} offsets: "
+                                     + ", ".join(f"{t}-{p}@{o}" for p, o in sorted(places)))
+    result.counts["offsets_read"] = len(at)
+
+
+def _check_sends(h: _History, result: Result):
+    sends = h.by_f["send"]
+    known = set()
+    order = {}  # (topic, key, value) -> its place in its key's send order
+    next_seq = defaultdict(int)
+    for op in sends:
+        t, k, v = op.invoke["topic"], op.invoke["key"], op.invoke["value"]
+        known.add((t, k, v))
+        order[(t, k, v)] = next_seq[(op.process, t, k)]
+        next_seq[(op.process, t, k)] += 1
+    for op in h.by_f["txn"]:
+        for t, k, v in op.value.get("records", []):
+            known.add((t, k, v))
+    result.counts["sends"] = len(sends)
+    acked = [op for op in sends if op.ok]
+    result.counts["acknowledged"] = len(acked)
+    # librdkafka acknowledges an idempotent batch whose request timed out once a later
+    # batch of the same producer succeeds (it was persisted), without its offset.
+    result.counts["acknowledged_without_offset"] = sum(1 for op in acked if op.value.get("offset") in (None, -1))
+    result.counts["send_failed"] = sum(1 for op in sends if op.type == "fail")
+    result.counts["send_indeterminate"] = sum(1 for op in sends if op.type in (None, "info"))
+
+    for op in acked:
+        t, k, v = op.invoke["topic"], op.invoke["key"], op.invoke["value"]
+        p, o = op.value["partition"], op.value["offset"]
+        records = h.final_records(t, p)
+        if records is None:
+            result.add("incomplete", f"no final read of {t}-{p}: cannot check {k}={v} acknowledged at offset {o}")
+            continue
+        in_final = {oo for oo, kk, vv in records if (kk, vv) == (k, v)}
+        if not in_final:
+            holder = next(((kk, vv) for oo, kk, vv in records if oo == o), None)
+            what = (f"offset {o} holds {holder[0]}={holder[1]}" if holder else
+                    "offset absent" if o is not None and o >= 0 else "acknowledged without an offset")
+            hw = h.final[(t, p, "read_uncommitted")].value.get("high_watermark")
+            result.add("lost", f"{t}-{p}: {k}={v} acknowledged at offset {o} by {op.where()}, not in the final "
+                               f"read (high watermark {hw}; {what}){h.fault_near(op.time)}")
+        elif o is not None and o >= 0 and o not in in_final:
+            result.add("divergent", f"{t}-{p}: {k}={v} acknowledged at offset {o} ({op.where()}) but stored at "
+                                    f"{sorted(in_final)}")
+
+    # Per-key order in each final read: the send order, without going back.
+    for (t, p, iso), fop in h.final.items():
+        if iso != "read_uncommitted":
+            continue
+        last = {}
+        for o, k, v in fop.value["records"]:
+            seq = order.get((t, k, v))
+            if seq is None:
+                continue
+            prev = last.get(k)
+            if prev is not None and seq <= prev[0]:
+                result.add("reordered", f"{t}-{p}: key {k}: {v} (send #{seq}) at offset {o} after "
+                                        f"send #{prev[0]} at offset {prev[1]}")
+            last[k] = (seq, o)
+
+    for t, p, o, k, v, _iso, op in h.reads():
+        if (t, k, v) not in known:
+            result.add("phantom", f"{t}-{p} offset {o}: {k}={v} read by {op.process} ({op.where()}) was never sent")
+            known.add((t, k, v))  # once per record
+
+
+def _check_transactions(h: _History, result: Result):
+    txns = h.by_f["txn"]
+    owner = {}  # (topic, key, value) -> txn op
+    for op in txns:
+        for t, k, v in op.value.get("records", []):
+            owner[(t, k, v)] = op
+    committed = [op for op in txns if op.ok and op.value.get("outcome") == "commit"]
+    aborted = [op for op in txns if op.ok and op.value.get("outcome") == "abort"]
+    result.counts["txn_committed"] = len(committed)
+    result.counts["txn_aborted"] = len(aborted)
+    result.counts["txn_indeterminate"] = len(txns) - len(committed) - len(aborted)
+    if not txns:
+        return
+
+    reported = set()
+    for t, p, o, k, v, iso, op in h.reads():
+        if iso != "read_committed":
+            continue
+        txn = owner.get((t, k, v))
+        if txn is not None and txn.ok and txn.value.get("outcome") == "abort" and txn.id not in reported:
+            reported.add(txn.id)
+            result.add("aborted_read", f"{op.process} ({op.where()}) read {k}={v} at {t}-{p}@{o}, a record of "
+                                       f"transaction {txn.value.get('txn')} whose abort returned ({txn.where()})")
+
+    # The final read_committed reads: each transaction whole or absent, committed ones whole.
+    final_topics = {t for (t, _p, iso) in h.final if iso == "read_committed"}
+    if not final_topics:
+        result.add("incomplete", "transactions ran but no partition was read read_committed at the end")
+        return
+    visible = set()
+    for (t, p, iso), fop in h.final.items():
+        if iso == "read_committed":
+            visible.update((t, k, v) for _o, k, v in fop.value["records"])
+    for op in txns:
+        records = [tuple(r) for r in op.value.get("records", [])]
+        if not records or not all(r[0] in final_topics for r in records):
+            continue
+        seen = [r for r in records if r in visible]
+        name = op.value.get("txn")
+        if op.ok and op.value.get("outcome") == "commit" and len(seen) < len(records):
+            missing = [f"{k}={v}" for t, k, v in records if (t, k, v) not in visible]
+            result.add("lost_commit", f"transaction {name} committed ({op.where()}) but {len(missing)} of its "
+                                      f"{len(records)} records are not in the final read_committed read: "
+                                      f"{', '.join(missing[:5])}{h.fault_near(op.time)}")
+        elif seen and len(seen) < len(records):
+            result.add("partial_txn", f"transaction {name} ({op.type or 'never completed'}, {op.where()}): "
+                                      f"{len(seen)} of its {len(records)} records visible read_committed")
+    result.counts["txn_records_visible"] = sum(1 for r in owner if r in visible)
+
+
+def _check_groups(h: _History, result: Result):
+    # Observations of a partition's committed offset: (value, start, end, what).
+    observed = defaultdict(list)
+    for op in h.by_f["commit"]:
+        if op.ok:
+            for t, p, off in op.invoke.get("offsets", []):
+                observed[(op.invoke["group"], t, p)].append((off, op.invoke_time, op.time, f"commit by {op.where()}"))
+    final_committed = {}
+    for op in h.by_f["committed"]:
+        if op.ok:
+            g = op.value["group"]
+            for t, p, off in op.value.get("offsets", []):
+                # No committed offset (-1001, OFFSET_INVALID) is below any committed one:
+                # after a commit returned, "nothing committed" is a step back too.
+                off = max(off, -1)
+                observed[(g, t, p)].append((off, op.invoke_time, op.time, f"committed probe {op.where()}"))
+                if op.value.get("final") and off >= 0:
+                    final_committed[(g, t, p)] = off
+    result.counts["commits"] = sum(1 for op in h.by_f["commit"] if op.ok)
+
+    for (g, t, p), obs in observed.items():
+        # An observation X that ended before Y began must not exceed Y.
+        by_end = sorted(obs, key=lambda x: x[2])
+        best = None  # the largest value among observations ended so far
+        i = 0
+        for y in sorted(obs, key=lambda x: x[1]):
+            while i < len(by_end) and by_end[i][2] < y[1]:
+                if best is None or by_end[i][0] > best[0]:
+                    best = by_end[i]
+                i += 1
+            if best is not None and y[0] < best[0]:
+                result.add("commit_backwards", f"group {g} {t}-{p}: committed offset {best[0]} ({best[3]}) then "
+                                               f"{y[0]} ({y[3]}){h.fault_near(y[1])}")
+                best = None  # one report per drop; the next compares against what follows
+
+    consumed = defaultdict(set)
+    for op in h.by_f["poll"]:
+        if op.ok and op.value.get("group"):
+            for t, p, o, _k, _v in op.value.get("records", []):
+                consumed[(op.value["group"], t, p)].add(o)
+    for (g, t, p), upto in final_committed.items():
+        records = h.final_records(t, p)
+        if records is None:
+            result.add("incomplete", f"no final read of {t}-{p}: cannot check group {g}'s commits up to {upto}")
+            continue
+        skipped = [(o, k, v) for o, k, v in records if o < upto and o not in consumed[(g, t, p)]]
+        result.counts["group_records_checked"] += sum(1 for o, _k, _v in records if o < upto)
+        if skipped:
+            o, k, v = skipped[0]
+            result.add("skipped", f"group {g} {t}-{p}: committed up to {upto} but {len(skipped)} records below it "
+                                  f"were never delivered to a member, first {k}={v} at offset {o}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="Checks a chaos history file and prints the verdict.")
+    parser.add_argument("history", help="a JSON-lines history written by run.py")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON after the verdict")
+    args = parser.parse_args(argv)
+    result = check(load(args.history))
+    print(result.render())
+    if args.json:
+        print(json.dumps(result.summary(), sort_keys=True))
+    return 0 if result.valid else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

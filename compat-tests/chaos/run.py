@@ -1,0 +1,1125 @@
+#!/usr/bin/env python3
+"""Fault injection against a cluster of real `osprey` processes (issue 17).
+
+Starts N combined broker+controller nodes (compat-tests/python/cluster.py), drives
+workloads with librdkafka (confluent-kafka) while faults drawn from a seed hit the nodes,
+records every operation as a history (checker.py's format), heals the cluster, reads
+every partition back and runs the checker. The seed is printed, and the same seed draws
+the same fault schedule again:
+
+    compat-tests/chaos/run.py run --seed 42            # one run; exit 1 on a violation
+    compat-tests/chaos/run.py quick                    # the CI seeds, a few minutes
+    compat-tests/chaos/run.py long --rounds 1000       # many runs, a markdown report
+    compat-tests/chaos/run.py run --unsafe --seed 1    # relaxed fsync + power loss of every node
+
+Workloads: idempotent acks=all producers (per-key sequence numbers in the values), a
+transactional producer committing and aborting, a consumer group committing manually,
+a read_uncommitted and a read_committed reader, a probe of the group's committed offsets.
+
+Faults: `kill` (SIGKILL, restart after a hold), `pause` (SIGSTOP longer than the broker
+session and replica lag timeouts, then SIGCONT), `rolling` (SIGTERM and restart, node by
+node), `killall` (SIGKILL of every node at once), and, as root with loop devices,
+`powerloss` (every node's data directory is an ext4 file system on a loop device; the
+file system is shut down without flushing, EXT4_IOC_SHUTDOWN with NOLOGFLUSH, which
+drops what was not fsynced, as a power cut; then SIGKILL, remount, restart).
+"""
+
+import argparse
+import fcntl
+import json
+import os
+import random
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent / "python"))
+sys.path.insert(0, str(HERE))
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+
+import checker  # noqa: E402
+from cluster import Cluster, Node, listed_brokers, partition_states  # noqa: E402
+from conftest import REPO_ROOT, osprey_bin  # noqa: E402
+
+TOPIC = "chaos"
+TXN_TOPIC = "chaos-txn"
+GROUP = "chaos-group"
+PARTITIONS = 3
+QUICK_SEEDS = (1, 2, 3)
+# Consumer groups and transactions need coordinators that follow the leadership of their
+# internal partitions (issue 16). Until then a kill of a group coordinator's node loses
+# the group's committed offsets (seed 1) and init_transactions does not complete on three
+# nodes, so the CI seeds leave those workloads out; `run` and `long` include them.
+QUICK_COORDINATOR_WORKLOADS = False
+FAULTS = ("kill", "pause", "rolling", "killall")
+PARTITIONS_KINDS = ("isolate", "split", "bridge")
+# How often each fault is drawn (powerloss and the partitions only when asked for).
+WEIGHTS = {"kill": 4, "pause": 3, "rolling": 1, "killall": 1, "powerloss": 1, "isolate": 2, "split": 2, "bridge": 2}
+# Faster failure detection than Kafka's defaults, as test_replication.py: a broker is
+# fenced 3 s after its last heartbeat, a follower leaves the ISR after 2 s of lag. Pauses
+# are drawn longer than both.
+BROKER_CONFIG = {
+    "broker.session.timeout.ms": 3000,
+    "broker.heartbeat.interval.ms": 500,
+    "replica.lag.time.max.ms": 2000,
+    "default.replication.factor": 3,
+    "min.insync.replicas": 2,
+    "offsets.topic.replication.factor": 3,
+    "transaction.state.log.replication.factor": 3,
+    "transaction.state.log.min.isr": 2,
+    "group.initial.rebalance.delay.ms": 0,
+    "unclean.leader.election.enable": "false",
+    "unclean.leader.election.interval.ms": 1000,
+    "auto.leader.rebalance.enable": "false",
+}
+# Kafka's own fsync setting: acknowledged once in the page cache of every ISR member.
+RELAXED_FSYNC = {"log.flush.interval.messages": 9223372036854775807}
+PAUSE_S = (4.0, 9.0)
+PARTITION_S = (5.0, 12.0)
+KILL_HOLD_S = (0.5, 5.0)
+GAP_S = (1.0, 4.0)
+RECOVER_S = 120.0
+# A SIGTERM stop may spend up to 30 s finishing in-flight requests (the broker's drain
+# bound), then closes its logs: a stop is a problem only past that, with some room.
+STOP_S = 45.0
+COMMON = {"broker.address.family": "v4", "socket.timeout.ms": 10000, "log_level": 0}
+
+
+def now_utc() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ----- the history ----------------------------------------------------------------------
+
+
+class History:
+    """Appends events to a JSON-lines file from any thread; times are seconds since start."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.file = open(path, "w")
+        self.lock = threading.Lock()
+        self.t0 = time.monotonic()
+        self.next_id = 0
+
+    def _write(self, event: dict):
+        event["time"] = round(time.monotonic() - self.t0, 4)
+        with self.lock:
+            self.file.write(json.dumps(event) + "\n")
+
+    def meta(self, **facts):
+        self._write(dict(type="meta", **facts))
+
+    def fault(self, fault: str, **details):
+        self._write(dict(type="fault", fault=fault, **details))
+        print(f"  [{time.monotonic() - self.t0:7.1f}s] {fault} " + " ".join(f"{k}={v}" for k, v in details.items()),
+              flush=True)
+
+    def invoke(self, process: str, f: str, value: dict) -> int:
+        with self.lock:
+            self.next_id += 1
+            op = self.next_id
+        self._write(dict(type="invoke", id=op, process=process, f=f, value=value))
+        return op
+
+    def complete(self, op: int, kind: str, process: str, f: str, value: dict):
+        self._write(dict(type=kind, id=op, process=process, f=f, value=value))
+
+    def close(self):
+        with self.lock:
+            self.file.close()
+
+
+# ----- workloads ------------------------------------------------------------------------
+
+
+class Workload(threading.Thread):
+    def __init__(self, name: str, history: History, bootstrap: str):
+        super().__init__(name=name, daemon=True)
+        self.process = name
+        self.history = history
+        self.bootstrap = bootstrap
+        self.halt = threading.Event()
+        self.errors = []
+
+    def stop(self):
+        self.halt.set()
+
+
+class IdempotentProducer(Workload):
+    """acks=all, enable.idempotence; key `<name>-k<j>` carries `<key>:<n>` with n its
+    per-key sequence number, about `rate` messages a second."""
+
+    def __init__(self, name, history, bootstrap, keys: int = 6, rate: float = 50.0):
+        super().__init__(name, history, bootstrap)
+        self.keys, self.rate = keys, rate
+        self.sequence = 0
+
+    def _producer(self):
+        fatal = []
+
+        def on_error(err):
+            if err.fatal():
+                fatal.append(err)
+
+        p = Producer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                                     "linger.ms": 5, "message.timeout.ms": 90000, "error_cb": on_error}))
+        return p, fatal
+
+    def run(self):
+        p, fatal = self._producer()
+        while not self.halt.is_set():
+            if fatal:
+                self.errors.append(f"fatal producer error, new producer: {fatal[0]}")
+                p.flush(5)
+                p, fatal = self._producer()
+            key = f"{self.process}-k{self.sequence % self.keys}"
+            value = f"{key}:{self.sequence // self.keys}"
+            op = self.history.invoke(self.process, "send", {"topic": TOPIC, "key": key, "value": value})
+            try:
+                p.produce(TOPIC, key=key.encode(), value=value.encode(), on_delivery=self._callback(op))
+                self.sequence += 1
+            except (BufferError, KafkaException) as e:
+                self.history.complete(op, "fail", self.process, "send", {"error": str(e)})
+            p.poll(0)
+            self.halt.wait(1.0 / self.rate)
+        left = p.flush(120)
+        if left:
+            self.errors.append(f"{left} sends never answered (left indeterminate)")
+
+    def _callback(self, op):
+        def on_delivery(err, msg):
+            if err is None:
+                self.history.complete(op, "ok", self.process, "send",
+                                      {"partition": msg.partition(), "offset": msg.offset()})
+            else:
+                self.history.complete(op, "fail", self.process, "send", {"error": err.str()})
+
+        return on_delivery
+
+
+class TransactionalProducer(Workload):
+    """Transactions of 1-4 records over the partitions of TXN_TOPIC, committed or
+    aborted at random; a fatal error makes a new producer with the same
+    transactional.id (which fences the old one and aborts what it left open)."""
+
+    def __init__(self, name, history, bootstrap, seed: int):
+        super().__init__(name, history, bootstrap)
+        self.rng = random.Random(seed)
+        self.instance = 0
+        self.count = 0
+
+    def _producer(self):
+        self.instance += 1
+        p = Producer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "transactional.id": f"{self.process}-id",
+                                     "transaction.timeout.ms": 20000, "message.timeout.ms": 20000, "linger.ms": 5}))
+        while not self.halt.is_set():
+            try:
+                p.init_transactions(30)
+                return p
+            except KafkaException as e:
+                self.errors.append(f"init_transactions: {e}")
+                time.sleep(1)
+        return None
+
+    def run(self):
+        p = self._producer()
+        while p is not None and not self.halt.is_set():
+            if not self._one(p):
+                p = self._producer()
+            self.halt.wait(0.2)
+
+    def _one(self, p) -> bool:
+        """One transaction; False when the producer must be replaced."""
+        self.count += 1
+        name = f"{self.process}-{self.instance}-{self.count}"
+        commit = self.rng.random() < 0.7
+        records = []
+        op = self.history.invoke(self.process, "txn", {"txn": name})
+
+        def done(kind, outcome, **extra):
+            self.history.complete(op, kind, self.process, "txn",
+                                  dict(txn=name, outcome=outcome, records=records, **extra))
+
+        try:
+            p.begin_transaction()
+            for i in range(self.rng.randint(1, 4)):
+                key, value = f"tx-k{self.rng.randrange(8)}", f"{name}:{i}"
+                p.produce(TXN_TOPIC, key=key.encode(), value=value.encode(), partition=self.rng.randrange(PARTITIONS))
+                records.append([TXN_TOPIC, key, value])
+        except (KafkaException, BufferError) as e:
+            commit = False
+            self.errors.append(f"{name}: {e}")
+        for attempt in range(3):
+            try:
+                if commit:
+                    p.commit_transaction(30)
+                else:
+                    p.abort_transaction(30)
+                done("ok", "commit" if commit else "abort")
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if err.retriable() and attempt < 2:
+                    continue
+                if commit and err.txn_requires_abort():
+                    commit = False
+                    continue
+                # Unknown outcome: a new producer with the same transactional.id finishes
+                # or aborts it (all or nothing either way) and fences this one.
+                done("info", "commit" if commit else "abort", error=err.str())
+                return False
+        return False
+
+
+class GroupMember(Workload):
+    """A consumer group member subscribed to TOPIC that commits what it consumed (the
+    next offset of each assigned partition) synchronously about every second."""
+
+    def __init__(self, name, history, bootstrap, group: str = GROUP):
+        super().__init__(name, history, bootstrap)
+        self.group = group
+        self.positions = {}
+
+    def run(self):
+        c = Consumer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                     "auto.offset.reset": "earliest", "enable.auto.commit": False,
+                                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000,
+                                     "max.poll.interval.ms": 60000, "fetch.wait.max.ms": 200}))
+        c.subscribe([TOPIC], on_revoke=self._revoked, on_lost=self._revoked)
+        last_commit = time.monotonic()
+        while not self.halt.is_set():
+            msgs = c.consume(200, 0.5)
+            got = [m for m in msgs if m.error() is None]
+            if got:
+                op = self.history.invoke(self.process, "poll", {})
+                self.history.complete(op, "ok", self.process, "poll", {
+                    "group": self.group, "isolation": "read_uncommitted",
+                    "records": [[m.topic(), m.partition(), m.offset(), m.key().decode(), m.value().decode()]
+                                for m in got]})
+                for m in got:
+                    self.positions[m.partition()] = m.offset() + 1
+            if time.monotonic() - last_commit >= 1.0 and self.positions:
+                self._commit(c)
+                last_commit = time.monotonic()
+        if self.positions:
+            self._commit(c)
+        c.close()
+
+    def _revoked(self, consumer, partitions):
+        for tp in partitions:
+            self.positions.pop(tp.partition, None)
+
+    def _commit(self, c):
+        offsets = [[TOPIC, p, o] for p, o in sorted(self.positions.items())]
+        op = self.history.invoke(self.process, "commit", {"group": self.group, "offsets": offsets})
+        try:
+            answered = c.commit(offsets=[TopicPartition(TOPIC, p, o) for _, p, o in offsets], asynchronous=False)
+            errors = [f"{tp.partition}: {tp.error}" for tp in answered or [] if tp.error]
+            if errors:
+                self.history.complete(op, "info", self.process, "commit", {"error": "; ".join(errors)})
+            else:
+                self.history.complete(op, "ok", self.process, "commit", {})
+        except KafkaException as e:
+            # Refused or timed out: never used as a fact about the committed offset.
+            self.history.complete(op, "info", self.process, "commit", {"error": str(e)})
+
+
+class CommittedProbe(Workload):
+    """Reads the group's committed offsets (OffsetFetch) every two seconds."""
+
+    def __init__(self, name, history, bootstrap, group: str = GROUP):
+        super().__init__(name, history, bootstrap)
+        self.group = group
+
+    def run(self):
+        c = Consumer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "group.id": self.group,
+                                     "enable.auto.commit": False}))
+        while not self.halt.wait(2.0):
+            probe_committed(c, self.history, self.process, self.group)
+        c.close()
+
+
+def probe_committed(c, history, process, group, final=False) -> bool:
+    op = history.invoke(process, "committed", {"group": group})
+    try:
+        found = c.committed([TopicPartition(TOPIC, p) for p in range(PARTITIONS)], timeout=10)
+    except KafkaException as e:
+        history.complete(op, "info", process, "committed", {"group": group, "error": str(e)})
+        return False
+    if any(tp.error for tp in found):
+        history.complete(op, "info", process, "committed", {"group": group, "error": str(found[0].error)})
+        return False
+    history.complete(op, "ok", process, "committed", {
+        "group": group, "final": final, "offsets": [[TOPIC, tp.partition, tp.offset] for tp in found]})
+    return True
+
+
+class Reader(Workload):
+    """Reads every partition of `topics` from the beginning by assign, as it goes."""
+
+    def __init__(self, name, history, bootstrap, topics, isolation: str):
+        super().__init__(name, history, bootstrap)
+        self.topics, self.isolation = topics, isolation
+
+    def run(self):
+        c = Consumer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "group.id": f"{self.process}-assign",
+                                     "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                                     "isolation.level": self.isolation, "fetch.wait.max.ms": 200}))
+        c.assign([TopicPartition(t, p, OFFSET_BEGINNING) for t in self.topics for p in range(PARTITIONS)])
+        while not self.halt.is_set():
+            got = [m for m in c.consume(500, 0.5) if m.error() is None]
+            if got:
+                op = self.history.invoke(self.process, "poll", {})
+                self.history.complete(op, "ok", self.process, "poll", {
+                    "isolation": self.isolation,
+                    "records": [[m.topic(), m.partition(), m.offset(), m.key().decode(), m.value().decode()]
+                                for m in got]})
+        c.close()
+
+
+# ----- the cluster and its faults -------------------------------------------------------
+
+
+EXT4_IOC_SHUTDOWN = 0x8004587D  # _IOR('X', 125, __u32)
+EXT4_GOING_FLAGS_NOLOGFLUSH = 2  # neither the journal nor dirty data are written
+
+
+class LoopDisks:
+    """Each node's data directory on its own ext4 file system in a loop-mounted file, so
+    that a power cut can be simulated: EXT4_IOC_SHUTDOWN with NOLOGFLUSH stops the file
+    system at once, and what was only in the page cache never reaches the disk."""
+
+    def __init__(self, workdir: Path, nodes, size_mb: int = 768):
+        """Moves each node's directory (before its config is written) to `data` inside
+        its own mount point, so that ext4's lost+found is not in log.dirs."""
+        self.nodes, self.images, self.mounts = nodes, {}, {}
+        try:
+            self._build(workdir, size_mb)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, workdir: Path, size_mb: int):
+        for n in self.nodes:
+            image = workdir / f"node-{n.node_id}.ext4"
+            subprocess.run(["truncate", "-s", f"{size_mb}M", str(image)], check=True)
+            subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+            self.images[n.node_id] = image
+            self.mounts[n.node_id] = workdir / f"disk-{n.node_id}"
+            self.mounts[n.node_id].mkdir()
+            self._mount(n)
+            n.dir = self.mounts[n.node_id] / "data"
+            n.dir.mkdir()
+        os.sync()
+
+    @staticmethod
+    def available() -> bool:
+        return os.geteuid() == 0 and shutil.which("mkfs.ext4") is not None and Path("/dev/loop-control").exists()
+
+    def _mount(self, n):
+        subprocess.run(["mount", "-o", "loop", str(self.images[n.node_id]), str(self.mounts[n.node_id])], check=True)
+
+    def cut_power(self, nodes):
+        """Shuts every file system down without flushing, then kills the processes and
+        mounts the file systems again (the journal replays what was committed)."""
+        for n in nodes:
+            fd = os.open(self.mounts[n.node_id], os.O_RDONLY)
+            try:
+                fcntl.ioctl(fd, EXT4_IOC_SHUTDOWN, struct.pack("I", EXT4_GOING_FLAGS_NOLOGFLUSH))
+            finally:
+                os.close(fd)
+        for n in nodes:
+            if n.proc is not None:
+                n.kill9()
+        for n in nodes:
+            self._umount(n)
+            self._mount(n)
+
+    def _umount(self, n):
+        for _ in range(50):
+            if subprocess.run(["umount", str(self.mounts[n.node_id])], capture_output=True).returncode == 0:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"cannot unmount {self.mounts[n.node_id]}")
+
+    def close(self):
+        for mount in self.mounts.values():
+            subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def ip(*args: str, check: bool = True):
+    return subprocess.run(["ip", *args], check=check, capture_output=True, text=True)
+
+
+class Network:
+    """Each node in a network namespace of its own, joined by a bridge the runner makes
+    (a /24 of 10.77.x.0 that exists only while it runs; nothing leaves the machine),
+    clients in the root namespace on the bridge. A partition is a pair of blackhole
+    routes per cut link, one in each namespace, so packets between the two sides are
+    dropped silently, as on a lost link, while every node still reaches the clients."""
+
+    def __init__(self, nodes):
+        tag = os.getpid() % 10000
+        self.subnet = f"10.77.{os.getpid() % 250}"
+        self.bridge = f"ospc{tag}br"
+        self.namespaces = {}
+        self.cuts = []
+        self.nodes = nodes
+        try:
+            self._build(tag)
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, tag: int):
+        ip("link", "add", self.bridge, "type", "bridge")
+        ip("addr", "add", f"{self.subnet}.254/24", "dev", self.bridge)
+        ip("link", "set", self.bridge, "up")
+        for n in self.nodes:
+            ns, host_end, ns_end = f"osprey-chaos-{tag}-{n.node_id}", f"ospc{tag}h{n.node_id}", f"ospc{tag}n{n.node_id}"
+            ip("netns", "add", ns)
+            self.namespaces[n.node_id] = ns
+            ip("link", "add", host_end, "type", "veth", "peer", "name", ns_end)
+            ip("link", "set", ns_end, "netns", ns)
+            ip("link", "set", host_end, "master", self.bridge)
+            ip("link", "set", host_end, "up")
+            ip("-n", ns, "addr", "add", f"{self.address(n.node_id)}/24", "dev", ns_end)
+            ip("-n", ns, "link", "set", ns_end, "up")
+            ip("-n", ns, "link", "set", "lo", "up")
+            n.host = self.address(n.node_id)
+            n.command_prefix = ["ip", "netns", "exec", ns]
+
+    @staticmethod
+    def available() -> bool:
+        return os.geteuid() == 0 and shutil.which("ip") is not None
+
+    def address(self, node_id: int) -> str:
+        return f"{self.subnet}.{node_id}"
+
+    def cut(self, a: int, b: int):
+        for src, dst in ((a, b), (b, a)):
+            ip("-n", self.namespaces[src], "route", "add", "blackhole", f"{self.address(dst)}/32")
+        self.cuts.append((a, b))
+
+    def partition(self, sides):
+        """Cuts every link between nodes on different sides (a list of node id lists); a
+        node on no side keeps all its links (the bridge of a bridge partition)."""
+        for i, side in enumerate(sides):
+            for other in sides[i + 1:]:
+                for a in side:
+                    for b in other:
+                        self.cut(a, b)
+
+    def heal(self):
+        for a, b in self.cuts:
+            for src, dst in ((a, b), (b, a)):
+                ip("-n", self.namespaces[src], "route", "del", "blackhole", f"{self.address(dst)}/32", check=False)
+        self.cuts = []
+
+    def close(self):
+        for node_id, ns in self.namespaces.items():
+            ip("link", "del", f"ospc{os.getpid() % 10000}h{node_id}", check=False)
+            ip("netns", "del", ns, check=False)
+        ip("link", "del", self.bridge, check=False)
+
+
+def partition_sides(kind: str, rng: random.Random, node_ids):
+    """The sides of a partition: `isolate` one node from the rest, `split` a minority
+    from the majority, `bridge` two halves that one node in the middle still sees both of."""
+    ids = list(node_ids)
+    rng.shuffle(ids)
+    if kind == "isolate":
+        return [ids[:1], ids[1:]]
+    if kind == "split":
+        minority = max(1, (len(ids) - 1) // 2)
+        return [sorted(ids[:minority]), sorted(ids[minority:])]
+    middle, rest = ids[0], ids[1:]
+    half = len(rest) // 2
+    return [sorted(rest[:half]), sorted(rest[half:])]
+
+
+def draw_schedule(seed: int, rounds: int, faults, node_ids):
+    """The fault rounds this seed draws: what, on which node, held how long, after what gap."""
+    rng = random.Random(seed)
+    kinds = list(faults)
+    weights = [WEIGHTS[k] for k in kinds]
+    schedule = []
+    for _ in range(rounds):
+        kind = rng.choices(kinds, weights)[0]
+        round_ = {"fault": kind, "gap_s": round(rng.uniform(*GAP_S), 2)}
+        if kind in ("kill", "pause"):
+            round_["node"] = rng.choice(node_ids)
+        if kind == "pause":
+            round_["hold_s"] = round(rng.uniform(*PAUSE_S), 2)
+        elif kind in ("kill", "killall", "powerloss"):
+            round_["hold_s"] = round(rng.uniform(*KILL_HOLD_S), 2)
+        elif kind in PARTITIONS_KINDS:
+            round_["sides"] = partition_sides(kind, rng, node_ids)
+            round_["hold_s"] = round(rng.uniform(*PARTITION_S), 2)
+        elif kind == "rolling":
+            order = list(node_ids)
+            rng.shuffle(order)
+            round_["order"] = order
+        schedule.append(round_)
+    return schedule
+
+
+class Run:
+    """One seed: cluster, workloads, fault rounds, heal, final reads, check."""
+
+    def __init__(self, args, seed: int, workdir: Path):
+        self.args, self.seed, self.workdir = args, seed, workdir
+        self.history = History(workdir / "history.jsonl")
+        self.problems = []  # liveness, process and replica findings, outside the history's checks
+        self.final_read_marks = []
+        extra = dict(BROKER_CONFIG)
+        if args.unsafe:
+            extra.update(RELAXED_FSYNC)
+        if args.unclean:
+            extra["unclean.leader.election.enable"] = "true"
+        self.nodes = [Node(workdir, i, "broker,controller") for i in range(1, args.nodes + 1)]
+        self.faults = list(args.faults)
+        self.disks = self.network = None
+        try:
+            if "powerloss" in self.faults:
+                self.disks = LoopDisks(workdir, self.nodes)
+            if set(PARTITIONS_KINDS) & set(self.faults):
+                self.network = Network(self.nodes)
+        except BaseException:
+            self.release()
+            raise
+        self.cluster = Cluster(workdir, self.nodes, extra)
+        self.schedule = draw_schedule(seed, args.rounds, self.faults, [n.node_id for n in self.nodes])
+
+    def replay_command(self) -> str:
+        a = self.args
+        flags = [f"--seed {self.seed}", f"--rounds {a.rounds}", f"--nodes {a.nodes}", f"--faults {','.join(a.faults)}",
+                 f"--producers {a.producers}", "--transactions" if a.transactions else "--no-transactions",
+                 "--groups" if a.groups else "--no-groups"]
+        if a.unsafe:
+            flags.append("--unsafe")
+        if a.unclean:
+            flags.append("--unclean")
+        return "compat-tests/chaos/run.py run " + " ".join(flags)
+
+    # --- lifecycle
+
+    def execute(self) -> checker.Result:
+        print(f"seed {self.seed}: {len(self.schedule)} fault rounds on {len(self.nodes)} nodes, in {self.workdir}")
+        print(f"  replay: {self.replay_command()}")
+        self.history.meta(seed=self.seed, unclean=self.args.unclean, unsafe=self.args.unsafe,
+                          nodes=len(self.nodes), schedule=self.schedule, replay=self.replay_command(),
+                          started=now_utc(), binary=str(osprey_bin()))
+        try:
+            self.cluster.start()
+            self.wait_healthy("the cluster forms", topics=())
+            self.create_topics()
+            self.wait_healthy("the topics are fully replicated")
+            workloads = self.start_workloads()
+            time.sleep(3)
+            for i, round_ in enumerate(self.schedule):
+                self.fault_round(i, round_)
+            time.sleep(2)
+            self.heal()
+            self.stop_workloads(workloads)
+            self.heal()
+            self.wait_healthy("the cluster heals")
+            self.final_reads()
+        finally:
+            self.shutdown()
+        self.history.close()
+        result = checker.check(checker.load(self.history.path))
+        # A workload that never got anything done makes its checks vacuous: say so.
+        if result.counts["acknowledged"] == 0:
+            self.problems.append("no send was acknowledged")
+        if self.args.transactions and result.counts["txn_committed"] == 0:
+            self.problems.append("the transactional producer committed no transaction")
+        if self.args.groups and result.counts["commits"] == 0:
+            self.problems.append("the consumer group committed no offset")
+        for p in self.problems:
+            print(f"  problem: {p}")
+        return result
+
+    def shutdown(self):
+        for n in self.nodes:
+            if n.proc is not None:
+                n.resume()
+        for n in self.nodes:
+            try:
+                n.stop(timeout=STOP_S)
+            except AssertionError as e:
+                self.problems.append(f"SIGTERM at the end: {str(e).splitlines()[0]}")
+        self.cluster.kill_all()
+        self.compare_replicas()
+        self.release()
+
+    def compare_replicas(self):
+        """After the stop, every replica's log below the final high watermark, batch by batch."""
+        for op in self.final_read_marks:
+            for line in replica_divergence(self.nodes, op["topic"], op["partition"], op["high_watermark"]):
+                self.problems.append(f"replicas: {line}")
+
+    def release(self):
+        """Unmounts the loop file systems and removes the namespaces and the bridge."""
+        if self.disks:
+            self.disks.close()
+        if self.network:
+            self.network.close()
+
+    def create_topics(self):
+        admin = AdminClient(dict(COMMON, **{"bootstrap.servers": self.cluster.bootstrap()}))
+        rf = min(3, len(self.nodes))
+        topics = [NewTopic(t, PARTITIONS, rf, config={"min.insync.replicas": str(min(2, rf))})
+                  for t in (TOPIC, TXN_TOPIC)]
+        for name, future in admin.create_topics(topics, operation_timeout=30).items():
+            future.result(timeout=60)
+
+    def start_workloads(self):
+        b = self.cluster.bootstrap()
+        h = self.history
+        workloads = [IdempotentProducer(f"producer-{i}", h, b) for i in range(self.args.producers)]
+        if self.args.transactions:
+            workloads.append(TransactionalProducer("txn-0", h, b, self.seed))
+        if self.args.groups:
+            workloads += [GroupMember(f"member-{i}", h, b) for i in range(2)]
+            workloads.append(CommittedProbe("probe", h, b))
+        workloads.append(Reader("reader-ru", h, b, [TOPIC, TXN_TOPIC], "read_uncommitted"))
+        workloads.append(Reader("reader-rc", h, b, [TXN_TOPIC], "read_committed"))
+        for w in workloads:
+            w.start()
+        return workloads
+
+    def stop_workloads(self, workloads):
+        for w in workloads:
+            w.stop()
+        for w in workloads:
+            w.join(timeout=180)
+            if w.is_alive():
+                self.problems.append(f"{w.process} did not stop within 180 s")
+            for e in w.errors[:3]:
+                print(f"  {w.process}: {e}")
+            if len(w.errors) > 3:
+                print(f"  {w.process}: ... {len(w.errors)} errors in all")
+
+    # --- faults
+
+    def fault_round(self, i: int, r: dict):
+        time.sleep(r["gap_s"])
+        self.check_processes()
+        kind = r["fault"]
+        node = self.cluster.node(r["node"]) if "node" in r else None
+        if kind == "kill":
+            self.history.fault("kill", node=node.node_id, round=i)
+            node.kill9()
+            time.sleep(r["hold_s"])
+            node.start()
+            self.history.fault("restart", node=node.node_id, round=i)
+        elif kind == "pause":
+            self.history.fault("pause", node=node.node_id, round=i, hold_s=r["hold_s"])
+            node.pause()
+            time.sleep(r["hold_s"])
+            node.resume()
+            self.history.fault("resume", node=node.node_id, round=i)
+        elif kind == "killall":
+            self.history.fault("killall", round=i)
+            self.cluster.kill_all()
+            time.sleep(r["hold_s"])
+            self.cluster.start()
+            self.history.fault("restart-all", round=i)
+        elif kind == "powerloss":
+            self.history.fault("powerloss", round=i)
+            self.disks.cut_power(self.nodes)
+            time.sleep(r["hold_s"])
+            self.cluster.start()
+            self.history.fault("restart-all", round=i)
+        elif kind in PARTITIONS_KINDS:
+            self.history.fault(kind, sides=r["sides"], round=i, hold_s=r["hold_s"])
+            self.network.partition(r["sides"])
+            time.sleep(r["hold_s"])
+            self.network.heal()
+            self.history.fault("heal", round=i)
+        elif kind == "rolling":
+            for node_id in r["order"]:
+                n = self.cluster.node(node_id)
+                self.history.fault("sigterm", node=node_id, round=i)
+                try:
+                    n.stop(timeout=STOP_S)
+                except AssertionError as e:
+                    self.problems.append(f"round {i}: {n} after SIGTERM: {str(e).splitlines()[0]}")
+                n.start()
+                self.history.fault("restart", node=node_id, round=i)
+                self.wait_healthy(f"round {i}: {n} back after its SIGTERM restart")
+            return
+        self.wait_healthy(f"round {i}: the cluster recovers from {kind}")
+
+    def heal(self):
+        if self.network:
+            self.network.heal()
+        for n in self.nodes:
+            if n.proc is None:
+                n.start()
+            else:
+                n.resume()
+
+    def check_processes(self):
+        """A node that exited by itself is a finding: recorded, then restarted."""
+        for n in self.nodes:
+            code = n.exited()
+            if code is not None:
+                self.problems.append(f"{n} exited by itself with code {code}; log: {n.log_path}")
+                self.history.fault("crashed", node=n.node_id, code=code)
+                n.proc = None
+                n.start()
+
+    def wait_healthy(self, what: str, topics=(TOPIC, TXN_TOPIC), timeout: float = RECOVER_S):
+        """Until every node lists every broker and every partition of `topics` has a
+        leader and all replicas in sync on every node. A timeout is a finding, not an
+        exception: the run goes on and the final reads say what survived."""
+        want = {n.node_id for n in self.nodes}
+        rf = min(3, len(self.nodes))
+        deadline = time.monotonic() + timeout
+        start = time.monotonic()
+        lacking = []
+        while time.monotonic() < deadline:
+            self.check_processes()
+            lacking = self.unhealthy(want, topics, rf)
+            if not lacking:
+                return True
+            time.sleep(0.5)
+        self.problems.append(f"not within {timeout:.0f} s: {what}; still: {'; '.join(lacking[:5])}")
+        self.history.fault("not-recovered", what=what, waited_s=round(time.monotonic() - start, 1), still=lacking)
+        return False
+
+    def unhealthy(self, want, topics, rf):
+        """What keeps the cluster from being whole, as seen by each node (empty if whole)."""
+        lacking = []
+        for n in self.nodes:
+            listed = listed_brokers(n)
+            if listed != want:
+                lacking.append(f"node {n.node_id} lists brokers {sorted(listed) if listed else None}")
+                continue
+            for t in topics:
+                states = partition_states(n, t)
+                if not states:
+                    lacking.append(f"node {n.node_id} does not know {t}")
+                    continue
+                lacking += [f"node {n.node_id}: {t}-{p} leader {leader} isr {isr}"
+                            for p, (leader, _, isr) in sorted(states.items()) if leader < 0 or len(isr) < rf]
+        return lacking
+
+    # --- the end
+
+    def final_reads(self):
+        b = self.cluster.bootstrap()
+        stable = wait_stable_watermarks(b, (TOPIC, TXN_TOPIC))
+        if not stable:
+            self.problems.append("the high watermarks did not settle before the final reads")
+        for topic, isolation in ((TOPIC, "read_uncommitted"), (TXN_TOPIC, "read_uncommitted"),
+                                 (TXN_TOPIC, "read_committed")):
+            for p in range(PARTITIONS):
+                mark = final_read(b, self.history, topic, p, isolation, self.problems)
+                if mark and isolation == "read_uncommitted":
+                    self.final_read_marks.append(mark)
+        if self.args.groups:
+            c = Consumer(dict(COMMON, **{"bootstrap.servers": b, "group.id": GROUP, "enable.auto.commit": False}))
+            for _ in range(10):
+                if probe_committed(c, self.history, "final", GROUP, final=True):
+                    break
+                time.sleep(2)
+            else:
+                self.problems.append("the group's committed offsets could not be read at the end")
+            c.close()
+
+
+def batch_headers(partition_dir: Path):
+    """(base offset, last offset, partition leader epoch, producer id, base sequence, CRC)
+    of every record batch (v2) in a partition directory's segments, in offset order."""
+    batches = []
+    for segment in sorted(partition_dir.glob("*.log")):
+        data = segment.read_bytes()
+        pos = 0
+        while pos + 61 <= len(data):
+            base, length, epoch = struct.unpack_from(">qii", data, pos)
+            if length <= 0 or pos + 12 + length > len(data):
+                break  # a torn tail: recovery cuts it at the next start
+            crc, _attributes, last_delta = struct.unpack_from(">Ihi", data, pos + 17)
+            producer_id, _producer_epoch, sequence = struct.unpack_from(">qhi", data, pos + 43)
+            batches.append((base, base + last_delta, epoch, producer_id, sequence, crc))
+            pos += 12 + length
+    return batches
+
+
+def replica_divergence(nodes, topic: str, partition: int, high_watermark: int):
+    """Where the replicas of a partition disagree below its high watermark, as evidence
+    lines: every replica must hold the same batches there (same offsets, leader epoch and
+    CRC). A follower whose log diverges within one leader epoch can neither be truncated
+    by epoch nor catch up, and would serve other records if it led."""
+    logs = {}
+    for n in nodes:
+        d = n.dir / f"{topic}-{partition}"
+        if d.is_dir():
+            logs[n.node_id] = [b for b in batch_headers(d) if b[0] < high_watermark]
+    if len(logs) < 2:
+        return []
+    found = []
+    reference_id, reference = max(logs.items(), key=lambda kv: len(kv[1]))
+    at = {b[0]: b for b in reference}
+    for node_id, batches in logs.items():
+        for b in batches:
+            other = at.get(b[0])
+            if other is not None and other != b:
+                found.append(f"{topic}-{partition} offset {b[0]}: node {node_id} holds batch {b[0]}-{b[1]} "
+                             f"epoch {b[2]} producer {b[3]} sequence {b[4]}, node {reference_id} holds "
+                             f"{other[0]}-{other[1]} epoch {other[2]} producer {other[3]} sequence {other[4]}")
+                break
+        else:
+            short = batches[-1][1] + 1 if batches else 0
+            if short < high_watermark and node_id != reference_id:
+                found.append(f"{topic}-{partition}: node {node_id} is behind, it holds offsets below {short} "
+                             f"only, the high watermark is {high_watermark}")
+    return found
+
+
+def watermarks(bootstrap: str, topics, isolation="read_uncommitted"):
+    c = Consumer(dict(COMMON, **{"bootstrap.servers": bootstrap, "group.id": "chaos-watermarks",
+                                 "isolation.level": isolation}))
+    try:
+        return {(t, p): c.get_watermark_offsets(TopicPartition(t, p), timeout=10)
+                for t in topics for p in range(PARTITIONS)}
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+def wait_stable_watermarks(bootstrap: str, topics, timeout: float = RECOVER_S) -> bool:
+    """Until two looks two seconds apart find the same high watermarks, and the last
+    stable offsets equal them (no transaction left open)."""
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        marks = watermarks(bootstrap, topics)
+        stable = watermarks(bootstrap, topics, "read_committed")
+        if marks is not None and marks == last and stable == marks:
+            return True
+        last = marks
+        time.sleep(2)
+    return False
+
+
+def final_read(bootstrap, history, topic, partition, isolation, problems, timeout: float = 90.0):
+    """Every record of one partition, from its log start to its high watermark (last
+    stable offset read_committed) as they are now, as one `final_read` operation."""
+    process = f"final-{isolation}"
+    op = history.invoke(process, "final_read", {"topic": topic, "partition": partition, "isolation": isolation})
+    c = Consumer(dict(COMMON, **{"bootstrap.servers": bootstrap, "group.id": "chaos-final",
+                                 "enable.auto.commit": False, "isolation.level": isolation,
+                                 "enable.partition.eof": True}))
+    try:
+        low, high = c.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+        records = []
+        c.assign([TopicPartition(topic, partition, low)])
+        deadline = time.monotonic() + timeout
+        position = low
+        while position < high:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read {topic}-{partition} up to {position} of {high}")
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    position = max(position, m.offset())
+                continue
+            records.append([m.offset(), m.key().decode(), m.value().decode()])
+            position = m.offset() + 1
+        history.complete(op, "ok", process, "final_read", {
+            "topic": topic, "partition": partition, "isolation": isolation, "log_start": low,
+            "high_watermark": high, "records": records})
+        return {"topic": topic, "partition": partition, "high_watermark": high}
+    except (KafkaException, TimeoutError) as e:
+        history.complete(op, "fail", process, "final_read", {"error": str(e)})
+        problems.append(f"final read of {topic}-{partition} ({isolation}) failed: {e}")
+    finally:
+        c.close()
+
+
+# ----- modes --------------------------------------------------------------------------
+
+
+def run_seed(args, seed: int, base: Path):
+    workdir = base / f"seed-{seed}"
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    run = Run(args, seed, workdir)
+    started = time.monotonic()
+    try:
+        result = run.execute()
+    except Exception as e:  # the run could not be carried out: not a verdict on the broker
+        print(f"seed {seed}: the run failed: {e!r}")
+        traceback.print_exc()
+        print(f"  replay: {run.replay_command()}")
+        return None, run, time.monotonic() - started
+    took = time.monotonic() - started
+    print("\n".join("  " + line for line in result.render().splitlines()))
+    print(f"  replay: {run.replay_command()}   (history: {run.history.path}; {took:.0f} s)")
+    if result.valid and not run.problems and not args.keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return result, run, took
+
+
+def run_many(args, seeds, base: Path):
+    outcomes = []
+    for seed in seeds:
+        result, run, took = run_seed(args, seed, base)
+        outcomes.append((seed, result, run, took))
+    return outcomes
+
+
+def exit_code(outcomes) -> int:
+    if any(result is not None and not result.valid for _, result, _, _ in outcomes):
+        return 1
+    if any(result is None or run.problems for _, result, run, _ in outcomes):
+        return 2
+    return 0
+
+
+def report(args, outcomes, path: Path):
+    """The markdown report of a long run."""
+    by_fault = {}
+    totals = {}
+    for _, result, run, _ in outcomes:
+        for r in run.schedule:
+            by_fault[r["fault"]] = by_fault.get(r["fault"], 0) + 1
+        if result is not None:
+            for k, v in result.counts.items():
+                totals[k] = totals.get(k, 0) + v
+            for k, v in result.findings.items():
+                totals[f"found_{k}"] = totals.get(f"found_{k}", 0) + len(v)
+    failed = [(s, r, run) for s, r, run, _ in outcomes if r is None or not r.valid or run.problems]
+    lines = [
+        "# Chaos runs (issue 17)",
+        "",
+        f"{now_utc()}: `compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
+        f"--first-seed {args.first_seed}` "
+        f"({len(outcomes)} runs of {args.rounds} fault rounds, {args.nodes} nodes, replication factor "
+        f"{min(3, args.nodes)}, min.insync.replicas {min(2, args.nodes)}, unclean leader election "
+        f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}); binary "
+        f"`{osprey_bin()}`.",
+        "",
+        "| fault | rounds |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in sorted(by_fault.items())],
+        "",
+        "| records | count |",
+        "|---|---|",
+        f"| acknowledged (acks=all, idempotent) | {totals.get('acknowledged', 0)} |",
+        f"| lost | {totals.get('found_lost', 0)} |",
+        f"| duplicated | {totals.get('found_duplicated', 0)} |",
+        f"| divergent | {totals.get('found_divergent', 0)} |",
+        f"| reordered | {totals.get('found_reordered', 0)} |",
+        f"| transactions committed / aborted / indeterminate | {totals.get('txn_committed', 0)} / "
+        f"{totals.get('txn_aborted', 0)} / {totals.get('txn_indeterminate', 0)} |",
+        f"| transaction violations (aborted read, lost commit, partial) | {totals.get('found_aborted_read', 0)} / "
+        f"{totals.get('found_lost_commit', 0)} / {totals.get('found_partial_txn', 0)} |",
+        f"| group commits / backwards / skipped records | {totals.get('commits', 0)} / "
+        f"{totals.get('found_commit_backwards', 0)} / {totals.get('found_skipped', 0)} |",
+        "",
+        f"Runs with a violation or a problem: {len(failed)} of {len(outcomes)}.",
+        "",
+    ]
+    for seed, result, run in failed:
+        verdict = "the run failed" if result is None else ("INVALID" if not result.valid else "valid")
+        lines.append(f"- seed {seed}: {verdict}; `{run.replay_command()}`")
+        if result is not None:
+            lines.extend(f"  - {k}: {v}" for k, v in result.summary()["findings"].items())
+        lines.extend(f"  - problem: {p}" for p in run.problems)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    print(f"report: {path}")
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("mode", choices=("run", "quick", "long"),
+                        help="run: one seed; quick: the CI seeds; long: many runs and a markdown report")
+    parser.add_argument("--seed", type=int, help="run: the seed (default: a random one, printed)")
+    parser.add_argument("--rounds", type=int, default=6, help="fault rounds per run (default 6)")
+    parser.add_argument("--rounds-total", type=int, default=1000,
+                        help="long: fault rounds in all, split into runs of --rounds (default 1000)")
+    parser.add_argument("--first-seed", type=int, default=1000, help="long: the first seed (default 1000)")
+    parser.add_argument("--nodes", type=int, default=3, help="combined broker+controller nodes (default 3)")
+    parser.add_argument("--faults", type=lambda s: s.split(","),
+                        help=f"comma-separated, of {','.join(WEIGHTS)} (default {','.join(FAULTS)}, and "
+                             f"{','.join(PARTITIONS_KINDS)} as root)")
+    parser.add_argument("--producers", type=int, default=2, help="idempotent producers (default 2)")
+    parser.add_argument("--transactions", action=argparse.BooleanOptionalAction,
+                        help="the transactional producer and read_committed checks (default: on, off in quick)")
+    parser.add_argument("--groups", action=argparse.BooleanOptionalAction,
+                        help="the consumer group with manual commits (default: on, off in quick)")
+    parser.add_argument("--keep", action="store_true", help="keep the directories of runs that passed")
+    parser.add_argument("--unclean", action="store_true",
+                        help="unclean.leader.election.enable=true: losses are counted, not violations")
+    parser.add_argument("--unsafe", action="store_true",
+                        help="fsync relaxed to Kafka's setting and, unless --faults says otherwise, "
+                             "only power cuts of every node at once: loss is possible and should be found")
+    parser.add_argument("--workdir", type=Path, help="where runs keep their clusters and histories "
+                                                     "(default: a new directory under /tmp)")
+    parser.add_argument("--report", type=Path, default=HERE / "results" / "CHAOS.md", help="long: the report")
+    args = parser.parse_args(argv)
+    if args.faults is None:
+        if args.unsafe:
+            args.faults = ["powerloss"]
+        else:
+            args.faults = list(FAULTS) + (list(PARTITIONS_KINDS) if Network.available() else [])
+    coordinators = QUICK_COORDINATOR_WORKLOADS if args.mode == "quick" else True
+    args.transactions = coordinators if args.transactions is None else args.transactions
+    args.groups = coordinators if args.groups is None else args.groups
+    unknown = [f for f in args.faults if f not in WEIGHTS]
+    if unknown:
+        parser.error(f"unknown faults: {unknown}")
+    if "powerloss" in args.faults and not LoopDisks.available():
+        parser.error("powerloss needs root, mkfs.ext4 and loop devices")
+    if set(PARTITIONS_KINDS) & set(args.faults) and not Network.available():
+        parser.error("network partitions need root and iproute2 (network namespaces)")
+    if not osprey_bin().is_file():
+        parser.error(f"{osprey_bin()} does not exist: cargo build -p osprey-server --bin osprey (or set OSPREY_BIN)")
+    base = args.workdir or Path(tempfile.mkdtemp(prefix="osprey-chaos-"))
+    print(f"osprey chaos: {args.mode}, binary {osprey_bin()}, work in {base}")
+
+    if args.mode == "run":
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 31)
+        outcomes = run_many(args, [seed], base)
+    elif args.mode == "quick":
+        outcomes = run_many(args, QUICK_SEEDS, base)
+    else:
+        runs = max(1, args.rounds_total // args.rounds)
+        outcomes = run_many(args, range(args.first_seed, args.first_seed + runs), base)
+        report(args, outcomes, args.report)
+    code = exit_code(outcomes)
+    if args.workdir is None and not any(base.iterdir()):
+        base.rmdir()
+    print(f"osprey chaos: {'OK' if code == 0 else 'VIOLATION' if code == 1 else 'PROBLEMS'} "
+          f"({len(outcomes)} runs; seeds {', '.join(str(s) for s, *_ in outcomes)})")
+    for seed, result, run, _ in outcomes:
+        if result is None or not result.valid or run.problems:
+            print(f"  replay seed {seed}: {run.replay_command()}")
+    return code
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sys.exit(main())
