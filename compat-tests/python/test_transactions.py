@@ -600,9 +600,10 @@ def test_metrics_count_commits_aborts_ongoing_producer_ids_and_fencing(broker):
 def test_deleting_internal_topics_leaves_transactions_and_commits_working(broker):
     # Kafka 4.4's controller accepts DeleteTopics of __consumer_offsets and
     # __transaction_state (only kafka-topics.sh refuses them, client-side). The state the
-    # coordinators held in them is gone, but the broker must go on serving: a producer
-    # that already knows its coordinator commits a transaction, which needs the state
-    # topic again, and a group commits offsets.
+    # coordinators held in them is gone (Kafka's brokers resign the deleted partitions'
+    # coordinators, as Osprey's do), but the broker must go on serving: a producer that
+    # starts again with the same transactional id commits a transaction, which needs the
+    # state topic again, and a group commits offsets.
     topic, group = "after-internal-delete", "after-internal-delete-group"
     clients.create_topic(broker, topic)
     p = txn_producer(broker, "after-internal-delete-txn")
@@ -617,6 +618,7 @@ def test_deleting_internal_topics_leaves_transactions_and_commits_working(broker
     for name in internal:
         assert futures[name].result(timeout=clients.TIMEOUT_S) is None
 
+    p = txn_producer(broker, "after-internal-delete-txn")
     produce_txn(p, [(topic, 0, b"after")], "commit")
     member.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
     tps = member.committed([TopicPartition(topic, 0)], timeout=clients.TIMEOUT_S)

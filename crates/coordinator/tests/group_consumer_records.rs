@@ -100,7 +100,7 @@ fn departed_members_stay_gone_after_replay() {
 fn unloading_the_partition_drops_the_consumer_group() {
     let (mut h, _clients) = converged();
     let partition = partition_for(GROUP, 50);
-    assert_eq!(h.coordinator.unload_partition(partition, 50), 1);
+    assert_eq!(h.coordinator.unload_partition(partition, 50, 0), 1);
     assert_eq!(h.coordinator.consumer_group_state(GROUP), None);
     h.drain();
 }

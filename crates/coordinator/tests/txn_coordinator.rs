@@ -339,6 +339,16 @@ fn request_errors_match_kafka() {
     let end = h.end(T, (pid, epoch), true, 3);
     assert_eq!(h.end_error(end), Some(ErrorCode::NOT_COORDINATOR));
     assert_eq!(h.c.describe(T).error_code, ErrorCode::NOT_COORDINATOR.code());
+    // Leadership comes back at epoch 7: COORDINATOR_LOAD_IN_PROGRESS while its records
+    // are read, then served at that epoch.
+    h.c.begin_load(partition, 7);
+    assert_eq!(h.c.loading_epoch(partition), Some(7));
+    let reply = h.init(T, 1_000);
+    assert_eq!(init_result(&h.answer(reply).unwrap()).0, ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
+    h.c.load(partition, 7, Vec::new(), h.now).unwrap();
+    assert_eq!((h.c.loading_epoch(partition), h.c.loaded_epoch(partition)), (None, Some(7)));
+    let (error, _, _) = h.init_settled(T, 1_000);
+    assert_eq!(error, ErrorCode::NONE);
 }
 
 #[test]

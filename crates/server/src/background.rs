@@ -76,6 +76,9 @@ fn spawn_coordinator_timers(broker: Arc<Broker>, mut stopped: watch::Receiver<bo
             tokio::select! {
                 _ = stopped.changed() => return,
                 _ = timers.tick() => {
+                    // A safety net: leadership changes reach the coordinators from
+                    // `Broker::publish`; a load that failed is tried again here.
+                    broker.coordinators_follow_if_idle();
                     broker.groups.tick(&broker);
                     broker.transactions.tick(&broker);
                 }

@@ -4,6 +4,7 @@
 use crate::cluster_link::ClusterLink;
 use crate::config::{BrokerConfig, ConfigError, ConfigSource, TopicConfig};
 use crate::connection_slots::ConnectionSlots;
+use crate::coordinator_leadership::{self, LoadMode};
 use crate::fetch_session::FetchSessions;
 use crate::groups::Groups;
 use crate::log_deleter::LogDeleter;
@@ -197,6 +198,10 @@ pub struct Broker {
     /// Set when opening partition logs stopped early (shutdown began): logs not opened
     /// keep whatever state they had, so the data directory must not be marked clean.
     logs_left_unopened: std::sync::atomic::AtomicBool,
+    /// Set once the coordinators may load the internal partitions led here: at start on
+    /// a single node, once caught up with the metadata in a cluster
+    /// (`coordinator_leadership`).
+    coordinators_follow: std::sync::atomic::AtomicBool,
     /// Deletes the directories of deleted partitions, crash-safely.
     pub log_deleter: LogDeleter,
     /// In a cluster: where partitions queue their ISR changes, and the other end, taken
@@ -267,6 +272,27 @@ impl std::fmt::Debug for Broker {
 /// `transactions::ensure_state_topic`).
 pub type InternalTopicEnsure = fn(&Arc<Broker>) -> Result<Uuid, ErrorCode>;
 
+/// The replication factor and min.insync.replicas an internal topic is created with, from
+/// its keys (`offsets.topic.replication.factor`, `transaction.state.log.replication.factor`
+/// and `.min.isr`) and the brokers registered in the cluster, as Osprey decides it: a key
+/// set by the operator is taken as is, and the creation fails (COORDINATOR_NOT_AVAILABLE
+/// to the client, retried) while fewer brokers are registered, as in Kafka; a key left at
+/// Kafka's default (3, and 2 for the min ISR) is capped at the brokers registered then,
+/// so that a single node or a two-node cluster works with no configuration, which Kafka
+/// does not (its quickstart configuration sets them to 1).
+pub fn internal_replication(
+    config: &BrokerConfig,
+    (rf_key, rf): (&str, i16),
+    min_isr: Option<(&str, i32)>,
+    registered_brokers: usize,
+) -> (i16, Option<i32>) {
+    let available = i16::try_from(registered_brokers.max(1)).unwrap_or(i16::MAX);
+    let explicit = |key: &str| config.source_of(key) != ConfigSource::DefaultConfig;
+    let replication_factor = if explicit(rf_key) { rf } else { rf.min(available) };
+    let min_isr = min_isr.map(|(key, n)| if explicit(key) { n } else { n.min(i32::from(replication_factor)) });
+    (replication_factor, min_isr)
+}
+
 /// An internal topic ready to serve.
 #[derive(Debug, Clone, Copy)]
 pub struct InternalTopic {
@@ -328,8 +354,7 @@ impl Broker {
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
         broker.open_partitions(&image.topics().collect::<Vec<_>>(), prior)?;
-        broker.groups.load(&broker).map_err(io::Error::other)?;
-        broker.transactions.load(&broker).map_err(io::Error::other)?;
+        broker.follow_coordinator_leadership(LoadMode::Now);
         broker.report_opened(started);
         Ok(broker)
     }
@@ -424,6 +449,7 @@ impl Broker {
             effective,
             connection_slots,
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
+            coordinators_follow: std::sync::atomic::AtomicBool::new(false),
             log_deleter: LogDeleter::start(&settings.data_dir)?,
             settings,
         }))
@@ -608,7 +634,7 @@ impl Broker {
         topic.partitions.iter().all(|p| p.leader != node || self.replica_manager.contains(topic.id, p.index))
     }
 
-    pub fn delete_topic(&self, name: &str) -> Result<Uuid, ControllerError> {
+    pub fn delete_topic(self: &Arc<Self>, name: &str) -> Result<Uuid, ControllerError> {
         if let Backend::Cluster(link) = &self.backend {
             // The logs go when the deletion reaches this broker's image (`publish`).
             return link.delete_topic(name);
@@ -629,6 +655,8 @@ impl Broker {
             }
         }
         tracing::info!(topic = name, %id, "topic deleted");
+        // An internal topic's coordinators resign its partitions, as Kafka's do.
+        self.coordinators_follow(LoadMode::Now);
         Ok(id)
     }
 
@@ -878,7 +906,7 @@ impl Broker {
     /// here (topic deleted, replica moved away) are closed and their directories
     /// deleted, and changed configs are applied. Blocks (opening logs): call it from the
     /// blocking pool. Images come in log order from one follower, one at a time.
-    pub fn publish(&self, image: Arc<MetadataImage>) {
+    pub fn publish(self: &Arc<Self>, image: Arc<MetadataImage>) {
         let node = self.settings.node_id;
         let old = self.image();
         let new_topics: Vec<&TopicImage> = image.topics().collect();
@@ -898,6 +926,9 @@ impl Broker {
             }
         }
         *self.image.write().expect(POISONED) = image.clone();
+        // Coordinators of partitions led elsewhere now unload at once; newly led ones load
+        // in the background.
+        self.coordinators_follow(LoadMode::InBackground);
         let mut gone = Vec::new();
         for topic in old.topics() {
             let kept = image.topic_by_id(topic.id);
@@ -956,9 +987,31 @@ impl Broker {
     pub fn caught_up(self: &Arc<Self>) -> io::Result<()> {
         let image = self.image();
         self.remove_stale_partition_dirs(&image)?;
-        self.groups.load(self).map_err(io::Error::other)?;
-        self.transactions.load(self).map_err(io::Error::other)?;
+        self.follow_coordinator_leadership(LoadMode::Now);
         Ok(())
+    }
+
+    /// From now on the coordinators follow the leadership of their internal partitions
+    /// (`coordinator_leadership`); the partitions led here now are loaded in `mode`.
+    pub fn follow_coordinator_leadership(self: &Arc<Self>, mode: LoadMode) {
+        self.coordinators_follow.store(true, std::sync::atomic::Ordering::Release);
+        coordinator_leadership::follow(self, mode);
+    }
+
+    /// Hands the coordinators what changed in the leadership of their partitions, once
+    /// they follow it (not while a restarted broker replays old metadata).
+    pub fn coordinators_follow(self: &Arc<Self>, mode: LoadMode) {
+        if self.coordinators_follow.load(std::sync::atomic::Ordering::Acquire) {
+            coordinator_leadership::follow(self, mode);
+        }
+    }
+
+    /// [`Broker::coordinators_follow`] from the coordinators' timer: skipped while another
+    /// hand-over runs, so an async worker never waits for one.
+    pub fn coordinators_follow_if_idle(self: &Arc<Self>) {
+        if self.coordinators_follow.load(std::sync::atomic::Ordering::Acquire) {
+            coordinator_leadership::follow_if_idle(self, LoadMode::InBackground);
+        }
     }
 
     /// Threads that open and close partition logs (`num.recovery.threads.per.data.dir`).
@@ -1232,6 +1285,24 @@ mod tests {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
     use std::time::{Duration, Instant};
+
+    #[test]
+    fn internal_topics_at_kafkas_defaults_are_capped_at_the_brokers_registered_and_set_ones_are_not() {
+        use super::internal_replication;
+        use crate::config::BrokerConfig;
+        let defaults = BrokerConfig::default();
+        let rf = ("transaction.state.log.replication.factor", 3);
+        let min_isr = Some(("transaction.state.log.min.isr", 2));
+        assert_eq!(internal_replication(&defaults, rf, min_isr, 1), (1, Some(1)), "a single node");
+        assert_eq!(internal_replication(&defaults, rf, min_isr, 2), (2, Some(2)));
+        assert_eq!(internal_replication(&defaults, rf, min_isr, 5), (3, Some(2)));
+        assert_eq!(internal_replication(&defaults, rf, None, 0), (1, None), "no broker registered yet counts as one");
+        let mut raw = crate::config::RawConfig::new();
+        let text = "transaction.state.log.replication.factor=3\ntransaction.state.log.min.isr=2\n";
+        raw.load_properties(text, Path::new("test.properties")).unwrap();
+        let set = raw.resolve().unwrap().0;
+        assert_eq!(internal_replication(&set, rf, min_isr, 1), (3, Some(2)), "as Kafka: wait for three brokers");
+    }
 
     fn open_broker(dir: &Path) -> Arc<Broker> {
         let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();

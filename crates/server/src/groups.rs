@@ -2,15 +2,17 @@
 //! the broker: it holds the replies the coordinator answers later, appends the records it
 //! asks to persist to `__consumer_offsets` (after its lock is released, on the blocking
 //! pool, in the order it asked: `coordinator_appends`), reports them durable, runs its
-//! timers, and loads the topic at startup.
+//! timers, and loads and unloads `__consumer_offsets` partitions as this broker gains and
+//! loses their leadership (`coordinator_leadership`).
 
-use crate::broker::{now_ms, Broker};
+use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
+use crate::coordinator_leadership::{Led, LoadMode};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
 use osprey_cluster::NewTopic;
 use osprey_coordinator::group::{
-    partition_for, GroupConfig, GroupCoordinator, Output, PersistId, Record, Replay, ReplyId, Response,
+    partition_for, GroupConfig, GroupCoordinator, Output, PartitionLoad, PersistId, Record, Replay, ReplyId, Response,
 };
 use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
@@ -42,6 +44,9 @@ struct GroupAppend {
     id: PersistId,
     records: Vec<Record>,
     producer: Option<(i64, i16)>,
+    /// The leader epoch the partition was loaded at: the append is made only while the
+    /// partition is still led here at that epoch.
+    epoch: Option<i32>,
 }
 
 #[derive(Debug)]
@@ -52,8 +57,10 @@ struct Inner {
 
 impl Groups {
     pub fn new(config: GroupConfig, num_partitions: i32) -> Groups {
+        let mut coordinator = GroupCoordinator::new(config);
+        coordinator.follow_leadership(num_partitions.max(1), now_ms());
         Groups {
-            inner: Mutex::new(Inner { coordinator: GroupCoordinator::new(config), replies: Replies::default() }),
+            inner: Mutex::new(Inner { coordinator, replies: Replies::default() }),
             num_partitions: num_partitions.max(1),
             appends: Arc::default(),
             #[cfg(test)]
@@ -103,7 +110,8 @@ impl Groups {
                 Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
                 Output::Persist { id, group_id, records, producer } => {
                     let index = partition_for(&group_id, self.num_partitions);
-                    let append = GroupAppend { id, records, producer };
+                    let epoch = inner.coordinator.loaded_epoch(index);
+                    let append = GroupAppend { id, records, producer, epoch };
                     let broker = broker.clone();
                     self.appends.push(index, append, move |append| run_append(&broker, index, append));
                 }
@@ -111,20 +119,75 @@ impl Groups {
         }
     }
 
-    /// Replays `__consumer_offsets` into the coordinator (at startup, before serving).
-    pub fn load(&self, broker: &Arc<Broker>) -> Result<(), String> {
-        let image = broker.image();
-        let Some(topic) = image.topic(OFFSETS_TOPIC) else { return Ok(()) };
-        let mut records = Vec::new();
-        for p in &topic.partitions {
-            let Some(partition) = broker.replica_manager.partition(topic.id, p.index) else { continue };
-            read_replay(&partition, &mut records)?;
+    /// Makes the coordinator serve `__consumer_offsets` partition `index` as `led` says
+    /// (`coordinator_leadership`): begins loading it when it is newly led here (or at a
+    /// new epoch), unloads it when it is not led here any more.
+    pub fn follow_partition(&self, broker: &Arc<Broker>, index: i32, led: Led, mode: LoadMode) {
+        let mut inner = self.lock();
+        let current = inner.coordinator.partition_load(index);
+        let Some((partition, epoch)) = led else {
+            if current.is_some() {
+                let dropped = inner.coordinator.unload_partition(index, self.num_partitions, now_ms());
+                self.drain(broker, &mut inner);
+                if dropped > 0 {
+                    tracing::info!(partition = index, groups = dropped, "consumer groups unloaded: no longer the leader");
+                }
+            }
+            return;
+        };
+        if matches!(current, Some(PartitionLoad::Loading { epoch: e } | PartitionLoad::Loaded { epoch: e }) if e == epoch) {
+            return;
         }
-        let count = records.len();
-        let n = self.num_partitions;
-        let summary = self.lock().coordinator.load_replay(records, n, now_ms()).map_err(|e| e.to_string())?;
-        tracing::info!(records = count, groups = summary.groups, offsets = summary.offsets, "consumer groups loaded");
-        Ok(())
+        inner.coordinator.begin_load(index, epoch, now_ms());
+        self.drain(broker, &mut inner);
+        drop(inner);
+        let broker = broker.clone();
+        mode.run(move || load_partition(&broker, index, epoch, &partition));
+    }
+}
+
+/// Reads `__consumer_offsets` partition `index` to its log end and hands it to the
+/// coordinator for the load begun at `epoch`. The bulk is read without the coordinator
+/// lock; what was appended meanwhile (a transaction marker) is read under it, so no
+/// marker falls between the load and the markers applied after it.
+fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Partition) {
+    let started = std::time::Instant::now();
+    let mut items = Vec::new();
+    let read = read_replay(partition, partition.log.log_start_offset(), &mut items);
+    let groups = &broker.groups;
+    let mut inner = groups.lock();
+    if inner.coordinator.partition_load(index) != Some(PartitionLoad::Loading { epoch }) {
+        return;
+    }
+    let read = read.and_then(|next| read_replay(partition, next, &mut items));
+    let count = items.len();
+    let loaded = match read {
+        Ok(_) => inner.coordinator.finish_load(index, epoch, items, now_ms()),
+        Err(e) => {
+            inner.coordinator.unload_partition(index, groups.num_partitions, now_ms());
+            Some(Err(osprey_coordinator::group::LoadError(e)))
+        }
+    };
+    groups.drain(broker, &mut inner);
+    drop(inner);
+    match loaded {
+        Some(Ok(_)) if count == 0 => tracing::debug!(partition = index, epoch, "consumer groups loaded: none"),
+        Some(Ok(summary)) => tracing::info!(
+            partition = index,
+            epoch,
+            records = count,
+            groups = summary.groups + summary.consumer_groups,
+            offsets = summary.offsets,
+            ms = started.elapsed().as_millis() as u64,
+            "consumer groups loaded: this broker is the coordinator of __consumer_offsets-{index}"
+        ),
+        Some(Err(e)) => tracing::error!(
+            partition = index,
+            epoch,
+            error = %e,
+            "consumer groups of __consumer_offsets-{index} not loaded; their requests get NOT_COORDINATOR, and the load is tried again"
+        ),
+        None => {}
     }
 }
 
@@ -147,7 +210,9 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
     // Offsets committed in a transaction are a transactional batch of the producer,
     // completed by the transaction's marker on this partition.
     let what = "writing to __consumer_offsets";
-    let durable = append_coordinator_records(&partition, &broker.flusher, &append.records, append.producer, what)?;
+    let epoch = append.epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
+    let durable =
+        append_coordinator_records(&partition, epoch, &broker.flusher, &append.records, append.producer, what)?;
     let broker = broker.clone();
     let id = append.id;
     tokio::spawn(async move {
@@ -178,36 +243,50 @@ pub fn ensure_offsets_topic(broker: &Arc<Broker>) -> Result<osprey_protocol::Uui
         let mut configs = BTreeMap::new();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), broker.settings.offsets_topic_segment_bytes.to_string());
+        let config = broker.config();
+        let rf = ("offsets.topic.replication.factor", config.offsets_topic_replication_factor);
+        let (replication_factor, _) = internal_replication(&config, rf, None, broker.image().brokers().count());
         NewTopic {
             name: OFFSETS_TOPIC.into(),
             num_partitions: broker.settings.offsets_topic_num_partitions,
-            replication_factor: -1,
+            replication_factor,
             configs,
             ..Default::default()
         }
     };
     let waiting = "consumer groups cannot join or commit offsets";
     let sized_by = "offsets.topic.num.partitions";
-    broker.ensure_internal_topic(OFFSETS_TOPIC, sized_by, waiting, offsets_topic).map(|t| t.id)
+    let ready = broker.ensure_internal_topic(OFFSETS_TOPIC, sized_by, waiting, offsets_topic)?;
+    if ready.opened_now {
+        crate::coordinator_leadership::follow(broker, LoadMode::Now);
+    }
+    Ok(ready.id)
 }
 
-/// The records of a partition's log (up to the high watermark), control batches left out.
-pub(crate) fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<(), String> {
+/// The records of a partition's log (to its log end), control batches left out.
+pub(crate) fn read_all(partition: &Partition, out: &mut Vec<Record>) -> Result<i64, String> {
+    read_all_from(partition, partition.log.log_start_offset(), out)
+}
+
+/// [`read_all`] from offset `from`; returns the offset after the last one read.
+pub(crate) fn read_all_from(partition: &Partition, from: i64, out: &mut Vec<Record>) -> Result<i64, String> {
     let mut items = Vec::new();
-    read_replay(partition, &mut items)?;
+    let next = read_replay(partition, from, &mut items)?;
     out.extend(items.into_iter().filter_map(|item| match item {
         Replay::Record(r) | Replay::Transactional { record: r, .. } => Some(r),
         Replay::Marker { .. } => None,
     }));
-    Ok(())
+    Ok(next)
 }
 
 /// The log of a `__consumer_offsets` partition as the group coordinator replays it:
 /// records, transactional records with their producer, and transaction markers.
-fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), String> {
+/// Reads from `from` to the log end (a new leader's log holds every acknowledged record,
+/// some perhaps still above its high watermark); returns the offset after the last read.
+fn read_replay(partition: &Partition, from: i64, out: &mut Vec<Replay>) -> Result<i64, String> {
     let log = &partition.log;
-    let mut offset = log.log_start_offset();
-    let end = log.high_watermark();
+    let mut offset = from.max(log.log_start_offset());
+    let end = log.log_end_offset();
     while offset < end {
         let slice = log.read_bounded(offset, 1024 * 1024, end).map_err(|e| format!("{}: {e}", log.dir().display()))?;
         if slice.records.is_empty() || slice.next_offset <= offset {
@@ -242,7 +321,7 @@ fn read_replay(partition: &Partition, out: &mut Vec<Replay>) -> Result<(), Strin
         }
         offset = slice.next_offset;
     }
-    Ok(())
+    Ok(offset)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ pub mod connection_slots;
 pub mod controller_listener;
 pub mod controller_node;
 pub mod coordinator_appends;
+pub mod coordinator_leadership;
 pub mod dispatch;
 pub mod fetch_session;
 pub mod groups;

@@ -490,6 +490,7 @@ fn ack_level(acks: i16) -> AckLevel {
 /// names the write in the error log.
 pub fn append_coordinator_records(
     partition: &Arc<Partition>,
+    coordinator_epoch: i32,
     flusher: &Flusher,
     records: &[osprey_coordinator::group::Record],
     producer: Option<(i64, i16)>,
@@ -506,6 +507,13 @@ pub fn append_coordinator_records(
     }
     let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
     let mut bytes = batch.into_bytes_mut();
+    // A coordinator that lost the partition's leadership (or whose load was overtaken by
+    // a newer epoch) does not write as its coordinator. The check and the append are two
+    // steps, as a client Produce's are (`handlers::produce`): a demotion between them is
+    // the same one-batch window.
+    if coordinator_epoch >= 0 && (!partition.is_leader() || partition.leader_epoch() != coordinator_epoch) {
+        return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+    }
     let info = partition.log.append(&mut bytes, partition.leader_epoch(), now).map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "{what} failed");
         if e.is_kafka_storage_error() {

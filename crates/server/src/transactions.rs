@@ -15,8 +15,9 @@
 //! transaction hanging on the partition. The coordinator's own lock is taken inside the
 //! marker lock, never the other way round.
 
-use crate::broker::{now_ms, Broker};
+use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
+use crate::coordinator_leadership::{Led, LoadMode};
 use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
@@ -57,6 +58,9 @@ struct StateAppend {
     id: PersistId,
     partition: i32,
     record: Record,
+    /// The coordinator epoch the partition was loaded at: the append is made only while
+    /// the partition is still led here at that epoch.
+    epoch: Option<i32>,
 }
 
 /// A `WriteMarkers` output: one transaction's marker for each of its partitions.
@@ -185,36 +189,71 @@ impl Transactions {
         )
     }
 
-    /// Loads every `__transaction_state` partition led here that the coordinator has not
-    /// loaded (at startup, and after the topic is created).
-    pub fn load(&self, broker: &Arc<Broker>) -> Result<(), String> {
-        let image = broker.image();
-        let Some(topic) = image.topic(TRANSACTION_STATE_TOPIC_NAME) else { return Ok(()) };
-        for p in &topic.partitions {
-            if self.lock().coordinator.is_loaded(p.index) {
-                continue;
+    /// Makes the coordinator serve `__transaction_state` partition `index` as `led` says
+    /// (`coordinator_leadership`): begins loading it when it is newly led here (or at a
+    /// new epoch, the coordinator epoch), unloads it when it is not led here any more.
+    pub fn follow_partition(&self, broker: &Arc<Broker>, index: i32, led: Led, mode: LoadMode) {
+        let mut inner = self.lock();
+        let c = &inner.coordinator;
+        let (loading, loaded) = (c.loading_epoch(index), c.loaded_epoch(index));
+        let Some((partition, epoch)) = led else {
+            if loading.is_some() || loaded.is_some() {
+                inner.coordinator.unload_partition(index);
+                drain(broker, &mut inner);
+                tracing::debug!(partition = index, "transactions unloaded: no longer the leader");
             }
-            let Some(partition) = broker.replica_manager.partition(topic.id, p.index) else { continue };
-            let mut records: Vec<Record> = Vec::new();
-            read_all(&partition, &mut records)?;
-            let count = records.len();
-            let mut inner = self.lock();
-            let summary = inner
-                .coordinator
-                .load(p.index, partition.leader_epoch(), records, now_ms())
-                .map_err(|e| format!("{}: {e}", partition.log.dir().display()))?;
-            if count > 0 {
-                tracing::info!(
-                    partition = p.index,
-                    records = count,
-                    transactional_ids = summary.transactional_ids,
-                    completing = summary.completing,
-                    "transaction state loaded"
-                );
-            }
-            drain(broker, &mut inner);
+            return;
+        };
+        if loading == Some(epoch) || loaded == Some(epoch) {
+            return;
         }
-        Ok(())
+        inner.coordinator.begin_load(index, epoch);
+        drain(broker, &mut inner);
+        drop(inner);
+        let broker = broker.clone();
+        mode.run(move || load_partition(&broker, index, epoch, &partition));
+    }
+}
+
+/// Reads `__transaction_state` partition `index` to its log end and loads it into the
+/// coordinator at coordinator epoch `epoch`, unless another leadership change overtook
+/// the load. The coordinator appends to a partition only once loaded, so nothing is
+/// appended while it is read.
+fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Partition) {
+    let started = std::time::Instant::now();
+    let mut records: Vec<Record> = Vec::new();
+    let read = read_all(partition, &mut records);
+    let mut inner = broker.transactions.lock();
+    if inner.coordinator.loading_epoch(index) != Some(epoch) {
+        return;
+    }
+    let count = records.len();
+    let loaded = match read {
+        Ok(_) => inner.coordinator.load(index, epoch, records, now_ms()).map_err(|e| e.to_string()),
+        Err(e) => Err(e),
+    };
+    if loaded.is_err() {
+        inner.coordinator.unload_partition(index);
+    }
+    drain(broker, &mut inner);
+    drop(inner);
+    match loaded {
+        Ok(_) if count == 0 => tracing::debug!(partition = index, epoch, "transactions loaded: none"),
+        Ok(summary) => tracing::info!(
+            partition = index,
+            epoch,
+            records = count,
+            transactional_ids = summary.transactional_ids,
+            completing = summary.completing,
+            ms = started.elapsed().as_millis() as u64,
+            "transactions loaded: this broker is the coordinator of __transaction_state-{index}"
+        ),
+        Err(e) => tracing::error!(
+            partition = index,
+            epoch,
+            error = %e,
+            "transactions of __transaction_state-{index} not loaded; their requests get NOT_COORDINATOR, and the load is tried again"
+        ),
     }
 }
 
@@ -257,7 +296,8 @@ fn drain(broker: &Arc<Broker>, inner: &mut Inner) {
             Output::Respond { reply, response } => inner.replies.answer(reply.0, response),
             Output::Persist { id, partition, record } => {
                 let b = broker.clone();
-                let append = StateAppend { id, partition, record };
+                let epoch = inner.coordinator.loaded_epoch(partition);
+                let append = StateAppend { id, partition, record, epoch };
                 transactions.state_appends.push(partition, append, move |append| run_state_append(&b, append));
             }
             Output::WriteMarkers { transactional_id, marker } => {
@@ -307,18 +347,20 @@ fn publish_stats(inner: &mut Inner) {
 /// Appends one persist of the coordinator (on its queue's runner, the lock released); a
 /// failure to append is reported to the coordinator at once.
 fn run_state_append(broker: &Arc<Broker>, append: StateAppend) {
-    let StateAppend { id, partition, record } = append;
-    if let Err(code) = persist(broker, id, partition, &record) {
+    let StateAppend { id, partition, record, epoch } = append;
+    if let Err(code) = persist(broker, id, (partition, epoch), &record) {
         broker.transactions.call(broker, |c, now| c.persisted(id, Err(code), now));
     }
 }
 
 /// Appends `record` to its `__transaction_state` partition; once durable, tells the
 /// coordinator (from a task, so no thread waits on the fsync).
-fn persist(broker: &Arc<Broker>, id: PersistId, index: i32, record: &Record) -> Result<(), ErrorCode> {
+fn persist(broker: &Arc<Broker>, id: PersistId, (index, epoch): (i32, Option<i32>), record: &Record) -> Result<(), ErrorCode> {
     let partition = state_partition(broker, index)?;
+    let epoch = epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
     let what = "writing to __transaction_state";
-    let durable = append_coordinator_records(&partition, &broker.flusher, std::slice::from_ref(record), None, what)?;
+    let records = std::slice::from_ref(record);
+    let durable = append_coordinator_records(&partition, epoch, &broker.flusher, records, None, what)?;
     let broker = broker.clone();
     tokio::spawn(async move {
         let result = match durable.await {
@@ -428,16 +470,22 @@ fn state_partition(broker: &Arc<Broker>, index: i32) -> Result<Arc<Partition>, E
 /// never call it with that lock held.
 pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
     let state_topic = || {
-        let c = &broker.settings.config;
+        let c = broker.config();
+        let rf = ("transaction.state.log.replication.factor", c.transaction_state_log_replication_factor);
+        let min_isr = ("transaction.state.log.min.isr", c.transaction_state_log_min_isr);
+        let registered = broker.image().brokers().count();
+        let (replication_factor, min_isr) = internal_replication(&c, rf, Some(min_isr), registered);
         let mut configs = BTreeMap::new();
         configs.insert("cleanup.policy".to_string(), "compact".to_string());
         configs.insert("segment.bytes".to_string(), c.transaction_state_log_segment_bytes.to_string());
-        configs.insert("min.insync.replicas".to_string(), c.transaction_state_log_min_isr.to_string());
+        if let Some(min_isr) = min_isr {
+            configs.insert("min.insync.replicas".to_string(), min_isr.to_string());
+        }
         configs.insert("unclean.leader.election.enable".to_string(), "false".to_string());
         NewTopic {
             name: TRANSACTION_STATE_TOPIC_NAME.into(),
             num_partitions: c.transaction_state_log_num_partitions,
-            replication_factor: -1,
+            replication_factor,
             configs,
             ..Default::default()
         }
@@ -448,10 +496,7 @@ pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
     if !ready.opened_now {
         return Ok(ready.id);
     }
-    if let Err(e) = broker.transactions.load(broker) {
-        tracing::error!(error = %e, "cannot load __transaction_state");
-        return Err(ErrorCode::COORDINATOR_NOT_AVAILABLE);
-    }
+    crate::coordinator_leadership::follow(broker, LoadMode::Now);
     Ok(ready.id)
 }
 

@@ -82,6 +82,11 @@ fn kafka_defaults_for_coordinators() {
     assert_eq!(c.transaction_max_timeout_ms, 900_000);
     assert_eq!(c.producer_id_expiration_ms, 86_400_000);
     assert_eq!(c.replica_lag_time_max_ms, 30_000);
+    // Kafka's; left at them, the internal topics are capped at the brokers registered
+    // (`broker::internal_replication`).
+    assert_eq!(c.offsets_topic_replication_factor, 3);
+    assert_eq!(c.transaction_state_log_replication_factor, 3);
+    assert_eq!(c.transaction_state_log_min_isr, 2);
 }
 
 #[test]
@@ -97,9 +102,6 @@ fn deviations_from_kafka_are_exactly_the_deliberate_ones_and_documented() {
             "log.dir",
             "log.flush.interval.messages",
             "log.flush.interval.ms",
-            "offsets.topic.replication.factor",
-            "transaction.state.log.replication.factor",
-            "transaction.state.log.min.isr",
         ]
     );
     for name in deviating {

@@ -60,6 +60,10 @@ impl GroupCoordinator {
             },
             ..Default::default()
         };
+        if let Some(error) = self.serving_error(group_id) {
+            described.error_code = error.code();
+            return described;
+        }
         let Some(group) = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead)) else {
             described.group_state = GroupState::Dead.name().to_string();
             if api_version >= 6 {
@@ -96,6 +100,11 @@ impl GroupCoordinator {
         self.next_batch_id += 1;
         let mut batch = DeleteBatch { reply, results: Vec::new(), outstanding: 0 };
         for group_id in group_ids {
+            if let Some(error) = self.serving_error(group_id) {
+                let result = DeletableGroupResult { group_id: group_id.clone(), error_code: error.code(), ..Default::default() };
+                batch.results.push(result);
+                continue;
+            }
             // A consumer group (KIP-848) goes only when it has no members; its offsets
             // live in the classic entry below.
             let consumer_tombstones = match self.take_empty_consumer_group(group_id) {
@@ -174,9 +183,18 @@ impl GroupCoordinator {
     /// `partition` (of `num_partitions`): its groups are dropped and their held JoinGroup
     /// and SyncGroup requests answered NOT_COORDINATOR (Kafka's `onGroupUnloaded`), so
     /// that the clients look up the new coordinator. Returns the number of groups dropped.
-    pub fn unload_partition(&mut self, partition: i32, num_partitions: i32) -> usize {
-        let group_ids: Vec<String> =
-            self.groups.keys().filter(|id| super::partition_for(id, num_partitions) == partition).cloned().collect();
+    ///
+    /// Persists of those groups still in flight are failed first (NOT_COORDINATOR to the
+    /// requests waiting on them); their later reports from the server are ignored, so
+    /// nothing of a coordinator epoch that ended touches the groups when the partition
+    /// is loaded again.
+    pub fn unload_partition(&mut self, partition: i32, num_partitions: i32, now_ms: i64) -> usize {
+        self.disown(partition);
+        let on_partition = |id: &str| super::partition_for(id, num_partitions) == partition;
+        for (id, result) in self.persist_order.abandon(on_partition, ErrorCode::NOT_LEADER_OR_FOLLOWER) {
+            self.apply_persisted(id, result, now_ms);
+        }
+        let group_ids: Vec<String> = self.groups.keys().filter(|id| on_partition(id)).cloned().collect();
         for group_id in &group_ids {
             let Some(group) = self.groups.remove(group_id) else { continue };
             for member in group.members {

@@ -19,6 +19,9 @@ impl GroupCoordinator {
         if request.group_id.is_empty() {
             return ErrorCode::INVALID_GROUP_ID;
         }
+        if let Some(error) = self.serving_error(&request.group_id) {
+            return error;
+        }
         let Some(group) = self.groups.get_mut(&request.group_id) else {
             return ErrorCode::UNKNOWN_MEMBER_ID;
         };

@@ -49,6 +49,9 @@ impl GroupCoordinator {
         if request.group_id.is_empty() {
             return self.respond_join(held, join_error(api_version, member_id, ErrorCode::INVALID_GROUP_ID));
         }
+        if let Some(error) = self.serving_error(&request.group_id) {
+            return self.respond_join(held, join_error(api_version, member_id, error));
+        }
         if self.consumer_group_blocks_classic_join(&request.group_id) {
             // No online migration from the consumer protocol (KIP-848) to the classic one.
             let error = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;

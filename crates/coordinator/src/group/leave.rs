@@ -19,6 +19,8 @@ impl GroupCoordinator {
         };
         let (error, members) = if request.group_id.is_empty() {
             (ErrorCode::INVALID_GROUP_ID, Vec::new())
+        } else if let Some(error) = self.serving_error(&request.group_id) {
+            (error, Vec::new())
         } else {
             let results: Option<Vec<ErrorCode>> = self.with_group(&request.group_id, |this, group| {
                 leaving

@@ -111,6 +111,7 @@ mod join;
 mod leave;
 mod member_id;
 mod offsets;
+mod ownership;
 mod persist_order;
 mod rebalance;
 pub mod records;
@@ -120,6 +121,7 @@ mod timers;
 mod txn_offsets;
 
 pub use consumer::{ConsumerGroupState, TopicInfo, TopicsView};
+pub use ownership::PartitionLoad;
 pub use records::{partition_for, LoadError, LoadSummary, Record, Replay};
 pub use state::GroupState;
 
@@ -254,6 +256,9 @@ pub struct GroupCoordinator {
     /// Counts the offset records made durable or replayed, in that order: the
     /// [`state::CommittedOffset::log_sequence`] of the next one.
     next_log_sequence: u64,
+    /// The partitions served, when the server hands them over as leadership moves
+    /// (`ownership.rs`); `None`: every partition.
+    ownership: Option<ownership::Ownership>,
 }
 
 impl GroupCoordinator {
@@ -272,6 +277,7 @@ impl GroupCoordinator {
             member_ids,
             next_offset_cleanup_ms: None,
             next_log_sequence: 1,
+            ownership: None,
         }
     }
 

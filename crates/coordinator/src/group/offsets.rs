@@ -54,6 +54,9 @@ impl GroupCoordinator {
             })
             .collect();
         let mut commit = PendingCommit { group_id: request.group_id.clone(), reply, partitions };
+        if let Some(error) = self.serving_error(&request.group_id) {
+            return self.answer_commit(commit, Err(error));
+        }
         let instance_id = if api_version >= 7 { request.group_instance_id.as_deref() } else { None };
         let validation = match self.validate_consumer_group_commit(request, api_version, now_ms) {
             Some(result) => result,
@@ -181,6 +184,13 @@ impl GroupCoordinator {
         topics: Option<&[OffsetFetchRequestTopics]>,
         require_stable: bool,
     ) -> OffsetFetchResponseGroup {
+        if let Some(error) = self.serving_error(group_id) {
+            return OffsetFetchResponseGroup {
+                group_id: group_id.to_string(),
+                error_code: error.code(),
+                ..Default::default()
+            };
+        }
         let group = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead));
         let wanted: Vec<TopicPartition> = match (topics, group) {
             (Some(topics), _) => {
@@ -224,6 +234,9 @@ impl GroupCoordinator {
     /// are durable.
     pub fn delete_offsets(&mut self, request: &OffsetDeleteRequest, reply: ReplyId) {
         let fail = |error: ErrorCode| OffsetDeleteResponse { error_code: error.code(), ..Default::default() };
+        if let Some(error) = self.serving_error(&request.group_id) {
+            return self.respond(reply, Response::OffsetDelete(fail(error)));
+        }
         let Some(group) = self.groups.get_mut(&request.group_id) else {
             return self.respond(reply, Response::OffsetDelete(fail(ErrorCode::GROUP_ID_NOT_FOUND)));
         };

@@ -51,6 +51,25 @@ impl PersistOrder {
         ready
     }
 
+    /// Gives up on every persist of the groups `abandoned` picks: returns them, oldest
+    /// first per group, each with `error`, to be applied now; a later report of one of
+    /// them comes back from [`PersistOrder::reported`] as never issued.
+    pub(super) fn abandon(
+        &mut self,
+        abandoned: impl Fn(&str) -> bool,
+        error: ErrorCode,
+    ) -> Vec<(PersistId, PersistResult)> {
+        let groups: Vec<String> = self.queues.keys().filter(|g| abandoned(g)).cloned().collect();
+        let mut out = Vec::new();
+        for group_id in groups {
+            for (id, _) in self.queues.remove(&group_id).unwrap_or_default() {
+                self.group_of.remove(&id);
+                out.push((id, Err(error)));
+            }
+        }
+        out
+    }
+
     /// Persists issued and not yet applied.
     pub(super) fn len(&self) -> usize {
         self.group_of.len()

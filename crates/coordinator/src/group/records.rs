@@ -451,7 +451,7 @@ impl GroupCoordinator {
         }
     }
 
-    fn apply_persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
+    pub(super) fn apply_persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
         let Some(then) = self.pending_persists.remove(&id) else {
             return;
         };

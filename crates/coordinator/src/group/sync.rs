@@ -18,6 +18,9 @@ impl GroupCoordinator {
         if request.group_id.is_empty() {
             return self.respond_sync(held, fail(ErrorCode::INVALID_GROUP_ID));
         }
+        if let Some(error) = self.serving_error(&request.group_id) {
+            return self.respond_sync(held, fail(error));
+        }
         let result = self.with_group(&request.group_id, |this, group| {
             if let Err(error) = validate_sync(group, request) {
                 return this.respond_sync(held, fail(error));

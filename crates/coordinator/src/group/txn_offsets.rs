@@ -150,6 +150,9 @@ impl GroupCoordinator {
         if group_id.is_empty() {
             return Err(ErrorCode::INVALID_GROUP_ID);
         }
+        if let Some(error) = self.serving_error(group_id) {
+            return Err(error);
+        }
         if let Some(result) = self.validate_consumer_group_txn_commit(group_id, committer, now_ms) {
             return result;
         }

@@ -216,6 +216,8 @@ pub struct TransactionCoordinator {
     config: TxnConfig,
     /// Loaded partitions and their coordinator (leader) epochs.
     partitions: BTreeMap<i32, i32>,
+    /// Partitions being read after `begin_load`, with the epoch they will be loaded at.
+    loading: BTreeMap<i32, i32>,
     txns: BTreeMap<String, TxnMetadata>,
     outputs: VecDeque<Output>,
     pending_persists: HashMap<PersistId, PendingPersist>,
@@ -314,6 +316,7 @@ impl TransactionCoordinator {
         TransactionCoordinator {
             config,
             partitions: BTreeMap::new(),
+            loading: BTreeMap::new(),
             txns: BTreeMap::new(),
             outputs: VecDeque::new(),
             pending_persists: HashMap::new(),
@@ -433,6 +436,7 @@ impl TransactionCoordinator {
     /// Persists still in flight for them answer NOT_COORDINATOR when reported.
     pub fn unload_partition(&mut self, partition: i32) {
         self.partitions.remove(&partition);
+        self.loading.remove(&partition);
         let ours = |c: &Self, id: &str| c.partition_for(id) == partition;
         let ids: Vec<String> = self.txns.keys().filter(|id| ours(self, id)).cloned().collect();
         for id in ids {
@@ -447,7 +451,31 @@ impl TransactionCoordinator {
     /// The coordinator epoch of `transactional_id`'s partition, or the error a request for
     /// it gets (Kafka's `getTransactionState`).
     fn coordinator_epoch(&self, transactional_id: &str) -> Result<i32, ErrorCode> {
-        self.partitions.get(&self.partition_for(transactional_id)).copied().ok_or(ErrorCode::NOT_COORDINATOR)
+        let partition = self.partition_for(transactional_id);
+        match self.partitions.get(&partition) {
+            Some(epoch) => Ok(*epoch),
+            None if self.loading.contains_key(&partition) => Err(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
+            None => Err(ErrorCode::NOT_COORDINATOR),
+        }
+    }
+
+    /// This broker became the leader of `partition` at `coordinator_epoch` and is reading
+    /// its records: its ids answer COORDINATOR_LOAD_IN_PROGRESS until [`Self::load`] (at
+    /// that epoch) or [`Self::unload_partition`]. What it coordinated before is dropped.
+    pub fn begin_load(&mut self, partition: i32, coordinator_epoch: i32) {
+        self.unload_partition(partition);
+        self.loading.insert(partition, coordinator_epoch);
+    }
+
+    /// The epoch `partition` is being loaded at, between [`Self::begin_load`] and
+    /// [`Self::load`].
+    pub fn loading_epoch(&self, partition: i32) -> Option<i32> {
+        self.loading.get(&partition).copied()
+    }
+
+    /// The coordinator epoch `partition` was loaded at, if it is coordinated here.
+    pub fn loaded_epoch(&self, partition: i32) -> Option<i32> {
+        self.partitions.get(&partition).copied()
     }
 
     fn respond(&mut self, reply: ReplyId, response: Response) {

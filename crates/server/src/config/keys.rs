@@ -492,9 +492,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     // Group coordinator
     ConfigKey::new("offsets.topic.num.partitions", Int, Some("50"), AtLeast(1), G::Groups,
         "Partitions of __consumer_offsets (fixed once the topic exists)."),
-    ConfigKey::new("offsets.topic.replication.factor", Short, Some("1"), AtLeast(1), G::Groups,
-        "Replication factor of __consumer_offsets (Osprey default 1, so a single node works unconfigured).")
-        .osprey_default("3"),
+    ConfigKey::new("offsets.topic.replication.factor", Short, Some("3"), AtLeast(1), G::Groups,
+        "Replication factor of __consumer_offsets. Left at its default, capped at the brokers registered when the topic is created (so a single node works unconfigured); set, the creation waits for that many brokers, as in Kafka."),
     ConfigKey::new("offsets.topic.segment.bytes", Int, Some("104857600"), AtLeast(1), G::Groups,
         "Segment size of __consumer_offsets."),
     ConfigKey::new("offsets.retention.minutes", Int, Some("10080"), AtLeast(1), G::Groups,
@@ -534,12 +533,10 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "The finalized transaction.version feature: 2 lets clients use KIP-890 part 2 (an epoch bump per transaction, implicit partition adds), 1 keeps them on the older protocol."),
     ConfigKey::new("transaction.state.log.num.partitions", Int, Some("50"), AtLeast(1), G::Transactions,
         "Partitions of __transaction_state (fixed once the topic exists)."),
-    ConfigKey::new("transaction.state.log.replication.factor", Short, Some("1"), AtLeast(1), G::Transactions,
-        "Replication factor of __transaction_state (Osprey default 1, so a single node works unconfigured).")
-        .osprey_default("3"),
-    ConfigKey::new("transaction.state.log.min.isr", Int, Some("1"), AtLeast(1), G::Transactions,
-        "min.insync.replicas of __transaction_state (Osprey default 1, matching its replication factor).")
-        .osprey_default("2"),
+    ConfigKey::new("transaction.state.log.replication.factor", Short, Some("3"), AtLeast(1), G::Transactions,
+        "Replication factor of __transaction_state. Left at its default, capped at the brokers registered when the topic is created (so a single node works unconfigured); set, the creation waits for that many brokers, as in Kafka."),
+    ConfigKey::new("transaction.state.log.min.isr", Int, Some("2"), AtLeast(1), G::Transactions,
+        "min.insync.replicas of __transaction_state. Left at its default, capped at the topic's replication factor."),
     ConfigKey::new("transaction.state.log.segment.bytes", Int, Some("104857600"), AtLeast(1), G::Transactions,
         "Segment size of __transaction_state."),
     ConfigKey::new("transactional.id.expiration.ms", Int, Some("604800000"), AtLeast(1), G::Transactions,

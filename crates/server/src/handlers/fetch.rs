@@ -427,7 +427,7 @@ mod tests {
         let topic = broker.create_topic(&topic, false).unwrap();
         let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
         let record = Record { key: b"k".to_vec().into(), value: Some(b"v".to_vec().into()) };
-        let durable = append_coordinator_records(&partition, &broker.flusher, &[record], None, "test").unwrap();
+        let durable = append_coordinator_records(&partition, -1, &broker.flusher, &[record], None, "test").unwrap();
         durable.blocking_recv().unwrap().unwrap();
 
         let (runtime, blocking_threads) = crate::test_support::counting_runtime();

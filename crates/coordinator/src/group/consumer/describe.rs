@@ -46,6 +46,9 @@ impl GroupCoordinator {
     }
 
     fn describe_consumer_group(&self, group_id: &str) -> DescribedGroup {
+        if let Some(error) = self.serving_error(group_id) {
+            return DescribedGroup { group_id: group_id.to_string(), error_code: error.code(), ..Default::default() };
+        }
         let Some(group) = self.consumer_groups.get(group_id) else {
             let message = if self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) {
                 format!("Group {group_id} is not a consumer group.")
