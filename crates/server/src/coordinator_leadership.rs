@@ -90,12 +90,10 @@ fn led_partitions(broker: &Broker, topic: &str, num_partitions: i32) -> Vec<(i32
     let topic_id = broker.image().topic(topic).map(|t| t.id);
     (0..num_partitions.max(1))
         .map(|index| {
-            let led = topic_id
-                .and_then(|id| broker.replica_manager.partition(id, index))
-                .map(|p| {
-                    let epoch = p.leader_epoch();
-                    (p, epoch)
-                });
+            let led = topic_id.and_then(|id| broker.replica_manager.partition(id, index)).map(|p| {
+                let epoch = p.leader_epoch();
+                (p, epoch)
+            });
             (index, led)
         })
         .collect()

@@ -130,12 +130,17 @@ impl Groups {
                 let dropped = inner.coordinator.unload_partition(index, self.num_partitions, now_ms());
                 self.drain(broker, &mut inner);
                 if dropped > 0 {
-                    tracing::info!(partition = index, groups = dropped, "consumer groups unloaded: no longer the leader");
+                    tracing::info!(
+                        partition = index,
+                        groups = dropped,
+                        "consumer groups unloaded: no longer the leader"
+                    );
                 }
             }
             return;
         };
-        if matches!(current, Some(PartitionLoad::Loading { epoch: e } | PartitionLoad::Loaded { epoch: e }) if e == epoch) {
+        if matches!(current, Some(PartitionLoad::Loading { epoch: e } | PartitionLoad::Loaded { epoch: e }) if e == epoch)
+        {
             return;
         }
         inner.coordinator.begin_load(index, epoch, now_ms());

@@ -41,6 +41,12 @@ pub struct Partition {
     /// part 2). While any wait, later transactional batches wait behind them, so a batch
     /// never overtakes an earlier one of its producer.
     pub deferred_txn_appends: std::sync::atomic::AtomicUsize,
+    /// Held by a leader's append from its leadership check to the end of its write, and
+    /// by every change of leadership (`apply_assignment`): a replica that stopped leading,
+    /// or leads at another epoch, never appends as the leader. Without it a deposed
+    /// leader could write one batch stamped with the new leader's epoch at an offset the
+    /// new leader fills with another batch, a divergence no epoch comparison finds.
+    leader_appends: Mutex<()>,
 }
 
 /// The state machine and the requests waiting on it, under one lock.
@@ -143,6 +149,7 @@ impl Partition {
             log_end_offset,
             isr_changes,
             deferred_txn_appends: std::sync::atomic::AtomicUsize::new(0),
+            leader_appends: Mutex::new(()),
         };
         // The machine may already have moved the high watermark (a single node is its own
         // ISR: everything recovery kept and made durable is committed).
@@ -154,6 +161,28 @@ impl Partition {
 
     fn lock(&self) -> MutexGuard<'_, Replica> {
         self.replica.lock().expect("replica state lock poisoned by an earlier panic")
+    }
+
+    /// Runs `append` with this replica's leader epoch if it leads the partition (at
+    /// `expected_epoch`, when given), with no change of leadership until it returns;
+    /// NOT_LEADER_OR_FOLLOWER otherwise. Every append made as the leader (client batches,
+    /// coordinator records, transaction markers) goes through here.
+    pub fn append_as_leader<T>(
+        &self,
+        expected_epoch: Option<i32>,
+        append: impl FnOnce(i32) -> T,
+    ) -> Result<T, ErrorCode> {
+        let _no_leadership_change =
+            self.leader_appends.lock().expect("leader append lock poisoned by an earlier panic");
+        let epoch = {
+            let replica = self.lock();
+            let epoch = replica.state.leader_epoch();
+            if !replica.state.is_leader() || expected_epoch.is_some_and(|e| e != epoch) {
+                return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
+            }
+            epoch
+        };
+        Ok(append(epoch))
     }
 
     /// The leader epoch, high watermark and last stable offset, taken together.
@@ -205,6 +234,10 @@ impl Partition {
     }
 
     fn apply(&self, assignment: &PartitionImage, answer: bool) {
+        // An accepted ISR change never moves leadership; an assignment may, so it waits
+        // for the append in progress as the leader (`append_as_leader`).
+        let _no_leader_append =
+            (!answer).then(|| self.leader_appends.lock().expect("leader append lock poisoned by an earlier panic"));
         let mut replica = self.lock();
         let led = replica.state.is_leader().then(|| (replica.state.leader_epoch(), replica.state.isr().len()));
         let now_ms = crate::broker::now_ms();
@@ -508,13 +541,10 @@ pub fn append_coordinator_records(
     let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
     let mut bytes = batch.into_bytes_mut();
     // A coordinator that lost the partition's leadership (or whose load was overtaken by
-    // a newer epoch) does not write as its coordinator. The check and the append are two
-    // steps, as a client Produce's are (`handlers::produce`): a demotion between them is
-    // the same one-batch window.
-    if coordinator_epoch >= 0 && (!partition.is_leader() || partition.leader_epoch() != coordinator_epoch) {
-        return Err(ErrorCode::NOT_LEADER_OR_FOLLOWER);
-    }
-    let info = partition.log.append(&mut bytes, partition.leader_epoch(), now).map_err(|e| {
+    // a newer epoch) does not write as its coordinator.
+    let expected = (coordinator_epoch >= 0).then_some(coordinator_epoch);
+    let appended = partition.append_as_leader(expected, |epoch| partition.log.append(&mut bytes, epoch, now))?;
+    let info = appended.map_err(|e| {
         tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "{what} failed");
         if e.is_kafka_storage_error() {
             ErrorCode::KAFKA_STORAGE_ERROR

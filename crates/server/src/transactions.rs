@@ -355,7 +355,12 @@ fn run_state_append(broker: &Arc<Broker>, append: StateAppend) {
 
 /// Appends `record` to its `__transaction_state` partition; once durable, tells the
 /// coordinator (from a task, so no thread waits on the fsync).
-fn persist(broker: &Arc<Broker>, id: PersistId, (index, epoch): (i32, Option<i32>), record: &Record) -> Result<(), ErrorCode> {
+fn persist(
+    broker: &Arc<Broker>,
+    id: PersistId,
+    (index, epoch): (i32, Option<i32>),
+    record: &Record,
+) -> Result<(), ErrorCode> {
     let partition = state_partition(broker, index)?;
     let epoch = epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
     let what = "writing to __transaction_state";

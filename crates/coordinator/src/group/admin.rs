@@ -101,7 +101,8 @@ impl GroupCoordinator {
         let mut batch = DeleteBatch { reply, results: Vec::new(), outstanding: 0 };
         for group_id in group_ids {
             if let Some(error) = self.serving_error(group_id) {
-                let result = DeletableGroupResult { group_id: group_id.clone(), error_code: error.code(), ..Default::default() };
+                let result =
+                    DeletableGroupResult { group_id: group_id.clone(), error_code: error.code(), ..Default::default() };
                 batch.results.push(result);
                 continue;
             }

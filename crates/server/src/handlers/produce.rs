@@ -291,7 +291,15 @@ impl Drop for DeferredAppend {
 fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, acks: i16) -> Outcome {
     // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
     let mut bytes = records.to_vec();
-    match partition.log.append(&mut bytes, partition.leader_epoch(), now_ms()) {
+    let appended = partition.append_as_leader(None, |epoch| partition.log.append(&mut bytes, epoch, now_ms()));
+    let appended = match appended {
+        Ok(appended) => appended,
+        Err(code) => {
+            telemetry::error_code(ApiKey::Produce, code);
+            return Outcome::Failed(code, Some("this broker stopped leading the partition".into()));
+        }
+    };
+    match appended {
         Ok(info) => {
             telemetry::bytes_in(&partition.topic, info.bytes, info.records);
             // With acks=0 nobody waits, but the high watermark must still move once the

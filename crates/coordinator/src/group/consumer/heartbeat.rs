@@ -178,7 +178,9 @@ impl GroupCoordinator {
     ) {
         let mut records = Vec::new();
         let max_regex_bytes = self.config.consumer_group_regex_max_compiled_bytes;
-        let serving = |error: ErrorCode| reject(error, format!("{}: this broker does not coordinate the group now", error.name()));
+        let serving = |error: ErrorCode| {
+            reject(error, format!("{}: this broker does not coordinate the group now", error.name()))
+        };
         let result = validate_request(request, api_version, max_regex_bytes).and_then(|()| {
             if let Some(error) = self.serving_error(&request.group_id) {
                 return Err(serving(error));
