@@ -602,8 +602,8 @@ fn unloading_the_partition_answers_held_requests_not_coordinator() {
     let mut h = Harness::new();
     let (_, ra) = h.join_new(G, &["t"]);
     let partition = osprey_coordinator::group::partition_for(G, 50);
-    assert_eq!(h.coordinator.unload_partition((partition + 1) % 50, 50), 0);
-    assert_eq!(h.coordinator.unload_partition(partition, 50), 1);
+    assert_eq!(h.coordinator.unload_partition((partition + 1) % 50, 50, h.now), 0);
+    assert_eq!(h.coordinator.unload_partition(partition, 50, h.now), 1);
     h.drain();
     assert_eq!(h.take_join(ra).unwrap().error_code, code(ErrorCode::NOT_COORDINATOR));
     assert_eq!(h.coordinator.group_state(G), None);

@@ -247,7 +247,7 @@ impl Sim {
     fn move_away_and_back(&mut self) {
         let partition = osprey_coordinator::group::partition_for(G, 50);
         let present = usize::from(self.h.coordinator.group_state(G).is_some());
-        assert_eq!(self.h.coordinator.unload_partition(partition, 50), present);
+        assert_eq!(self.h.coordinator.unload_partition(partition, 50, self.h.now), present);
         self.h.drain();
         assert_eq!(self.h.coordinator.group_state(G), None);
         self.h.fail_persists(ErrorCode::NOT_LEADER_OR_FOLLOWER);

@@ -30,3 +30,4 @@ pub mod telemetry;
 #[cfg(test)]
 mod test_support;
 pub mod transactions;
+pub mod txn_interbroker;

@@ -14,6 +14,14 @@
 //! take too, so a marker can never land between the check and the append and leave a
 //! transaction hanging on the partition. The coordinator's own lock is taken inside the
 //! marker lock, never the other way round.
+//!
+//! When the transactional id's coordinator is on another broker, the check is a network
+//! round trip (`txn_interbroker`), which must not hold the marker lock (a std mutex) nor
+//! block an append thread. The partition then records the check under the marker lock
+//! before it is sent (a verification guard, as Kafka's); a marker for that producer
+//! landing on the partition meanwhile voids it, and the append, back under the marker
+//! lock, goes ahead only if its guard is still there. Markers for partitions led by
+//! other brokers go to them as WriteTxnMarkers (`txn_interbroker::MarkerChannel`).
 
 use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
@@ -22,6 +30,10 @@ use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
 use crate::telemetry;
+use crate::txn_interbroker::{
+    self, coordinator_route, CoordinatorRoute, MarkerChannel, MarkerResult, RemoteCheck, RemoteMarker,
+    VerificationGuard, VerificationGuards,
+};
 use osprey_cluster::NewTopic;
 use osprey_coordinator::group::Record;
 use osprey_coordinator::txn::{
@@ -32,9 +44,8 @@ use osprey_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::StorageError;
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 use tokio::sync::oneshot;
 
@@ -44,8 +55,11 @@ const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 #[derive(Debug)]
 pub struct Transactions {
     inner: Mutex<Inner>,
-    /// Held across a transactional append's check and append, and across marker appends.
-    markers: Mutex<()>,
+    /// Held across a transactional append's check and append, and across marker appends;
+    /// it holds the verifications in flight with remote coordinators.
+    markers: Mutex<VerificationGuards>,
+    /// Markers to other brokers, and checks with remote coordinators (made on first use).
+    channel: OnceLock<MarkerChannel>,
     /// Records for each `__transaction_state` partition, in output order.
     state_appends: Arc<AppendQueues<i32, StateAppend>>,
     /// Markers, in output order (one queue: a transaction's markers go to many partitions).
@@ -89,7 +103,8 @@ impl Transactions {
                 failed_markers: HashSet::new(),
                 published: TxnStats::default(),
             }),
-            markers: Mutex::new(()),
+            markers: Mutex::new(VerificationGuards::default()),
+            channel: OnceLock::new(),
             state_appends: Arc::default(),
             marker_writes: Arc::default(),
         }
@@ -103,7 +118,7 @@ impl Transactions {
     }
 
     /// The marker lock (module comment); poisoned, it is fatal as the coordinator's is.
-    fn lock_markers(&self) -> MutexGuard<'_, ()> {
+    fn lock_markers(&self) -> MutexGuard<'_, VerificationGuards> {
         self.markers.lock().expect("transaction marker lock poisoned by an earlier panic")
     }
 
@@ -137,56 +152,112 @@ impl Transactions {
     /// Appends a transactional batch of `producer` to `partition` through `append`, after
     /// checking with the coordinator that the partition is in the producer's transaction
     /// when this is the transaction's first batch there (KIP-890 part 1), both under the
-    /// marker lock. The error is the coordinator's (NONE never).
+    /// marker lock. A local coordinator's refusal is `NotYet::Refused` (NONE never); a
+    /// remote coordinator must be asked first (`NotYet::Remote`, its guard recorded), and
+    /// the append then goes through [`Transactions::append_verified`].
     pub fn append_transactional<T>(
         &self,
+        broker: &Arc<Broker>,
         partition: &Partition,
         transactional_id: &str,
         (producer_id, producer_epoch): (i64, i16),
         append: impl FnOnce() -> T,
-    ) -> Result<T, ErrorCode> {
-        let _markers = self.lock_markers();
-        let open_here = partition
-            .log
-            .producer_state(producer_id)
-            .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch);
-        if !open_here {
-            let transaction = AddPartitionsToTxnTransaction {
-                transactional_id: transactional_id.to_string(),
-                producer_id,
-                producer_epoch,
-                verify_only: true,
-                topics: vec![AddPartitionsToTxnTopic {
-                    name: partition.topic.clone(),
-                    partitions: vec![partition.index],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            };
-            let verified = self.lock().coordinator.verify(&transaction);
-            if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
-                return Err(error);
+    ) -> Result<T, NotYet> {
+        let mut guards = self.lock_markers();
+        if open_here(partition, producer_id, producer_epoch) {
+            return Ok(append());
+        }
+        match coordinator_route(broker, transactional_id) {
+            CoordinatorRoute::Local => {}
+            CoordinatorRoute::NotAvailable => return Err(NotYet::Refused(ErrorCode::COORDINATOR_NOT_AVAILABLE)),
+            CoordinatorRoute::Remote { node, address } => {
+                let key = (partition.topic_id, partition.index, producer_id);
+                let id = guards.start(key);
+                let guard = VerificationGuard { broker: broker.clone(), key, id, finished: false };
+                return Err(NotYet::Remote(RemoteCheck { guard, node, address }));
             }
+        }
+        let transaction = AddPartitionsToTxnTransaction {
+            transactional_id: transactional_id.to_string(),
+            producer_id,
+            producer_epoch,
+            verify_only: true,
+            topics: vec![AddPartitionsToTxnTopic {
+                name: partition.topic.clone(),
+                partitions: vec![partition.index],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let verified = self.lock().coordinator.verify(&transaction);
+        if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
+            return Err(NotYet::Refused(error));
         }
         Ok(append())
     }
 
-    /// Writes one marker (WriteTxnMarkers from an admin client) under the marker lock.
+    /// Appends a transactional batch that a remote coordinator verified (or added, for
+    /// transaction version 2), under the marker lock: only if no marker for the producer
+    /// landed on the partition since the check was recorded (its guard is still there),
+    /// or the transaction is open here by now. Otherwise INVALID_TXN_STATE, as Kafka's
+    /// log refuses a batch whose verification guard no longer matches.
+    pub fn append_verified<T>(
+        &self,
+        partition: &Partition,
+        (producer_id, producer_epoch): (i64, i16),
+        mut guard: VerificationGuard,
+        append: impl FnOnce() -> T,
+    ) -> Result<T, ErrorCode> {
+        let mut guards = self.lock_markers();
+        let still_verified = guards.finish(&guard.key, guard.id);
+        guard.finished = true;
+        if !still_verified && !open_here(partition, producer_id, producer_epoch) {
+            return Err(ErrorCode::INVALID_TXN_STATE);
+        }
+        Ok(append())
+    }
+
+    /// A verification guard dropped before its append (`VerificationGuard`'s drop).
+    pub(crate) fn verification_abandoned(&self, key: &txn_interbroker::GuardKey, id: u64) {
+        self.lock_markers().finish(key, id);
+    }
+
+    /// The channel to other brokers, made on first use.
+    pub fn channel(&self, broker: &Broker) -> &MarkerChannel {
+        self.channel.get_or_init(|| MarkerChannel::new(broker.settings.node_id))
+    }
+
+    /// Reports the results of markers sent to other brokers to the coordinator.
+    pub fn markers_written(&self, broker: &Arc<Broker>, results: Vec<MarkerResult>) {
+        if results.is_empty() {
+            return;
+        }
+        let mut inner = self.lock();
+        for r in results {
+            if r.retry {
+                inner.failed_markers.insert((r.transactional_id.clone(), r.partition.clone()));
+            }
+            if r.error != ErrorCode::NONE {
+                tracing::debug!(transactional_id = r.transactional_id, topic = %r.partition.0, partition = r.partition.1, error = r.error.name(), "transaction marker not written by the partition leader");
+            }
+            inner.coordinator.marker_written(&r.transactional_id, r.coordinator_epoch, &r.partition, r.error, now_ms());
+        }
+        drain(broker, &mut inner);
+    }
+
+    /// Writes one marker (WriteTxnMarkers from another broker's coordinator or an admin
+    /// client) under the marker lock; once written, the producer's verifications in
+    /// flight on the partition are void.
     pub fn append_marker_locked(
         &self,
         partition: &Partition,
         marker: (i64, i16, i32, bool),
-    ) -> Result<osprey_storage::AppendInfo, StorageError> {
-        let _markers = self.lock_markers();
+    ) -> Result<osprey_storage::AppendInfo, ErrorCode> {
+        let mut guards = self.lock_markers();
         let (producer_id, producer_epoch, coordinator_epoch, committed) = marker;
-        partition.log.append_marker(
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            committed,
-            partition.leader_epoch(),
-            now_ms(),
-        )
+        let info = append_marker_as_leader(partition, producer_id, producer_epoch, coordinator_epoch, committed)?;
+        guards.marker_written(&(partition.topic_id, partition.index, producer_id));
+        Ok(info)
     }
 
     /// Makes the coordinator serve `__transaction_state` partition `index` as `led` says
@@ -257,6 +328,25 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
     }
 }
 
+/// Why a transactional append did not happen at once.
+#[derive(Debug)]
+pub enum NotYet {
+    /// The local coordinator's answer (never NONE).
+    Refused(ErrorCode),
+    /// The coordinator is on another broker: ask it, then append through
+    /// [`Transactions::append_verified`].
+    Remote(RemoteCheck),
+}
+
+/// Whether `producer` has a transaction open on `partition` at this epoch: its later
+/// batches need no check.
+fn open_here(partition: &Partition, producer_id: i64, producer_epoch: i16) -> bool {
+    partition
+        .log
+        .producer_state(producer_id)
+        .is_some_and(|e| e.current_txn_first_offset.is_some() && e.epoch == producer_epoch)
+}
+
 /// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms`: how a partition
 /// leader retries an implicit add that found the transaction busy (the previous one still
 /// completing, or another add of it in flight) before answering the client.
@@ -264,26 +354,51 @@ const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
 
 /// Adds partitions to a transaction on a transaction version 2 client's behalf (Produce
-/// v12+, TxnOffsetCommit v5): `first` is the answer to the add already issued (issued when
-/// the request arrived, so adds go out in request order). CONCURRENT_TRANSACTIONS is
-/// retried for up to 100 ms, as Kafka's partition leaders do; the final error is returned.
-pub async fn add_implicitly(
-    broker: Arc<Broker>,
+/// v12+, TxnOffsetCommit v5), with its coordinator wherever it is. A local coordinator
+/// gets the add now, so adds go out in request order; a remote one when the returned
+/// future runs. The final error is the future's.
+pub fn add_implicitly(
+    broker: &Arc<Broker>,
     transaction: AddPartitionsToTxnTransaction,
-    first: oneshot::Receiver<Response>,
+) -> impl std::future::Future<Output = ErrorCode> + Send + 'static {
+    let route = coordinator_route(broker, &transaction.transactional_id);
+    let first = (route == CoordinatorRoute::Local)
+        .then(|| broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now)));
+    add_with_retry(broker.clone(), route, transaction, first)
+}
+
+/// The add itself: CONCURRENT_TRANSACTIONS is retried for up to 100 ms, as Kafka's
+/// partition leaders do; `first` is the local coordinator's answer to an add already
+/// issued.
+pub async fn add_with_retry(
+    broker: Arc<Broker>,
+    route: CoordinatorRoute,
+    transaction: AddPartitionsToTxnTransaction,
+    mut first: Option<oneshot::Receiver<Response>>,
 ) -> ErrorCode {
     let deadline = tokio::time::Instant::now() + ADD_RETRY_MAX;
-    let mut answer = first;
     loop {
-        let error = match answer.await {
-            Ok(Response::AddPartitionsToTxn { error }) => error,
-            _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+        let error = match &route {
+            CoordinatorRoute::Local => {
+                let answer = first.take().unwrap_or_else(|| {
+                    broker
+                        .transactions
+                        .call_later(&broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now))
+                });
+                match answer.await {
+                    Ok(Response::AddPartitionsToTxn { error }) => error,
+                    _ => ErrorCode::UNKNOWN_SERVER_ERROR,
+                }
+            }
+            CoordinatorRoute::Remote { node, address } => {
+                txn_interbroker::send_add_partitions(&broker, *node, address.clone(), transaction.clone()).await
+            }
+            CoordinatorRoute::NotAvailable => ErrorCode::COORDINATOR_NOT_AVAILABLE,
         };
         if error != ErrorCode::CONCURRENT_TRANSACTIONS || tokio::time::Instant::now() + ADD_RETRY_BACKOFF > deadline {
             return error;
         }
         tokio::time::sleep(ADD_RETRY_BACKOFF).await;
-        answer = broker.transactions.call_later(&broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now));
     }
 }
 
@@ -377,19 +492,34 @@ fn persist(
     Ok(())
 }
 
-/// Appends the marker to each of its partitions (under the marker lock, so no
-/// transactional append races it), then reports the failures to the coordinator and each
-/// success once durable.
+/// Sends the marker to each of its partitions' leaders: partitions led by other brokers
+/// are queued for them (WriteTxnMarkers, `txn_interbroker::MarkerChannel`); those led
+/// here are appended under the marker lock (so no transactional append races them).
+/// Failures are reported to the coordinator at once, each local success once durable
+/// (acks=all), each remote one when its leader answers.
 fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
     let MarkerWrite { transactional_id, marker } = write;
     let image = broker.image();
+    let node_id = broker.settings.node_id;
+    let routes =
+        txn_interbroker::route_markers(&marker.partitions, node_id, &txn_interbroker::leader_in(&image, node_id));
+    for (node, partitions) in routes.remote {
+        let remote = RemoteMarker {
+            transactional_id: transactional_id.clone(),
+            marker: TxnMarker { partitions, ..marker.clone() },
+        };
+        broker.transactions.channel(broker).send(broker, node, remote);
+    }
     // (partition, error, whether to retry it with a backoff)
     let mut failed: Vec<(TopicPartition, ErrorCode, bool)> = Vec::new();
-    let markers = broker.transactions.lock_markers();
-    for tp in &marker.partitions {
+    // Deleted since it joined the transaction: nothing to mark.
+    failed.extend(routes.deleted.into_iter().map(|tp| (tp, ErrorCode::NONE, false)));
+    // No leader now: sent again, to wherever the next leader is, after a back-off.
+    failed.extend(routes.leaderless.into_iter().map(|tp| (tp, ErrorCode::NOT_LEADER_OR_FOLLOWER, true)));
+    let mut guards = broker.transactions.lock_markers();
+    for tp in &routes.local {
         let (topic, index) = tp;
         let Some(topic_image) = image.topic(topic) else {
-            // Deleted since it joined the transaction: nothing to mark.
             failed.push((tp.clone(), ErrorCode::NONE, false));
             continue;
         };
@@ -397,23 +527,17 @@ fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
             failed.push((tp.clone(), ErrorCode::NOT_LEADER_OR_FOLLOWER, true));
             continue;
         };
-        let appended = partition.log.append_marker(
-            marker.producer_id,
-            marker.producer_epoch,
-            marker.coordinator_epoch,
-            marker.committed,
-            partition.leader_epoch(),
-            now_ms(),
-        );
+        let m = &marker;
+        let appended =
+            append_marker_as_leader(&partition, m.producer_id, m.producer_epoch, m.coordinator_epoch, m.committed);
         let info = match appended {
             Ok(info) => info,
-            Err(e) => {
-                let code = crate::handlers::produce::storage_error_code(&e);
-                tracing::warn!(transactional_id, topic = %topic, partition = index, error = %e, "transaction marker not written");
-                failed.push((tp.clone(), code, code != ErrorCode::INVALID_PRODUCER_EPOCH));
+            Err(code) => {
+                failed.push((tp.clone(), code, txn_interbroker::marker_retriable(code)));
                 continue;
             }
         };
+        guards.marker_written(&(partition.topic_id, partition.index, marker.producer_id));
         let durable = partition.acknowledged(info.last_offset, &broker.flusher);
         let broker = broker.clone();
         let transactional_id = transactional_id.clone();
@@ -421,32 +545,54 @@ fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
         tokio::spawn(async move {
             let error = match durable.await {
                 Ok(Ok(())) => ErrorCode::NONE,
-                _ => ErrorCode::KAFKA_STORAGE_ERROR,
+                Ok(Err(e)) => e.code(),
+                Err(_) => ErrorCode::KAFKA_STORAGE_ERROR,
             };
             if error == ErrorCode::NONE {
                 marker_durable(&broker, topic_id, &tp, marker.producer_id, marker.committed);
             }
-            let transactions = &broker.transactions;
-            let mut inner = transactions.lock();
-            if error != ErrorCode::NONE {
-                inner.failed_markers.insert((transactional_id.clone(), tp.clone()));
-            }
-            inner.coordinator.marker_written(&transactional_id, marker.coordinator_epoch, &tp, error, now_ms());
-            drain(&broker, &mut inner);
+            let result = MarkerResult {
+                transactional_id,
+                coordinator_epoch: marker.coordinator_epoch,
+                partition: tp,
+                error,
+                retry: txn_interbroker::marker_retriable(error),
+            };
+            broker.transactions.markers_written(&broker, vec![result]);
         });
     }
-    drop(markers);
-    if failed.is_empty() {
-        return;
-    }
-    let mut inner = broker.transactions.lock();
-    for (tp, error, retry) in failed {
-        if retry {
-            inner.failed_markers.insert((transactional_id.clone(), tp.clone()));
-        }
-        inner.coordinator.marker_written(&transactional_id, marker.coordinator_epoch, &tp, error, now_ms());
-    }
-    drain(broker, &mut inner);
+    drop(guards);
+    let results = failed
+        .into_iter()
+        .map(|(partition, error, retry)| MarkerResult {
+            transactional_id: transactional_id.clone(),
+            coordinator_epoch: marker.coordinator_epoch,
+            partition,
+            error,
+            retry,
+        })
+        .collect();
+    broker.transactions.markers_written(broker, results);
+}
+
+/// Appends a marker to `partition` as its leader (`Partition::append_as_leader`: not
+/// across a change of leadership), with the error a WriteTxnMarkers answer carries.
+fn append_marker_as_leader(
+    partition: &Partition,
+    producer_id: i64,
+    producer_epoch: i16,
+    coordinator_epoch: i32,
+    committed: bool,
+) -> Result<osprey_storage::AppendInfo, ErrorCode> {
+    let appended = partition.append_as_leader(None, |epoch| {
+        partition.log.append_marker(producer_id, producer_epoch, coordinator_epoch, committed, epoch, now_ms())
+    })?;
+    appended.map_err(|e| {
+        let code = crate::handlers::produce::storage_error_code(&e);
+        let (topic, index) = (&partition.topic, partition.index);
+        tracing::warn!(topic = %topic, partition = index, producer_id, error = %e, "transaction marker not written");
+        code
+    })
 }
 
 /// A marker is durable on `tp`: counts it, and hands offsets committed in the

@@ -561,7 +561,7 @@ fn control_kind(header: &BatchHeader, raw: &[u8]) -> ControlKind {
     if header.records_count == 0 {
         return ControlKind::Empty;
     }
-    match txn_index::marker_of(header, raw) {
+    match txn_index::marker_of(header, raw).map(|m| m.commit) {
         Some(true) => ControlKind::Commit,
         Some(false) => ControlKind::Abort,
         None => ControlKind::Other,

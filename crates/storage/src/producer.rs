@@ -17,8 +17,10 @@ use crate::batch::BatchHeader;
 pub const BATCHES_PER_PRODUCER: usize = 5;
 /// Snapshot file magic and version.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"OSPS";
-/// Version 2 adds each producer's ongoing transaction; version 1 is still read.
-const SNAPSHOT_VERSION: u16 = 2;
+/// Version 3 adds each producer's coordinator epoch; version 2 added its ongoing
+/// transaction. Versions 1 and 2 are still read.
+const SNAPSHOT_VERSION: u16 = 3;
+const SNAPSHOT_VERSION_WITHOUT_COORDINATOR_EPOCH: u16 = 2;
 const SNAPSHOT_VERSION_WITHOUT_TXNS: u16 = 1;
 /// Smallest entry of any version (id, epoch, batch count), to bound the entry count.
 const ENTRY_HEADER: usize = 8 + 2 + 1;
@@ -40,7 +42,7 @@ pub struct BatchMetadata {
 }
 
 /// A producer's epoch and recent batches, oldest first.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
     /// Current producer epoch.
     pub epoch: i16,
@@ -48,6 +50,15 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMetadata>,
     /// First offset of its ongoing transaction, if one is open.
     pub current_txn_first_offset: Option<i64>,
+    /// The coordinator epoch of its last transaction marker, -1 before any (Kafka's
+    /// `coordinatorEpoch`): a marker from an older coordinator epoch is refused.
+    pub coordinator_epoch: i32,
+}
+
+impl Default for ProducerEntry {
+    fn default() -> ProducerEntry {
+        ProducerEntry { epoch: 0, batches: VecDeque::new(), current_txn_first_offset: None, coordinator_epoch: -1 }
+    }
 }
 
 /// A producer's newest batch, as compaction must keep it (Kafka's `LastRecord`).
@@ -88,6 +99,17 @@ pub struct CompletedTxn {
 /// Why an idempotent batch is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SequenceError {
+    /// A transaction marker from an older coordinator epoch than the producer's last
+    /// marker (TRANSACTION_COORDINATOR_FENCED, 52): a deposed coordinator's.
+    #[error("producer {producer_id}: marker of coordinator epoch {coordinator_epoch} is older than the last one's {current}")]
+    CoordinatorFenced {
+        /// Producer id.
+        producer_id: i64,
+        /// The marker's coordinator epoch.
+        coordinator_epoch: i32,
+        /// The coordinator epoch of the producer's last marker.
+        current: i32,
+    },
     /// The batch's producer epoch is older than the producer's (INVALID_PRODUCER_EPOCH, 47).
     #[error("producer {producer_id} epoch {epoch} is older than the current {current}")]
     InvalidProducerEpoch {
@@ -247,6 +269,18 @@ impl ProducerStateTable {
         Ok(SequenceCheck::Accept)
     }
 
+    /// Checks a transaction marker's coordinator epoch against the producer's last
+    /// marker's (Kafka's `checkCoordinatorEpoch`), on the leader: an older one comes from
+    /// a coordinator that has lost its `__transaction_state` partition since.
+    pub fn check_marker(&self, producer_id: i64, coordinator_epoch: i32) -> Result<(), SequenceError> {
+        match self.producers.get(&producer_id) {
+            Some(e) if e.coordinator_epoch > coordinator_epoch => {
+                Err(SequenceError::CoordinatorFenced { producer_id, coordinator_epoch, current: e.coordinator_epoch })
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Records a batch as appended (its header carries the assigned offsets). Called for
     /// every idempotent batch in log order, on append and when rebuilding from the log.
     pub fn record(&mut self, h: &BatchHeader) {
@@ -291,15 +325,17 @@ impl ProducerStateTable {
     }
 
     /// Records a transaction marker (a control batch at `h.base_offset` whose record says
-    /// commit or abort): ends the producer's ongoing transaction and adopts the marker's
-    /// epoch, as Kafka's `appendEndTxnMarker`. A marker with no open transaction still
-    /// completes one that starts and ends at the marker, as in Kafka.
-    pub fn complete_txn(&mut self, h: &BatchHeader, commit: bool) -> CompletedTxn {
+    /// commit or abort, written by coordinator epoch `coordinator_epoch`): ends the
+    /// producer's ongoing transaction and adopts the marker's epochs, as Kafka's
+    /// `appendEndTxnMarker`. A marker with no open transaction still completes one that
+    /// starts and ends at the marker, as in Kafka.
+    pub fn complete_txn(&mut self, h: &BatchHeader, commit: bool, coordinator_epoch: i32) -> CompletedTxn {
         let entry = self.producers.entry(h.producer_id).or_default();
         if h.producer_epoch != entry.epoch {
             entry.epoch = h.producer_epoch;
             entry.batches.clear();
         }
+        entry.coordinator_epoch = coordinator_epoch;
         let first_offset = match entry.current_txn_first_offset.take() {
             Some(first) => {
                 self.ongoing_txns.remove(&(first, h.producer_id));
@@ -338,6 +374,7 @@ impl ProducerStateTable {
             out.extend_from_slice(&entry.epoch.to_be_bytes());
             out.push(entry.batches.len() as u8);
             out.extend_from_slice(&entry.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
+            out.extend_from_slice(&entry.coordinator_epoch.to_be_bytes());
             for b in &entry.batches {
                 out.extend_from_slice(&b.first_seq.to_be_bytes());
                 out.extend_from_slice(&b.last_seq.to_be_bytes());
@@ -359,7 +396,10 @@ impl ProducerStateTable {
         }
         let mut r = Reader { buf: body, pos: 4 };
         let version = r.u16()?;
-        if version != SNAPSHOT_VERSION && version != SNAPSHOT_VERSION_WITHOUT_TXNS {
+        if !matches!(
+            version,
+            SNAPSHOT_VERSION | SNAPSHOT_VERSION_WITHOUT_COORDINATOR_EPOCH | SNAPSHOT_VERSION_WITHOUT_TXNS
+        ) {
             return None;
         }
         let count = r.u32()? as usize;
@@ -375,6 +415,10 @@ impl ProducerStateTable {
             let current_txn_first_offset = match version {
                 SNAPSHOT_VERSION_WITHOUT_TXNS => None,
                 _ => Some(r.i64()?).filter(|&o| o >= 0),
+            };
+            let coordinator_epoch = match version {
+                SNAPSHOT_VERSION => r.u32()? as i32,
+                _ => -1,
             };
             if n > BATCHES_PER_PRODUCER || r.buf.len() - r.pos < n * BATCH_ENTRY {
                 return None;
@@ -392,7 +436,7 @@ impl ProducerStateTable {
             if table.producers.contains_key(&id) {
                 return None;
             }
-            table.insert(id, ProducerEntry { epoch, batches, current_txn_first_offset });
+            table.insert(id, ProducerEntry { epoch, batches, current_txn_first_offset, coordinator_epoch });
         }
         (r.pos == body.len()).then_some(table)
     }
@@ -498,7 +542,7 @@ mod tests {
         t.record(&header(7, 4, 0, 10, 0));
         let mut marker = header(7, 5, -1, 1, 10);
         marker.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
-        t.complete_txn(&marker, true);
+        t.complete_txn(&marker, true, 0);
         // Sequence 0 of the new epoch was delayed (its partition being added to the
         // transaction); a later batch of the epoch must not overtake it.
         assert_eq!(
@@ -540,7 +584,7 @@ mod tests {
         assert_eq!(restored, t);
         let mut marker = header(1, 0, -1, 1, 13);
         marker.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
-        let done = t.complete_txn(&marker, false);
+        let done = t.complete_txn(&marker, false, 0);
         assert_eq!(done, CompletedTxn { producer_id: 1, first_offset: 10, last_offset: 13, commit: false });
         assert_eq!(t.first_unstable_offset(), Some(11));
         marker.producer_epoch = -1;
@@ -583,7 +627,7 @@ mod tests {
                     6..=7 => {
                         h.base_sequence = -1;
                         h.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
-                        t.complete_txn(&h, next(2) == 0);
+                        t.complete_txn(&h, next(2) == 0, 0);
                     }
                     8 => {
                         t.remove_expired(offset, next(300) as i64);
@@ -598,6 +642,52 @@ mod tests {
                 assert_eq!(t.first_unstable_offset(), first_unstable_by_scan(&t), "seed {seed}, offset {offset}");
             }
         }
+    }
+
+    #[test]
+    fn a_marker_from_an_older_coordinator_epoch_is_fenced_and_the_epoch_survives_snapshots() {
+        let mut t = ProducerStateTable::default();
+        assert_eq!(t.check_marker(7, -1), Ok(()), "a producer never marked takes any coordinator epoch");
+        let mut marker = header(7, 0, -1, 1, 10);
+        marker.attributes = crate::batch::ATTR_TRANSACTIONAL | crate::batch::ATTR_CONTROL;
+        t.complete_txn(&marker, true, 5);
+        assert_eq!(t.check_marker(7, 5), Ok(()), "the same coordinator epoch again");
+        assert_eq!(t.check_marker(7, 6), Ok(()), "a newer coordinator");
+        assert_eq!(
+            t.check_marker(7, 4),
+            Err(SequenceError::CoordinatorFenced { producer_id: 7, coordinator_epoch: 4, current: 5 })
+        );
+        assert_eq!(t.check_marker(8, 0), Ok(()), "another producer");
+        let restored = ProducerStateTable::from_snapshot(&t.to_snapshot()).unwrap();
+        assert_eq!(restored.get(7).unwrap().coordinator_epoch, 5);
+        assert_eq!(restored, t);
+    }
+
+    #[test]
+    fn version_2_snapshots_are_still_read_with_no_coordinator_epoch() {
+        let mut t = ProducerStateTable::default();
+        let mut h = header(7, 1, 0, 2, 100);
+        h.attributes = crate::batch::ATTR_TRANSACTIONAL;
+        t.record(&h);
+        let mut v2 = Vec::new();
+        v2.extend_from_slice(SNAPSHOT_MAGIC);
+        v2.extend_from_slice(&SNAPSHOT_VERSION_WITHOUT_COORDINATOR_EPOCH.to_be_bytes());
+        v2.extend_from_slice(&1u32.to_be_bytes());
+        v2.extend_from_slice(&7i64.to_be_bytes());
+        v2.extend_from_slice(&1i16.to_be_bytes());
+        v2.push(1);
+        v2.extend_from_slice(&100i64.to_be_bytes());
+        for v in [0i32, 1] {
+            v2.extend_from_slice(&v.to_be_bytes());
+        }
+        for v in [100i64, 101, 0] {
+            v2.extend_from_slice(&v.to_be_bytes());
+        }
+        let crc = crc32c::crc32c(&v2);
+        v2.extend_from_slice(&crc.to_be_bytes());
+        let restored = ProducerStateTable::from_snapshot(&v2).unwrap();
+        assert_eq!(restored, t);
+        assert_eq!(restored.get(7).unwrap().coordinator_epoch, -1);
     }
 
     #[test]

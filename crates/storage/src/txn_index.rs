@@ -89,17 +89,17 @@ pub(crate) fn insert(entries: &mut Vec<AbortedTxn>, entry: AbortedTxn) {
     }
 }
 
-/// Whether a control batch is a transaction marker, and which: `Some(true)` commit,
-/// `Some(false)` abort, `None` for any other control record (or an unreadable one,
+/// Whether a control batch is a transaction marker, and which (commit or abort, and
+/// its coordinator epoch); `None` for any other control record (or an unreadable one,
 /// which Kafka's consumers also skip). `batch` is the whole batch.
-pub(crate) fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<bool> {
+pub(crate) fn marker_of(header: &BatchHeader, batch: &[u8]) -> Option<EndTxnMarker> {
     if !header.is_control() {
         return None;
     }
     let batch = RecordBatch::new(Bytes::copy_from_slice(batch)).ok()?;
     // A marker batch is uncompressed and tiny; the bound only guards a corrupt one.
     let record = batch.records(1 << 20).ok()?.next()?.ok()?;
-    EndTxnMarker::from_record(&record).ok().map(|m| m.commit)
+    EndTxnMarker::from_record(&record).ok()
 }
 
 /// Aborted transactions overlapping `[fetch_offset, upper_offset)`, from the per-segment

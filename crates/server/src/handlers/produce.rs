@@ -14,7 +14,12 @@ use crate::dispatch::Reply;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
 use crate::telemetry;
+use crate::transactions::NotYet;
+use crate::txn_interbroker::{CoordinatorRoute, RemoteCheck};
 use bytes::Bytes;
+use osprey_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use osprey_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, LeaderIdAndEpoch, NodeEndpoint, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -191,83 +196,172 @@ fn append(
             Some("a transactional batch needs the request's transactional_id".into()),
         );
     };
-    if version >= 12 && partition.deferred_txn_appends.load(Ordering::Acquire) > 0 {
+    let batch = TxnBatch {
+        broker: broker.clone(),
+        partition: partition.clone(),
+        transactional_id: Arc::from(transactional_id),
+        producer,
+        records,
+        acks,
+        version,
+    };
+    if partition.deferred_txn_appends.load(Ordering::Acquire) > 0 {
         // Earlier batches wait for the coordinator: this one queues behind them.
-        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
+        return batch.check_later();
     }
-    let appended = broker.transactions.append_transactional(partition, transactional_id, producer, || {
-        append_checked(broker, partition, records.clone(), acks)
-    });
-    if version >= 12 && appended.is_err() {
-        // Transaction version 2: the client does not add partitions itself; the leader asks
-        // the coordinator to, then appends (KIP-890 part 2). The add's answer is the
-        // authoritative one (a fenced epoch, or the previous transaction still completing,
-        // which is retried briefly).
-        return add_then_append(broker, partition, transactional_id, producer, records, acks, version);
-    }
-    appended.unwrap_or_else(|error| not_in_transaction(partition, transactional_id, error, version))
+    batch.append_now()
 }
 
-/// The answer for a transactional batch the coordinator did not let in.
-fn not_in_transaction(partition: &Partition, transactional_id: &str, error: ErrorCode, version: i16) -> Outcome {
-    let code = super::transactions::verification_error(error, version, 11);
-    telemetry::error_code(ApiKey::Produce, code);
-    let why = format!(
-        "{}-{} is not in the transaction of {transactional_id} ({})",
-        partition.topic,
-        partition.index,
-        error.name()
-    );
-    Outcome::Failed(code, Some(why))
-}
-
-/// A transaction version 2 batch for a partition not yet in its transaction: the
-/// coordinator adds the partition (AddPartitionsToTxn v5 on the client's behalf, durable
-/// before it answers), then the batch is appended under the marker lock, on the
-/// partition's append queue. The append is queued by the response future, which the
-/// connection polls in request order, so batches of one producer still land in the order
-/// they were sent.
-fn add_then_append(
-    broker: &Arc<Broker>,
-    partition: &Arc<Partition>,
-    transactional_id: &str,
+/// A transactional batch on its way into its partition: what each step of its append
+/// needs (the check with the coordinator may defer it, and it is appended later on the
+/// partition's append queue).
+#[derive(Clone)]
+struct TxnBatch {
+    broker: Arc<Broker>,
+    partition: Arc<Partition>,
+    transactional_id: Arc<str>,
     producer: (i64, i16),
     records: Bytes,
     acks: i16,
     version: i16,
-) -> Outcome {
-    use osprey_protocol::messages::add_partitions_to_txn_request::{
-        AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
-    };
-    let transaction = AddPartitionsToTxnTransaction {
-        transactional_id: transactional_id.to_string(),
-        producer_id: producer.0,
-        producer_epoch: producer.1,
-        verify_only: false,
-        topics: vec![AddPartitionsToTxnTopic {
-            name: partition.topic.clone(),
-            partitions: vec![partition.index],
-            ..Default::default()
-        }],
-        ..Default::default()
-    };
-    let rx = broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now));
-    let waiting = DeferredAppend::new(partition);
-    let (broker, partition, transactional_id) = (broker.clone(), partition.clone(), transactional_id.to_string());
-    Outcome::Deferred(Box::pin(async move {
-        let _waiting = waiting;
-        let error = crate::transactions::add_implicitly(broker.clone(), transaction, rx).await;
-        if error != ErrorCode::NONE {
-            return not_in_transaction(&partition, &transactional_id, error, version);
+}
+
+impl TxnBatch {
+    /// The append, checked with its coordinator first when it is the first of its
+    /// transaction on the partition (on the partition's append queue).
+    fn append_now(self) -> Outcome {
+        // Transaction version 2: the client does not add partitions itself; the leader asks
+        // the coordinator to, then appends (KIP-890 part 2). The add's answer is the
+        // authoritative one (a fenced epoch, or the previous transaction still completing,
+        // which is retried briefly).
+        self.try_append(|batch, error| match batch.version >= 12 {
+            true => batch.add_then_append(),
+            false => batch.not_in_transaction(error),
+        })
+    }
+
+    /// Appends if the partition is in the transaction; a local coordinator's refusal goes
+    /// to `refused`, and a remote coordinator is asked first.
+    fn try_append(self, refused: fn(TxnBatch, ErrorCode) -> Outcome) -> Outcome {
+        let appended = self.broker.transactions.append_transactional(
+            &self.broker,
+            &self.partition,
+            &self.transactional_id,
+            self.producer,
+            || self.append_checked(),
+        );
+        match appended {
+            Ok(outcome) => outcome,
+            Err(NotYet::Refused(error)) => refused(self, error),
+            Err(NotYet::Remote(check)) => self.remote_then_append(check),
         }
-        let (b, part) = (broker.clone(), partition.clone());
-        let queued = broker.replica_manager.append_later(&partition, move || {
-            b.transactions
-                .append_transactional(&part, &transactional_id, producer, || append_checked(&b, &part, records, acks))
-                .unwrap_or_else(|error| not_in_transaction(&part, &transactional_id, error, version))
-        });
+    }
+
+    /// Behind deferred batches: checked and appended once the response before it is out
+    /// (the connection polls response futures in request order), through the partition's
+    /// append queue, so a producer's batches land in the order sent.
+    fn check_later(self) -> Outcome {
+        let waiting = DeferredAppend::new(&self.partition);
+        Outcome::Deferred(Box::pin(async move {
+            let _waiting = waiting;
+            self.queue(TxnBatch::append_now).await
+        }))
+    }
+
+    /// A transaction version 2 batch for a partition not yet in its transaction, whose
+    /// coordinator is here: the coordinator adds the partition (AddPartitionsToTxn v5 on
+    /// the client's behalf, durable before it answers), then the batch is appended under
+    /// the marker lock, on the partition's append queue. The add is issued now, in request
+    /// order; the append is queued by the response future, which the connection polls in
+    /// request order, so batches of one producer still land in the order they were sent.
+    fn add_then_append(self) -> Outcome {
+        let added = crate::transactions::add_implicitly(&self.broker, self.single_partition_transaction(false));
+        let waiting = DeferredAppend::new(&self.partition);
+        Outcome::Deferred(Box::pin(async move {
+            let _waiting = waiting;
+            let error = added.await;
+            if error != ErrorCode::NONE {
+                return self.not_in_transaction(error);
+            }
+            // Checked again, not added again; the coordinator may have moved to another
+            // broker since it added the partition.
+            self.queue(|batch| batch.try_append(TxnBatch::not_in_transaction)).await
+        }))
+    }
+
+    /// The first batch of a transaction on the partition whose coordinator is on another
+    /// broker: the check (AddPartitionsToTxn, verify-only before transaction version 2,
+    /// an add from it) is recorded on the partition (`check`'s guard) and sent; the append
+    /// then runs on the partition's append queue if no marker for the producer landed
+    /// meanwhile.
+    fn remote_then_append(self, check: RemoteCheck) -> Outcome {
+        let waiting = DeferredAppend::new(&self.partition);
+        let add = self.version >= 12;
+        let transaction = self.single_partition_transaction(!add);
+        Outcome::Deferred(Box::pin(async move {
+            let _waiting = waiting;
+            let RemoteCheck { guard, node, address } = check;
+            let error = if add {
+                let route = CoordinatorRoute::Remote { node, address };
+                crate::transactions::add_with_retry(self.broker.clone(), route, transaction, None).await
+            } else {
+                crate::txn_interbroker::send_add_partitions(&self.broker, node, address, transaction).await
+            };
+            if error != ErrorCode::NONE {
+                return self.not_in_transaction(error);
+            }
+            self.queue(move |batch| {
+                batch
+                    .broker
+                    .transactions
+                    .append_verified(&batch.partition, batch.producer, guard, || batch.append_checked())
+                    .unwrap_or_else(|error| batch.not_in_transaction(error))
+            })
+            .await
+        }))
+    }
+
+    /// Runs `then` on the partition's append queue (the blocking pool), after every
+    /// append queued before it.
+    async fn queue(self, then: impl FnOnce(TxnBatch) -> Outcome + Send + 'static) -> Outcome {
+        let (broker, partition) = (self.broker.clone(), self.partition.clone());
+        let queued = broker.replica_manager.append_later(&partition, move || then(self));
         queued.await.unwrap_or_else(|_| never_ran())
-    }))
+    }
+
+    fn append_checked(&self) -> Outcome {
+        append_checked(&self.broker, &self.partition, self.records.clone(), self.acks)
+    }
+
+    /// The answer for a batch the coordinator did not let in.
+    fn not_in_transaction(self, error: ErrorCode) -> Outcome {
+        let code = super::transactions::verification_error(error, self.version, 11);
+        telemetry::error_code(ApiKey::Produce, code);
+        let why = format!(
+            "{}-{} is not in the transaction of {} ({})",
+            self.partition.topic,
+            self.partition.index,
+            self.transactional_id,
+            error.name()
+        );
+        Outcome::Failed(code, Some(why))
+    }
+
+    /// The AddPartitionsToTxn entry for this partition of the producer's transaction.
+    fn single_partition_transaction(&self, verify_only: bool) -> AddPartitionsToTxnTransaction {
+        AddPartitionsToTxnTransaction {
+            transactional_id: self.transactional_id.to_string(),
+            producer_id: self.producer.0,
+            producer_epoch: self.producer.1,
+            verify_only,
+            topics: vec![AddPartitionsToTxnTopic {
+                name: self.partition.topic.clone(),
+                partitions: vec![self.partition.index],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
 }
 
 /// Counts a deferred transactional append on its partition for as long as it lives
@@ -424,6 +518,9 @@ pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
         }
         StorageError::Sequence(osprey_storage::producer::SequenceError::OutOfOrderSequence { .. }) => {
             ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER
+        }
+        StorageError::Sequence(osprey_storage::producer::SequenceError::CoordinatorFenced { .. }) => {
+            ErrorCode::TRANSACTION_COORDINATOR_FENCED
         }
         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
     }

@@ -11,6 +11,7 @@ use crate::handlers::after_creating_internal_topic;
 use crate::metadata_cache::MetadataCache;
 use crate::telemetry;
 use crate::transactions::marker_durable;
+use crate::txn_interbroker::{coordinator_route, CoordinatorRoute};
 use osprey_coordinator::group;
 use osprey_coordinator::txn::{self, transactions_of, TopicPartition};
 use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
@@ -290,18 +291,34 @@ fn commit_in_txn(
         }],
         ..Default::default()
     };
-    if version < 5 {
-        let verified = broker.transactions.call(broker, |c, _| c.verify(&transaction));
-        if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
-            return all(offsets_verification_error(error, version));
+    // v5: the add, issued now to a local coordinator (in request order). Before v5: the
+    // check, answered now by a local coordinator, or sent to a remote one.
+    let check: Option<Check> = if version >= 5 {
+        Some(Box::pin(crate::transactions::add_implicitly(broker, transaction)))
+    } else {
+        match coordinator_route(broker, &req.transactional_id) {
+            CoordinatorRoute::Local => {
+                let verified = broker.transactions.call(broker, |c, _| c.verify(&transaction));
+                if let Some(&(_, error)) = verified.iter().find(|(_, e)| *e != ErrorCode::NONE) {
+                    return all(offsets_verification_error(error, version));
+                }
+                None
+            }
+            CoordinatorRoute::NotAvailable => {
+                return all(offsets_verification_error(ErrorCode::COORDINATOR_NOT_AVAILABLE, version))
+            }
+            CoordinatorRoute::Remote { node, address } => {
+                let broker = broker.clone();
+                Some(Box::pin(async move {
+                    crate::txn_interbroker::send_add_partitions(&broker, node, address, transaction).await
+                }))
+            }
         }
-    }
-    let added = (version >= 5)
-        .then(|| broker.transactions.call_later(broker, |c, reply, now| c.add_partitions(&transaction, 5, reply, now)));
+    };
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
-        if let Some(added) = added {
-            let error = crate::transactions::add_implicitly(broker.clone(), transaction, added).await;
+        if let Some(check) = check {
+            let error = check.await;
             if error != ErrorCode::NONE {
                 let error = offsets_verification_error(error, version);
                 telemetry::error_code(ApiKey::TxnOffsetCommit, error);
@@ -322,6 +339,9 @@ fn commit_in_txn(
     }))
 }
 
+/// A check with the transaction coordinator, answered later.
+type Check = std::pin::Pin<Box<dyn std::future::Future<Output = ErrorCode> + Send>>;
+
 /// The transaction coordinator's answer about the offsets partition, as TxnOffsetCommit
 /// carries it: TRANSACTION_ABORTABLE only from v4, PRODUCER_FENCED as
 /// INVALID_PRODUCER_EPOCH, and coordinator trouble as COORDINATOR_LOAD_IN_PROGRESS, which
@@ -331,7 +351,7 @@ fn offsets_verification_error(error: ErrorCode, version: i16) -> ErrorCode {
     match error {
         E::TRANSACTION_ABORTABLE if version < 4 => E::INVALID_TXN_STATE,
         E::PRODUCER_FENCED => E::INVALID_PRODUCER_EPOCH,
-        E::NOT_COORDINATOR | E::COORDINATOR_NOT_AVAILABLE | E::CONCURRENT_TRANSACTIONS => {
+        E::NOT_COORDINATOR | E::COORDINATOR_NOT_AVAILABLE | E::CONCURRENT_TRANSACTIONS | E::NETWORK_EXCEPTION => {
             E::COORDINATOR_LOAD_IN_PROGRESS
         }
         other => other,
@@ -363,8 +383,9 @@ fn error_response(req: &TxnOffsetCommitRequest, error: ErrorCode) -> TxnOffsetCo
 /// What a partition leader answers for a transactional write the coordinator did not
 /// verify: TRANSACTION_ABORTABLE only for versions that know it (`abortable_from`),
 /// INVALID_TXN_STATE before; PRODUCER_FENCED as INVALID_PRODUCER_EPOCH (what data
-/// requests have always carried); coordinator trouble as the retriable
-/// NOT_ENOUGH_REPLICAS, as Kafka's `ReplicaManager` does.
+/// requests have always carried); coordinator trouble, and a remote coordinator that did
+/// not answer (NETWORK_EXCEPTION), as the retriable NOT_ENOUGH_REPLICAS, as Kafka's
+/// `ReplicaManager` does.
 pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -> ErrorCode {
     use ErrorCode as E;
     match error {
@@ -373,7 +394,8 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
         E::NOT_COORDINATOR
         | E::COORDINATOR_NOT_AVAILABLE
         | E::COORDINATOR_LOAD_IN_PROGRESS
-        | E::CONCURRENT_TRANSACTIONS => E::NOT_ENOUGH_REPLICAS,
+        | E::CONCURRENT_TRANSACTIONS
+        | E::NETWORK_EXCEPTION => E::NOT_ENOUGH_REPLICAS,
         other => other,
     }
 }
@@ -383,7 +405,7 @@ pub fn verification_error(error: ErrorCode, version: i16, abortable_from: i16) -
 pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> Reply {
     // Each marker is written on its partition's append queue (the blocking pool, in order
     // with the partition's produce appends), then waits to be acknowledged.
-    type Written = Result<crate::partition::Acknowledgement, osprey_storage::StorageError>;
+    type Written = Result<crate::partition::Acknowledgement, ErrorCode>;
     type Pending = (i32, tokio::sync::oneshot::Receiver<Written>);
     let mut markers = Vec::new();
     for m in req.markers {
@@ -431,10 +453,8 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
                                 }
                                 _ => (index, ErrorCode::KAFKA_STORAGE_ERROR),
                             },
-                            Ok(Err(e)) => {
-                                tracing::warn!(topic = %name, partition = index, error = %e, "WriteTxnMarkers: marker not written");
-                                (index, crate::handlers::produce::storage_error_code(&e))
-                            }
+                            // Logged where it was refused (`append_marker_as_leader`).
+                            Ok(Err(code)) => (index, code),
                             Err(_) => (index, ErrorCode::UNKNOWN_SERVER_ERROR),
                         },
                     };
@@ -507,9 +527,7 @@ pub fn describe_producers(broker: &Arc<Broker>, req: DescribeProducersRequest) -
                             producer_epoch: i32::from(e.epoch),
                             last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
                             last_timestamp: e.batches.back().map_or(-1, |b| b.max_timestamp),
-                            // The partition does not record which coordinator epoch wrote
-                            // the last marker.
-                            coordinator_epoch: -1,
+                            coordinator_epoch: e.coordinator_epoch,
                             current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
                             ..Default::default()
                         })
@@ -563,6 +581,57 @@ mod tests {
         assert!(!broker.producer_ids_used_up(), "the next block was reserved before the coordinator's call");
         assert!(blocking_threads.load(Ordering::SeqCst) > 0, "reserved on the async worker");
         drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn marker_request(producer_id: i64, coordinator_epoch: i32) -> WriteTxnMarkersRequest {
+        WriteTxnMarkersRequest {
+            markers: vec![WritableTxnMarker {
+                producer_id,
+                producer_epoch: 0,
+                transaction_result: true,
+                topics: vec![WritableTxnMarkerTopic {
+                    name: "t".into(),
+                    partition_indexes: vec![0],
+                    ..Default::default()
+                }],
+                coordinator_epoch,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    fn marker_error(broker: &std::sync::Arc<crate::broker::Broker>, req: WriteTxnMarkersRequest) -> i16 {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let body = runtime.block_on(async {
+            match write_txn_markers(broker, req) {
+                Reply::Later(pending) => pending.await,
+                other => panic!("{other:?}"),
+            }
+        });
+        let ResponseBody::WriteTxnMarkers(resp) = body else { panic!("not a WriteTxnMarkers answer") };
+        resp.markers[0].topics[0].partitions[0].error_code
+    }
+
+    /// Kafka's `checkCoordinatorEpoch`: a coordinator that lost its `__transaction_state`
+    /// partition (an older coordinator epoch) cannot end the transaction any more.
+    #[test]
+    fn a_marker_from_an_older_coordinator_epoch_than_the_last_is_fenced() {
+        let (broker, dir) = crate::test_support::broker_in("markers-fenced");
+        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        let topic = broker.create_topic(&topic, false).unwrap();
+        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+        assert_eq!(marker_error(&broker, marker_request(7, 3)), 0);
+        assert_eq!(marker_error(&broker, marker_request(7, 3)), 0, "the same coordinator again");
+        assert_eq!(
+            marker_error(&broker, marker_request(7, 2)),
+            osprey_protocol::ErrorCode::TRANSACTION_COORDINATOR_FENCED.code()
+        );
+        assert_eq!(partition.log.log_end_offset(), 2, "the fenced marker was not written");
+        assert_eq!(marker_error(&broker, marker_request(8, 0)), 0, "another producer's epoch is its own");
+        assert_eq!(partition.log.producer_state(7).unwrap().coordinator_epoch, 3);
+        drop((partition, broker));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -423,8 +423,8 @@ pub(super) fn record_batch(table: &mut ProducerStateTable, h: &BatchHeader, batc
     if h.producer_id < 0 {
         return None;
     }
-    let commit = txn_index::marker_of(h, batch)?;
-    let done = table.complete_txn(h, commit);
+    let marker = txn_index::marker_of(h, batch)?;
+    let done = table.complete_txn(h, marker.commit, marker.coordinator_epoch);
     if done.commit {
         return None;
     }

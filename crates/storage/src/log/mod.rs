@@ -415,7 +415,7 @@ impl<S: Storage> PartitionLog<S> {
                 return Err(StorageError::StaleLeaderEpoch { epoch: leader_epoch, latest });
             }
         }
-        if let Some(original) = self.check_sequences(&state, &incoming)? {
+        if let Some(original) = self.check_sequences(&state, batches, &incoming)? {
             return Ok(AppendInfo {
                 base_offset: original.first_offset,
                 last_offset: original.last_offset,
@@ -571,14 +571,24 @@ impl<S: Storage> PartitionLog<S> {
     /// Idempotence: checks each idempotent batch against its producer's state (and the
     /// batches before it in this append). Returns the original batch if the append is an
     /// exact retry of one already in the log.
+    /// A transaction marker is also checked against the coordinator epoch of the
+    /// producer's last marker (a leader's append only: a follower copies what its leader
+    /// accepted, as Kafka's replication appends do).
     fn check_sequences(
         &self,
         state: &LogState<S::File>,
+        batches: &[u8],
         incoming: &[Incoming],
     ) -> Result<Option<crate::producer::BatchMetadata>> {
         let mut scratch = state.producers.subset(incoming.iter().map(|b| b.header.producer_id));
         let mut next = state.log_end_offset();
         for b in incoming {
+            if b.header.is_control() && b.header.producer_id >= 0 {
+                let bytes = &batches[b.position..b.position + b.header.total_size() as usize];
+                if let Some(marker) = txn_index::marker_of(&b.header, bytes) {
+                    scratch.check_marker(b.header.producer_id, marker.coordinator_epoch)?;
+                }
+            }
             match scratch.check(&b.header)? {
                 SequenceCheck::Duplicate(original) if incoming.len() == 1 => return Ok(Some(original)),
                 SequenceCheck::Duplicate(original) => {
