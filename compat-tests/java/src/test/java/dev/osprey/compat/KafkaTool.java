@@ -69,6 +69,33 @@ final class KafkaTool {
 
     private KafkaTool() {}
 
+    /**
+     * Starts {@code mainClass args} in the background, stdout and stderr to these files, for
+     * a tool that runs alongside the test (TransactionalMessageCopier); the caller bounds it.
+     */
+    static Process start(String mainClass, List<String> args, Path stdout, Path stderr) throws IOException {
+        return new ProcessBuilder(command(mainClass, args))
+                .redirectInput(ProcessBuilder.Redirect.from(new File("/dev/null")))
+                .redirectOutput(stdout.toFile())
+                .redirectError(stderr.toFile())
+                .start();
+    }
+
+    private static List<String> command(String mainClass, List<String> args) {
+        List<String> command = new ArrayList<>();
+        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
+        // Short-lived JVMs on a 2-core machine: the C1 compiler alone and a small GC start fastest.
+        command.add("-XX:TieredStopAtLevel=1");
+        command.add("-XX:+UseSerialGC");
+        command.add("-Xmx512m");
+        command.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn");
+        command.add("-cp");
+        command.add(System.getProperty("java.class.path"));
+        command.add(mainClass);
+        command.addAll(args);
+        return command;
+    }
+
     static Result run(String mainClass, List<String> args) throws IOException, InterruptedException {
         return run(mainClass, args, null, DEFAULT_TIMEOUT);
     }
@@ -82,19 +109,7 @@ final class KafkaTool {
         Path in = dir.resolve("stdin");
         Files.writeString(in, stdin == null ? "" : stdin, StandardCharsets.UTF_8);
 
-        List<String> command = new ArrayList<>();
-        command.add(Path.of(System.getProperty("java.home"), "bin", "java").toString());
-        // Short-lived JVMs on a 2-core machine: the C1 compiler alone and a small GC start fastest.
-        command.add("-XX:TieredStopAtLevel=1");
-        command.add("-XX:+UseSerialGC");
-        command.add("-Xmx512m");
-        command.add("-Dorg.slf4j.simpleLogger.defaultLogLevel=warn");
-        command.add("-cp");
-        command.add(System.getProperty("java.class.path"));
-        command.add(mainClass);
-        command.addAll(args);
-
-        Process process = new ProcessBuilder(command)
+        Process process = new ProcessBuilder(command(mainClass, args))
                 .redirectInput(in.toFile())
                 .redirectOutput(out.toFile())
                 .redirectError(err.toFile())
