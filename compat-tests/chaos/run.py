@@ -95,6 +95,16 @@ STOP_S = 45.0
 COMMON = {"broker.address.family": "v4", "socket.timeout.ms": 10000, "log_level": 0}
 
 
+
+def binary_for_report() -> str:
+    """The osprey binary as a committed report names it: relative to the repository when
+    inside it, else by its file name (a report never names this machine's paths)."""
+    binary = Path(osprey_bin()).resolve()
+    try:
+        return str(binary.relative_to(Path(REPO_ROOT).resolve()))
+    except ValueError:
+        return binary.name
+
 def now_utc() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -1017,7 +1027,7 @@ def report(args, outcomes, path: Path):
         f"({len(outcomes)} runs of {args.rounds} fault rounds, {args.nodes} nodes, replication factor "
         f"{min(3, args.nodes)}, min.insync.replicas {min(2, args.nodes)}, unclean leader election "
         f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}); binary "
-        f"`{osprey_bin()}`.",
+        f"`{binary_for_report()}`.",
         "",
         "| fault | rounds |",
         "|---|---|",
