@@ -915,12 +915,24 @@ impl Broker {
         if let Err(e) = self.open_partitions_held_here(&new_topics) {
             tracing::error!(error = %e, "partition logs not opened; this broker does not serve them");
         }
+        // Brokers that may join ISRs (registered, neither fenced nor shutting down): a
+        // replica elsewhere is not waited for by the high watermark (Kafka's
+        // `isReplicaIsrEligible`).
+        let active = |image: &MetadataImage| -> BTreeSet<i32> {
+            image.brokers().filter(|b| b.is_active()).map(|b| b.id).collect()
+        };
+        let active_now = active(&image);
+        let eligibility_changed = active(&old) != active_now;
         for topic in &new_topics {
             for p in &topic.partitions {
                 let unchanged = old.partition(topic.id, p.index).is_some_and(|before| before == p);
-                if !unchanged && p.replicas.contains(&node) {
+                if (!unchanged || eligibility_changed) && p.replicas.contains(&node) {
                     if let Some(partition) = self.replica_manager.replica(topic.id, p.index) {
-                        partition.apply_assignment(p);
+                        if !unchanged {
+                            partition.apply_assignment(p);
+                        }
+                        let ineligible = p.replicas.iter().copied().filter(|id| !active_now.contains(id));
+                        partition.set_ineligible_replicas(ineligible.collect());
                     }
                 }
             }

@@ -270,6 +270,15 @@ impl Partition {
         }
     }
 
+    /// The replicas whose brokers the metadata shows fenced, shutting down or gone: not
+    /// waited for by the high watermark, nor proposed for the ISR
+    /// (`ReplicaState::set_ineligible_replicas`).
+    pub fn set_ineligible_replicas(&self, ineligible: Vec<i32>) {
+        let mut replica = self.lock();
+        replica.state.set_ineligible_replicas(ineligible, crate::broker::now_ms());
+        self.carry_out(&mut replica);
+    }
+
     /// The controller refused `change` with `error`: the machine forgets it only when the
     /// controller did not make it (Kafka's `handleAlterPartitionError`).
     pub fn isr_change_refused(&self, change: &IsrChange, error: ErrorCode) {

@@ -220,6 +220,9 @@ pub struct ReplicaState {
     /// The local log end offset when this broker became leader in this epoch: a
     /// follower joins the ISR only once it has everything written before that.
     leader_epoch_start_offset: i64,
+    /// Replicas that may not join the ISR now (Kafka's `isReplicaIsrEligible`): their
+    /// brokers are fenced, shutting down or unregistered. Sorted.
+    ineligible: Vec<i32>,
     high_watermark: i64,
     waiting: BTreeMap<u64, Waiting>,
     outputs: VecDeque<Output>,
@@ -246,6 +249,7 @@ impl ReplicaState {
             followers: BTreeMap::new(),
             local,
             leader_epoch_start_offset: local.log_end_offset,
+            ineligible: Vec::new(),
             high_watermark: high_watermark.clamp(0, local.log_end_offset.max(0)),
             waiting: BTreeMap::new(),
             outputs: VecDeque::new(),
@@ -524,6 +528,21 @@ impl ReplicaState {
         self.update(now_ms);
     }
 
+    /// The cluster metadata says which of the partition's replicas may not join the ISR
+    /// now: their brokers are fenced, shutting down or gone. The high watermark stops
+    /// waiting for such a replica to join, and none is proposed for the ISR (Kafka's
+    /// `isReplicaIsrEligible`). Without this a broker that died while caught up, and
+    /// that the controller fenced out of the ISR, held every acks=all write for
+    /// `replica.lag.time.max.ms` after its death.
+    pub fn set_ineligible_replicas(&mut self, mut ineligible: Vec<i32>, now_ms: i64) {
+        ineligible.sort_unstable();
+        ineligible.dedup();
+        if ineligible != self.ineligible {
+            self.ineligible = ineligible;
+            self.update(now_ms);
+        }
+    }
+
     /// As a follower: the leader's high watermark, from a fetch response. A follower's
     /// high watermark never passes what it has itself.
     pub fn leader_high_watermark(&mut self, high_watermark: i64) {
@@ -608,6 +627,10 @@ impl ReplicaState {
         self.counted_end(self.local.log_end_offset, self.local.durable_end_offset)
     }
 
+    fn is_ineligible(&self, replica_id: i32) -> bool {
+        self.ineligible.binary_search(&replica_id).is_ok()
+    }
+
     fn maximal_isr(&self) -> &[i32] {
         self.pending_isr.as_ref().map_or(&self.isr, |p| &p.maximal_isr)
     }
@@ -616,7 +639,7 @@ impl ReplicaState {
     /// has reached the high watermark (durably, under `fsync_before_ack`) and everything
     /// this leader's epoch started from.
     fn maybe_expand_isr(&mut self, replica_id: i32) {
-        if self.pending_isr.is_some() || self.isr.contains(&replica_id) {
+        if self.pending_isr.is_some() || self.isr.contains(&replica_id) || self.is_ineligible(replica_id) {
             return;
         }
         let Some(f) = self.followers.get(&replica_id) else { return };
@@ -660,8 +683,10 @@ impl ReplicaState {
         for (id, f) in &self.followers {
             let caught_up = f.log_end_offset == leader_end || now_ms.saturating_sub(f.last_caught_up_ms) <= lag;
             // A caught-up follower about to join the ISR is waited for, else the high
-            // watermark could run away from it and it would never join.
-            if self.maximal_isr().contains(id) || (caught_up && f.log_end_offset >= 0) {
+            // watermark could run away from it and it would never join; one that may
+            // not join (its broker fenced) is not.
+            let may_join = caught_up && f.log_end_offset >= 0 && !self.is_ineligible(*id);
+            if self.maximal_isr().contains(id) || may_join {
                 new_hw = new_hw.min(self.counted_end(f.log_end_offset, f.durable_end_offset));
             }
         }

@@ -127,6 +127,36 @@ fn follower_that_catches_up_is_proposed_for_the_isr() {
 }
 
 #[test]
+fn a_fenced_follower_out_of_the_isr_is_not_waited_for_though_it_was_caught_up() {
+    // Follower 3 was caught up when its broker died; the controller fenced it and took
+    // it out of the ISR. Its last fetch was within the lag window, so as a replica about
+    // to join it would hold the high watermark until the window ran out (30 s of stalled
+    // acks=all writes). Kafka's `isReplicaIsrEligible` leaves it out.
+    let config = config(1, 2, false);
+    let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2, 3], &[1, 2, 3]), log(0, 0), 0, 0);
+    s.local_log_changed(log(5, 5), 1);
+    s.follower_fetched(2, 5, 5, 2).unwrap();
+    s.follower_fetched(3, 5, 5, 2).unwrap();
+    assert_eq!(s.high_watermark(), 5);
+    s.apply_assignment(assignment(1, 0, 1, &[1, 2, 3], &[1, 2]), 3);
+    outputs(&mut s);
+    s.local_log_changed(log(8, 8), 4);
+    s.await_ack(1, 8, AckLevel::All, 4);
+    s.follower_fetched(2, 8, 8, 5).unwrap();
+    assert_eq!(s.high_watermark(), 5, "follower 3, caught up 3 ms ago, may still join: waited for");
+    assert!(outputs(&mut s).is_empty());
+    s.set_ineligible_replicas(vec![3], 6);
+    assert_eq!(outputs(&mut s), vec![Output::HighWatermark(8), Output::Completed { request_id: 1, result: Ok(()) }]);
+    // Back at the high watermark while still fenced, it is not proposed for the ISR.
+    s.follower_fetched(3, 8, 8, 7).unwrap();
+    assert!(outputs(&mut s).is_empty(), "a fenced replica is not proposed");
+    s.set_ineligible_replicas(Vec::new(), 8);
+    s.follower_fetched(3, 8, 8, 9).unwrap();
+    let change = IsrChange { leader_epoch: 0, partition_epoch: 1, new_isr: vec![1, 2, 3] };
+    assert_eq!(outputs(&mut s), vec![Output::AlterPartition(change)]);
+}
+
+#[test]
 fn losing_leadership_fails_waiting_requests() {
     let config = config(1, 1, true);
     let mut s = ReplicaState::new(config, assignment(1, 0, 0, &[1, 2], &[1, 2]), log(3, 3), 0, 0);
