@@ -24,7 +24,9 @@ use crate::broker::Broker;
 use crate::groups::OFFSETS_TOPIC;
 use crate::partition::Partition;
 use osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
+use std::time::{Duration, Instant};
 
 /// Where a partition's records are read and replayed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,4 +99,101 @@ fn led_partitions(broker: &Broker, topic: &str, num_partitions: i32) -> Vec<(i32
             (index, led)
         })
         .collect()
+}
+
+/// The first retry of a failed load waits this long; each further failure doubles it.
+const LOAD_RETRY_FIRST: Duration = Duration::from_millis(100);
+/// The longest wait between two tries of a load that keeps failing (a damaged log): its
+/// error is logged at most this often.
+pub(crate) const LOAD_RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The partitions of one coordinator whose load failed (a read error of its log, records
+/// it cannot replay), each retried after a back-off that doubles up to
+/// [`LOAD_RETRY_MAX`], rather than on every timer tick. Bounded by the coordinator's
+/// partition count.
+#[derive(Debug, Default)]
+pub(crate) struct LoadRetries {
+    failed: Mutex<HashMap<i32, FailedLoad>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct FailedLoad {
+    epoch: i32,
+    failures: u32,
+    retry_at: Instant,
+}
+
+impl LoadRetries {
+    /// Whether a load of partition `index` at `epoch` may begin now: no load of it failed
+    /// at that epoch, or the back-off has run out. A new epoch starts afresh.
+    pub(crate) fn may_begin(&self, index: i32, epoch: i32, now: Instant) -> bool {
+        let failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        failed.get(&index).is_none_or(|f| f.epoch != epoch || now >= f.retry_at)
+    }
+
+    /// The load of partition `index` at `epoch` failed: returns how many times in a row,
+    /// and how long until the next try.
+    fn failed(&self, index: i32, epoch: i32, now: Instant) -> (u32, Duration) {
+        let mut failed = self.failed.lock().unwrap_or_else(PoisonError::into_inner);
+        let failures = failed.get(&index).filter(|f| f.epoch == epoch).map_or(1, |f| f.failures.saturating_add(1));
+        let wait = LOAD_RETRY_FIRST.saturating_mul(1 << (failures - 1).min(16)).min(LOAD_RETRY_MAX);
+        failed.insert(index, FailedLoad { epoch, failures, retry_at: now + wait });
+        (failures, wait)
+    }
+
+    /// The load of `topic` partition `index` at `epoch` failed with `error`: counted
+    /// under `coordinator` (`group`, `transaction`), and logged with the wait before the
+    /// next try.
+    pub(crate) fn report_failure(
+        &self,
+        coordinator: &'static str,
+        topic: &str,
+        index: i32,
+        epoch: i32,
+        error: &dyn std::fmt::Display,
+    ) {
+        let (failures, retry_in) = self.failed(index, epoch, Instant::now());
+        crate::telemetry::coordinator_load_failed(coordinator);
+        tracing::error!(
+            coordinator,
+            partition = index,
+            epoch,
+            error = %error,
+            failures,
+            retry_in_ms = retry_in.as_millis() as u64,
+            "{topic}-{index} not loaded; the {coordinator} coordinator answers NOT_COORDINATOR for it until a load \
+             succeeds (check this log's directory and the broker's disk)"
+        );
+    }
+
+    /// Partition `index` loaded, or is not led here any more: nothing to retry.
+    pub(crate) fn forget(&self, index: i32) {
+        self.failed.lock().unwrap_or_else(PoisonError::into_inner).remove(&index);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failing_load_is_retried_after_a_doubling_back_off_and_a_new_epoch_at_once() {
+        let retries = LoadRetries::default();
+        let t0 = Instant::now();
+        assert!(retries.may_begin(3, 1, t0));
+        assert_eq!(retries.failed(3, 1, t0), (1, Duration::from_millis(100)));
+        assert!(!retries.may_begin(3, 1, t0 + Duration::from_millis(99)));
+        assert!(retries.may_begin(3, 1, t0 + Duration::from_millis(100)));
+        assert!(retries.may_begin(3, 2, t0), "another epoch is another load");
+        assert!(retries.may_begin(4, 1, t0), "another partition");
+        assert_eq!(retries.failed(3, 1, t0), (2, Duration::from_millis(200)));
+        let mut last = Duration::ZERO;
+        for _ in 0..20 {
+            last = retries.failed(3, 1, t0).1;
+        }
+        assert_eq!(last, LOAD_RETRY_MAX);
+        assert_eq!(retries.failed(3, 2, t0), (1, Duration::from_millis(100)), "a new epoch counts afresh");
+        retries.forget(3);
+        assert!(retries.may_begin(3, 2, t0));
+    }
 }

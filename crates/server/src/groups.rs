@@ -7,7 +7,7 @@
 
 use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
-use crate::coordinator_leadership::{Led, LoadMode};
+use crate::coordinator_leadership::{Led, LoadMode, LoadRetries};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
 use osprey_cluster::NewTopic;
@@ -18,6 +18,7 @@ use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Instant;
 use tokio::sync::oneshot;
 
 /// Kafka's internal topic for group metadata and committed offsets.
@@ -33,6 +34,8 @@ pub struct Groups {
     /// The appends to each `__consumer_offsets` partition, queued under the lock in the
     /// coordinator's output order and run after it is released.
     appends: Arc<AppendQueues<i32, GroupAppend>>,
+    /// Partitions whose load failed, retried after a back-off.
+    load_retries: LoadRetries,
     /// Tests: a partition whose next append stalls until released.
     #[cfg(test)]
     stall: Mutex<Option<tests::Stall>>,
@@ -63,6 +66,7 @@ impl Groups {
             inner: Mutex::new(Inner { coordinator, replies: Replies::default() }),
             num_partitions: num_partitions.max(1),
             appends: Arc::default(),
+            load_retries: LoadRetries::default(),
             #[cfg(test)]
             stall: Mutex::new(None),
         }
@@ -126,6 +130,7 @@ impl Groups {
         let mut inner = self.lock();
         let current = inner.coordinator.partition_load(index);
         let Some((partition, epoch)) = led else {
+            self.load_retries.forget(index);
             if current.is_some() {
                 let dropped = inner.coordinator.unload_partition(index, self.num_partitions, now_ms());
                 self.drain(broker, &mut inner);
@@ -141,6 +146,9 @@ impl Groups {
         };
         if matches!(current, Some(PartitionLoad::Loading { epoch: e } | PartitionLoad::Loaded { epoch: e }) if e == epoch)
         {
+            return;
+        }
+        if !self.load_retries.may_begin(index, epoch, Instant::now()) {
             return;
         }
         inner.coordinator.begin_load(index, epoch, now_ms());
@@ -175,6 +183,9 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
     };
     groups.drain(broker, &mut inner);
     drop(inner);
+    if let Some(Ok(_)) = loaded {
+        groups.load_retries.forget(index);
+    }
     match loaded {
         Some(Ok(_)) if count == 0 => tracing::debug!(partition = index, epoch, "consumer groups loaded: none"),
         Some(Ok(summary)) => tracing::info!(
@@ -186,12 +197,7 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
             ms = started.elapsed().as_millis() as u64,
             "consumer groups loaded: this broker is the coordinator of __consumer_offsets-{index}"
         ),
-        Some(Err(e)) => tracing::error!(
-            partition = index,
-            epoch,
-            error = %e,
-            "consumer groups of __consumer_offsets-{index} not loaded; their requests get NOT_COORDINATOR, and the load is tried again"
-        ),
+        Some(Err(e)) => groups.load_retries.report_failure("group", OFFSETS_TOPIC, index, epoch, &e),
         None => {}
     }
 }
@@ -410,7 +416,15 @@ mod tests {
             b.groups.call_later(&b, |c, reply, now| c.commit_offsets(&commit(stalled, 5), 9, reply, now))
         });
         entered_rx.recv().unwrap();
-        let lock_free = broker.groups.inner.try_lock().is_ok();
+        // Other tasks (the coordinators' timer, hand-overs) take the lock briefly, so one
+        // failed try proves nothing; a lock held by the append stays held until released.
+        let lock_free = (0..2000).any(|_| {
+            let free = broker.groups.inner.try_lock().is_ok();
+            if !free {
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            free
+        });
         if !lock_free {
             release_tx.send(()).unwrap();
         }

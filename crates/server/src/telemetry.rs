@@ -270,6 +270,10 @@ fn describe() {
     describe_gauge!("osprey_produce_acks_all_waiting", "Produce requests waiting for their acknowledgement.");
     describe_counter!("osprey_isr_shrinks_total", "ISR shrinks of partitions led here.");
     describe_counter!("osprey_isr_expands_total", "ISR expansions of partitions led here.");
+    describe_counter!(
+        "osprey_coordinator_load_failures_total",
+        "Loads of a __consumer_offsets or __transaction_state partition that failed, by coordinator; each is retried after a back-off."
+    );
     describe_counter!("osprey_isr_change_failures_total", "AlterPartition requests not taken, by reason.");
     describe_counter!("osprey_replica_fetch_failures_total", "Follower fetches that failed, by reason.");
     describe_counter!("osprey_replication_bytes_in_total", Unit::Bytes, "Bytes a follower appended from its leaders.");
@@ -409,6 +413,11 @@ pub fn isr_changed(expanded: bool) {
 /// An ISR change not made: the controller was unreachable or refused it.
 pub fn isr_change_failed(reason: &'static str) {
     counter!("osprey_isr_change_failures_total", "reason" => reason).increment(1);
+}
+
+/// A coordinator (`group` or `transaction`) failed to load one of its partitions.
+pub fn coordinator_load_failed(coordinator: &'static str) {
+    counter!("osprey_coordinator_load_failures_total", "coordinator" => coordinator).increment(1);
 }
 
 /// A follower's fetch failed (the request, or one partition's answer).

@@ -25,7 +25,7 @@
 
 use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
-use crate::coordinator_leadership::{Led, LoadMode};
+use crate::coordinator_leadership::{Led, LoadMode, LoadRetries};
 use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
@@ -46,7 +46,7 @@ use osprey_protocol::messages::add_partitions_to_txn_request::{
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 /// How long a marker whose write failed waits before it is sent again.
@@ -64,6 +64,8 @@ pub struct Transactions {
     state_appends: Arc<AppendQueues<i32, StateAppend>>,
     /// Markers, in output order (one queue: a transaction's markers go to many partitions).
     marker_writes: Arc<AppendQueues<(), MarkerWrite>>,
+    /// Partitions whose load failed, retried after a back-off.
+    load_retries: LoadRetries,
 }
 
 /// A `Persist` output: one record for a `__transaction_state` partition.
@@ -107,6 +109,7 @@ impl Transactions {
             channel: OnceLock::new(),
             state_appends: Arc::default(),
             marker_writes: Arc::default(),
+            load_retries: LoadRetries::default(),
         }
     }
 
@@ -268,6 +271,7 @@ impl Transactions {
         let c = &inner.coordinator;
         let (loading, loaded) = (c.loading_epoch(index), c.loaded_epoch(index));
         let Some((partition, epoch)) = led else {
+            self.load_retries.forget(index);
             if loading.is_some() || loaded.is_some() {
                 inner.coordinator.unload_partition(index);
                 drain(broker, &mut inner);
@@ -276,6 +280,9 @@ impl Transactions {
             return;
         };
         if loading == Some(epoch) || loaded == Some(epoch) {
+            return;
+        }
+        if !self.load_retries.may_begin(index, epoch, Instant::now()) {
             return;
         }
         inner.coordinator.begin_load(index, epoch);
@@ -308,6 +315,9 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
     }
     drain(broker, &mut inner);
     drop(inner);
+    if loaded.is_ok() {
+        broker.transactions.load_retries.forget(index);
+    }
     match loaded {
         Ok(_) if count == 0 => tracing::debug!(partition = index, epoch, "transactions loaded: none"),
         Ok(summary) => tracing::info!(
@@ -319,11 +329,12 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
             ms = started.elapsed().as_millis() as u64,
             "transactions loaded: this broker is the coordinator of __transaction_state-{index}"
         ),
-        Err(e) => tracing::error!(
-            partition = index,
+        Err(e) => broker.transactions.load_retries.report_failure(
+            "transaction",
+            TRANSACTION_STATE_TOPIC_NAME,
+            index,
             epoch,
-            error = %e,
-            "transactions of __transaction_state-{index} not loaded; their requests get NOT_COORDINATOR, and the load is tried again"
+            &e,
         ),
     }
 }
