@@ -22,6 +22,7 @@ API_PRODUCE = 0
 API_FETCH = 1
 API_METADATA = 3
 API_API_VERSIONS = 18
+API_OFFSET_FETCH = 9
 API_FIND_COORDINATOR = 10
 API_INIT_PRODUCER_ID = 22
 API_ADD_PARTITIONS_TO_TXN = 24
@@ -280,6 +281,12 @@ def find_coordinator_v1(correlation_id: int, key: str, key_type: int) -> bytes:
     return request(API_FIND_COORDINATOR, 1, correlation_id, string16(key) + struct.pack(">b", key_type))
 
 
+def offset_fetch_v1(correlation_id: int, group: str, topic: str, partitions) -> bytes:
+    body = string16(group) + struct.pack(">i", 1) + string16(topic) + struct.pack(">i", len(partitions))
+    body += b"".join(struct.pack(">i", p) for p in partitions)
+    return request(API_OFFSET_FETCH, 1, correlation_id, body)
+
+
 def init_producer_id_v0(correlation_id: int, transactional_id, timeout_ms=60000) -> bytes:
     return request(API_INIT_PRODUCER_ID, 0, correlation_id, string16(transactional_id) + struct.pack(">i", timeout_ms))
 
@@ -367,6 +374,21 @@ def parse_find_coordinator_v1(payload: bytes):
     r.string16()  # error message
     node_id = r.take(">i")
     return correlation_id, error_code, node_id
+
+
+def parse_offset_fetch_v1(payload: bytes):
+    """(correlation_id, [(topic, partition, committed_offset, metadata, error_code)]): v1
+    has no group-level error code."""
+    r = Reader(payload)
+    correlation_id = r.take(">i")
+    out = []
+    for _ in range(r.take(">i")):
+        topic = r.string16()
+        for _ in range(r.take(">i")):
+            partition, offset = r.take(">iq")
+            metadata = r.string16()
+            out.append((topic, partition, offset, metadata, r.take(">h")))
+    return correlation_id, out
 
 
 def parse_init_producer_id_v0(payload: bytes):

@@ -222,10 +222,27 @@ def test_internal_topics_are_replicated_with_kafkas_defaults(three):
     assert configs["min.insync.replicas"].value == "2", configs["min.insync.replicas"]
 
 
+NOT_COORDINATOR = 16
+
+
+def test_offset_fetch_v1_from_another_broker_than_the_coordinator_puts_the_error_on_every_partition(three):
+    """OffsetFetch v0-1 have no group-level error code: a broker that does not coordinate
+    the group answers NOT_COORDINATOR on each requested partition, with no offset, as
+    Kafka does (OffsetFetchRequest.getErrorResponse). An empty answer would tell an old
+    client that nothing was ever committed, and it would reset its position."""
+    group, topic = "v1-group", "v1-topic"
+    create(three, topic, 2)
+    coordinator = three.wait_for("the group coordinator", lambda: find_coordinator(three, group, KEY_TYPE_GROUP))
+    other = next(n for n in three.nodes if n.node_id != coordinator)
+    with kafkawire.Conn("127.0.0.1", other.port, timeout=10) as c:
+        _, answers = kafkawire.parse_offset_fetch_v1(c.roundtrip(kafkawire.offset_fetch_v1(7, group, topic, [0, 1])))
+    assert answers == [(topic, 0, -1, "", NOT_COORDINATOR), (topic, 1, -1, "", NOT_COORDINATOR)], answers
+
+
 # ----- group coordinator loss -------------------------------------------------------------
 
 
-class CommitWatch:
+class CommitWatch(clients.Background):
     """Reads the group's committed offsets (OffsetFetch, by a consumer outside the group) in a
     thread, as often as the coordinator answers, and notes every reading that goes back
     from an earlier reading, or falls behind a commit acknowledged before it was asked."""
@@ -237,8 +254,7 @@ class CommitWatch:
         self.last = {}
         self.readings = 0
         self.violations = []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
     def _run(self):
         while not self.stop.is_set():
@@ -255,13 +271,8 @@ class CommitWatch:
                     self.last[p] = max(offset, self.last.get(p, -1))
             self.stop.wait(0.2)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
     def __exit__(self, *_):
-        self.stop.set()
-        self.thread.join()
+        super().__exit__()
         self.reader.close()
 
 

@@ -4,7 +4,8 @@
 use crate::broker::Broker;
 use osprey_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics;
 use osprey_protocol::messages::offset_fetch_response::{
-    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponseTopic,
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions, OffsetFetchResponseTopic,
+    OffsetFetchResponseTopics,
 };
 use osprey_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse};
 use osprey_protocol::{ErrorCode, ResponseBody};
@@ -21,7 +22,10 @@ pub fn handle(broker: &Arc<Broker>, req: OffsetFetchRequest, version: i16) -> Re
                 })
                 .collect()
         });
-        let group = fetch(broker, &req.group_id, topics, req.require_stable);
+        let mut group = fetch(broker, &req.group_id, topics.clone(), req.require_stable);
+        if version < 2 && group.error_code != 0 {
+            group.topics = error_on_every_partition(topics.as_deref().unwrap_or_default(), group.error_code);
+        }
         return ResponseBody::OffsetFetch(flatten(group, version));
     }
     let mut resp = OffsetFetchResponse::default();
@@ -79,6 +83,31 @@ fn fetch(
     require_stable: bool,
 ) -> OffsetFetchResponseGroup {
     broker.groups.call(broker, |c, _| c.fetch_offsets(group_id, topics.as_deref(), require_stable))
+}
+
+/// v0-1 have no group-level error: Kafka puts the group's (NOT_COORDINATOR,
+/// COORDINATOR_LOAD_IN_PROGRESS...) on every requested partition, with no offset, so
+/// that an old client retries rather than take "no committed offset" for an answer.
+fn error_on_every_partition(requested: &[OffsetFetchRequestTopics], error_code: i16) -> Vec<OffsetFetchResponseTopics> {
+    requested
+        .iter()
+        .map(|t| OffsetFetchResponseTopics {
+            name: t.name.clone(),
+            partitions: t
+                .partition_indexes
+                .iter()
+                .map(|&partition_index| OffsetFetchResponsePartitions {
+                    partition_index,
+                    committed_offset: -1,
+                    committed_leader_epoch: -1,
+                    metadata: Some(String::new()),
+                    error_code,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        })
+        .collect()
 }
 
 /// The v1-7 shape: one group's topics at the top level, its error code there from v2.
