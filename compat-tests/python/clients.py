@@ -1,6 +1,7 @@
 """Thin helpers over confluent-kafka (librdkafka) with bounded timeouts everywhere, so a
 test fails with a message instead of hanging."""
 
+import threading
 import time
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, Producer, TopicPartition
@@ -142,3 +143,23 @@ def wait_position(c: Consumer, tp: TopicPartition, timeout: float = TIMEOUT_S) -
         if (msg.topic(), msg.partition()) == (tp.topic, tp.partition):
             return msg.offset()
     raise AssertionError(f"end of {tp.topic}[{tp.partition}] not reached within {timeout}s")
+
+
+class Background:
+    """A client workload on its own thread: `_run` loops until `stop` is set. A `with`
+    block runs it; leaving the block stops it and waits for it."""
+
+    def __init__(self):
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        raise NotImplementedError
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self.stop.set()
+        self.thread.join()

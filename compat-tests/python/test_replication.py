@@ -27,7 +27,6 @@ import json
 import re
 import signal
 import subprocess
-import threading
 import time
 
 import pytest
@@ -121,7 +120,7 @@ def led_elsewhere(states, dead: int):
     return states if states and states[0][0] not in (-1, dead) else None
 
 
-class KeyedWriter:
+class KeyedWriter(clients.Background):
     """An idempotent acks=all producer in a thread: key k<i> carries values i:0, i:1, ...
     in order; records every acknowledgement and every failure."""
 
@@ -131,8 +130,7 @@ class KeyedWriter:
             "message.timeout.ms": 180000, "log_level": 0}))
         self.topic, self.keys = topic, keys
         self.acked, self.failed = [], []
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        super().__init__()
 
     def _on_delivery(self, err, msg):
         if err is None:
@@ -152,17 +150,8 @@ class KeyedWriter:
                 pass
             self.producer.poll(0.002)
 
-    def __enter__(self):
-        self.thread.start()
-        return self
-
-    def __exit__(self, *_):
-        self.stop.set()
-        self.thread.join()
-
     def finish(self):
-        self.stop.set()
-        self.thread.join()
+        self.__exit__()
         left = self.producer.flush(180)
         assert left == 0, f"{left} messages never answered"
 

@@ -145,6 +145,15 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
 
     /** The whole broker log so far, colour codes removed. */
     public String log() {
+        return readLog(logFile);
+    }
+
+    public String logTail(int lines) {
+        return lastLines(log(), lines);
+    }
+
+    /** An osprey log file as text, colour codes removed (an OspreyCluster node's too). */
+    static String readLog(Path logFile) {
         try {
             return ANSI.matcher(Files.readString(logFile, StandardCharsets.UTF_8)).replaceAll("");
         } catch (IOException e) {
@@ -152,8 +161,8 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         }
     }
 
-    public String logTail(int lines) {
-        List<String> all = log().lines().toList();
+    static String lastLines(String text, int lines) {
+        List<String> all = text.lines().toList();
         return String.join("\n", all.subList(Math.max(0, all.size() - lines), all.size()));
     }
 
@@ -308,7 +317,8 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         deleteRecursively(dataDir);
     }
 
-    private static void deleteRecursively(Path dir) throws IOException {
+    /** Removes {@code dir} and everything below it (a test's data or state directory). */
+    static void deleteRecursively(Path dir) throws IOException {
         try (Stream<Path> paths = Files.walk(dir)) {
             for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
                 Files.deleteIfExists(p);

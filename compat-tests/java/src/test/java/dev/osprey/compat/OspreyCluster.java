@@ -11,7 +11,6 @@ import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -22,9 +21,7 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.TimeoutException;
 import java.util.function.Supplier;
-import java.util.regex.Pattern;
 import java.util.stream.Collectors;
-import java.util.stream.Stream;
 import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -54,7 +51,6 @@ public final class OspreyCluster implements BeforeAllCallback, AfterAllCallback,
     public static final Duration WAIT = Duration.ofSeconds(60);
     private static final Duration STOP_TIMEOUT = Duration.ofSeconds(40);
     private static final int LOG_TAIL_LINES = 80;
-    private static final Pattern ANSI = Pattern.compile("\u001B\\[[0-9;]*m");
     private static final String VOTER = "this controller is a voter of the quorum";
     private static final Set<Integer> PORTS_HANDED_OUT = new HashSet<>();
 
@@ -95,7 +91,7 @@ public final class OspreyCluster implements BeforeAllCallback, AfterAllCallback,
             }
         }
         if (failures.isEmpty()) {
-            deleteRecursively(workDir);
+            OspreyBroker.deleteRecursively(workDir);
         } else {
             fail(String.join("\n\n", failures));
         }
@@ -234,14 +230,6 @@ public final class OspreyCluster implements BeforeAllCallback, AfterAllCallback,
         }
     }
 
-    private static void deleteRecursively(Path dir) throws IOException {
-        try (Stream<Path> paths = Files.walk(dir)) {
-            for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-                Files.deleteIfExists(p);
-            }
-        }
-    }
-
     /** One osprey process; its ports, config and directory survive restarts. */
     public static final class Node {
         public final int id;
@@ -333,16 +321,11 @@ public final class OspreyCluster implements BeforeAllCallback, AfterAllCallback,
         }
 
         public String log() {
-            try {
-                return ANSI.matcher(Files.readString(logFile, StandardCharsets.UTF_8)).replaceAll("");
-            } catch (IOException e) {
-                return "(cannot read " + logFile + ": " + e + ")";
-            }
+            return OspreyBroker.readLog(logFile);
         }
 
         public String logTail(int lines) {
-            List<String> all = log().lines().toList();
-            return String.join("\n", all.subList(Math.max(0, all.size() - lines), all.size()));
+            return OspreyBroker.lastLines(log(), lines);
         }
     }
 }

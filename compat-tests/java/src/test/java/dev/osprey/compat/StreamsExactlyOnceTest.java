@@ -4,14 +4,11 @@ import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
-import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -33,15 +30,11 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.LongDeserializer;
-import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.streams.KafkaStreams;
-import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
-import org.apache.kafka.streams.kstream.Materialized;
-import org.apache.kafka.streams.kstream.Produced;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -90,7 +83,7 @@ class StreamsExactlyOnceTest {
         List<String> transitions = Collections.synchronizedList(new ArrayList<>());
         List<Throwable> uncaught = Collections.synchronizedList(new ArrayList<>());
         Path stateDir = Files.createTempDirectory("streams-eos-");
-        KafkaStreams streams = new KafkaStreams(wordCount(input, output), streamsProps(stateDir));
+        KafkaStreams streams = new KafkaStreams(WordCount.topology(input, output), streamsProps(stateDir));
         streams.setStateListener((now, previous) -> transitions.add(previous + "->" + now));
         streams.setUncaughtExceptionHandler(e -> {
             uncaught.add(e);
@@ -105,7 +98,7 @@ class StreamsExactlyOnceTest {
         long countedAt;
         try {
             streams.start();
-            awaitRunning(streams, transitions);
+            WordCount.awaitRunning(streams, transitions, CLIENT_TIMEOUT);
             runningAt = System.nanoTime();
             int transitionsAtRunning = transitions.size();
             burners.forEach(Thread::start);
@@ -118,7 +111,7 @@ class StreamsExactlyOnceTest {
         } finally {
             burning.set(false);
             streams.close(CLIENT_TIMEOUT);
-            deleteRecursively(stateDir);
+            OspreyBroker.deleteRecursively(stateDir);
         }
         for (Thread burner : burners) {
             burner.join();
@@ -149,27 +142,9 @@ class StreamsExactlyOnceTest {
         assertEquals(0, rebalancesAfterRunning, summary);
     }
 
-    /** lines -> words -> groupBy(word) (a repartition topic) -> count (a changelog) -> output. */
-    private static org.apache.kafka.streams.Topology wordCount(String input, String output) {
-        StreamsBuilder builder = new StreamsBuilder();
-        builder.<String, String>stream(input)
-                .flatMapValues(line -> Arrays.asList(line.split(" ")))
-                .groupBy((key, word) -> word)
-                .count(Materialized.as("word-counts"))
-                .toStream()
-                .to(output, Produced.with(Serdes.String(), Serdes.Long()));
-        return builder.build();
-    }
-
     private static Properties streamsProps(Path stateDir) {
-        Properties props = BROKER.clientProps();
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, "wc-eos");
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
-        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
+        Properties props = WordCount.exactlyOnce(BROKER.clientProps(), "wc-eos", stateDir);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 1);
-        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
-        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         // Many transactions, hence many epoch bumps, each followed by a burst of Produce.
         props.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 50);
         // Small batches: several per partition in flight at once behind each sequence 0.
@@ -185,16 +160,6 @@ class StreamsExactlyOnceTest {
         }
     }
 
-    private static void awaitRunning(KafkaStreams streams, List<String> transitions) throws InterruptedException {
-        long deadline = System.nanoTime() + CLIENT_TIMEOUT.toNanos();
-        while (streams.state() != KafkaStreams.State.RUNNING) {
-            if (System.nanoTime() > deadline || !streams.state().isRunningOrRebalancing()) {
-                fail("Streams is " + streams.state() + " after " + transitions + ", not RUNNING, within " + CLIENT_TIMEOUT);
-            }
-            Thread.sleep(50);
-        }
-    }
-
     /** Produces the input lines (a fixed pseudo-random text) and returns each word's count. */
     private static Map<String, Long> produceLines(String input) {
         Random random = new Random(13);
@@ -204,14 +169,8 @@ class StreamsExactlyOnceTest {
         props.put(ProducerConfig.DELIVERY_TIMEOUT_MS_CONFIG, "60000");
         try (KafkaProducer<String, String> producer = new KafkaProducer<>(props, new StringSerializer(), new StringSerializer())) {
             for (int i = 0; i < LINES; i++) {
-                int words = 1 + random.nextInt(MAX_WORDS_PER_LINE);
-                StringBuilder line = new StringBuilder();
-                for (int w = 0; w < words; w++) {
-                    String word = "w" + random.nextInt(VOCABULARY);
-                    expected.merge(word, 1L, Long::sum);
-                    line.append(w == 0 ? "" : " ").append(word);
-                }
-                producer.send(new ProducerRecord<>(input, "line-" + i, line.toString()));
+                String line = WordCount.line(random, MAX_WORDS_PER_LINE, VOCABULARY, expected);
+                producer.send(new ProducerRecord<>(input, "line-" + i, line));
             }
             producer.flush();
         }
@@ -251,7 +210,7 @@ class StreamsExactlyOnceTest {
             while (!latest.equals(expected)) {
                 if (System.nanoTime() > deadline) {
                     fail("within " + timeout + " the committed counts did not reach the expected ones; differing words "
-                            + "(first 20): " + differences(expected, latest) + "; broker counters before " + before
+                            + "(first 20): " + WordCount.differences(expected, latest) + "; broker counters before " + before
                             + ", now " + brokerCounters());
                 }
                 // A fencing stalls the application for a transaction timeout and more: say
@@ -266,16 +225,6 @@ class StreamsExactlyOnceTest {
             }
             return latest;
         }
-    }
-
-    private static Map<String, String> differences(Map<String, Long> expected, Map<String, Long> actual) {
-        Map<String, String> diff = new TreeMap<>();
-        for (String word : expected.keySet()) {
-            if (!expected.get(word).equals(actual.get(word)) && diff.size() < 20) {
-                diff.put(word, "expected " + expected.get(word) + ", got " + actual.get(word));
-            }
-        }
-        return diff;
     }
 
     /** A thread that keeps one core busy until {@code burning} is cleared: load on the host. */
@@ -316,13 +265,5 @@ class StreamsExactlyOnceTest {
             total += Long.parseLong(m.group(1));
         }
         return total;
-    }
-
-    private static void deleteRecursively(Path dir) throws IOException {
-        try (Stream<Path> paths = Files.walk(dir)) {
-            for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-                Files.deleteIfExists(p);
-            }
-        }
     }
 }

@@ -3,14 +3,11 @@ package dev.osprey.compat;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.fail;
 
-import java.io.IOException;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collections;
-import java.util.Comparator;
 import java.util.List;
 import java.util.Map;
 import java.util.Properties;
@@ -19,7 +16,6 @@ import java.util.TreeMap;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.IntStream;
-import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -30,15 +26,11 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.serialization.LongDeserializer;
-import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.streams.KafkaStreams;
-import org.apache.kafka.streams.StreamsBuilder;
 import org.apache.kafka.streams.StreamsConfig;
 import org.apache.kafka.streams.errors.StreamsUncaughtExceptionHandler;
-import org.apache.kafka.streams.kstream.Materialized;
-import org.apache.kafka.streams.kstream.Produced;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -87,7 +79,7 @@ class StreamsFailoverTest {
         Map<String, Long> expected = new TreeMap<>();
         Random random = new Random(17);
         List<String> rounds = new ArrayList<>();
-        KafkaStreams streams = new KafkaStreams(wordCount(input, output), streamsProps(stateDir));
+        KafkaStreams streams = new KafkaStreams(WordCount.topology(input, output), streamsProps(stateDir));
         streams.setStateListener((now, previous) -> transitions.add(previous + "->" + now));
         // A stream thread that dies is replaced, as a production application would do; the
         // counts must stay exact either way.
@@ -102,7 +94,7 @@ class StreamsFailoverTest {
                 new KafkaProducer<>(producerProps, new StringSerializer(), new StringSerializer());
                 Admin admin = CLUSTER.admin()) {
             streams.start();
-            awaitRunning(streams, transitions);
+            WordCount.awaitRunning(streams, transitions, OspreyCluster.WAIT);
             produceLines(producer, input, random, expected);
             for (OspreyCluster.Node node : CLUSTER.nodes()) {
                 long killedAt = System.nanoTime();
@@ -120,7 +112,7 @@ class StreamsFailoverTest {
             assertEquals(expected, counted, "counts read_committed while Streams runs");
         } finally {
             streams.close(CLIENT_TIMEOUT);
-            deleteRecursively(stateDir);
+            OspreyBroker.deleteRecursively(stateDir);
         }
         Map<String, Long> finalCounts = latestCounts(output, null, Duration.ZERO);
         System.out.println("Streams exactly_once_v2 word count through kills: " + String.join("; ", rounds)
@@ -133,40 +125,11 @@ class StreamsFailoverTest {
         return new NewTopic(name, PARTITIONS, (short) 3).configs(Map.of("min.insync.replicas", "2"));
     }
 
-    /** lines -> words -> groupBy(word) (a repartition topic) -> count (a changelog) -> output. */
-    private static org.apache.kafka.streams.Topology wordCount(String input, String output) {
-        StreamsBuilder builder = new StreamsBuilder();
-        builder.<String, String>stream(input)
-                .flatMapValues(line -> Arrays.asList(line.split(" ")))
-                .groupBy((key, word) -> word)
-                .count(Materialized.as("word-counts"))
-                .toStream()
-                .to(output, Produced.with(Serdes.String(), Serdes.Long()));
-        return builder.build();
-    }
-
     private static Properties streamsProps(Path stateDir) {
-        Properties props = CLUSTER.clientProps();
-        props.put(StreamsConfig.APPLICATION_ID_CONFIG, "wc-failover");
-        props.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, StreamsConfig.EXACTLY_ONCE_V2);
+        Properties props = WordCount.exactlyOnce(CLUSTER.clientProps(), "wc-failover", stateDir);
         props.put(StreamsConfig.REPLICATION_FACTOR_CONFIG, 3);
         props.put(StreamsConfig.topicPrefix("min.insync.replicas"), "2");
-        props.put(StreamsConfig.NUM_STREAM_THREADS_CONFIG, 2);
-        props.put(StreamsConfig.STATE_DIR_CONFIG, stateDir.toString());
-        props.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
-        props.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         return props;
-    }
-
-    private static void awaitRunning(KafkaStreams streams, List<String> transitions) throws InterruptedException {
-        long deadline = System.nanoTime() + OspreyCluster.WAIT.toNanos();
-        while (streams.state() != KafkaStreams.State.RUNNING) {
-            if (System.nanoTime() > deadline || !streams.state().isRunningOrRebalancing()) {
-                fail("Streams is " + streams.state() + " after " + transitions + ", not RUNNING, within "
-                        + OspreyCluster.WAIT);
-            }
-            Thread.sleep(50);
-        }
     }
 
     /** One batch of pseudo-random lines; adds their words to {@code expected} once every send succeeded. */
@@ -175,14 +138,8 @@ class StreamsFailoverTest {
         Map<String, Long> batch = new TreeMap<>();
         List<Future<RecordMetadata>> acks = new ArrayList<>();
         for (int i = 0; i < LINES_PER_BATCH; i++) {
-            int words = 1 + random.nextInt(MAX_WORDS_PER_LINE);
-            StringBuilder line = new StringBuilder();
-            for (int w = 0; w < words; w++) {
-                String word = "w" + random.nextInt(VOCABULARY);
-                batch.merge(word, 1L, Long::sum);
-                line.append(w == 0 ? "" : " ").append(word);
-            }
-            acks.add(producer.send(new ProducerRecord<>(input, "line-" + i, line.toString())));
+            String line = WordCount.line(random, MAX_WORDS_PER_LINE, VOCABULARY, batch);
+            acks.add(producer.send(new ProducerRecord<>(input, "line-" + i, line)));
         }
         producer.flush();
         for (Future<RecordMetadata> ack : acks) {
@@ -225,29 +182,11 @@ class StreamsFailoverTest {
             while (!latest.equals(expected)) {
                 if (System.nanoTime() > deadline) {
                     fail("within " + timeout + " the committed counts did not reach the expected ones; differing "
-                            + "words (first 20): " + differences(expected, latest));
+                            + "words (first 20): " + WordCount.differences(expected, latest));
                 }
                 c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
             }
             return latest;
-        }
-    }
-
-    private static Map<String, String> differences(Map<String, Long> expected, Map<String, Long> actual) {
-        Map<String, String> diff = new TreeMap<>();
-        for (String word : expected.keySet()) {
-            if (!expected.get(word).equals(actual.get(word)) && diff.size() < 20) {
-                diff.put(word, "expected " + expected.get(word) + ", got " + actual.get(word));
-            }
-        }
-        return diff;
-    }
-
-    private static void deleteRecursively(Path dir) throws IOException {
-        try (Stream<Path> paths = Files.walk(dir)) {
-            for (Path p : paths.sorted(Comparator.reverseOrder()).toList()) {
-                Files.deleteIfExists(p);
-            }
         }
     }
 }
