@@ -1,0 +1,119 @@
+"""A full disk (issue 17's fault, on one node): a broker whose log directory runs out of
+space refuses appends with KAFKA_STORAGE_ERROR (retriable), keeps running and serving what
+it has, and takes appends again once space is back. Nothing it acknowledged is lost or
+torn, before or after a restart.
+
+The log directory is a small tmpfs that the test mounts, grows and unmounts itself, so it
+needs root (CI runs as root); elsewhere the test is skipped.
+"""
+
+import re
+import subprocess
+import time
+import urllib.request
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import clients
+
+TOPIC = "filling"
+VALUE_BYTES = 10_000
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mount_point = tmp_path / "fs"
+    mount_point.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mount_point)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs (needs root): {mounted.stderr.strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+def storage_errors(broker) -> int:
+    text = urllib.request.urlopen(broker.metrics_url, timeout=10).read().decode()
+    found = re.search(r'^osprey_error_codes_total\{api="Produce",error="KAFKA_STORAGE_ERROR"\} (\d+)', text, re.M)
+    return int(found.group(1)) if found else 0
+
+
+def produce(broker, first: int, count: int):
+    """Sends values first..first+count-1 (numbered, padded to VALUE_BYTES) with an
+    idempotent acks=all producer; returns ({value number: offset} acknowledged, errors)."""
+    p = Producer(dict(clients.COMMON, **{"bootstrap.servers": broker.bootstrap, "acks": "all",
+                                         "enable.idempotence": True, "linger.ms": 5,
+                                         "message.timeout.ms": 8000, "log_level": 0}))
+    acked, errors = {}, []
+
+    def delivered(err, msg):
+        if err is None:
+            acked[int(msg.value()[:8])] = msg.offset()
+        else:
+            errors.append(err.name())
+
+    for n in range(first, first + count):
+        while True:
+            try:
+                p.produce(TOPIC, value=b"%08d" % n + b"." * (VALUE_BYTES - 8), partition=0, on_delivery=delivered)
+                break
+            except BufferError:
+                p.poll(0.1)
+        p.poll(0)
+    assert p.flush(60) == 0
+    return acked, errors
+
+
+def read_all(broker):
+    """[(offset, value number)] of the partition from its start to its end."""
+    c = clients.consumer(broker, enable_partition_eof=True)
+    try:
+        c.assign([TopicPartition(TOPIC, 0, OFFSET_BEGINNING)])
+        got = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            m = c.poll(1)
+            if m is None:
+                continue
+            if m.error():
+                assert m.error().code() == KafkaError._PARTITION_EOF, m.error()
+                return got
+            got.append((m.offset(), int(m.value()[:8])))
+        raise AssertionError(f"the end of {TOPIC} not reached within 60 s; read {len(got)}")
+    finally:
+        c.close()
+
+
+# small_fs comes first: fixtures are torn down in reverse, so the broker stops before the
+# file system under it is unmounted.
+def test_a_full_disk_refuses_appends_with_kafka_storage_error_and_loses_nothing_acknowledged(small_fs, start_broker):
+    broker = start_broker({"log.dirs": str(small_fs / "data")})
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": broker.bootstrap}))
+    admin.create_topics([NewTopic(TOPIC, 1, 1, config={"segment.bytes": str(4 << 20)})])[TOPIC].result(30)
+
+    # 24 MB of values into 16 MB: the disk fills on the way.
+    acked, errors = produce(broker, 0, 2400)
+    assert errors, f"all {len(acked)} values acknowledged: the disk never filled"
+    assert broker.proc.poll() is None, f"the broker exited on a full disk:\n{broker.log_tail()}"
+    assert storage_errors(broker) > 0, "no Produce answered KAFKA_STORAGE_ERROR"
+    assert "No space left on device" in broker.log_tail(100_000)
+
+    subprocess.run(["mount", "-o", "remount,size=64m", str(small_fs)], check=True)
+    more, errors_after = produce(broker, 10_000, 200)
+    assert not errors_after and len(more) == 200, f"appends after space came back: {errors_after}"
+    acked.update(more)
+
+    for when in ("with space back", "after a restart"):
+        got = read_all(broker)
+        offsets = [o for o, _ in got]
+        assert offsets == list(range(len(got))), f"{when}: offsets not contiguous from 0"
+        at = dict((n, o) for o, n in got)
+        lost = {n: o for n, o in acked.items() if at.get(n) != o}
+        assert not lost, f"{when}: acknowledged values missing or moved (value: acked offset): {dict(list(lost.items())[:10])}"
+        assert len(at) == len(got), f"{when}: a value appears twice"
+        if when == "with space back":
+            broker.restart()
