@@ -175,6 +175,15 @@ pub struct Broker {
     validate_topic_config: Validator,
     /// The block of producer ids this broker hands out next.
     producer_ids: Mutex<std::ops::Range<i64>>,
+    /// Held across the controller round trip that reserves the next block of producer
+    /// ids, on blocking threads only: `producer_ids` itself is held for a moment, never
+    /// across that round trip, because async workers read it (`producer_ids_used_up`).
+    /// A worker blocked on it would stop driving the runtime's I/O, which the round trip
+    /// itself waits for: the broker froze until SIGTERM (chaos tool, seed 1).
+    producer_id_reservation: Mutex<()>,
+    /// Tests: the next reservation of producer ids stalls until released.
+    #[cfg(test)]
+    producer_id_stall: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     fetch_sessions: Mutex<FetchSessions>,
     /// Set once shutdown starts, so parked requests answer at once.
     stopping: tokio::sync::watch::Sender<bool>,
@@ -435,6 +444,9 @@ impl Broker {
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
+            producer_id_reservation: Mutex::new(()),
+            #[cfg(test)]
+            producer_id_stall: Mutex::new(None),
             fetch_sessions: Mutex::new(FetchSessions::new(
                 settings.fetch_session_slots,
                 FETCH_SESSION_EVICTION_MS,
@@ -808,24 +820,37 @@ impl Broker {
 
     /// A producer id never handed out before (InitProducerId without a transactional id).
     pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
-        let mut ids = self.producer_ids.lock().expect(POISONED);
-        if ids.is_empty() {
-            *ids = self.allocate_producer_ids()?;
+        loop {
+            {
+                let mut ids = self.producer_ids.lock().expect(POISONED);
+                if !ids.is_empty() {
+                    let id = ids.start;
+                    ids.start += 1;
+                    crate::telemetry::producer_id_allocated();
+                    return Ok(id);
+                }
+            }
+            // Other callers may use up the new block before this one takes from it.
+            self.reserve_producer_ids()?;
         }
-        let id = ids.start;
-        ids.start += 1;
-        crate::telemetry::producer_id_allocated();
-        Ok(id)
     }
 
     /// Reserves the next block of producer ids if the current one is used up (a metadata
     /// log write), so that `next_producer_id` called under a coordinator's lock right after
     /// writes nothing. Call it where blocking is allowed.
     pub fn reserve_producer_ids(&self) -> Result<(), ControllerError> {
-        let mut ids = self.producer_ids.lock().expect(POISONED);
-        if ids.is_empty() {
-            *ids = self.allocate_producer_ids()?;
+        let _one_at_a_time = self.producer_id_reservation.lock().expect(POISONED);
+        if !self.producer_ids_used_up() {
+            return Ok(());
         }
+        let block = self.allocate_producer_ids()?;
+        if block.is_empty() {
+            return Err(ControllerError::new(
+                ErrorCode::UNKNOWN_SERVER_ERROR,
+                "the controller gave an empty block of producer ids",
+            ));
+        }
+        *self.producer_ids.lock().expect(POISONED) = block;
         Ok(())
     }
 
@@ -836,6 +861,11 @@ impl Broker {
 
     /// The next block of producer ids: from this node's controller, or the cluster's.
     fn allocate_producer_ids(&self) -> Result<std::ops::Range<i64>, ControllerError> {
+        #[cfg(test)]
+        if let Some((entered, release)) = self.producer_id_stall.lock().expect(POISONED).take() {
+            let _ = entered.send(());
+            let _ = release.recv();
+        }
         match &self.backend {
             Backend::Cluster(link) => link.allocate_producer_ids(),
             Backend::Local(_) => self.with_controller(|c| c.allocate_producer_ids(PRODUCER_ID_BLOCK)),
@@ -1295,6 +1325,7 @@ mod tests {
     use osprey_storage::log::CLEAN_SHUTDOWN_FILE;
     use std::path::{Path, PathBuf};
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::mpsc;
     use std::sync::Arc;
     use std::time::{Duration, Instant};
 
@@ -1501,5 +1532,28 @@ mod tests {
         });
         assert_eq!(result, Err("item 5".to_string()));
         assert_eq!(ran.load(Ordering::Relaxed), 6);
+    }
+    #[test]
+    fn async_workers_read_the_producer_id_block_while_a_reservation_waits_for_the_controller() {
+        let (broker, dir) = crate::test_support::broker_in("ids-reservation");
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel();
+        *broker.producer_id_stall.lock().unwrap() = Some((entered_tx, release_rx));
+        let b = broker.clone();
+        let reserving = std::thread::spawn(move || b.reserve_producer_ids());
+        entered_rx.recv().unwrap();
+        // What InitProducerId asks on an async worker: answered while the round trip waits.
+        let b = broker.clone();
+        let (answered_tx, answered_rx) = mpsc::channel();
+        std::thread::spawn(move || answered_tx.send(b.producer_ids_used_up()));
+        let answer = answered_rx.recv_timeout(Duration::from_secs(60));
+        release_tx.send(()).unwrap();
+        assert_eq!(answer, Ok(true), "producer_ids_used_up waited for the reservation's controller round trip");
+        reserving.join().unwrap().unwrap();
+        assert!(!broker.producer_ids_used_up(), "the reserved block was not installed");
+        let first = broker.next_producer_id().unwrap();
+        assert_eq!(broker.next_producer_id().unwrap(), first + 1);
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
