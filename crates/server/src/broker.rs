@@ -183,7 +183,7 @@ pub struct Broker {
     producer_id_reservation: Mutex<()>,
     /// Tests: the next reservation of producer ids stalls until released.
     #[cfg(test)]
-    producer_id_stall: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
+    pub(crate) producer_id_stall: Mutex<Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>>,
     fetch_sessions: Mutex<FetchSessions>,
     /// Set once shutdown starts, so parked requests answer at once.
     stopping: tokio::sync::watch::Sender<bool>,
@@ -819,20 +819,31 @@ impl Broker {
     }
 
     /// A producer id never handed out before (InitProducerId without a transactional id).
+    /// Blocks on a controller round trip when the block is used up: blocking threads only.
     pub fn next_producer_id(&self) -> Result<i64, ControllerError> {
         loop {
-            {
-                let mut ids = self.producer_ids.lock().expect(POISONED);
-                if !ids.is_empty() {
-                    let id = ids.start;
-                    ids.start += 1;
-                    crate::telemetry::producer_id_allocated();
-                    return Ok(id);
-                }
+            if let Some(id) = self.take_producer_id() {
+                return Ok(id);
             }
             // Other callers may use up the new block before this one takes from it.
             self.reserve_producer_ids()?;
         }
+    }
+
+    /// The next producer id of the current block, or None when it is used up; never
+    /// waits. The transaction coordinator calls it under its lock, on async workers, and
+    /// answers None with COORDINATOR_LOAD_IN_PROGRESS (retriable), as Kafka's
+    /// `RPCProducerIdManager` does while its next block is on the way; the handlers
+    /// reserve the next block on the blocking pool first.
+    pub fn take_producer_id(&self) -> Option<i64> {
+        let mut ids = self.producer_ids.lock().expect(POISONED);
+        if ids.is_empty() {
+            return None;
+        }
+        let id = ids.start;
+        ids.start += 1;
+        crate::telemetry::producer_id_allocated();
+        Some(id)
     }
 
     /// Reserves the next block of producer ids if the current one is used up (a metadata
@@ -864,7 +875,9 @@ impl Broker {
         #[cfg(test)]
         if let Some((entered, release)) = self.producer_id_stall.lock().expect(POISONED).take() {
             let _ = entered.send(());
-            let _ = release.recv();
+            // Bounded, so that a test whose code under test wrongly waits here fails
+            // instead of hanging.
+            let _ = release.recv_timeout(std::time::Duration::from_secs(60));
         }
         match &self.backend {
             Backend::Cluster(link) => link.allocate_producer_ids(),

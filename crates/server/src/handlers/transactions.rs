@@ -179,7 +179,8 @@ pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply 
     // Ordered: the connection's next request waits until this one reached the coordinator.
     Reply::Ordered(Box::pin(async move {
         let b = broker.clone();
-        // A failure here is met again, and answered, by the coordinator's own call.
+        // A failure here leaves the block empty: the coordinator answers
+        // COORDINATOR_LOAD_IN_PROGRESS and the client retries.
         let _ = tokio::task::spawn_blocking(move || b.reserve_producer_ids()).await;
         end_transaction(&broker, req, version).await
     }))
@@ -188,7 +189,7 @@ pub fn end_txn(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Reply 
 fn end_transaction(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Pending {
     let rx = broker.transactions.call_later(broker, |c, reply, now| {
         // Transaction version 2 may move the producer to a new id when its epoch runs out.
-        let mut next = || broker.next_producer_id().map_err(|e| e.code);
+        let mut next = || broker.take_producer_id().ok_or(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
         c.end_txn(&req, version, reply, &mut next, now)
     });
     Box::pin(async move {
@@ -220,7 +221,8 @@ pub fn init_producer_id(
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         let b = broker.clone();
-        // A failure here is met again, and answered, by the coordinator's own call.
+        // A failure here leaves the block empty: the coordinator answers
+        // COORDINATOR_LOAD_IN_PROGRESS and the client retries.
         let _ = tokio::task::spawn_blocking(move || b.reserve_producer_ids()).await;
         init_transactional_producer(&broker, req, version).await
     }))
@@ -232,7 +234,7 @@ fn init_transactional_producer(
     version: i16,
 ) -> Pending {
     let rx = broker.transactions.call_later(broker, |c, reply, now| {
-        let mut next = || broker.next_producer_id().map_err(|e| e.code);
+        let mut next = || broker.take_producer_id().ok_or(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS);
         c.init_producer_id(&req, version, reply, &mut next, now)
     });
     Box::pin(async move {
@@ -580,6 +582,38 @@ mod tests {
         });
         assert!(!broker.producer_ids_used_up(), "the next block was reserved before the coordinator's call");
         assert!(blocking_threads.load(Ordering::SeqCst) > 0, "reserved on the async worker");
+        drop(broker);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_coordinator_never_reserves_producer_ids_under_its_lock_and_answers_load_in_progress() {
+        let (broker, dir) = crate::test_support::broker_in("txn-ids-empty");
+        crate::transactions::ensure_state_topic(&broker).unwrap();
+        assert!(broker.producer_ids_used_up(), "a new broker has no block of producer ids yet");
+        // A reservation attempted from here stalls (60 s at most) and is seen: the
+        // coordinator's own call must not make one.
+        let (entered_tx, entered_rx) = std::sync::mpsc::channel();
+        let (_release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+        *broker.producer_id_stall.lock().unwrap() = Some((entered_tx, release_rx));
+        let req = osprey_protocol::messages::InitProducerIdRequest {
+            transactional_id: Some("txn".into()),
+            transaction_timeout_ms: 60_000,
+            producer_id: -1,
+            producer_epoch: -1,
+            ..Default::default()
+        };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let pending = super::init_transactional_producer(&broker, req, 4);
+        let answer = runtime.block_on(tokio::time::timeout(std::time::Duration::from_secs(120), pending));
+        assert!(entered_rx.try_recv().is_err(), "the coordinator reserved producer ids under its lock");
+        match answer.expect("InitProducerId not answered within 120 s") {
+            ResponseBody::InitProducerId(r) => {
+                assert_eq!(r.error_code, osprey_protocol::ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.code())
+            }
+            other => panic!("{other:?}"),
+        }
+        *broker.producer_id_stall.lock().unwrap() = None;
         drop(broker);
         let _ = std::fs::remove_dir_all(&dir);
     }
