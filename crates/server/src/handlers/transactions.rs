@@ -604,8 +604,10 @@ mod tests {
             ..Default::default()
         };
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let pending = super::init_transactional_producer(&broker, req, 4);
-        let answer = runtime.block_on(tokio::time::timeout(std::time::Duration::from_secs(120), pending));
+        let answer = runtime.block_on(async {
+            let pending = super::init_transactional_producer(&broker, req, 4);
+            tokio::time::timeout(std::time::Duration::from_secs(120), pending).await
+        });
         assert!(entered_rx.try_recv().is_err(), "the coordinator reserved producer ids under its lock");
         match answer.expect("InitProducerId not answered within 120 s") {
             ResponseBody::InitProducerId(r) => {
