@@ -90,18 +90,20 @@ CLIENT_SETTINGS = [
 
 
 def load_scenarios(opts):
-    """The test module, with the paths its modules read from the environment set first.
-    compat-tests/python goes first on sys.path: its cluster.py is not bench/cluster.py."""
+    """The test module and compat-tests' KafkaTools, with the paths their modules read from
+    the environment set first. compat-tests/python goes first on sys.path: its cluster.py
+    is not bench/cluster.py."""
     os.environ["KAFKA_LIB"] = str(opts.kafka_lib.resolve())
     os.environ["OSPREY_BIN"] = str(opts.osprey_bin.resolve())
     sys.path.insert(0, str(COMPAT))
+    import cluster
     import kafka_cluster
     import test_coordinator_failover
 
     # kafka-server-start.sh's heap and flags, as the other benchmarks run Kafka, rather
     # than the tests' smaller heap.
     kafka_cluster.KAFKA_JVM_FLAGS = bench.KAFKA_JVM_FLAGS
-    return test_coordinator_failover
+    return test_coordinator_failover, cluster.KafkaTools
 
 
 def bench_module(name):
@@ -115,7 +117,7 @@ def bench_module(name):
 BENCH_CLUSTER = bench_module("cluster")  # script_args, chosen_variants
 
 
-def run_scenario(tests, opts, variant, round_, scenario):
+def run_scenario(tests, tools, opts, variant, round_, scenario):
     """One scenario on a fresh cluster: (figures and what happened, None) or (None, the
     error's first line)."""
     workdir = opts.workdir / f"{round_}-{scenario}-{variant}"
@@ -125,6 +127,7 @@ def run_scenario(tests, opts, variant, round_, scenario):
     started = time.monotonic()
     try:
         tests.start_three(cluster)
+        controller = active_controller(tools(workdir), cluster)
         if scenario == "transaction":
             run = tests.kill9_of_the_transaction_coordinator(cluster)
             found = {"first_commit_s": run.first_commit_s, "txn_at_kill_s": run.txn_at_kill_s,
@@ -143,6 +146,7 @@ def run_scenario(tests, opts, variant, round_, scenario):
                      "offset_readings": run.readings, "offset_violations": len(run.violations),
                      "committed_at_hw_after_restart": run.final == hw,
                      "never_consumed": sum(hw[p] - len(run.consumed[p]) for p in hw)}
+        found["active_controller"] = controller
         found["scenario_s"] = time.monotonic() - started
         return found, None
     except Exception as e:  # a failed round: reported, and the next one runs
@@ -155,16 +159,25 @@ def run_scenario(tests, opts, variant, round_, scenario):
             shutil.rmtree(n.dir, ignore_errors=True)
 
 
+def active_controller(tools, cluster):
+    """The active controller's node id, from kafka-metadata-quorum describe --status (None
+    if the tool fails): a coordinator that is also the active controller takes the
+    controller's election with it, and the fence of its broker starts on the new
+    controller."""
+    status = tools.quorum_status(("--bootstrap-server", cluster.bootstrap()))
+    return int(status["LeaderId"]) if status and status.get("LeaderId", "").isdigit() else None
+
+
 def run_all(opts, variants):
     """Every round: each scenario on each variant in turn, so that a change of the
     machine's load falls on both alike."""
-    tests = load_scenarios(opts)
+    tests, tools = load_scenarios(opts)
     runs = {v: {s: [] for s in SCENARIOS} for v in variants}
     failures = {v: {s: [] for s in SCENARIOS} for v in variants}
     for round_ in range(1, opts.rounds + 1):
         for scenario in SCENARIOS:
             for variant in variants:
-                found, error = run_scenario(tests, opts, variant, round_, scenario)
+                found, error = run_scenario(tests, tools, opts, variant, round_, scenario)
                 if error is None:
                     runs[variant][scenario].append(dict(found, round=round_))
                     print(f"round {round_} {scenario} {variant}: {json.dumps(found)}", flush=True)
@@ -234,7 +247,8 @@ def round_lines(record, variants):
                                 f"high watermarks after the restart: {found['committed_at_hw_after_restart']}; "
                                 f"never consumed {found['never_consumed']}; offsets read going back "
                                 f"{found['offset_violations']}")
-                lines.append(f"| {round_} | {scenario} | {variant} | {found['killed']} → "
+                controller = " (the active controller)" if found.get("active_controller") == found["killed"] else ""
+                lines.append(f"| {round_} | {scenario} | {variant} | {found['killed']}{controller} → "
                              f"{found['new_coordinator']} | {figures} | {happened} |")
     return lines
 
@@ -261,6 +275,9 @@ def write_report(record, out):
         "includes consuming the 800 left with a synchronous commit each, so past the first commit it "
         "measures the commit rate against the new coordinator as much as the failover.", "",
         "## Each round", "",
+        "The killed node is marked when it was also the active controller (kafka-metadata-quorum, after "
+        "the cluster started): then the controller's election comes first, and the fence of the dead "
+        "broker (`broker.session.timeout.ms`) is counted by the new controller.", "",
         *round_lines(record, variants), "",
         "## Settings", "",
         f"- Brokers: no setting beyond each node's id, listeners, data directory and the static quorum "
