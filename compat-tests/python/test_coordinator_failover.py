@@ -44,7 +44,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 import clients
 import kafkawire
 from cluster import WAIT_S, combined, listed_brokers, partition_states, skip_without_kafka_tools
-from kafka_cluster import against_kafka, combined_kafka
+from kafka_cluster import KafkaNode, against_kafka, combined_kafka
 
 # Kafka's three JVMs take minutes to start and stop on a small machine.
 pytestmark = pytest.mark.timeout(900 if against_kafka() else 300)
@@ -75,23 +75,35 @@ def three(tmp_path, request):
     (kafka_cluster.py), to check the test against Kafka itself."""
     if against_kafka():
         skip_without_kafka_tools()
-        cluster = combined_kafka(tmp_path, CLUSTER_CONFIG)
-    else:
-        cluster = combined(tmp_path, CLUSTER_CONFIG)
+    cluster = three_nodes(tmp_path, CLUSTER_CONFIG, against_kafka())
     request.node._osprey_brokers = cluster.nodes  # their logs in a failure's report
     try:
-        cluster.start()
-        want = {n.node_id for n in cluster.nodes}
-        cluster.wait_for("every broker lists all three", lambda: all(listed_brokers(n) == want for n in cluster.nodes),
-                         timeout=3 * WAIT_S)
-        if not against_kafka():  # Kafka's static quorum has every voter from the start
-            cluster.wait_for_all_voters()
+        start_three(cluster)
         yield cluster
         gc.collect()  # clients left to the cycle collector would go on reconnecting
         if not against_kafka():  # osprey must stop cleanly; Kafka is not under test
             cluster.stop()
     finally:
         cluster.kill_all()
+
+
+def three_nodes(workdir, config, kafka: bool):
+    """Three combined nodes in `workdir` with `config` on top of each one's listeners and
+    quorum: Kafka 4.4 nodes when `kafka`, else osprey nodes. Also what
+    bench/coordinators.py runs its rounds on."""
+    return combined_kafka(workdir, config) if kafka else combined(workdir, config)
+
+
+def start_three(cluster):
+    """Starts the three nodes and waits until every one lists all three brokers and, on
+    osprey, every controller is a voter (Kafka's static quorum has every voter from the
+    start)."""
+    cluster.start()
+    want = {n.node_id for n in cluster.nodes}
+    cluster.wait_for("every broker lists all three", lambda: all(listed_brokers(n) == want for n in cluster.nodes),
+                     timeout=3 * WAIT_S)
+    if not isinstance(cluster.nodes[0], KafkaNode):
+        cluster.wait_for_all_voters()
 
 
 # ----- helpers ----------------------------------------------------------------------------
@@ -278,39 +290,75 @@ class CommitWatch(clients.Background):
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_kill9_of_the_group_coordinator_keeps_commits_and_consumes_everything(three, protocol):
+    run = kill9_of_the_group_coordinator(three, protocol)
+    hw = run.high_watermarks
+    assert sum(hw.values()) == run.count, hw
+    assert run.new_coordinator != run.killed.node_id, f"{run.killed} still named the coordinator"
+    assert run.violations == [], run.violations[:10]
+    assert run.final == hw, f"committed {run.final} after the restart, high watermarks {hw}"
+    print(f"{protocol}: coordinator {run.killed} killed at {run.commits_at_kill} of {run.count} messages committed; "
+          f"first commit {run.first_commit_s}s after the kill, everything consumed {run.all_consumed_s}s, commits "
+          f"at the log end {run.commits_at_end_s}s; new coordinator {run.new_coordinator}; {run.readings} readings "
+          f"of the committed offsets; commit errors {run.commit_errors}; poll errors {run.poll_errors}")
+    missing = {p: hw[p] - len(run.consumed[p]) for p in hw if len(run.consumed[p]) != hw[p]}
+    assert missing == {}, f"messages never consumed, per partition: {missing}"
+
+
+def kill9_of_the_group_coordinator(cluster, protocol: str) -> SimpleNamespace:
+    """Two members of a `protocol` group consume 1200 keyed messages from 6 partitions,
+    committing each message after processing it; once a third is committed, the group's
+    coordinator is killed with SIGKILL. Runs until every message is consumed and the
+    committed offsets read back at the high watermarks, then restarts the killed node and
+    reads the committed offsets again.
+
+    Returns what happened, for the test to check and bench/coordinators.py to time:
+    seconds from the kill to the first commit that returned (`first_commit_s`), to every
+    message consumed (`all_consumed_s`) and to the committed offsets read back at the
+    high watermarks (`commits_at_end_s`). Fails only when the run cannot go on (a bound
+    passed, no coordinator)."""
     topic, group, partitions, count = "orders", f"orders-{protocol}", 6, 1200
-    create(three, topic, partitions)
-    produce_keyed(three, topic, count, keys=24)
-    hw = high_watermarks(three, topic, partitions)
-    assert sum(hw.values()) == count, hw
-    members = [group_member(three, group, protocol) for _ in range(2)]
-    describer = admin(three)
+    create(cluster, topic, partitions)
+    produce_keyed(cluster, topic, count, keys=24)
+    hw = high_watermarks(cluster, topic, partitions)
+    members = [group_member(cluster, group, protocol) for _ in range(2)]
+    describer = admin(cluster)
     consumed = defaultdict(set)  # partition -> offsets processed
     acked = {}  # partition -> highest offset whose commit returned
     commit_errors, poll_errors = Counter(), Counter()
     processed = [dict(), dict()]  # per member: partition -> next offset after what it processed
-    killed, killed_at, first_commit_after = None, None, None
+    run = SimpleNamespace(count=count, high_watermarks=hw, consumed=consumed, killed=None, commits_at_kill=None,
+                          first_commit_s=None, all_consumed_s=None, commits_at_end_s=None)
+    killed_at = None
+
+    def commit_returned():
+        if killed_at is not None and run.first_commit_s is None:
+            run.first_commit_s = time.monotonic() - killed_at
+
     try:
         for m in members:
             m.subscribe([topic])
-        with CommitWatch(three, group, topic, partitions, acked) as watch:
+        with CommitWatch(cluster, group, topic, partitions, acked) as watch:
             deadline = time.monotonic() + 2 * WAIT_S
             while True:
                 assert time.monotonic() < deadline, (
                     f"consumed {sum(map(len, consumed.values()))} of {count}; committed {watch.last}, high "
                     f"watermarks {hw}; commit errors {dict(commit_errors)}, poll errors {dict(poll_errors)}")
-                if killed is None and sum(acked.values()) >= count // 3:
-                    killed = three.node(three.wait_for(f"the coordinator of {group}",
-                                                       lambda: group_coordinator(describer, group)))
-                    killed.kill9()
-                    killed_at, commits_at_kill = time.monotonic(), sum(acked.values())
-                if all(len(consumed[p]) == hw[p] for p in hw) and watch.last == hw:
+                if run.killed is None and sum(acked.values()) >= count // 3:
+                    run.killed = cluster.node(cluster.wait_for(f"the coordinator of {group}",
+                                                               lambda: group_coordinator(describer, group)))
+                    run.killed.kill9()
+                    killed_at, run.commits_at_kill = time.monotonic(), sum(acked.values())
+                all_consumed = all(len(consumed[p]) == hw[p] for p in hw)
+                if killed_at is not None and all_consumed and run.all_consumed_s is None:
+                    run.all_consumed_s = time.monotonic() - killed_at
+                if all_consumed and watch.last == hw:
                     break
                 for i, m in enumerate(members):
                     msg = m.poll(0.05)
                     if msg is None:
                         if all(len(consumed[p]) == hw[p] for p in hw):
-                            commit_processed(m, topic, processed[i], acked, commit_errors)
+                            if commit_processed(m, topic, processed[i], acked, commit_errors):
+                                commit_returned()
                         continue
                     if msg.error():
                         poll_errors[msg.error().name()] += 1
@@ -323,24 +371,20 @@ def test_kill9_of_the_group_coordinator_keeps_commits_and_consumes_everything(th
                         commit_errors[e.args[0].name()] += 1
                         continue
                     acked[msg.partition()] = max(acked.get(msg.partition(), -1), msg.offset() + 1)
-                    if killed_at is not None and first_commit_after is None:
-                        first_commit_after = time.monotonic() - killed_at
-            assert killed is not None, "the members finished before the coordinator was killed"
+                    commit_returned()
+            assert run.killed is not None, "the members finished before the coordinator was killed"
+            run.commits_at_end_s = time.monotonic() - killed_at
             # FindCoordinator rather than the admin client while the coordinator moves (above).
-            new_coordinator = three.wait_for("the group's coordinator",
-                                             lambda: find_coordinator(three, group, KEY_TYPE_GROUP))
-            assert new_coordinator != killed.node_id, f"{killed} still named the coordinator"
-            killed.start()
-            three.wait_for(f"{killed} listed again", lambda: all(listed_brokers(n) == {1, 2, 3} for n in three.nodes))
-            final = three.wait_for("the committed offsets after the restart",
-                                   lambda: committed_offsets(watch.reader, topic, partitions))
-        assert watch.violations == [], watch.violations[:10]
-        assert final == hw, f"committed {final} after the restart, high watermarks {hw}"
-        print(f"{protocol}: coordinator {killed} killed at {commits_at_kill} of {count} messages committed; first commit "
-              f"{first_commit_after}s after the kill; new coordinator {new_coordinator}; {watch.readings} readings "
-              f"of the committed offsets; commit errors {dict(commit_errors)}; poll errors {dict(poll_errors)}")
-        missing = {p: hw[p] - len(consumed[p]) for p in hw if len(consumed[p]) != hw[p]}
-        assert missing == {}, f"messages never consumed, per partition: {missing}"
+            run.new_coordinator = cluster.wait_for("the group's coordinator",
+                                                   lambda: find_coordinator(cluster, group, KEY_TYPE_GROUP))
+            run.killed.start()
+            cluster.wait_for(f"{run.killed} listed again",
+                             lambda: all(listed_brokers(n) == {1, 2, 3} for n in cluster.nodes))
+            run.final = cluster.wait_for("the committed offsets after the restart",
+                                         lambda: committed_offsets(watch.reader, topic, partitions))
+        run.violations, run.readings = watch.violations, watch.readings
+        run.commit_errors, run.poll_errors = dict(commit_errors), dict(poll_errors)
+        return run
     finally:
         for m in members:
             m.close()
@@ -358,18 +402,19 @@ def group_coordinator(a: AdminClient, group: str):
 
 def commit_processed(member, topic: str, processed, acked, errors):
     """Commits what this member processed on the partitions it still owns: the retry of a
-    commit that failed while the coordinator moved."""
+    commit that failed while the coordinator moved. True when a commit returned."""
     owned = {tp.partition for tp in member.assignment()}
     offsets = [TopicPartition(topic, p, o) for p, o in processed.items() if p in owned and o > acked.get(p, -1)]
     if not offsets:
-        return
+        return False
     try:
         member.commit(offsets=offsets, asynchronous=False)
     except KafkaException as e:
         errors[e.args[0].name()] += 1
-        return
+        return False
     for tp in offsets:
         acked[tp.partition] = max(acked.get(tp.partition, -1), tp.offset)
+    return True
 
 
 # ----- transaction coordinator loss -------------------------------------------------------
@@ -486,15 +531,49 @@ def read_committed_to_end(cluster, topic: str, partitions: int):
 
 
 def test_kill9_of_the_transaction_coordinator_leaves_each_transaction_whole_or_absent(three):
+    run = kill9_of_the_transaction_coordinator(three)
+    assert len(set(run.led_by.values())) >= 2, f"partitions all led by one broker: {run.led_by}"
+    runner, got = run.runner, run.read_committed
+    states = Counter(runner.outcomes.values())
+    print(f"coordinator {run.victim} killed in transaction {run.txn_at_kill}; new coordinator {run.new_coordinator}; "
+          f"first commit {run.first_commit_s}s after the kill; the transaction at the kill took {run.txn_at_kill_s}s "
+          f"({runner.outcomes.get(run.txn_at_kill)}); outcomes {dict(states)}; producers {runner.producers_made}; "
+          f"errors {dict(runner.errors)}; {len(got)} messages read_committed")
+    seen = defaultdict(list)
+    for value in got:
+        txn, j = value.decode().split(":")
+        seen[int(txn)].append(int(j))
+    for txn, js in sorted(seen.items()):
+        assert sorted(js) == list(range(runner.size)), (
+            f"transaction {txn} ({runner.outcomes.get(txn)}) partly visible or duplicated: {sorted(js)}")
+    for txn, outcome in sorted(runner.outcomes.items()):
+        if outcome == "committed":
+            assert txn in seen, f"transaction {txn}: commit_transaction returned but read_committed does not see it"
+        elif outcome == "aborted":
+            assert txn not in seen, f"transaction {txn}: abort_transaction returned but read_committed sees it"
+    assert run.new_coordinator != run.victim.node_id
+    assert states["committed"] >= 10 and run.after_kill >= 12, states
+
+
+def kill9_of_the_transaction_coordinator(cluster) -> SimpleNamespace:
+    """A transactional producer runs transactions over 6 partitions one after another
+    (TxnRunner); its transaction coordinator is killed with SIGKILL 50 ms after transaction
+    10 begins, and 12 more transactions follow. Then the killed node is restarted and a
+    read_committed consumer reads the topic to its high watermarks.
+
+    Returns what happened, for the test to check and bench/coordinators.py to time: seconds
+    from the kill to the return of the first commit_transaction of a transaction that
+    ended after the kill (`first_commit_s`), and the number and duration, from its
+    begin_transaction to its end (recovery included), of the transaction under way at the
+    kill (`txn_at_kill`, `txn_at_kill_s`; the first one to begin after it if none was)."""
     topic, partitions, transactional_id = "payments", 6, "payments-txn"
-    create(three, topic, partitions)
-    led_by = leaders(three, topic)
-    assert len(set(led_by.values())) >= 2, f"partitions all led by one broker: {led_by}"
-    runner = TxnRunner(three, topic, partitions, transactional_id)
+    create(cluster, topic, partitions)
+    led_by = leaders(cluster, topic)
+    runner = TxnRunner(cluster, topic, partitions, transactional_id)
     runner.new_producer()
-    coordinator = three.wait_for("the transaction coordinator",
-                                 lambda: find_coordinator(three, transactional_id, KEY_TYPE_TRANSACTION))
-    victim = three.node(coordinator)
+    coordinator = cluster.wait_for("the transaction coordinator",
+                                   lambda: find_coordinator(cluster, transactional_id, KEY_TYPE_TRANSACTION))
+    victim = cluster.node(coordinator)
     # The kill comes from another thread while transaction 10 or so is under way, at
     # whatever step it is (producing, adding partitions, committing or aborting).
     killed_at = {}
@@ -510,43 +589,31 @@ def test_kill9_of_the_transaction_coordinator_leaves_each_transaction_whole_or_a
     killer.start()
     n, after_kill = 0, 0
     first_commit_after = None
+    spans = {}  # transaction -> (began, ended), time.monotonic()
     deadline = time.monotonic() + 2 * WAIT_S
     while n < 12 or after_kill < 12:
         assert time.monotonic() < deadline, f"transactions {runner.outcomes}, errors {dict(runner.errors)}"
         if n == 10:
             started_kill.set()
+        began = time.monotonic()
         runner.run_one(n)
+        spans[n] = (began, time.monotonic())
         if "t" in killed_at:
             after_kill += 1
             if first_commit_after is None and runner.outcomes[n] == "committed":
                 first_commit_after = time.monotonic() - killed_at["t"]
         n += 1
     killer.join()
-    new_coordinator = three.wait_for("the transaction coordinator",
-                                     lambda: find_coordinator(three, transactional_id, KEY_TYPE_TRANSACTION))
+    new_coordinator = cluster.wait_for("the transaction coordinator",
+                                       lambda: find_coordinator(cluster, transactional_id, KEY_TYPE_TRANSACTION))
     runner.producer = None
     victim.start()
-    three.wait_for(f"{victim} listed again", lambda: all(listed_brokers(n) == {1, 2, 3} for n in three.nodes))
-
-    got = read_committed_to_end(three, topic, partitions)
-    states = Counter(runner.outcomes.values())
-    print(f"coordinator {victim} killed at transaction 10; new coordinator {new_coordinator}; first commit "
-          f"{first_commit_after}s after the kill; outcomes {dict(states)}; producers {runner.producers_made}; "
-          f"errors {dict(runner.errors)}; {len(got)} messages read_committed")
-    seen = defaultdict(list)
-    for value in got:
-        txn, j = value.decode().split(":")
-        seen[int(txn)].append(int(j))
-    for txn, js in sorted(seen.items()):
-        assert sorted(js) == list(range(runner.size)), (
-            f"transaction {txn} ({runner.outcomes.get(txn)}) partly visible or duplicated: {sorted(js)}")
-    for txn, outcome in sorted(runner.outcomes.items()):
-        if outcome == "committed":
-            assert txn in seen, f"transaction {txn}: commit_transaction returned but read_committed does not see it"
-        elif outcome == "aborted":
-            assert txn not in seen, f"transaction {txn}: abort_transaction returned but read_committed sees it"
-    assert new_coordinator != victim.node_id
-    assert states["committed"] >= 10 and after_kill >= 12, states
+    cluster.wait_for(f"{victim} listed again", lambda: all(listed_brokers(n) == {1, 2, 3} for n in cluster.nodes))
+    txn_at_kill = next(t for t, (_, ended) in sorted(spans.items()) if ended >= killed_at["t"])
+    return SimpleNamespace(led_by=led_by, runner=runner, victim=victim, new_coordinator=new_coordinator,
+                           after_kill=after_kill, first_commit_s=first_commit_after, txn_at_kill=txn_at_kill,
+                           txn_at_kill_s=spans[txn_at_kill][1] - spans[txn_at_kill][0],
+                           read_committed=read_committed_to_end(cluster, topic, partitions))
 
 
 # ----- the reference articles' consumer practices -----------------------------------------
