@@ -1,6 +1,7 @@
 //! A partition this broker holds, as leader or follower: its log, its replica state
 //! machine, and the signals fetchers wait on.
 
+use crate::telemetry::{LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use osprey_cluster::replica::fetch::{FetchDecision, FollowerFetch};
 use osprey_cluster::replica::{
     AckLevel, AppendRefused, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState, Role, Snapshot,
@@ -526,6 +527,9 @@ fn ack_level(acks: i16) -> AckLevel {
     }
 }
 
+/// A full disk fails every coordinator append, retried: one line per interval.
+static COORDINATOR_APPEND_FAILURES_LOGGED: LogLimiter = LogLimiter::new();
+
 /// Appends coordinator records (`__consumer_offsets`, `__transaction_state`) as one
 /// uncompressed batch, transactional for `producer` if given (no sequence: coordinator
 /// writes are not sequence-checked, as in Kafka), and returns the durability wait. `what`
@@ -554,7 +558,9 @@ pub fn append_coordinator_records(
     let expected = (coordinator_epoch >= 0).then_some(coordinator_epoch);
     let appended = partition.append_as_leader(expected, |epoch| partition.log.append(&mut bytes, epoch, now))?;
     let info = appended.map_err(|e| {
-        tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "{what} failed");
+        if let Some(unlogged) = COORDINATOR_APPEND_FAILURES_LOGGED.admit(REPEATED_FAILURE_LOG_INTERVAL) {
+            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, unlogged, "{what} failed");
+        }
         if e.is_kafka_storage_error() {
             ErrorCode::KAFKA_STORAGE_ERROR
         } else {

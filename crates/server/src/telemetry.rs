@@ -526,6 +526,10 @@ pub fn connection_closed() {
     gauge!("osprey_connections").decrement(1.0);
 }
 
+/// How often a failure that repeats with every retry (a full disk failing each append,
+/// a leader that is down) may log its line.
+pub(crate) const REPEATED_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// Lets a line that can repeat many times a second into the log at most once per
 /// interval, counting the ones it held back, so that a flood never floods the log.
 #[derive(Debug, Default)]

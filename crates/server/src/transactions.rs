@@ -29,7 +29,7 @@ use crate::coordinator_leadership::{Led, LoadMode, LoadRetries};
 use crate::groups::{read_all, OFFSETS_TOPIC};
 use crate::partition::{append_coordinator_records, Partition};
 use crate::replies::Replies;
-use crate::telemetry;
+use crate::telemetry::{self, LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use crate::txn_interbroker::{
     self, coordinator_route, CoordinatorRoute, MarkerChannel, MarkerResult, RemoteCheck, RemoteMarker,
     VerificationGuard, VerificationGuards,
@@ -588,6 +588,8 @@ fn write_markers(broker: &Arc<Broker>, write: MarkerWrite) {
 
 /// Appends a marker to `partition` as its leader (`Partition::append_as_leader`: not
 /// across a change of leadership), with the error a WriteTxnMarkers answer carries.
+static MARKER_FAILURES_LOGGED: LogLimiter = LogLimiter::new();
+
 fn append_marker_as_leader(
     partition: &Partition,
     producer_id: i64,
@@ -601,7 +603,10 @@ fn append_marker_as_leader(
     appended.map_err(|e| {
         let code = crate::handlers::produce::storage_error_code(&e);
         let (topic, index) = (&partition.topic, partition.index);
-        tracing::warn!(topic = %topic, partition = index, producer_id, error = %e, "transaction marker not written");
+        // Retried every marker back-off while the disk stays full: one line per interval.
+        if let Some(unlogged) = MARKER_FAILURES_LOGGED.admit(REPEATED_FAILURE_LOG_INTERVAL) {
+            tracing::warn!(topic = %topic, partition = index, producer_id, error = %e, unlogged, "transaction marker not written");
+        }
         code
     })
 }

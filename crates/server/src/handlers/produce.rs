@@ -13,7 +13,7 @@ use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
-use crate::telemetry::{self, LogLimiter};
+use crate::telemetry::{self, LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use crate::transactions::NotYet;
 use crate::txn_interbroker::{CoordinatorRoute, RemoteCheck};
 use bytes::Bytes;
@@ -406,7 +406,7 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
             let code = storage_error_code(&e);
             telemetry::error_code(ApiKey::Produce, code);
             if e.is_kafka_storage_error() {
-                if let Some(unlogged) = APPEND_FAILURES_LOGGED.admit(APPEND_FAILURE_LOG_INTERVAL) {
+                if let Some(unlogged) = APPEND_FAILURES_LOGGED.admit(REPEATED_FAILURE_LOG_INTERVAL) {
                     tracing::error!(
                         topic = %partition.topic,
                         partition = partition.index,
@@ -425,7 +425,6 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
 /// one "append failed" line per interval for the whole broker, with how many were held
 /// back (every failure is counted in `osprey_error_codes_total`).
 static APPEND_FAILURES_LOGGED: LogLimiter = LogLimiter::new();
-const APPEND_FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
 /// Produce v3+ carries exactly one v2 batch per partition, written by a client (not a
 /// control batch), compressed with a codec this request version may use, whose records

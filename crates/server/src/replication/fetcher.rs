@@ -15,7 +15,7 @@ use crate::broker::{now_ms, Broker};
 use crate::cluster_link::ClusterLink;
 use crate::interbroker::{client_id, ClientConfig, NodeAddress, NodeClient};
 use crate::partition::Partition;
-use crate::telemetry::LogLimiter;
+use crate::telemetry::{LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use osprey_cluster::replica::fetch::{truncation_offset, EpochEnd};
 use osprey_cluster::{MetadataImage, PartitionImage};
 use osprey_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic, ReplicaState};
@@ -88,6 +88,9 @@ struct Fetcher {
     /// The incremental fetch session with the leader.
     session: FetchSession,
 }
+
+/// A full disk fails every fetched append: one line per interval for the broker.
+static FOLLOWER_APPEND_FAILURES_LOGGED: LogLimiter = LogLimiter::new();
 
 /// At most one "replica fetch failed" line per fetcher this often.
 const FAILURE_LOG_INTERVAL: Duration = Duration::from_secs(10);
@@ -427,7 +430,9 @@ pub(crate) fn apply(partition: &Partition, data: PartitionData) -> Outcome {
     if !records.is_empty() {
         let log = &partition.log;
         if let Err(e) = log.append_as_follower(&records, now_ms()) {
-            tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, "replicated batches not appended");
+            if let Some(unlogged) = FOLLOWER_APPEND_FAILURES_LOGGED.admit(REPEATED_FAILURE_LOG_INTERVAL) {
+                tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, unlogged, "replicated batches not appended");
+            }
             crate::telemetry::replica_fetch_failed("append");
             return Outcome::Failed;
         }
