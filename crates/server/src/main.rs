@@ -386,7 +386,18 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
         "osprey is ready"
     );
     let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
-    signals.recv().await;
+    let quorum_failure = tokio::select! {
+        _ = signals.recv() => None,
+        why = quorum_member_failed(controller_node.as_ref()) => {
+            tracing::error!(
+                error = %why,
+                "this node's controller quorum member stopped (its metadata log could not be written); \
+                 stopping the node, as Kafka halts when its metadata log fails: fix the cause (a full \
+                 disk: free space) and start it again"
+            );
+            Some(why)
+        }
+    };
     tracing::info!("controlled shutdown: asking the controller to move leadership away");
     // At most `broker.session.timeout.ms`: by then the controller fences a broker that
     // stopped heartbeating anyway, and a quorum without a majority never answers.
@@ -401,7 +412,27 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     broker.begin_shutdown();
     let _ = server.await;
     let closed = close_broker(broker).await;
-    stop_controller(controller_node, closed).await
+    let outcome = stop_controller(controller_node, closed).await;
+    match quorum_failure {
+        Some(why) => Err(format!("the controller quorum member failed: {why}")),
+        None => outcome,
+    }
+}
+
+/// Resolves once this node's controller quorum member has stopped on a fatal error (a
+/// metadata log write that failed: openraft stops the member, and the log refuses writes
+/// until a restart); never without a member.
+async fn quorum_member_failed(node: Option<&ControllerNode>) -> String {
+    let Some(node) = node else { return std::future::pending().await };
+    let mut metrics = node.quorum().metrics();
+    loop {
+        if let Err(fatal) = &metrics.borrow_and_update().running_state {
+            return fatal.to_string();
+        }
+        if metrics.changed().await.is_err() {
+            return "the controller quorum member stopped".into();
+        }
+    }
 }
 
 /// Closes the broker's partition logs, at most `SHUTDOWN_CLOSE_LOGS` (then the rest are
