@@ -27,6 +27,36 @@ def test_a_rolling_restart_visits_every_node_once():
     assert all(sorted(r["order"]) == [1, 2, 3, 4, 5] for r in rolling)
 
 
+def test_a_full_disk_round_names_one_node_and_how_long_it_stays_full():
+    rounds = [r for seed in range(20) for r in run.draw_schedule(seed, 5, ["fulldisk"], [1, 2, 3])]
+    assert rounds and all(r["node"] in (1, 2, 3) and run.FULL_DISK_S[0] <= r["hold_s"] <= run.FULL_DISK_S[1]
+                          for r in rounds)
+
+
+def test_the_ballast_fills_a_file_system_to_its_last_byte(tmp_path, monkeypatch):
+    """fill_with_ballast against a fake file that refuses writes past a size, as a full
+    file system does (ENOSPC), whatever the chunk size."""
+    import errno
+    import io
+
+    class SmallDisk(io.RawIOBase):
+        def __init__(self, capacity):
+            self.capacity, self.size = capacity, 0
+
+        def writable(self):
+            return True
+
+        def write(self, b):
+            if self.size + len(b) > self.capacity:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            self.size += len(b)
+            return len(b)
+
+    disk = SmallDisk(3 * (1 << 20) + 12345)
+    monkeypatch.setattr(run, "open", lambda *a, **k: disk, raising=False)
+    assert run.fill_with_ballast(tmp_path / "ballast") == disk.capacity == disk.size
+
+
 def batch(base: int, records: int, epoch: int, producer_id: int, sequence: int, crc: int) -> bytes:
     """A v2 record batch header with no record bodies (enough for the comparison)."""
     body = struct.pack(">ibIhiqqqhii", epoch, 2, crc, 0, records - 1, 0, 0, producer_id, 0, sequence, records)
