@@ -641,6 +641,12 @@ impl Broker {
     }
 
     /// True when every partition of `topic` led here has its log open.
+    /// Whether the internal topic `name` exists and every partition led here is open: then
+    /// `ensure_internal_topic` answers at once, without its lock or any I/O.
+    pub fn internal_topic_ready(&self, name: &str) -> bool {
+        self.image().topic(name).is_some_and(|t| self.opened_all(t))
+    }
+
     fn opened_all(&self, topic: &TopicImage) -> bool {
         let node = self.settings.node_id;
         topic.partitions.iter().all(|p| p.leader != node || self.replica_manager.contains(topic.id, p.index))

@@ -6,8 +6,8 @@
 //! at once, as Kafka's brokers do: the creation is a request to the controller quorum,
 //! which waits `request.timeout.ms` when no controller answers (no majority), and a
 //! connection's answers go out in order, so a consumer's fetches on the same connection
-//! would wait behind it. A partition without a live leader answers
-//! COORDINATOR_NOT_AVAILABLE.
+//! would wait behind it; so does one whose partition led here has no open log yet. A
+//! partition without a live leader answers COORDINATOR_NOT_AVAILABLE.
 
 use crate::broker::{Broker, InternalTopicEnsure};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
@@ -50,7 +50,10 @@ fn internal_topic(key_type: i8) -> Option<(&'static str, InternalTopicEnsure)> {
 /// The internal topic made ready, or started in the background in a cluster (module doc).
 fn ensure(broker: &Arc<Broker>, key_type: i8) -> Result<(), ErrorCode> {
     match internal_topic(key_type) {
-        Some((name, ensure)) if broker.cluster_link().is_some() && broker.image().topic(name).is_none() => {
+        // Also while a partition led here is not open yet (its log failed to open, as on a
+        // full disk): opening it is disk I/O under the internal topics' lock, which a
+        // creation's controller round trip may hold, never for an async worker.
+        Some((name, ensure)) if broker.cluster_link().is_some() && !broker.internal_topic_ready(name) => {
             broker.create_internal_topic_in_background(name, ensure);
             Err(ErrorCode::COORDINATOR_NOT_AVAILABLE)
         }
