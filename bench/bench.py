@@ -585,6 +585,15 @@ def fmt(value):
     return f"{value:.0f}" if abs(value) >= 100 else f"{value:.3g}"
 
 
+def median_cell(values, show=fmt):
+    """The median of `values`, and their range when there is more than one, for a report."""
+    if not values:
+        return "n/a"
+    if len(values) == 1:
+        return show(values[0])
+    return f"{show(statistics.median(values))} ({show(min(values))}-{show(max(values))})"
+
+
 def write_report(opts, runs, started_at, out):
     """README.md (the table), raw.json (every run) and the charts, in out."""
     figures = list(dict.fromkeys(f for run in runs for f in run["figures"]))

@@ -199,12 +199,7 @@ def values_of(record, variant, scenario, key):
 
 
 def cell(values):
-    """The median, and the range when there is more than one value."""
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+    return bench.median_cell(values, fmt)
 
 
 def summary_lines(record, variants):

@@ -333,12 +333,7 @@ def fmt(value):
 
 
 def cell(values):
-    """The median, and the range when there is more than one value."""
-    if not values:
-        return "n/a"
-    if len(values) == 1:
-        return fmt(values[0])
-    return f"{fmt(statistics.median(values))} ({fmt(min(values))}-{fmt(max(values))})"
+    return bench.median_cell(values, fmt)
 
 
 def goal_lines(medians, osprey_variants):
