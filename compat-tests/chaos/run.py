@@ -87,6 +87,8 @@ RELAXED_FSYNC = {"log.flush.interval.messages": 9223372036854775807}
 PAUSE_S = (4.0, 9.0)
 PARTITION_S = (5.0, 12.0)
 FULL_DISK_S = (4.0, 10.0)
+# What a node logs when it stops because its controller quorum member failed.
+QUORUM_STOPPED_LINE = "this node's controller quorum member stopped"
 KILL_HOLD_S = (0.5, 5.0)
 GAP_S = (1.0, 4.0)
 RECOVER_S = 120.0
@@ -648,6 +650,7 @@ class Run:
         self.args, self.seed, self.workdir = args, seed, workdir
         self.history = History(workdir / "history.jsonl")
         self.problems = []  # liveness, process and replica findings, outside the history's checks
+        self.filled = set()  # nodes whose disk a fulldisk round filled since their last start
         self.final_read_marks = []
         extra = dict(BROKER_CONFIG)
         if args.unsafe:
@@ -808,17 +811,11 @@ class Run:
         elif kind == "fulldisk":
             ballast = self.disks.fill(node)
             self.history.fault("fulldisk", node=node.node_id, round=i, hold_s=r["hold_s"], ballast_bytes=ballast)
+            self.filled.add(node.node_id)
             time.sleep(r["hold_s"])
             self.disks.free(node)
             self.history.fault("space-back", node=node.node_id, round=i)
-            # A node whose controller quorum member could not write its metadata log stops
-            # (as Kafka halts): expected here, and it is started again once space is back.
-            code = node.exited()
-            if code is not None:
-                self.history.fault("stopped-on-full-disk", node=node.node_id, round=i, code=code)
-                node.proc = None
-                node.start()
-                self.history.fault("restart", node=node.node_id, round=i)
+            self.check_processes()
         elif kind == "powerloss":
             self.history.fault("powerloss", round=i)
             self.disks.cut_power(self.nodes)
@@ -855,14 +852,22 @@ class Run:
                 n.resume()
 
     def check_processes(self):
-        """A node that exited by itself is a finding: recorded, then restarted."""
+        """A node that exited by itself is a finding: recorded, then restarted. Except one
+        that stopped because its controller quorum member could not write the metadata
+        log on a disk a fulldisk round filled: that is what it should do (as Kafka halts),
+        and it is started again (the space is back by the time this runs)."""
         for n in self.nodes:
             code = n.exited()
-            if code is not None:
+            if code is None:
+                continue
+            if n.node_id in self.filled and code == 1 and QUORUM_STOPPED_LINE in n.log_tail(100_000):
+                self.history.fault("stopped-on-full-disk", node=n.node_id, code=code)
+            else:
                 self.problems.append(f"{n} exited by itself with code {code}; log: {n.log_path}")
                 self.history.fault("crashed", node=n.node_id, code=code)
-                n.proc = None
-                n.start()
+            self.filled.discard(n.node_id)
+            n.proc = None
+            n.start()
 
     def wait_healthy(self, what: str, topics=(TOPIC, TXN_TOPIC), timeout: float = RECOVER_S):
         """Until every node lists every broker and every partition of `topics` has a
