@@ -268,6 +268,14 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let outcome = tokio::select! {
         _ = signals.recv() => Ok(()),
         why = node.failed() => Err(why),
+        why = quorum_member_failed(Some(&node)) => {
+            tracing::error!(
+                error = %why,
+                "this controller's quorum member stopped (its metadata log could not be written); stopping, as \
+                 Kafka halts when its metadata log fails: fix the cause (a full disk: free space) and start it again"
+            );
+            Err(format!("the controller quorum member failed: {why}"))
+        }
     };
     tracing::info!("shutting down the controller");
     let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
