@@ -268,14 +268,7 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let outcome = tokio::select! {
         _ = signals.recv() => Ok(()),
         why = node.failed() => Err(why),
-        why = quorum_member_failed(Some(&node)) => {
-            tracing::error!(
-                error = %why,
-                "this controller's quorum member stopped (its metadata log could not be written); stopping, as \
-                 Kafka halts when its metadata log fails: fix the cause (a full disk: free space) and start it again"
-            );
-            Err(format!("the controller quorum member failed: {why}"))
-        }
+        why = quorum_member_failed(Some(&node)) => Err(why),
     };
     tracing::info!("shutting down the controller");
     let _ = tokio::task::spawn_blocking(move || node.shutdown()).await;
@@ -396,15 +389,7 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let server = tokio::spawn(network::serve(broker.clone(), client, stopped.clone(), SHUTDOWN_DRAIN));
     let quorum_failure = tokio::select! {
         _ = signals.recv() => None,
-        why = quorum_member_failed(controller_node.as_ref()) => {
-            tracing::error!(
-                error = %why,
-                "this node's controller quorum member stopped (its metadata log could not be written); \
-                 stopping the node, as Kafka halts when its metadata log fails: fix the cause (a full \
-                 disk: free space) and start it again"
-            );
-            Some(why)
-        }
+        why = quorum_member_failed(controller_node.as_ref()) => Some(why),
     };
     tracing::info!("controlled shutdown: asking the controller to move leadership away");
     // At most `broker.session.timeout.ms`: by then the controller fences a broker that
@@ -421,26 +406,31 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let _ = server.await;
     let closed = close_broker(broker).await;
     let outcome = stop_controller(controller_node, closed).await;
-    match quorum_failure {
-        Some(why) => Err(format!("the controller quorum member failed: {why}")),
-        None => outcome,
-    }
+    quorum_failure.map_or(outcome, Err)
 }
 
 /// Resolves once this node's controller quorum member has stopped on a fatal error (a
 /// metadata log write that failed: openraft stops the member, and the log refuses writes
-/// until a restart); never without a member.
+/// until a restart), having logged why and what to do; never without a member. The node
+/// then stops, as Kafka halts when its metadata log fails.
 async fn quorum_member_failed(node: Option<&ControllerNode>) -> String {
     let Some(node) = node else { return std::future::pending().await };
     let mut metrics = node.quorum().metrics();
-    loop {
+    let why = loop {
         if let Err(fatal) = &metrics.borrow_and_update().running_state {
-            return fatal.to_string();
+            break fatal.to_string();
         }
         if metrics.changed().await.is_err() {
-            return "the controller quorum member stopped".into();
+            break "it stopped".to_string();
         }
-    }
+    };
+    tracing::error!(
+        error = %why,
+        "this node's controller quorum member stopped (its metadata log could not be written); stopping \
+         the node, as Kafka halts when its metadata log fails: fix the cause (a full disk: free space) and \
+         start it again"
+    );
+    format!("the controller quorum member failed: {why}")
 }
 
 /// Closes the broker's partition logs, at most `SHUTDOWN_CLOSE_LOGS` (then the rest are
