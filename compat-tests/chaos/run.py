@@ -28,7 +28,6 @@ file for a while, then the ballast is deleted) fills one node's disk.
 """
 
 import argparse
-import errno
 import fcntl
 import json
 import os
@@ -52,7 +51,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 import checker  # noqa: E402
-from cluster import Cluster, Node, listed_brokers, partition_states  # noqa: E402
+from cluster import Cluster, Node, fill_with_ballast, listed_brokers, partition_states  # noqa: E402
 from conftest import REPO_ROOT, osprey_bin  # noqa: E402
 
 TOPIC = "chaos"
@@ -506,22 +505,6 @@ class TmpfsDisks(LoopDisks):
             if (mount / "data").is_dir():
                 shutil.copytree(mount / "data", mount.parent / f"node-{node_id}-data", dirs_exist_ok=True)
         super().close()
-
-
-def fill_with_ballast(path: Path) -> int:
-    """Writes `path` until the file system refuses (ENOSPC); returns the bytes written."""
-    chunk = b"\0" * (1 << 20)
-    written = 0
-    with open(path, "wb", buffering=0) as f:
-        while True:
-            try:
-                written += f.write(chunk)
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-                chunk = chunk[: len(chunk) // 2]
-                if not chunk:
-                    return written
 
 
 def ip(*args: str, check: bool = True):

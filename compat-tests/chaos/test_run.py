@@ -6,7 +6,9 @@ offset. No broker runs here."""
 import struct
 from types import SimpleNamespace
 
-import run
+import run  # puts compat-tests/python on sys.path
+
+import cluster  # noqa: E402
 
 
 def test_a_seed_draws_the_same_schedule_again():
@@ -53,7 +55,7 @@ def test_the_ballast_fills_a_file_system_to_its_last_byte(tmp_path, monkeypatch)
             return len(b)
 
     disk = SmallDisk(3 * (1 << 20) + 12345)
-    monkeypatch.setattr(run, "open", lambda *a, **k: disk, raising=False)
+    monkeypatch.setattr(cluster, "open", lambda *a, **k: disk, raising=False)
     assert run.fill_with_ballast(tmp_path / "ballast") == disk.capacity == disk.size
 
 

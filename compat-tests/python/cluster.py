@@ -9,6 +9,7 @@ bench/scratch/kafka-lib, which compat-tests/run.sh fills through bench/setup.sh)
 `skip_without_kafka_tools()` skips a test visibly without them.
 """
 
+import errno
 import os
 import re
 import shutil
@@ -392,6 +393,22 @@ def partition_states(node: Node, topic: str, timeout: float = 5.0):
     node does not answer or does not know the topic."""
     md = metadata_states(node, [topic], timeout)
     return None if md is None else md[2].get(topic)
+
+
+def fill_with_ballast(path: Path) -> int:
+    """Writes `path` until the file system refuses (ENOSPC); returns the bytes written."""
+    chunk = b"\0" * (1 << 20)
+    written = 0
+    with open(path, "wb", buffering=0) as f:
+        while True:
+            try:
+                written += f.write(chunk)
+            except OSError as e:
+                if e.errno != errno.ENOSPC:
+                    raise
+                chunk = chunk[: len(chunk) // 2]
+                if not chunk:
+                    return written
 
 
 def listed_brokers(node: Node):

@@ -117,3 +117,48 @@ def test_a_full_disk_refuses_appends_with_kafka_storage_error_and_loses_nothing_
         assert len(at) == len(got), f"{when}: a value appears twice"
         if when == "with space back":
             broker.restart()
+
+
+# ----- a full disk under a controller quorum voter -----------------------------------------
+
+QUORUM_STOPPED = "this node's controller quorum member stopped"
+
+
+@pytest.mark.timeout(300)
+def test_a_voter_whose_metadata_log_cannot_be_written_stops_and_rejoins_once_space_is_back(small_fs, tmp_path):
+    """Node 3's data (its metadata log included) is on the small tmpfs, filled to the last
+    byte: the next metadata records (topic creations) fail its metadata log write, and the
+    node stops with exit code 1 and a line saying why, as Kafka halts, rather than run on
+    with a dead voter. Once the space is back it starts again and the cluster is whole."""
+    from cluster import Cluster, Node, fill_with_ballast, listed_brokers
+
+    nodes = [Node(tmp_path, i, "broker,controller") for i in (1, 2, 3)]
+    nodes[2].dir = small_fs / "data"
+    cluster = Cluster(tmp_path, nodes)
+    try:
+        cluster.start()
+        cluster.wait_for_all_voters()
+        cluster.wait_for("every node listing the three brokers",
+                         lambda: all(listed_brokers(n) == {1, 2, 3} for n in nodes))
+        victim = nodes[2]
+        ballast = small_fs / "ballast"
+        assert fill_with_ballast(ballast) > 0
+        admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": cluster.bootstrap(nodes[:2])}))
+        deadline = time.monotonic() + 120
+        created = 0
+        while victim.exited() is None:
+            assert time.monotonic() < deadline, f"node 3 still runs on a full disk:\n{victim.log_tail()}"
+            # Topics make metadata records, which every voter appends to its log.
+            admin.create_topics([NewTopic(f"filler-{created}", 1, 2)])
+            created += 1
+            time.sleep(0.5)
+        assert victim.exited() == 1, f"exit code {victim.exited()}:\n{victim.log_tail()}"
+        assert QUORUM_STOPPED in victim.log_tail(100_000), victim.log_tail()
+        ballast.unlink()
+        victim.proc = None
+        victim.start()
+        cluster.wait_for("node 3 back: every node listing the three brokers",
+                         lambda: all(listed_brokers(n) == {1, 2, 3} for n in nodes), timeout=120)
+        cluster.stop()
+    finally:
+        cluster.kill_all()
