@@ -119,6 +119,60 @@ def test_a_full_disk_refuses_appends_with_kafka_storage_error_and_loses_nothing_
             broker.restart()
 
 
+KAFKA_STORAGE_ERROR = 56
+OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+
+
+def test_an_idempotent_producers_batches_after_one_that_failed_on_a_full_disk_wait_for_its_retry(small_fs,
+                                                                                              start_broker):
+    """A producer pipelines batches (librdkafka keeps up to five in flight). When one fails
+    on the full disk, the next does not follow the last written sequence. It must get the
+    retriable KAFKA_STORAGE_ERROR: on OUT_OF_ORDER_SEQUENCE_NUMBER for a batch that is not
+    the oldest in flight, librdkafka bumps its epoch and renumbers every unacknowledged
+    message, so one written but not yet acknowledged is written twice (librdkafka issue
+    4953; the chaos runner's `fulldisk` fault found 19 records stored twice that way).
+    Raw requests on one connection, as a pipelining producer sends them."""
+    import kafkawire as kw
+    from cluster import fill_with_ballast
+
+    broker = start_broker({"log.dirs": str(small_fs / "data")})
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": broker.bootstrap}))
+    admin.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(30)
+    with kw.Conn(broker.host, broker.port) as conn:
+        _, error, producer_id, epoch = kw.parse_init_producer_id_v0(conn.roundtrip(kw.init_producer_id_v0(1, None)))
+        assert error == 0, f"InitProducerId: error {error}"
+        correlation = 1
+
+        def send(sequence: int, value_bytes: int = 100):
+            nonlocal correlation
+            correlation += 1
+            batch = kw.record_batch([(b"k", b"%08d" % sequence + b"." * value_bytes)],
+                                    producer=(producer_id, epoch, sequence))
+            _, [(_, _, code, offset)] = kw.parse_produce_v3(conn.roundtrip(kw.produce_v3(correlation, TOPIC, 0, batch)))
+            return code, offset
+
+        deadline = time.monotonic() + 30
+        while (answer := send(0)) != (0, 0):
+            # The new partition's leadership may take a moment.
+            assert time.monotonic() < deadline, f"first batch: {answer}"
+            time.sleep(0.2)
+        ballast = small_fs / "ballast"
+        assert fill_with_ballast(ballast) > 0
+        try:
+            # Larger than a page: tmpfs may fit a small write into the segment's last page.
+            assert send(1, value_bytes=64 << 10)[0] == KAFKA_STORAGE_ERROR, "the batch was written on a full disk"
+            code, _ = send(2)
+            assert code != OUT_OF_ORDER_SEQUENCE_NUMBER, "the batch after the failed one was answered out of order"
+            assert code == KAFKA_STORAGE_ERROR, f"error {code}"
+        finally:
+            ballast.unlink()
+        assert send(2)[0] == KAFKA_STORAGE_ERROR, "sequence 2 was taken before the failed sequence 1"
+        assert send(1, value_bytes=64 << 10) == (0, 1)
+        assert send(2) == (0, 2)
+        assert send(2) == (0, 2), "a retry of a written batch is answered with its offset"
+    assert [n for _, n in read_all(broker)] == [0, 1, 2]
+
+
 # ----- a full disk under a controller quorum voter -----------------------------------------
 
 QUORUM_STOPPED = "this node's controller quorum member stopped"

@@ -89,6 +89,24 @@ pub enum StorageError {
     /// The appended data was removed by `truncate_to` before it became durable.
     #[error("offset {0} was truncated before it became durable")]
     Truncated(i64),
+    /// An idempotent batch whose producer's earlier batch (same epoch) failed to be
+    /// written on a disk error and has not been written since: the gap in its sequence
+    /// is this log's failure, not the producer's, so the batch gets the retriable
+    /// KAFKA_STORAGE_ERROR and waits for the earlier one's retry. Answering
+    /// OUT_OF_ORDER_SEQUENCE_NUMBER instead makes librdkafka bump the producer epoch and
+    /// renumber every unacknowledged message, which writes twice a message that was
+    /// written but not yet acknowledged (librdkafka issue 4953).
+    #[error(
+        "producer {producer_id} batch at sequence {first_seq} waits for sequence {failed_seq}, whose write failed"
+    )]
+    EarlierWriteFailed {
+        /// Producer id.
+        producer_id: i64,
+        /// baseSequence of the refused batch.
+        first_seq: i32,
+        /// baseSequence of the batch whose write failed.
+        failed_seq: i32,
+    },
 }
 
 impl StorageError {
@@ -99,7 +117,10 @@ impl StorageError {
     /// True for disk failures, which Kafka reports as KAFKA_STORAGE_ERROR; false for
     /// errors about the request itself.
     pub fn is_kafka_storage_error(&self) -> bool {
-        matches!(self, StorageError::Io { .. } | StorageError::LogOffline { .. })
+        matches!(
+            self,
+            StorageError::Io { .. } | StorageError::LogOffline { .. } | StorageError::EarlierWriteFailed { .. }
+        )
     }
 }
 

@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{mpsc, Arc};
 
 use common::{batch, batch_at, idempotent, read_all, split, stamped, TempDir};
+use osprey_storage::producer::SequenceError;
 use osprey_storage::{CrashMode, Flusher, LogConfig, PartitionLog, SimStorage, StdStorage, StorageError};
 
 fn small_segments() -> LogConfig {
@@ -218,6 +219,47 @@ fn full_disk_fails_the_append_and_leaves_the_log_usable() {
     assert_eq!(info.base_offset, 1);
     log.wait_for_ack(&info).unwrap();
     assert_eq!(read_all(&log), vec![(0, stamped(batch(1, 1, 100), 0, 0)), (1, stamped(batch(3, 1, 100), 1, 0))]);
+}
+
+/// A producer pipelines batches (librdkafka sends up to five in flight). When one fails on
+/// a full disk, the next ones do not follow the producer's last written sequence; they
+/// must get the retriable storage error, not OUT_OF_ORDER_SEQUENCE_NUMBER, on which
+/// librdkafka bumps its epoch and renumbers every unacknowledged message, so a batch
+/// written but not yet acknowledged (waiting for acks=all) is written a second time.
+/// Found by the chaos runner's `fulldisk` fault (issue 17).
+#[test]
+fn batches_after_a_write_that_failed_on_a_full_disk_wait_for_its_retry() {
+    let storage = SimStorage::new();
+    let log = sim_log(&storage, LogConfig::default());
+    log.append(&mut idempotent(7, 0, 0, 2), 0, 0).unwrap();
+    storage.set_space_left(Some(10));
+    let err = log.append(&mut idempotent(7, 0, 2, 2), 0, 0).unwrap_err();
+    assert!(matches!(err, StorageError::Io { .. }), "{err}");
+    storage.set_space_left(None);
+
+    // The next batch in flight, and another producer's, while the failed one is retried.
+    let err = log.append(&mut idempotent(7, 0, 4, 2), 0, 0).unwrap_err();
+    assert!(
+        matches!(err, StorageError::EarlierWriteFailed { producer_id: 7, first_seq: 4, failed_seq: 2 })
+            && err.is_kafka_storage_error(),
+        "{err}"
+    );
+    assert_eq!(log.append(&mut idempotent(8, 0, 0, 1), 0, 0).unwrap().base_offset, 2);
+    // A duplicate of a written batch is still recognised meanwhile.
+    assert!(log.append(&mut idempotent(7, 0, 0, 2), 0, 0).unwrap().duplicate);
+
+    // The retry is written, and then the rest, once each.
+    assert_eq!(log.append(&mut idempotent(7, 0, 2, 2), 0, 0).unwrap().base_offset, 3);
+    assert_eq!(log.append(&mut idempotent(7, 0, 4, 2), 0, 0).unwrap().base_offset, 5);
+    // Once the gap is filled, a real gap is out of order again.
+    let err = log.append(&mut idempotent(7, 0, 9, 1), 0, 0).unwrap_err();
+    assert!(matches!(err, StorageError::Sequence(SequenceError::OutOfOrderSequence { .. })), "{err}");
+
+    // A new producer epoch starts afresh: the failure of an older epoch explains nothing.
+    storage.set_space_left(Some(10));
+    assert!(log.append(&mut idempotent(7, 0, 6, 1), 0, 0).is_err());
+    storage.set_space_left(None);
+    assert_eq!(log.append(&mut idempotent(7, 1, 0, 1), 0, 0).unwrap().base_offset, 7);
 }
 
 #[test]

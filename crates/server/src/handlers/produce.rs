@@ -521,7 +521,9 @@ fn code_of(code: i16) -> ErrorCode {
 
 pub(crate) fn storage_error_code(e: &StorageError) -> ErrorCode {
     match e {
-        StorageError::Io { .. } | StorageError::LogOffline { .. } => ErrorCode::KAFKA_STORAGE_ERROR,
+        StorageError::Io { .. } | StorageError::LogOffline { .. } | StorageError::EarlierWriteFailed { .. } => {
+            ErrorCode::KAFKA_STORAGE_ERROR
+        }
         StorageError::InvalidBatch { reason: BatchError::CrcMismatch { .. }, .. } => ErrorCode::CORRUPT_MESSAGE,
         StorageError::InvalidBatch { .. } => ErrorCode::INVALID_RECORD,
         StorageError::RecordBatchTooLarge { .. } => ErrorCode::MESSAGE_TOO_LARGE,

@@ -99,6 +99,7 @@ impl<S: Storage> PartitionLog<S> {
             unsealed: Vec::new(),
             pending_snapshot: None,
             recovery_point: None,
+            failed_writes: std::collections::HashMap::new(),
         };
         if state.segments.is_empty() {
             let start = checkpoint::read_i64(&storage, &dir, LOG_START_OFFSET_CHECKPOINT).unwrap_or(0).max(0);

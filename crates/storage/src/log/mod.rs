@@ -11,7 +11,7 @@
 //! covers all of them (group commit). Lock order is always `sealing`, then `state`, then
 //! `durability`.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -216,7 +216,18 @@ struct LogState<F> {
     /// The recovery point on disk; `None` if the log has no checkpoint yet (a new log,
     /// or one written before it existed), and then rolls seal inline until one is written.
     recovery_point: Option<i64>,
+    /// Idempotent batches whose leader append failed on a disk error, by producer id:
+    /// (producer epoch, base sequence) of the earliest, until a batch of that producer
+    /// is written. See [`StorageError::EarlierWriteFailed`]. At most
+    /// [`FAILED_WRITES_REMEMBERED`] producers.
+    failed_writes: HashMap<i64, (i16, i32)>,
 }
+
+/// How many producers' failed writes a log remembers (one entry each): a disk that fails
+/// every append fails every producer's, and the entries go when their writes succeed.
+/// Beyond this bound the newest failures are not remembered, and their producers may be
+/// answered OUT_OF_ORDER_SEQUENCE_NUMBER, as before this existed.
+pub const FAILED_WRITES_REMEMBERED: usize = 4096;
 
 struct DurableState {
     /// Every offset below this is on disk.
@@ -443,9 +454,32 @@ impl<S: Storage> PartitionLog<S> {
             next = header.last_offset() + 1;
             stamped.push(Incoming { position: b.position, header });
         }
-        let mut info = self.write_batches(state, batches, &stamped, now_ms)?;
+        let mut info = match self.write_batches(state, batches, &stamped, now_ms) {
+            Ok(info) => info,
+            Err(e) => {
+                if e.is_kafka_storage_error() {
+                    self.remember_failed_write(&stamped);
+                }
+                return Err(e);
+            }
+        };
         info.log_append_time = log_append_time;
         Ok(info)
+    }
+
+    /// Notes the idempotent batches of a leader append that failed on a disk error, so
+    /// that their producers' later batches wait for them (see
+    /// [`StorageError::EarlierWriteFailed`]). A connection's requests are handled in
+    /// order, so a producer's next batch is checked after this.
+    fn remember_failed_write(&self, failed: &[Incoming]) {
+        let mut state = lock(&self.state);
+        for b in failed.iter().filter(|b| b.header.producer_id >= 0 && b.header.base_sequence >= 0) {
+            let h = &b.header;
+            let known = state.failed_writes.get(&h.producer_id).is_some_and(|&(epoch, _)| epoch == h.producer_epoch);
+            if !known && state.failed_writes.len() < FAILED_WRITES_REMEMBERED {
+                state.failed_writes.insert(h.producer_id, (h.producer_epoch, h.base_sequence));
+            }
+        }
     }
 
     /// Appends batches replicated from the leader as they are: offsets and leader epochs
@@ -549,6 +583,9 @@ impl<S: Storage> PartitionLog<S> {
             if let Some(aborted) = record_batch(&mut state.producers, &b.header, bytes) {
                 txn_index::insert(&mut segment.aborted_txns, aborted);
             }
+            if !state.failed_writes.is_empty() {
+                state.failed_writes.remove(&b.header.producer_id);
+            }
         }
         segment.size = write_at + total;
         debug_assert_eq!(segment.next_offset, last_offset + 1);
@@ -589,7 +626,19 @@ impl<S: Storage> PartitionLog<S> {
                     scratch.check_marker(b.header.producer_id, marker.coordinator_epoch)?;
                 }
             }
-            match scratch.check(&b.header)? {
+            let verdict = scratch.check(&b.header);
+            if let Some(&(epoch, failed_seq)) = state.failed_writes.get(&b.header.producer_id) {
+                let retry_or_duplicate =
+                    matches!(verdict, Ok(SequenceCheck::Duplicate(_))) || b.header.base_sequence == failed_seq;
+                if epoch == b.header.producer_epoch && !b.header.is_control() && !retry_or_duplicate {
+                    return Err(StorageError::EarlierWriteFailed {
+                        producer_id: b.header.producer_id,
+                        first_seq: b.header.base_sequence,
+                        failed_seq,
+                    });
+                }
+            }
+            match verdict? {
                 SequenceCheck::Duplicate(original) if incoming.len() == 1 => return Ok(Some(original)),
                 SequenceCheck::Duplicate(original) => {
                     // Produce v3+ sends one batch per partition; a retry mixed with new
@@ -1130,6 +1179,8 @@ impl<S: Storage> PartitionLog<S> {
         s.first_dirty_offset = s.first_dirty_offset.min(new_leo);
         let (producers, aborted, _) = load_producers(&self.storage, &self.dir, &s, new_leo)?;
         s.producers = producers;
+        // The producer state was rebuilt from what the log keeps: a gap is judged afresh.
+        s.failed_writes.clear();
         s.producers_snapshotted = None;
         insert_aborted(&mut s, aborted);
         let epochs_cut = if fully { s.epochs.truncate_from_end(i64::MIN) } else { s.epochs.truncate_from_end(new_leo) };
