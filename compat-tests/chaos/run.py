@@ -32,6 +32,7 @@ import fcntl
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import struct
@@ -474,6 +475,17 @@ class LoopDisks:
         (self.mounts[n.node_id] / "ballast").unlink(missing_ok=True)
 
     def close(self):
+        """Copies each node's data next to its log and points the node at the copy (a
+        failed run's evidence is its data, and the file systems go), then unmounts."""
+        for n in self.nodes:
+            mount = self.mounts.get(n.node_id)
+            if mount is not None and (mount / "data").is_dir():
+                copy = mount.parent / f"node-{n.node_id}-data"
+                try:
+                    shutil.copytree(mount / "data", copy, dirs_exist_ok=True)
+                    n.dir = copy
+                except (OSError, shutil.Error) as e:
+                    print(f"  could not copy node {n.node_id}'s data out of {mount}: {e}", flush=True)
         for mount in self.mounts.values():
             subprocess.run(["umount", str(mount)], capture_output=True)
 
@@ -497,14 +509,6 @@ class TmpfsDisks(LoopDisks):
 
     def cut_power(self, nodes):
         raise RuntimeError("powerloss needs LoopDisks")
-
-    def close(self):
-        """Copies each node's data next to its log (a tmpfs keeps nothing once unmounted,
-        and a failed run's evidence is its data), then unmounts."""
-        for node_id, mount in self.mounts.items():
-            if (mount / "data").is_dir():
-                shutil.copytree(mount / "data", mount.parent / f"node-{node_id}-data", dirs_exist_ok=True)
-        super().close()
 
 
 def ip(*args: str, check: bool = True):
@@ -694,6 +698,9 @@ class Run:
             self.shutdown()
         self.history.close()
         result = checker.check(checker.load(self.history.path))
+        for evidence in result.findings.get("duplicated", [])[:5]:
+            for line in duplicate_copies(self.nodes, evidence):
+                print(f"  copy: {line}")
         # A workload that never got anything done makes its checks vacuous: say so.
         if result.counts["acknowledged"] == 0:
             self.problems.append("no send was acknowledged")
@@ -913,8 +920,9 @@ class Run:
 
 
 def batch_headers(partition_dir: Path):
-    """(base offset, last offset, partition leader epoch, producer id, base sequence, CRC)
-    of every record batch (v2) in a partition directory's segments, in offset order."""
+    """(base offset, last offset, partition leader epoch, producer id, base sequence, CRC,
+    producer epoch) of every record batch (v2) in a partition directory's segments, in
+    offset order."""
     batches = []
     for segment in sorted(partition_dir.glob("*.log")):
         data = segment.read_bytes()
@@ -924,10 +932,31 @@ def batch_headers(partition_dir: Path):
             if length <= 0 or pos + 12 + length > len(data):
                 break  # a torn tail: recovery cuts it at the next start
             crc, _attributes, last_delta = struct.unpack_from(">Ihi", data, pos + 17)
-            producer_id, _producer_epoch, sequence = struct.unpack_from(">qhi", data, pos + 43)
-            batches.append((base, base + last_delta, epoch, producer_id, sequence, crc))
+            producer_id, producer_epoch, sequence = struct.unpack_from(">qhi", data, pos + 43)
+            batches.append((base, base + last_delta, epoch, producer_id, sequence, crc, producer_epoch))
             pos += 12 + length
     return batches
+
+
+def duplicate_copies(nodes, evidence: str):
+    """For a checker's `duplicated` evidence line, the batch holding each copy as the
+    first node that has it stored it: who wrote each copy (leader epoch) and as what
+    (producer id, producer epoch, sequence). Copies from two producer epochs are the
+    client's resend after an epoch bump; from one, a retry the broker failed to recognise."""
+    lines = []
+    for topic, partition, offset in re.findall(r"(\S+)-(\d+)@(\d+)", evidence):
+        partition, offset = int(partition), int(offset)
+        for n in nodes:
+            d = n.dir / f"{topic}-{partition}"
+            found = [b for b in batch_headers(d) if b[0] <= offset <= b[1]] if d.is_dir() else []
+            if found:
+                b = found[0]
+                lines.append(f"{topic}-{partition}@{offset}: batch {b[0]}-{b[1]} leader epoch {b[2]}, producer {b[3]} "
+                             f"epoch {b[6]} base sequence {b[4]} (node {n.node_id})")
+                break
+        else:
+            lines.append(f"{topic}-{partition}@{offset}: on no node's disk")
+    return lines
 
 
 def replica_divergence(nodes, topic: str, partition: int, high_watermark: int):

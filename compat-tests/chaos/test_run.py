@@ -59,9 +59,11 @@ def test_the_ballast_fills_a_file_system_to_its_last_byte(tmp_path, monkeypatch)
     assert run.fill_with_ballast(tmp_path / "ballast") == disk.capacity == disk.size
 
 
-def batch(base: int, records: int, epoch: int, producer_id: int, sequence: int, crc: int) -> bytes:
+def batch(base: int, records: int, epoch: int, producer_id: int, sequence: int, crc: int,
+          producer_epoch: int = 0) -> bytes:
     """A v2 record batch header with no record bodies (enough for the comparison)."""
-    body = struct.pack(">ibIhiqqqhii", epoch, 2, crc, 0, records - 1, 0, 0, producer_id, 0, sequence, records)
+    body = struct.pack(">ibIhiqqqhii", epoch, 2, crc, 0, records - 1, 0, 0, producer_id, producer_epoch, sequence,
+                       records)
     return struct.pack(">qi", base, len(body)) + body
 
 
@@ -75,9 +77,25 @@ def test_replicas_holding_different_batches_at_one_offset_are_found(tmp_path):
         d.mkdir(parents=True)
         (d / "00000000000000000000.log").write_bytes(data)
         nodes.append(SimpleNamespace(node_id=node_id, dir=tmp_path / f"node-{node_id}"))
-    assert run.batch_headers(nodes[0].dir / "t-0") == [(0, 1, 1, 7, 0, 111), (2, 3, 4, 1000, 758, 222)]
+    assert run.batch_headers(nodes[0].dir / "t-0") == [(0, 1, 1, 7, 0, 111, 0), (2, 3, 4, 1000, 758, 222, 0)]
     found = run.replica_divergence(nodes, "t", 0, 4)
     assert len(found) == 1 and "node 2 holds batch 2-2 epoch 4 producer 0 sequence 758" in found[0], found
     assert run.replica_divergence([nodes[0], nodes[2]], "t", 0, 4) == []
     # Below a high watermark that the divergent batch is not under, nothing differs.
     assert run.replica_divergence(nodes, "t", 0, 2) == []
+
+
+def test_each_copy_of_a_duplicated_record_names_the_batch_that_wrote_it(tmp_path):
+    """A duplicate's evidence: which leader wrote each copy and under which producer epoch
+    (two epochs: the client resent after an epoch bump; one: the broker missed a retry)."""
+    d = tmp_path / "node-2" / "chaos-0"
+    d.mkdir(parents=True)
+    (d / "00000000000000000000.log").write_bytes(batch(0, 19, 3, 1000, 40, 1) + batch(19, 19, 4, 1000, 0, 2, 1))
+    nodes = [SimpleNamespace(node_id=1, dir=tmp_path / "node-1"), SimpleNamespace(node_id=2, dir=tmp_path / "node-2")]
+    evidence = "chaos p-k1=p-k1:7 stored at 2 offsets: chaos-0@3, chaos-0@22"
+    assert run.duplicate_copies(nodes, evidence) == [
+        "chaos-0@3: batch 0-18 leader epoch 3, producer 1000 epoch 0 base sequence 40 (node 2)",
+        "chaos-0@22: batch 19-37 leader epoch 4, producer 1000 epoch 1 base sequence 0 (node 2)",
+    ]
+    assert run.duplicate_copies(nodes, "chaos x=y stored at 2 offsets: chaos-1@5, chaos-1@9") == [
+        "chaos-1@5: on no node's disk", "chaos-1@9: on no node's disk"]
