@@ -1095,28 +1095,101 @@ def exit_code(outcomes) -> int:
     return 0
 
 
-def report(args, outcomes, path: Path):
-    """The markdown report of a long run."""
+def git_commit() -> str:
+    """The repository's commit, `-dirty` when the work tree has changes (a report says what
+    it tested)."""
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def long_config(args) -> dict:
+    """What must be the same for runs to be added up in one ledger."""
+    return {"nodes": args.nodes, "rounds": args.rounds, "faults": sorted(args.faults), "producers": args.producers,
+            "transactions": args.transactions, "groups": args.groups, "unclean": args.unclean, "unsafe": args.unsafe}
+
+
+def ledger_entry(args, seed: int, result, run, took: float) -> dict:
+    """One finished run of a long run, as the ledger keeps it (a line of JSON)."""
+    return {
+        "seed": seed, "config": long_config(args), "finished": now_utc(), "took_s": round(took),
+        "binary": binary_for_report(), "commit": git_commit(),
+        "faults": [r["fault"] for r in run.schedule],
+        "valid": None if result is None else result.valid,
+        "counts": {} if result is None else dict(result.counts),
+        "findings": {} if result is None else {k: len(v) for k, v in result.findings.items() if v},
+        "evidence": {} if result is None else {k: v[:3] for k, v in result.findings.items() if v},
+        "problems": list(run.problems), "replay": run.replay_command(),
+    }
+
+
+def read_ledger(path: Path, config: dict) -> list:
+    """The runs a ledger holds; refuses one kept with other settings."""
+    if not path.exists():
+        return []
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    other = [e["seed"] for e in entries if e["config"] != config]
+    if other:
+        raise SystemExit(f"{path} holds runs with other settings (seeds {other[:5]}...): "
+                         f"name another --ledger, or run with the same settings")
+    return entries
+
+
+def run_long(args, base: Path):
+    """Runs seeds from --first-seed until the ledger holds --rounds-total fault rounds,
+    skipping seeds it already holds: a long run stopped part way (a session's end, a
+    reboot) goes on where it stopped. Each finished run is appended to the ledger and the
+    report is written again, so the report always tells the rounds done so far."""
+    config = long_config(args)
+    entries = read_ledger(args.ledger, config)
+    done = {e["seed"] for e in entries}
+    outcomes = []
+    seed = args.first_seed
+    while sum(len(e["faults"]) for e in entries) < args.rounds_total:
+        if seed not in done:
+            result, run, took = run_seed(args, seed, base)
+            outcomes.append((seed, result, run, took))
+            entry = ledger_entry(args, seed, result, run, took)
+            entries.append(entry)
+            args.ledger.parent.mkdir(parents=True, exist_ok=True)
+            with open(args.ledger, "a") as f:
+                f.write(json.dumps(entry) + "\n")
+            report(args, entries, args.report)
+        seed += 1
+    if not outcomes:
+        report(args, entries, args.report)
+    return outcomes
+
+
+def report(args, entries, path: Path):
+    """The markdown report of a long run, from its ledger's entries."""
     by_fault = {}
     totals = {}
-    for _, result, run, _ in outcomes:
-        for r in run.schedule:
-            by_fault[r["fault"]] = by_fault.get(r["fault"], 0) + 1
-        if result is not None:
-            for k, v in result.counts.items():
-                totals[k] = totals.get(k, 0) + v
-            for k, v in result.findings.items():
-                totals[f"found_{k}"] = totals.get(f"found_{k}", 0) + len(v)
-    failed = [(s, r, run) for s, r, run, _ in outcomes if r is None or not r.valid or run.problems]
+    for e in entries:
+        for fault in e["faults"]:
+            by_fault[fault] = by_fault.get(fault, 0) + 1
+        for k, v in e["counts"].items():
+            totals[k] = totals.get(k, 0) + v
+        for k, v in e["findings"].items():
+            totals[f"found_{k}"] = totals.get(f"found_{k}", 0) + v
+    rounds = sum(by_fault.values())
+    failed = [e for e in entries if e["valid"] is not True or e["problems"]]
+    commits = sorted({e["commit"] for e in entries})
+    first = min((e["finished"] for e in entries), default="-")
+    last = max((e["finished"] for e in entries), default="-")
     lines = [
         "# Chaos runs (issue 17)",
         "",
-        f"{now_utc()}: `compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
-        f"--first-seed {args.first_seed}` "
-        f"({len(outcomes)} runs of {args.rounds} fault rounds, {args.nodes} nodes, replication factor "
+        f"`compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
+        f"--first-seed {args.first_seed}`: **{rounds} of {args.rounds_total} fault rounds** so far, in "
+        f"{len(entries)} runs of {args.rounds} rounds ({args.nodes} nodes, replication factor "
         f"{min(3, args.nodes)}, min.insync.replicas {min(2, args.nodes)}, unclean leader election "
-        f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}); binary "
-        f"`{binary_for_report()}`.",
+        f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}, faults "
+        f"{','.join(sorted(args.faults))}), finished between {first} and {last}; binary "
+        f"`{binary_for_report()}` built from {', '.join(commits) or '-'}. The ledger "
+        f"(`{args.ledger.name}`, a line per run) is what this is computed from; the same command goes on "
+        f"where it stopped.",
         "",
         "| fault | rounds |",
         "|---|---|",
@@ -1136,18 +1209,19 @@ def report(args, outcomes, path: Path):
         f"| group commits / backwards / skipped records | {totals.get('commits', 0)} / "
         f"{totals.get('found_commit_backwards', 0)} / {totals.get('found_skipped', 0)} |",
         "",
-        f"Runs with a violation or a problem: {len(failed)} of {len(outcomes)}.",
+        f"Runs with a violation or a problem: {len(failed)} of {len(entries)}.",
         "",
     ]
-    for seed, result, run in failed:
-        verdict = "the run failed" if result is None else ("INVALID" if not result.valid else "valid")
-        lines.append(f"- seed {seed}: {verdict}; `{run.replay_command()}`")
-        if result is not None:
-            lines.extend(f"  - {k}: {v}" for k, v in result.summary()["findings"].items())
-        lines.extend(f"  - problem: {p}" for p in run.problems)
+    for e in failed:
+        verdict = {None: "the run failed", False: "INVALID", True: "valid"}[e["valid"]]
+        lines.append(f"- seed {e['seed']} ({e['commit']}): {verdict}; `{e['replay']}`")
+        for k, evidence in e["evidence"].items():
+            lines.append(f"  - {k}: {e['findings'][k]}")
+            lines.extend(f"    - {line}" for line in evidence)
+        lines.extend(f"  - problem: {p}" for p in e["problems"])
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
-    print(f"report: {path}")
+    print(f"report: {path} ({rounds} of {args.rounds_total} rounds)")
 
 
 def main(argv=None) -> int:
@@ -1178,6 +1252,8 @@ def main(argv=None) -> int:
     parser.add_argument("--workdir", type=Path, help="where runs keep their clusters and histories "
                                                      "(default: a new directory under /tmp)")
     parser.add_argument("--report", type=Path, default=HERE / "results" / "CHAOS.md", help="long: the report")
+    parser.add_argument("--ledger", type=Path, default=HERE / "results" / "chaos-long.jsonl",
+                        help="long: the finished runs, a line of JSON each; a long run goes on from it")
     args = parser.parse_args(argv)
     if args.faults is None:
         if args.unsafe:
@@ -1206,9 +1282,7 @@ def main(argv=None) -> int:
     elif args.mode == "quick":
         outcomes = run_many(args, QUICK_SEEDS, base)
     else:
-        runs = max(1, args.rounds_total // args.rounds)
-        outcomes = run_many(args, range(args.first_seed, args.first_seed + runs), base)
-        report(args, outcomes, args.report)
+        outcomes = run_long(args, base)
     code = exit_code(outcomes)
     if args.workdir is None and not any(base.iterdir()):
         base.rmdir()

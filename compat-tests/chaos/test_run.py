@@ -99,3 +99,34 @@ def test_each_copy_of_a_duplicated_record_names_the_batch_that_wrote_it(tmp_path
     ]
     assert run.duplicate_copies(nodes, "chaos x=y stored at 2 offsets: chaos-1@5, chaos-1@9") == [
         "chaos-1@5: on no node's disk", "chaos-1@9: on no node's disk"]
+
+
+def test_a_long_run_goes_on_from_its_ledger_where_it_stopped(tmp_path, monkeypatch):
+    """`long` appends each finished run to its ledger and, started again, runs only the
+    seeds the ledger lacks until it holds --rounds-total rounds; the report adds up every
+    run in the ledger. A ledger kept with other settings is refused."""
+    ran = []
+
+    def fake_run_seed(args, seed, base):
+        ran.append(seed)
+        result = SimpleNamespace(valid=seed != 1001, counts={"acknowledged": 10},
+                                 findings={"lost": [] if seed != 1001 else ["chaos-0@3 lost"]})
+        run_ = SimpleNamespace(schedule=[{"fault": "kill"}] * args.rounds, problems=[],
+                               replay_command=lambda: f"run --seed {seed}")
+        return result, run_, 1.0
+
+    monkeypatch.setattr(run, "run_seed", fake_run_seed)
+    argv = ["long", "--rounds", "6", "--faults", "kill", "--ledger", str(tmp_path / "l.jsonl"),
+            "--report", str(tmp_path / "R.md"), "--workdir", str(tmp_path / "w")]
+    monkeypatch.setattr(run, "osprey_bin", lambda: __import__("pathlib").Path(__file__))
+    assert run.main(argv + ["--rounds-total", "12"]) == 1  # seed 1001 lost a record
+    assert ran == [1000, 1001]
+    assert run.main(argv + ["--rounds-total", "18"]) == 0
+    assert ran == [1000, 1001, 1002]
+    report = (tmp_path / "R.md").read_text()
+    assert "**18 of 18 fault rounds**" in report and "| kill | 18 |" in report, report
+    assert "| acknowledged (acks=all, idempotent) | 30 |" in report and "| lost | 1 |" in report, report
+    assert "- seed 1001" in report and "chaos-0@3 lost" in report, report
+    import pytest
+    with pytest.raises(SystemExit, match="other settings"):
+        run.main(argv + ["--rounds-total", "24", "--producers", "3"])
