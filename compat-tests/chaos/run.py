@@ -1096,12 +1096,14 @@ def exit_code(outcomes) -> int:
 
 
 def git_commit() -> str:
-    """The repository's commit, `-dirty` when the work tree has changes (a report says what
-    it tested)."""
+    """The repository's commit when this runner started, `-dirty` when tracked files
+    outside the chaos results had changes then (a report says what it tested; build the
+    binary from the same tree)."""
     def git(*a):
         return subprocess.run(["git", *a], cwd=REPO_ROOT, capture_output=True, text=True).stdout.strip()
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + ("-dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
+    changed = git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!compat-tests/chaos/results")
+    return commit + ("-dirty" if changed else "")
 
 
 def long_config(args) -> dict:
@@ -1110,11 +1112,11 @@ def long_config(args) -> dict:
             "transactions": args.transactions, "groups": args.groups, "unclean": args.unclean, "unsafe": args.unsafe}
 
 
-def ledger_entry(args, seed: int, result, run, took: float) -> dict:
+def ledger_entry(args, seed: int, result, run, took: float, commit: str) -> dict:
     """One finished run of a long run, as the ledger keeps it (a line of JSON)."""
     return {
         "seed": seed, "config": long_config(args), "finished": now_utc(), "took_s": round(took),
-        "binary": binary_for_report(), "commit": git_commit(),
+        "binary": binary_for_report(), "commit": commit,
         "faults": [r["fault"] for r in run.schedule],
         "valid": None if result is None else result.valid,
         "counts": {} if result is None else dict(result.counts),
@@ -1143,6 +1145,7 @@ def run_long(args, base: Path):
     report is written again, so the report always tells the rounds done so far."""
     config = long_config(args)
     entries = read_ledger(args.ledger, config)
+    commit = git_commit()
     done = {e["seed"] for e in entries}
     outcomes = []
     seed = args.first_seed
@@ -1150,7 +1153,7 @@ def run_long(args, base: Path):
         if seed not in done:
             result, run, took = run_seed(args, seed, base)
             outcomes.append((seed, result, run, took))
-            entry = ledger_entry(args, seed, result, run, took)
+            entry = ledger_entry(args, seed, result, run, took, commit)
             entries.append(entry)
             args.ledger.parent.mkdir(parents=True, exist_ok=True)
             with open(args.ledger, "a") as f:

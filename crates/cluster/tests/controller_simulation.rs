@@ -35,7 +35,7 @@ use osprey_cluster::{
     BrokerRegistrationInput, ClusterControlConfig, Controller, MetadataImage, NewTopic, PartitionImage,
 };
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::BTreeMap;
 
@@ -593,8 +593,7 @@ fn check_progress(old: &PartitionImage, p: &PartitionImage) {
 
 #[test]
 fn controller_decisions_keep_their_invariants() {
-    let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(200);
-    let range = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).map_or(0..seeds, |s: u64| s..s + 1);
+    let range = simulation_seeds(200);
     let mut offline_seen = 0;
     let mut elr_seen = 0;
     for seed in range {

@@ -61,7 +61,7 @@ use osprey_cluster::{
     BrokerRegistrationInput, ClusterControl, ClusterControlConfig,
 };
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::epoch::LeaderEpochCache;
 use std::collections::{BTreeMap, BTreeSet};
@@ -291,14 +291,6 @@ struct Sim {
     leader_high_watermarks: BTreeMap<(i32, u8, i32, i32), i64>,
 }
 
-fn main_seeds() -> Vec<u64> {
-    if let Some(seed) = std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()) {
-        return vec![seed];
-    }
-    let count = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(32);
-    (0..count).collect()
-}
-
 /// What the runs went through, summed over the seeds: a simulation that never crashes a
 /// leader or truncates a log checks nothing worth having.
 #[derive(Debug, Default, Clone, Copy)]
@@ -340,7 +332,7 @@ impl Coverage {
 
 #[test]
 fn partition_replication_keeps_acknowledged_writes_through_crashes_and_partitions() {
-    let seeds = main_seeds();
+    let seeds: Vec<u64> = simulation_seeds(32).collect();
     let mut total = Coverage::default();
     for &seed in &seeds {
         match std::panic::catch_unwind(|| Sim::new(seed).run()) {

@@ -1194,19 +1194,11 @@ fn final_check(sim: &Sim, seed: u64, nodes: usize) -> SeedOutcome {
     SeedOutcome { trace: w.trace.clone(), common: w.applied_at.clone(), broker_images: w.broker_images }
 }
 
-fn seeds(default: u64) -> Vec<u64> {
-    if let Ok(seed) = std::env::var("SIM_SEED") {
-        return vec![seed.parse().expect("SIM_SEED is a number")];
-    }
-    let n = std::env::var("SIM_SEEDS").ok().and_then(|n| n.parse().ok()).unwrap_or(default);
-    (1..=n).collect()
-}
-
 /// Runs the seeds; over them, brokers must have been sent whole images (the path a broker
 /// too far behind takes), or the simulation did not test it.
 fn run_seeds(nodes: usize, brokers: usize, default: u64, disk_loss: bool) {
     let mut broker_images = 0;
-    for seed in seeds(default) {
+    for seed in osprey_protocol::wire::simulation_seeds(default) {
         let outcome = std::panic::catch_unwind(|| run_seed(seed, nodes, brokers, disk_loss));
         match outcome {
             Ok(outcome) => broker_images += outcome.broker_images,

@@ -20,7 +20,7 @@
 
 use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -374,7 +374,7 @@ impl Sim {
 #[test]
 fn replica_state_machine_keeps_its_invariants() {
     let mut completed = 0;
-    for seed in std::env::var("SIM_SEED").ok().and_then(|s| s.parse().ok()).map_or(0..300, |s: u64| s..s + 1) {
+    for seed in simulation_seeds(300) {
         let result = std::panic::catch_unwind(|| {
             let mut sim = Sim::new(seed);
             for _ in 0..STEPS {

@@ -10,7 +10,7 @@ mod group_consumer_support;
 use group_consumer_support::*;
 use osprey_coordinator::group::{ConsumerGroupState, TopicInfo};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;
 
@@ -154,7 +154,7 @@ fn run(seed: u64) {
 
 #[test]
 fn random_membership_changes_keep_ownership_exclusive_and_converge() {
-    for seed in 0..64 {
+    for seed in simulation_seeds(64) {
         run(seed);
     }
 }

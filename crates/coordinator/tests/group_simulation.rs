@@ -13,7 +13,7 @@ use group_support::{subscription, Harness};
 use osprey_coordinator::group::{GroupConfig, ReplyId, Response};
 use osprey_protocol::messages::leave_group_request::{LeaveGroupRequest, MemberIdentity};
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::ErrorCode;
 use std::collections::BTreeSet;
 
@@ -294,7 +294,7 @@ impl Sim {
 #[test]
 fn random_clients_never_break_invariants_or_lose_replies() {
     let mut seen = std::collections::BTreeMap::new();
-    for seed in 0..200 {
+    for seed in simulation_seeds(200) {
         let mut sim = Sim::new(seed);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for _ in 0..300 {

@@ -17,7 +17,7 @@ use osprey_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics;
 use osprey_protocol::messages::txn_offset_commit_request::{
     TxnOffsetCommitRequest, TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
 };
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use std::collections::BTreeMap;
 
 const G: &str = "sim-txn-group";
@@ -232,7 +232,7 @@ impl Sim {
 
 #[test]
 fn txn_and_plain_commits_agree_with_the_log_model() {
-    for seed in 0..200 {
+    for seed in simulation_seeds(200) {
         let mut sim = Sim::new(seed);
         let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             for _ in 0..200 {

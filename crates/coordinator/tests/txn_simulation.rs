@@ -19,7 +19,7 @@ use bytes::Buf;
 use osprey_coordinator::txn::{ReplyId, Response, TransactionCoordinator, TxnConfig, TxnState};
 use osprey_protocol::messages::InitProducerIdRequest;
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
-use osprey_protocol::wire::TestRng as Rng;
+use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::ErrorCode;
 use std::collections::{BTreeMap, BTreeSet};
 use txn_support::Harness;
@@ -373,8 +373,7 @@ fn run(seed: u64) {
 
 #[test]
 fn seeded_simulation_keeps_invariants_and_answers_every_request() {
-    let seeds: u64 = std::env::var("SIM_SEEDS").ok().and_then(|s| s.parse().ok()).unwrap_or(40);
-    for seed in 0..seeds {
+    for seed in simulation_seeds(40) {
         let result = std::panic::catch_unwind(|| run(seed));
         if result.is_err() {
             panic!("simulation failed with seed {seed}; replay with SIM_TRACE=1");

@@ -358,6 +358,19 @@ pub fn put_tagged_fields(
     Ok(())
 }
 
+/// The seeds a seeded simulation runs: `SIM_SEED=n` replays seed n alone; otherwise
+/// `SIM_SEEDS` seeds (default `default_count`, what CI runs) from `SIM_FIRST_SEED`
+/// (default 0), so a long run can try seeds CI never does (`scripts/simulate.sh`).
+#[cfg(any(test, feature = "testing"))]
+pub fn simulation_seeds(default_count: u64) -> std::ops::Range<u64> {
+    let var = |name: &str| std::env::var(name).ok().and_then(|v| v.trim().parse::<u64>().ok());
+    if let Some(seed) = var("SIM_SEED") {
+        return seed..seed + 1;
+    }
+    let first = var("SIM_FIRST_SEED").unwrap_or(0);
+    first..first.saturating_add(var("SIM_SEEDS").unwrap_or(default_count))
+}
+
 /// A small deterministic generator (splitmix64) for random messages in tests.
 #[cfg(any(test, feature = "testing"))]
 #[derive(Debug, Clone)]
