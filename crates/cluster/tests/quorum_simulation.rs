@@ -1231,7 +1231,7 @@ fn voters_that_lose_their_disks_are_replaced_by_their_new_replica_keys() {
 
 #[test]
 fn a_seed_replays_identically() {
-    let seed = seeds(1)[0];
+    let seed = osprey_protocol::wire::simulation_seeds(1).start;
     let first = run_seed(seed, 3, 2, true);
     let second = run_seed(seed, 3, 2, true);
     assert_eq!(first.trace, second.trace, "seed {seed}: the fault, ack and broker traces differ between two runs");

@@ -386,7 +386,7 @@ fn replica_state_machine_keeps_its_invariants() {
         match result {
             Ok(n) => completed += n,
             Err(e) => {
-                eprintln!("failing seed: {seed} (replay with SIM_TRACE=1)");
+                eprintln!("failing seed: {seed} (replay with SIM_SEED={seed} SIM_TRACE=1)");
                 std::panic::resume_unwind(e);
             }
         }
