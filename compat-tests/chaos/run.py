@@ -1181,11 +1181,15 @@ def report(args, entries, path: Path):
     commits = sorted({e["commit"] for e in entries})
     first = min((e["finished"] for e in entries), default="-")
     last = max((e["finished"] for e in entries), default="-")
+    command = (f"compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
+               f"--first-seed {args.first_seed} --nodes {args.nodes} --faults {','.join(args.faults)} "
+               f"--producers {args.producers}" + ("" if args.transactions else " --no-transactions")
+               + ("" if args.groups else " --no-groups") + (" --unclean" if args.unclean else "")
+               + (" --unsafe" if args.unsafe else ""))
     lines = [
         "# Chaos runs (issue 17)",
         "",
-        f"`compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
-        f"--first-seed {args.first_seed}`: **{rounds} of {args.rounds_total} fault rounds** so far, in "
+        f"`{command}`: **{rounds} of {args.rounds_total} fault rounds** so far, in "
         f"{len(entries)} runs of {args.rounds} rounds ({args.nodes} nodes, replication factor "
         f"{min(3, args.nodes)}, min.insync.replicas {min(2, args.nodes)}, unclean leader election "
         f"{'on' if args.unclean else 'off'}, fsync {'relaxed' if args.unsafe else 'default'}, faults "
