@@ -289,6 +289,12 @@ impl<'a> PartitionChangeBuilder<'a> {
     /// below it, the ELR is the current ELR and ISR without the target ISR and without
     /// a broker that shut down uncleanly. In ascending order, as Kafka's (a `HashSet` of
     /// small integers), so that the same members are the same list.
+    ///
+    /// Unlike Kafka's, only replicas of the target replica set stay: a replica that a
+    /// completed reassignment removed from the ISR would otherwise join the ELR, where it
+    /// can never lead (elections pick from the replicas) but keeps the ELR non-empty, so
+    /// the partition, once offline, can never elect its last known leader (found by the
+    /// partition replication simulation, seed 1000497).
     fn populate_target_elr(&mut self) {
         let Some(min_isr) = self.elr_min_isr else {
             return;
@@ -300,7 +306,11 @@ impl<'a> PartitionChangeBuilder<'a> {
         let candidates: BTreeSet<i32> = self.target_elr.iter().chain(&self.partition.isr).copied().collect();
         self.target_elr = candidates
             .into_iter()
-            .filter(|r| !self.target_isr.contains(r) && Some(*r) != self.unclean_shutdown_replica)
+            .filter(|r| {
+                self.target_replicas.contains(r)
+                    && !self.target_isr.contains(r)
+                    && Some(*r) != self.unclean_shutdown_replica
+            })
             .collect();
     }
 
@@ -490,6 +500,25 @@ mod elr_tests {
         assert_eq!(fields(at_min), (1, vec![1, 2], vec![], vec![], LEADER_RECOVERED), "at min ISR: no ELR");
         let below = builder(&p, &alive, 3).target_isr(vec![1]).build();
         assert_eq!(fields(below), (1, vec![1], vec![2, 3], vec![], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn a_replica_a_reassignment_removes_joins_no_elr() {
+        // Reassigning [1, 3] to [3, 2]: 2 is adding, 1 removing. Once 2 is in the ISR the
+        // reassignment completes; the ISR left, [3, 2], is below the minimum of 3, and 1
+        // left the ISR, but it is no replica any more, so it is no ELR member.
+        let mut p = partition(&[3, 2, 1], &[1, 3], &[], 1, &[]);
+        p.adding_replicas = vec![2];
+        p.removing_replicas = vec![1];
+        let alive = |_: i32| true;
+        let done = builder(&p, &alive, 3).target_isr(vec![1, 3, 2]).build();
+        assert_eq!(fields(done), (3, vec![3, 2], vec![], vec![], LEADER_RECOVERED));
+        // An ELR member that a reassignment removes leaves the ELR with it.
+        let mut p = partition(&[3, 2, 1, 4], &[3, 2], &[1], 3, &[]);
+        p.adding_replicas = vec![4];
+        p.removing_replicas = vec![1];
+        let done = builder(&p, &alive, 4).target_isr(vec![3, 2, 4]).build();
+        assert_eq!(fields(done), (3, vec![3, 2, 4], vec![], vec![], LEADER_RECOVERED));
     }
 
     #[test]

@@ -146,7 +146,8 @@ impl ClusterControl {
                 if !allow_replication_factor_change {
                     validate_replication_factor_unchanged(&current, replicas)?;
                 }
-                change(image, topic, &current, replicas)
+                let acceptable = |r: i32| is_active(image, r);
+                change(self.partition_change(image, topic, &current, &acceptable), &current, replicas)
             }
         };
         if let Some(record) = &record {
@@ -190,13 +191,21 @@ impl ClusterControl {
             ));
         }
         let acceptable = |r: i32| is_active(image, r);
-        Ok(PartitionChangeBuilder::new(topic.id, p, &acceptable)
+        let mut builder = self
+            .partition_change(image, topic, p, &acceptable)
             .unclean_election(unclean)
             .target_isr(revert.isr)
             .target_replicas(revert.replicas)
             .target_adding(Vec::new())
-            .target_removing(Vec::new())
-            .build())
+            .target_removing(Vec::new());
+        if revert.unclean {
+            // The replica made the ISR alone may lack acknowledged records: it leads in
+            // recovery, as after any unclean election (KIP-704). Kafka's revert leaves the
+            // state as it was, so nothing tells its leader or an operator (found by the
+            // partition replication simulation, seed 1003876).
+            builder = builder.target_leader_recovery_state(crate::image::LEADER_RECOVERING);
+        }
+        Ok(builder.build())
     }
 }
 
@@ -236,13 +245,14 @@ pub fn list_partition_reassignments(
 /// replica list with an ongoing reassignment's adding and removing replicas in it, and
 /// an empty difference leaves the partition's adding or removing list as it was: a
 /// target naming exactly the current replicas keeps the ongoing reassignment going.
-fn change(image: &MetadataImage, topic: &TopicImage, p: &PartitionImage, target: &[i32]) -> Option<MetadataRecord> {
+/// The builder comes from [`ClusterControl::partition_change`], with the topic's eligible
+/// leader replicas settings, as every partition decision (else the change would drop the
+/// ELR, found by the partition replication simulation).
+fn change(mut builder: PartitionChangeBuilder<'_>, p: &PartitionImage, target: &[i32]) -> Option<MetadataRecord> {
     let removing = sorted_difference(&p.replicas, target);
     let adding = sorted_difference(target, &p.replicas);
     let mut replicas = target.to_vec();
     replicas.extend(&removing);
-    let acceptable = |r: i32| is_active(image, r);
-    let mut builder = PartitionChangeBuilder::new(topic.id, p, &acceptable);
     if replicas != p.replicas {
         builder = builder.target_replicas(replicas);
     }
@@ -315,10 +325,16 @@ struct Revert {
 }
 
 impl Revert {
+    /// Unlike Kafka's, an ISR that is empty while original replicas are eligible leader
+    /// replicas (KIP-966) stays empty, and they stay eligible: Kafka's revert predates the
+    /// ELR and would make the first original replica the ISR alone, an unclean choice
+    /// when a clean one exists (found by the partition replication simulation, seed
+    /// 1003562, where that replica had lost its disk).
     fn of(p: &PartitionImage) -> Result<Revert, Refusal> {
         let replicas: Vec<i32> = p.replicas.iter().copied().filter(|r| !p.adding_replicas.contains(r)).collect();
         let isr: Vec<i32> = p.isr.iter().copied().filter(|r| !p.adding_replicas.contains(r)).collect();
-        if !isr.is_empty() {
+        let eligible = p.elr.iter().any(|r| replicas.contains(r));
+        if !isr.is_empty() || eligible {
             return Ok(Revert { replicas, isr, unclean: false });
         }
         // Unreachable unless the partition had no replicas before the reassignment.
@@ -522,6 +538,49 @@ mod tests {
         assert_eq!(reassign(&mut c, None, true).error, ErrorCode::NO_REASSIGNMENT_IN_PROGRESS);
     }
 
+    /// Partition 0 set to this leader, ISR, ELR, replicas, adding and removing.
+    fn set_partition(c: &mut TestCluster, leader: i32, isr: &[i32], elr: &[i32], replicas: &[i32], adding: &[i32]) {
+        let p = c.partition(0).clone();
+        c.image.apply(&MetadataRecord::PartitionChange {
+            topic_id: TOPIC,
+            partition: 0,
+            leader,
+            isr: isr.to_vec(),
+            elr: elr.to_vec(),
+            leader_epoch: p.leader_epoch + 1,
+            partition_epoch: p.partition_epoch + 1,
+            replicas: replicas.to_vec(),
+            leader_recovery_state: 0,
+            last_known_elr: Vec::new(),
+            adding_replicas: adding.to_vec(),
+            removing_replicas: Vec::new(),
+        });
+    }
+
+    #[test]
+    fn reassignments_keep_the_eligible_leader_replicas_and_a_cancel_elects_from_them() {
+        let configs = BTreeMap::from([("min.insync.replicas".to_string(), "3".to_string())]);
+        let (mut c, _) = cluster_with(vec![vec![1, 2, 3]], configs);
+        // 1 leads alone; 2 and 3 left the ISR below min.insync.replicas, so they stay
+        // eligible (KIP-966). A reassignment must not drop them.
+        set_partition(&mut c, 1, &[1], &[2, 3], &[1, 2, 3], &[]);
+        assert_eq!(reassign(&mut c, Some(&[1, 2, 3, 4]), true).error, ErrorCode::NONE);
+        let p = c.partition(0);
+        assert_eq!(
+            (p.replicas.clone(), p.adding_replicas.clone(), p.elr.clone()),
+            (vec![1, 2, 3, 4], vec![4], vec![2, 3])
+        );
+
+        // The ISR empties with 2 still eligible; cancelling elects 2, cleanly, as the
+        // replication would without the reassignment. (Kafka's revert would make 1 the
+        // ISR alone, an unclean choice, and refuse it with unclean election off.)
+        set_partition(&mut c, crate::image::NO_LEADER, &[], &[2], &[1, 2, 3, 4], &[4]);
+        assert_eq!(reassign(&mut c, None, true).error, ErrorCode::NONE);
+        let p = c.partition(0);
+        assert_eq!((p.leader, p.isr.clone(), p.elr.clone(), p.replicas.clone()), (2, vec![2], vec![], vec![1, 2, 3]));
+        assert_eq!(p.leader_recovery_state, 0, "a clean election");
+    }
+
     /// Partition 0 on [2, 1] with 2 being added, 1 removed, and only 2 in the ISR.
     fn only_added_replicas_in_the_isr(c: &mut TestCluster) {
         let p = c.partition(0).clone();
@@ -561,6 +620,11 @@ mod tests {
         only_added_replicas_in_the_isr(&mut c);
         assert_eq!(reassign(&mut c, None, true).error, ErrorCode::NONE);
         assert_eq!(state(c.partition(0)), (vec![1], vec![1], 1, vec![], vec![]));
+        assert_eq!(
+            c.partition(0).leader_recovery_state,
+            crate::image::LEADER_RECOVERING,
+            "an unclean revert's leader may lack records: it leads in recovery"
+        );
     }
 
     #[test]

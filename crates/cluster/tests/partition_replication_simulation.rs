@@ -1407,7 +1407,14 @@ impl Sim {
     // ----- liveness ----------------------------------------------------------------
 
     fn converged(&self) -> bool {
-        if !self.network.is_empty() || self.brokers.iter().any(|b| !b.is_open() || !b.isr_changes.is_empty()) {
+        // Followers keep fetching: with several, one of their fetches or empty answers
+        // may be in flight at every step. Those change nothing once the logs agree.
+        let settled = |m: &InFlight| match &m.message {
+            Message::Fetch { .. } => true,
+            Message::FetchReply { answer: FetchAnswer::Records { entries, .. }, .. } => entries.is_empty(),
+            _ => false,
+        };
+        if !self.network.iter().all(settled) || self.brokers.iter().any(|b| !b.is_open() || !b.isr_changes.is_empty()) {
             return false;
         }
         if self.image.brokers().any(|b| b.fenced) {
@@ -1459,8 +1466,10 @@ impl Sim {
         let mut out = String::new();
         for p in 0..self.settings.partitions {
             let image = self.image.partition(Uuid(TOPIC_ID), p).expect("the topic exists");
-            out +=
-                &format!("\npartition {p}: leader {} epoch {} isr {:?}", image.leader, image.leader_epoch, image.isr);
+            out += &format!(
+                "\npartition {p}: leader {} epoch {} isr {:?} replicas {:?}",
+                image.leader, image.leader_epoch, image.isr, image.replicas
+            );
             for b in &self.brokers {
                 let disk = &b.disks[p as usize];
                 let state = b.replicas.get(p as usize).and_then(Option::as_ref);
@@ -1477,9 +1486,16 @@ impl Sim {
             }
         }
         for b in &self.brokers {
-            out +=
-                &format!("\nbroker {} registration {:?}", b.id, self.image.broker(b.id).map(|r| (r.epoch, r.fenced)));
+            out += &format!(
+                "\nbroker {} registration {:?} metadata offset {} of {} ISR changes pending {:?}",
+                b.id,
+                self.image.broker(b.id).map(|r| (r.epoch, r.fenced)),
+                b.image.next_offset(),
+                self.image.next_offset(),
+                b.isr_changes
+            );
         }
+        out += &format!("\nmessages in flight {}", self.network.len());
         out
     }
 

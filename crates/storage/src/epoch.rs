@@ -32,13 +32,22 @@ impl LeaderEpochCache {
     }
 
     /// Records that `epoch` starts at `start_offset`. Returns whether the cache changed.
-    /// Ignores epochs not newer than the latest and offsets below the latest start.
+    /// Ignores epochs not newer than the latest and offsets below the latest start. A
+    /// newer epoch starting where the latest starts replaces it: that leadership appended
+    /// nothing (Kafka's `maybeTruncateNonMonotonicEntries`), and two epochs at one offset
+    /// would answer OffsetForLeaderEpoch unlike the replicas that never saw the empty one
+    /// (found by the partition replication simulation, seed 1001128).
     pub fn assign(&mut self, epoch: i32, start_offset: i64) -> bool {
         if epoch < 0 {
             return false;
         }
         match self.entries.last() {
             Some(&(e, o)) if epoch <= e || start_offset < o => false,
+            Some(&(_, o)) if start_offset == o => {
+                self.entries.pop();
+                self.entries.push((epoch, start_offset));
+                true
+            }
             _ => {
                 self.entries.push((epoch, start_offset));
                 true
@@ -108,6 +117,16 @@ mod tests {
     fn non_monotonic_entries_are_dropped() {
         let c = LeaderEpochCache::from_entries([(3, 10), (2, 20), (4, 5), (5, 30)]);
         assert_eq!(c.entries(), &[(3, 10), (5, 30)]);
+    }
+
+    #[test]
+    fn a_newer_epoch_at_the_same_start_replaces_an_empty_one() {
+        // Leader in epoch 4 at offset 310 appending nothing, then leader in epoch 6 there.
+        let mut c = LeaderEpochCache::from_entries([(2, 262), (4, 310)]);
+        assert!(c.assign(6, 310));
+        assert_eq!(c.entries(), &[(2, 262), (6, 310)]);
+        assert_eq!(c.end_offset_for(4, 400), (2, 310), "as a replica that never saw epoch 4 answers");
+        assert!(!c.assign(6, 310), "the same entry again changes nothing");
     }
 
     #[test]
