@@ -465,7 +465,17 @@ impl Sim {
             }
             let Some(leader) = w.slots.iter().filter_map(|s| s.quorum.clone()).find(|q| q.is_leader()) else { return };
             let voters = leader.voters();
-            if voters.contains(&new) && !voters.contains(&old) {
+            // Done only once a membership without the old key is committed: openraft's
+            // effective membership is the last one appended, and a leader that crashes
+            // before committing it leaves the joint one, with the old key, to finish.
+            // Counting it done early let a second voter lose its disk while the old
+            // configuration still needed it (seed 1000010: stuck, as a real quorum would be).
+            let committed = {
+                let metrics = leader.metrics();
+                let m = metrics.borrow();
+                m.membership_config.log_id().is_some_and(|id| m.last_applied.is_some_and(|applied| id <= applied))
+            };
+            if committed && voters.contains(&new) && !voters.contains(&old) {
                 w.replacing = None;
                 w.replacements += 1;
                 w.trace.push(format!("replaced {old} by {new}"));
