@@ -69,8 +69,20 @@ async fn commit_cluster_id(node: &NodeState, formatted: Option<String>) {
 /// Brings `replica` of a configured voter in as a voter, one step per call.
 async fn make_voter(node: &NodeState, replica: ReplicaKey, endpoint: ControllerEndpoint) {
     let quorum = &node.quorum;
+    // The voters of every configuration: during a joint one, the old key of this node
+    // is still among them.
     let voters = quorum.voters();
+    let old = voters.iter().copied().find(|k| k.node_id == replica.node_id && *k != replica);
     if voters.contains(&replica) {
+        if let Some(old) = old {
+            // A replacement whose joint configuration was committed but whose final one
+            // was not (its leader stopped in between): finish it, or the old key stays a
+            // voter of the old configuration, which then needs it for a majority.
+            tracing::info!(%old, new = %replica, "finishing a quorum voter replacement left in a joint configuration");
+            if let Err(e) = quorum.replace_voter(old, replica).await {
+                tracing::warn!(%old, new = %replica, error = %e, "cannot finish the voter replacement");
+            }
+        }
         return;
     }
     if !quorum.members().contains_key(&replica) {
@@ -84,7 +96,6 @@ async fn make_voter(node: &NodeState, replica: ReplicaKey, endpoint: ControllerE
         Some(lag) if lag <= CAUGHT_UP_ENTRIES => {}
         _ => return,
     }
-    let old = voters.iter().copied().find(|k| k.node_id == replica.node_id);
     match old {
         Some(old) => match quorum.replace_voter(old, replica).await {
             Ok(()) => {
