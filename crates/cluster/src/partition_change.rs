@@ -280,7 +280,7 @@ impl<'a> PartitionChangeBuilder<'a> {
             return None;
         }
         match self.partition.last_known_elr[..] {
-            [r] if (self.is_acceptable_leader)(r) => Some(r),
+            [r] if self.target_replicas.contains(&r) && (self.is_acceptable_leader)(r) => Some(r),
             _ => None,
         }
     }
@@ -328,18 +328,25 @@ impl<'a> PartitionChangeBuilder<'a> {
     /// controller uses, the last known ELR holds the last leader alone): set to the
     /// leader when the partition loses it and holds none yet, cleared once it leads
     /// again. Unchanged with eligible leader replicas off.
+    ///
+    /// Unlike Kafka's, it only ever holds a replica of the target replica set: a cancelled
+    /// reassignment can drop the leader it was adding, which must not become the last
+    /// known leader, elected later though it holds no replica (found by the partition
+    /// replication simulation, seed 1012669).
     fn last_known_elr(&self, leader: i32) -> Vec<i32> {
         let p = self.partition;
         if self.elr_min_isr.is_none() {
             return p.last_known_elr.clone();
         }
-        if leader == NO_LEADER && p.leader != NO_LEADER && p.last_known_elr.is_empty() {
+        let known = if leader == NO_LEADER && p.leader != NO_LEADER && p.last_known_elr.is_empty() {
             vec![p.leader]
         } else if leader != NO_LEADER && !p.last_known_elr.is_empty() {
             Vec::new()
         } else {
             p.last_known_elr.clone()
-        }
+        };
+        let replicas = if self.target_replicas.is_empty() { &p.replicas } else { &self.target_replicas };
+        known.into_iter().filter(|r| replicas.contains(r)).collect()
     }
 }
 
@@ -519,6 +526,23 @@ mod elr_tests {
         p.removing_replicas = vec![1];
         let done = builder(&p, &alive, 4).target_isr(vec![3, 2, 4]).build();
         assert_eq!(fields(done), (3, vec![3, 2, 4], vec![], vec![], LEADER_RECOVERED));
+    }
+
+    #[test]
+    fn a_leader_no_longer_a_replica_is_never_the_last_known_leader() {
+        // Leader 1 was being added; the reassignment is cancelled while 2 is fenced: the
+        // partition goes offline, and 1, no replica any more, is not its last known leader.
+        let mut p = partition(&[2, 3, 1], &[1], &[], 1, &[]);
+        p.adding_replicas = vec![1];
+        let only_1 = |r: i32| r == 1;
+        let cancelled =
+            builder(&p, &only_1, 2).target_replicas(vec![2, 3]).target_isr(vec![2]).target_adding(Vec::new()).build();
+        let (leader, _, _, last_known, _) = fields(cancelled);
+        assert_eq!((leader, last_known), (NO_LEADER, vec![]));
+        // One recorded before is not elected (Kafka would, without a replica), and goes.
+        let p = partition(&[2, 3], &[], &[], NO_LEADER, &[1]);
+        let (leader, isr, _, last_known, _) = fields(builder(&p, &only_1, 2).build());
+        assert_eq!((leader, isr, last_known), (NO_LEADER, vec![], vec![]));
     }
 
     #[test]

@@ -1322,6 +1322,21 @@ impl Sim {
                 image.isr,
                 image.leader
             );
+            // Whoever may lead is a replica: the leader, the ISR, the ELR and the last
+            // known leader.
+            let members = [image.leader].into_iter().filter(|&l| l != NO_LEADER);
+            let members = members.chain(image.isr.iter().chain(&image.elr).chain(&image.last_known_elr).copied());
+            for m in members {
+                assert!(
+                    image.replicas.contains(&m),
+                    "partition {p}: {m} may lead but is no replica ({:?}, leader {}, ISR {:?}, ELR {:?}, last known {:?})",
+                    image.replicas,
+                    image.leader,
+                    image.isr,
+                    image.elr,
+                    image.last_known_elr
+                );
+            }
         }
     }
 
