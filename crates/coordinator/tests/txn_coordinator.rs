@@ -187,6 +187,43 @@ fn end_txn_retries_and_wrong_outcomes_get_kafkas_answers() {
     assert_eq!(h.end_error(wrong), Some(ErrorCode::INVALID_TXN_STATE), "abort after a commit");
 }
 
+/// librdkafka counts an AddPartitionsToTxn that failed (CONCURRENT_TRANSACTIONS, or
+/// NOT_COORDINATOR and lost connections while the coordinator moves) as one that may have
+/// taken effect; an abort then drops its retry but still sends EndTxn, which finds the
+/// previous transaction completed at the same epoch. Kafka's `endTransactionWithTV1`
+/// answers an abort after a commit INVALID_TXN_STATE (fatal to the producer) and one after
+/// an abort NONE; so does Osprey.
+#[test]
+fn abort_whose_add_failed_meets_the_moved_commit_with_kafkas_invalid_txn_state() {
+    let mut h = Harness::new();
+    let (_, pid, epoch) = h.init_settled(T, 20_000);
+    let p = (pid, epoch);
+    h.add_settled(T, p, &[("orders", 0)]);
+    let commit = h.end(T, p, true, 3);
+    h.persist_one();
+    assert_eq!(h.end_error(commit), Some(ErrorCode::NONE));
+    // The coordinator moves before the markers are out: the new one loads PrepareCommit
+    // and completes it.
+    h.reload();
+    assert_eq!(h.c.transaction(T).unwrap().pending_state, Some(TxnState::CompleteCommit));
+    let add = h.add(T, p, &[("orders", 1)], 3);
+    assert_eq!(txn_support::add_result(&h.answer(add).unwrap()), ErrorCode::CONCURRENT_TRANSACTIONS);
+    let abort = h.end(T, p, false, 3);
+    assert_eq!(h.end_error(abort), Some(ErrorCode::CONCURRENT_TRANSACTIONS), "retried by the client");
+    h.settle();
+    assert_eq!(h.c.transaction(T).unwrap().state, TxnState::CompleteCommit);
+    let abort = h.end(T, p, false, 3);
+    assert_eq!(h.end_error(abort), Some(ErrorCode::INVALID_TXN_STATE), "nothing open, the last one committed");
+
+    // After an abort the same EndTxn reads as a retry of it.
+    h.add_settled(T, p, &[("orders", 2)]);
+    let abort = h.end(T, p, false, 3);
+    h.settle();
+    assert_eq!(h.end_error(abort), Some(ErrorCode::NONE));
+    let again = h.end(T, p, false, 3);
+    assert_eq!(h.end_error(again), Some(ErrorCode::NONE), "nothing open, the last one aborted");
+}
+
 #[test]
 fn fenced_marker_write_stops_and_leaves_the_transaction_prepared() {
     // A newer coordinator (or producer epoch) exists: this coordinator stops sending
@@ -286,18 +323,24 @@ fn failed_append_answers_the_mapped_error_and_releases_the_id() {
 
 #[test]
 fn completion_append_that_finds_the_log_unavailable_is_retried_by_tick() {
-    let mut h = Harness::new();
-    let (_, pid, epoch) = h.init_settled(T, 60_000);
-    h.add_settled(T, (pid, epoch), &[("orders", 0)]);
-    h.end(T, (pid, epoch), true, 3);
-    h.persist_one();
-    h.write_markers();
-    h.fail_persist(ErrorCode::NOT_ENOUGH_REPLICAS);
-    assert_eq!(h.c.transaction(T).unwrap().pending_state, Some(TxnState::CompleteCommit), "still blocked");
-    h.tick(1);
-    assert_eq!(h.persists.len(), 1);
-    h.persist_one();
-    assert_eq!(h.c.transaction(T).unwrap().state, TxnState::CompleteCommit);
+    // The acks=all wait failing because the ISR fell below min.insync.replicas is one of
+    // them (Kafka's `appendTransactionToLog` maps all these to COORDINATOR_NOT_AVAILABLE).
+    for error in
+        [ErrorCode::NOT_ENOUGH_REPLICAS, ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode::REQUEST_TIMED_OUT]
+    {
+        let mut h = Harness::new();
+        let (_, pid, epoch) = h.init_settled(T, 60_000);
+        h.add_settled(T, (pid, epoch), &[("orders", 0)]);
+        h.end(T, (pid, epoch), true, 3);
+        h.persist_one();
+        h.write_markers();
+        h.fail_persist(error);
+        assert_eq!(h.c.transaction(T).unwrap().pending_state, Some(TxnState::CompleteCommit), "{error:?}");
+        h.tick(1);
+        assert_eq!(h.persists.len(), 1, "{error:?}");
+        h.persist_one();
+        assert_eq!(h.c.transaction(T).unwrap().state, TxnState::CompleteCommit, "{error:?}");
+    }
 }
 
 #[test]
