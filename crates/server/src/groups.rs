@@ -227,10 +227,7 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
     let broker = broker.clone();
     let id = append.id;
     tokio::spawn(async move {
-        let result = match durable.await {
-            Ok(Ok(())) => Ok(()),
-            _ => Err(ErrorCode::KAFKA_STORAGE_ERROR),
-        };
+        let result = crate::partition::coordinator_append_result(durable.await);
         broker.groups.call(&broker, |c, now| c.persisted(id, result, now));
     });
     Ok(())

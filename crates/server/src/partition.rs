@@ -530,6 +530,23 @@ fn ack_level(acks: i16) -> AckLevel {
 /// A full disk fails every coordinator append, retried: one line per interval.
 static COORDINATOR_APPEND_FAILURES_LOGGED: LogLimiter = LogLimiter::new();
 
+/// What a coordinator append's acknowledgement tells the group or transaction
+/// coordinator: the replication error itself, which each maps as Kafka does
+/// (`appendGroupMetadataErrorToResponseError`, `appendTransactionToLog`). An ISR fallen
+/// below `min.insync.replicas` (NOT_ENOUGH_REPLICAS_AFTER_APPEND) is then
+/// COORDINATOR_NOT_AVAILABLE, so a transaction's completion is retried rather than left
+/// prepared until another coordinator loads the partition, and NOT_LEADER_OR_FOLLOWER is
+/// NOT_COORDINATOR. A wait dropped unanswered counts as a failed write.
+pub fn coordinator_append_result(
+    acknowledged: Result<Result<(), AckError>, oneshot::error::RecvError>,
+) -> Result<(), ErrorCode> {
+    match acknowledged {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(e.code()),
+        Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
+    }
+}
+
 /// Appends coordinator records (`__consumer_offsets`, `__transaction_state`) as one
 /// uncompressed batch, transactional for `producer` if given (no sequence: coordinator
 /// writes are not sequence-checked, as in Kafka), and returns the durability wait. `what`
@@ -573,6 +590,23 @@ pub fn append_coordinator_records(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_coordinator_append_whose_isr_shrank_reports_the_replication_error() {
+        use crate::partition::AckError::Replication;
+        let result = |ack| coordinator_append_result(Ok(ack));
+        assert_eq!(result(Ok(())), Ok(()));
+        // Mapped by the coordinator to COORDINATOR_NOT_AVAILABLE: a completion is retried.
+        assert_eq!(
+            result(Err(Replication(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND))),
+            Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
+        );
+        assert_eq!(result(Err(Replication(ErrorCode::NOT_LEADER_OR_FOLLOWER))), Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
+        let (waiter, acknowledgement) = oneshot::channel::<Result<(), AckError>>();
+        drop(waiter);
+        let dropped = acknowledgement.blocking_recv();
+        assert_eq!(coordinator_append_result(dropped), Err(ErrorCode::KAFKA_STORAGE_ERROR));
+    }
     use osprey_protocol::records::{BatchBuilder, Compression};
     use osprey_storage::FdBudget;
 

@@ -27,7 +27,7 @@ use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
 use crate::coordinator_leadership::{Led, LoadMode, LoadRetries};
 use crate::groups::{read_all, OFFSETS_TOPIC};
-use crate::partition::{append_coordinator_records, AckError, Partition};
+use crate::partition::{append_coordinator_records, coordinator_append_result, Partition};
 use crate::replies::Replies;
 use crate::telemetry::{self, LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use crate::txn_interbroker::{
@@ -494,24 +494,10 @@ fn persist(
     let durable = append_coordinator_records(&partition, epoch, &broker.flusher, records, None, what)?;
     let broker = broker.clone();
     tokio::spawn(async move {
-        let result = state_append_result(durable.await);
+        let result = coordinator_append_result(durable.await);
         broker.transactions.call(&broker, |c, now| c.persisted(id, result, now));
     });
     Ok(())
-}
-
-/// What a `__transaction_state` append's acknowledgement tells the coordinator: the
-/// replication error itself, which it maps as Kafka's `appendTransactionToLog` does. An
-/// ISR fallen below `min.insync.replicas` (NOT_ENOUGH_REPLICAS_AFTER_APPEND) is then
-/// COORDINATOR_NOT_AVAILABLE, so a completion is retried here rather than left prepared
-/// until another coordinator loads the partition, and NOT_LEADER_OR_FOLLOWER is
-/// NOT_COORDINATOR. A wait dropped unanswered counts as a failed write.
-fn state_append_result(acknowledged: Result<Result<(), AckError>, oneshot::error::RecvError>) -> Result<(), ErrorCode> {
-    match acknowledged {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(e.code()),
-        Err(_) => Err(ErrorCode::KAFKA_STORAGE_ERROR),
-    }
 }
 
 /// Sends the marker to each of its partitions' leaders: partitions led by other brokers
@@ -681,23 +667,6 @@ pub fn ensure_state_topic(broker: &Arc<Broker>) -> Result<Uuid, ErrorCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_state_append_whose_isr_shrank_reports_the_replication_error() {
-        use crate::partition::AckError::Replication;
-        let result = |ack| state_append_result(Ok(ack));
-        assert_eq!(result(Ok(())), Ok(()));
-        // Mapped by the coordinator to COORDINATOR_NOT_AVAILABLE: a completion is retried.
-        assert_eq!(
-            result(Err(Replication(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND))),
-            Err(ErrorCode::NOT_ENOUGH_REPLICAS_AFTER_APPEND)
-        );
-        assert_eq!(result(Err(Replication(ErrorCode::NOT_LEADER_OR_FOLLOWER))), Err(ErrorCode::NOT_LEADER_OR_FOLLOWER));
-        let (waiter, acknowledgement) = oneshot::channel::<Result<(), AckError>>();
-        drop(waiter);
-        let dropped = acknowledgement.blocking_recv();
-        assert_eq!(state_append_result(dropped), Err(ErrorCode::KAFKA_STORAGE_ERROR));
-    }
 
     #[test]
     #[should_panic(expected = "transaction coordinator lock poisoned")]
