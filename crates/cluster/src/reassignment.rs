@@ -179,7 +179,8 @@ impl ClusterControl {
         if !p.is_reassigning() {
             return Err((ErrorCode::NO_REASSIGNMENT_IN_PROGRESS, NO_REASSIGNMENT_IN_PROGRESS_MESSAGE.into()));
         }
-        let revert = Revert::of(p)?;
+        let acceptable = |r: i32| is_active(image, r);
+        let revert = Revert::of(p, &acceptable)?;
         let unclean = self.unclean_election_enabled(topic);
         if revert.unclean && !unclean {
             return Err((
@@ -190,7 +191,6 @@ impl ClusterControl {
                 ),
             ));
         }
-        let acceptable = |r: i32| is_active(image, r);
         let mut builder = self
             .partition_change(image, topic, p, &acceptable)
             .unclean_election(unclean)
@@ -325,15 +325,17 @@ struct Revert {
 }
 
 impl Revert {
-    /// Unlike Kafka's, an ISR that is empty while original replicas are eligible leader
-    /// replicas (KIP-966) stays empty, and they stay eligible: Kafka's revert predates the
-    /// ELR and would make the first original replica the ISR alone, an unclean choice
-    /// when a clean one exists (found by the partition replication simulation, seed
-    /// 1003562, where that replica had lost its disk).
-    fn of(p: &PartitionImage) -> Result<Revert, Refusal> {
+    /// Unlike Kafka's, an ISR that is empty while an active original replica is an
+    /// eligible leader replica (KIP-966) stays empty, and that replica is elected, cleanly:
+    /// Kafka's revert predates the ELR and would make the first original replica the ISR
+    /// alone, an unclean choice when a clean one exists (found by the partition
+    /// replication simulation, seed 1003562, where that replica had lost its disk). An
+    /// ELR member that is not active does not count: the cancel would leave the partition
+    /// without a leader, its current one dropped (seed 1004257).
+    fn of(p: &PartitionImage, acceptable: &dyn Fn(i32) -> bool) -> Result<Revert, Refusal> {
         let replicas: Vec<i32> = p.replicas.iter().copied().filter(|r| !p.adding_replicas.contains(r)).collect();
         let isr: Vec<i32> = p.isr.iter().copied().filter(|r| !p.adding_replicas.contains(r)).collect();
-        let eligible = p.elr.iter().any(|r| replicas.contains(r));
+        let eligible = p.elr.iter().any(|&r| replicas.contains(&r) && acceptable(r));
         if !isr.is_empty() || eligible {
             return Ok(Revert { replicas, isr, unclean: false });
         }
