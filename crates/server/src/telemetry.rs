@@ -42,6 +42,14 @@
 //! | `osprey_interbroker_connections` | gauge | | open connections to other nodes |
 //! | `osprey_quorum_voter_replacements_total` | counter | | quorum voters the active controller replaced by the same node under a new metadata directory id (each also logged) |
 //! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
+//! | `osprey_build_info` | gauge | version | 1, with the running version |
+//! | `osprey_runtime_workers` | gauge | | worker threads of the async runtime |
+//! | `osprey_runtime_worker_busy_seconds_total` | counter | | time those workers spent running tasks, summed |
+//! | `osprey_runtime_global_queue_depth` | gauge | | tasks ready to run waiting in the runtime's shared queue |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | counter, gauges | | Prometheus' standard process metrics, from /proc |
+//!
+//! The last five rows are rendered at each scrape by [`process`] (the metrics crate's
+//! counters are integers; CPU seconds are not).
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
 //! [`IDLE_TIMEOUT`]; [`KeepAlive`] touches every other one at each refresh.
@@ -62,8 +70,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+mod http;
+mod process;
+
 /// How often the partition and group gauges are refreshed and every live series touched.
 const REFRESH: Duration = Duration::from_secs(5);
+
+/// How often the recorder does its housekeeping (the exporter's default).
+const UPKEEP: Duration = Duration::from_secs(5);
 
 /// A counter or gauge untouched for this long leaves `/metrics` at the next scrape: the
 /// series of deleted topics and groups, which [`KeepAlive`] stops touching. Well above
@@ -103,17 +117,24 @@ pub fn install_for_controller(addr: SocketAddr) -> Result<(), String> {
 
 /// The Prometheus recorder and its HTTP listener on `addr`, installed as the global one.
 fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
-    let (recorder, exporter) = PrometheusBuilder::new()
-        .with_http_listener(addr)
+    let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("duration_seconds".into()),
             &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
         )
         .map_err(|e| e.to_string())?
         .idle_timeout(MetricKindMask::COUNTER | MetricKindMask::GAUGE, Some(IDLE_TIMEOUT))
-        .build()
-        .map_err(|e| format!("metrics listener {addr}: {e}"))?;
-    tokio::spawn(exporter);
+        .build_recorder();
+    let handle = recorder.handle();
+    http::serve(addr, handle.clone())?;
+    // What the exporter's own listener did: histograms' and idle series' housekeeping.
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP);
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
     let kept = KeepAlive::new(recorder);
     metrics::set_global_recorder(kept.clone()).map_err(|e| e.to_string())?;
     describe();
