@@ -6,6 +6,9 @@
 //! | `osprey_requests_total` | counter | api, version | requests answered (or, for acks=0, handled) |
 //! | `osprey_request_errors_total` | counter | api, version | requests that closed their connection |
 //! | `osprey_request_duration_seconds` | histogram | api | from frame read to response written |
+//! | `osprey_request_stage_seconds` | histogram | api, stage | the same time split into `queue`, `local`, `remote`, `send` ([`stages`]) |
+//! | `osprey_requests_in_flight` | gauge | | requests read and not yet answered |
+//! | `osprey_request_queue_size` | gauge | | requests read whose handler has not started (their connection's unwritten responses fill its budget) |
 //! | `osprey_response_bytes_total` | counter | api | response bytes written |
 //! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
 //! | `osprey_connections` | gauge | | open client connections |
@@ -72,6 +75,7 @@ use std::time::{Duration, Instant};
 
 mod http;
 mod process;
+pub mod stages;
 
 /// How often the partition and group gauges are refreshed and every live series touched.
 const REFRESH: Duration = Duration::from_secs(5);
@@ -122,6 +126,16 @@ fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
             metrics_exporter_prometheus::Matcher::Suffix("duration_seconds".into()),
             &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
         )
+        .and_then(|b| {
+            // Finer at the low end: queueing and sending often take microseconds.
+            b.set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("osprey_request_stage_seconds".into()),
+                &[
+                    0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 10.0,
+                ],
+            )
+        })
         .map_err(|e| e.to_string())?
         .idle_timeout(MetricKindMask::COUNTER | MetricKindMask::GAUGE, Some(IDLE_TIMEOUT))
         .build_recorder();
@@ -224,6 +238,16 @@ fn describe() {
     describe_counter!("osprey_requests_total", "Requests handled, by API key and version.");
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
+    describe_histogram!(
+        "osprey_request_stage_seconds",
+        Unit::Seconds,
+        "Request time by stage: queue (until handled), local (handler work), remote (delayed operations: long poll, acks), send (until written)."
+    );
+    describe_gauge!("osprey_requests_in_flight", "Requests read and not yet answered.");
+    describe_gauge!("osprey_request_queue_size", "Requests read whose handler has not started yet.");
+    // Shown at 0 from the start; `increment`, not `set`: a request may be in flight already.
+    gauge!("osprey_requests_in_flight").increment(0.0);
+    gauge!("osprey_request_queue_size").increment(0.0);
     describe_counter!("osprey_response_bytes_total", Unit::Bytes, "Response bytes written.");
     describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
     describe_gauge!("osprey_connections", "Open client connections.");
@@ -498,11 +522,45 @@ fn api_name(key: Option<ApiKey>) -> &'static str {
     key.map_or("unknown", |k| k.name())
 }
 
-pub fn request_done(key: Option<ApiKey>, version: i16, started: Instant, response_bytes: usize) {
+/// A request answered (its response written, or for acks=0 handled): counted, with its
+/// time in all and per stage.
+pub fn request_done(key: Option<ApiKey>, version: i16, times: &stages::RequestTimes, response_bytes: usize) {
     let api = api_name(key);
     counter!("osprey_requests_total", "api" => api, "version" => version.to_string()).increment(1);
-    histogram!("osprey_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+    histogram!("osprey_request_duration_seconds", "api" => api).record(times.total().as_secs_f64());
+    for (stage, took) in times.stages() {
+        histogram!("osprey_request_stage_seconds", "api" => api, "stage" => stage).record(took.as_secs_f64());
+    }
     counter!("osprey_response_bytes_total", "api" => api).increment(response_bytes as u64);
+}
+
+/// A request read and not yet answered (`osprey_requests_in_flight`, for as long as
+/// this lives), and until its handler starts, waiting for it
+/// (`osprey_request_queue_size`).
+#[derive(Debug)]
+pub struct InFlight {
+    queued: bool,
+}
+
+impl InFlight {
+    pub fn read() -> InFlight {
+        gauge!("osprey_requests_in_flight").increment(1.0);
+        gauge!("osprey_request_queue_size").increment(1.0);
+        InFlight { queued: true }
+    }
+
+    pub fn handler_started(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            gauge!("osprey_request_queue_size").decrement(1.0);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.handler_started();
+        gauge!("osprey_requests_in_flight").decrement(1.0);
+    }
 }
 
 pub fn request_failed(key: Option<ApiKey>, version: i16) {

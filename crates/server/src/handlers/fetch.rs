@@ -18,6 +18,7 @@ use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, Partiti
 use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use crate::telemetry;
+use crate::telemetry::stages::remote_wait;
 use osprey_cluster::replica::fetch::{diverging_epoch, FollowerFetch};
 use osprey_cluster::{MetadataImage, TopicImage};
 use osprey_protocol::messages::fetch_response::{
@@ -194,13 +195,17 @@ async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
             return respond(&plan, reads);
         }
         let stopping = plan.broker.stopping();
-        timed_out = tokio::select! {
-            // An empty set resolves at once; only wait on it when something is watched.
-            Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
-            _ = tokio::time::sleep_until(deadline) => true,
-            // Shutting down: answer parked fetches now rather than at their deadline.
-            _ = stopping => true,
-        };
+        // Parked (Kafka's DelayedFetch): the request's remote time, not its local work.
+        timed_out = remote_wait(async {
+            tokio::select! {
+                // An empty set resolves at once; only wait on it when something is watched.
+                Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
+                _ = tokio::time::sleep_until(deadline) => true,
+                // Shutting down: answer parked fetches now rather than at their deadline.
+                _ = stopping => true,
+            }
+        })
+        .await;
     }
 }
 

@@ -13,6 +13,7 @@ use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
+use crate::telemetry::stages::remote_wait;
 use crate::telemetry::{self, LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use crate::transactions::NotYet;
 use crate::txn_interbroker::{CoordinatorRoute, RemoteCheck};
@@ -279,7 +280,7 @@ impl TxnBatch {
         let waiting = DeferredAppend::new(&self.partition);
         Outcome::Deferred(Box::pin(async move {
             let _waiting = waiting;
-            let error = added.await;
+            let error = remote_wait(added).await;
             if error != ErrorCode::NONE {
                 return self.not_in_transaction(error);
             }
@@ -301,12 +302,15 @@ impl TxnBatch {
         Outcome::Deferred(Box::pin(async move {
             let _waiting = waiting;
             let RemoteCheck { guard, node, address } = check;
-            let error = if add {
-                let route = CoordinatorRoute::Remote { node, address };
-                crate::transactions::add_with_retry(self.broker.clone(), route, transaction, None).await
-            } else {
-                crate::txn_interbroker::send_add_partitions(&self.broker, node, address, transaction).await
-            };
+            let error = remote_wait(async {
+                if add {
+                    let route = CoordinatorRoute::Remote { node, address };
+                    crate::transactions::add_with_retry(self.broker.clone(), route, transaction, None).await
+                } else {
+                    crate::txn_interbroker::send_add_partitions(&self.broker, node, address, transaction).await
+                }
+            })
+            .await;
             if error != ErrorCode::NONE {
                 return self.not_in_transaction(error);
             }
@@ -575,12 +579,13 @@ async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instan
                 }
                 Outcome::Appended { info, durable } => {
                     let truncated = || Err(AckError::Storage(StorageError::Truncated(info.last_offset)));
+                    // Kafka's DelayedProduce: the request's remote time.
                     let result = match (durable, deadline) {
-                        (Some(rx), Some(deadline)) => match tokio::time::timeout_at(deadline, rx).await {
+                        (Some(rx), Some(deadline)) => match remote_wait(tokio::time::timeout_at(deadline, rx)).await {
                             Ok(acknowledged) => acknowledged.unwrap_or_else(|_| truncated()),
                             Err(_) => Err(AckError::Replication(ErrorCode::REQUEST_TIMED_OUT)),
                         },
-                        (Some(rx), None) => rx.await.unwrap_or_else(|_| truncated()),
+                        (Some(rx), None) => remote_wait(rx).await.unwrap_or_else(|_| truncated()),
                         (None, _) => Ok(()),
                     };
                     match result {
