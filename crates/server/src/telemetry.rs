@@ -17,11 +17,19 @@
 //! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
 //! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
 //! | `osprey_topic_messages_in_total` | counter | topic | records appended |
+//! | `osprey_topic_produce_requests_total` | counter | topic | partitions of Produce requests for the topic |
+//! | `osprey_topic_failed_produce_requests_total` | counter | topic | of those, the ones answered with an error |
+//! | `osprey_topic_fetch_requests_total` | counter | topic | partitions of Fetch requests (consumers' and followers') for the topic |
+//! | `osprey_topic_failed_fetch_requests_total` | counter | topic | of those, the ones answered with an error |
 //! | `osprey_partition_log_size_bytes` | gauge | topic, partition | bytes of log on disk |
+//! | `osprey_partition_log_segments` | gauge | topic, partition | segments of the log |
+//! | `osprey_partition_log_start_offset` | gauge | topic, partition | log start offset |
 //! | `osprey_partition_log_end_offset` | gauge | topic, partition | log end offset |
 //! | `osprey_partition_high_watermark` | gauge | topic, partition | high watermark |
 //! | `osprey_groups` | gauge | state | consumer groups by state (Empty, Stable, PreparingRebalance, ...) |
 //! | `osprey_group_generation` | gauge | group | the group's generation: each rebalance adds one |
+//! | `osprey_group_members` | gauge | group | the group's members (classic or KIP-848) |
+//! | `osprey_consumer_committed_offset` | gauge | group, topic, partition | the group's committed offset |
 //! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset |
 //! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
 //! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
@@ -263,11 +271,25 @@ fn describe() {
     describe_counter!("osprey_topic_bytes_in_total", Unit::Bytes, "Record batch bytes appended, by topic.");
     describe_counter!("osprey_topic_bytes_out_total", Unit::Bytes, "Record batch bytes fetched, by topic.");
     describe_counter!("osprey_topic_messages_in_total", "Records appended, by topic.");
+    describe_counter!("osprey_topic_produce_requests_total", "Partitions of Produce requests, by topic.");
+    describe_counter!(
+        "osprey_topic_failed_produce_requests_total",
+        "Partitions of Produce requests answered with an error, by topic."
+    );
+    describe_counter!("osprey_topic_fetch_requests_total", "Partitions of Fetch requests, by topic.");
+    describe_counter!(
+        "osprey_topic_failed_fetch_requests_total",
+        "Partitions of Fetch requests answered with an error, by topic."
+    );
     describe_gauge!("osprey_partition_log_size_bytes", Unit::Bytes, "Log size on disk, by partition.");
+    describe_gauge!("osprey_partition_log_segments", "Log segments, by partition.");
+    describe_gauge!("osprey_partition_log_start_offset", "Log start offset, by partition.");
     describe_gauge!("osprey_partition_log_end_offset", "Log end offset, by partition.");
     describe_gauge!("osprey_partition_high_watermark", "High watermark, by partition.");
     describe_gauge!("osprey_groups", "Consumer groups by state.");
     describe_gauge!("osprey_group_generation", "Generation of each group; every rebalance adds one.");
+    describe_gauge!("osprey_group_members", "Members of each group.");
+    describe_gauge!("osprey_consumer_committed_offset", "Committed offset, by group and partition.");
     describe_gauge!("osprey_consumer_lag", "High watermark minus the committed offset, by group and partition.");
     describe_counter!("osprey_fsyncs_total", "Group-commit fsyncs of partition logs.");
     describe_histogram!("osprey_fsync_duration_seconds", Unit::Seconds, "Duration of each partition log fsync.");
@@ -388,25 +410,28 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
     let image = broker.image();
     for g in &listed.groups {
         *by_state.entry(g.group_state.clone()).or_default() += 1;
-        let (generation, offsets) = broker
-            .groups
-            .call(broker, |c, _| (c.generation(&g.group_id).unwrap_or(0), c.fetch_offsets(&g.group_id, None, false)));
+        let (generation, members, offsets) = broker.groups.call(broker, |c, _| {
+            let generation = c.generation(&g.group_id).unwrap_or(0);
+            (generation, c.member_count(&g.group_id), c.fetch_offsets(&g.group_id, None, false))
+        });
         gauge!("osprey_group_generation", "group" => g.group_id.clone()).set(f64::from(generation));
+        gauge!("osprey_group_members", "group" => g.group_id.clone()).set(members as f64);
         for t in &offsets.topics {
             let Some(topic) = image.topic(&t.name) else { continue };
             for p in &t.partitions {
-                let Some(partition) = broker.replica_manager.partition(topic.id, p.partition_index) else { continue };
                 if p.committed_offset < 0 {
                     continue;
                 }
+                let labels = [
+                    ("group", g.group_id.clone()),
+                    ("topic", t.name.clone()),
+                    ("partition", p.partition_index.to_string()),
+                ];
+                gauge!("osprey_consumer_committed_offset", &labels).set(p.committed_offset as f64);
+                // Lag needs the high watermark: only for partitions held here.
+                let Some(partition) = broker.replica_manager.partition(topic.id, p.partition_index) else { continue };
                 let lag = (partition.log.high_watermark() - p.committed_offset).max(0);
-                gauge!(
-                    "osprey_consumer_lag",
-                    "group" => g.group_id.clone(),
-                    "topic" => t.name.clone(),
-                    "partition" => p.partition_index.to_string()
-                )
-                .set(lag as f64);
+                gauge!("osprey_consumer_lag", &labels).set(lag as f64);
             }
         }
     }
@@ -489,9 +514,12 @@ fn refresh_partition_gauges(broker: &Broker) {
         max = max.max(f.max.as_secs_f64());
         errors += f.errors;
         let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
+        let offsets = p.log.offsets();
         gauge!("osprey_partition_log_size_bytes", &labels).set(p.log.size_bytes() as f64);
-        gauge!("osprey_partition_log_end_offset", &labels).set(p.log.log_end_offset() as f64);
-        gauge!("osprey_partition_high_watermark", &labels).set(p.log.high_watermark() as f64);
+        gauge!("osprey_partition_log_segments", &labels).set(p.log.segment_count() as f64);
+        gauge!("osprey_partition_log_start_offset", &labels).set(offsets.log_start_offset as f64);
+        gauge!("osprey_partition_log_end_offset", &labels).set(offsets.log_end_offset as f64);
+        gauge!("osprey_partition_high_watermark", &labels).set(offsets.high_watermark as f64);
     }
     refresh_damage_counters(broker);
     counter!("osprey_fsyncs_total").absolute(count);
@@ -721,6 +749,27 @@ pub fn reading_paused(bound: &'static str) {
 pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
     counter!("osprey_topic_bytes_in_total", "topic" => topic.to_string()).increment(bytes);
     counter!("osprey_topic_messages_in_total", "topic" => topic.to_string()).increment(records);
+}
+
+/// A partition of a Produce request for `topic`, which exists (Kafka's
+/// BrokerTopicMetrics count each partition of a request).
+pub fn topic_produce_request(topic: &str) {
+    counter!("osprey_topic_produce_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Produce request for `topic` answered with an error.
+pub fn topic_produce_failed(topic: &str) {
+    counter!("osprey_topic_failed_produce_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Fetch request (a consumer's or a follower's) for `topic`.
+pub fn topic_fetch_request(topic: &str) {
+    counter!("osprey_topic_fetch_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Fetch request for `topic` answered with an error.
+pub fn topic_fetch_failed(topic: &str) {
+    counter!("osprey_topic_failed_fetch_requests_total", "topic" => topic.to_string()).increment(1);
 }
 
 pub fn bytes_out(topic: &str, bytes: u64) {

@@ -65,6 +65,8 @@ struct PartitionOutcome {
 struct TopicOutcome {
     name: String,
     topic_id: Uuid,
+    /// The topic's name if it exists, for its per-topic request counts.
+    known: Option<String>,
     partitions: Vec<PartitionOutcome>,
 }
 
@@ -77,8 +79,14 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         let image = cache.image();
         let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
         let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+        // Only topics that exist are counted: a client naming made-up topics must not
+        // add series to /metrics.
+        let known = found.map(|t| t.name.clone());
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for p in topic.partition_data {
+            if let Some(name) = &known {
+                telemetry::topic_produce_request(name);
+            }
             let outcome = if version < 3 {
                 // Kafka 4 still lists Produce v0-2 (librdkafka needs to see 0 to compress)
                 // but refuses them.
@@ -105,12 +113,12 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             };
             partitions.push(PartitionOutcome { index: p.index, outcome });
         }
-        topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, partitions });
+        topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, known, partitions });
     }
     if acks == 0 {
         // Nobody waits for the answer, but a queued append may defer (transaction version
-        // 2), and what it defers must still happen.
-        if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Queued(_))) {
+        // 2), and what it defers must still happen; and failures are counted.
+        if !topics.is_empty() {
             tokio::spawn(async move { drop(respond(topics, None).await) });
         }
         return Reply::Nothing;
@@ -602,6 +610,9 @@ async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instan
                         }
                     }
                 }
+            }
+            if let (Some(name), true) = (&topic.known, r.error_code != ErrorCode::NONE.code()) {
+                telemetry::topic_produce_failed(name);
             }
             out.partition_responses.push(r);
         }
