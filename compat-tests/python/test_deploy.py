@@ -271,6 +271,28 @@ def some_traffic(bootstrap: str, topic: str):
         (t.commit_transaction if commit else t.abort_transaction)(60)
 
 
+def test_dashboard_is_grafana_json_with_a_data_source_variable_and_no_overlapping_panels():
+    dashboard = json.loads(DASHBOARD.read_text())
+    variables = {v["name"]: v for v in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels), "panel ids repeat"
+    cells = {}
+    for p in panels:
+        g = p["gridPos"]
+        assert g["x"] + g["w"] <= 24, f"{p['title']!r} is wider than the dashboard"
+        for x in range(g["x"], g["x"] + g["w"]):
+            for y in range(g["y"], g["y"] + g["h"]):
+                assert (x, y) not in cells, f"{p['title']!r} overlaps {cells[(x, y)]!r}"
+                cells[(x, y)] = p["title"]
+        if p["type"] != "row":
+            assert p["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, p["title"]
+            assert all(t["datasource"] == p["datasource"] for t in p["targets"]), p["title"]
+    rows = [p["title"] for p in panels if p["type"] == "row"]
+    assert rows == ["Cluster health", "Throughput", "Request latency", "Replication and ISR", "Consumer groups",
+                    "Disk and fsync", "Transactions", "Process"]
+
+
 @pytest.mark.timeout(600)
 def test_under_replicated_alert_fires_on_a_kill_and_every_dashboard_query_has_data(tmp_path, request):
     need("prometheus", "prometheus")
