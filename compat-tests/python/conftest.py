@@ -50,13 +50,15 @@ def free_port() -> int:
 class Broker:
     """One osprey process. Ports and data directory stay the same across restarts."""
 
-    def __init__(self, workdir: Path, overrides=None):
+    def __init__(self, workdir: Path, overrides=None, env=None):
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.log_path = workdir / "broker.log"
         self.port = free_port()
         self.metrics_port = free_port()
         self.overrides = dict(overrides or {})
+        # Set for the process over this one's environment; None unsets a variable.
+        self.env = dict(env or {})
         self.proc = None
         self.starts = 0
 
@@ -88,6 +90,15 @@ class Broker:
     def spawn(self):
         """Starts the process without waiting for it to be ready."""
         assert self.proc is None, "already running"
+        args = self.command()
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=self.environment())
+
+    def command(self) -> list:
         binary = osprey_bin()
         assert binary.is_file(), f"{binary} does not exist: build it (cargo build -p osprey-server --bin osprey)"
         args = [
@@ -98,12 +109,17 @@ class Broker:
         ]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
+        return args
+
+    def environment(self) -> dict:
+        """This process's environment, without colours unless `env` says otherwise."""
         env = dict(os.environ, NO_COLOR="1")
-        self.starts += 1
-        with open(self.log_path, "ab") as log:
-            log.write(f"===== start #{self.starts}: {' '.join(args)}\n".encode())
-            log.flush()
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+        for key, value in self.env.items():
+            if value is None:
+                env.pop(key, None)
+            else:
+                env[key] = value
+        return env
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S):
         """Until the broker answers a raw ApiVersions v0 request on its listener."""

@@ -93,6 +93,26 @@ fn an_empty_consumer_group_gives_way_to_a_classic_one_and_back() {
 }
 
 #[test]
+fn member_count_counts_a_groups_members_and_not_a_pending_classic_join() {
+    let mut h = Harness::new();
+    assert_eq!(h.coordinator.member_count(GROUP), 0, "an unknown group");
+    let mut a = Client::new("member-a-0000000000001", &["t1"]);
+    let mut b = Client::new("member-b-0000000000002", &["t1"]);
+    h.heartbeat(&mut a);
+    h.heartbeat(&mut b);
+    assert_eq!(h.coordinator.member_count(GROUP), 2);
+    for client in [&a, &b] {
+        let mut leave = client.request();
+        leave.member_epoch = -1;
+        h.send(&leave);
+    }
+    assert_eq!(h.coordinator.member_count(GROUP), 0);
+    // A classic join without a member id is only pending: not a member yet.
+    assert_eq!(classic_join(&mut h, ""), ErrorCode::MEMBER_ID_REQUIRED.code());
+    assert_eq!(h.coordinator.member_count(GROUP), 0);
+}
+
+#[test]
 fn offset_commits_are_checked_against_the_member_epoch() {
     let mut h = Harness::new();
     let mut a = Client::new("member-a-0000000000001", &["t1"]);

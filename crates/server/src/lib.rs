@@ -19,6 +19,7 @@ pub mod handlers;
 pub mod interbroker;
 pub mod log_deleter;
 pub mod log_limit;
+pub mod logging;
 pub mod metadata_cache;
 pub mod network;
 pub mod partition;

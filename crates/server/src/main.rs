@@ -9,7 +9,7 @@ use osprey_server::config::SecurityProtocol;
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
 use osprey_server::controller_node::{self, ControllerNode, ControllerNodeConfig};
 use osprey_server::interbroker::NodeAddress;
-use osprey_server::{background, controller_listener, log_limit, network, telemetry};
+use osprey_server::{background, controller_listener, logging, network, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -51,16 +51,12 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    {
-        use tracing_subscriber::layer::SubscriberExt;
-        use tracing_subscriber::util::SubscriberInitExt;
-        use tracing_subscriber::Layer;
-        let levels =
-            tracing_subscriber::EnvFilter::try_from_env("OSPREY_LOG").unwrap_or_else(|_| "info,openraft=warn".into());
-        // openraft logs an error per failed RPC: a stopped peer must not flood the log.
-        let output =
-            tracing_subscriber::fmt::layer().with_target(false).with_filter(log_limit::RepeatLimit::openraft());
-        tracing_subscriber::registry().with(levels).with(output).init();
+    match logging::LogFormat::from_env() {
+        Ok(format) => logging::init(format),
+        Err(e) => {
+            eprintln!("osprey: {e}");
+            return ExitCode::from(2);
+        }
     }
     stop_on_panic();
     raise_open_file_limit(config.max_connections);

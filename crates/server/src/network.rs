@@ -19,14 +19,14 @@
 
 use crate::broker::Broker;
 use crate::dispatch::{dispatch, Reply};
-use crate::telemetry;
+use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::encode_response;
 use osprey_protocol::ResponseBody;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
@@ -165,8 +165,9 @@ struct Queued {
     api_key: Option<osprey_protocol::ApiKey>,
     api_version: i16,
     correlation_id: i32,
-    started: Instant,
+    times: RequestTimes,
     reply: Outgoing,
+    _in_flight: InFlight,
     /// Released once the response is written (or the request needs none).
     _request_bytes: OwnedSemaphorePermit,
     _response_bytes: OwnedSemaphorePermit,
@@ -222,14 +223,18 @@ async fn connection(
                 Ok(Err(e)) => break Err(e),
             },
         };
+        let mut times = RequestTimes::frame_read();
+        let mut in_flight = InFlight::read();
         // Responses built and not yet written hold the connection's budget: start no
         // new request while it is spent (the client is not reading its responses).
         let mut response_bytes = tokio::select! {
             _ = shutdown.changed() => break Ok(()),
             permit = reserve_response_bytes(&pending_response, peer) => permit,
         };
-        let started = Instant::now();
+        times.handler_started();
+        in_flight.handler_started();
         let d = dispatch(&broker, frame, peer);
+        times.handler_returned();
         let closing = matches!(d.reply, Reply::Close(_));
         let reply = match d.reply {
             Reply::Now(body) => match frame_response(d.correlation_id, d.api_version, &body) {
@@ -262,8 +267,9 @@ async fn connection(
             api_key: d.api_key,
             api_version: d.api_version,
             correlation_id: d.correlation_id,
-            started,
+            times,
             reply,
+            _in_flight: in_flight,
             _request_bytes: reserved,
             _response_bytes: response_bytes,
         };
@@ -416,11 +422,13 @@ fn closed_mid_frame() -> io::Error {
 
 async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
     let mut out = BytesMut::new();
-    while let Some(q) = rx.recv().await {
+    while let Some(mut q) = rx.recv().await {
         let written = match q.reply {
             Outgoing::Frame(frame) => wr.write_all(&frame).await.map(|()| frame.len()),
             Outgoing::Later(pending) => {
-                let body = pending.await;
+                q.times.deferred_started();
+                let (body, remote) = stages::measured(pending).await;
+                q.times.deferred_returned(remote);
                 if let Err(why) = encode_into(q.correlation_id, q.api_version, &body, &mut out) {
                     tracing::error!(%peer, api = q.api_key.map(|k| k.name()), version = q.api_version, error = %why, "closing");
                     break;
@@ -433,7 +441,8 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer
                 written
             }
             Outgoing::Nothing => {
-                telemetry::request_done(q.api_key, q.api_version, q.started, 0);
+                q.times.written();
+                telemetry::request_done(q.api_key, q.api_version, &q.times, 0);
                 continue;
             }
             Outgoing::Close(why) => {
@@ -443,7 +452,10 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer
             }
         };
         match written {
-            Ok(bytes) => telemetry::request_done(q.api_key, q.api_version, q.started, bytes),
+            Ok(bytes) => {
+                q.times.written();
+                telemetry::request_done(q.api_key, q.api_version, &q.times, bytes);
+            }
             Err(e) => {
                 tracing::debug!(%peer, error = %e, "write failed");
                 break;

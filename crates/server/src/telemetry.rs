@@ -6,6 +6,9 @@
 //! | `osprey_requests_total` | counter | api, version | requests answered (or, for acks=0, handled) |
 //! | `osprey_request_errors_total` | counter | api, version | requests that closed their connection |
 //! | `osprey_request_duration_seconds` | histogram | api | from frame read to response written |
+//! | `osprey_request_stage_seconds` | histogram | api, stage | the same time split into `queue`, `local`, `remote`, `send` ([`stages`]) |
+//! | `osprey_requests_in_flight` | gauge | | requests read and not yet answered |
+//! | `osprey_request_queue_size` | gauge | | requests read whose handler has not started (their connection's unwritten responses fill its budget) |
 //! | `osprey_response_bytes_total` | counter | api | response bytes written |
 //! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
 //! | `osprey_connections` | gauge | | open client connections |
@@ -14,12 +17,20 @@
 //! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
 //! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
 //! | `osprey_topic_messages_in_total` | counter | topic | records appended |
+//! | `osprey_topic_produce_requests_total` | counter | topic | partitions of Produce requests for the topic |
+//! | `osprey_topic_failed_produce_requests_total` | counter | topic | of those, the ones answered with an error |
+//! | `osprey_topic_fetch_requests_total` | counter | topic | partitions of Fetch requests (consumers' and followers') for the topic |
+//! | `osprey_topic_failed_fetch_requests_total` | counter | topic | of those, the ones answered with an error |
 //! | `osprey_partition_log_size_bytes` | gauge | topic, partition | bytes of log on disk |
+//! | `osprey_partition_log_segments` | gauge | topic, partition | segments of the log |
+//! | `osprey_partition_log_start_offset` | gauge | topic, partition | log start offset |
 //! | `osprey_partition_log_end_offset` | gauge | topic, partition | log end offset |
 //! | `osprey_partition_high_watermark` | gauge | topic, partition | high watermark |
 //! | `osprey_groups` | gauge | state | consumer groups by state (Empty, Stable, PreparingRebalance, ...) |
 //! | `osprey_group_generation` | gauge | group | the group's generation: each rebalance adds one |
-//! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset |
+//! | `osprey_group_members` | gauge | group | the group's members (classic or KIP-848) |
+//! | `osprey_consumer_committed_offset` | gauge | group, topic, partition | the group's committed offset |
+//! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset, for the partitions the coordinator holds a replica of |
 //! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
 //! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
@@ -43,6 +54,14 @@
 //! | `osprey_interbroker_connections` | gauge | | open connections to other nodes |
 //! | `osprey_quorum_voter_replacements_total` | counter | | quorum voters the active controller replaced by the same node under a new metadata directory id (each also logged) |
 //! | `osprey_internal_topic_create_errors_total` | counter | internal_topic | failed attempts to create `__consumer_offsets` or `__transaction_state` or open their logs (logged at most every 10 s per topic, with what to do) |
+//! | `osprey_build_info` | gauge | version | 1, with the running version |
+//! | `osprey_runtime_workers` | gauge | | worker threads of the async runtime |
+//! | `osprey_runtime_worker_busy_seconds_total` | counter | | time those workers spent running tasks, summed |
+//! | `osprey_runtime_global_queue_depth` | gauge | | tasks ready to run waiting in the runtime's shared queue |
+//! | `process_cpu_seconds_total`, `process_resident_memory_bytes`, `process_virtual_memory_bytes`, `process_open_fds`, `process_max_fds`, `process_start_time_seconds` | counter, gauges | | Prometheus' standard process metrics, from /proc |
+//!
+//! The last five rows are rendered at each scrape by [`process`] (the metrics crate's
+//! counters are integers; CPU seconds are not).
 //!
 //! A series labelled with a deleted topic or group leaves `/metrics` once untouched for
 //! [`IDLE_TIMEOUT`]; [`KeepAlive`] touches every other one at each refresh.
@@ -63,8 +82,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
+mod http;
+mod process;
+pub mod stages;
+
 /// How often the partition and group gauges are refreshed and every live series touched.
 const REFRESH: Duration = Duration::from_secs(5);
+
+/// How often the recorder does its housekeeping (the exporter's default).
+const UPKEEP: Duration = Duration::from_secs(5);
 
 /// A counter or gauge untouched for this long leaves `/metrics` at the next scrape: the
 /// series of deleted topics and groups, which [`KeepAlive`] stops touching. Well above
@@ -121,17 +147,34 @@ impl Telemetry {
 
 /// The Prometheus recorder and its HTTP listener on `addr`, installed as the global one.
 fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
-    let (recorder, exporter) = PrometheusBuilder::new()
-        .with_http_listener(addr)
+    let recorder = PrometheusBuilder::new()
         .set_buckets_for_metric(
             metrics_exporter_prometheus::Matcher::Suffix("duration_seconds".into()),
             &[0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0],
         )
+        .and_then(|b| {
+            // Finer at the low end: queueing and sending often take microseconds.
+            b.set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("osprey_request_stage_seconds".into()),
+                &[
+                    0.00001, 0.00005, 0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                    2.5, 10.0,
+                ],
+            )
+        })
         .map_err(|e| e.to_string())?
         .idle_timeout(MetricKindMask::COUNTER | MetricKindMask::GAUGE, Some(IDLE_TIMEOUT))
-        .build()
-        .map_err(|e| format!("metrics listener {addr}: {e}"))?;
-    tokio::spawn(exporter);
+        .build_recorder();
+    let handle = recorder.handle();
+    http::serve(addr, handle.clone())?;
+    // What the exporter's own listener did: histograms' and idle series' housekeeping.
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(UPKEEP);
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
     let kept = KeepAlive::new(recorder);
     metrics::set_global_recorder(kept.clone()).map_err(|e| e.to_string())?;
     describe();
@@ -221,6 +264,16 @@ fn describe() {
     describe_counter!("osprey_requests_total", "Requests handled, by API key and version.");
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
+    describe_histogram!(
+        "osprey_request_stage_seconds",
+        Unit::Seconds,
+        "Request time by stage: queue (until handled), local (handler work), remote (delayed operations: long poll, acks), send (until written)."
+    );
+    describe_gauge!("osprey_requests_in_flight", "Requests read and not yet answered.");
+    describe_gauge!("osprey_request_queue_size", "Requests read whose handler has not started yet.");
+    // Shown at 0 from the start; `increment`, not `set`: a request may be in flight already.
+    gauge!("osprey_requests_in_flight").increment(0.0);
+    gauge!("osprey_request_queue_size").increment(0.0);
     describe_counter!("osprey_response_bytes_total", Unit::Bytes, "Response bytes written.");
     describe_counter!("osprey_error_codes_total", "Error codes returned in responses, by API and error name.");
     describe_gauge!("osprey_connections", "Open client connections.");
@@ -236,11 +289,25 @@ fn describe() {
     describe_counter!("osprey_topic_bytes_in_total", Unit::Bytes, "Record batch bytes appended, by topic.");
     describe_counter!("osprey_topic_bytes_out_total", Unit::Bytes, "Record batch bytes fetched, by topic.");
     describe_counter!("osprey_topic_messages_in_total", "Records appended, by topic.");
+    describe_counter!("osprey_topic_produce_requests_total", "Partitions of Produce requests, by topic.");
+    describe_counter!(
+        "osprey_topic_failed_produce_requests_total",
+        "Partitions of Produce requests answered with an error, by topic."
+    );
+    describe_counter!("osprey_topic_fetch_requests_total", "Partitions of Fetch requests, by topic.");
+    describe_counter!(
+        "osprey_topic_failed_fetch_requests_total",
+        "Partitions of Fetch requests answered with an error, by topic."
+    );
     describe_gauge!("osprey_partition_log_size_bytes", Unit::Bytes, "Log size on disk, by partition.");
+    describe_gauge!("osprey_partition_log_segments", "Log segments, by partition.");
+    describe_gauge!("osprey_partition_log_start_offset", "Log start offset, by partition.");
     describe_gauge!("osprey_partition_log_end_offset", "Log end offset, by partition.");
     describe_gauge!("osprey_partition_high_watermark", "High watermark, by partition.");
     describe_gauge!("osprey_groups", "Consumer groups by state.");
     describe_gauge!("osprey_group_generation", "Generation of each group; every rebalance adds one.");
+    describe_gauge!("osprey_group_members", "Members of each group.");
+    describe_gauge!("osprey_consumer_committed_offset", "Committed offset, by group and partition.");
     describe_gauge!("osprey_consumer_lag", "High watermark minus the committed offset, by group and partition.");
     describe_counter!("osprey_fsyncs_total", "Group-commit fsyncs of partition logs.");
     describe_histogram!("osprey_fsync_duration_seconds", Unit::Seconds, "Duration of each partition log fsync.");
@@ -371,28 +438,30 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
     let image = broker.image();
     for g in &listed.groups {
         *by_state.entry(g.group_state.clone()).or_default() += 1;
-        let (generation, offsets) = broker
-            .groups
-            .call(broker, |c, _| (c.generation(&g.group_id).unwrap_or(0), c.fetch_offsets(&g.group_id, None, false)));
+        let (generation, members, offsets) = broker.groups.call(broker, |c, _| {
+            let generation = c.generation(&g.group_id).unwrap_or(0);
+            (generation, c.member_count(&g.group_id), c.fetch_offsets(&g.group_id, None, false))
+        });
         gauge!("osprey_group_generation", "group" => g.group_id.clone()).set(f64::from(generation));
+        gauge!("osprey_group_members", "group" => g.group_id.clone()).set(members as f64);
         for t in &offsets.topics {
             let Some(topic) = image.topic(&t.name) else { continue };
             for p in &t.partitions {
-                // Any replica held here, leader or follower: the coordinator leads few of
-                // the partitions its groups consume (a follower's high watermark trails the
-                // leader's by at most one fetch). A partition with no replica here has no lag.
-                let Some(partition) = broker.replica_manager.replica(topic.id, p.partition_index) else { continue };
                 if p.committed_offset < 0 {
                     continue;
                 }
+                let labels = [
+                    ("group", g.group_id.clone()),
+                    ("topic", t.name.clone()),
+                    ("partition", p.partition_index.to_string()),
+                ];
+                gauge!("osprey_consumer_committed_offset", &labels).set(p.committed_offset as f64);
+                // Lag needs the high watermark: any replica held here, leader or follower
+                // (the coordinator leads few of the partitions its groups consume; a
+                // follower's high watermark trails the leader's by at most one fetch).
+                let Some(partition) = broker.replica_manager.replica(topic.id, p.partition_index) else { continue };
                 let lag = (partition.log.high_watermark() - p.committed_offset).max(0);
-                gauge!(
-                    "osprey_consumer_lag",
-                    "group" => g.group_id.clone(),
-                    "topic" => t.name.clone(),
-                    "partition" => p.partition_index.to_string()
-                )
-                .set(lag as f64);
+                gauge!("osprey_consumer_lag", &labels).set(lag as f64);
             }
         }
     }
@@ -476,9 +545,12 @@ fn refresh_partition_gauges(broker: &Broker) {
         errors += f.errors;
         offline += u64::from(p.log.is_offline());
         let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
+        let offsets = p.log.offsets();
         gauge!("osprey_partition_log_size_bytes", &labels).set(p.log.size_bytes() as f64);
-        gauge!("osprey_partition_log_end_offset", &labels).set(p.log.log_end_offset() as f64);
-        gauge!("osprey_partition_high_watermark", &labels).set(p.log.high_watermark() as f64);
+        gauge!("osprey_partition_log_segments", &labels).set(p.log.segment_count() as f64);
+        gauge!("osprey_partition_log_start_offset", &labels).set(offsets.log_start_offset as f64);
+        gauge!("osprey_partition_log_end_offset", &labels).set(offsets.log_end_offset as f64);
+        gauge!("osprey_partition_high_watermark", &labels).set(offsets.high_watermark as f64);
     }
     refresh_damage_counters(broker);
     counter!("osprey_fsyncs_total").absolute(count);
@@ -510,11 +582,45 @@ fn api_name(key: Option<ApiKey>) -> &'static str {
     key.map_or("unknown", |k| k.name())
 }
 
-pub fn request_done(key: Option<ApiKey>, version: i16, started: Instant, response_bytes: usize) {
+/// A request answered (its response written, or for acks=0 handled): counted, with its
+/// time in all and per stage.
+pub fn request_done(key: Option<ApiKey>, version: i16, times: &stages::RequestTimes, response_bytes: usize) {
     let api = api_name(key);
     counter!("osprey_requests_total", "api" => api, "version" => version.to_string()).increment(1);
-    histogram!("osprey_request_duration_seconds", "api" => api).record(started.elapsed().as_secs_f64());
+    histogram!("osprey_request_duration_seconds", "api" => api).record(times.total().as_secs_f64());
+    for (stage, took) in times.stages() {
+        histogram!("osprey_request_stage_seconds", "api" => api, "stage" => stage).record(took.as_secs_f64());
+    }
     counter!("osprey_response_bytes_total", "api" => api).increment(response_bytes as u64);
+}
+
+/// A request read and not yet answered (`osprey_requests_in_flight`, for as long as
+/// this lives), and until its handler starts, waiting for it
+/// (`osprey_request_queue_size`).
+#[derive(Debug)]
+pub struct InFlight {
+    queued: bool,
+}
+
+impl InFlight {
+    pub fn read() -> InFlight {
+        gauge!("osprey_requests_in_flight").increment(1.0);
+        gauge!("osprey_request_queue_size").increment(1.0);
+        InFlight { queued: true }
+    }
+
+    pub fn handler_started(&mut self) {
+        if std::mem::take(&mut self.queued) {
+            gauge!("osprey_request_queue_size").decrement(1.0);
+        }
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.handler_started();
+        gauge!("osprey_requests_in_flight").decrement(1.0);
+    }
 }
 
 pub fn request_failed(key: Option<ApiKey>, version: i16) {
@@ -675,6 +781,27 @@ pub fn reading_paused(bound: &'static str) {
 pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
     counter!("osprey_topic_bytes_in_total", "topic" => topic.to_string()).increment(bytes);
     counter!("osprey_topic_messages_in_total", "topic" => topic.to_string()).increment(records);
+}
+
+/// A partition of a Produce request for `topic`, which exists (Kafka's
+/// BrokerTopicMetrics count each partition of a request).
+pub fn topic_produce_request(topic: &str) {
+    counter!("osprey_topic_produce_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Produce request for `topic` answered with an error.
+pub fn topic_produce_failed(topic: &str) {
+    counter!("osprey_topic_failed_produce_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Fetch request (a consumer's or a follower's) for `topic`.
+pub fn topic_fetch_request(topic: &str) {
+    counter!("osprey_topic_fetch_requests_total", "topic" => topic.to_string()).increment(1);
+}
+
+/// A partition of a Fetch request for `topic` answered with an error.
+pub fn topic_fetch_failed(topic: &str) {
+    counter!("osprey_topic_failed_fetch_requests_total", "topic" => topic.to_string()).increment(1);
 }
 
 pub fn bytes_out(topic: &str, bytes: u64) {

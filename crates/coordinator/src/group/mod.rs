@@ -305,6 +305,15 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.members.iter().map(|m| m.member_id.clone()).collect()).unwrap_or_default()
     }
 
+    /// How many members `group_id` has, a classic group or a KIP-848 consumer group; 0 for
+    /// a group the coordinator does not know.
+    pub fn member_count(&self, group_id: &str) -> usize {
+        match self.consumer_groups.get(group_id) {
+            Some(consumer) => consumer.members.len(),
+            None => self.groups.get(group_id).map_or(0, |g| g.members.len()),
+        }
+    }
+
     /// The number of requests the coordinator holds a reply for (joins, syncs and the
     /// requests waiting for a persist), a bound the server can watch.
     pub fn held_replies(&self) -> usize {

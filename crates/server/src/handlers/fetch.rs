@@ -18,6 +18,7 @@ use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, Partiti
 use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use crate::telemetry;
+use crate::telemetry::stages::remote_wait;
 use osprey_cluster::replica::fetch::{diverging_epoch, FollowerFetch};
 use osprey_cluster::{MetadataImage, TopicImage};
 use osprey_protocol::messages::fetch_response::{
@@ -47,6 +48,8 @@ struct Plan {
 }
 
 struct PartitionPlan {
+    /// The topic's name if it exists, for its per-topic request counts.
+    topic: Option<String>,
     key: PartitionKey,
     fetch: PartitionFetch,
     partition: Result<Arc<Partition>, ErrorCode>,
@@ -112,6 +115,9 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .into_iter()
         .map(|(key, fetch)| {
             let topic = topic_of(cache.image(), &key);
+            if let Some(t) = topic {
+                telemetry::topic_fetch_request(&t.name);
+            }
             let mut partition = cache.partition_or_error(broker, topic, key.partition, unknown);
             if let (Some((replica_id, broker_epoch)), Ok(p)) = (replica, &partition) {
                 // The follower's position, once per request and before the read, so the
@@ -132,7 +138,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
                     Err(code) => partition = Err(code),
                 }
             }
-            PartitionPlan { key, fetch, partition }
+            PartitionPlan { topic: topic.map(|t| t.name.clone()), key, fetch, partition }
         })
         .collect();
     let plan = Plan {
@@ -194,13 +200,17 @@ async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
             return respond(&plan, reads);
         }
         let stopping = plan.broker.stopping();
-        timed_out = tokio::select! {
-            // An empty set resolves at once; only wait on it when something is watched.
-            Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
-            _ = tokio::time::sleep_until(deadline) => true,
-            // Shutting down: answer parked fetches now rather than at their deadline.
-            _ = stopping => true,
-        };
+        // Parked (Kafka's DelayedFetch): the request's remote time, not its local work.
+        timed_out = remote_wait(async {
+            tokio::select! {
+                // An empty set resolves at once; only wait on it when something is watched.
+                Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
+                _ = tokio::time::sleep_until(deadline) => true,
+                // Shutting down: answer parked fetches now rather than at their deadline.
+                _ = stopping => true,
+            }
+        })
+        .await;
     }
 }
 
@@ -240,6 +250,11 @@ fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
 /// Builds the response: every partition of a full fetch, or those with news in an
 /// incremental one, grouped by topic in read order.
 fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
+    for (p, data) in plan.partitions.iter().zip(&reads) {
+        if let (Some(topic), true) = (&p.topic, data.error_code != ErrorCode::NONE.code()) {
+            telemetry::topic_fetch_failed(topic);
+        }
+    }
     let summaries = plan.partitions.iter().zip(&reads).map(|(p, data)| {
         let read = PartitionRead {
             high_watermark: data.high_watermark,

@@ -21,7 +21,8 @@ use tokio::sync::oneshot;
 /// client must still get an answer).
 pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
     Reply::Later(Box::pin(async move {
-        match rx.await {
+        // Held by the coordinator (a rebalance, a durable write): the request's remote time.
+        match crate::telemetry::stages::remote_wait(rx).await {
             Ok(Response::JoinGroup(r)) => ResponseBody::JoinGroup(r),
             Ok(Response::SyncGroup(r)) => ResponseBody::SyncGroup(r),
             Ok(Response::OffsetCommit(r)) => ResponseBody::OffsetCommit(r),

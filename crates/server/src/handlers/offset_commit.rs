@@ -58,7 +58,8 @@ pub fn handle(broker: &Arc<Broker>, mut req: OffsetCommitRequest, version: i16) 
     }
     let rx = broker.groups.call_later(broker, |c, reply, now| c.commit_offsets(&req, version, reply, now));
     Reply::Later(Box::pin(async move {
-        match rx.await {
+        // Until the commit is durable: the request's remote time.
+        match crate::telemetry::stages::remote_wait(rx).await {
             Ok(Response::OffsetCommit(resp)) => finish(resp),
             _ => {
                 let mut resp = OffsetCommitResponse::default();

@@ -13,6 +13,7 @@ use crate::broker::{now_ms, Broker};
 use crate::dispatch::Reply;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::{AckError, Acknowledgement, Partition};
+use crate::telemetry::stages::remote_wait;
 use crate::telemetry::{self, LogLimiter, REPEATED_FAILURE_LOG_INTERVAL};
 use crate::transactions::NotYet;
 use crate::txn_interbroker::{CoordinatorRoute, RemoteCheck};
@@ -64,6 +65,8 @@ struct PartitionOutcome {
 struct TopicOutcome {
     name: String,
     topic_id: Uuid,
+    /// The topic's name if it exists, for its per-topic request counts.
+    known: Option<String>,
     partitions: Vec<PartitionOutcome>,
 }
 
@@ -76,8 +79,14 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         let image = cache.image();
         let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
         let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+        // Only topics that exist are counted: a client naming made-up topics must not
+        // add series to /metrics.
+        let known = found.map(|t| t.name.clone());
         let mut partitions = Vec::with_capacity(topic.partition_data.len());
         for p in topic.partition_data {
+            if let Some(name) = &known {
+                telemetry::topic_produce_request(name);
+            }
             let outcome = if version < 3 {
                 // Kafka 4 still lists Produce v0-2 (librdkafka needs to see 0 to compress)
                 // but refuses them.
@@ -104,12 +113,12 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             };
             partitions.push(PartitionOutcome { index: p.index, outcome });
         }
-        topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, partitions });
+        topics.push(TopicOutcome { name: topic.name, topic_id: topic.topic_id, known, partitions });
     }
     if acks == 0 {
         // Nobody waits for the answer, but a queued append may defer (transaction version
-        // 2), and what it defers must still happen.
-        if topics.iter().flat_map(|t| &t.partitions).any(|p| matches!(p.outcome, Outcome::Queued(_))) {
+        // 2), and what it defers must still happen; and failures are counted.
+        if !topics.is_empty() {
             tokio::spawn(async move { drop(respond(topics, None).await) });
         }
         return Reply::Nothing;
@@ -279,7 +288,7 @@ impl TxnBatch {
         let waiting = DeferredAppend::new(&self.partition);
         Outcome::Deferred(Box::pin(async move {
             let _waiting = waiting;
-            let error = added.await;
+            let error = remote_wait(added).await;
             if error != ErrorCode::NONE {
                 return self.not_in_transaction(error);
             }
@@ -301,12 +310,15 @@ impl TxnBatch {
         Outcome::Deferred(Box::pin(async move {
             let _waiting = waiting;
             let RemoteCheck { guard, node, address } = check;
-            let error = if add {
-                let route = CoordinatorRoute::Remote { node, address };
-                crate::transactions::add_with_retry(self.broker.clone(), route, transaction, None).await
-            } else {
-                crate::txn_interbroker::send_add_partitions(&self.broker, node, address, transaction).await
-            };
+            let error = remote_wait(async {
+                if add {
+                    let route = CoordinatorRoute::Remote { node, address };
+                    crate::transactions::add_with_retry(self.broker.clone(), route, transaction, None).await
+                } else {
+                    crate::txn_interbroker::send_add_partitions(&self.broker, node, address, transaction).await
+                }
+            })
+            .await;
             if error != ErrorCode::NONE {
                 return self.not_in_transaction(error);
             }
@@ -575,12 +587,13 @@ async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instan
                 }
                 Outcome::Appended { info, durable } => {
                     let truncated = || Err(AckError::Storage(StorageError::Truncated(info.last_offset)));
+                    // Kafka's DelayedProduce: the request's remote time.
                     let result = match (durable, deadline) {
-                        (Some(rx), Some(deadline)) => match tokio::time::timeout_at(deadline, rx).await {
+                        (Some(rx), Some(deadline)) => match remote_wait(tokio::time::timeout_at(deadline, rx)).await {
                             Ok(acknowledged) => acknowledged.unwrap_or_else(|_| truncated()),
                             Err(_) => Err(AckError::Replication(ErrorCode::REQUEST_TIMED_OUT)),
                         },
-                        (Some(rx), None) => rx.await.unwrap_or_else(|_| truncated()),
+                        (Some(rx), None) => remote_wait(rx).await.unwrap_or_else(|_| truncated()),
                         (None, _) => Ok(()),
                     };
                     match result {
@@ -597,6 +610,9 @@ async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instan
                         }
                     }
                 }
+            }
+            if let (Some(name), true) = (&topic.known, r.error_code != ErrorCode::NONE.code()) {
+                telemetry::topic_produce_failed(name);
             }
             out.partition_responses.push(r);
         }

@@ -10,6 +10,7 @@ use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::handlers::after_creating_internal_topic;
 use crate::metadata_cache::MetadataCache;
 use crate::telemetry;
+use crate::telemetry::stages::remote_wait;
 use crate::transactions::marker_durable;
 use crate::txn_interbroker::{coordinator_route, CoordinatorRoute};
 use osprey_coordinator::group;
@@ -79,7 +80,7 @@ pub fn add_partitions(broker: &Arc<Broker>, req: AddPartitionsToTxnRequest, vers
             let errors = match outcome {
                 Added::Now(errors) => errors,
                 Added::Later(partitions, rx) => {
-                    let error = match rx.await {
+                    let error = match remote_wait(rx).await {
                         Ok(txn::Response::AddPartitionsToTxn { error }) => error,
                         _ => ErrorCode::UNKNOWN_SERVER_ERROR,
                     };
@@ -157,7 +158,7 @@ fn add_offsets_to_txn(
     }
     let rx = broker.transactions.call_later(broker, |c, reply, now| c.add_offsets(&req, version, reply, now));
     Reply::Later(Box::pin(async move {
-        let resp = match rx.await {
+        let resp = match remote_wait(rx).await {
             Ok(txn::Response::AddOffsetsToTxn(r)) => r,
             _ => AddOffsetsToTxnResponse { error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(), ..Default::default() },
         };
@@ -193,7 +194,7 @@ fn end_transaction(broker: &Arc<Broker>, req: EndTxnRequest, version: i16) -> Pe
         c.end_txn(&req, version, reply, &mut next, now)
     });
     Box::pin(async move {
-        let resp = match rx.await {
+        let resp = match remote_wait(rx).await {
             Ok(txn::Response::EndTxn(r)) => r,
             _ => EndTxnResponse {
                 error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(),
@@ -238,7 +239,7 @@ fn init_transactional_producer(
         c.init_producer_id(&req, version, reply, &mut next, now)
     });
     Box::pin(async move {
-        let resp = match rx.await {
+        let resp = match remote_wait(rx).await {
             Ok(txn::Response::InitProducerId(r)) => r,
             _ => osprey_protocol::messages::InitProducerIdResponse {
                 error_code: ErrorCode::UNKNOWN_SERVER_ERROR.code(),
@@ -320,7 +321,7 @@ fn commit_in_txn(
     let broker = broker.clone();
     Reply::Later(Box::pin(async move {
         if let Some(check) = check {
-            let error = check.await;
+            let error = remote_wait(check).await;
             if error != ErrorCode::NONE {
                 let error = offsets_verification_error(error, version);
                 telemetry::error_code(ApiKey::TxnOffsetCommit, error);
@@ -328,7 +329,7 @@ fn commit_in_txn(
             }
         }
         let rx = broker.groups.call_later(&broker, |c, reply, now| c.txn_commit_offsets(&req, version, reply, now));
-        let resp = match rx.await {
+        let resp = match remote_wait(rx).await {
             Ok(group::Response::TxnOffsetCommit(r)) => r,
             _ => TxnOffsetCommitResponse::default(),
         };
@@ -446,7 +447,7 @@ pub fn write_txn_markers(broker: &Arc<Broker>, req: WriteTxnMarkersRequest) -> R
                     let (partition_index, error) = match p {
                         Err((index, code)) => (index, code),
                         Ok((index, written)) => match written.await {
-                            Ok(Ok(acknowledged)) => match acknowledged.await {
+                            Ok(Ok(acknowledged)) => match remote_wait(acknowledged).await {
                                 Ok(Ok(())) => {
                                     if let Some(id) = topic_id {
                                         marker_durable(&broker, id, &(name.clone(), index), producer_id, committed);
