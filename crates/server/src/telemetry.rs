@@ -787,6 +787,9 @@ pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
 /// BrokerTopicMetrics count each partition of a request).
 pub fn topic_produce_request(topic: &str) {
     counter!("osprey_topic_produce_requests_total", "topic" => topic.to_string()).increment(1);
+    // The failed count shows 0 from the topic's first request, as Kafka's meters do: a
+    // dashboard's failed-requests query has data, and `rate()` sees the first failure.
+    counter!("osprey_topic_failed_produce_requests_total", "topic" => topic.to_string()).increment(0);
 }
 
 /// A partition of a Produce request for `topic` answered with an error.
@@ -797,6 +800,8 @@ pub fn topic_produce_failed(topic: &str) {
 /// A partition of a Fetch request (a consumer's or a follower's) for `topic`.
 pub fn topic_fetch_request(topic: &str) {
     counter!("osprey_topic_fetch_requests_total", "topic" => topic.to_string()).increment(1);
+    // 0 from the topic's first request, as for Produce.
+    counter!("osprey_topic_failed_fetch_requests_total", "topic" => topic.to_string()).increment(0);
 }
 
 /// A partition of a Fetch request for `topic` answered with an error.
