@@ -198,7 +198,7 @@ class Prometheus(Process):
 def rules_with_short_for(path: Path, to: Path) -> Path:
     """The shipped rules with every `for:` cut to 5 s: the same expressions, without
     waiting minutes for them to hold."""
-    rules = yaml.safe_load(ALERTS.read_text())
+    rules = yaml.safe_load(path.read_text())
     for group in rules["groups"]:
         for rule in group["rules"]:
             if "for" in rule:
