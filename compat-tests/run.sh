@@ -20,10 +20,17 @@ if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get
         || echo "compat-tests: kcat could not be installed; its tests will be skipped" >&2
 fi
 
-# promtool (Debian's prometheus package) lints the metrics endpoint; skipped without it.
-if ! command -v promtool >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    (apt-get install -y -qq prometheus >/dev/null 2>&1 || (apt-get update -qq && apt-get install -y -qq prometheus >/dev/null)) \
-        || echo "compat-tests: promtool could not be installed; its test will be skipped" >&2
+# Debian's prometheus (promtool and the server), prometheus-node-exporter and systemd
+# (systemd-analyze): promtool lints the metrics endpoint (skipped without it), and
+# test_deploy.py checks the deploy recipes with all of them (it fails without them).
+missing=()
+command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
+command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
+command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    (apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 \
+        || (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null)) \
+        || echo "compat-tests: ${missing[*]} could not be installed; test_deploy.py will fail" >&2
 fi
 
 # Kafka 4.4's jars (bench/scratch/kafka-lib, as the benchmark uses them): the quorum test

@@ -208,7 +208,7 @@ async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), Stri
     .map_err(|e| format!("cannot open the data directory {}: {e}", data_dir.display()))?;
     if let Some(addr) = &config.metrics_listener {
         let addr = resolve(addr)?;
-        telemetry::install(addr, broker.clone())?;
+        telemetry::install(addr)?.serve_broker(broker.clone());
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
     let (stop, stopped) = watch::channel(false);
@@ -253,7 +253,7 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
         controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
     if let Some(addr) = &config.metrics_listener {
         let addr = resolve(addr)?;
-        telemetry::install_for_controller(addr)?;
+        telemetry::install(addr)?;
         tracing::info!(%addr, "metrics at http://{addr}/metrics");
     }
     let apis = controller_node::active_apis(&config);
@@ -282,6 +282,17 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let settings = settings(&config, local)?;
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
+    // Before the controller starts: what it records from its first moment (becoming the
+    // active controller) must reach /metrics.
+    let telemetry = match &config.metrics_listener {
+        Some(addr) => {
+            let addr = resolve(addr)?;
+            let installed = telemetry::install(addr)?;
+            tracing::info!(%addr, "metrics at http://{addr}/metrics");
+            Some(installed)
+        }
+        None => None,
+    };
     let controller_node = if config.cluster.roles.controller {
         let node_config = ControllerNodeConfig::from_broker_config(&config)?;
         let listeners =
@@ -332,10 +343,8 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
             return stop_controller(controller_node, Err(why)).await;
         }
     };
-    if let Some(addr) = &config.metrics_listener {
-        let addr = resolve(addr)?;
-        telemetry::install(addr, broker.clone())?;
-        tracing::info!(%addr, "metrics at http://{addr}/metrics");
+    if let Some(telemetry) = &telemetry {
+        telemetry.serve_broker(broker.clone());
     }
     let publisher: Publisher = {
         let broker = broker.clone();

@@ -30,11 +30,12 @@
 //! | `osprey_group_generation` | gauge | group | the group's generation: each rebalance adds one |
 //! | `osprey_group_members` | gauge | group | the group's members (classic or KIP-848) |
 //! | `osprey_consumer_committed_offset` | gauge | group, topic, partition | the group's committed offset |
-//! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset |
+//! | `osprey_consumer_lag` | gauge | group, topic, partition | high watermark minus the committed offset, for the partitions the coordinator holds a replica of |
 //! | `osprey_fsyncs_total` | counter | | group-commit fsyncs of partition logs |
 //! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
 //! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
+//! | `osprey_offline_partition_logs` | gauge | | partition logs held here that went offline after an I/O failure (fsync, roll, truncation); they refuse appends until restart |
 //! | `osprey_producer_ids_allocated_total` | counter | | producer ids handed out (idempotent and transactional) |
 //! | `osprey_txn_commits_total` | counter | | transactions committed (CompleteCommit durable) |
 //! | `osprey_txn_aborts_total` | counter | | transactions aborted (by the client, a timeout or a fence) |
@@ -78,7 +79,7 @@ use osprey_storage::DamageKind;
 use std::collections::HashSet;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 use std::time::{Duration, Instant};
 
 mod http;
@@ -96,35 +97,52 @@ const UPKEEP: Duration = Duration::from_secs(5);
 /// [`REFRESH`], so that a late refresh never drops (and so resets) a live series.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Starts the Prometheus endpoint (`GET /metrics`) and the periodic gauge refresher.
-/// Must run inside the tokio runtime.
-pub fn install(addr: SocketAddr, broker: Arc<Broker>) -> Result<(), String> {
+/// Starts the Prometheus endpoint (`GET /metrics`) and the periodic refresher, which
+/// touches the global series until [`Telemetry::serve_broker`] hands it a broker, and
+/// from then on refreshes its partition and group gauges too. Must run inside the tokio
+/// runtime, and before anything that records a metric: a value recorded before the
+/// recorder exists is lost (a combined node's controller became active before its
+/// broker opened, and `osprey_controller_active_count` never appeared).
+pub fn install(addr: SocketAddr) -> Result<Telemetry, String> {
     let kept = install_recorder(addr)?;
+    let broker: Arc<OnceLock<Arc<Broker>>> = Arc::default();
+    let served = broker.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(REFRESH);
         loop {
             tick.tick().await;
-            refresh_partition_gauges(&broker);
-            let groups = refresh_group_gauges(&broker);
-            let topics = broker.image().topics().map(|t| t.name.clone()).collect();
-            kept.touch(&topics, &groups);
+            match served.get() {
+                Some(broker) => {
+                    refresh_partition_gauges(broker);
+                    let groups = refresh_group_gauges(broker);
+                    let topics = broker.image().topics().map(|t| t.name.clone()).collect();
+                    kept.touch(&topics, &groups);
+                }
+                // No partitions or groups yet (a controller-only node never has any):
+                // the global series (the quorum's, the inter-broker client's) kept alive.
+                None => kept.touch(&HashSet::new(), &HashSet::new()),
+            }
         }
     });
-    Ok(())
+    Ok(Telemetry { broker })
 }
 
-/// `/metrics` on `addr` for a controller-only node: no partitions or groups, the global
-/// series (the quorum's, the inter-broker client's) kept alive.
-pub fn install_for_controller(addr: SocketAddr) -> Result<(), String> {
-    let kept = install_recorder(addr)?;
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(REFRESH);
-        loop {
-            tick.tick().await;
-            kept.touch(&HashSet::new(), &HashSet::new());
-        }
-    });
-    Ok(())
+/// The installed endpoint; a node with the broker role hands it its broker once open.
+pub struct Telemetry {
+    broker: Arc<OnceLock<Arc<Broker>>>,
+}
+
+impl std::fmt::Debug for Telemetry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Telemetry").field("serves_broker", &self.broker.get().is_some()).finish()
+    }
+}
+
+impl Telemetry {
+    /// From the next refresh on, the partition and group gauges of `broker` are exported.
+    pub fn serve_broker(&self, broker: Arc<Broker>) {
+        let _ = self.broker.set(broker);
+    }
 }
 
 /// The Prometheus recorder and its HTTP listener on `addr`, installed as the global one.
@@ -296,6 +314,10 @@ fn describe() {
     osprey_storage::set_fsync_observer(|took| histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64()));
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
+    describe_gauge!(
+        "osprey_offline_partition_logs",
+        "Partition logs held here that went offline after an I/O failure (until restart)."
+    );
     describe_counter!("osprey_producer_ids_allocated_total", "Producer ids handed out.");
     describe_counter!("osprey_txn_commits_total", "Transactions committed.");
     describe_counter!("osprey_txn_aborts_total", "Transactions aborted (client, timeout, fence).");
@@ -378,8 +400,14 @@ fn describe() {
     for topic in [crate::groups::OFFSETS_TOPIC, osprey_coordinator::txn::TRANSACTION_STATE_TOPIC_NAME] {
         counter!("osprey_internal_topic_create_errors_total", "internal_topic" => topic).increment(0);
     }
-    // Shown at 0 from the start, so a scrape can tell "none yet" from "not exported".
+    // Shown at 0 from the start, so a scrape can tell "none yet" from "not exported", and
+    // so that `increase()` in an alert rule sees the first event (a series that appears
+    // at 1 has no earlier sample to increase from).
     for name in [
+        "osprey_isr_shrinks_total",
+        "osprey_isr_expands_total",
+        "osprey_controller_unclean_leader_elections_total",
+        "osprey_replica_truncations_total",
         "osprey_producer_ids_allocated_total",
         "osprey_txn_commits_total",
         "osprey_txn_aborts_total",
@@ -428,8 +456,10 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
                     ("partition", p.partition_index.to_string()),
                 ];
                 gauge!("osprey_consumer_committed_offset", &labels).set(p.committed_offset as f64);
-                // Lag needs the high watermark: only for partitions held here.
-                let Some(partition) = broker.replica_manager.partition(topic.id, p.partition_index) else { continue };
+                // Lag needs the high watermark: any replica held here, leader or follower
+                // (the coordinator leads few of the partitions its groups consume; a
+                // follower's high watermark trails the leader's by at most one fetch).
+                let Some(partition) = broker.replica_manager.replica(topic.id, p.partition_index) else { continue };
                 let lag = (partition.log.high_watermark() - p.committed_offset).max(0);
                 gauge!("osprey_consumer_lag", &labels).set(lag as f64);
             }
@@ -507,12 +537,13 @@ pub fn replica_truncated() {
 
 fn refresh_partition_gauges(broker: &Broker) {
     refresh_replication_gauges(broker);
-    let (mut count, mut max, mut errors) = (0u64, 0f64, 0u64);
+    let (mut count, mut max, mut errors, mut offline) = (0u64, 0f64, 0u64, 0u64);
     for p in broker.replica_manager.partitions() {
         let f = p.log.fsync_stats();
         count += f.count;
         max = max.max(f.max.as_secs_f64());
         errors += f.errors;
+        offline += u64::from(p.log.is_offline());
         let labels = [("topic", p.topic.clone()), ("partition", p.index.to_string())];
         let offsets = p.log.offsets();
         gauge!("osprey_partition_log_size_bytes", &labels).set(p.log.size_bytes() as f64);
@@ -525,6 +556,7 @@ fn refresh_partition_gauges(broker: &Broker) {
     counter!("osprey_fsyncs_total").absolute(count);
     gauge!("osprey_fsync_max_seconds").set(max);
     counter!("osprey_fsync_errors_total").absolute(errors);
+    gauge!("osprey_offline_partition_logs").set(offline as f64);
 }
 
 /// Damage found by recovery when the partitions were opened (each log keeps its report).
@@ -755,6 +787,9 @@ pub fn bytes_in(topic: &str, bytes: u64, records: u64) {
 /// BrokerTopicMetrics count each partition of a request).
 pub fn topic_produce_request(topic: &str) {
     counter!("osprey_topic_produce_requests_total", "topic" => topic.to_string()).increment(1);
+    // The failed count shows 0 from the topic's first request, as Kafka's meters do: a
+    // dashboard's failed-requests query has data, and `rate()` sees the first failure.
+    counter!("osprey_topic_failed_produce_requests_total", "topic" => topic.to_string()).increment(0);
 }
 
 /// A partition of a Produce request for `topic` answered with an error.
@@ -765,6 +800,8 @@ pub fn topic_produce_failed(topic: &str) {
 /// A partition of a Fetch request (a consumer's or a follower's) for `topic`.
 pub fn topic_fetch_request(topic: &str) {
     counter!("osprey_topic_fetch_requests_total", "topic" => topic.to_string()).increment(1);
+    // 0 from the topic's first request, as for Produce.
+    counter!("osprey_topic_failed_fetch_requests_total", "topic" => topic.to_string()).increment(0);
 }
 
 /// A partition of a Fetch request for `topic` answered with an error.

@@ -268,10 +268,12 @@ fn failed_fsync_takes_the_log_offline_until_reopened() {
     let log = sim_log(&storage, LogConfig::default());
     let info = log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
     log.wait_for_ack(&info).unwrap();
+    assert!(!log.is_offline());
     storage.set_fail_sync(true);
     let info = log.append(&mut batch(2, 1, 100), 0, 0).unwrap();
     let err = log.wait_for_ack(&info).unwrap_err();
     assert!(matches!(err, StorageError::LogOffline { .. }) && err.is_kafka_storage_error());
+    assert!(log.is_offline(), "the broker reports it in osprey_offline_partition_logs");
     assert!(log.append(&mut batch(3, 1, 100), 0, 0).is_err());
     storage.set_fail_sync(false);
     drop(log);
@@ -737,6 +739,7 @@ fn written_and_closed(storage: &SimStorage) -> Vec<(i64, Vec<u8>)> {
     }
     log.update_high_watermark(9).unwrap();
     log.close().unwrap();
+    assert!(!log.is_offline(), "a closed log refuses appends but is not offline");
     expected
 }
 

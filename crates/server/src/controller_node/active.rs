@@ -283,6 +283,9 @@ const GAUGE_REFRESH: Duration = Duration::from_secs(1);
 
 impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
+        // 0 until this node becomes the active controller, so that a controller that is
+        // not active shows 0 rather than no series (Kafka's ActiveControllerCount).
+        metrics::gauge!("osprey_controller_active_count").set(0.0);
         let mut topics = TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
         topics.set_max_partitions(config.max_partitions);
         if let Some(seed) = config.placement_seed {

@@ -1057,6 +1057,13 @@ impl<S: Storage> PartitionLog<S> {
         lock(&self.state).size_bytes()
     }
 
+    /// Whether the log went offline after an I/O failure (a failed fsync, segment roll,
+    /// truncation, or cut-back of a failed write): it refuses appends until the broker
+    /// restarts. A closed log is not offline; closing marks only the state.
+    pub fn is_offline(&self) -> bool {
+        lock(&self.durability).offline.is_some()
+    }
+
     /// Number of segments.
     pub fn segment_count(&self) -> usize {
         lock(&self.state).segments.len()
