@@ -102,7 +102,7 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// from then on refreshes its partition and group gauges too. Must run inside the tokio
 /// runtime, and before anything that records a metric: a value recorded before the
 /// recorder exists is lost (a combined node's controller became active before its
-/// broker opened, and `osprey_controller_active_count` never appeared).
+/// broker opened, and `osprey_controller_active` never appeared).
 pub fn install(addr: SocketAddr) -> Result<Telemetry, String> {
     let kept = install_recorder(addr)?;
     let broker: Arc<OnceLock<Arc<Broker>>> = Arc::default();
@@ -323,15 +323,12 @@ fn describe() {
     describe_counter!("osprey_txn_aborts_total", "Transactions aborted (client, timeout, fence).");
     describe_counter!("osprey_txn_fenced_producers_total", "Producer epochs fenced by a newer instance or a timeout.");
     describe_gauge!("osprey_txn_ongoing", "Transactions open or completing.");
-    describe_gauge!("osprey_controller_active_count", "1 on the active controller, else 0 (ActiveControllerCount).");
-    describe_gauge!("osprey_controller_fenced_broker_count", "Fenced brokers, on the active controller.");
-    describe_gauge!("osprey_controller_active_broker_count", "Unfenced brokers, on the active controller.");
+    describe_gauge!("osprey_controller_active", "1 on the active controller, else 0 (ActiveControllerCount).");
+    describe_gauge!("osprey_controller_fenced_brokers", "Fenced brokers, on the active controller.");
+    describe_gauge!("osprey_controller_active_brokers", "Unfenced brokers, on the active controller.");
+    describe_gauge!("osprey_controller_offline_partitions", "Partitions without a leader, on the active controller.");
     describe_gauge!(
-        "osprey_controller_offline_partitions_count",
-        "Partitions without a leader, on the active controller."
-    );
-    describe_gauge!(
-        "osprey_controller_preferred_replica_imbalance_count",
+        "osprey_controller_preferred_replica_imbalance",
         "Partitions not led by their preferred (first) replica, on the active controller."
     );
     describe_counter!(
@@ -475,7 +472,7 @@ fn refresh_group_gauges(broker: &Arc<Broker>) -> HashSet<String> {
 /// maps each to Kafka's JMX name): partitions and leaders held here, and of those led
 /// here the under-replicated ones, those under and at `min.insync.replicas`, the largest
 /// follower lag, the produce requests waiting for acks=all. (Offline partitions are the
-/// active controller's: `osprey_controller_offline_partitions_count`.)
+/// active controller's: `osprey_controller_offline_partitions`.)
 fn refresh_replication_gauges(broker: &Broker) {
     let (mut leaders, mut under_replicated, mut under_min_isr, mut at_min_isr) = (0u64, 0u64, 0u64, 0u64);
     let (mut max_lag, mut waiting) = (0i64, 0usize);

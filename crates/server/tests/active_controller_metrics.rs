@@ -53,20 +53,20 @@ async fn gauges_follow_brokers_and_offline_partitions() {
     let gauge = |name: &str| values.lock().unwrap().get(name).copied();
     let c = Cluster::start().await;
     let at = c.active().await;
-    assert_eq!(gauge("osprey_controller_active_count"), Some(1.0));
+    assert_eq!(gauge("osprey_controller_active"), Some(1.0));
     c.three_unfenced_brokers().await;
     assert_eq!(c.create_topic(at, "t", 4, 3).await.error_code, 0);
     // Refreshed at most once a second; the timer brings them up to date.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert_eq!(gauge("osprey_controller_active_broker_count"), Some(3.0));
-    assert_eq!(gauge("osprey_controller_fenced_broker_count"), Some(0.0));
-    assert_eq!(gauge("osprey_controller_offline_partitions_count"), Some(0.0));
+    assert_eq!(gauge("osprey_controller_active_brokers"), Some(3.0));
+    assert_eq!(gauge("osprey_controller_fenced_brokers"), Some(0.0));
+    assert_eq!(gauge("osprey_controller_offline_partitions"), Some(0.0));
     // No heartbeats: every session expires, every broker is fenced, every partition
     // loses its last leader.
     tokio::time::sleep(Duration::from_millis(2 * SESSION_TIMEOUT_MS as u64)).await;
     assert!(c.image(at).brokers().all(|b| b.fenced));
-    assert_eq!(gauge("osprey_controller_active_broker_count"), Some(0.0));
-    assert_eq!(gauge("osprey_controller_fenced_broker_count"), Some(3.0));
-    assert_eq!(gauge("osprey_controller_offline_partitions_count"), Some(4.0));
-    assert_eq!(gauge("osprey_controller_active_count"), Some(1.0));
+    assert_eq!(gauge("osprey_controller_active_brokers"), Some(0.0));
+    assert_eq!(gauge("osprey_controller_fenced_brokers"), Some(3.0));
+    assert_eq!(gauge("osprey_controller_offline_partitions"), Some(4.0));
+    assert_eq!(gauge("osprey_controller_active"), Some(1.0));
 }

@@ -285,7 +285,7 @@ impl Core {
     fn new(quorum: Arc<Quorum>, config: ActiveControllerConfig, active_tx: watch::Sender<bool>) -> Core {
         // 0 until this node becomes the active controller, so that a controller that is
         // not active shows 0 rather than no series (Kafka's ActiveControllerCount).
-        metrics::gauge!("osprey_controller_active_count").set(0.0);
+        metrics::gauge!("osprey_controller_active").set(0.0);
         let mut topics = TopicControl::new(Vec::new(), config.default_partitions, config.default_replication_factor);
         topics.set_max_partitions(config.max_partitions);
         if let Some(seed) = config.placement_seed {
@@ -382,7 +382,7 @@ impl Core {
             next_leader_balance: Instant::now() + self.leader_balance_interval(),
         });
         let _ = self.active_tx.send(true);
-        metrics::gauge!("osprey_controller_active_count").set(1.0);
+        metrics::gauge!("osprey_controller_active").set(1.0);
         self.gauges_at = None;
         self.report_gauges();
     }
@@ -392,12 +392,12 @@ impl Core {
         tracing::info!(term = a.term, why, "No longer the active controller.");
         let _ = self.active_tx.send(false);
         self.ended_generation.send_replace(a.generation);
-        metrics::gauge!("osprey_controller_active_count").set(0.0);
+        metrics::gauge!("osprey_controller_active").set(0.0);
         for name in [
-            "osprey_controller_fenced_broker_count",
-            "osprey_controller_active_broker_count",
-            "osprey_controller_offline_partitions_count",
-            "osprey_controller_preferred_replica_imbalance_count",
+            "osprey_controller_fenced_brokers",
+            "osprey_controller_active_brokers",
+            "osprey_controller_offline_partitions",
+            "osprey_controller_preferred_replica_imbalance",
         ] {
             metrics::gauge!(name).set(0.0);
         }
@@ -617,12 +617,12 @@ impl Core {
         let fenced = image.brokers().filter(|b| b.fenced).count();
         let unfenced = image.brokers().count() - fenced;
         let offline = image.topics().flat_map(|t| &t.partitions).filter(|p| p.leader == NO_LEADER).count();
-        metrics::gauge!("osprey_controller_fenced_broker_count").set(fenced as f64);
-        metrics::gauge!("osprey_controller_active_broker_count").set(unfenced as f64);
-        metrics::gauge!("osprey_controller_offline_partitions_count").set(offline as f64);
+        metrics::gauge!("osprey_controller_fenced_brokers").set(fenced as f64);
+        metrics::gauge!("osprey_controller_active_brokers").set(unfenced as f64);
+        metrics::gauge!("osprey_controller_offline_partitions").set(offline as f64);
         let imbalanced =
             image.topics().flat_map(|t| &t.partitions).filter(|p| p.replicas.first() != Some(&p.leader)).count();
-        metrics::gauge!("osprey_controller_preferred_replica_imbalance_count").set(imbalanced as f64);
+        metrics::gauge!("osprey_controller_preferred_replica_imbalance").set(imbalanced as f64);
     }
 }
 
