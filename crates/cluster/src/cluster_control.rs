@@ -209,7 +209,10 @@ impl ClusterControl {
         } else {
             BrokerControlState::Unfenced
         };
-        let caught_up = request.current_metadata_offset >= broker.register_offset as i64;
+        // Caught up with its registration, as Kafka asks, and, stricter than Kafka, with
+        // the record that last fenced it: a broker fenced while cut off learns that its
+        // leaderships moved before it is unfenced (and holds a lease again).
+        let caught_up = request.current_metadata_offset >= broker.register_offset.max(broker.fenced_offset) as i64;
         let next = self.next_state(image, broker, current, request, caught_up);
         let mut records = Vec::new();
         if next != current {
@@ -656,6 +659,42 @@ mod tests {
         assert_eq!(err.message, format!("Expected broker epoch {epoch}, but got broker epoch {}", epoch + 1));
         let err = c.control.allocate_producer_ids(&c.image, 5, 0).unwrap_err();
         assert_eq!(err.message, "No broker registration found for broker id 5");
+    }
+
+    #[test]
+    fn a_broker_fenced_while_cut_off_is_unfenced_only_once_it_applied_its_fencing() {
+        let mut c = TestCluster::new();
+        let e1 = c.add_broker(1, 0);
+        let e2 = c.add_broker(2, 0);
+        c.add_topic(vec![vec![1, 2]], BTreeMap::new());
+        c.heartbeat(2, e2, 5_000, false);
+        let before_fencing = c.image.next_offset() as i64;
+        let fenced = c.control.tick(&c.image, SESSION_MS + 1);
+        c.commit(fenced);
+        assert_eq!(c.partition(0).leader, 2);
+        let fence_record = c.image.broker(1).unwrap().fenced_offset as i64;
+        assert!(fence_record >= before_fencing && fence_record < c.image.next_offset() as i64);
+        // Back, but it has not applied the batch that moved its leadership yet: it is
+        // caught up with its registration, which is all Kafka asks.
+        let behind = BrokerHeartbeatInput {
+            broker_id: 1,
+            broker_epoch: e1,
+            current_metadata_offset: fence_record - 1,
+            want_fence: false,
+            want_shut_down: false,
+        };
+        assert!(behind.current_metadata_offset >= c.image.broker(1).unwrap().register_offset as i64);
+        let reply = {
+            let r = c.control.broker_heartbeat(&c.image, &behind, SESSION_MS + 10).unwrap();
+            c.commit(r)
+        };
+        assert!(reply.is_fenced && c.image.broker(1).unwrap().fenced);
+        let applied = BrokerHeartbeatInput { current_metadata_offset: fence_record, ..behind };
+        let reply = {
+            let r = c.control.broker_heartbeat(&c.image, &applied, SESSION_MS + 20).unwrap();
+            c.commit(r)
+        };
+        assert!(!reply.is_fenced && !c.image.broker(1).unwrap().fenced);
     }
 
     #[test]

@@ -155,6 +155,12 @@ pub struct BrokerRegistration {
     /// The offset of the RegisterBroker record: the broker is unfenced once the
     /// metadata offset it reports reaches it.
     pub register_offset: u64,
+    /// The offset of the record that last fenced the broker (0: never, at this epoch).
+    /// It ends the batch that moved the broker's leaderships and ISR places away, so a
+    /// fenced broker is unfenced only once it applied that far: it knows by then that it
+    /// leads none of them (its coordinators' reads rely on it, `ClusterLink::holds_lease`).
+    #[serde(default)]
+    pub fenced_offset: u64,
 }
 
 impl BrokerRegistration {
@@ -390,13 +396,14 @@ impl MetadataImage {
                     fenced: *fenced,
                     in_controlled_shutdown: *in_controlled_shutdown,
                     register_offset: offset,
+                    fenced_offset: 0,
                 };
                 self.brokers.insert(*id, registration);
             }
-            MetadataRecord::FenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(true), None),
-            MetadataRecord::UnfenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(false), None),
+            MetadataRecord::FenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(true), None, offset),
+            MetadataRecord::UnfenceBroker { id, epoch } => self.change_broker(*id, *epoch, Some(false), None, offset),
             MetadataRecord::BrokerRegistrationChange { id, epoch, fenced, in_controlled_shutdown } => {
-                self.change_broker(*id, *epoch, *fenced, *in_controlled_shutdown)
+                self.change_broker(*id, *epoch, *fenced, *in_controlled_shutdown, offset)
             }
             MetadataRecord::UnregisterBroker { id, epoch } => match self.brokers.get(id) {
                 Some(b) if b.epoch == *epoch => {
@@ -421,10 +428,20 @@ impl MetadataImage {
     }
 
     /// Applies a broker's fencing / controlled-shutdown change if the epoch is current.
-    fn change_broker(&mut self, id: i32, epoch: i64, fenced: Option<bool>, in_controlled_shutdown: Option<bool>) {
+    fn change_broker(
+        &mut self,
+        id: i32,
+        epoch: i64,
+        fenced: Option<bool>,
+        in_controlled_shutdown: Option<bool>,
+        offset: u64,
+    ) {
         match self.brokers.get_mut(&id) {
             Some(b) if b.epoch == epoch => {
                 if let Some(f) = fenced {
+                    if f && !b.fenced {
+                        b.fenced_offset = offset;
+                    }
                     b.fenced = f;
                 }
                 if let Some(s) = in_controlled_shutdown {

@@ -891,6 +891,16 @@ impl Broker {
         }
     }
 
+    /// Whether what this broker leads is led nowhere else, as far as the metadata it
+    /// applied says: always for a single node (its controller is itself), and in a
+    /// cluster while it holds its lease with the controller (`ClusterLink::holds_lease`).
+    pub fn holds_lease(&self) -> bool {
+        match &self.backend {
+            Backend::Cluster(link) => link.holds_lease(tokio::time::Instant::now()),
+            Backend::Local(_) => true,
+        }
+    }
+
     /// The link to the controller quorum, when this broker is one of a cluster.
     pub fn cluster_link(&self) -> Option<&Arc<ClusterLink>> {
         match &self.backend {

@@ -233,6 +233,32 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
     Ok(())
 }
 
+/// Whether committed offsets just read from the coordinator of `__consumer_offsets`
+/// partition `index`, loaded at leader epoch `loaded_epoch`, are still the latest:
+/// NOT_COORDINATOR when they may not be, and the client looks the coordinator up again.
+///
+/// A coordinator answers OffsetFetch from memory, so a broker cut off from the others
+/// would go on answering with the offsets it last knew while a new leader of the
+/// partition takes newer commits: a consumer restarting then would go back. The read is
+/// current if, once it was made, the partition is still led here at the epoch it was
+/// loaded at (a leader elected by the metadata this broker applied ends that at once; a
+/// follower here that fetches from the new leader has applied it, so commits the ISR
+/// acknowledged there with this broker in it come after) and the broker holds its lease
+/// with the controller (a leader elected because this broker was fenced, or while it
+/// shuts down, is elected only after the lease ran out).
+pub fn confirm_offsets_read(broker: &Arc<Broker>, index: i32, loaded_epoch: i32) -> Result<(), ErrorCode> {
+    let partition = offsets_partition(broker, index)?;
+    let refused = if !partition.leads_at(loaded_epoch) {
+        "leadership"
+    } else if !broker.holds_lease() {
+        "lease"
+    } else {
+        return Ok(());
+    };
+    metrics::counter!("osprey_coordinator_reads_refused_total", "reason" => refused).increment(1);
+    Err(ErrorCode::NOT_COORDINATOR)
+}
+
 /// The leader of an offsets-topic partition. It never creates the topic or opens its
 /// logs (a metadata write on an append's path): a partition not served here (the topic
 /// deleted by an admin, or a log not opened for a full disk) is NOT_COORDINATOR, as from

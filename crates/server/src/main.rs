@@ -475,6 +475,7 @@ fn link_config(config: &BrokerConfig, listeners: Vec<osprey_cluster::BrokerListe
         rack: config.cluster.broker_rack.clone(),
         log_dir_ids: Vec::new(),
         heartbeat_interval: ms(config.cluster.broker_heartbeat_interval_ms),
+        session_timeout: ms(config.cluster.broker_session_timeout_ms),
         request_timeout: REQUEST_TIMEOUT,
         fetch_max_wait: METADATA_FETCH_MAX_WAIT,
         max_response_bytes: config.socket_request_max_bytes.max(1024) as usize,

@@ -218,6 +218,12 @@ impl Partition {
         self.lock().state.is_leader()
     }
 
+    /// Whether this broker leads the partition now, at leader epoch `epoch`.
+    pub fn leads_at(&self, epoch: i32) -> bool {
+        let replica = self.lock();
+        replica.state.is_leader() && replica.state.leader_epoch() == epoch
+    }
+
     pub fn role(&self) -> Role {
         self.lock().state.role()
     }

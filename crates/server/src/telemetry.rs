@@ -339,6 +339,10 @@ fn describe() {
     describe_gauge!("osprey_broker_fenced", "1 while the controller has this broker fenced, else 0.");
     describe_counter!("osprey_broker_heartbeat_failures_total", "Heartbeats to the controller that failed, by reason.");
     describe_counter!(
+        "osprey_coordinator_reads_refused_total",
+        "OffsetFetch answers refused as possibly stale (NOT_COORDINATOR), by reason."
+    );
+    describe_counter!(
         "osprey_broker_metadata_fetch_failures_total",
         "Metadata fetches from the controllers that failed."
     );

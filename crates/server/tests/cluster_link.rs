@@ -92,6 +92,7 @@ impl Broker {
             rack: Some(format!("rack-{node_id}")),
             log_dir_ids: Vec::new(),
             heartbeat_interval: Duration::from_millis(HEARTBEAT_INTERVAL_MS as u64),
+            session_timeout: Duration::from_millis(SESSION_TIMEOUT_MS as u64),
             request_timeout: Duration::from_secs(20),
             fetch_max_wait: Duration::from_millis(500),
             max_response_bytes: 100 * 1024 * 1024,

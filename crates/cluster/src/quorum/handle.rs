@@ -12,7 +12,7 @@ use super::network::{QuorumNetworkFactory, RaftRpc, RaftRpcReply, Transport};
 use super::state_machine::{AppliedEvent, AppliedImage, AppliedView, StateMachine};
 use super::types::{BatchApplied, ControllerEndpoint, MetadataBatch, QuorumTypes, ReplicaKey};
 use crate::image::MetadataRecord;
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, RaftError};
 use openraft::raft::AppendEntriesResponse;
 use openraft::{ChangeMembers, Config, Raft, RaftMetrics, ServerState, SnapshotPolicy};
 use osprey_storage::fs::Storage;
@@ -224,6 +224,24 @@ impl Quorum {
             Err(_) => Err(ProposeError::TimedOut),
             Ok(Ok(response)) => Ok(response.data),
             Ok(Err(e)) => Err(write_error(e)),
+        }
+    }
+
+    /// Confirms that this member still leads: a quorum of voters acknowledged its term
+    /// after this call began (openraft's read index, Raft §8), so no other leader had
+    /// been elected by then. What a controller answers from its image without writing
+    /// (a broker heartbeat that changes nothing) is current only once this returns Ok.
+    pub async fn confirm_leadership(&self, timeout: Duration) -> Result<(), ProposeError> {
+        match tokio::time::timeout(timeout, self.raft.get_read_log_id()).await {
+            Err(_) => Err(ProposeError::TimedOut),
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(f)))) => {
+                Err(ProposeError::NotLeader { leader: f.leader_id, endpoint: f.leader_node })
+            }
+            Ok(Err(RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(_)))) => {
+                Err(ProposeError::NotLeader { leader: None, endpoint: None })
+            }
+            Ok(Err(RaftError::Fatal(f))) => Err(ProposeError::Stopped(f.to_string())),
         }
     }
 

@@ -101,6 +101,18 @@ impl GroupCoordinator {
         }
     }
 
+    /// The partition of `group_id` and the leader epoch it was loaded at, when this
+    /// coordinator follows leadership and has it loaded; `None` otherwise (a coordinator
+    /// that serves every partition has no leader to check).
+    pub fn loaded_partition_of(&self, group_id: &str) -> Option<(i32, i32)> {
+        let ownership = self.ownership.as_ref()?;
+        let partition = super::partition_for(group_id, ownership.num_partitions);
+        match ownership.partitions.get(&partition) {
+            Some(PartitionLoad::Loaded { epoch }) => Some((partition, *epoch)),
+            _ => None,
+        }
+    }
+
     /// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when `group_id`'s partition is
     /// not served here (yet); `None` when it is.
     pub fn serving_error(&self, group_id: &str) -> Option<ErrorCode> {

@@ -9,6 +9,13 @@
 //! Controlled shutdown: heartbeats then ask to shut down (`want_shut_down`); the
 //! controller moves leadership away and answers `should_shut_down` once none is left
 //! here, and only then does the broker stop serving.
+//!
+//! The lease: a heartbeat the controller answered unfenced was sent at a time `t`, so the
+//! controller heard from this broker no earlier than `t`, and cannot fence it (nor
+//! elect other leaders in its place for being unreachable) before
+//! `t + broker.session.timeout.ms` on its own clock. Until then, what this broker leads is
+//! led nowhere else unless the metadata it applies says so: reads answered from memory
+//! (committed offsets) are current only while this holds ([`ClusterLink::holds_lease`]).
 
 use super::ClusterLink;
 use osprey_protocol::messages::broker_registration_request::Listener;
@@ -30,12 +37,16 @@ pub struct Registration {
     pub should_shut_down: bool,
     /// Set once the broker was first unfenced: it has caught up with the metadata.
     pub caught_up_once: bool,
+    /// Until when the controller keeps this broker's session at the least: the send time
+    /// of the last heartbeat answered unfenced, plus `broker.session.timeout.ms`. None
+    /// while fenced or unregistered.
+    pub lease_until: Option<Instant>,
 }
 
 impl Default for Registration {
     /// Not registered, so fenced.
     fn default() -> Registration {
-        Registration { epoch: None, fenced: true, should_shut_down: false, caught_up_once: false }
+        Registration { epoch: None, fenced: true, should_shut_down: false, caught_up_once: false, lease_until: None }
     }
 }
 
@@ -159,7 +170,8 @@ impl ClusterLink {
                     ..Default::default()
                 })
             };
-            let deadline = Instant::now() + self.config.heartbeat_interval.max(Duration::from_millis(100));
+            let sent_at = Instant::now();
+            let deadline = sent_at + self.config.heartbeat_interval.max(Duration::from_millis(100));
             let sent = tokio::select! {
                 sent = self.send_to_controller(ApiKey::BrokerHeartbeat, build, deadline) => Some(sent),
                 _ = stopped.changed() => return false,
@@ -179,12 +191,14 @@ impl ClusterLink {
                             s.fenced = r.is_fenced;
                             s.should_shut_down = r.should_shut_down;
                             s.caught_up_once |= !r.is_fenced;
+                            s.lease_until = (!r.is_fenced).then_some(sent_at + self.config.session_timeout);
                         });
                     }
                     ResponseBody::BrokerHeartbeat(r) if r.error_code == ErrorCode::STALE_BROKER_EPOCH.code() => {
                         self.registration.send_modify(|s| {
                             s.epoch = None;
                             s.fenced = true;
+                            s.lease_until = None;
                         });
                         return true;
                     }

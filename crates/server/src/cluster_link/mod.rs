@@ -49,6 +49,10 @@ pub struct LinkConfig {
     pub log_dir_ids: Vec<osprey_protocol::Uuid>,
     /// `broker.heartbeat.interval.ms`.
     pub heartbeat_interval: Duration,
+    /// `broker.session.timeout.ms`, as the controller applies it: the length of the
+    /// broker's lease (`lifecycle`). A controller configured with a shorter session than
+    /// its brokers would break the lease: the deploy configs set neither.
+    pub session_timeout: Duration,
     /// `request.timeout.ms`: the longest a request to the controller is retried.
     pub request_timeout: Duration,
     /// How long a metadata fetch may wait at the controller for a new record.
@@ -150,6 +154,18 @@ impl ClusterLink {
 
     pub fn watch_registration(&self) -> watch::Receiver<Registration> {
         self.registration.subscribe()
+    }
+
+    /// Whether the controller still counts this broker as alive for certain at `now` (the
+    /// lease of `lifecycle`), and it has not asked to shut down: a controlled shutdown
+    /// moves its leaderships away and out of their ISRs before this broker has applied
+    /// the change, so it stops answering as a leader from memory when it asks.
+    pub fn holds_lease(&self, now: Instant) -> bool {
+        let registration = self.registration.borrow();
+        registration.epoch.is_some()
+            && !registration.fenced
+            && registration.lease_until.is_some_and(|until| now < until)
+            && !*self.shutting_down.borrow()
     }
 
     /// The controller to ask next: the active one if known, else the next in turn.

@@ -444,21 +444,34 @@ impl Core {
         };
         if records.is_empty() {
             let Some(answer) = answer else { return };
-            match active.last_proposal.clone() {
-                Some(mut done) if !*done.borrow() => {
-                    let generation = active.generation;
-                    let mut ended = self.ended_generation.subscribe();
-                    tokio::spawn(async move {
-                        let _ = done.wait_for(|d| *d).await;
-                        if *ended.borrow_and_update() >= generation {
-                            answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
-                        } else {
-                            answer.succeed();
-                        }
-                    });
-                }
-                _ => answer.succeed(),
+            let pending = active.last_proposal.clone().filter(|done| !*done.borrow());
+            // A heartbeat answered unfenced is the broker's lease (`cluster_link::lifecycle`):
+            // a controller cut off from its quorum, which another may have replaced, must not
+            // grant one from its image. Answered once a quorum confirmed this leader after
+            // the heartbeat came in.
+            let confirm = matches!(answer.body, RequestBody::BrokerHeartbeat(_)).then(|| self.quorum.clone());
+            if pending.is_none() && confirm.is_none() {
+                answer.succeed();
+                return;
             }
+            let generation = active.generation;
+            let mut ended = self.ended_generation.subscribe();
+            tokio::spawn(async move {
+                if let Some(mut done) = pending {
+                    let _ = done.wait_for(|d| *d).await;
+                }
+                let confirmed = match confirm {
+                    Some(quorum) => quorum.confirm_leadership(Duration::from_millis(deadline_ms)).await,
+                    None => Ok(()),
+                };
+                match confirmed {
+                    Err(e) => answer.fail(&e),
+                    Ok(()) if *ended.borrow_and_update() >= generation => {
+                        answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None })
+                    }
+                    Ok(()) => answer.succeed(),
+                }
+            });
             return;
         }
         let quorum = self.quorum.clone();

@@ -82,7 +82,22 @@ fn fetch(
     topics: Option<Vec<OffsetFetchRequestTopics>>,
     require_stable: bool,
 ) -> OffsetFetchResponseGroup {
-    broker.groups.call(broker, |c, _| c.fetch_offsets(group_id, topics.as_deref(), require_stable))
+    let (group, loaded) = broker.groups.call(broker, |c, _| {
+        (c.fetch_offsets(group_id, topics.as_deref(), require_stable), c.loaded_partition_of(group_id))
+    });
+    match loaded {
+        Some((index, epoch)) if group.error_code == 0 => {
+            match crate::groups::confirm_offsets_read(broker, index, epoch) {
+                Ok(()) => group,
+                Err(code) => OffsetFetchResponseGroup {
+                    group_id: group_id.to_string(),
+                    error_code: code.code(),
+                    ..Default::default()
+                },
+            }
+        }
+        _ => group,
+    }
 }
 
 /// v0-1 have no group-level error: Kafka puts the group's (NOT_COORDINATOR,

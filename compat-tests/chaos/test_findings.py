@@ -1,0 +1,102 @@
+"""Regression tests of what the chaos runs found, each on a real cluster in the runner's
+network namespaces (root and `ip` needed: the test fails without them, it is never
+skipped).
+
+- Seeds 1035 and 1042 of the long run: a group coordinator cut off from the other nodes
+  went on answering OffsetFetch with the offsets it last knew, while the partition's new
+  leader took newer commits, and for about a second after the heal; a consumer reading
+  its group's position there would have gone back.
+"""
+
+import tempfile
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import run  # puts compat-tests/python on sys.path
+
+import kafkawire  # noqa: E402
+from cluster import Cluster, Node  # noqa: E402
+
+NOT_COORDINATOR = 16
+WAIT_S = 120.0
+
+
+def commit(bootstrap: str, group: str, topic: str, offset: int):
+    """Commits `offset` for partition 0 of `topic`, retrying until a coordinator takes it."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                         "socket.timeout.ms": 5000})
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, 0, offset)], asynchronous=False)
+                return
+            except KafkaException as e:
+                assert time.monotonic() < deadline, f"no coordinator took the commit of {offset}: {e}"
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+
+
+def offsets_from(node: Node, group: str, topic: str):
+    """What `node` answers to OffsetFetch v1 for partition 0: (offset, error code), or
+    None when it cannot be reached."""
+    try:
+        with kafkawire.Conn(node.host, node.port, timeout=5) as c:
+            _, answers = kafkawire.parse_offset_fetch_v1(c.roundtrip(kafkawire.offset_fetch_v1(1, group, topic, [0])))
+    except OSError:
+        return None
+    [(_, _, offset, _, error)] = answers
+    return offset, error
+
+
+def coordinator_of(node: Node, group: str) -> int:
+    with kafkawire.Conn(node.host, node.port) as c:
+        _, error, node_id = kafkawire.parse_find_coordinator_v1(c.roundtrip(kafkawire.find_coordinator_v1(1, group, 0)))
+    assert error == 0, f"FindCoordinator answered {error}"
+    return node_id
+
+
+def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_elsewhere():
+    assert run.Network.available(), "needs root and `ip` (iproute2) for network namespaces"
+    workdir = Path(tempfile.mkdtemp(prefix="osprey-finding-"))
+    nodes = [Node(workdir, i, "broker,controller") for i in (1, 2, 3)]
+    network = run.Network(nodes)
+    cluster = None
+    try:
+        cluster = Cluster(workdir, nodes, run.BROKER_CONFIG)
+        cluster.start()
+        topic, group = "positions", "readers"
+        admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+        cluster.wait_for("the topic is created", lambda: admin.create_topics(
+            [NewTopic(topic, 1, 3)], operation_timeout=30)[topic].exception(timeout=60) is None, every=1)
+        commit(cluster.bootstrap(), group, topic, 5)
+        old = cluster.node(coordinator_of(nodes[0], group))
+        assert offsets_from(old, group, topic) == (5, 0)
+
+        others = [n for n in nodes if n is not old]
+        network.partition([[old.node_id], [n.node_id for n in others]])
+        # Taken once the others fenced the cut-off node and elected a new leader of the
+        # group's partition among themselves.
+        commit(cluster.bootstrap(others), group, topic, 10)
+        assert coordinator_of(others[0], group) != old.node_id
+        answer = offsets_from(old, group, topic)
+        assert answer in ((10, 0), (-1, NOT_COORDINATOR)), f"the cut-off coordinator answered {answer}"
+
+        network.heal()
+        answers = set()
+        until = time.monotonic() + 10
+        while time.monotonic() < until:
+            answers.add(offsets_from(old, group, topic))
+            time.sleep(0.05)
+        assert answers <= {(10, 0), (-1, NOT_COORDINATOR), None}, f"after the heal it answered {answers}"
+        cluster.wait_for("the healed node answers the newer offset or sends the client away",
+                         lambda: offsets_from(old, group, topic) in ((10, 0), (-1, NOT_COORDINATOR)))
+    finally:
+        for n in nodes:
+            if n.proc is not None:
+                n.kill9()
+        network.close()
