@@ -33,6 +33,12 @@ if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/
         || echo "compat-tests: ${missing[*]} could not be installed; test_deploy.py will fail" >&2
 fi
 
+# Go (on the machine; franz-go-kgo.sh below needs it too): test_kubernetes.py builds
+# kubeconform and takes Kubernetes' OpenAPI document from the Go module proxy.
+if ! command -v go >/dev/null 2>&1; then
+    echo "compat-tests: go is not installed; test_kubernetes.py and franz-go-kgo.sh will fail" >&2
+fi
+
 # Kafka 4.4's jars (bench/scratch/kafka-lib, as the benchmark uses them): the quorum test
 # drives Kafka's kafka-metadata-quorum tool against osprey's controllers.
 # shellcheck source=bench/setup.sh

@@ -445,7 +445,7 @@ class PortMap:
             self.ports[(node, port)] = free_port()
         return self.ports[(node, port)]
 
-    def rewrite(self, text: str, node, data_dir: Path) -> str:
+    def rewrite(self, text: str, node, data_dir: Path = None) -> str:
         def address(m):
             host, port = m["host"], int(m["port"])
             if host in self.hosts:
@@ -454,7 +454,8 @@ class PortMap:
                 return f"127.0.0.1:{self.port(node, port)}"
             return m.group(0)
 
-        return self.ADDRESS.sub(address, text).replace("/var/lib/osprey", str(data_dir))
+        text = self.ADDRESS.sub(address, text)
+        return text if data_dir is None else text.replace("/var/lib/osprey", str(data_dir))
 
 
 def containerfile():
@@ -494,13 +495,14 @@ def image_files():
     return files
 
 
-def start_as_in_image(name: str, args, ports: PortMap, node, workdir: Path):
+def start_as_in_image(name: str, args, ports: PortMap, node, workdir: Path, files=None):
     """Runs the binary under test with a container's arguments: its config file is the
-    repository file the image copies, both rewritten by `ports`."""
+    repository file the image copies (or the file `files` maps its path to: {path in
+    the container: local file}), both rewritten by `ports`."""
     workdir.mkdir(parents=True)
     data = workdir / "data"
     config = workdir / Path(args[0]).name
-    config.write_text(ports.rewrite(image_files()[args[0]].read_text(), node, data))
+    config.write_text(ports.rewrite((files or image_files())[args[0]].read_text(), node, data))
     rest = [ports.rewrite(a, node, data) for a in args[1:]]
     return Process(name, [str(osprey_bin()), str(config), *rest], workdir / "osprey.log")
 
@@ -558,6 +560,48 @@ def test_containerfile_runs_the_binary_it_builds_and_its_default_command_starts_
         p.stop()
 
 
+def plaintext_port(listeners: str, ports: PortMap, node) -> int:
+    """The loopback port that the PLAINTEXT address of a node's `listeners` or
+    `advertised.listeners` is mapped to."""
+    address = ports.rewrite(listeners, node)
+    return int(address.split("PLAINTEXT://")[1].split(",")[0].rsplit(":", 1)[1])
+
+
+def assert_nodes_form_a_cluster_that_serves(processes: dict, plaintext: dict, advertised: dict, metrics_urls: dict,
+                                            node_ids: set, topic: str):
+    """Nodes started from a container recipe ({name: Process}, with the loopback ports
+    their PLAINTEXT listeners and advertised addresses are mapped to) answer ApiVersions,
+    list each other, tell clients addresses that reach them, and take a topic of
+    replication factor 3, an acks=all produce and a consume; each serves its metrics URL,
+    and none was given a key osprey does not know."""
+    for name, p in processes.items():
+        wait_api_versions(p, plaintext[name])
+    brokers = [types.SimpleNamespace(host="127.0.0.1", port=port) for port in plaintext.values()]
+    deadline = time.monotonic() + WAIT_S
+    while not all(listed_brokers(b) == node_ids for b in brokers):
+        for p in processes.values():
+            p.check_running()
+        assert time.monotonic() < deadline, f"the nodes never listed each other ({sorted(node_ids)})"
+        time.sleep(0.5)
+
+    # Every node tells clients the others' advertised addresses, which reach them.
+    assert advertised == plaintext, "a node advertises another port than it listens on"
+    for b in brokers:
+        md = metadata_states(b)
+        assert md is not None and sorted(md[0].values()) == sorted(advertised.values()), md
+    bootstrap = ",".join(f"127.0.0.1:{port}" for port in advertised.values())
+    admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": bootstrap}))
+    admin.create_topics([NewTopic(topic, 1, 3)], operation_timeout=10)[topic].result(timeout=60)
+    target = types.SimpleNamespace(bootstrap=bootstrap)
+    reports = clients.produce_all(clients.producer(target, acks="all"), topic, [{"value": b"x"}] * 10)
+    assert [r.error for r in reports] == [None] * 10
+    assert len(clients.read_partitions(target, topic, [0], 10)) == 10
+    for name, p in processes.items():
+        status, _ = http_get(metrics_urls[name])
+        assert status == 200, f"{name}: {metrics_urls[name]} answered {status}"
+        assert_no_unknown_keys(p)
+
+
 def compose():
     return yaml.safe_load((DEPLOY / "compose.yaml").read_text())
 
@@ -579,48 +623,22 @@ def test_compose_nodes_started_with_their_commands_form_a_cluster_prometheus_scr
     ports = PortMap({name: name for name in nodes})
     processes = {name: start_as_in_image(name, s["command"], ports, name, tmp_path / name) for name, s in nodes.items()}
     try:
-        plaintext = {name: ports.port(name, int(override(s["command"], "listeners").split("PLAINTEXT://")[1]
-                                                   .split(",")[0].rsplit(":", 1)[1])) for name, s in nodes.items()}
-        for name, p in processes.items():
-            wait_api_versions(p, plaintext[name])
-        brokers = [types.SimpleNamespace(host="127.0.0.1", port=port) for port in plaintext.values()]
-        deadline = time.monotonic() + WAIT_S
-        while not all(listed_brokers(b) == {1, 2, 3} for b in brokers):
-            for p in processes.values():
-                p.check_running()
-            assert time.monotonic() < deadline, "the compose nodes never listed each other"
-            time.sleep(0.5)
-
-        # Every node tells clients the others' advertised addresses, which reach them.
-        advertised = {}
-        for name, s in nodes.items():
-            address = ports.rewrite(override(s["command"], "advertised.listeners"), name, tmp_path)
-            advertised[name] = int(address.removeprefix("PLAINTEXT://").rsplit(":", 1)[1])
-        assert advertised == plaintext, "a node advertises another port than it listens on"
-        for b in brokers:
-            md = metadata_states(b)
-            assert md is not None and sorted(md[0].values()) == sorted(advertised.values()), md
-        bootstrap = ",".join(f"127.0.0.1:{port}" for port in advertised.values())
-        admin = AdminClient(dict(clients.COMMON, **{"bootstrap.servers": bootstrap}))
-        admin.create_topics([NewTopic("compose", 1, 3)], operation_timeout=10)["compose"].result(timeout=60)
-        target = types.SimpleNamespace(bootstrap=bootstrap)
-        reports = clients.produce_all(clients.producer(target, acks="all"), "compose", [{"value": b"x"}] * 10)
-        assert [r.error for r in reports] == [None] * 10
-        assert len(clients.read_partitions(target, "compose", [0], 10)) == 10
+        plaintext = {name: plaintext_port(override(s["command"], "listeners"), ports, name) for name, s in nodes.items()}
+        advertised = {name: plaintext_port(override(s["command"], "advertised.listeners"), ports, name)
+                      for name, s in nodes.items()}
+        metrics = {name: override(s["command"], "metrics.listener").rsplit(":", 1)[1] for name, s in nodes.items()}
+        metrics_urls = {name: f"http://127.0.0.1:{ports.port(name, int(port))}/metrics" for name, port in metrics.items()}
+        assert_nodes_form_a_cluster_that_serves(processes, plaintext, advertised, metrics_urls, {1, 2, 3}, "compose")
 
         # prometheus.yml scrapes these nodes' metrics listeners, and compose mounts it.
         scraped = yaml.safe_load((DEPLOY / "prometheus" / "prometheus.yml").read_text())["scrape_configs"]
         targets = {c["job_name"]: set(t for sc in c["static_configs"] for t in sc["targets"]) for c in scraped}
-        metrics = {name: override(s["command"], "metrics.listener").rsplit(":", 1)[1] for name, s in nodes.items()}
         assert targets["osprey"] == {f"{name}:{port}" for name, port in metrics.items()}
         assert targets["node"] == {"node-exporter:9100"} and "node-exporter" in spec["services"]
         assert "./prometheus:/etc/prometheus:ro" in spec["services"]["prometheus"]["volumes"]
-        for name in nodes:
-            status, _ = http_get(f"http://127.0.0.1:{ports.port(name, int(metrics[name]))}/metrics")
-            assert status == 200
-            assert_no_unknown_keys(processes[name])
         for p in processes.values():
             stop_cleanly(p)
     finally:
         for p in processes.values():
             p.stop()
+
