@@ -250,6 +250,27 @@ fn a_damaged_vote_refuses_to_open() {
     assert!(err.to_string().contains("quorum-state"), "{err}");
 }
 
+/// Seed 1000332: a former leader's replication task, still running after the node became a
+/// follower and purged up to 16, asked for 8..18 and was given entry 17 alone; openraft
+/// sent it as the entry after 7, and the follower's log got a gap (12-16 missing).
+#[test]
+fn a_replication_read_below_the_purge_point_returns_nothing_rather_than_entries_after_a_gap() {
+    let disk = SimStorage::new();
+    let mut log = open(&disk);
+    block_on(log.blocking_append((1..=21).map(|i| entry(1, i)))).unwrap();
+    let mut reader = block_on(log.get_log_reader());
+    block_on(log.purge(log_id(1, 16))).unwrap();
+    let indexes = |entries: Vec<QuorumEntry>| entries.iter().map(|e| e.log_id.index).collect::<Vec<_>>();
+    for start in 0..=22 {
+        let read = indexes(block_on(reader.limited_get_log_entries(start, 22)).unwrap());
+        let expected: Vec<u64> = if start <= 16 { vec![] } else { (start..22).collect() };
+        assert_eq!(read, expected, "limited_get_log_entries({start}, 22)");
+    }
+    assert_eq!(indexes(block_on(reader.limited_get_log_entries(8, 18)).unwrap()), Vec::<u64>::new());
+    // Other reads still return what is held in the range, as openraft's suite expects.
+    assert_eq!(indexes(block_on(reader.try_get_log_entries(8..18)).unwrap()), vec![17]);
+}
+
 /// openraft's storage test suite: fresh storage for every test.
 struct SimBuilder;
 
