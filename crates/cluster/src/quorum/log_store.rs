@@ -15,6 +15,15 @@
 //! durable when the `LogFlushed` callback fires. `append` writes every entry it is given,
 //! then fsyncs each touched segment once (group commit), then calls back.
 //!
+//! Reads for replication (`limited_get_log_entries`) return the entries from the index
+//! asked for on, without a gap, or nothing: openraft sends what they return as the entries
+//! right after the follower's matching entry. openraft 0.9 leaves a leader's replication
+//! tasks running after it steps down (`QuitLeader` keeps them), and a follower purges
+//! without regard to them (`Engine::try_purge_log`), so such a task may ask for entries
+//! this log no longer holds. Nor may it read entries written after a truncation: those
+//! follow another leader's entries, not the ones the task matched on the follower, so a
+//! reader handed out before a truncation reads nothing.
+//!
 //! The file I/O runs on the calling task: the server runs the quorum on a runtime of its
 //! own, so no request handler waits behind an fsync.
 
@@ -39,15 +48,19 @@ const COMMITTED_FILE: &str = "committed";
 const SEGMENT_SUFFIX: &str = ".log";
 
 /// The quorum's log. Cheap to clone: clones share one log (openraft's log reader is a
-/// clone).
+/// clone that reads nothing once the log was truncated after it was handed out).
 #[derive(Debug)]
 pub struct LogStore<S: Storage> {
     inner: Arc<Mutex<LogInner<S>>>,
+    /// For a reader handed to openraft (`get_log_reader`, which only replication tasks and
+    /// the start-up re-apply ask for): the log's truncation count then. `None` for the log
+    /// itself.
+    reader_truncations: Option<u64>,
 }
 
 impl<S: Storage> Clone for LogStore<S> {
     fn clone(&self) -> Self {
-        LogStore { inner: self.inner.clone() }
+        LogStore { inner: self.inner.clone(), reader_truncations: self.reader_truncations }
     }
 }
 
@@ -67,6 +80,9 @@ struct LogInner<S: Storage> {
     /// Why writes are refused: an earlier write or fsync failed, so what the page cache
     /// holds can no longer be trusted (as the single-node metadata log).
     failed: Option<String>,
+    /// Truncations since open. Only a follower truncates, so a replication task whose
+    /// reader predates one belongs to a leader that has stepped down.
+    truncations: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -115,15 +131,22 @@ impl<S: Storage> LogStore<S> {
             purged,
             committed: None,
             failed: None,
+            truncations: 0,
         };
         inner.recover_segments()?;
         inner.committed = inner.clamp_committed(committed);
-        Ok(LogStore { inner: Arc::new(Mutex::new(inner)) })
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), reader_truncations: None })
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner<S>> {
         // A panic elsewhere must not hide the log from a test inspecting it.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The log, for reading, unless this is a reader handed out before a truncation.
+    fn lock_unless_stale(&self) -> Option<MutexGuard<'_, LogInner<S>>> {
+        let inner = self.lock();
+        self.reader_truncations.is_none_or(|t| t == inner.truncations).then_some(inner)
     }
 
     /// The last log id, for tests and metrics.
@@ -235,6 +258,20 @@ impl<S: Storage> LogInner<S> {
         }
     }
 
+    /// The entries from `start` on (below `end`) up to the first one missing: empty if
+    /// `start` itself is not held (purged, or past the end).
+    fn entries_from(&self, start: u64, end: u64) -> Vec<QuorumEntry> {
+        let mut next = start;
+        self.entries
+            .range(start..end)
+            .map_while(|(index, stored)| {
+                let follows = *index == next;
+                next += 1;
+                follows.then(|| stored.entry.clone())
+            })
+            .collect()
+    }
+
     fn last_log_id(&self) -> Option<QuorumLogId> {
         match self.entries.values().next_back() {
             Some(s) => Some(*s.entry.get_log_id()),
@@ -329,6 +366,7 @@ impl<S: Storage> LogInner<S> {
     /// Removes every entry at or after `index`, durably before returning.
     fn truncate(&mut self, index: u64) -> io::Result<()> {
         self.refuse_if_failed()?;
+        self.truncations += 1;
         let result = self.truncate_unchecked(index);
         self.note_failure(result)
     }
@@ -429,8 +467,20 @@ impl<S: Storage> RaftLogReader<QuorumTypes> for LogStore<S> {
         &mut self,
         range: RB,
     ) -> Result<Vec<QuorumEntry>, QuorumStorageError> {
-        let inner = self.lock();
+        let Some(inner) = self.lock_unless_stale() else { return Ok(Vec::new()) };
         Ok(inner.entries.range(range).map(|(_, s)| s.entry.clone()).collect())
+    }
+
+    /// What openraft's replication sends after the follower's entry at `start - 1`: the
+    /// entries from `start` on, or nothing when `start` is below the purge point. The
+    /// default (`try_get_log_entries`) would return the entries above the purge point,
+    /// and the follower would append them after a gap (seed 1000332: a former leader's
+    /// replication task asked for 8..18 after the node, by then a follower, purged up to
+    /// 16, and sent entry 17 alone after entry 7). openraft 0.9.25 sends an empty answer
+    /// as a heartbeat (`replication/mod.rs`, "returned empty"). A reader handed out before
+    /// a truncation reads nothing either: see the module's comment.
+    async fn limited_get_log_entries(&mut self, start: u64, end: u64) -> Result<Vec<QuorumEntry>, QuorumStorageError> {
+        Ok(self.lock_unless_stale().map_or_else(Vec::new, |inner| inner.entries_from(start, end)))
     }
 }
 
@@ -443,7 +493,8 @@ impl<S: Storage> RaftLogStorage<QuorumTypes> for LogStore<S> {
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
-        self.clone()
+        let truncations = self.lock().truncations;
+        LogStore { inner: self.inner.clone(), reader_truncations: Some(truncations) }
     }
 
     async fn save_vote(&mut self, vote: &Vote<ReplicaKey>) -> Result<(), QuorumStorageError> {
