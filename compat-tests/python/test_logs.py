@@ -115,3 +115,26 @@ def test_an_unknown_log_format_stops_the_start_and_names_the_allowed_ones(tmp_pa
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert "OSPREY_LOG_FORMAT" in done.stderr and "text" in done.stderr and "json" in done.stderr, done.stderr
     assert not b.data_dir.exists(), "the broker started before refusing the format"
+
+
+
+
+def test_a_heartbeat_interval_over_half_the_broker_session_is_logged_as_an_error(tmp_path):
+    """Kafka's check (its KafkaConfig logs the same): with heartbeats 5 s apart and a
+    9 s session, one lost heartbeat fences the broker, and its lease lapses between two.
+    Node 1 of a 3-node cluster has that interval; nodes 2 and 3 keep the default."""
+    import cluster
+
+    c = cluster.combined(tmp_path)
+    c.node(1).write_config(c.voters, {"broker.heartbeat.interval.ms": 5000})
+    c.start()
+    try:
+        c.wait_for("every node is ready", lambda: all("osprey is ready" in n.log_tail(10_000) for n in c.nodes))
+    finally:
+        c.stop()
+    complaint = ("broker.heartbeat.interval.ms (5000 ms) must be less than or equal to half of the "
+                 "broker.session.timeout.ms (9000 ms)")
+    written = c.node(1).log_path.read_text()
+    assert any("ERROR" in line and complaint in line for line in written.splitlines()), written[-3000:]
+    for n in (c.node(2), c.node(3)):
+        assert "must be less than or equal to half" not in n.log_path.read_text()

@@ -306,6 +306,16 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     } else {
         None
     };
+    let (interval, session) = (config.cluster.broker_heartbeat_interval_ms, config.cluster.broker_session_timeout_ms);
+    if interval.saturating_mul(2) > session {
+        // Kafka logs the same error. Here it also costs availability: a broker's lease
+        // (`cluster_link::lifecycle`) lapses between heartbeats, and its coordinators then
+        // refuse OffsetFetch with NOT_COORDINATOR.
+        tracing::error!(
+            "broker.heartbeat.interval.ms ({interval} ms) must be less than or equal to half of the \
+             broker.session.timeout.ms ({session} ms)"
+        );
+    }
     let link = ClusterLink::new(link_config(&config, registered));
     let (stop, stopped) = watch::channel(false);
     tracing::info!(voters = ?config.cluster.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>(), "fetching the cluster metadata from the controller quorum");
