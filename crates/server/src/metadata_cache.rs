@@ -1,17 +1,14 @@
 //! The cluster as clients see it, read from the metadata image (Kafka's
 //! `KRaftMetadataCache`): which brokers are alive and where they listen, who leads a
-//! partition, which replicas are offline, and the error a client gets for a partition
-//! this broker does not lead (Kafka's `ReplicaManager.getPartitionOrError`).
+//! partition and which replicas are offline.
 //!
 //! In a cluster the image holds every broker's registration. A single node has none (its
 //! image only lists topics, each led by this node): it is its own only broker, at the
 //! address it advertises, exactly as before clusters existed.
 
 use crate::broker::Broker;
-use crate::partition::Partition;
 use osprey_cluster::image::NO_LEADER;
 use osprey_cluster::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage};
-use osprey_protocol::ErrorCode;
 use std::sync::Arc;
 
 /// Where a broker is reached on one listener (Kafka's `Node`).
@@ -167,26 +164,6 @@ impl MetadataCache {
             return replicas.to_vec();
         }
         replicas.iter().copied().filter(|id| self.is_online(*id)).collect()
-    }
-
-    /// The partition for a client read or write, if this broker holds it; otherwise the
-    /// error Kafka's `ReplicaManager.getPartitionOrError` gives: NOT_LEADER_OR_FOLLOWER
-    /// when the image has the partition (led elsewhere, or by none: the client refreshes
-    /// its metadata and goes to the leader), else `unknown` (UNKNOWN_TOPIC_OR_PARTITION,
-    /// or UNKNOWN_TOPIC_ID for a request by topic id).
-    pub fn partition_or_error(
-        &self,
-        broker: &Broker,
-        topic: Option<&TopicImage>,
-        index: i32,
-        unknown: ErrorCode,
-    ) -> Result<Arc<Partition>, ErrorCode> {
-        let Some(topic) = topic else { return Err(unknown) };
-        match broker.replica_manager.partition(topic.id, index) {
-            Some(partition) => Ok(partition),
-            None if self.image.partition(topic.id, index).is_some() => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-        }
     }
 
     /// The current leader to tell a client that got NOT_LEADER_OR_FOLLOWER or

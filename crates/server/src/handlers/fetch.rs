@@ -109,16 +109,16 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
             return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));
         }
     };
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let unknown = if by_id { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
     let partitions = partitions
         .into_iter()
         .map(|(key, fetch)| {
-            let topic = topic_of(cache.image(), &key);
+            let topic = topic_of(&image, &key);
             if let Some(t) = topic {
                 telemetry::topic_fetch_request(&t.name);
             }
-            let mut partition = cache.partition_or_error(broker, topic, key.partition, unknown);
+            let mut partition = broker.replica_manager.partition_or_error(&image, topic, key.partition, unknown);
             if let (Some((replica_id, broker_epoch)), Ok(p)) = (replica, &partition) {
                 // The follower's position, once per request and before the read, so the
                 // high watermark it moves is in the answer. A fetcher that is not one of

@@ -74,9 +74,8 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
     let acks = req.acks;
     let transactional_id: Option<Arc<str>> = req.transactional_id.as_deref().map(Arc::from);
     let mut topics = Vec::with_capacity(req.topic_data.len());
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     for topic in req.topic_data {
-        let image = cache.image();
         let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
         let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
         // Only topics that exist are counted: a client naming made-up topics must not
@@ -94,7 +93,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match cache.partition_or_error(broker, found, p.index, unknown) {
+                match broker.replica_manager.partition_or_error(&image, found, p.index, unknown) {
                     Err(code) => {
                         telemetry::error_code(ApiKey::Produce, code);
                         Outcome::Failed(code, None)
