@@ -15,7 +15,6 @@ import re
 import shutil
 import signal
 import socket
-import struct
 import subprocess
 import time
 import urllib.request
@@ -350,31 +349,16 @@ def metadata_states(node: Node, topics=(), timeout: float = 5.0):
     """Metadata v1 sent to this node only: ({broker id: port}, controller id,
     {topic: {partition: (leader, replicas, isr)}} with None for a topic answered with an
     error), or None when the node does not answer."""
-    body = struct.pack(">i", len(topics)) + b"".join(kafkawire.string16(t) for t in topics)
     try:
         with kafkawire.Conn(node.host, node.port, timeout=timeout) as c:
-            payload = c.roundtrip(kafkawire.request(kafkawire.API_METADATA, 1, 11, body))
+            payload = c.roundtrip(kafkawire.metadata_v1(11, list(topics)))
     except (OSError, kafkawire.Closed):
         return None
-    r = kafkawire.Reader(payload)
-    assert r.take(">i") == 11, "correlation id"
-    brokers = {}
-    for _ in range(r.take(">i")):
-        broker_id = r.take(">i")
-        r.string16()  # host
-        brokers[broker_id] = r.take(">i")
-        r.string16()  # rack
-    controller_id = r.take(">i")
-    found = {}
-    for _ in range(r.take(">i")):
-        error, name, _internal = r.take(">h"), r.string16(), r.take(">b")
-        partitions = {}
-        for _ in range(r.take(">i")):
-            _error, index, leader = r.take(">hii")
-            replicas = [r.take(">i") for _ in range(r.take(">i"))]
-            isr = [r.take(">i") for _ in range(r.take(">i"))]
-            partitions[index] = (leader, replicas, isr)
-        found[name] = None if error else partitions
+    correlation_id, endpoints, controller_id, topics = kafkawire.parse_metadata_v1(payload)
+    assert correlation_id == 11, "correlation id"
+    brokers = {broker_id: port for broker_id, (_host, port) in endpoints.items()}
+    found = {name: None if error else {i: p[1:] for i, p in partitions.items()}
+             for name, (error, partitions) in topics.items()}
     return brokers, controller_id, found
 
 

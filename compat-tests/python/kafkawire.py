@@ -1,7 +1,7 @@
 """Just enough of the Kafka wire protocol, in plain Python, to send hand-made (and
 deliberately broken) requests over a raw socket: request framing with header v1/v2,
 ApiVersions, Produce v3 with a record batch v2 built here (CRC-32C included), Fetch v4
-and v7 (sessions), and the parsing of their responses. No client library, so the bytes are exactly what the
+and v7 (sessions), Metadata v1, FindCoordinator v1, and the parsing of their responses. No client library, so the bytes are exactly what the
 test says they are.
 """
 
@@ -277,6 +277,15 @@ def fetch_v7(correlation_id: int, session_id: int, epoch: int, topic: str, parti
     return request(API_FETCH, 7, correlation_id, body)
 
 
+def metadata_v1(correlation_id: int, topics=()) -> bytes:
+    """Metadata v1 for `topics` (None: every topic; empty: none, brokers only)."""
+    if topics is None:
+        body = struct.pack(">i", -1)
+    else:
+        body = struct.pack(">i", len(topics)) + b"".join(string16(t) for t in topics)
+    return request(API_METADATA, 1, correlation_id, body)
+
+
 def find_coordinator_v1(correlation_id: int, key: str, key_type: int) -> bytes:
     return request(API_FIND_COORDINATOR, 1, correlation_id, string16(key) + struct.pack(">b", key_type))
 
@@ -367,13 +376,43 @@ def parse_produce_v8(payload: bytes):
     return correlation_id, out
 
 
+def parse_metadata_v1(payload: bytes):
+    """(correlation_id, {broker id: (host, port)}, controller id,
+    {topic: (error_code, {partition: (error_code, leader, replicas, isr)})})."""
+    r = Reader(payload)
+    correlation_id = r.take(">i")
+    brokers = {}
+    for _ in range(r.take(">i")):
+        broker_id, host, port = r.take(">i"), r.string16(), r.take(">i")
+        r.string16()  # rack
+        brokers[broker_id] = (host, port)
+    controller_id = r.take(">i")
+    topics = {}
+    for _ in range(r.take(">i")):
+        error_code, name, _internal = r.take(">h"), r.string16(), r.take(">b")
+        partitions = {}
+        for _ in range(r.take(">i")):
+            partition_error, index, leader = r.take(">hii")
+            replicas = [r.take(">i") for _ in range(r.take(">i"))]
+            isr = [r.take(">i") for _ in range(r.take(">i"))]
+            partitions[index] = (partition_error, leader, replicas, isr)
+        topics[name] = (error_code, partitions)
+    return correlation_id, brokers, controller_id, topics
+
+
 def parse_find_coordinator_v1(payload: bytes):
     """(correlation_id, error_code, node_id)."""
+    correlation_id, error_code, (node_id, _host, _port) = parse_find_coordinator_v1_node(payload)
+    return correlation_id, error_code, node_id
+
+
+def parse_find_coordinator_v1_node(payload: bytes):
+    """(correlation_id, error_code, (node_id, host, port))."""
     r = Reader(payload)
     correlation_id, _throttle, error_code = r.take(">iih")
     r.string16()  # error message
-    node_id = r.take(">i")
-    return correlation_id, error_code, node_id
+    node_id, host, port = r.take(">i"), r.string16(), r.take(">i")
+    return correlation_id, error_code, (node_id, host, port)
 
 
 def parse_offset_fetch_v1(payload: bytes):

@@ -14,7 +14,7 @@ use crate::transactions::Transactions;
 use osprey_cluster::controller::ConfigValidator;
 use osprey_cluster::replica::ReplicaConfig;
 use osprey_cluster::{
-    meta_properties, Controller, ControllerError, MetadataImage, NewTopic, PartitionImage, TopicImage,
+    meta_properties, BrokerListener, Controller, ControllerError, MetadataImage, NewTopic, PartitionImage, TopicImage,
 };
 use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
@@ -26,13 +26,19 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+/// The name of the one client listener of [`Settings::single_node`], as Kafka's default
+/// `listeners=PLAINTEXT://:9092`.
+pub const DEFAULT_LISTENER: &str = "PLAINTEXT";
+
 /// What the broker needs from its configuration, resolved and validated.
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub node_id: i32,
     pub listen: SocketAddr,
-    pub advertised_host: String,
-    pub advertised_port: i32,
+    /// Each client listener as clients are told to reach it (`advertised.listeners` by
+    /// name, else as bound): what a broker of a cluster registers, and what a single node
+    /// answers with on the listener a request came in on.
+    pub advertised_listeners: Vec<BrokerListener>,
     pub data_dir: PathBuf,
     /// `metadata.log.dir`: where `__cluster_metadata-0` lives; `None`: `data_dir`.
     pub metadata_log_dir: Option<PathBuf>,
@@ -118,6 +124,11 @@ impl Settings {
         }
     }
 
+    /// This node's advertised endpoint on the client listener named `name`.
+    pub fn advertised_listener(&self, name: &str) -> Option<&BrokerListener> {
+        self.advertised_listeners.iter().find(|l| l.name == name)
+    }
+
     /// Every directory that carries a `meta.properties`: the data directory, the other
     /// `log.dirs` and `metadata.log.dir` (repeats are fine).
     pub fn meta_properties_dirs(&self) -> Vec<PathBuf> {
@@ -127,14 +138,19 @@ impl Settings {
         dirs
     }
 
-    /// Defaults for a single local node with data under `data_dir` (tests and `osprey`
-    /// with no arguments).
+    /// Defaults for a single local node with data under `data_dir`, listening on `listen`
+    /// as [`DEFAULT_LISTENER`] (tests and `osprey` with no arguments).
     pub fn single_node(listen: SocketAddr, data_dir: PathBuf) -> Settings {
+        let listener = BrokerListener {
+            name: DEFAULT_LISTENER.to_string(),
+            host: listen.ip().to_string(),
+            port: listen.port(),
+            security_protocol: 0,
+        };
         Settings {
             node_id: 1,
             listen,
-            advertised_host: listen.ip().to_string(),
-            advertised_port: i32::from(listen.port()),
+            advertised_listeners: vec![listener],
             data_dir,
             metadata_log_dir: None,
             other_log_dirs: Vec::new(),

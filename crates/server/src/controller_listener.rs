@@ -24,7 +24,7 @@ pub async fn serve(listeners: Vec<TcpListener>, mut shutdown: watch::Receiver<bo
         tokio::select! {
             _ = shutdown.changed() => break,
             accepted = accept_any(&listeners, &mut next) => match accepted {
-                Ok((stream, peer)) => {
+                Ok((_, stream, peer)) => {
                     tracing::debug!(%peer, "controller listener: no controller quorum yet (issue 14); closing");
                     drop(stream);
                 }

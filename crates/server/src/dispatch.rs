@@ -9,6 +9,7 @@ use bytes::Bytes;
 use osprey_protocol::frame::{split_request, FrameError};
 use osprey_protocol::{ApiKey, RequestBody, RequestHeader, ResponseBody};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -45,6 +46,17 @@ impl std::fmt::Debug for Reply {
     }
 }
 
+/// Who a request came from, for the whole connection (Kafka's `RequestContext`).
+#[derive(Debug, Clone)]
+pub struct Client {
+    /// The client's address: its host is the group member's `client_host`.
+    pub peer: SocketAddr,
+    /// The name of the client listener it connected to (`PLAINTEXT`, `INTERNAL`): the
+    /// listener whose endpoints answers give for brokers (Metadata, FindCoordinator,
+    /// DescribeCluster, KIP-951 leader hints).
+    pub listener: Arc<str>,
+}
+
 /// A request as the handlers see it.
 #[derive(Debug, Clone)]
 pub struct Request {
@@ -69,7 +81,7 @@ pub struct Dispatched {
 }
 
 /// Parses and handles one request frame (without its size prefix).
-pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, peer: std::net::SocketAddr) -> Dispatched {
+pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatched {
     let split = match split_request(frame) {
         Ok(s) => s,
         Err(FrameError::UnknownApiKey { api_key, correlation_id }) => {
@@ -122,7 +134,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, peer: std::net::SocketAddr) 
         }
     };
     let request = Request { api_key, header: split.header, body };
-    done(handlers::handle(broker, request, peer))
+    done(handlers::handle(broker, request, client))
 }
 
 fn close(api_key: Option<ApiKey>, api_version: i16, correlation_id: i32, why: String) -> Dispatched {

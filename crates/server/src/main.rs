@@ -9,7 +9,8 @@ use osprey_server::config::SecurityProtocol;
 use osprey_server::config::{parse_command, validate_topic_config, BrokerConfig, Command, ConfigError, Listener};
 use osprey_server::controller_node::{self, ControllerNode, ControllerNodeConfig};
 use osprey_server::interbroker::NodeAddress;
-use osprey_server::{background, controller_listener, logging, network, telemetry};
+use osprey_server::network::{self, ClientListener};
+use osprey_server::{background, controller_listener, logging, telemetry};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -198,7 +199,7 @@ fn stop_on_panic() {
 async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let settings = settings(&config, local)?;
+    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
     let data_dir = settings.data_dir.clone();
     let broker = tokio::task::spawn_blocking(move || {
         Broker::open(settings, Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())))
@@ -278,8 +279,7 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
 async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let registered = registered_listeners(&config, &bound);
-    let settings = settings(&config, local)?;
+    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     // Before the controller starts: what it records from its first moment (becoming the
@@ -316,7 +316,7 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
              broker.session.timeout.ms ({session} ms)"
         );
     }
-    let link = ClusterLink::new(link_config(&config, registered));
+    let link = ClusterLink::new(link_config(&config, settings.advertised_listeners.clone()));
     let (stop, stopped) = watch::channel(false);
     tracing::info!(voters = ?config.cluster.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>(), "fetching the cluster metadata from the controller quorum");
     let cluster_id = tokio::select! {
@@ -500,10 +500,10 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// controller that stopped answering is left for another within about a second.
 const METADATA_FETCH_MAX_WAIT: Duration = Duration::from_millis(1000);
 
-/// What the broker registers: each client listener as advertised
-/// (`advertised.listeners` by name, else as bound), with the bound port where a port 0
-/// was asked for.
-fn registered_listeners(config: &BrokerConfig, bound: &BoundListeners) -> Vec<osprey_cluster::BrokerListener> {
+/// Each client listener as advertised (`advertised.listeners` by name, else as bound),
+/// with the bound port where a port 0 was asked for: what a broker registers, and what a
+/// single node answers with on each listener.
+fn advertised_listeners(config: &BrokerConfig, bound: &BoundListeners) -> Vec<osprey_cluster::BrokerListener> {
     bound
         .client
         .iter()
@@ -548,9 +548,11 @@ impl BoundListeners {
         all.map(|(l, addr, _)| format!("{}://{addr}", l.name)).collect::<Vec<_>>().join(",")
     }
 
-    fn into_sockets(self) -> (Vec<TcpListener>, Vec<TcpListener>) {
-        let sockets = |v: Vec<(Listener, SocketAddr, TcpListener)>| v.into_iter().map(|(_, _, t)| t).collect();
-        (sockets(self.client), sockets(self.controller))
+    /// The client listeners, each with its name (which the requests it accepts carry to
+    /// the handlers), and the controller listeners' sockets.
+    fn into_sockets(self) -> (Vec<ClientListener>, Vec<TcpListener>) {
+        let client = self.client.into_iter().map(|(l, _, socket)| ClientListener { name: l.name.into(), socket });
+        (client.collect(), self.controller.into_iter().map(|(_, _, socket)| socket).collect())
     }
 }
 
@@ -584,8 +586,13 @@ fn listen(bind: SocketAddr, backlog: i32) -> std::io::Result<TcpListener> {
     socket.listen(backlog.max(1) as u32)
 }
 
-/// The broker settings from the resolved configuration and the address actually bound.
-fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String> {
+/// The broker settings from the resolved configuration, the address the first client
+/// listener actually bound and every client listener as advertised.
+fn settings(
+    config: &BrokerConfig,
+    bound: SocketAddr,
+    advertised: Vec<osprey_cluster::BrokerListener>,
+) -> Result<Settings, String> {
     let data_dir = config.data_dirs.first().cloned().ok_or("log.dirs is empty")?;
     if config.data_dirs.len() > 1 {
         tracing::warn!(
@@ -593,16 +600,11 @@ fn settings(config: &BrokerConfig, bound: SocketAddr) -> Result<Settings, String
             "several log.dirs are not supported yet: partitions go to the first; the others get a meta.properties only"
         );
     }
-    let advertised = config.advertised_listeners.first();
     let mut s = Settings::single_node(bound, data_dir);
+    s.advertised_listeners = advertised;
     s.other_log_dirs = config.data_dirs[1..].to_vec();
     s.metadata_log_dir = Some(config.cluster.metadata_log_dir.clone());
     s.node_id = config.node_id;
-    s.advertised_host = advertised
-        .map(|l| l.host.clone())
-        .filter(|h| !h.is_empty() && h != "0.0.0.0")
-        .unwrap_or_else(|| bound.ip().to_string());
-    s.advertised_port = advertised.map(|l| l.port).filter(|p| *p != 0).unwrap_or(bound.port()).into();
     s.num_partitions = config.num_partitions;
     s.default_replication_factor =
         i16::try_from(config.default_replication_factor).map_err(|_| "default.replication.factor is too large")?;

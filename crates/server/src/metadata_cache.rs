@@ -1,17 +1,17 @@
 //! The cluster as clients see it, read from the metadata image (Kafka's
 //! `KRaftMetadataCache`): which brokers are alive and where they listen, who leads a
-//! partition, which replicas are offline, and the error a client gets for a partition
-//! this broker does not lead (Kafka's `ReplicaManager.getPartitionOrError`).
+//! partition and which replicas are offline.
 //!
-//! In a cluster the image holds every broker's registration. A single node has none (its
-//! image only lists topics, each led by this node): it is its own only broker, at the
-//! address it advertises, exactly as before clusters existed.
+//! Every answer is for the listener the request came in on (Kafka's
+//! `request.context.listenerName`): a broker is given at its endpoint on that listener,
+//! and one registered without it is left out, as Kafka does. In a cluster the image
+//! holds every broker's registration. A single node has none (its image only lists
+//! topics, each led by this node): it is its own only broker, at the address it
+//! advertises for that listener, exactly as before clusters existed.
 
 use crate::broker::Broker;
-use crate::partition::Partition;
 use osprey_cluster::image::NO_LEADER;
 use osprey_cluster::{BrokerRegistration, MetadataImage, PartitionImage, TopicImage};
-use osprey_protocol::ErrorCode;
 use std::sync::Arc;
 
 /// Where a broker is reached on one listener (Kafka's `Node`).
@@ -27,10 +27,13 @@ pub struct Endpoint {
 #[derive(Debug, Clone)]
 pub struct MetadataCache {
     image: Arc<MetadataImage>,
-    /// This node, as it advertises itself: the only broker of a single node.
-    this_node: Endpoint,
-    /// The listener the client is connected on; `None`: each registration's first.
-    listener: Option<String>,
+    /// This node's `node.id`.
+    node_id: i32,
+    /// This node as it advertises itself on the listener (`None`: it has no such
+    /// client listener): the only broker of a single node.
+    this_node: Option<Endpoint>,
+    /// The name of the listener the client is connected on.
+    listener: String,
 }
 
 /// Why a partition's leader cannot be given to a client.
@@ -44,28 +47,17 @@ pub enum NoLeader {
 }
 
 impl MetadataCache {
-    /// The current image as seen from `listener` (`None`: the connection does not know
-    /// its listener name, and each broker's first registered listener is used; the first
-    /// advertised listener is also what a single node answers with).
-    pub fn new(broker: &Broker, listener: Option<&str>) -> MetadataCache {
+    /// The current image as seen by a client connected on `listener` (its name, as in
+    /// `listeners`: `PLAINTEXT`, `INTERNAL`).
+    pub fn for_listener(broker: &Broker, listener: &str) -> MetadataCache {
         let s = &broker.settings;
-        MetadataCache {
-            image: broker.image(),
-            this_node: Endpoint {
-                node_id: s.node_id,
-                host: s.advertised_host.clone(),
-                port: s.advertised_port,
-                rack: None,
-            },
-            listener: listener.map(str::to_string),
-        }
-    }
-
-    /// For a client request. The handlers are not told which listener a connection came
-    /// in on yet, so every broker is given at its first registered listener: the one it
-    /// advertises first, as a single node answers with its first advertised listener.
-    pub fn for_client(broker: &Broker) -> MetadataCache {
-        MetadataCache::new(broker, None)
+        let this_node = s.advertised_listener(listener).map(|l| Endpoint {
+            node_id: s.node_id,
+            host: l.host.clone(),
+            port: i32::from(l.port),
+            rack: None,
+        });
+        MetadataCache { image: broker.image(), node_id: s.node_id, this_node, listener: listener.to_string() }
     }
 
     pub fn image(&self) -> &MetadataImage {
@@ -81,7 +73,7 @@ impl MetadataCache {
     /// `getAliveBrokerNodes`).
     pub fn alive_brokers(&self) -> Vec<Endpoint> {
         if self.is_single_node() {
-            return vec![self.this_node.clone()];
+            return self.this_node.iter().cloned().collect();
         }
         self.image.brokers().filter(|b| !b.fenced).filter_map(|b| self.endpoint_of(b)).collect()
     }
@@ -91,7 +83,7 @@ impl MetadataCache {
     /// `include_fenced_brokers`, KIP-1073).
     pub fn registered_brokers(&self) -> Vec<(Endpoint, bool)> {
         if self.is_single_node() {
-            return vec![(self.this_node.clone(), false)];
+            return self.this_node.iter().map(|e| (e.clone(), false)).collect();
         }
         self.image.brokers().filter_map(|b| self.endpoint_of(b).map(|e| (e, b.fenced))).collect()
     }
@@ -100,7 +92,7 @@ impl MetadataCache {
     /// (Kafka's `getAliveBrokerNode`).
     pub fn alive_broker(&self, id: i32) -> Option<Endpoint> {
         if self.is_single_node() {
-            return (id == self.this_node.node_id).then(|| self.this_node.clone());
+            return self.this_node.clone().filter(|e| e.node_id == id);
         }
         self.image.broker(id).filter(|b| !b.fenced).and_then(|b| self.endpoint_of(b))
     }
@@ -117,8 +109,8 @@ impl MetadataCache {
     /// quorum has no majority. librdkafka then waits for that broker until the admin
     /// request times out, rather than asking another.
     pub fn controller_id_for_clients(&self) -> i32 {
-        if self.is_single_node() || self.image.broker(self.this_node.node_id).is_some_and(|b| !b.fenced) {
-            return self.this_node.node_id;
+        if self.is_single_node() || self.image.broker(self.node_id).is_some_and(|b| !b.fenced) {
+            return self.node_id;
         }
         self.random_alive_broker_id()
     }
@@ -143,8 +135,8 @@ impl MetadataCache {
             return Err(NoLeader::NotAvailable);
         }
         if self.is_single_node() {
-            return match partition.leader == self.this_node.node_id {
-                true => Ok(self.this_node.clone()),
+            return match partition.leader == self.node_id {
+                true => self.this_node.clone().ok_or(NoLeader::ListenerNotFound),
                 false => Err(NoLeader::NotAvailable),
             };
         }
@@ -169,26 +161,6 @@ impl MetadataCache {
         replicas.iter().copied().filter(|id| self.is_online(*id)).collect()
     }
 
-    /// The partition for a client read or write, if this broker holds it; otherwise the
-    /// error Kafka's `ReplicaManager.getPartitionOrError` gives: NOT_LEADER_OR_FOLLOWER
-    /// when the image has the partition (led elsewhere, or by none: the client refreshes
-    /// its metadata and goes to the leader), else `unknown` (UNKNOWN_TOPIC_OR_PARTITION,
-    /// or UNKNOWN_TOPIC_ID for a request by topic id).
-    pub fn partition_or_error(
-        &self,
-        broker: &Broker,
-        topic: Option<&TopicImage>,
-        index: i32,
-        unknown: ErrorCode,
-    ) -> Result<Arc<Partition>, ErrorCode> {
-        let Some(topic) = topic else { return Err(unknown) };
-        match broker.replica_manager.partition(topic.id, index) {
-            Some(partition) => Ok(partition),
-            None if self.image.partition(topic.id, index).is_some() => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
-            None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
-        }
-    }
-
     /// The current leader to tell a client that got NOT_LEADER_OR_FOLLOWER or
     /// FENCED_LEADER_EPOCH (KIP-951): the leader's id and epoch from the image, and its
     /// endpoint if it is alive on the listener (Kafka's `KafkaApis.getCurrentLeader`).
@@ -204,13 +176,9 @@ impl MetadataCache {
         self.image.broker(id).is_some_and(|b| !b.fenced && self.endpoint_of(b).is_some())
     }
 
-    /// A registration's endpoint on the client's listener (its first one when the
-    /// listener is not known).
+    /// A registration's endpoint on the client's listener, if it has one.
     fn endpoint_of(&self, broker: &BrokerRegistration) -> Option<Endpoint> {
-        let listener = match &self.listener {
-            Some(name) => broker.listeners.iter().find(|l| l.name == *name),
-            None => broker.listeners.first(),
-        }?;
+        let listener = broker.listeners.iter().find(|l| l.name == self.listener)?;
         Some(Endpoint {
             node_id: broker.id,
             host: listener.host.clone(),

@@ -18,7 +18,7 @@
 //!   yet written to the socket, e.g. fetches pipelined by a client that does not read.
 
 use crate::broker::Broker;
-use crate::dispatch::{dispatch, Reply};
+use crate::dispatch::{dispatch, Client, Reply};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::encode_response;
@@ -47,6 +47,15 @@ const SHARED_BUFFER_BYTES: usize = 2 << 20;
 /// A connection keeps at most this much write buffer between responses.
 const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 
+/// A bound client listener and its name as in `listeners` (`PLAINTEXT`, `INTERNAL`):
+/// every request accepted on it is answered for that listener (the brokers' endpoints on
+/// it, as Kafka's `RequestContext.listenerName`).
+#[derive(Debug)]
+pub struct ClientListener {
+    pub name: Arc<str>,
+    pub socket: TcpListener,
+}
+
 /// Accepts connections on every client listener until `shutdown` turns true, then waits
 /// (up to `drain`) for open connections to finish their in-flight requests. One loop
 /// serves all the listeners so that `max.connections` and `queued.max.request.bytes`
@@ -59,10 +68,11 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 /// `max.connections` resizes.
 pub async fn serve(
     broker: Arc<Broker>,
-    listeners: Vec<TcpListener>,
+    listeners: Vec<ClientListener>,
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
+    let (names, sockets): (Vec<Arc<str>>, Vec<TcpListener>) = listeners.into_iter().map(|l| (l.name, l.socket)).unzip();
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
@@ -74,8 +84,8 @@ pub async fn serve(
             permit = broker.connection_slots.acquire(), if slot.is_none() => {
                 slot = Some(permit);
             }
-            accepted = accept_any(&listeners, &mut next_listener), if slot.is_some() => {
-                let (stream, peer) = match accepted {
+            accepted = accept_any(&sockets, &mut next_listener), if slot.is_some() => {
+                let (index, stream, peer) = match accepted {
                     Ok(a) => a,
                     Err(e) => {
                         // EMFILE/ENFILE: out of file descriptors; the connection waits
@@ -89,9 +99,10 @@ pub async fn serve(
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
                 let request_bytes = request_bytes.clone();
+                let client = Client { peer, listener: names[index].clone() };
                 connections.spawn(async move {
                     telemetry::connection_opened();
-                    if let Err(e) = connection(broker, stream, peer, request_bytes, shutdown).await {
+                    if let Err(e) = connection(broker, stream, client, request_bytes, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                     telemetry::connection_closed();
@@ -101,7 +112,7 @@ pub async fn serve(
             Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
     }
-    drop(listeners);
+    drop(sockets);
     tracing::info!(open = connections.len(), "stopped accepting; draining connections");
     let drained = tokio::time::timeout(drain, async { while connections.join_next().await.is_some() {} }).await;
     if drained.is_err() {
@@ -110,15 +121,19 @@ pub async fn serve(
     }
 }
 
-/// The next connection waiting on any of `listeners`. The listener polled first rotates
-/// (`next`), so a flood on one listener cannot starve the others.
-pub(crate) async fn accept_any(listeners: &[TcpListener], next: &mut usize) -> io::Result<(TcpStream, SocketAddr)> {
+/// The next connection waiting on any of `listeners`, with the index of the listener
+/// that accepted it. The listener polled first rotates (`next`), so a flood on one
+/// listener cannot starve the others.
+pub(crate) async fn accept_any(
+    listeners: &[TcpListener],
+    next: &mut usize,
+) -> io::Result<(usize, TcpStream, SocketAddr)> {
     std::future::poll_fn(|cx| {
         for i in 0..listeners.len() {
             let index = (*next + i) % listeners.len();
             if let std::task::Poll::Ready(accepted) = listeners[index].poll_accept(cx) {
                 *next = index + 1;
-                return std::task::Poll::Ready(accepted);
+                return std::task::Poll::Ready(accepted.map(|(stream, peer)| (index, stream, peer)));
             }
         }
         std::task::Poll::Pending
@@ -184,10 +199,11 @@ enum Outgoing {
 async fn connection(
     broker: Arc<Broker>,
     stream: TcpStream,
-    peer: SocketAddr,
+    client: Client,
     request_bytes: RequestBytes,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    let peer = client.peer;
     stream.set_nodelay(true)?;
     let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Queued>(broker.settings.max_inflight_per_connection.max(1));
@@ -233,7 +249,7 @@ async fn connection(
         };
         times.handler_started();
         in_flight.handler_started();
-        let d = dispatch(&broker, frame, peer);
+        let d = dispatch(&broker, frame, &client);
         times.handler_returned();
         let closing = matches!(d.reply, Reply::Close(_));
         let reply = match d.reply {

@@ -15,7 +15,8 @@ use crate::coordinator_appends::AppendQueues;
 use crate::partition::Partition;
 use dashmap::DashMap;
 use osprey_cluster::replica::ReplicaConfig;
-use osprey_protocol::Uuid;
+use osprey_cluster::{MetadataImage, TopicImage};
+use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::LogConfig;
 use std::sync::Arc;
 use tokio::sync::oneshot;
@@ -64,6 +65,27 @@ impl ReplicaManager {
     /// answers NOT_LEADER_OR_FOLLOWER).
     pub fn partition(&self, topic_id: Uuid, index: i32) -> Option<Arc<Partition>> {
         self.replica(topic_id, index).filter(|p| p.is_leader())
+    }
+
+    /// The partition for a client read or write, if this broker leads it; otherwise the
+    /// error Kafka's `ReplicaManager.getPartitionOrError` gives: NOT_LEADER_OR_FOLLOWER
+    /// when `image` has the partition (led elsewhere, or by none: the client refreshes
+    /// its metadata and goes to the leader), else `unknown` (UNKNOWN_TOPIC_OR_PARTITION,
+    /// or UNKNOWN_TOPIC_ID for a request by topic id) for a topic `image` lacks, and
+    /// UNKNOWN_TOPIC_OR_PARTITION for a partition it lacks.
+    pub fn partition_or_error(
+        &self,
+        image: &MetadataImage,
+        topic: Option<&TopicImage>,
+        index: i32,
+        unknown: ErrorCode,
+    ) -> Result<Arc<Partition>, ErrorCode> {
+        let Some(topic) = topic else { return Err(unknown) };
+        match self.partition(topic.id, index) {
+            Some(partition) => Ok(partition),
+            None if image.partition(topic.id, index).is_some() => Err(ErrorCode::NOT_LEADER_OR_FOLLOWER),
+            None => Err(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION),
+        }
     }
 
     /// The partition if this broker holds a replica of it, as leader or follower.

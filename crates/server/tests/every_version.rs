@@ -7,7 +7,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::{decode_response_header, encode_request};
 use osprey_protocol::wire::TestRng;
 use osprey_protocol::{ApiKey, RequestBody, RequestHeader, ResponseBody};
-use osprey_server::broker::{Broker, Settings};
+use osprey_server::broker::{Broker, Settings, DEFAULT_LISTENER};
 use osprey_server::{network, supported};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -186,9 +186,10 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
             false,
         )
         .expect("create topic");
+    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
-    let server = tokio::spawn(network::serve(broker.clone(), vec![listener], stopped, Duration::from_secs(5)));
+    let server = tokio::spawn(network::serve(broker.clone(), vec![plaintext], stopped, Duration::from_secs(5)));
 
     let mut rng = TestRng::new(0x0e5e);
     let mut answered = 0;

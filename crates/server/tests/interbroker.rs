@@ -18,7 +18,7 @@ use osprey_protocol::messages::{
 use osprey_protocol::records::{BatchBuilder, Compression, RecordBatch};
 use osprey_protocol::wire::Message;
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, RequestHeader, ResponseBody, ResponseHeader};
-use osprey_server::broker::{Broker, Settings};
+use osprey_server::broker::{Broker, Settings, DEFAULT_LISTENER};
 use osprey_server::interbroker::{
     client_id, ClientConfig, ClientError, ConnectFailure, DisconnectReason, NodeAddress, NodeClient, NodeClients,
 };
@@ -60,9 +60,10 @@ async fn start_broker(name: &str) -> RealBroker {
     let addr = listener.local_addr().expect("addr");
     let settings = Settings::single_node(addr, dir.clone());
     let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).expect("open broker");
+    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
-    let server = tokio::spawn(network::serve(broker.clone(), vec![listener], stopped, Duration::from_secs(5)));
+    let server = tokio::spawn(network::serve(broker.clone(), vec![plaintext], stopped, Duration::from_secs(5)));
     RealBroker { broker, addr, stop, server, dir }
 }
 

@@ -65,7 +65,7 @@ pub async fn serve(
             accepted = crate::network::accept_any(&listeners, &mut next) => accepted,
         };
         match accepted {
-            Ok((stream, peer)) => {
+            Ok((_, stream, peer)) => {
                 let node = node.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {

@@ -4,7 +4,7 @@
 //! led by nobody (epoch 7).
 
 use super::*;
-use crate::broker::Broker;
+use crate::broker::{Broker, DEFAULT_LISTENER};
 use crate::dispatch::Reply;
 use crate::test_support::{broker_in, broker_in_cluster, create_topic, partition_change, INTERNAL_PARTITIONS, TOPIC_T};
 use osprey_coordinator::group::partition_for;
@@ -32,6 +32,16 @@ fn cluster(name: &str) -> Cleanup {
     Cleanup(broker, dir)
 }
 
+/// The one client listener of these brokers, as the produce and fetch handlers take it.
+fn plaintext() -> Arc<str> {
+    DEFAULT_LISTENER.into()
+}
+
+/// The port this broker advertises on its one client listener.
+fn advertised_port(broker: &Broker) -> i32 {
+    broker.settings.advertised_listener(DEFAULT_LISTENER).map_or(-1, |l| i32::from(l.port))
+}
+
 async fn later(reply: Reply) -> ResponseBody {
     match reply {
         Reply::Now(body) => body,
@@ -41,6 +51,11 @@ async fn later(reply: Reply) -> ResponseBody {
 }
 
 fn metadata(broker: &Arc<Broker>, topics: Option<&[&str]>, version: i16) -> MetadataResponse {
+    metadata_on(broker, DEFAULT_LISTENER, topics, version)
+}
+
+/// Metadata asked on the client listener `listener`.
+fn metadata_on(broker: &Arc<Broker>, listener: &str, topics: Option<&[&str]>, version: i16) -> MetadataResponse {
     let topics = topics.map(|names| {
         names
             .iter()
@@ -48,14 +63,14 @@ fn metadata(broker: &Arc<Broker>, topics: Option<&[&str]>, version: i16) -> Meta
             .collect()
     });
     let req = MetadataRequest { topics, allow_auto_topic_creation: false, ..Default::default() };
-    let ResponseBody::Metadata(resp) = metadata::handle(broker, req, version) else { panic!("not Metadata") };
+    let ResponseBody::Metadata(resp) = metadata::handle(broker, req, version, listener) else { panic!("not Metadata") };
     resp
 }
 
 #[test]
 fn metadata_lists_unfenced_brokers_with_racks_and_partitions_as_the_image_has_them() {
     let c = cluster("view-metadata");
-    let port = c.0.settings.advertised_port;
+    let port = advertised_port(&c.0);
     let resp = metadata(&c.0, None, 12);
     let brokers: Vec<_> =
         resp.brokers.iter().map(|b| (b.node_id, b.host.as_str(), b.port, b.rack.as_deref())).collect();
@@ -86,7 +101,9 @@ fn metadata_and_describe_cluster_name_this_broker_as_controller_while_it_is_aliv
     let c = cluster("view-controller");
     let described = || {
         let req = DescribeClusterRequest { endpoint_type: 1, ..Default::default() };
-        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, 1) else { panic!() };
+        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, 1, DEFAULT_LISTENER) else {
+            panic!()
+        };
         resp.controller_id
     };
     // Never broker 2, although alive: a client asking this broker reaches this broker.
@@ -124,14 +141,126 @@ fn a_single_node_is_its_only_broker_and_controller() {
     let s = &broker.settings;
     let resp = metadata(&broker, None, 12);
     let brokers: Vec<_> = resp.brokers.iter().map(|b| (b.node_id, b.host.clone(), b.port, b.rack.clone())).collect();
-    assert_eq!(brokers, [(1, s.advertised_host.clone(), s.advertised_port, None)]);
+    let advertised = s.advertised_listener(DEFAULT_LISTENER).unwrap();
+    assert_eq!(brokers, [(1, advertised.host.clone(), i32::from(advertised.port), None)]);
     assert_eq!(resp.controller_id, 1);
     for p in &resp.topics[0].partitions {
         assert_eq!((p.error_code, p.leader_id, p.offline_replicas.len()), (0, 1, 0));
     }
     let req = DescribeClusterRequest { endpoint_type: 1, ..Default::default() };
-    let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&broker, req, 1) else { panic!() };
+    let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&broker, req, 1, DEFAULT_LISTENER) else {
+        panic!()
+    };
     assert_eq!((resp.controller_id, resp.brokers.len(), resp.brokers[0].broker_id), (1, 1, 1));
+}
+
+/// (node id, host, port) of each broker a Metadata answer lists.
+fn endpoints(resp: &MetadataResponse) -> Vec<(i32, String, i32)> {
+    resp.brokers.iter().map(|b| (b.node_id, b.host.clone(), b.port)).collect()
+}
+
+/// (node id, host, port) of each broker a DescribeCluster v1 answer asked on `listener` lists.
+fn described_endpoints(broker: &Arc<Broker>, listener: &str) -> Vec<(i32, String, i32)> {
+    let req = DescribeClusterRequest { endpoint_type: 1, ..Default::default() };
+    let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(broker, req, 1, listener) else { panic!() };
+    resp.brokers.into_iter().map(|b| (b.broker_id, b.host, b.port)).collect()
+}
+
+/// (error, node id, host, port) of the group coordinator of `key`, asked on `listener`.
+fn group_coordinator_on(broker: &Arc<Broker>, listener: &str, key: String) -> (i16, i32, String, i32) {
+    let req = FindCoordinatorRequest { key_type: 0, coordinator_keys: vec![key], ..Default::default() };
+    let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(broker, req, 4, listener) else { panic!() };
+    let c = &resp.coordinators[0];
+    (c.error_code, c.node_id, c.host.clone(), c.port)
+}
+
+fn listener(name: &str, host: &str, port: u16) -> osprey_cluster::BrokerListener {
+    osprey_cluster::BrokerListener { name: name.into(), host: host.into(), port, security_protocol: 0 }
+}
+
+#[test]
+fn a_single_node_answers_with_its_advertised_endpoint_on_the_listener_asked() {
+    let dir = std::env::temp_dir().join(format!("osprey-view-single-two-listeners-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    // Never bound: the answers give the advertised endpoints, not this.
+    let mut settings = crate::broker::Settings::single_node("127.0.0.1:1".parse().unwrap(), dir.clone());
+    settings.advertised_listeners =
+        vec![listener("INTERNAL", "10.0.0.1", 9092), listener("EXTERNAL", "broker.example", 19092)];
+    let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+    let _cleanup = Cleanup(broker.clone(), dir);
+    let topic =
+        osprey_cluster::NewTopic { name: "t".into(), num_partitions: 1, replication_factor: -1, ..Default::default() };
+    broker.create_topic(&topic, false).unwrap();
+
+    for (name, host, port) in [("INTERNAL", "10.0.0.1", 9092), ("EXTERNAL", "broker.example", 19092)] {
+        let resp = metadata_on(&broker, name, None, 12);
+        assert_eq!(endpoints(&resp), [(1, host.to_string(), port)], "Metadata on {name}");
+        let p = &resp.topics[0].partitions[0];
+        assert_eq!((p.error_code, p.leader_id), (0, 1));
+        assert_eq!(described_endpoints(&broker, name), [(1, host.to_string(), port)], "DescribeCluster on {name}");
+        assert_eq!(group_coordinator_on(&broker, name, "g".into()), (0, 1, host.to_string(), port));
+    }
+    // A listener this node does not advertise (no connection comes in on one): no
+    // broker, and its partitions' leader is not on it.
+    let resp = metadata_on(&broker, "OTHER", None, 12);
+    assert!(resp.brokers.is_empty());
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.leader_id), (ErrorCode::LISTENER_NOT_FOUND.code(), -1));
+}
+
+/// A cluster of [`broker_in_cluster`] whose brokers 1 and 3 registered INTERNAL and
+/// EXTERNAL listeners (EXTERNAL first, so that answering with a broker's first listener
+/// shows) and broker 2 INTERNAL only, with `__consumer_offsets` led by 2, 3 and 1.
+fn cluster_with_two_listeners(name: &str) -> Cleanup {
+    let c = cluster(name);
+    let register = |id: i32, listeners: Vec<osprey_cluster::BrokerListener>, fenced: bool| {
+        let mut record = crate::test_support::registration(id, "unused", 1, "rack", fenced);
+        if let osprey_cluster::MetadataRecord::RegisterBroker { listeners: l, .. } = &mut record {
+            *l = listeners;
+        }
+        record
+    };
+    let offsets = [9; 16];
+    c.0.apply_records_for_test(&[
+        register(1, vec![listener("EXTERNAL", "e1.example", 19091), listener("INTERNAL", "i1.example", 9091)], false),
+        register(2, vec![listener("INTERNAL", "i2.example", 9092)], false),
+        register(3, vec![listener("EXTERNAL", "e3.example", 19093), listener("INTERNAL", "i3.example", 9093)], true),
+        create_topic("__consumer_offsets", offsets, vec![vec![2, 1], vec![3, 1], vec![1, 2]]),
+    ]);
+    c
+}
+
+#[test]
+fn brokers_are_given_on_the_listener_the_request_came_in_on_and_left_out_without_it() {
+    let c = cluster_with_two_listeners("view-two-listeners");
+
+    let internal = metadata_on(&c.0, "INTERNAL", Some(&["t"]), 12);
+    assert_eq!(endpoints(&internal), [(1, "i1.example".into(), 9091), (2, "i2.example".into(), 9092)]);
+    let p = &internal.topics[0].partitions;
+    assert_eq!((p[1].error_code, p[1].leader_id), (0, 2));
+    assert_eq!(p[0].offline_replicas, [3], "fenced");
+
+    let external = metadata_on(&c.0, "EXTERNAL", Some(&["t"]), 12);
+    assert_eq!(endpoints(&external), [(1, "e1.example".into(), 19091)], "broker 2 has no EXTERNAL listener");
+    let p = &external.topics[0].partitions;
+    assert_eq!((p[0].error_code, p[0].leader_id), (0, 1));
+    assert_eq!(p[0].offline_replicas, [2, 3], "not on the listener, or fenced");
+    // Led by broker 2, which is not on EXTERNAL: LISTENER_NOT_FOUND from v6, as Kafka.
+    assert_eq!((p[1].error_code, p[1].leader_id), (ErrorCode::LISTENER_NOT_FOUND.code(), -1));
+    let v5 = metadata_on(&c.0, "EXTERNAL", Some(&["t"]), 5);
+    let p1 = &v5.topics[0].partitions[1];
+    assert_eq!((p1.error_code, p1.leader_id), (ErrorCode::LEADER_NOT_AVAILABLE.code(), -1));
+
+    assert_eq!(described_endpoints(&c.0, "INTERNAL"), [(1, "i1.example".into(), 9091), (2, "i2.example".into(), 9092)]);
+    assert_eq!(described_endpoints(&c.0, "EXTERNAL"), [(1, "e1.example".into(), 19091)]);
+
+    // The coordinator of partition 2 (led here) on each listener; partition 0's leader,
+    // broker 2, coordinates nothing for EXTERNAL clients.
+    assert_eq!(group_coordinator_on(&c.0, "INTERNAL", key_on(2)), (0, 1, "i1.example".into(), 9091));
+    assert_eq!(group_coordinator_on(&c.0, "EXTERNAL", key_on(2)), (0, 1, "e1.example".into(), 19091));
+    assert_eq!(group_coordinator_on(&c.0, "INTERNAL", key_on(0)), (0, 2, "i2.example".into(), 9092));
+    let unavailable = (ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), -1, String::new(), -1);
+    assert_eq!(group_coordinator_on(&c.0, "EXTERNAL", key_on(0)), unavailable);
 }
 
 #[test]
@@ -139,7 +268,9 @@ fn describe_cluster_lists_unfenced_brokers_and_the_fenced_ones_only_when_asked()
     let c = cluster("view-describe-cluster");
     let brokers = |version: i16, include_fenced_brokers: bool| {
         let req = DescribeClusterRequest { endpoint_type: 1, include_fenced_brokers, ..Default::default() };
-        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, version) else { panic!() };
+        let ResponseBody::DescribeCluster(resp) = describe_cluster::handle(&c.0, req, version, DEFAULT_LISTENER) else {
+            panic!()
+        };
         assert_eq!(resp.error_code, 0);
         assert_eq!(resp.controller_id, 1);
         resp.brokers.iter().map(|b| (b.broker_id, b.rack.clone().unwrap(), b.is_fenced)).collect::<Vec<_>>()
@@ -180,7 +311,7 @@ fn produce_request(partitions: &[i32]) -> ProduceRequest {
 async fn produce_to_a_partition_led_elsewhere_answers_not_leader_and_names_the_leader() {
     let c = cluster("view-produce");
     let answer = |version: i16| {
-        let reply = produce::handle(&c.0, produce_request(&[0, 1, 2, 9]), version);
+        let reply = produce::handle(&c.0, produce_request(&[0, 1, 2, 9]), version, &plaintext());
         async move {
             let ResponseBody::Produce(resp) = later(reply).await else { panic!("not Produce") };
             resp
@@ -200,6 +331,26 @@ async fn produce_to_a_partition_led_elsewhere_answers_not_leader_and_names_the_l
     assert_eq!((p[3].error_code, p[3].current_leader.leader_id), (UNKNOWN, -1));
     let endpoints: Vec<_> = v10.node_endpoints.iter().map(|e| (e.node_id, e.host.as_str(), e.port)).collect();
     assert_eq!(endpoints, [(2, "b2.example", 9092)]);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn produce_names_the_current_leader_at_its_endpoint_on_the_listener_asked() {
+    let c = cluster_with_two_listeners("view-produce-two-listeners");
+    let answer = |listener: &str| {
+        let reply = produce::handle(&c.0, produce_request(&[1]), 10, &listener.into());
+        async move {
+            let ResponseBody::Produce(resp) = later(reply).await else { panic!("not Produce") };
+            resp
+        }
+    };
+    let internal = answer("INTERNAL").await;
+    assert_eq!(internal.responses[0].partition_responses[0].current_leader.leader_id, 2);
+    let endpoints: Vec<_> = internal.node_endpoints.iter().map(|e| (e.node_id, e.host.as_str(), e.port)).collect();
+    assert_eq!(endpoints, [(2, "i2.example", 9092)]);
+    // Broker 2 has no EXTERNAL listener: named as leader, with no endpoint to go to.
+    let external = answer("EXTERNAL").await;
+    assert_eq!(external.responses[0].partition_responses[0].current_leader.leader_id, 2);
+    assert!(external.node_endpoints.is_empty());
 }
 
 fn fetch_request(partitions: &[i32]) -> FetchRequest {
@@ -229,7 +380,7 @@ async fn fetch_from_a_partition_led_elsewhere_answers_not_leader_and_names_the_l
         if version >= 13 {
             req.topics[0].topic_id = osprey_protocol::Uuid(TOPIC_T);
         }
-        let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version)).await else { panic!() };
+        let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext())).await else { panic!() };
         let p = &resp.responses[0].partitions;
         let codes: Vec<i16> = p.iter().map(|p| p.error_code).collect();
         assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "v{version}");
@@ -335,10 +486,12 @@ fn find_coordinator_answers_the_live_leader_of_the_keys_partition() {
         partition_change(state, 0, -1, vec![3], vec![3, 4], 1),
     ];
     c.0.apply_records_for_test(&records);
-    let port = c.0.settings.advertised_port;
+    let port = advertised_port(&c.0);
     let find = |key_type: i8, keys: Vec<String>| {
         let req = FindCoordinatorRequest { key_type, coordinator_keys: keys, ..Default::default() };
-        let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 4) else { panic!() };
+        let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 4, DEFAULT_LISTENER) else {
+            panic!()
+        };
         resp.coordinators.into_iter().map(|c| (c.error_code, c.node_id, c.host, c.port)).collect::<Vec<_>>()
     };
     let unavailable = (ErrorCode::COORDINATOR_NOT_AVAILABLE.code(), -1, String::new(), -1);
@@ -353,7 +506,9 @@ fn find_coordinator_answers_the_live_leader_of_the_keys_partition() {
 
     // Before v4: one key, in the request's `key`.
     let req = FindCoordinatorRequest { key: key_on(0), key_type: 0, ..Default::default() };
-    let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 3) else { panic!() };
+    let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 3, DEFAULT_LISTENER) else {
+        panic!()
+    };
     assert_eq!((resp.error_code, resp.node_id, resp.host.as_str(), resp.port), (0, 2, "b2.example", 9092));
 }
 
@@ -392,7 +547,10 @@ fn describe_topic_partitions_gives_no_leader_and_offline_replicas_from_the_image
         response_partition_limit: 100,
         ..Default::default()
     };
-    let ResponseBody::DescribeTopicPartitions(resp) = describe_topic_partitions::handle(&c.0, req) else { panic!() };
+    let ResponseBody::DescribeTopicPartitions(resp) = describe_topic_partitions::handle(&c.0, req, DEFAULT_LISTENER)
+    else {
+        panic!()
+    };
     let p: Vec<_> =
         resp.topics[0].partitions.iter().map(|p| (p.leader_id, p.leader_epoch, p.offline_replicas.clone())).collect();
     assert_eq!(p, [(1, 0, vec![3]), (2, 5, vec![3]), (-1, 7, vec![3, 4])]);
@@ -424,7 +582,9 @@ fn follower_fetch(replica_id: i32, fetch_offset: i64, version: i16) -> FetchRequ
 }
 
 async fn fetched(c: &Cleanup, req: FetchRequest, version: i16) -> fetch_response::PartitionData {
-    let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version)).await else { panic!("not Fetch") };
+    let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext())).await else {
+        panic!("not Fetch")
+    };
     resp.responses[0].partitions[0].clone()
 }
 
@@ -432,7 +592,7 @@ async fn fetched(c: &Cleanup, req: FetchRequest, version: i16) -> fetch_response
 async fn acks_all_waits_for_every_isr_follower_and_times_out_without_them() {
     let c = cluster("view-acks-all-timeout");
     // Partition 0's ISR is [1, 2, 3]; 2 and 3 never fetch here.
-    let answer = produced(later(produce::handle(&c.0, produce_one(-1, 200), 9)).await);
+    let answer = produced(later(produce::handle(&c.0, produce_one(-1, 200), 9, &plaintext())).await);
     assert_eq!(answer.error_code, ErrorCode::REQUEST_TIMED_OUT.code(), "{answer:?}");
     let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(TOPIC_T), 0).unwrap();
     assert_eq!(partition.snapshot().high_watermark, 0, "nothing is committed without the followers");
@@ -442,7 +602,7 @@ async fn acks_all_waits_for_every_isr_follower_and_times_out_without_them() {
 #[tokio::test(flavor = "current_thread")]
 async fn follower_fetches_read_past_the_high_watermark_and_move_it() {
     let c = cluster("view-follower-fetch");
-    let waiting = tokio::spawn(later(produce::handle(&c.0, produce_one(-1, 30_000), 9)));
+    let waiting = tokio::spawn(later(produce::handle(&c.0, produce_one(-1, 30_000), 9, &plaintext())));
     let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(TOPIC_T), 0).unwrap();
     // The leader's own copy counts once fsynced (by the flusher, in the background): the
     // high watermark below can only reach 1 after that.
@@ -469,7 +629,7 @@ async fn follower_fetches_read_past_the_high_watermark_and_move_it() {
 #[tokio::test(flavor = "current_thread")]
 async fn a_fetcher_that_is_not_a_follower_reads_nothing_past_the_high_watermark() {
     let c = cluster("view-not-a-follower");
-    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9)).await);
+    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9, &plaintext())).await);
     assert_eq!(answer.error_code, 0);
     for (replica_id, version) in [(7, 12), (1, 12), (7, 15)] {
         let got = fetched(&c, follower_fetch(replica_id, 0, version), version).await;
@@ -482,7 +642,10 @@ async fn a_fetcher_that_is_not_a_follower_reads_nothing_past_the_high_watermark(
 async fn a_fetch_from_a_diverging_epoch_is_told_where_the_leaders_log_ends() {
     let c = cluster("view-diverging");
     for acks in [1, 1] {
-        assert_eq!(produced(later(produce::handle(&c.0, produce_one(acks, 30_000), 9)).await).error_code, 0);
+        assert_eq!(
+            produced(later(produce::handle(&c.0, produce_one(acks, 30_000), 9, &plaintext())).await).error_code,
+            0
+        );
     }
     // The fetcher's last batch is from epoch 0 at offset 4; this log's epoch 0 ends at 2.
     let mut req = follower_fetch(2, 5, 12);
@@ -507,7 +670,7 @@ async fn a_fetch_from_a_diverging_epoch_is_told_where_the_leaders_log_ends() {
 async fn a_follower_makes_what_it_fetched_durable_before_it_fetches_again() {
     use crate::replication::fetcher::{apply, Outcome};
     let c = cluster("view-follower-durable");
-    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9)).await);
+    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9, &plaintext())).await);
     assert_eq!(answer.error_code, 0, "{answer:?}");
     // Partition 0's batch, as a leader answers a follower, applied to partition 1, which
     // broker 2 leads and this broker follows.

@@ -2,17 +2,16 @@
 //! watermark); whole segments below it are deleted in the background.
 
 use crate::broker::Broker;
-use crate::metadata_cache::MetadataCache;
 use osprey_protocol::messages::delete_records_response::{DeleteRecordsPartitionResult, DeleteRecordsTopicResult};
 use osprey_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let mut resp = DeleteRecordsResponse::default();
     for t in req.topics {
-        let topic = cache.image().topic(&t.name);
+        let topic = image.topic(&t.name);
         let mut out = DeleteRecordsTopicResult { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = DeleteRecordsPartitionResult {
@@ -20,8 +19,12 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteRecordsRequest) -> ResponseBody {
                 low_watermark: -1,
                 ..Default::default()
             };
-            let found =
-                cache.partition_or_error(broker, topic, p.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION);
+            let found = broker.replica_manager.partition_or_error(
+                &image,
+                topic,
+                p.partition_index,
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            );
             let outcome = match found {
                 Err(code) => Err(code),
                 Ok(partition) => {

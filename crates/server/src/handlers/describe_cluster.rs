@@ -14,8 +14,8 @@ use std::sync::Arc;
 /// Kafka's endpoint types: 1 = brokers, 2 = controllers.
 const ENDPOINT_BROKERS: i8 = 1;
 
-pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest, version: i16) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+pub fn handle(broker: &Arc<Broker>, req: DescribeClusterRequest, version: i16, listener: &str) -> ResponseBody {
+    let cache = MetadataCache::for_listener(broker, listener);
     let mut resp = DescribeClusterResponse {
         endpoint_type: if version >= 1 { req.endpoint_type } else { ENDPOINT_BROKERS },
         cluster_id: broker.cluster_id.clone(),

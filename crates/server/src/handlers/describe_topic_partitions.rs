@@ -13,8 +13,8 @@ use osprey_protocol::messages::{DescribeTopicPartitionsRequest, DescribeTopicPar
 use osprey_protocol::{ErrorCode, ResponseBody};
 use std::sync::Arc;
 
-pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+pub fn handle(broker: &Arc<Broker>, req: DescribeTopicPartitionsRequest, listener: &str) -> ResponseBody {
+    let cache = MetadataCache::for_listener(broker, listener);
     let image = cache.image();
     let mut names: Vec<String> = if req.topics.is_empty() {
         image.topics().map(|t| t.name.clone()).collect()

@@ -34,6 +34,8 @@ use tokio::task::JoinSet;
 /// What to read, resolved from the request (and its session) once.
 struct Plan {
     broker: Arc<Broker>,
+    /// The client listener the request came in on: leader hints name brokers on it.
+    listener: Arc<str>,
     version: i16,
     /// read_committed (1): read up to the last stable offset, report aborted transactions.
     read_committed: bool,
@@ -55,7 +57,7 @@ struct PartitionPlan {
     partition: Result<Arc<Partition>, ErrorCode>,
 }
 
-pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
+pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16, listener: &Arc<str>) -> Reply {
     let by_id = version >= 13;
     let key = |topic: &str, topic_id, partition| PartitionKey {
         topic: if by_id { String::new() } else { topic.to_string() },
@@ -109,16 +111,16 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
             return Reply::Now(ResponseBody::Fetch(FetchResponse { error_code: code.code(), ..Default::default() }));
         }
     };
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let unknown = if by_id { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
     let partitions = partitions
         .into_iter()
         .map(|(key, fetch)| {
-            let topic = topic_of(cache.image(), &key);
+            let topic = topic_of(&image, &key);
             if let Some(t) = topic {
                 telemetry::topic_fetch_request(&t.name);
             }
-            let mut partition = cache.partition_or_error(broker, topic, key.partition, unknown);
+            let mut partition = broker.replica_manager.partition_or_error(&image, topic, key.partition, unknown);
             if let (Some((replica_id, broker_epoch)), Ok(p)) = (replica, &partition) {
                 // The follower's position, once per request and before the read, so the
                 // high watermark it moves is in the answer. A fetcher that is not one of
@@ -143,6 +145,7 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16) -> Reply {
         .collect();
     let plan = Plan {
         broker: broker.clone(),
+        listener: listener.clone(),
         version,
         read_committed: req.isolation_level == 1,
         max_bytes: req.max_bytes.clamp(0, broker.settings.config.fetch_max_bytes.max(0)) as usize,
@@ -294,7 +297,7 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
         }
     }
     if plan.version >= 16 {
-        add_current_leaders(&plan.broker, &mut resp);
+        add_current_leaders(&plan.broker, &plan.listener, &mut resp);
     }
     ResponseBody::Fetch(resp)
 }
@@ -303,8 +306,8 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
 /// FENCED_LEADER_EPOCH names the current leader and its epoch, and the response carries
 /// the leader's endpoint (Kafka's `handleFetchRequest`; v12-15 have the field, but Kafka
 /// fills it from v16 only).
-fn add_current_leaders(broker: &Broker, resp: &mut FetchResponse) {
-    let cache = MetadataCache::for_client(broker);
+fn add_current_leaders(broker: &Broker, listener: &str, resp: &mut FetchResponse) {
+    let cache = MetadataCache::for_listener(broker, listener);
     let mut endpoints = std::collections::BTreeMap::new();
     let stale = [ErrorCode::NOT_LEADER_OR_FOLLOWER.code(), ErrorCode::FENCED_LEADER_EPOCH.code()];
     for topic in &mut resp.responses {
@@ -427,6 +430,7 @@ fn failed(mut data: PartitionData, code: ErrorCode) -> PartitionData {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::broker::DEFAULT_LISTENER;
     use crate::partition::append_coordinator_records;
     use osprey_cluster::NewTopic;
     use osprey_coordinator::group::Record;
@@ -459,7 +463,7 @@ mod tests {
             ..Default::default()
         };
         let body = runtime.block_on(async {
-            match handle(&broker, req, 12) {
+            match handle(&broker, req, 12, &DEFAULT_LISTENER.into()) {
                 Reply::Now(body) => body,
                 Reply::Later(pending) => pending.await,
                 other => panic!("{other:?}"),

@@ -62,7 +62,8 @@ fn ensure(broker: &Arc<Broker>, key_type: i8) -> Result<(), ErrorCode> {
     }
 }
 
-pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -> ResponseBody {
+/// The coordinators at their endpoints on `listener`, the client's.
+pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16, listener: &str) -> ResponseBody {
     let key_type = key_type_of(&req, version);
     let ensured = ensure(broker, key_type);
     let find = |key: &str| -> Result<Endpoint, (ErrorCode, String)> {
@@ -72,7 +73,7 @@ pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -
             other => return Err((ErrorCode::INVALID_REQUEST, format!("unknown coordinator key type {other}"))),
         };
         ensured.map_err(|code| (code, format!("the {topic} topic is not available")))?;
-        coordinator(broker, key_type, key).ok_or_else(|| {
+        coordinator(broker, listener, key_type, key).ok_or_else(|| {
             (ErrorCode::COORDINATOR_NOT_AVAILABLE, format!("the {topic} partition of {key} has no live leader"))
         })
     };
@@ -119,12 +120,12 @@ pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16) -
 /// The live leader of `key`'s partition of the internal topic, on the client's listener
 /// (Kafka's `KafkaApis.getCoordinator`). The partition is the one the coordinators use
 /// (`partition_for` over the configured partition count).
-fn coordinator(broker: &Broker, key_type: i8, key: &str) -> Option<Endpoint> {
+fn coordinator(broker: &Broker, listener: &str, key_type: i8, key: &str) -> Option<Endpoint> {
     let (topic, partitions) = match key_type {
         KEY_TYPE_GROUP => (OFFSETS_TOPIC, broker.settings.offsets_topic_num_partitions),
         _ => (TRANSACTION_STATE_TOPIC_NAME, broker.settings.config.transaction_state_log_num_partitions),
     };
-    let cache = MetadataCache::for_client(broker);
+    let cache = MetadataCache::for_listener(broker, listener);
     let topic = cache.image().topic(topic)?;
     let partition = topic.partitions.get(usize::try_from(partition_for(key, partitions.max(1))).ok()?)?;
     cache.alive_broker(cache.leader(partition).ok()?.node_id)

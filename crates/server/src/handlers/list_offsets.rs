@@ -3,7 +3,6 @@
 
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
 use osprey_protocol::messages::list_offsets_response::{ListOffsetsPartitionResponse, ListOffsetsTopicResponse};
 use osprey_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
@@ -58,15 +57,16 @@ fn failed(req: &ListOffsetsRequest) -> ResponseBody {
 }
 
 fn answer(broker: &Arc<Broker>, req: ListOffsetsRequest, version: i16) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let mut resp = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = cache.image().topic(&t.name);
+        let topic = image.topic(&t.name);
         let mut out = ListOffsetsTopicResponse { name: t.name.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r = ListOffsetsPartitionResponse { partition_index: p.partition_index, ..Default::default() };
-            let result = cache
-                .partition_or_error(broker, topic, p.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            let result = broker
+                .replica_manager
+                .partition_or_error(&image, topic, p.partition_index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
                 .and_then(|partition| {
                     lookup(&partition, p.timestamp, p.current_leader_epoch, req.isolation_level == 1)
                 });

@@ -16,8 +16,10 @@ use osprey_protocol::messages::{MetadataRequest, MetadataResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
-pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16) -> ResponseBody {
-    let mut resp = topics_and_brokers(broker, &req, version);
+/// Metadata as seen by a client connected on `listener`: brokers at their endpoints on
+/// it, leaders without one answered LISTENER_NOT_FOUND.
+pub fn handle(broker: &Arc<Broker>, req: MetadataRequest, version: i16, listener: &str) -> ResponseBody {
+    let mut resp = topics_and_brokers(broker, &req, version, listener);
     // v8+ (KIP-430): authorized operations when asked; the cluster's only up to v10.
     if version >= 8 {
         let topic_operations = if_requested(req.include_topic_authorized_operations, authorized_operations::TOPIC);
@@ -43,9 +45,9 @@ pub fn creates_topics(broker: &Broker, req: &MetadataRequest, version: i16) -> b
     requested.iter().any(|t| t.topic_id.is_zero() && t.name.as_deref().is_some_and(|n| image.topic(n).is_none()))
 }
 
-fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16) -> MetadataResponse {
+fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16, listener: &str) -> MetadataResponse {
     let s = &broker.settings;
-    let cache = MetadataCache::for_client(broker);
+    let cache = MetadataCache::for_listener(broker, listener);
     let mut resp = MetadataResponse {
         cluster_id: if version >= 2 { Some(broker.cluster_id.clone()) } else { None },
         controller_id: cache.controller_id_for_clients(),
@@ -70,7 +72,7 @@ fn topics_and_brokers(broker: &Arc<Broker>, req: &MetadataRequest, version: i16)
                 None if auto_create => {
                     let created = create(broker, name);
                     // The new topic's partitions are described from the image that has them.
-                    cache = MetadataCache::for_client(broker);
+                    cache = MetadataCache::for_listener(broker, listener);
                     created
                 }
                 // As Kafka: a name that could never be a topic is INVALID_TOPIC_EXCEPTION.

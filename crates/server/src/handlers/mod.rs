@@ -31,7 +31,7 @@ pub mod telemetry_subscriptions;
 pub mod transactions;
 
 use crate::broker::Broker;
-use crate::dispatch::{Reply, Request};
+use crate::dispatch::{Client, Reply, Request};
 use osprey_protocol::{RequestBody, ResponseBody};
 use std::sync::Arc;
 
@@ -39,12 +39,13 @@ use std::sync::Arc;
 /// topic (`__consumer_offsets`, `__transaction_state`) does not exist yet creates it
 /// first, on the blocking pool, as Kafka creates them on first use; the request is
 /// then handled as usual (answered with the coordinator's error if creating failed).
-pub fn handle(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
+pub fn handle(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
     let missing = internal_topic_of(&request.body).filter(|(name, _)| broker.image().topic(name).is_none());
     if let Some((name, ensure)) = missing {
-        return after_creating_internal_topic(broker, name, ensure, move |b, _| route(b, request, peer));
+        let client = client.clone();
+        return after_creating_internal_topic(broker, name, ensure, move |b, _| route(b, request, &client));
     }
-    route(broker, request, peer)
+    route(broker, request, client)
 }
 
 /// The internal topic a request's coordinator writes to, and how to create it.
@@ -72,17 +73,20 @@ fn internal_topic_of(body: &RequestBody) -> Option<(&'static str, Ensure)> {
     }
 }
 
-fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> Reply {
+fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
     let version = request.version();
     let client_id = request.header.client_id.clone().unwrap_or_default();
+    let client_host = || format!("/{}", client.peer.ip());
+    let listener = &client.listener;
     match request.body {
         RequestBody::ApiVersions(body) => Reply::Now(api_versions::handle(broker, &body, version)),
         RequestBody::Metadata(body) if metadata::creates_topics(broker, &body, version) => {
-            on_blocking_pool(broker, move |b| metadata::handle(b, body, version))
+            let listener = listener.clone();
+            on_blocking_pool(broker, move |b| metadata::handle(b, body, version, &listener))
         }
-        RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version)),
-        RequestBody::Produce(body) => produce::handle(broker, body, version),
-        RequestBody::Fetch(body) => fetch::handle(broker, body, version),
+        RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version, listener)),
+        RequestBody::Produce(body) => produce::handle(broker, body, version, listener),
+        RequestBody::Fetch(body) => fetch::handle(broker, body, version, listener),
         RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
         RequestBody::CreateTopics(body) => create_topics::handle(broker, body, version),
         RequestBody::DeleteTopics(body) => on_blocking_pool(broker, move |b| delete_topics::handle(b, body, version)),
@@ -94,19 +98,22 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
         RequestBody::IncrementalAlterConfigs(body) => {
             on_blocking_pool(broker, move |b| alter_configs::handle_incremental(b, body))
         }
-        RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version)),
+        RequestBody::DescribeCluster(body) => Reply::Now(describe_cluster::handle(broker, body, version, listener)),
         RequestBody::DescribeQuorum(body) => describe_quorum::handle(broker, body, version),
         RequestBody::ElectLeaders(body) => elect_leaders::handle(broker, body, version),
         RequestBody::AlterPartitionReassignments(body) => partition_reassignments::alter(broker, body, version),
         RequestBody::ListPartitionReassignments(body) => partition_reassignments::list(broker, body, version),
         RequestBody::DescribeLogDirs(body) => Reply::Now(describe_log_dirs::handle(broker, body)),
-        RequestBody::DescribeTopicPartitions(body) => Reply::Now(describe_topic_partitions::handle(broker, body)),
+        RequestBody::DescribeTopicPartitions(body) => {
+            Reply::Now(describe_topic_partitions::handle(broker, body, listener))
+        }
         RequestBody::GetTelemetrySubscriptions(body) => Reply::Now(telemetry_subscriptions::handle_get(body)),
         RequestBody::FindCoordinator(body) if find_coordinator::creates_topic(broker, &body, version) => {
-            on_blocking_pool(broker, move |b| find_coordinator::handle(b, body, version))
+            let listener = listener.clone();
+            on_blocking_pool(broker, move |b| find_coordinator::handle(b, body, version, &listener))
         }
-        RequestBody::FindCoordinator(body) => Reply::Now(find_coordinator::handle(broker, body, version)),
-        RequestBody::JoinGroup(body) => groups::join(broker, body, version, &client_id, &format!("/{}", peer.ip())),
+        RequestBody::FindCoordinator(body) => Reply::Now(find_coordinator::handle(broker, body, version, listener)),
+        RequestBody::JoinGroup(body) => groups::join(broker, body, version, &client_id, &client_host()),
         RequestBody::SyncGroup(body) => groups::sync(broker, body, version),
         RequestBody::Heartbeat(body) => Reply::Now(groups::heartbeat(broker, body)),
         RequestBody::LeaveGroup(body) => Reply::Now(groups::leave(broker, body, version)),
@@ -115,7 +122,7 @@ fn route(broker: &Arc<Broker>, request: Request, peer: std::net::SocketAddr) -> 
         RequestBody::DeleteGroups(body) => groups::delete(broker, body),
         RequestBody::OffsetDelete(body) => groups::delete_offsets(broker, body),
         RequestBody::ConsumerGroupHeartbeat(body) => {
-            groups::consumer_heartbeat(broker, body, version, &client_id, &format!("/{}", peer.ip()))
+            groups::consumer_heartbeat(broker, body, version, &client_id, &client_host())
         }
         RequestBody::ConsumerGroupDescribe(body) => Reply::Now(groups::consumer_describe(broker, body)),
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
@@ -189,7 +196,7 @@ pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::Settings;
+    use crate::broker::{Settings, DEFAULT_LISTENER};
     use osprey_cluster::NewTopic;
     use osprey_protocol::messages::{alter_configs_request, incremental_alter_configs_request};
     use osprey_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest};
@@ -201,8 +208,8 @@ mod tests {
 
     async fn answer(broker: &Arc<Broker>, api_key: ApiKey, version: i16, body: RequestBody) -> ResponseBody {
         let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
-        let peer = "127.0.0.1:1".parse().unwrap();
-        match handle(broker, Request { api_key, header, body }, peer) {
+        let client = Client { peer: "127.0.0.1:1".parse().unwrap(), listener: DEFAULT_LISTENER.into() };
+        match handle(broker, Request { api_key, header, body }, &client) {
             Reply::Now(body) => body,
             Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
             other => panic!("{other:?}"),

@@ -2,22 +2,26 @@
 //! consumer (KIP-320) or follower can detect a diverged log.
 
 use crate::broker::Broker;
-use crate::metadata_cache::MetadataCache;
 use osprey_protocol::messages::offset_for_leader_epoch_response::{EpochEndOffset, OffsetForLeaderTopicResult};
 use osprey_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
 use std::sync::Arc;
 
 pub fn handle(broker: &Arc<Broker>, req: OffsetForLeaderEpochRequest) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let mut resp = OffsetForLeaderEpochResponse::default();
     for t in req.topics {
-        let topic = cache.image().topic(&t.topic);
+        let topic = image.topic(&t.topic);
         let mut out = OffsetForLeaderTopicResult { topic: t.topic.clone(), ..Default::default() };
         for p in t.partitions {
             let mut r =
                 EpochEndOffset { partition: p.partition, leader_epoch: -1, end_offset: -1, ..Default::default() };
-            match cache.partition_or_error(broker, topic, p.partition, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) {
+            match broker.replica_manager.partition_or_error(
+                &image,
+                topic,
+                p.partition,
+                ErrorCode::UNKNOWN_TOPIC_OR_PARTITION,
+            ) {
                 Err(code) => r.error_code = code.code(),
                 Ok(partition) if p.current_leader_epoch >= 0 && p.current_leader_epoch < partition.leader_epoch() => {
                     r.error_code = ErrorCode::FENCED_LEADER_EPOCH.code()

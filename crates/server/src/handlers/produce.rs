@@ -70,13 +70,12 @@ struct TopicOutcome {
     partitions: Vec<PartitionOutcome>,
 }
 
-pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
+pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16, listener: &Arc<str>) -> Reply {
     let acks = req.acks;
     let transactional_id: Option<Arc<str>> = req.transactional_id.as_deref().map(Arc::from);
     let mut topics = Vec::with_capacity(req.topic_data.len());
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     for topic in req.topic_data {
-        let image = cache.image();
         let found = if version >= 13 { image.topic_by_id(topic.topic_id) } else { image.topic(&topic.name) };
         let unknown = if version >= 13 { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
         // Only topics that exist are counted: a client naming made-up topics must not
@@ -94,7 +93,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
             } else if !matches!(acks, -1..=1) {
                 Outcome::Failed(ErrorCode::INVALID_REQUIRED_ACKS, None)
             } else {
-                match cache.partition_or_error(broker, found, p.index, unknown) {
+                match broker.replica_manager.partition_or_error(&image, found, p.index, unknown) {
                     Err(code) => {
                         telemetry::error_code(ApiKey::Produce, code);
                         Outcome::Failed(code, None)
@@ -123,7 +122,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
         }
         return Reply::Nothing;
     }
-    let broker = broker.clone();
+    let (broker, listener) = (broker.clone(), listener.clone());
     // Kafka's DelayedProduce: what is not acknowledged by `timeout_ms` is answered
     // REQUEST_TIMED_OUT (it stays in the log; an idempotent retry is deduplicated). A
     // timeout of 0 still waits for the local fsync: Kafka answers such a request at once
@@ -133,7 +132,7 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
     Reply::Later(Box::pin(async move {
         let mut resp = respond(topics, deadline).await;
         if version >= 10 {
-            add_current_leaders(&broker, &mut resp, version);
+            add_current_leaders(&broker, &listener, &mut resp, version);
         }
         ResponseBody::Produce(resp)
     }))
@@ -142,8 +141,8 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply 
 /// KIP-951, Produce v10+: a partition answered NOT_LEADER_OR_FOLLOWER names the current
 /// leader and its epoch, and the response carries the leader's endpoint, so the producer
 /// goes there without a Metadata round trip (Kafka's `handleProduceRequest`).
-fn add_current_leaders(broker: &Broker, resp: &mut ProduceResponse, version: i16) {
-    let cache = MetadataCache::for_client(broker);
+fn add_current_leaders(broker: &Broker, listener: &str, resp: &mut ProduceResponse, version: i16) {
+    let cache = MetadataCache::for_listener(broker, listener);
     let mut endpoints = std::collections::BTreeMap::new();
     for topic in &mut resp.responses {
         let image = cache.image();
@@ -626,6 +625,7 @@ async fn respond(topics: Vec<TopicOutcome>, deadline: Option<tokio::time::Instan
 #[cfg(test)]
 mod tests {
     use super::handle;
+    use crate::broker::DEFAULT_LISTENER;
     use crate::dispatch::Reply;
     use osprey_cluster::NewTopic;
     use osprey_protocol::messages::{produce_request, ProduceRequest};
@@ -668,7 +668,8 @@ mod tests {
         let (runtime, blocking_threads) = crate::test_support::counting_runtime();
         let offsets = runtime.block_on(async {
             // Pipelined: every request dispatched before any answer is awaited.
-            let replies: Vec<Reply> = (0..5u8).map(|i| handle(&broker, produce("t", &[i]), 9)).collect();
+            let replies: Vec<Reply> =
+                (0..5u8).map(|i| handle(&broker, produce("t", &[i]), 9, &DEFAULT_LISTENER.into())).collect();
             let mut offsets = Vec::new();
             for reply in replies {
                 let Reply::Later(pending) = reply else { panic!("{reply:?}") };

@@ -8,7 +8,6 @@ use crate::broker::Broker;
 use crate::dispatch::{Pending, Reply};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
 use crate::handlers::after_creating_internal_topic;
-use crate::metadata_cache::MetadataCache;
 use crate::telemetry;
 use crate::telemetry::stages::remote_wait;
 use crate::transactions::marker_durable;
@@ -508,14 +507,15 @@ pub fn list_transactions(broker: &Arc<Broker>, req: ListTransactionsRequest) -> 
 
 /// DescribeProducers v0: the producers with state on each partition led here.
 pub fn describe_producers(broker: &Arc<Broker>, req: DescribeProducersRequest) -> ResponseBody {
-    let cache = MetadataCache::for_client(broker);
+    let image = broker.image();
     let mut resp = DescribeProducersResponse::default();
     for t in req.topics {
-        let topic = cache.image().topic(&t.name);
+        let topic = image.topic(&t.name);
         let mut out = TopicResponse { name: t.name.clone(), ..Default::default() };
         for index in t.partition_indexes {
             let mut p = PartitionResponse { partition_index: index, ..Default::default() };
-            match cache.partition_or_error(broker, topic, index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION) {
+            match broker.replica_manager.partition_or_error(&image, topic, index, ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)
+            {
                 Err(code) => {
                     telemetry::error_code(ApiKey::DescribeProducers, code);
                     p.error_code = code.code();
