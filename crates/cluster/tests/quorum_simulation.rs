@@ -584,26 +584,8 @@ impl Sim {
 
     /// Every member bootstraps as the server will: Hellos, then the decision.
     async fn bootstrap(&self) {
-        let hellos: Vec<Hello> = {
-            let w = self.lock();
-            w.slots
-                .iter()
-                .map(|s| Hello {
-                    replica: s.replica,
-                    endpoint: endpoint(s.node_id),
-                    cluster_id: None,
-                    has_quorum_state: s.quorum.as_ref().is_some_and(|q| q.had_quorum_state()),
-                })
-                .collect()
-        };
-        let voters: BTreeSet<i32> = hellos.iter().map(|h| h.replica.node_id).collect();
-        for (i, me) in hellos.iter().enumerate() {
-            let others: Vec<Hello> = hellos.iter().filter(|h| h.replica != me.replica).cloned().collect();
-            if let BootstrapDecision::Initialize(members) = decide_bootstrap(me, &voters, &others) {
-                let quorum = self.lock().slots[i].quorum.clone().expect("started");
-                quorum.initialize(members).await.expect("a new member initializes");
-            }
-        }
+        let members: Vec<Arc<Quorum>> = self.lock().slots.iter().map(|s| s.quorum.clone().expect("started")).collect();
+        sim::bootstrap(&members).await;
     }
 
     /// The end of the trace and every member's view, for a failure message.

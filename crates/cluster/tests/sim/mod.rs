@@ -11,9 +11,10 @@
 #![allow(dead_code)]
 
 use osprey_cluster::quorum::{
-    decode_reply, decode_rpc, encode_reply, encode_rpc, ControllerEndpoint, Quorum, QuorumConfig, RaftRpc,
-    RaftRpcReply, ReplicaKey, Transport, TransportError,
+    decide_bootstrap, decode_reply, decode_rpc, encode_reply, encode_rpc, BootstrapDecision, ControllerEndpoint, Hello,
+    Quorum, QuorumConfig, RaftRpc, RaftRpcReply, ReplicaKey, Transport, TransportError,
 };
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -125,4 +126,25 @@ pub fn directory_id(node_id: i32, generation: u8) -> [u8; 16] {
     let mut id = [generation; 16];
     id[0] = node_id as u8;
     id
+}
+
+/// Every member bootstraps as the server does: Hellos, then each one's decision (the
+/// one that decides to initialize does).
+pub async fn bootstrap(members: &[Arc<Quorum>]) {
+    let hellos: Vec<Hello> = members
+        .iter()
+        .map(|q| Hello {
+            replica: q.replica(),
+            endpoint: endpoint(q.replica().node_id),
+            cluster_id: None,
+            has_quorum_state: q.had_quorum_state(),
+        })
+        .collect();
+    let voters: BTreeSet<i32> = hellos.iter().map(|h| h.replica.node_id).collect();
+    for (quorum, me) in members.iter().zip(&hellos) {
+        let others: Vec<Hello> = hellos.iter().filter(|h| h.replica != me.replica).cloned().collect();
+        if let BootstrapDecision::Initialize(voters) = decide_bootstrap(me, &voters, &others) {
+            quorum.initialize(voters).await.expect("a new member initializes");
+        }
+    }
 }
