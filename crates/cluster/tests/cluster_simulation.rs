@@ -28,7 +28,8 @@
 //!
 //! - (a) the log: at most one leader per term; every voter applies one common sequence
 //!   of entries and records, and the same image at a record offset; a broker's image is
-//!   the voters' image at its offset (so it applied a prefix of the sequence);
+//!   the voters' image at its offset (so it applied a prefix of the sequence); no
+//!   answered registration is lost (the record at its epoch is that registration);
 //! - (b) the lease: if broker `b` holds a lease now and its image says `b` leads a
 //!   partition, no image committed since (any voter applied) has that partition led by
 //!   another or by none, nor has `b` fenced: what `groups.rs`'s `confirm_offsets_read`
@@ -490,6 +491,9 @@ struct World {
     /// The committed image at each record offset a voter reached.
     images: BTreeMap<u64, MetadataImage>,
     committing_cluster_id: bool,
+    /// Registrations answered to brokers: (broker id, epoch, incarnation id). The epoch is
+    /// the offset of the registration record, which must be in the committed sequence.
+    acked_registrations: Vec<(i32, i64, [u8; 16])>,
     stats: Stats,
     trace: Vec<String>,
 }
@@ -512,6 +516,8 @@ struct Sim {
     seed: u64,
     broken_glue: bool,
     trace_to_stderr: bool,
+    /// When the seed started, on the simulated clock (for the trace).
+    started: Instant,
 }
 
 impl SimNetwork for Sim {
@@ -599,11 +605,12 @@ impl Sim {
             records: BTreeMap::new(),
             images,
             committing_cluster_id: false,
+            acked_registrations: Vec::new(),
             stats: Stats::default(),
             trace: Vec::new(),
         };
         let trace_to_stderr = std::env::var("SIM_TRACE").is_ok();
-        Sim { world: Arc::new(Mutex::new(world)), seed, broken_glue, trace_to_stderr }
+        Sim { world: Arc::new(Mutex::new(world)), seed, broken_glue, trace_to_stderr, started: Instant::now() }
     }
 
     fn lock(&self) -> MutexGuard<'_, World> {
@@ -613,7 +620,7 @@ impl Sim {
     fn note(&self, what: String) {
         let mut w = self.lock();
         if self.trace_to_stderr {
-            eprintln!("seed {} {:>7} ms: {what}", self.seed, now_ms());
+            eprintln!("seed {} {:>7} ms: {what}", self.seed, self.started.elapsed().as_millis());
         }
         w.trace.push(what);
     }
@@ -828,6 +835,7 @@ impl Sim {
                 let broker = &mut w.brokers[b];
                 broker.epoch = Some(epoch);
                 broker.fenced = true;
+                w.acked_registrations.push((node_id, epoch, incarnation_id.0));
             }
             self.note(format!("broker {node_id} registered at epoch {epoch}"));
             self.heartbeat_until_stale(b, epoch).await;
@@ -1087,6 +1095,7 @@ impl Sim {
             w.check_leader(i, seed);
             w.take_applied(i, seed);
         }
+        w.check_acked_registrations(false, seed);
         let now = Instant::now();
         for b in 0..w.brokers.len() {
             w.check_broker_prefix(b, seed);
@@ -1156,12 +1165,27 @@ impl Sim {
     }
 }
 
-fn now_ms() -> u128 {
-    thread_local!(static EPOCH: Instant = Instant::now());
-    EPOCH.with(|e| e.elapsed().as_millis())
-}
-
 impl World {
+    /// No answered registration lost: the record at a registration's epoch is that
+    /// registration (once, and at the end, a voter applied that offset).
+    fn check_acked_registrations(&self, all_applied: bool, seed: u64) {
+        for &(id, epoch, incarnation) in &self.acked_registrations {
+            let record = self.records.get(&(epoch as u64));
+            if record.is_none() && !all_applied {
+                continue;
+            }
+            let registered = matches!(
+                record,
+                Some(MetadataRecord::RegisterBroker { id: i, epoch: e, incarnation: n, .. })
+                    if *i == id && *e == epoch && *n == incarnation
+            );
+            assert!(
+                registered,
+                "seed {seed}: broker {id} was answered epoch {epoch}, but the record there is {record:?}"
+            );
+        }
+    }
+
     /// At most one leader per term.
     fn check_leader(&mut self, i: usize, seed: u64) {
         let v = &self.voters[i];
@@ -1338,6 +1362,7 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
         }
         let outcome = {
             let w = sim.lock();
+            w.check_acked_registrations(true, seed);
             if std::env::var("SIM_VERBOSE").is_ok() {
                 eprintln!("seed {seed}: {} records, {:?}", w.records.len(), w.stats);
             }
