@@ -7,7 +7,8 @@
 #
 # SEEDS (default 2000) seeds per simulation from FIRST_SEED (default 1000000, above the
 # seeds CI runs, so a long run tries new ones). The quorum simulations run an eighth as
-# many: each of their seeds drives openraft through thousands of simulated milliseconds.
+# many (and so does the whole-cluster simulation): each of their seeds drives openraft
+# through thousands of simulated milliseconds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +21,7 @@ simulations=(
     osprey-cluster:controller_simulation
     osprey-cluster:partition_replication_simulation
     osprey-cluster:quorum_simulation
+    osprey-cluster:cluster_simulation
     osprey-coordinator:group_simulation
     osprey-coordinator:group_consumer_simulation
     osprey-coordinator:group_txn_offsets_simulation
@@ -32,7 +34,7 @@ for sim in "${simulations[@]}"; do
     crate=${sim%%:*}
     test=${sim##*:}
     n=$seeds
-    if [ "$test" = quorum_simulation ]; then
+    if [ "$test" = quorum_simulation ] || [ "$test" = cluster_simulation ]; then
         n=$(( (seeds + 7) / 8 ))
     fi
     started=$(date +%s)

@@ -53,9 +53,8 @@
 use osprey_cluster::image::{MetadataImage, MetadataRecord};
 use osprey_cluster::quorum::fetch::OffsetGap;
 use osprey_cluster::quorum::{
-    decide_bootstrap, decode_reply, decode_rpc, encode_reply, encode_rpc, seed_thread_rng, AppliedEvent,
-    BootstrapDecision, ControllerEndpoint, Hello, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse,
-    ProposeError, Quorum, QuorumConfig, RaftRpc, RaftRpcReply, ReplicaKey, Transport, TransportError,
+    decide_bootstrap, seed_thread_rng, AppliedEvent, BootstrapDecision, Hello, MetadataFetchContent,
+    MetadataFetchRequest, MetadataFetchResponse, ProposeError, Quorum, ReplicaKey,
 };
 use osprey_storage::fs::{CrashMode, SimStorage};
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,7 +63,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio::sync::broadcast::error::TryRecvError;
 
-const METADATA_DIR: &str = "/data/meta";
+mod sim;
+use sim::{directory_id, endpoint, Rng, Route, SimNetwork, SimTransport, METADATA_DIR};
+
 /// Simulated time per step.
 const STEP_MS: u64 = 50;
 /// Steps with faults, then steps healed.
@@ -82,28 +83,6 @@ const FETCH_MAX_WAIT_MS: u64 = 1_000;
 const FETCH_BACKOFF_MS: u64 = 200;
 /// Broker node ids are this plus 1, 2, ...: apart from the voters'.
 const BROKER_ID_BASE: i32 = 100;
-
-/// xorshift64*, seeded: every choice the simulation makes.
-#[derive(Debug, Clone)]
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-    fn chance(&mut self, per_mille: u64) -> bool {
-        self.below(1000) < per_mille
-    }
-}
 
 /// One node slot: the member running there now (if up) and its disk.
 struct Slot {
@@ -202,11 +181,6 @@ struct Sim {
     disk_loss: bool,
 }
 
-struct SimTransport {
-    from: i32,
-    sim: Sim,
-}
-
 impl Sim {
     fn lock(&self) -> MutexGuard<'_, World> {
         self.world.lock().unwrap_or_else(|e| e.into_inner())
@@ -215,9 +189,11 @@ impl Sim {
     fn slot_index(&self, node_id: i32) -> usize {
         (node_id - 1) as usize
     }
+}
 
+impl SimNetwork for Sim {
     /// Whether `from` and `to` can talk now, and the delay and loss of one message.
-    fn route(&self, from: i32, to: ReplicaKey) -> Route {
+    fn route(&self, from: i32, to: ReplicaKey) -> Route<Arc<Quorum>> {
         let mut w = self.lock();
         let (a, b) = (self.slot_index(from), self.slot_index(to.node_id));
         if b >= w.slots.len() || w.slots[b].replica != to {
@@ -234,16 +210,10 @@ impl Sim {
     }
 }
 
-enum Route {
-    Unreachable,
-    Lost { delay: u64 },
-    Deliver { quorum: Arc<Quorum>, delay: u64, incarnation: u64 },
-}
-
 impl World {
     /// Whether a message from partition group `from_group` reaches member `to` now, and
     /// its delay and loss.
-    fn route_to(&mut self, from_group: u8, to: usize) -> Route {
+    fn route_to(&mut self, from_group: u8, to: usize) -> Route<Arc<Quorum>> {
         if to >= self.slots.len() || self.slots[to].quorum.is_none() || self.groups[to] != from_group {
             return Route::Unreachable;
         }
@@ -251,68 +221,14 @@ impl World {
         let drop = self.rng.chance(self.drop_per_mille);
         let incarnation = self.slots[to].incarnation;
         match self.slots[to].quorum.clone() {
-            Some(quorum) if !drop => Route::Deliver { quorum, delay, incarnation },
+            Some(quorum) if !drop => Route::Deliver { to: quorum, delay, incarnation },
             _ => Route::Lost { delay },
         }
     }
 }
 
-impl Transport for SimTransport {
-    async fn send(
-        &self,
-        target: ReplicaKey,
-        _endpoint: &ControllerEndpoint,
-        rpc: RaftRpc,
-        timeout: Duration,
-    ) -> Result<RaftRpcReply, TransportError> {
-        // Every RPC goes through the codec, as it will over the CONTROLLER listener.
-        let rpc = decode_rpc(&encode_rpc(&rpc), usize::MAX).map_err(|e| TransportError::Network(e.to_string()))?;
-        match self.sim.route(self.from, target) {
-            Route::Unreachable => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-                Err(TransportError::Unreachable(format!("{target} unreachable")))
-            }
-            Route::Lost { delay } => {
-                tokio::time::sleep(Duration::from_millis(delay).min(timeout)).await;
-                Err(TransportError::Network("lost".into()))
-            }
-            Route::Deliver { quorum, delay, incarnation } => {
-                tokio::time::sleep(Duration::from_millis(delay)).await;
-                if !self.sim.still_connected(self.from, target.node_id, incarnation) {
-                    return Err(TransportError::Network("lost".into()));
-                }
-                let reply = quorum.handle_rpc(rpc).await;
-                let bytes = encode_reply(&reply);
-                // The reply crosses back: the receiver may have crashed or been cut off.
-                if !self.sim.still_connected(self.from, target.node_id, incarnation) {
-                    return Err(TransportError::Network("reply lost".into()));
-                }
-                decode_reply(&bytes, usize::MAX).map_err(|e| TransportError::Network(e.to_string()))
-            }
-        }
-    }
-}
-
-fn config(replica: ReplicaKey) -> QuorumConfig {
-    let mut config = QuorumConfig::new(replica, endpoint(replica.node_id));
-    config.request_timeout_ms = 5_000;
-    // Small, so that snapshots, purges, segment rolls and snapshot installs happen.
-    config.max_record_bytes_between_snapshots = 1_500;
-    config.entries_kept_below_snapshot = 5;
-    config.log_segment_bytes = 2_048;
-    config.applied_events_capacity = 1 << 16;
-    config.record_tail_capacity = RECORD_TAIL_CAPACITY;
-    config
-}
-
-fn endpoint(node_id: i32) -> ControllerEndpoint {
-    ControllerEndpoint::new("127.0.0.1", 9000 + node_id as u16)
-}
-
-fn directory_id(node_id: i32, generation: u8) -> [u8; 16] {
-    let mut id = [generation; 16];
-    id[0] = node_id as u8;
-    id
+fn config(replica: ReplicaKey) -> osprey_cluster::quorum::QuorumConfig {
+    sim::config(replica, RECORD_TAIL_CAPACITY)
 }
 
 impl Sim {
@@ -376,7 +292,7 @@ impl Sim {
             let w = self.lock();
             (w.slots[i].replica, w.slots[i].disk.clone(), w.slots[i].node_id)
         };
-        let transport = SimTransport { from: node_id, sim: self.clone() };
+        let transport = SimTransport { from: node_id, network: self.clone() };
         let quorum = Quorum::start(config(replica), disk, Path::new(METADATA_DIR), transport)
             .await
             .unwrap_or_else(|e| panic!("seed {}: node {node_id} does not start: {e}", self.seed));
@@ -588,7 +504,7 @@ impl Sim {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 Err("lost".into())
             }
-            Route::Deliver { quorum, delay, incarnation } => {
+            Route::Deliver { to: quorum, delay, incarnation } => {
                 tokio::time::sleep(Duration::from_millis(delay)).await;
                 if !self.broker_connected(b, target, incarnation) {
                     return Err("lost".into());
@@ -668,26 +584,8 @@ impl Sim {
 
     /// Every member bootstraps as the server will: Hellos, then the decision.
     async fn bootstrap(&self) {
-        let hellos: Vec<Hello> = {
-            let w = self.lock();
-            w.slots
-                .iter()
-                .map(|s| Hello {
-                    replica: s.replica,
-                    endpoint: endpoint(s.node_id),
-                    cluster_id: None,
-                    has_quorum_state: s.quorum.as_ref().is_some_and(|q| q.had_quorum_state()),
-                })
-                .collect()
-        };
-        let voters: BTreeSet<i32> = hellos.iter().map(|h| h.replica.node_id).collect();
-        for (i, me) in hellos.iter().enumerate() {
-            let others: Vec<Hello> = hellos.iter().filter(|h| h.replica != me.replica).cloned().collect();
-            if let BootstrapDecision::Initialize(members) = decide_bootstrap(me, &voters, &others) {
-                let quorum = self.lock().slots[i].quorum.clone().expect("started");
-                quorum.initialize(members).await.expect("a new member initializes");
-            }
-        }
+        let members: Vec<Arc<Quorum>> = self.lock().slots.iter().map(|s| s.quorum.clone().expect("started")).collect();
+        sim::bootstrap(&members).await;
     }
 
     /// The end of the trace and every member's view, for a failure message.
