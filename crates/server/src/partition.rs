@@ -186,6 +186,24 @@ impl Partition {
         Ok(append(epoch))
     }
 
+    /// Runs `apply` if this replica follows the partition at leader epoch `epoch`, with
+    /// no change of leadership until it returns; `None` otherwise. A fetcher's answer is
+    /// applied only at the epoch its fetch went out for: an answer from a leader this
+    /// replica no longer follows (it was deposed, and may not know it yet) holds records
+    /// the new leader need not have, and appending them would put them back after the
+    /// truncation the new leader asked for (Kafka's fetcher drops such an answer).
+    pub fn as_follower_at<T>(&self, epoch: i32, apply: impl FnOnce() -> T) -> Option<T> {
+        let _no_leadership_change =
+            self.leader_appends.lock().expect("leader append lock poisoned by an earlier panic");
+        {
+            let replica = self.lock();
+            if replica.state.is_leader() || replica.state.leader_epoch() != epoch {
+                return None;
+            }
+        }
+        Some(apply())
+    }
+
     /// The leader epoch, high watermark and last stable offset, taken together.
     pub fn snapshot(&self) -> Snapshot {
         self.lock().state.snapshot()

@@ -679,8 +679,36 @@ async fn a_follower_makes_what_it_fetched_durable_before_it_fetches_again() {
     let follower = c.0.replica_manager.replica(osprey_protocol::Uuid(TOPIC_T), 1).unwrap();
     assert!(!follower.is_leader());
     let data = fetch_response::PartitionData { partition_index: 1, log_start_offset: 0, ..from_leader };
-    assert_eq!(apply(&follower, data), Outcome::Done);
+    assert_eq!(apply(&follower, follower.leader_epoch(), data), Outcome::Done);
     assert_eq!(follower.log.log_end_offset(), 1, "appended as the leader wrote it");
     // The next fetch names offset 1, which tells the leader the batch is on disk here.
     assert_eq!(follower.log.durable_end_offset(), 1, "fsynced before the fetcher fetches again");
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn an_answer_to_a_fetch_made_before_the_leadership_changed_applies_nothing() {
+    // Seed 1066 of the chaos long run: a fetch to a deposed leader came back after this
+    // replica had followed the new leader and truncated for it, and its records were
+    // appended again, past the point where the new leader's log diverges.
+    use crate::replication::fetcher::{apply, Outcome};
+    let c = cluster("view-follower-stale-answer");
+    let answer = produced(later(produce::handle(&c.0, produce_one(1, 30_000), 9, &plaintext())).await);
+    assert_eq!(answer.error_code, 0, "{answer:?}");
+    let from_leader = fetched(&c, follower_fetch(2, 0, 12), 12).await;
+    assert!(from_leader.records.as_ref().is_some_and(|r| !r.is_empty()), "{from_leader:?}");
+    let follower = c.0.replica_manager.replica(osprey_protocol::Uuid(TOPIC_T), 1).unwrap();
+    let fetched_at = follower.leader_epoch();
+    // The leadership moves on (a new epoch) while the fetch is out.
+    let image = c.0.image();
+    let mut moved = image.topic_by_id(osprey_protocol::Uuid(TOPIC_T)).unwrap().partitions[1].clone();
+    moved.leader_epoch = fetched_at + 1;
+    moved.partition_epoch += 1;
+    follower.apply_assignment(&moved);
+    assert!(!follower.is_leader());
+    let data = fetch_response::PartitionData { partition_index: 1, log_start_offset: 0, ..from_leader };
+    assert_eq!(apply(&follower, fetched_at, data.clone()), Outcome::MetadataRace);
+    assert_eq!(follower.log.log_end_offset(), 0, "nothing of the old epoch's answer appended");
+    // At the epoch it follows now, an answer applies.
+    assert_eq!(apply(&follower, fetched_at + 1, data), Outcome::Done);
+    assert_eq!(follower.log.log_end_offset(), 1);
 }

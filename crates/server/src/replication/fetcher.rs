@@ -197,7 +197,7 @@ impl Fetcher {
             for topic in response.responses {
                 for data in topic.partitions {
                     if let Some(followed) = by_key.get(&(topic.topic_id, data.partition_index)) {
-                        answers.push((followed.partition.clone(), data));
+                        answers.push((followed.partition.clone(), followed.leader_epoch, data));
                     }
                 }
             }
@@ -205,7 +205,7 @@ impl Fetcher {
             let outcomes = tokio::task::spawn_blocking(move || {
                 answers
                     .into_iter()
-                    .map(|(partition, data)| (partition.clone(), apply(&partition, data)))
+                    .map(|(partition, epoch, data)| (partition.clone(), apply(&partition, epoch, data)))
                     .collect::<Vec<_>>()
             })
             .await
@@ -397,10 +397,21 @@ pub(crate) enum Outcome {
     Failed,
 }
 
+/// Applies one partition's answer to a fetch made at leader epoch `epoch`, if the replica
+/// still follows at that epoch (`Partition::as_follower_at`): a leadership change while
+/// the fetch was out voids the answer, and the partition is fetched again from its
+/// leader now.
+pub(crate) fn apply(partition: &Partition, epoch: i32, data: PartitionData) -> Outcome {
+    partition.as_follower_at(epoch, || apply_at_epoch(partition, data)).unwrap_or_else(|| {
+        crate::telemetry::replica_fetch_failed("leader_changed");
+        Outcome::MetadataRace
+    })
+}
+
 /// Applies one partition's answer: truncates where the logs diverge, appends the records
 /// (and makes them durable before the next fetch, under Osprey's flush policy), and takes
 /// the leader's high watermark and log start offset.
-pub(crate) fn apply(partition: &Partition, data: PartitionData) -> Outcome {
+fn apply_at_epoch(partition: &Partition, data: PartitionData) -> Outcome {
     let code = super::isr::error_code(data.error_code);
     match code {
         ErrorCode::NONE => {}
@@ -417,10 +428,6 @@ pub(crate) fn apply(partition: &Partition, data: PartitionData) -> Outcome {
             crate::telemetry::replica_fetch_failed(other.name());
             return Outcome::Failed;
         }
-    }
-    if partition.is_leader() {
-        // Leadership came here while the fetch was out: nothing of it applies.
-        return Outcome::Done;
     }
     let diverging = &data.diverging_epoch;
     if diverging.epoch >= 0 || diverging.end_offset >= 0 {
