@@ -80,8 +80,15 @@ def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_el
         others = [n for n in nodes if n is not old]
         network.partition([[old.node_id], [n.node_id for n in others]])
         # Taken once the others fenced the cut-off node and elected a new leader of the
-        # group's partition among themselves.
-        commit(cluster.bootstrap(others), group, topic, 10)
+        # group's partition among themselves. The committing client is on their side: a
+        # client that still reaches the cut-off node may keep being sent back to it (it
+        # names itself the coordinator, from metadata it cannot update) until its commits
+        # time out, for longer than this test waits on a loaded machine.
+        run.ip("route", "add", "blackhole", f"{old.host}/32")
+        try:
+            commit(cluster.bootstrap(others), group, topic, 10)
+        finally:
+            run.ip("route", "del", "blackhole", f"{old.host}/32", check=False)
         assert coordinator_of(others[0], group) != old.node_id
         answer = offsets_from(old, group, topic)
         assert answer in ((10, 0), (-1, NOT_COORDINATOR)), f"the cut-off coordinator answered {answer}"
