@@ -689,16 +689,15 @@ impl Sim {
             if w.committing_cluster_id {
                 return;
             }
-            let Some(leader) = w.voters.iter().filter_map(|v| v.quorum.clone()).find(|q| q.is_leader()) else { return };
-            if leader.with_applied(|a| a.image.cluster_id.is_some()) {
+            let Some(leader) = sim::leader_without_cluster_id(w.voters.iter().filter_map(|v| v.quorum.clone())) else {
                 return;
-            }
+            };
             w.committing_cluster_id = true;
             leader
         };
         let sim = self.clone();
         tokio::spawn(async move {
-            let _ = leader.propose(vec![MetadataRecord::ClusterId { id: "sim".into() }]).await;
+            sim::commit_cluster_id(leader).await;
             sim.lock().committing_cluster_id = false;
         });
     }

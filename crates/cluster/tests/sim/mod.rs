@@ -148,3 +148,15 @@ pub async fn bootstrap(members: &[Arc<Quorum>]) {
         }
     }
 }
+
+/// The bootstrap's first commit, as the server's active controller makes it
+/// (controller_node/membership.rs): the leader among `members` if the cluster id is not
+/// committed yet. Until it is, members answer brokers NotReady.
+pub fn leader_without_cluster_id(members: impl IntoIterator<Item = Arc<Quorum>>) -> Option<Arc<Quorum>> {
+    members.into_iter().find(|q| q.is_leader()).filter(|q| q.with_applied(|a| a.image.cluster_id.is_none()))
+}
+
+/// Proposes the cluster id on `leader` (see [`leader_without_cluster_id`]).
+pub async fn commit_cluster_id(leader: Arc<Quorum>) {
+    let _ = leader.propose(vec![osprey_cluster::image::MetadataRecord::ClusterId { id: "sim".into() }]).await;
+}
