@@ -9,6 +9,13 @@
 # seeds CI runs, so a long run tries new ones). The quorum simulations run an eighth as
 # many (and so does the whole-cluster simulation): each of their seeds drives openraft
 # through thousands of simulated milliseconds.
+#
+# They are built with `--cfg tokio_unstable`, which lets the simulations seed Tokio's own
+# generator (the fairness of `select!` inside openraft), so that every seed replays
+# exactly; in a target directory of their own (target/simulate), so that the flag does
+# not rebuild, or reach, the rest of the workspace. To replay a seed exactly:
+#   RUSTFLAGS="--cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate SIM_SEED=n \
+#     cargo test --release -p osprey-cluster --test cluster_simulation
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -28,6 +35,9 @@ simulations=(
     osprey-coordinator:txn_simulation
 )
 
+export RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable"
+export CARGO_TARGET_DIR=target/simulate
+mkdir -p "$CARGO_TARGET_DIR"
 cargo build --release --locked --tests -p osprey-cluster -p osprey-coordinator >/dev/null
 failed=()
 for sim in "${simulations[@]}"; do
@@ -38,10 +48,10 @@ for sim in "${simulations[@]}"; do
         n=$(( (seeds + 7) / 8 ))
     fi
     started=$(date +%s)
-    if SIM_SEEDS=$n SIM_FIRST_SEED=$first cargo test --release --locked -q -p "$crate" --test "$test" >"target/simulate-$test.log" 2>&1; then
+    if SIM_SEEDS=$n SIM_FIRST_SEED=$first cargo test --release --locked -q -p "$crate" --test "$test" >"$CARGO_TARGET_DIR/$test.log" 2>&1; then
         verdict=ok
     else
-        verdict="FAILED (target/simulate-$test.log)"
+        verdict="FAILED ($CARGO_TARGET_DIR/$test.log)"
         failed+=("$test")
     fi
     printf '%-32s %6d seeds from %d  %5d s  %s\n' "$test" "$n" "$first" $(( $(date +%s) - started )) "$verdict"

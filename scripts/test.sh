@@ -16,6 +16,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo test (unit, property, golden, integration)"
 cargo test --workspace --locked
 
+step "seeded simulations replay exactly (built with --cfg tokio_unstable, in target/simulate)"
+# The flag lets the simulations seed Tokio's own generator (scripts/simulate.sh says why);
+# its own target directory keeps it out of the workspace's build.
+RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
+  cargo test --locked -p osprey-cluster --test quorum_simulation --test cluster_simulation seeds_replay_identically
+
 if [ -x compat-tests/run.sh ]; then
   step "compat-tests against real clients"
   compat-tests/run.sh

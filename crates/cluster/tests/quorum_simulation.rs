@@ -46,15 +46,16 @@
 //! Tokio's paused clock on a current-thread runtime; openraft's election timeouts come
 //! from `seed_thread_rng` (its `AsyncRuntime::thread_rng` hook). What is not seeded:
 //! Tokio's own `select!` fairness RNG, which openraft's replication task uses while
-//! backing off from an unreachable member (seeding it needs `--cfg tokio_unstable`'s
-//! `Builder::rng_seed`). When two of those branches are ready in the same poll, two runs
-//! of a seed may diverge; `a_seed_replays_identically` checks that the runs here agree.
+//! backing off from an unreachable member, unless built with `--cfg tokio_unstable`
+//! (`scripts/simulate.sh`), which seeds it too (`sim::seeded_runtime`). Without it, two
+//! runs of a seed may diverge when two of those branches are ready in the same poll;
+//! `seeds_replay_identically` checks that runs agree.
 
 use osprey_cluster::image::{MetadataImage, MetadataRecord};
 use osprey_cluster::quorum::fetch::OffsetGap;
 use osprey_cluster::quorum::{
-    decide_bootstrap, seed_thread_rng, AppliedEvent, BootstrapDecision, Hello, MetadataFetchContent,
-    MetadataFetchRequest, MetadataFetchResponse, ProposeError, Quorum, ReplicaKey,
+    decide_bootstrap, AppliedEvent, BootstrapDecision, Hello, MetadataFetchContent, MetadataFetchRequest,
+    MetadataFetchResponse, ProposeError, Quorum, ReplicaKey,
 };
 use osprey_storage::fs::{CrashMode, SimStorage};
 use std::collections::{BTreeMap, BTreeSet};
@@ -983,9 +984,8 @@ struct SeedOutcome {
 
 /// Runs one seed: the voters, the client and the brokers under faults, then healed.
 fn run_seed(seed: u64, nodes: usize, brokers: usize, disk_loss: bool) -> SeedOutcome {
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_time().start_paused(true).build().unwrap();
+    let runtime = sim::seeded_runtime(seed);
     runtime.block_on(async {
-        seed_thread_rng(seed);
         let sim = Sim::new(seed, nodes, brokers, disk_loss);
         for i in 0..nodes {
             sim.start(i).await;
@@ -1136,11 +1136,16 @@ fn voters_that_lose_their_disks_are_replaced_by_their_new_replica_keys() {
     run_seeds(5, 2, 8, true);
 }
 
+/// Two runs of a seed agree. Built with `--cfg tokio_unstable` (`scripts/simulate.sh`)
+/// every seed must; without it, Tokio's `select!` fairness is unseeded and one seed is
+/// checked.
 #[test]
-fn a_seed_replays_identically() {
-    let seed = osprey_protocol::wire::simulation_seeds(1).start;
-    let first = run_seed(seed, 3, 2, true);
-    let second = run_seed(seed, 3, 2, true);
-    assert_eq!(first.trace, second.trace, "seed {seed}: the fault, ack and broker traces differ between two runs");
-    assert_eq!(first.common, second.common, "seed {seed}: the committed sequences differ between two runs");
+fn seeds_replay_identically() {
+    let seeds = osprey_protocol::wire::simulation_seeds(if sim::REPLAY_IS_EXACT { 8 } else { 1 });
+    for seed in seeds {
+        let first = run_seed(seed, 3, 2, true);
+        let second = run_seed(seed, 3, 2, true);
+        assert_eq!(first.trace, second.trace, "seed {seed}: the fault, ack and broker traces differ between two runs");
+        assert_eq!(first.common, second.common, "seed {seed}: the committed sequences differ between two runs");
+    }
 }

@@ -21,6 +21,26 @@ use std::time::Duration;
 /// Where every member keeps its metadata log, on its own simulated disk.
 pub const METADATA_DIR: &str = "/data/meta";
 
+/// The simulations' runtime: one thread, Tokio's paused clock, and openraft's random
+/// choices (`seed_thread_rng`) drawn from `seed`. Built with `--cfg tokio_unstable`
+/// (`scripts/simulate.sh`), Tokio's own generator is seeded too: the one behind the
+/// fairness of a `select!` without `biased`, which openraft's replication task uses
+/// while it backs off from an unreachable member. Without it, two runs of a seed can
+/// diverge when both branches are ready in the same poll.
+pub fn seeded_runtime(seed: u64) -> tokio::runtime::Runtime {
+    let mut builder = tokio::runtime::Builder::new_current_thread();
+    builder.enable_time().start_paused(true);
+    #[cfg(tokio_unstable)]
+    builder.rng_seed(tokio::runtime::RngSeed::from_bytes(&seed.to_le_bytes()));
+    let runtime = builder.build().expect("a current-thread runtime");
+    // The runtime runs on this thread, whose generator openraft draws from.
+    osprey_cluster::quorum::seed_thread_rng(seed);
+    runtime
+}
+
+/// Whether Tokio's generator is seeded too, so that every seed replays exactly.
+pub const REPLAY_IS_EXACT: bool = cfg!(tokio_unstable);
+
 /// xorshift64*, seeded: every choice a simulation makes.
 #[derive(Debug, Clone)]
 pub struct Rng(u64);
