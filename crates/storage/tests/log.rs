@@ -650,6 +650,25 @@ fn follower_append_keeps_leader_offsets_and_learns_epochs() {
     assert_eq!(follower.leader_epochs(), vec![(1, 0)]);
 }
 
+/// A follower's log can have a gap (compaction on the leader, or an answer to a fetch
+/// made at an older log end: chaos seed 1066). Truncating to an offset inside the gap
+/// ends the log at that offset, as Kafka's `truncateTo` does: it used to end at the base
+/// of the cut batch, above the offset, so the follower fetched from there, the leader
+/// found it diverging again, and it truncated to the same offset in a loop.
+#[test]
+fn truncating_into_a_gap_ends_the_log_at_the_truncation_offset() {
+    let follower = PartitionLog::open(SimStorage::new(), "/f", LogConfig::default(), 0).unwrap();
+    follower.append_as_follower(&stamped(batch(1, 5, 10), 0, 0), 0).unwrap();
+    follower.append_as_follower(&stamped(batch(2, 1, 10), 8, 0), 0).unwrap();
+    assert_eq!(follower.log_end_offset(), 9);
+    assert_eq!(follower.truncate_to(6).unwrap(), 6, "the log ends where it was truncated, not at the cut batch");
+    assert_eq!(follower.log_end_offset(), 6);
+    assert_eq!(split(&follower.read(0, 1 << 20).unwrap().records).len(), 1, "the batch at 8 is gone");
+    let info = follower.append_as_follower(&stamped(batch(3, 2, 10), 6, 1), 0).unwrap();
+    assert_eq!((info.base_offset, info.last_offset), (6, 7));
+    assert_eq!(follower.leader_epochs(), vec![(0, 0), (1, 6)]);
+}
+
 #[test]
 fn retention_by_time_rolls_and_deletes_an_expired_active_segment() {
     let storage = SimStorage::new();

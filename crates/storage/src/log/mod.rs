@@ -1141,9 +1141,14 @@ impl<S: Storage> PartitionLog<S> {
             s.active_mut().ensure_open(&self.storage)?;
             let seg = s.active_mut();
             let end = seg.size;
+            // The log ends at `offset`, or below it where a batch straddles it. Not at the
+            // base of the cut batch when that lies above `offset`: a follower's log can have
+            // a gap there (compaction on the leader), and ending it past `offset` would keep
+            // offsets the truncation was asked to remove (chaos seed 1066: the follower
+            // then fetched from past its divergence point, and truncated again, in a loop).
             match seg.find_batch(offset, end)? {
-                Some(found) => seg.truncate_at(found.position, found.header.base_offset)?,
-                None => seg.truncate_at(end, seg.next_offset)?,
+                Some(found) => seg.truncate_at(found.position, found.header.base_offset.min(offset))?,
+                None => seg.truncate_at(end, seg.next_offset.min(offset))?,
             }
         }
         // Below the log start nothing readable remains: restart the log empty at `offset`
