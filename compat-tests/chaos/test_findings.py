@@ -21,6 +21,7 @@ import kafkawire  # noqa: E402
 from cluster import Cluster, Node  # noqa: E402
 
 NOT_COORDINATOR = 16
+COORDINATOR_NOT_AVAILABLE = 15
 WAIT_S = 120.0
 
 
@@ -53,9 +54,15 @@ def offsets_from(node: Node, group: str, topic: str):
     return offset, error
 
 
-def coordinator_of(node: Node, group: str) -> int:
+def find_coordinator(node: Node, group: str) -> tuple:
+    """(error code, node id) of FindCoordinator v1 for `group`, asked of `node`."""
     with kafkawire.Conn(node.host, node.port) as c:
         _, error, node_id = kafkawire.parse_find_coordinator_v1(c.roundtrip(kafkawire.find_coordinator_v1(1, group, 0)))
+    return error, node_id
+
+
+def coordinator_of(node: Node, group: str) -> int:
+    error, node_id = find_coordinator(node, group)
     assert error == 0, f"FindCoordinator answered {error}"
     return node_id
 
@@ -90,6 +97,10 @@ def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_el
         finally:
             run.ip("route", "del", "blackhole", f"{old.host}/32", check=False)
         assert coordinator_of(others[0], group) != old.node_id
+        # Its lease ran out before the others could fence it: it no longer names itself.
+        looked_up = find_coordinator(old, group)
+        assert looked_up[0] == COORDINATOR_NOT_AVAILABLE or looked_up[1] != old.node_id, \
+            f"the cut-off node still names itself the coordinator: {looked_up}"
         answer = offsets_from(old, group, topic)
         assert answer in ((10, 0), (-1, NOT_COORDINATOR)), f"the cut-off coordinator answered {answer}"
 

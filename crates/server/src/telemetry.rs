@@ -343,6 +343,10 @@ fn describe() {
         "OffsetFetch answers refused as possibly stale (NOT_COORDINATOR), by reason."
     );
     describe_counter!(
+        "osprey_coordinator_lookups_refused_total",
+        "FindCoordinator keys that would have named this broker while it held no lease (COORDINATOR_NOT_AVAILABLE)."
+    );
+    describe_counter!(
         "osprey_broker_metadata_fetch_failures_total",
         "Metadata fetches from the controllers that failed."
     );

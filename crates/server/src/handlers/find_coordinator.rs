@@ -7,7 +7,10 @@
 //! which waits `request.timeout.ms` when no controller answers (no majority), and a
 //! connection's answers go out in order, so a consumer's fetches on the same connection
 //! would wait behind it; so does one whose partition led here has no open log yet. A
-//! partition without a live leader answers COORDINATOR_NOT_AVAILABLE.
+//! partition without a live leader answers COORDINATOR_NOT_AVAILABLE, and so does a broker
+//! that would name itself without holding its lease with the controller
+//! (`Broker::holds_lease`): cut off, it cannot know that its leadership moved, and
+//! clients would keep coming back to it (Kafka's broker names itself from its metadata).
 
 use crate::broker::{Broker, InternalTopicEnsure};
 use crate::groups::{ensure_offsets_topic, OFFSETS_TOPIC};
@@ -73,9 +76,21 @@ pub fn handle(broker: &Arc<Broker>, req: FindCoordinatorRequest, version: i16, l
             other => return Err((ErrorCode::INVALID_REQUEST, format!("unknown coordinator key type {other}"))),
         };
         ensured.map_err(|code| (code, format!("the {topic} topic is not available")))?;
-        coordinator(broker, listener, key_type, key).ok_or_else(|| {
+        let node = coordinator(broker, listener, key_type, key).ok_or_else(|| {
             (ErrorCode::COORDINATOR_NOT_AVAILABLE, format!("the {topic} partition of {key} has no live leader"))
-        })
+        })?;
+        if node.node_id == broker.settings.node_id && !broker.holds_lease() {
+            // Cut off from the controller, this broker cannot know that its leadership
+            // moved: naming itself would send the client back to a coordinator that may
+            // have been replaced. The client asks again, perhaps another broker.
+            metrics::counter!("osprey_coordinator_lookups_refused_total").increment(1);
+            return Err((
+                ErrorCode::COORDINATOR_NOT_AVAILABLE,
+                "this broker holds no lease with the controller (cut off from it, or shutting down); ask another broker"
+                    .to_string(),
+            ));
+        }
+        Ok(node)
     };
     let mut resp = FindCoordinatorResponse::default();
     if version >= 4 {
