@@ -5,9 +5,13 @@ skipped).
 - Seeds 1035 and 1042 of the long run: a group coordinator cut off from the other nodes
   went on answering OffsetFetch with the offsets it last knew, while the partition's new
   leader took newer commits, and for about a second after the heal; a consumer reading
-  its group's position there would have gone back.
+  its group's position there would have gone back. Also when the cut-off node is the
+  active controller too. A cut-off node does not name itself the coordinator either.
 """
 
+import re
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -67,7 +71,39 @@ def coordinator_of(node: Node, group: str) -> int:
     return node_id
 
 
+def active_controller(nodes):
+    """The node whose /metrics says it is the active controller, if one is (read from inside
+    its network namespace, where its metrics listener is)."""
+    for n in nodes:
+        url = f"http://127.0.0.1:{n.metrics_port}/metrics"
+        read = subprocess.run([*n.command_prefix, sys.executable, "-c",
+                               "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())",
+                               url], capture_output=True, text=True, timeout=30)
+        if re.search(r"^osprey_controller_active(?:\{[^}]*\})? 1(?:\.0)?$", read.stdout, re.M):
+            return n
+    return None
+
+
+def group_coordinated_by(node: Node, node_id: int) -> str:
+    """A group name whose coordinator is `node_id` (asked of `node`)."""
+    for i in range(1000):
+        group = f"readers-{i}"
+        if coordinator_of(node, group) == node_id:
+            return group
+    raise AssertionError(f"no group of 1000 is coordinated by node {node_id}")
+
+
 def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_elsewhere():
+    cut_off_coordinator(on_the_active_controller=False)
+
+
+def test_a_cut_off_coordinator_that_is_also_the_active_controller_never_answers_older_offsets():
+    """The cut-off node is the group's coordinator and the active controller as well: the
+    others must elect a new controller before they can fence it and move the group."""
+    cut_off_coordinator(on_the_active_controller=True)
+
+
+def cut_off_coordinator(on_the_active_controller: bool):
     assert run.Network.available(), "needs root and `ip` (iproute2) for network namespaces"
     workdir = Path(tempfile.mkdtemp(prefix="osprey-finding-"))
     nodes = [Node(workdir, i, "broker,controller") for i in (1, 2, 3)]
@@ -82,6 +118,11 @@ def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_el
             [NewTopic(topic, 1, 3)], operation_timeout=30)[topic].exception(timeout=60) is None, every=1)
         commit(cluster.bootstrap(), group, topic, 5)
         old = cluster.node(coordinator_of(nodes[0], group))
+        if on_the_active_controller:
+            controller = cluster.wait_for("an active controller", lambda: active_controller(nodes))
+            group = group_coordinated_by(nodes[0], controller.node_id)
+            commit(cluster.bootstrap(), group, topic, 5)
+            old = controller
         assert offsets_from(old, group, topic) == (5, 0)
 
         others = [n for n in nodes if n is not old]
@@ -97,6 +138,9 @@ def test_a_cut_off_coordinator_never_answers_offsets_older_than_a_commit_made_el
         finally:
             run.ip("route", "del", "blackhole", f"{old.host}/32", check=False)
         assert coordinator_of(others[0], group) != old.node_id
+        if on_the_active_controller:
+            new = cluster.wait_for("the majority's own active controller", lambda: active_controller(others))
+            assert new is not old
         # Its lease ran out before the others could fence it: it no longer names itself.
         looked_up = find_coordinator(old, group)
         assert looked_up[0] == COORDINATOR_NOT_AVAILABLE or looked_up[1] != old.node_id, \
