@@ -21,6 +21,9 @@
 //! heartbeat answered unfenced plus `broker.session.timeout.ms`.
 //!
 //! Faults: voters crash (losing, tearing or garbling what was not fsynced) and restart;
+//! a voter's disk starts failing its fsyncs, or fills up part way through a write, and
+//! the voter halts when its metadata log fails, as the server does, and restarts on a
+//! repaired disk with what was durable;
 //! brokers crash and restart as new incarnations; the network partitions (half the time
 //! the quorum leader alone, with some brokers), heals, delays and loses messages.
 //!
@@ -513,6 +516,8 @@ struct Stats {
     /// Brokers fenced by a committed record.
     fencings: usize,
     activations: usize,
+    /// Voters halted because their metadata log failed (a failing fsync or a full disk).
+    disk_halts: usize,
 }
 
 #[derive(Clone)]
@@ -1038,6 +1043,25 @@ impl Sim {
                     self.start_broker(b);
                 }
             }
+            20..=21 => {
+                // A voter's disk starts failing: every fsync, or writes past a few KiB. Its
+                // quorum member stops at the next write, and the node halts as the server
+                // does (`halt_failed_voters`); it is repaired when the node restarts.
+                let what = {
+                    let mut w = self.lock();
+                    let running: Vec<usize> = (0..VOTERS).filter(|&i| w.voters[i].quorum.is_some()).collect();
+                    let Some(&i) = running.get(w.rng.below(running.len() as u64) as usize) else { return };
+                    if w.rng.chance(500) {
+                        w.voters[i].disk.set_fail_sync(true);
+                        format!("voter {} disk: fsyncs fail", i + 1)
+                    } else {
+                        let left = w.rng.below(4096);
+                        w.voters[i].disk.set_space_left(Some(left));
+                        format!("voter {} disk: full after {left} bytes", i + 1)
+                    }
+                };
+                self.note(what);
+            }
             18..=19 => {
                 let what = {
                     let mut w = self.lock();
@@ -1051,18 +1075,47 @@ impl Sim {
         }
     }
 
+    /// A voter whose quorum member stopped on a fatal error (its metadata log could not be
+    /// written) halts, as the server does (`main.rs`'s `quorum_member_failed`), losing
+    /// what its disk had not made durable; the disk comes back repaired.
+    async fn halt_failed_voters(&self) {
+        for i in 0..VOTERS {
+            let failed =
+                self.lock().voters[i].quorum.as_ref().is_some_and(|q| q.metrics().borrow().running_state.is_err());
+            if failed {
+                let mode = {
+                    let mut w = self.lock();
+                    w.stats.disk_halts += 1;
+                    let seed = w.rng.next();
+                    [CrashMode::LoseUnsynced, CrashMode::TearUnsynced { seed }][w.rng.below(2) as usize]
+                };
+                self.note(format!("voter {} halts: its metadata log failed", i + 1));
+                self.crash_voter(i, mode).await;
+            }
+        }
+    }
+
+    async fn start_down_voters(&self) {
+        let down: Vec<usize> = (0..VOTERS).filter(|&i| self.lock().voters[i].quorum.is_none()).collect();
+        for i in down {
+            self.start_voter(i).await;
+        }
+    }
+
     async fn heal(&self) {
-        let down: Vec<usize> = {
+        self.halt_failed_voters().await;
+        {
             let mut w = self.lock();
+            for v in &w.voters {
+                v.disk.set_fail_sync(false);
+                v.disk.set_space_left(None);
+            }
             w.groups = vec![0; VOTERS];
             w.broker_groups = vec![0; w.brokers.len()];
             w.drop_per_mille = 0;
             w.max_delay_ms = 10;
-            (0..VOTERS).filter(|i| w.voters[*i].quorum.is_none()).collect()
-        };
-        for i in down {
-            self.start_voter(i).await;
         }
+        self.start_down_voters().await;
         let brokers = self.lock().brokers.len();
         for b in 0..brokers {
             self.start_broker(b);
@@ -1349,6 +1402,7 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
             sim.fault().await;
             sim.commit_cluster_id();
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
+            sim.halt_failed_voters().await;
             sim.check();
         }
         sim.heal().await;
@@ -1356,6 +1410,10 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
         loop {
             sim.commit_cluster_id();
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
+            // A write that failed before the heal repaired the disks halts its voter now;
+            // it restarts at once, as an operator would once the disk is fixed.
+            sim.halt_failed_voters().await;
+            sim.start_down_voters().await;
             sim.check();
             match sim.converged() {
                 Ok(()) => break,
@@ -1393,6 +1451,7 @@ fn run_seeds(brokers: usize, default: u64) {
                 total.fencings += outcome.stats.fencings;
                 total.leases_granted += outcome.stats.leases_granted;
                 total.activations += outcome.stats.activations;
+                total.disk_halts += outcome.stats.disk_halts;
             }
             Err(e) => {
                 eprintln!("cluster simulation failed: {brokers} brokers, replay with SIM_SEED={seed}");
@@ -1401,6 +1460,7 @@ fn run_seeds(brokers: usize, default: u64) {
         }
     }
     assert!(total.lease_checks > 0 && total.fencings > 0, "the lease was never exercised: {total:?}");
+    assert!(total.disk_halts > 0, "no voter's metadata log ever failed: {total:?}");
     if std::env::var("SIM_VERBOSE").is_ok() {
         eprintln!("{brokers} brokers, over the seeds: {total:?}");
     }
