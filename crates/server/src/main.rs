@@ -539,6 +539,8 @@ fn security_protocol_id(protocol: SecurityProtocol) -> i16 {
 struct BoundListeners {
     client: Vec<(Listener, SocketAddr, TcpListener)>,
     controller: Vec<(Listener, SocketAddr, TcpListener)>,
+    /// The TLS of each SSL client listener, by name, its files read.
+    tls: std::collections::HashMap<String, Arc<osprey_server::tls::ListenerTls>>,
 }
 
 impl BoundListeners {
@@ -551,7 +553,12 @@ impl BoundListeners {
     /// The client listeners, each with its name (which the requests it accepts carry to
     /// the handlers), and the controller listeners' sockets.
     fn into_sockets(self) -> (Vec<ClientListener>, Vec<TcpListener>) {
-        let client = self.client.into_iter().map(|(l, _, socket)| ClientListener { name: l.name.into(), socket });
+        let mut tls = self.tls;
+        let client = self.client.into_iter().map(|(l, _, socket)| ClientListener {
+            tls: tls.remove(&l.name),
+            name: l.name.into(),
+            socket,
+        });
         (client.collect(), self.controller.into_iter().map(|(_, _, socket)| socket).collect())
     }
 }
@@ -559,8 +566,16 @@ impl BoundListeners {
 /// Binds every listener before anything is opened, so that a port in use fails the start
 /// at once and names the listener.
 fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
-    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new() };
+    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new(), tls: Default::default() };
     for listener in &config.listeners {
+        if listener.security_protocol == SecurityProtocol::Ssl
+            && !config.controller_listener_names.contains(&listener.name)
+        {
+            // Files read before anything binds: a bad key store stops the start, naming it.
+            let settings = config.tls_settings(&listener.name).map_err(|e| e.to_string())?;
+            tracing::info!(listener = %osprey_server::tls::describe(&settings), "TLS listener");
+            bound.tls.insert(listener.name.clone(), osprey_server::tls::ListenerTls::load(settings)?);
+        }
         let bind = resolve(&listener.bind_address())?;
         let tcp = listen(bind, config.socket_listen_backlog_size).map_err(|e| {
             format!("cannot listen on {bind} (listeners: {listener}): {e}; is another broker running there?")
