@@ -513,3 +513,49 @@ def test_bad_stores_fail_the_start_saying_what_to_fix(tmp_path, pki):
     assert "PEM" in out and "ssl.keystore.type" in out, out
     out = start_fails(tmp_path, f"listeners=SASL_SSL://{HOST}:0")
     assert "SASL" in out, out
+
+
+# ----- inter-broker TLS ---------------------------------------------------------------
+
+
+def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monkeypatch):
+    """Three combined nodes whose inter-broker listener INTERNAL is SSL with client
+    certificates required: a topic with min.insync.replicas=3 takes acks=all writes only
+    if every follower fetches over TLS, presenting its key store."""
+    from cluster import combined, listed_brokers
+
+    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::tls=debug")
+    c = combined(tmp_path)
+    for n in c.nodes:
+        n.internal_port = free_port()
+        listeners = f"PLAINTEXT://{HOST}:{n.port},INTERNAL://{HOST}:{n.internal_port}"
+        n.write_config(c.voters, {
+            "listeners": f"{listeners},CONTROLLER://{HOST}:{n.controller_port}",
+            "advertised.listeners": listeners,
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:PLAINTEXT",
+            "listener.name.internal.ssl.keystore.location": pki.server[2],
+            "listener.name.internal.ssl.truststore.location": pki.ca_pem,
+            "listener.name.internal.ssl.client.auth": "required",
+        })
+    try:
+        c.start()
+        want = {n.node_id for n in c.brokers}
+        c.wait_for("every broker lists every broker", lambda: all(listed_brokers(n) == want for n in c.brokers))
+        admin = AdminClient({"bootstrap.servers": c.bootstrap()})
+        from confluent_kafka.admin import NewTopic
+
+        topic = "replicated-over-tls"
+        admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "3"})],
+                            operation_timeout=30)[topic].result(timeout=60)
+        p = Producer({"bootstrap.servers": c.bootstrap(), "acks": "all", "message.timeout.ms": 60000})
+        errors = []
+        for i in range(10):
+            p.produce(topic, value=b"x", on_delivery=lambda err, _m: err and errors.append(err))
+        assert p.flush(90) == 0 and not errors, errors
+        # The followers' fetchers shook hands with their leader, and were named by their certificate.
+        logs = "".join(n.log_path.read_text() for n in c.nodes)
+        assert "principal=User:CN=localhost,O=Osprey,C=US" in logs, c.logs()
+        c.stop()
+    finally:
+        c.kill_all()

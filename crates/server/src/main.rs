@@ -199,7 +199,8 @@ fn stop_on_panic() {
 async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    settings.interbroker_tls = bound.interbroker_tls(&config);
     let data_dir = settings.data_dir.clone();
     let broker = tokio::task::spawn_blocking(move || {
         Broker::open(settings, Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())))
@@ -279,7 +280,8 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
 async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    settings.interbroker_tls = bound.interbroker_tls(&config);
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     // Before the controller starts: what it records from its first moment (becoming the
@@ -550,6 +552,11 @@ impl BoundListeners {
         all.map(|(l, addr, _)| format!("{}://{addr}", l.name)).collect::<Vec<_>>().join(",")
     }
 
+    /// TLS to other brokers, when the inter-broker listener is one of the SSL listeners.
+    fn interbroker_tls(&self, config: &BrokerConfig) -> Option<osprey_server::tls::InterBrokerTls> {
+        self.tls.get(&config.inter_broker_listener_name).cloned().map(osprey_server::tls::InterBrokerTls::new)
+    }
+
     /// The client listeners, each with its name (which the requests it accepts carry to
     /// the handlers), and the controller listeners' sockets.
     fn into_sockets(self) -> (Vec<ClientListener>, Vec<TcpListener>) {
@@ -574,7 +581,8 @@ fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
             // Files read before anything binds: a bad key store stops the start, naming it.
             let settings = config.tls_settings(&listener.name).map_err(|e| e.to_string())?;
             tracing::info!(listener = %osprey_server::tls::describe(&settings), "TLS listener");
-            bound.tls.insert(listener.name.clone(), osprey_server::tls::ListenerTls::load(settings)?);
+            let inter_broker = listener.name == config.inter_broker_listener_name;
+            bound.tls.insert(listener.name.clone(), osprey_server::tls::ListenerTls::load(settings, inter_broker)?);
         }
         let bind = resolve(&listener.bind_address())?;
         let tcp = listen(bind, config.socket_listen_backlog_size).map_err(|e| {

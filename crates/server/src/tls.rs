@@ -2,6 +2,12 @@
 //! listener's `ssl.*` settings, the handshake with its deadline, the principal from the
 //! client certificate, and reload when the key store or trust store files change.
 //!
+//! When the inter-broker listener is an SSL one, its settings also give the client side
+//! ([`InterBrokerTls`]): the replica fetchers and the transaction marker sender connect to
+//! other brokers with TLS, verify them against the listener's trust store and the name
+//! they are advertised under (Kafka's `ssl.endpoint.identification.algorithm=https`), and
+//! present the listener's key store when the peer asks for a client certificate.
+//!
 //! Reload is by file watch: every [`RELOAD_CHECK_INTERVAL`] the listener looks at the
 //! modification time and size of its PEM files, and when either changed it builds a
 //! new server config from them. New connections get the new certificate; open ones keep
@@ -47,6 +53,8 @@ pub struct ListenerTls {
 #[derive(Debug)]
 struct Loaded {
     config: Arc<ServerConfig>,
+    /// The client side, for the inter-broker listener only.
+    client: Option<Arc<rustls::ClientConfig>>,
     /// The files' stamps when `config` was built (or last tried).
     stamps: Vec<FileStamp>,
 }
@@ -87,10 +95,13 @@ impl HandshakeFailure {
 impl ListenerTls {
     /// Reads the listener's PEM files and builds its server config; the error says which
     /// file or key is wrong and how.
-    pub fn load(settings: TlsSettings) -> Result<Arc<ListenerTls>, String> {
+    /// `inter_broker`: this is the inter-broker listener, whose settings also make the
+    /// client config other brokers are reached with.
+    pub fn load(settings: TlsSettings, inter_broker: bool) -> Result<Arc<ListenerTls>, String> {
         let stamps = stamps(&settings);
         let config = Arc::new(build_server_config(&settings)?);
-        Ok(Arc::new(ListenerTls { settings, current: Mutex::new(Loaded { config, stamps }) }))
+        let client = if inter_broker { Some(Arc::new(build_client_config(&settings)?)) } else { None };
+        Ok(Arc::new(ListenerTls { settings, current: Mutex::new(Loaded { config, client, stamps }) }))
     }
 
     /// The listener's name.
@@ -173,9 +184,17 @@ impl ListenerTls {
             current.stamps = now.clone();
         }
         let listener = &self.settings.listener;
-        match build_server_config(&self.settings) {
-            Ok(config) => {
-                self.current.lock().unwrap_or_else(|e| e.into_inner()).config = Arc::new(config);
+        let inter_broker = self.current.lock().unwrap_or_else(|e| e.into_inner()).client.is_some();
+        let built = build_server_config(&self.settings).and_then(|server| {
+            let client = if inter_broker { Some(Arc::new(build_client_config(&self.settings)?)) } else { None };
+            Ok((server, client))
+        });
+        match built {
+            Ok((config, client)) => {
+                let mut current = self.current.lock().unwrap_or_else(|e| e.into_inner());
+                current.config = Arc::new(config);
+                current.client = client;
+                drop(current);
                 telemetry::tls_reloaded(listener, "success");
                 tracing::info!(%listener, "TLS key store or trust store changed: new connections use the new files");
             }
@@ -184,6 +203,43 @@ impl ListenerTls {
                 tracing::error!(%listener, error = %e, "TLS files changed but do not load; the listener keeps the previous ones");
             }
         }
+    }
+}
+
+/// How this broker reaches other brokers over the SSL inter-broker listener: a handle on
+/// the listener's TLS, so a reloaded key store or trust store serves new connections to
+/// peers too. Equal when it is the same listener's.
+#[derive(Debug, Clone)]
+pub struct InterBrokerTls(Arc<ListenerTls>);
+
+impl PartialEq for InterBrokerTls {
+    fn eq(&self, other: &InterBrokerTls) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for InterBrokerTls {}
+
+impl InterBrokerTls {
+    /// The inter-broker side of `listener`, which must have been loaded with `inter_broker`.
+    pub fn new(listener: Arc<ListenerTls>) -> InterBrokerTls {
+        InterBrokerTls(listener)
+    }
+
+    /// Shakes hands with a peer at `host` (the name or IP it is advertised under, which
+    /// its certificate must carry).
+    pub async fn connect(
+        &self,
+        stream: TcpStream,
+        host: &str,
+    ) -> io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
+        let config = self.0.current.lock().unwrap_or_else(|e| e.into_inner()).client.clone().ok_or_else(|| {
+            io::Error::other("the inter-broker listener's TLS was loaded without its client side (a bug)")
+        })?;
+        let name = rustls::pki_types::ServerName::try_from(host.to_string()).map_err(|e| {
+            io::Error::new(io::ErrorKind::InvalidInput, format!("`{host}` is not a TLS server name: {e}"))
+        })?;
+        tokio_rustls::TlsConnector::from(config).connect(name, stream).await
     }
 }
 
@@ -229,19 +285,7 @@ fn stamps(settings: &TlsSettings) -> Vec<FileStamp> {
 /// Builds the rustls server config of an SSL listener.
 pub fn build_server_config(settings: &TlsSettings) -> Result<ServerConfig, String> {
     let listener = &settings.listener;
-    let mut provider = rustls::crypto::ring::default_provider();
-    if !settings.cipher_suites.is_empty() {
-        provider.cipher_suites.retain(|s| settings.cipher_suites.contains(&format!("{:?}", s.suite())));
-    }
-    let provider = Arc::new(provider);
-    let versions: Vec<&'static rustls::SupportedProtocolVersion> = settings
-        .protocols
-        .iter()
-        .map(|p| match p {
-            TlsProtocol::Tls12 => &rustls::version::TLS12,
-            TlsProtocol::Tls13 => &rustls::version::TLS13,
-        })
-        .collect();
+    let (provider, versions) = provider_and_versions(settings);
     let builder =
         ServerConfig::builder_with_provider(provider.clone()).with_protocol_versions(&versions).map_err(|e| {
             format!(
@@ -271,6 +315,45 @@ pub fn build_server_config(settings: &TlsSettings) -> Result<ServerConfig, Strin
             format!("listener {listener}: the key store ({}) is not usable: {e}", describe_keystore(&settings.keystore))
         }
     })
+}
+
+/// The client config other brokers are reached with: the trust store verifies them, the
+/// key store is presented when they ask for a client certificate.
+pub fn build_client_config(settings: &TlsSettings) -> Result<rustls::ClientConfig, String> {
+    let listener = &settings.listener;
+    let (provider, versions) = provider_and_versions(settings);
+    let truststore = settings.truststore.as_ref().ok_or_else(|| {
+        format!(
+            "listener {listener} is the inter-broker listener and SSL: set its ssl.truststore.location (or \
+             ssl.truststore.certificates) to the CA that signed the other brokers' certificates"
+        )
+    })?;
+    let roots = read_truststore(truststore, listener)?;
+    let (chain, key) = read_keystore(&settings.keystore, listener)?;
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&versions)
+        .map_err(|e| format!("listener {listener}: ssl.cipher.suites has no suite for ssl.enabled.protocols ({e})"))?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .map_err(|e| format!("listener {listener}: the key store cannot be presented to other brokers: {e}"))
+}
+
+fn provider_and_versions(
+    settings: &TlsSettings,
+) -> (Arc<rustls::crypto::CryptoProvider>, Vec<&'static rustls::SupportedProtocolVersion>) {
+    let mut provider = rustls::crypto::ring::default_provider();
+    if !settings.cipher_suites.is_empty() {
+        provider.cipher_suites.retain(|s| settings.cipher_suites.contains(&format!("{:?}", s.suite())));
+    }
+    let versions = settings
+        .protocols
+        .iter()
+        .map(|p| match p {
+            TlsProtocol::Tls12 => &rustls::version::TLS12,
+            TlsProtocol::Tls13 => &rustls::version::TLS13,
+        })
+        .collect();
+    (Arc::new(provider), versions)
 }
 
 fn describe_keystore(keystore: &Keystore) -> String {

@@ -936,17 +936,6 @@ fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Res
     let (advertised, advertised_controller) =
         resolve_advertised(r, &bound, &client_listeners, &controller_names, &protocol_of)?;
     let inter_broker = resolve_inter_broker(r, roles, &advertised)?;
-    // The replica fetchers and the other broker-to-broker clients connect in plain TCP:
-    // a cluster whose brokers meet on an SSL listener would not replicate.
-    if quorum
-        && roles.broker
-        && advertised.iter().any(|l| l.name == inter_broker && l.security_protocol != SecurityProtocol::Plaintext)
-    {
-        return Err(r.entry("inter.broker.listener.name").invalid(format!(
-            "a PLAINTEXT listener: brokers do not connect to each other over TLS yet (`{inter_broker}` is SSL); \
-             keep a PLAINTEXT listener for inter-broker traffic and set inter.broker.listener.name to it"
-        )));
-    }
     Ok(ResolvedListeners { bound, advertised, advertised_controller, controller_names, inter_broker })
 }
 
