@@ -559,3 +559,23 @@ def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monk
         c.stop()
     finally:
         c.kill_all()
+
+
+# ----- encrypted private keys ---------------------------------------------------------
+
+
+def test_encrypted_pkcs8_key_with_ssl_key_password(pki, start_tls, tmp_path):
+    key, cert, _ = pki.server
+    encrypted = tmp_path / "server.enc.key"
+    run("openssl", "pkcs8", "-topk8", "-v2", "aes-256-cbc", "-passout", "pass:s3cret", "-in", str(key),
+        "-out", str(encrypted))
+    store = tmp_path / "encrypted-keystore.pem"
+    store.write_text(encrypted.read_text() + cert.read_text())
+    assert "ENCRYPTED PRIVATE KEY" in store.read_text()
+    broker = start_tls(store, key_password="s3cret")
+    produce_and_consume(rdkafka_ssl(pki, broker), count=3)
+    out = start_fails(tmp_path, f"listeners=SSL://{HOST}:0", f"ssl.keystore.location={store}",
+                      "ssl.key.password=wrong")
+    assert "cannot decrypt" in out and "ssl.key.password" in out, out
+    out = start_fails(tmp_path, f"listeners=SSL://{HOST}:0", f"ssl.keystore.location={store}")
+    assert "set ssl.key.password" in out, out

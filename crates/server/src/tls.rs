@@ -304,7 +304,7 @@ pub fn build_server_config(settings: &TlsSettings) -> Result<ServerConfig, Strin
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let (chain, key) = read_keystore(&settings.keystore, listener)?;
+    let (chain, key) = read_keystore(settings)?;
     builder.with_single_cert(chain, key).map_err(|e| match e {
         rustls::Error::InconsistentKeys(_) => format!(
             "listener {listener}: the private key does not match the certificate in the key store ({}): use the \
@@ -329,7 +329,7 @@ pub fn build_client_config(settings: &TlsSettings) -> Result<rustls::ClientConfi
         )
     })?;
     let roots = read_truststore(truststore, listener)?;
-    let (chain, key) = read_keystore(&settings.keystore, listener)?;
+    let (chain, key) = read_keystore(settings)?;
     rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&versions)
         .map_err(|e| format!("listener {listener}: ssl.cipher.suites has no suite for ssl.enabled.protocols ({e})"))?
@@ -368,11 +368,9 @@ fn read_file(path: &Path, key: &str, listener: &str) -> Result<String, String> {
 }
 
 /// The key store's certificate chain and private key.
-fn read_keystore(
-    keystore: &Keystore,
-    listener: &str,
-) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
-    let (chain_pem, key_pem, what) = match keystore {
+fn read_keystore(settings: &TlsSettings) -> Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>), String> {
+    let listener = &settings.listener;
+    let (chain_pem, key_pem, what) = match &settings.keystore {
         Keystore::File(path) => {
             let text = read_file(path, "ssl.keystore.location", listener)?;
             (text.clone(), text, format!("ssl.keystore.location={}", path.display()))
@@ -387,17 +385,44 @@ fn read_keystore(
     if chain.is_empty() {
         return Err(format!("listener {listener}: {what} holds no certificate (-----BEGIN CERTIFICATE-----)"));
     }
-    if key_pem.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") || key_pem.contains("Proc-Type: 4,ENCRYPTED") {
-        return Err(format!(
-            "listener {listener}: {what} holds an encrypted private key, which Osprey cannot decrypt yet \
-             (ssl.key.password): store it unencrypted (`openssl pkcs8 -topk8 -nocrypt -in key.pem -out plain.pem`) \
-             and protect the file instead"
-        ));
-    }
-    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).map_err(|e| {
-        format!("listener {listener}: {what} holds no usable private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}")
-    })?;
+    let key = private_key(&key_pem, settings.key_password.as_ref().map(|p| p.0.as_str()))
+        .map_err(|e| format!("listener {listener}: {what}: {e}"))?;
     Ok((chain, key))
+}
+
+/// The private key of a key store's PEM: plain (PKCS#8, PKCS#1, SEC1), or encrypted
+/// PKCS#8 (`ENCRYPTED PRIVATE KEY`, PBES2) with `ssl.key.password`, as Kafka reads it.
+fn private_key(pem: &str, password: Option<&str>) -> Result<PrivateKeyDer<'static>, String> {
+    const BEGIN: &str = "-----BEGIN ENCRYPTED PRIVATE KEY-----";
+    const END: &str = "-----END ENCRYPTED PRIVATE KEY-----";
+    if pem.contains("Proc-Type: 4,ENCRYPTED") {
+        return Err("the private key is encrypted in OpenSSL's legacy format, which Kafka does not read either: \
+                    convert it to encrypted PKCS#8 (`openssl pkcs8 -topk8 -v2 aes-256-cbc -in key.pem -out \
+                    key.p8.pem`)"
+            .into());
+    }
+    let Some(start) = pem.find(BEGIN) else {
+        if password.is_some() {
+            return Err("ssl.key.password is set but the private key is not encrypted (no ENCRYPTED PRIVATE KEY \
+                        block): unset ssl.key.password, or store the key encrypted"
+                .into());
+        }
+        return PrivateKeyDer::from_pem_slice(pem.as_bytes())
+            .map_err(|e| format!("no usable private key (PKCS#8, PKCS#1 or SEC1 PEM): {e}"));
+    };
+    let Some(password) = password else {
+        return Err("the private key is encrypted: set ssl.key.password".into());
+    };
+    let end =
+        pem[start..].find(END).map(|e| start + e + END.len()).ok_or("the encrypted private key has no END line")?;
+    let (_, der) = pkcs8::der::pem::decode_vec(pem[start..end].as_bytes())
+        .map_err(|e| format!("the encrypted private key is not valid PEM: {e}"))?;
+    let info = <pkcs8::EncryptedPrivateKeyInfo<'_> as pkcs8::der::Decode<'_>>::from_der(&der)
+        .map_err(|e| format!("the encrypted private key is not PKCS#8 EncryptedPrivateKeyInfo: {e}"))?;
+    let plain = info.decrypt(password).map_err(|e| {
+        format!("cannot decrypt the private key with ssl.key.password (a wrong password, or a scheme other than PBES2 with AES): {e}")
+    })?;
+    Ok(PrivateKeyDer::Pkcs8(plain.as_bytes().to_vec().into()))
 }
 
 /// The trust store's CA certificates.

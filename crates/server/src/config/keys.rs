@@ -334,7 +334,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Listener brokers use to reach each other; unset: PLAINTEXT if listed, else the first non-controller listener."),
     // TLS (SSL listeners). Each can be set for one listener as listener.name.<lower-case name>.<key>.
     ConfigKey::new("ssl.keystore.type", ConfigType::String, Some("PEM"), OneOf(&["PEM", "JKS", "PKCS12"]), G::Listeners,
-        "Format of the key store: PEM only (JKS and PKCS12 are refused at startup: convert them to PEM).")
+        "Format of the key store: Osprey reads PEM only, its default (JKS and PKCS12 are refused at startup: convert them to PEM).")
         .osprey_default("JKS"),
     ConfigKey::new("ssl.keystore.location", ConfigType::String, None, Any, G::Listeners,
         "PEM file holding the private key and the certificate chain (server certificate first); reread when it changes."),
@@ -345,9 +345,9 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("ssl.keystore.password", ConfigType::Password, None, Any, G::Listeners,
         "Password of a JKS or PKCS12 key store: refused with PEM, as Kafka does (a PEM key takes ssl.key.password).").secret(),
     ConfigKey::new("ssl.key.password", ConfigType::Password, None, Any, G::Listeners,
-        "Password of an encrypted private key: not supported yet (startup refuses an encrypted key; decrypt it).").secret(),
+        "Password of the key store's private key, encrypted PKCS#8 PEM (ENCRYPTED PRIVATE KEY), as Kafka reads it.").secret(),
     ConfigKey::new("ssl.truststore.type", ConfigType::String, Some("PEM"), OneOf(&["PEM", "JKS", "PKCS12"]), G::Listeners,
-        "Format of the trust store: PEM only (JKS and PKCS12 are refused at startup).")
+        "Format of the trust store: Osprey reads PEM only, its default (JKS and PKCS12 are refused at startup).")
         .osprey_default("JKS"),
     ConfigKey::new("ssl.truststore.location", ConfigType::String, None, Any, G::Listeners,
         "PEM file of the CA certificates that client certificates (and other brokers) are verified against."),

@@ -28,6 +28,16 @@ pub enum Truststore {
     Inline(String),
 }
 
+/// A secret (`ssl.key.password`): its `Debug` does not show it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret([hidden])")
+    }
+}
+
 /// `ssl.client.auth`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ClientAuth {
@@ -52,6 +62,8 @@ pub struct TlsSettings {
     /// The listener's name (upper case, as in `listeners`).
     pub listener: String,
     pub keystore: Keystore,
+    /// `ssl.key.password`: the key store's private key is encrypted PKCS#8 with it.
+    pub key_password: Option<Secret>,
     pub truststore: Option<Truststore>,
     pub client_auth: ClientAuth,
     pub protocols: Vec<TlsProtocol>,
@@ -123,6 +135,7 @@ impl TlsSettings {
         Ok(TlsSettings {
             listener: listener.to_string(),
             keystore: keystore(listener, get)?,
+            key_password: get("ssl.key.password").string().map(Secret),
             truststore: truststore(get)?,
             client_auth: client_auth(get)?,
             protocols: protocols(get)?,
