@@ -207,6 +207,7 @@ def refused(config: dict, timeout: float = 10.0) -> str:
     with pytest.raises(KafkaException):
         admin.list_topics(timeout=timeout)
     admin.poll(1.0)  # serves the error callbacks
+    print("client-side errors:", errors)
     return " | ".join(errors)
 
 
@@ -298,16 +299,18 @@ def java(main_class: str, *args: str, input: str = None, timeout: float = 90.0):
                           input=input, timeout=timeout)
 
 
+def java_ssl_properties(path: Path, ca_pem: Path) -> Path:
+    """A Java client's --command-config for TLS, trusting `ca_pem` (a PEM trust store)."""
+    path.write_text("security.protocol=SSL\nssl.truststore.type=PEM\n"
+                    f"ssl.truststore.location={ca_pem}\n"
+                    "default.api.timeout.ms=30000\nrequest.timeout.ms=10000\n")
+    return path
+
+
 def test_java_client_over_tls_with_a_pem_truststore(pki, start_tls, tmp_path):
     skip_without_kafka_tools()
     broker = start_tls(pki.server[2])
-    props = tmp_path / "client-ssl.properties"
-    props.write_text(
-        "security.protocol=SSL\n"
-        "ssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={pki.ca_pem}\n"
-        "default.api.timeout.ms=30000\nrequest.timeout.ms=10000\n"
-    )
+    props = java_ssl_properties(tmp_path / "client-ssl.properties", pki.ca_pem)
     topic = f"java-tls-{uuid.uuid4().hex[:8]}"
     created = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.ssl_bootstrap,
                    "--command-config", str(props), "--create", "--topic", topic, "--partitions", "1")
@@ -324,12 +327,7 @@ def test_java_client_over_tls_with_a_pem_truststore(pki, start_tls, tmp_path):
 def test_java_client_trusting_another_ca_is_refused(pki, start_tls, tmp_path):
     skip_without_kafka_tools()
     broker = start_tls(pki.server[2])
-    props = tmp_path / "wrong-ca.properties"
-    props.write_text(
-        "security.protocol=SSL\nssl.truststore.type=PEM\n"
-        f"ssl.truststore.location={pki.other.ca_pem}\n"
-        "default.api.timeout.ms=10000\nrequest.timeout.ms=5000\n"
-    )
+    props = java_ssl_properties(tmp_path / "wrong-ca.properties", pki.other.ca_pem)
     listed = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.ssl_bootstrap,
                   "--command-config", str(props), "--list", timeout=60)
     output = listed.stdout + listed.stderr
@@ -351,7 +349,7 @@ def test_client_trusting_another_ca_is_refused(pki, start_tls):
 def test_expired_server_certificate_is_refused_by_the_client(pki, start_tls):
     broker = start_tls(pki.expired_server[2])
     errors = refused(rdkafka_ssl(pki, broker))
-    assert "certificate has expired" in errors or "certificate verify failed" in errors, errors
+    assert "certificate verify failed" in errors, errors
     # The PLAINTEXT listener still serves.
     assert AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=WAIT_S).brokers
 
@@ -359,11 +357,14 @@ def test_expired_server_certificate_is_refused_by_the_client(pki, start_tls):
 def test_expired_or_foreign_client_certificate_and_none_when_required_are_refused(pki, start_tls):
     broker = start_tls(pki.server[2], truststore_location=str(pki.ca_pem), client_auth="required")
     before = metric(broker, "osprey_tls_handshake_failures_total")
-    for cert in (pki.expired_client, pki.other.client, None):
+    # The broker's alert, as librdkafka reports it. (A certificate of another CA: the
+    # client may hold it back, since it is not from a CA the server's request names.)
+    for cert, alerts in ((pki.expired_client, ["alert certificate expired"]),
+                         (pki.other.client, ["alert unknown ca", "alert certificate required"]),
+                         (None, ["alert certificate required"])):
         config = rdkafka_ssl(pki, broker, **(with_client_cert(pki, cert) if cert else {}))
         errors = refused(config)
-        # The broker's alert, as librdkafka reports it.
-        assert "SSL handshake failed" in errors or "alert" in errors or "Disconnected" in errors, errors
+        assert any(alert in errors for alert in alerts), errors
     # Python's ssl shows the alert's name for the missing certificate (TLS 1.3: on first read).
     with pytest.raises((ssl.SSLError, ConnectionError)) as e:
         with python_tls(broker.ssl_port, pki.ca_pem) as s:

@@ -132,29 +132,26 @@ impl TlsSettings {
     /// Checks the settings of listener `listener`; `get` gives each `ssl.*` key as it
     /// applies to the listener.
     pub(crate) fn resolve(listener: &str, get: &dyn Fn(&str) -> Setting) -> Result<TlsSettings, ConfigError> {
+        let truststore = truststore(get)?;
+        let client_auth = client_auth(get)?;
+        if client_auth != ClientAuth::None && truststore.is_none() {
+            return Err(get("ssl.client.auth").invalid(format!(
+                "`none` unless a trust store is set for listener {listener} (ssl.truststore.location or \
+                 ssl.truststore.certificates): client certificates are verified against it"
+            )));
+        }
+        let rules = get("ssl.principal.mapping.rules");
+        let principal_mapping = PrincipalMapping::parse(&rules.string().unwrap_or_else(|| "DEFAULT".into()))
+            .map_err(|e| rules.invalid(format!("RULE:pattern/replacement/[LU] or DEFAULT rules ({e})")))?;
         Ok(TlsSettings {
             listener: listener.to_string(),
             keystore: keystore(listener, get)?,
             key_password: get("ssl.key.password").string().map(Secret),
-            truststore: truststore(get)?,
-            client_auth: client_auth(get)?,
+            truststore,
+            client_auth,
             protocols: protocols(get)?,
             cipher_suites: cipher_suites(get)?,
-            principal_mapping: {
-                let rules = get("ssl.principal.mapping.rules");
-                PrincipalMapping::parse(&rules.string().unwrap_or_else(|| "DEFAULT".into()))
-                    .map_err(|e| rules.invalid(format!("RULE:pattern/replacement/[LU] or DEFAULT rules ({e})")))?
-            },
-        })
-        .and_then(|s: TlsSettings| {
-            if s.client_auth != ClientAuth::None && s.truststore.is_none() {
-                let auth = get("ssl.client.auth");
-                return Err(auth.invalid(format!(
-                    "`none` unless a trust store is set for listener {listener} (ssl.truststore.location or \
-                     ssl.truststore.certificates): client certificates are verified against it"
-                )));
-            }
-            Ok(s)
+            principal_mapping,
         })
     }
 }
