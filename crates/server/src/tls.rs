@@ -415,7 +415,7 @@ fn private_key(pem: &str, password: Option<&str>) -> Result<PrivateKeyDer<'stati
     };
     let end =
         pem[start..].find(END).map(|e| start + e + END.len()).ok_or("the encrypted private key has no END line")?;
-    let (_, der) = pkcs8::der::pem::decode_vec(pem[start..end].as_bytes())
+    let (_, der) = pkcs8::der::pem::decode_vec(&pem.as_bytes()[start..end])
         .map_err(|e| format!("the encrypted private key is not valid PEM: {e}"))?;
     let info = <pkcs8::EncryptedPrivateKeyInfo<'_> as pkcs8::der::Decode<'_>>::from_der(&der)
         .map_err(|e| format!("the encrypted private key is not PKCS#8 EncryptedPrivateKeyInfo: {e}"))?;
