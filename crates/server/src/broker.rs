@@ -55,6 +55,9 @@ pub struct Settings {
     pub max_connections: usize,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: u64,
+    /// TLS to other brokers, when `inter.broker.listener.name` is an SSL listener: the
+    /// replica fetchers and the transaction marker sender connect with it.
+    pub interbroker_tls: Option<crate::tls::InterBrokerTls>,
     /// `osprey.max.inflight.requests.per.connection`: reading pauses beyond this many.
     pub max_inflight_per_connection: usize,
     /// `queued.max.request.bytes`: request bytes in flight across connections; `None`:
@@ -161,6 +164,7 @@ impl Settings {
             socket_request_max_bytes: 104_857_600,
             max_connections: 10_000,
             connections_max_idle_ms: 600_000,
+            interbroker_tls: None,
             max_inflight_per_connection: 100,
             queued_max_request_bytes: Some(104_857_600),
             max_pending_response_bytes_per_connection: 16 * 1024 * 1024,

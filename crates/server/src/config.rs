@@ -60,7 +60,9 @@ mod broker;
 mod cli;
 pub mod keys;
 mod listener;
+pub mod principal_mapping;
 mod properties;
+pub mod tls;
 mod topic;
 mod value;
 
@@ -69,6 +71,7 @@ pub use cli::{help_text, parse_cli, parse_command, Command};
 pub use keys::{is_dynamic, ConfigKey, ConfigSource, ConfigType, TopicKey};
 pub use listener::{Listener, QuorumVoter, SecurityProtocol};
 pub use properties::{parse_properties, PropertiesError, Property};
+pub use tls::{ClientAuth, Keystore, TlsProtocol, TlsSettings, Truststore};
 pub use topic::{validate_topic_config, TopicConfig};
 pub use value::{Validator, Value};
 

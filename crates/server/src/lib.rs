@@ -30,5 +30,6 @@ pub mod supported;
 pub mod telemetry;
 #[cfg(test)]
 mod test_support;
+pub mod tls;
 pub mod transactions;
 pub mod txn_interbroker;

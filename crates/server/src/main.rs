@@ -199,7 +199,8 @@ fn stop_on_panic() {
 async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    settings.interbroker_tls = bound.interbroker_tls(&config);
     let data_dir = settings.data_dir.clone();
     let broker = tokio::task::spawn_blocking(move || {
         Broker::open(settings, Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())))
@@ -279,7 +280,8 @@ async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Resu
 async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
-    let settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
+    settings.interbroker_tls = bound.interbroker_tls(&config);
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     // Before the controller starts: what it records from its first moment (becoming the
@@ -539,6 +541,8 @@ fn security_protocol_id(protocol: SecurityProtocol) -> i16 {
 struct BoundListeners {
     client: Vec<(Listener, SocketAddr, TcpListener)>,
     controller: Vec<(Listener, SocketAddr, TcpListener)>,
+    /// The TLS of each SSL client listener, by name, its files read.
+    tls: std::collections::HashMap<String, Arc<osprey_server::tls::ListenerTls>>,
 }
 
 impl BoundListeners {
@@ -548,10 +552,20 @@ impl BoundListeners {
         all.map(|(l, addr, _)| format!("{}://{addr}", l.name)).collect::<Vec<_>>().join(",")
     }
 
+    /// TLS to other brokers, when the inter-broker listener is one of the SSL listeners.
+    fn interbroker_tls(&self, config: &BrokerConfig) -> Option<osprey_server::tls::InterBrokerTls> {
+        self.tls.get(&config.inter_broker_listener_name).cloned().map(osprey_server::tls::InterBrokerTls::new)
+    }
+
     /// The client listeners, each with its name (which the requests it accepts carry to
     /// the handlers), and the controller listeners' sockets.
     fn into_sockets(self) -> (Vec<ClientListener>, Vec<TcpListener>) {
-        let client = self.client.into_iter().map(|(l, _, socket)| ClientListener { name: l.name.into(), socket });
+        let mut tls = self.tls;
+        let client = self.client.into_iter().map(|(l, _, socket)| ClientListener {
+            tls: tls.remove(&l.name),
+            name: l.name.into(),
+            socket,
+        });
         (client.collect(), self.controller.into_iter().map(|(_, _, socket)| socket).collect())
     }
 }
@@ -559,8 +573,17 @@ impl BoundListeners {
 /// Binds every listener before anything is opened, so that a port in use fails the start
 /// at once and names the listener.
 fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
-    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new() };
+    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new(), tls: Default::default() };
     for listener in &config.listeners {
+        if listener.security_protocol == SecurityProtocol::Ssl
+            && !config.controller_listener_names.contains(&listener.name)
+        {
+            // Files read before anything binds: a bad key store stops the start, naming it.
+            let settings = config.tls_settings(&listener.name).map_err(|e| e.to_string())?;
+            tracing::info!(listener = %osprey_server::tls::describe(&settings), "TLS listener");
+            let inter_broker = listener.name == config.inter_broker_listener_name;
+            bound.tls.insert(listener.name.clone(), osprey_server::tls::ListenerTls::load(settings, inter_broker)?);
+        }
         let bind = resolve(&listener.bind_address())?;
         let tcp = listen(bind, config.socket_listen_backlog_size).map_err(|e| {
             format!("cannot listen on {bind} (listeners: {listener}): {e}; is another broker running there?")

@@ -16,10 +16,15 @@
 //!   cannot lock everyone else out;
 //! - `osprey.max.pending.response.bytes.per.connection`: response bytes built and not
 //!   yet written to the socket, e.g. fetches pipelined by a client that does not read.
+//!
+//! On an SSL listener the connection first shakes hands (`crate::tls`, within its
+//! deadline, holding the connection's `max.connections` slot), then the same request
+//! loop runs over the TLS stream: the loop is generic over the stream's halves.
 
 use crate::broker::Broker;
 use crate::dispatch::{dispatch, Client, Reply};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
+use crate::tls::{ListenerTls, ANONYMOUS};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::encode_response;
 use osprey_protocol::ResponseBody;
@@ -27,8 +32,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use tokio::task::JoinSet;
@@ -54,6 +58,8 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 pub struct ClientListener {
     pub name: Arc<str>,
     pub socket: TcpListener,
+    /// An SSL listener's TLS; `None`: PLAINTEXT.
+    pub tls: Option<Arc<ListenerTls>>,
 }
 
 /// Accepts connections on every client listener until `shutdown` turns true, then waits
@@ -72,7 +78,17 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
     drain: Duration,
 ) {
-    let (names, sockets): (Vec<Arc<str>>, Vec<TcpListener>) = listeners.into_iter().map(|l| (l.name, l.socket)).unzip();
+    let mut names = Vec::new();
+    let mut sockets = Vec::new();
+    let mut tls = Vec::new();
+    for l in listeners {
+        if let Some(t) = &l.tls {
+            tokio::spawn(t.clone().watch(shutdown.clone()));
+        }
+        names.push(l.name);
+        sockets.push(l.socket);
+        tls.push(l.tls);
+    }
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
     let mut connections = JoinSet::new();
@@ -99,10 +115,11 @@ pub async fn serve(
                 let broker = broker.clone();
                 let shutdown = shutdown.clone();
                 let request_bytes = request_bytes.clone();
-                let client = Client { peer, listener: names[index].clone() };
+                let listener = names[index].clone();
+                let tls = tls[index].clone();
                 connections.spawn(async move {
                     telemetry::connection_opened();
-                    if let Err(e) = connection(broker, stream, client, request_bytes, shutdown).await {
+                    if let Err(e) = open(broker, stream, peer, listener, tls, request_bytes, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                     telemetry::connection_closed();
@@ -196,16 +213,47 @@ enum Outgoing {
     Close(String),
 }
 
-async fn connection(
+/// Serves one accepted connection: in plain TCP, or after a TLS handshake on an SSL
+/// listener (a failed one closes the connection, counted and logged by `tls`).
+async fn open(
     broker: Arc<Broker>,
     stream: TcpStream,
+    peer: SocketAddr,
+    listener: Arc<str>,
+    tls: Option<Arc<ListenerTls>>,
+    request_bytes: RequestBytes,
+    shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    stream.set_nodelay(true)?;
+    match tls {
+        None => {
+            let client = Client { peer, listener, principal: ANONYMOUS.into() };
+            let (rd, wr) = stream.into_split();
+            connection(broker, rd, wr, client, request_bytes, shutdown).await
+        }
+        Some(tls) => {
+            let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
+            let Ok((stream, principal)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
+            let client = Client { peer, listener, principal: principal.into() };
+            let (rd, wr) = tokio::io::split(stream);
+            connection(broker, rd, wr, client, request_bytes, shutdown).await
+        }
+    }
+}
+
+async fn connection<R, W>(
+    broker: Arc<Broker>,
+    mut rd: R,
+    wr: W,
     client: Client,
     request_bytes: RequestBytes,
     mut shutdown: watch::Receiver<bool>,
-) -> io::Result<()> {
+) -> io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let peer = client.peer;
-    stream.set_nodelay(true)?;
-    let (mut rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Queued>(broker.settings.max_inflight_per_connection.max(1));
     let writer = tokio::spawn(write_loop(wr, rx, peer));
     let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
@@ -339,7 +387,7 @@ fn encode_into(correlation_id: i32, api_version: i16, body: &ResponseBody, out: 
 
 /// Reads the next frame's size prefix; `None` at a clean end of stream.
 async fn read_size(
-    rd: &mut OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     buf: &mut BytesMut,
     max_frame: usize,
     peer: SocketAddr,
@@ -375,7 +423,7 @@ async fn read_size(
 /// holds little. Either way the frame comes back as one `Bytes`, which the decoder
 /// slices without copying.
 async fn read_body(
-    rd: &mut OwnedReadHalf,
+    rd: &mut (impl AsyncRead + Unpin),
     buf: &mut BytesMut,
     size: usize,
     request_bytes: &RequestBytes,
@@ -436,7 +484,7 @@ fn closed_mid_frame() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-frame")
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
+async fn write_loop(mut wr: impl AsyncWrite + Unpin, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
     let mut out = BytesMut::new();
     while let Some(mut q) = rx.recv().await {
         let written = match q.reply {

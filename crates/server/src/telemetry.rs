@@ -262,6 +262,14 @@ impl Recorder for KeepAlive {
 
 fn describe() {
     describe_counter!("osprey_requests_total", "Requests handled, by API key and version.");
+    describe_counter!(
+        "osprey_tls_handshake_failures_total",
+        "TLS handshakes that failed on an SSL listener, by listener and reason (timeout, not_tls, client_alert, client_certificate, principal_mapping, other)."
+    );
+    describe_counter!(
+        "osprey_tls_reloads_total",
+        "Reloads of an SSL listener's key store and trust store after their files changed, by listener and result (success, failure)."
+    );
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
     describe_histogram!(
@@ -741,6 +749,17 @@ pub fn accept_failed(error: &std::io::Error) {
             "cannot accept a connection; new connections wait unserved (if this is \"Too many open files\", raise `ulimit -n`)"
         );
     }
+}
+
+/// A TLS handshake failed (closed connection; logged at debug by the caller).
+pub fn tls_handshake_failed(listener: &str, reason: &'static str) {
+    counter!("osprey_tls_handshake_failures_total", "listener" => listener.to_string(), "reason" => reason)
+        .increment(1);
+}
+
+/// An SSL listener's files changed and were reloaded (`success`) or did not load (`failure`).
+pub fn tls_reloaded(listener: &str, result: &'static str) {
+    counter!("osprey_tls_reloads_total", "listener" => listener.to_string(), "result" => result).increment(1);
 }
 
 /// A frame refused for its declared size: counted, and logged at most once a second

@@ -98,6 +98,8 @@ fn deviations_from_kafka_are_exactly_the_deliberate_ones_and_documented() {
             "node.id",
             "process.roles",
             "listeners",
+            "ssl.keystore.type",
+            "ssl.truststore.type",
             "queued.max.request.bytes",
             "log.dir",
             "log.flush.interval.messages",
@@ -136,7 +138,10 @@ fn topic_defaults_come_from_the_broker_keys_with_default_source() {
 fn describe_lists_every_broker_key_with_kafka_types_and_only_dynamic_ones_writable() {
     let entries = defaults().describe();
     assert_eq!(entries.len(), BROKER_KEYS.len());
-    assert!(entries.iter().all(|e| !e.is_sensitive && e.source == ConfigSource::DefaultConfig));
+    assert!(entries.iter().all(|e| e.source == ConfigSource::DefaultConfig));
+    // Kafka's secrets: the passwords and inline private keys of the TLS keys, and nothing else.
+    assert!(entries.iter().all(|e| e.is_sensitive == (e.config_type == ConfigType::Password)));
+    assert!(entries.iter().filter(|e| e.is_sensitive).all(|e| e.value.is_none()));
     assert!(entries.iter().all(|e| e.read_only != osprey_server::config::is_dynamic(e.name)));
     let by_name = |n: &str| entries.iter().find(|e| e.name == n).unwrap();
     assert_eq!(by_name("num.partitions").value.as_deref(), Some("1"));

@@ -109,9 +109,13 @@ fn listener_name_missing_from_the_protocol_map() {
 }
 
 #[test]
-fn tls_and_sasl_listeners_are_refused_rather_than_served_in_plaintext() {
+fn sasl_listeners_are_refused_and_an_ssl_listener_needs_a_key_store() {
+    for url in ["SASL_SSL://127.0.0.1:9093", "SASL_PLAINTEXT://127.0.0.1:9093"] {
+        let err = override_error(&format!("listeners={url}"));
+        assert_invalid(&err, "listeners", url, &Origin::Override, "does not implement SASL");
+    }
     let err = override_error("listeners=SSL://127.0.0.1:9093");
-    assert_invalid(&err, "listeners", "SSL://127.0.0.1:9093", &Origin::Override, "does not implement SSL");
+    assert_invalid(&err, "ssl.keystore.location", "", &Origin::Default, "a PEM key store for SSL listener SSL");
 }
 
 #[test]

@@ -60,7 +60,7 @@ async fn start_broker(name: &str) -> RealBroker {
     let addr = listener.local_addr().expect("addr");
     let settings = Settings::single_node(addr, dir.clone());
     let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).expect("open broker");
-    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener };
+    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener, tls: None };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
     let server = tokio::spawn(network::serve(broker.clone(), vec![plaintext], stopped, Duration::from_secs(5)));

@@ -9,6 +9,7 @@ use super::listener::{
     SecurityProtocol,
 };
 use super::properties::parse_properties;
+use super::tls::{Setting, TlsSettings};
 use super::topic::TopicConfig;
 use super::value::{check, Value};
 use super::{ConfigEntry, ConfigError, ConfigSynonym, Origin};
@@ -73,7 +74,11 @@ impl RawConfig {
         for (key, value, origin) in &self.entries {
             latest.insert(key, (value, origin));
         }
-        let unknown = latest.keys().filter(|k| broker_key(k).is_none()).map(|k| k.to_string()).collect();
+        let unknown = latest
+            .keys()
+            .filter(|k| broker_key(k).is_none() && listener_ssl_key(k).is_none())
+            .map(|k| k.to_string())
+            .collect();
         let entries = BROKER_KEYS
             .iter()
             .map(|key| match latest.get(key.name) {
@@ -81,8 +86,27 @@ impl RawConfig {
                 None => ResolvedEntry::new(key, key.default, Origin::Default),
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Ok((BrokerConfig::from_entries(entries.clone(), entries)?, unknown))
+        let mut config = BrokerConfig::from_entries(entries.clone(), entries)?;
+        config.listener_settings = latest
+            .iter()
+            .filter(|(k, _)| listener_ssl_key(k).is_some())
+            .map(|(k, (v, origin))| (k.to_string(), (v.to_string(), (*origin).clone())))
+            .collect();
+        // A missing key store or an unknown cipher suite stops the start here, naming the key.
+        for listener in config.listeners.iter().filter(|l| l.security_protocol == SecurityProtocol::Ssl) {
+            config.tls_settings(&listener.name)?;
+        }
+        Ok((config, unknown))
     }
+}
+
+/// `listener.name.<name>.<ssl key>`: the listener name (as written) and the `ssl.*` broker
+/// key it overrides for that listener.
+fn listener_ssl_key(key: &str) -> Option<(&str, &'static ConfigKey)> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let at = rest.find(".ssl.")?;
+    let config_key = broker_key(&rest[at + 1..]).filter(|k| k.name.starts_with("ssl."))?;
+    Some((&rest[..at], config_key))
 }
 
 /// The broker's configuration with every value checked and Kafka's precedence applied.
@@ -298,6 +322,9 @@ pub struct BrokerConfig {
     dynamic_default: BTreeMap<String, String>,
     /// Dynamic configs of this broker (its id as the resource name).
     dynamic_broker: BTreeMap<String, String>,
+    /// `listener.name.<name>.ssl.*` settings as given, by full key: one listener's
+    /// overrides of the `ssl.*` keys.
+    listener_settings: BTreeMap<String, (String, Origin)>,
 }
 
 impl Default for BrokerConfig {
@@ -409,6 +436,7 @@ impl BrokerConfig {
         let mut config = BrokerConfig::from_entries(entries, self.static_entries.clone())?;
         config.dynamic_default = cluster_default.clone();
         config.dynamic_broker = this_broker.clone();
+        config.listener_settings = self.listener_settings.clone();
         Ok(config)
     }
 
@@ -477,6 +505,48 @@ impl BrokerConfig {
             "segment.jitter.ms" => Some(self.segment_jitter_ms),
             _ => None,
         }
+    }
+
+    /// The TLS settings of listener `listener` (an SSL one): each `ssl.*` key from
+    /// `listener.name.<lower-case listener>.<key>` if set, else the broker key.
+    pub fn tls_settings(&self, listener: &str) -> Result<TlsSettings, ConfigError> {
+        let get = |key: &str| -> Setting {
+            let prefixed = self.listener_settings.iter().find(|(k, _)| {
+                listener_ssl_key(k).is_some_and(|(name, ck)| name.eq_ignore_ascii_case(listener) && ck.name == key)
+            });
+            match prefixed {
+                Some((full, (raw, origin))) => {
+                    let config_key = broker_key(key).expect("listener_ssl_key found it");
+                    Setting {
+                        key: full.clone(),
+                        value: check(config_key.config_type, config_key.validator, raw).ok(),
+                        raw: Some(raw.clone()),
+                        origin: origin.clone(),
+                    }
+                }
+                None => {
+                    let entry = self.entry(key).unwrap_or_else(|| panic!("`{key}` is missing from the key table"));
+                    Setting {
+                        key: key.to_string(),
+                        value: entry.value.clone(),
+                        raw: entry.raw.clone(),
+                        origin: entry.origin.clone(),
+                    }
+                }
+            }
+        };
+        // A prefixed value that fails its key's own check is reported as such.
+        for (full, (raw, origin)) in &self.listener_settings {
+            if let Some((_, ck)) = listener_ssl_key(full).filter(|(n, _)| n.eq_ignore_ascii_case(listener)) {
+                check(ck.config_type, ck.validator, raw).map_err(|expected| ConfigError::InvalidValue {
+                    key: full.clone(),
+                    value: raw.clone(),
+                    expected,
+                    origin: origin.clone(),
+                })?;
+            }
+        }
+        TlsSettings::resolve(listener, &get)
     }
 
     pub(crate) fn entry(&self, key: &str) -> Option<&ResolvedEntry> {
@@ -627,6 +697,7 @@ impl BrokerConfig {
             static_entries: Vec::new(),
             dynamic_default: BTreeMap::new(),
             dynamic_broker: BTreeMap::new(),
+            listener_settings: BTreeMap::new(),
         };
         check_cross_key_rules(&r, &config)?;
         Ok(BrokerConfig { entries, static_entries, ..config })
@@ -845,6 +916,14 @@ fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Res
         }
     }
     check_controller_listeners(r, roles, quorum, &bound, &controller_names)?;
+    if let Some(l) =
+        bound.iter().find(|l| controller_names.contains(&l.name) && l.security_protocol != SecurityProtocol::Plaintext)
+    {
+        return Err(map_entry.invalid(format!(
+            "PLAINTEXT for controller listeners: the controllers do not speak TLS yet (`{}` is {})",
+            l.name, l.security_protocol
+        )));
+    }
     let client_listeners: Vec<Listener> =
         bound.iter().filter(|l| !controller_names.contains(&l.name)).cloned().collect();
     if roles.broker && client_listeners.is_empty() {
@@ -930,9 +1009,10 @@ fn parse_listeners(
                 ))
             })?;
             // Refuse rather than serve plaintext on a listener the operator meant to be secure.
-            if security_protocol != SecurityProtocol::Plaintext {
+            if matches!(security_protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
                 return Err(entry.invalid(format!(
-                    "PLAINTEXT listeners only: Osprey does not implement {security_protocol} yet (listener `{}`)",
+                    "PLAINTEXT or SSL listeners: Osprey does not implement SASL yet, so not {security_protocol} \
+                     (listener `{}`)",
                     parsed.name
                 )));
             }

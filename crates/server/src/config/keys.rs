@@ -165,7 +165,7 @@ pub struct ConfigKey {
     pub doc: &'static str,
     /// `--help` section.
     pub group: Group,
-    /// Secrets are reported with a null value (no Osprey key is one yet).
+    /// Secrets (passwords and inline private keys) are reported with a null value.
     pub sensitive: bool,
 }
 
@@ -184,6 +184,12 @@ impl ConfigKey {
     /// Marks a default Osprey chose over Kafka's (`kafka` is Kafka's).
     const fn osprey_default(mut self, kafka: &'static str) -> ConfigKey {
         self.kafka_default = Some(kafka);
+        self
+    }
+
+    /// Marks a secret: DescribeConfigs reports it with a null value.
+    const fn secret(mut self) -> ConfigKey {
+        self.sensitive = true;
         self
     }
 
@@ -321,11 +327,42 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("advertised.listeners", List, None, Listeners, G::Listeners,
         "NAME://host:port list given to clients in Metadata; unset: the non-controller listeners."),
     ConfigKey::new("listener.security.protocol.map", ConfigType::String, Some(SECURITY_PROTOCOL_MAP), ProtocolMap, G::Listeners,
-        "NAME:PROTOCOL pairs giving each listener's security protocol (Osprey serves PLAINTEXT only)."),
+        "NAME:PROTOCOL pairs giving each listener's security protocol (Osprey serves PLAINTEXT and SSL; SASL is not implemented yet)."),
     ConfigKey::new("controller.listener.names", ConfigType::String, None, ListenerNames, G::Listeners,
         "Listeners the controller serves: in listeners on a controller, not in listeners on a broker-only node (required there); unset: the single-node controller runs in-process without one."),
     ConfigKey::new("inter.broker.listener.name", ConfigType::String, None, ListenerName, G::Listeners,
         "Listener brokers use to reach each other; unset: PLAINTEXT if listed, else the first non-controller listener."),
+    // TLS (SSL listeners). Each can be set for one listener as listener.name.<lower-case name>.<key>.
+    ConfigKey::new("ssl.keystore.type", ConfigType::String, Some("PEM"), OneOf(&["PEM", "JKS", "PKCS12"]), G::Listeners,
+        "Format of the key store: Osprey reads PEM only, its default (JKS and PKCS12 are refused at startup: convert them to PEM).")
+        .osprey_default("JKS"),
+    ConfigKey::new("ssl.keystore.location", ConfigType::String, None, Any, G::Listeners,
+        "PEM file holding the private key and the certificate chain (server certificate first); reread when it changes."),
+    ConfigKey::new("ssl.keystore.certificate.chain", ConfigType::Password, None, Any, G::Listeners,
+        "The certificate chain as inline PEM (with ssl.keystore.key), instead of ssl.keystore.location.").secret(),
+    ConfigKey::new("ssl.keystore.key", ConfigType::Password, None, Any, G::Listeners,
+        "The private key as inline PEM (PKCS#8, PKCS#1 or SEC1), with ssl.keystore.certificate.chain.").secret(),
+    ConfigKey::new("ssl.keystore.password", ConfigType::Password, None, Any, G::Listeners,
+        "Password of a JKS or PKCS12 key store: refused with PEM, as Kafka does (a PEM key takes ssl.key.password).").secret(),
+    ConfigKey::new("ssl.key.password", ConfigType::Password, None, Any, G::Listeners,
+        "Password of the key store's private key, encrypted PKCS#8 PEM (ENCRYPTED PRIVATE KEY), as Kafka reads it.").secret(),
+    ConfigKey::new("ssl.truststore.type", ConfigType::String, Some("PEM"), OneOf(&["PEM", "JKS", "PKCS12"]), G::Listeners,
+        "Format of the trust store: Osprey reads PEM only, its default (JKS and PKCS12 are refused at startup).")
+        .osprey_default("JKS"),
+    ConfigKey::new("ssl.truststore.location", ConfigType::String, None, Any, G::Listeners,
+        "PEM file of the CA certificates that client certificates (and other brokers) are verified against."),
+    ConfigKey::new("ssl.truststore.certificates", ConfigType::Password, None, Any, G::Listeners,
+        "The trusted CA certificates as inline PEM, instead of ssl.truststore.location.").secret(),
+    ConfigKey::new("ssl.truststore.password", ConfigType::Password, None, Any, G::Listeners,
+        "Password of a JKS or PKCS12 trust store: refused with PEM, as Kafka does.").secret(),
+    ConfigKey::new("ssl.client.auth", ConfigType::String, Some("none"), OneOf(&["none", "requested", "required"]), G::Listeners,
+        "Client certificates: none (not asked for), requested (verified if sent) or required (mutual TLS)."),
+    ConfigKey::new("ssl.enabled.protocols", List, Some("TLSv1.2,TLSv1.3"), NonEmptyList, G::Listeners,
+        "TLS versions accepted: TLSv1.2 and/or TLSv1.3 (older versions are not offered by rustls)."),
+    ConfigKey::new("ssl.cipher.suites", List, Some(""), Any, G::Listeners,
+        "Cipher suites by their JSSE/IANA names (TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, ...); empty: rustls's defaults."),
+    ConfigKey::new("ssl.principal.mapping.rules", ConfigType::String, Some("DEFAULT"), Any, G::Listeners,
+        "RULE:pattern/replacement/[LU] and DEFAULT rules mapping a client certificate's distinguished name to the principal's name."),
     // Network
     ConfigKey::new("socket.request.max.bytes", Int, Some("104857600"), AtLeast(1), G::Network,
         "Largest request frame accepted; a larger declared size closes the connection."),

@@ -6,13 +6,13 @@ use std::fmt;
 /// A listener's security protocol (`listener.security.protocol.map`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SecurityProtocol {
-    /// Unauthenticated, unencrypted: the only protocol Osprey serves today.
+    /// Unauthenticated, unencrypted.
     Plaintext,
-    /// TLS.
+    /// TLS (rustls; `ssl.*` keys, see `config::tls`).
     Ssl,
-    /// SASL over plaintext.
+    /// SASL over plaintext: refused at startup until SASL exists.
     SaslPlaintext,
-    /// SASL over TLS.
+    /// SASL over TLS: refused at startup until SASL exists.
     SaslSsl,
 }
 

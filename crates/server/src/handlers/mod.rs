@@ -208,7 +208,11 @@ mod tests {
 
     async fn answer(broker: &Arc<Broker>, api_key: ApiKey, version: i16, body: RequestBody) -> ResponseBody {
         let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
-        let client = Client { peer: "127.0.0.1:1".parse().unwrap(), listener: DEFAULT_LISTENER.into() };
+        let client = Client {
+            peer: "127.0.0.1:1".parse().unwrap(),
+            listener: DEFAULT_LISTENER.into(),
+            principal: crate::tls::ANONYMOUS.into(),
+        };
         match handle(broker, Request { api_key, header, body }, &client) {
             Reply::Now(body) => body,
             Reply::Later(pending) | Reply::Ordered(pending) => pending.await,

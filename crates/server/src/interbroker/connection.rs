@@ -1,4 +1,4 @@
-//! One TCP connection to a peer: the ApiVersions handshake, then a writer task and a
+//! One TCP connection to a peer (in TLS when the config has it): the ApiVersions handshake, then a writer task and a
 //! reader task around an ordered queue of in-flight requests.
 //!
 //! Responses must come back in the order the requests were sent, and each must carry the
@@ -22,9 +22,12 @@ use osprey_protocol::{ApiKey, ErrorCode, RequestHeader, ResponseHeader};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader, BufWriter};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader, BufWriter};
 use tokio::net::TcpStream;
+
+/// The read and write halves of a connection, plain TCP or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
 use tokio::sync::{mpsc, oneshot, watch, OwnedSemaphorePermit, Semaphore};
 
 /// A response frame is read into memory at most this much at a time, so a peer that
@@ -138,13 +141,27 @@ impl Connection {
                 .map_err(|e| ConnectFailure::Io(e.to_string()))?;
             // Requests are written whole; Nagle would only delay them.
             let _ = stream.set_nodelay(true);
-            let versions = handshake(&mut stream, config, node_id).await?;
-            Ok::<_, ConnectFailure>((stream, versions))
+            let connected: (ReadHalf, WriteHalf, PeerVersions) = match &config.tls {
+                None => {
+                    let versions = handshake(&mut stream, config, node_id).await?;
+                    let (read, write) = stream.into_split();
+                    (Box::new(read), Box::new(write), versions)
+                }
+                Some(tls) => {
+                    let mut stream = tls
+                        .connect(stream, &address.host)
+                        .await
+                        .map_err(|e| ConnectFailure::Io(format!("TLS handshake: {e}")))?;
+                    let versions = handshake(&mut stream, config, node_id).await?;
+                    let (read, write) = tokio::io::split(stream);
+                    (Box::new(read), Box::new(write), versions)
+                }
+            };
+            Ok::<_, ConnectFailure>(connected)
         };
-        let (stream, versions) = tokio::time::timeout(timeout, connect)
+        let (read, write, versions) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ConnectFailure::TimedOut { timeout_ms: config.connect_timeout_ms })??;
-        let (read, write) = stream.into_split();
         let (closed, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             node_id,
@@ -306,7 +323,7 @@ impl Shared {
     }
 }
 
-async fn write_loop(shared: Arc<Shared>, write: OwnedWriteHalf, mut queue: mpsc::UnboundedReceiver<Bytes>) {
+async fn write_loop(shared: Arc<Shared>, write: WriteHalf, mut queue: mpsc::UnboundedReceiver<Bytes>) {
     let mut closed = shared.closed.subscribe();
     let mut write = BufWriter::new(write);
     loop {
@@ -337,7 +354,7 @@ async fn write_loop(shared: Arc<Shared>, write: OwnedWriteHalf, mut queue: mpsc:
     }
 }
 
-async fn read_loop(shared: Arc<Shared>, read: OwnedReadHalf, max_response_bytes: usize) {
+async fn read_loop(shared: Arc<Shared>, read: ReadHalf, max_response_bytes: usize) {
     let mut closed = shared.closed.subscribe();
     let mut read = BufReader::with_capacity(READ_CHUNK_BYTES, read);
     loop {
@@ -384,7 +401,7 @@ fn io_reason(e: std::io::Error) -> DisconnectReason {
 /// ApiVersions (KIP-511), and the request is sent again at the highest version both
 /// know, as Kafka's `NetworkClient` does.
 async fn handshake(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     config: &ClientConfig,
     node_id: i32,
 ) -> Result<PeerVersions, ConnectFailure> {
@@ -413,7 +430,7 @@ async fn handshake(
 }
 
 async fn api_versions_round_trip(
-    stream: &mut TcpStream,
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     config: &ClientConfig,
     node_id: i32,
     version: i16,

@@ -104,6 +104,8 @@ pub struct ClientConfig {
     /// When set, ApiVersions (v5+) names this cluster and the destination node id, and a
     /// peer that is not that node of that cluster is refused ([`ConnectFailure::WrongPeer`]).
     pub cluster_id: Option<String>,
+    /// TLS to the peer (the inter-broker listener is SSL); `None`: plain TCP.
+    pub tls: Option<crate::tls::InterBrokerTls>,
 }
 
 impl ClientConfig {
@@ -118,6 +120,7 @@ impl ClientConfig {
             reconnect_backoff_ms: DEFAULT_RECONNECT_BACKOFF_MS,
             reconnect_backoff_max_ms: DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             cluster_id: None,
+            tls: None,
         }
     }
 }
