@@ -27,6 +27,8 @@ missing=()
 command -v promtool >/dev/null 2>&1 && command -v prometheus >/dev/null 2>&1 || missing+=(prometheus)
 command -v prometheus-node-exporter >/dev/null 2>&1 || missing+=(prometheus-node-exporter)
 command -v systemd-analyze >/dev/null 2>&1 || missing+=(systemd)
+# openssl: test_tls.py makes its certificates with it.
+command -v openssl >/dev/null 2>&1 || missing+=(openssl)
 if [ "${#missing[@]}" -gt 0 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     (apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 \
         || (apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null)) \
