@@ -169,6 +169,17 @@ class Workload(threading.Thread):
         self.halt.set()
 
 
+def where_stuck(thread: threading.Thread) -> str:
+    """The innermost frames of a thread that did not stop: which client
+    call it is blocked in (librdkafka's close, a poll, a commit), innermost first, each
+    called from the next."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None:
+        return "its stack is gone"
+    frames = traceback.extract_stack(frame)[-3:]
+    return "stuck in " + " <- ".join(f"{f.line} ({Path(f.filename).name}:{f.lineno})" for f in reversed(frames))
+
+
 class IdempotentProducer(Workload):
     """acks=all, enable.idempotence; key `<name>-k<j>` carries `<key>:<n>` with n its
     per-key sequence number, about `rate` messages a second."""
@@ -767,7 +778,7 @@ class Run:
         for w in workloads:
             w.join(timeout=180)
             if w.is_alive():
-                self.problems.append(f"{w.process} did not stop within 180 s")
+                self.problems.append(f"{w.process} did not stop within 180 s; {where_stuck(w)}")
             for e in w.errors[:3]:
                 print(f"  {w.process}: {e}")
             if len(w.errors) > 3:

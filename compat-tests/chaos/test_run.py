@@ -4,6 +4,7 @@ timeouts, and the replica comparison finds two replicas holding different batche
 offset. No broker runs here."""
 
 import struct
+import threading
 from types import SimpleNamespace
 
 import run  # puts compat-tests/python on sys.path
@@ -130,3 +131,22 @@ def test_a_long_run_goes_on_from_its_ledger_where_it_stopped(tmp_path, monkeypat
     import pytest
     with pytest.raises(SystemExit, match="other settings"):
         run.main(argv + ["--rounds-total", "24", "--producers", "3"])
+
+
+def test_a_workload_that_does_not_stop_is_reported_with_the_call_it_is_stuck_in():
+    release = threading.Event()
+
+    def blocked_in_a_client_call():
+        release.wait(30)
+
+    thread = threading.Thread(target=blocked_in_a_client_call, daemon=True)
+    thread.start()
+    try:
+        where = run.where_stuck(thread)
+    finally:
+        release.set()
+        thread.join()
+    innermost, *callers = where.removeprefix("stuck in ").split(" <- ")
+    assert "(threading.py:" in innermost, where
+    assert callers[-1].startswith("release.wait(30) (test_run.py:"), where
+    assert run.where_stuck(thread) == "its stack is gone"
