@@ -48,6 +48,9 @@ pub struct Partition {
     /// leader could write one batch stamped with the new leader's epoch at an offset the
     /// new leader fills with another batch, a divergence no epoch comparison finds.
     leader_appends: Mutex<()>,
+    /// Producer batches refused before their append, so that the gap they leave is
+    /// answered with the same refusal (see [`crate::refused_batches`]).
+    pub refused_batches: crate::refused_batches::RefusedBatches,
 }
 
 /// The state machine and the requests waiting on it, under one lock.
@@ -151,6 +154,7 @@ impl Partition {
             isr_changes,
             deferred_txn_appends: std::sync::atomic::AtomicUsize::new(0),
             leader_appends: Mutex::new(()),
+            refused_batches: Default::default(),
         };
         // The machine may already have moved the high watermark (a single node is its own
         // ISR: everything recovery kept and made durable is committed).

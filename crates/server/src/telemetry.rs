@@ -355,6 +355,11 @@ fn describe() {
         "FindCoordinator keys that would have named this broker while it held no lease (COORDINATOR_NOT_AVAILABLE)."
     );
     describe_counter!(
+        "osprey_produce_gaps_answered_as_refusals_total",
+        "Idempotent batches out of sequence only because this broker refused their predecessors moments \
+         before (answered with that refusal, not OUT_OF_ORDER_SEQUENCE_NUMBER)."
+    );
+    describe_counter!(
         "osprey_broker_metadata_fetch_failures_total",
         "Metadata fetches from the controllers that failed."
     );

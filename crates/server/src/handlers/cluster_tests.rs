@@ -712,3 +712,64 @@ async fn an_answer_to_a_fetch_made_before_the_leadership_changed_applies_nothing
     assert_eq!(apply(&follower, fetched_at + 1, data), Outcome::Done);
     assert_eq!(follower.log.log_end_offset(), 1);
 }
+
+/// One idempotent batch of producer 7, epoch 0, at `sequence`, for partition 1.
+fn idempotent_produce(sequence: i32) -> ProduceRequest {
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    let mut batch = BatchBuilder::new(Compression::None).producer(7, 0, sequence);
+    batch.append(0, Some(b"k"), Some(format!("v{sequence}").as_bytes()), &[]).unwrap();
+    let partition_data = vec![produce_request::PartitionProduceData {
+        index: 1,
+        records: Some(batch.build().unwrap().into_bytes()),
+        ..Default::default()
+    }];
+    ProduceRequest {
+        acks: 1,
+        timeout_ms: 30_000,
+        topic_data: vec![produce_request::TopicProduceData { name: "t".into(), partition_data, ..Default::default() }],
+        ..Default::default()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_gap_left_by_batches_refused_before_the_leadership_landed_is_not_out_of_order() {
+    // Seed 3 of the chaos runs: a producer's batches 1 and 2 reach this broker just before
+    // it applies its election and are refused NOT_LEADER_OR_FOLLOWER; batch 3 comes after,
+    // while the log's last batch of the producer is 0 (the old leader's, replicated). Kafka
+    // answers it OUT_OF_ORDER_SEQUENCE_NUMBER, on which librdkafka renumbers batches the old
+    // leader may have written, and stores them twice. Here batch 3 gets the refusal its
+    // predecessors got, and all three are taken once they come in order.
+    use osprey_protocol::records::{BatchBuilder, Compression};
+    let c = cluster("view-refused-gap");
+    let partition = c.0.replica_manager.replica(osprey_protocol::Uuid(TOPIC_T), 1).unwrap();
+    let mut replicated = BatchBuilder::new(Compression::None).producer(7, 0, 0).partition_leader_epoch(5);
+    replicated.append(0, Some(b"k"), Some(b"v0"), &[]).unwrap();
+    partition.log.append_as_follower(replicated.build().unwrap().as_bytes(), 0).unwrap();
+    let send = |sequence: i32| {
+        let reply = produce::handle(&c.0, idempotent_produce(sequence), 9, &plaintext());
+        async move { produced(later(reply).await) }
+    };
+    for sequence in [1, 2] {
+        assert_eq!(send(sequence).await.error_code, NOT_LEADER, "batch {sequence} before the election");
+    }
+    // The election lands: this broker leads partition 1 at a new epoch.
+    let image = c.0.image();
+    let mut elected = image.topic_by_id(osprey_protocol::Uuid(TOPIC_T)).unwrap().partitions[1].clone();
+    elected.leader = 1;
+    elected.leader_epoch += 1;
+    elected.partition_epoch += 1;
+    partition.apply_assignment(&elected);
+    assert!(partition.is_leader());
+
+    let third = send(3).await;
+    assert_eq!(third.error_code, NOT_LEADER, "the gap is this broker's refusals: {third:?}");
+    // In order, each is taken once.
+    let mut taken = Vec::new();
+    for sequence in [1, 2, 3] {
+        let r = send(sequence).await;
+        taken.push((r.error_code, r.base_offset));
+    }
+    assert_eq!(taken, [(0, 1), (0, 2), (0, 3)]);
+    // A gap no refusal here explains is out of order, as in Kafka.
+    assert_eq!(send(6).await.error_code, ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER.code());
+}

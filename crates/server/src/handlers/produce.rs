@@ -28,6 +28,7 @@ use osprey_protocol::messages::{ProduceRequest, ProduceResponse};
 use osprey_protocol::records::{Batches, Compression, RecordBatch};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use osprey_storage::batch::BatchError;
+use osprey_storage::producer::SequenceError;
 use osprey_storage::{AppendInfo, StorageError};
 use std::future::Future;
 use std::pin::Pin;
@@ -96,9 +97,14 @@ pub fn handle(broker: &Arc<Broker>, req: ProduceRequest, version: i16, listener:
                 match broker.replica_manager.partition_or_error(&image, found, p.index, unknown) {
                     Err(code) => {
                         telemetry::error_code(ApiKey::Produce, code);
+                        // A follower's replica: it may lead the partition a moment later.
+                        let replica = found.and_then(|t| broker.replica_manager.replica(t.id, p.index));
+                        if let Some(replica) = replica {
+                            remember_refusal(&replica, p.records.as_ref(), code);
+                        }
                         Outcome::Failed(code, None)
                     }
-                    Ok(partition) => match check_append(&partition, acks) {
+                    Ok(partition) => match check_append(&partition, acks, p.records.as_ref()) {
                         Err(outcome) => outcome,
                         Ok(()) => {
                             let (b, part, id, records) =
@@ -169,11 +175,28 @@ fn add_current_leaders(broker: &Broker, listener: &str, resp: &mut ProduceRespon
 /// `min.insync.replicas` (NOT_ENOUGH_REPLICAS, as Kafka). The effective value is capped at
 /// the partition's replica count, as Kafka's has been since 3.7 (KAFKA-15583): a
 /// one-replica topic with `min.insync.replicas=2` takes acks=all.
-fn check_append(partition: &Partition, acks: i16) -> Result<(), Outcome> {
+fn check_append(partition: &Partition, acks: i16, records: Option<&Bytes>) -> Result<(), Outcome> {
     partition.check_append(acks).map_err(|refused| {
         telemetry::error_code(ApiKey::Produce, refused.code());
+        remember_refusal(partition, records, refused.code());
         Outcome::Failed(refused.code(), Some(refused.to_string()))
     })
+}
+
+/// The producer id, epoch and first and last sequence of an idempotent batch.
+fn idempotent_batch(records: &Bytes) -> Option<(i64, i16, i32, i32)> {
+    let batch = Batches::new(records.clone()).next()?.ok()?;
+    let first = batch.base_sequence();
+    (batch.producer_id() >= 0 && first >= 0)
+        .then(|| (batch.producer_id(), batch.producer_epoch(), first, first.saturating_add(batch.last_offset_delta())))
+}
+
+/// A producer's batch refused before its append leaves a gap in its sequence, which
+/// its next batch must not be refused for as out of order ([`crate::refused_batches`]).
+fn remember_refusal(partition: &Partition, records: Option<&Bytes>, code: ErrorCode) {
+    if let Some((producer_id, epoch, first, last)) = records.and_then(idempotent_batch) {
+        partition.refused_batches.refused(producer_id, epoch, first, last, code);
+    }
 }
 
 /// Validates and appends one partition's batch: on the partition's append queue, on the
@@ -401,6 +424,7 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
         Ok(appended) => appended,
         Err(code) => {
             telemetry::error_code(ApiKey::Produce, code);
+            remember_refusal(partition, Some(&records), code);
             return Outcome::Failed(code, Some("this broker stopped leading the partition".into()));
         }
     };
@@ -412,6 +436,20 @@ fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, a
             let acknowledgement = partition.acknowledge(info.last_offset, acks, &broker.flusher);
             let durable = (acks != 0).then_some(acknowledgement);
             Outcome::Appended { info, durable }
+        }
+        Err(StorageError::Sequence(SequenceError::OutOfOrderSequence { producer_id, first_seq, expected_after }))
+            if let Some(code) = idempotent_batch(&records).and_then(|(_, epoch, _, _)| {
+                partition.refused_batches.explains_gap(producer_id, epoch, first_seq, expected_after)
+            }) =>
+        {
+            telemetry::error_code(ApiKey::Produce, code);
+            metrics::counter!("osprey_produce_gaps_answered_as_refusals_total").increment(1);
+            let why = format!(
+                "producer {producer_id} sequence {first_seq} follows batches this broker refused ({}) moments ago; \
+                 send those first",
+                code.name()
+            );
+            Outcome::Failed(code, Some(why))
         }
         Err(e) => {
             let code = storage_error_code(&e);
