@@ -30,6 +30,7 @@ file for a while, then the ballast is deleted) fills one node's disk.
 import argparse
 import fcntl
 import json
+import logging
 import os
 import random
 import re
@@ -96,6 +97,10 @@ RECOVER_S = 120.0
 # bound), then closes its logs: a stop is a problem only past that, with some room.
 STOP_S = 45.0
 COMMON = {"broker.address.family": "v4", "socket.timeout.ms": 10000, "log_level": 0}
+# OSPREY_CHAOS_PRODUCER_DEBUG=eos,msg,protocol: the idempotent producers log librdkafka's
+# debug contexts to producers.log in the seed's directory (why an epoch was bumped, what
+# each ProduceResponse said). Off by default: it is large.
+PRODUCER_DEBUG = os.environ.get("OSPREY_CHAOS_PRODUCER_DEBUG", "")
 
 
 
@@ -169,6 +174,18 @@ class Workload(threading.Thread):
         self.halt.set()
 
 
+def producer_debug_log(history) -> logging.Logger:
+    """One logger for every producer of a run, writing next to its history."""
+    log = logging.getLogger(f"chaos-producers-{history.path}")
+    if not log.handlers:
+        handler = logging.FileHandler(history.path.parent / "producers.log")
+        handler.setFormatter(logging.Formatter("%(created).3f %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.DEBUG)
+        log.propagate = False
+    return log
+
+
 def where_stuck(thread: threading.Thread) -> str:
     """The innermost frames of a thread that did not stop: which client
     call it is blocked in (librdkafka's close, a poll, a commit), innermost first, each
@@ -196,8 +213,11 @@ class IdempotentProducer(Workload):
             if err.fatal():
                 fatal.append(err)
 
-        p = Producer(dict(COMMON, **{"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
-                                     "linger.ms": 5, "message.timeout.ms": 90000, "error_cb": on_error}))
+        config = dict(COMMON, **{"bootstrap.servers": self.bootstrap, "acks": "all", "enable.idempotence": True,
+                                 "linger.ms": 5, "message.timeout.ms": 90000, "error_cb": on_error})
+        if PRODUCER_DEBUG:
+            config.update({"debug": PRODUCER_DEBUG, "log_level": 7, "logger": producer_debug_log(self.history)})
+        p = Producer(config)
         return p, fatal
 
     def run(self):
