@@ -148,7 +148,7 @@ const REPLICATION_FACTOR: usize = 2;
 const REPLICA_LAG_MS: i64 = 2_000;
 /// A follower's pause between two rounds of fetches (its partitions one after the
 /// other), and a leader's between two AlterPartition requests.
-const REPLICA_FETCH_PAUSE_MS: u64 = 25;
+const REPLICA_FETCH_PAUSE_MS: u64 = 50;
 const ALTER_PARTITION_PAUSE_MS: u64 = 50;
 /// Per step, the chance that a client sends an acks=all produce, and that a broker makes
 /// part of a partition's log durable.
@@ -186,8 +186,9 @@ struct Active {
     term: u64,
     /// The applied image plus every record proposed in this period and not yet applied.
     speculative: MetadataImage,
-    /// Set when the most recent proposal has its outcome.
-    last_proposal: Option<watch::Receiver<bool>>,
+    /// The most recent proposal's outcome: `None` until it has one, then whether it
+    /// committed. A decision that writes nothing is answered once it committed.
+    last_proposal: Option<watch::Receiver<Option<bool>>>,
     next_unclean_election: Instant,
 }
 
@@ -375,7 +376,14 @@ impl Controller {
         };
         if records.is_empty() {
             let Some(answer) = answer else { return };
-            let pending = active.last_proposal.clone().filter(|done| !*done.borrow());
+            // Answered once the proposals before it committed: the decision was made on
+            // the speculative image, which holds their records. If one of them failed (a
+            // timeout does not end the period), those records may never commit, and the
+            // answer fails so that the broker asks again (found by cluster_simulation:
+            // an AlterPartition answered FENCED_LEADER_EPOCH from a fencing that never
+            // committed left the leader's ISR change in flight for good, seed 1,000,058
+            // with 4 brokers).
+            let pending = active.last_proposal.clone().filter(|done| *done.borrow() != Some(true));
             // The lease: a heartbeat answered unfenced is granted only by a controller a
             // quorum confirmed after the heartbeat came in.
             let confirm = (answer.heartbeat && self.confirm_heartbeats).then(|| self.quorum.clone());
@@ -387,7 +395,11 @@ impl Controller {
             let mut ended = self.ended_generation.subscribe();
             tokio::spawn(async move {
                 if let Some(mut done) = pending {
-                    let _ = done.wait_for(|d| *d).await;
+                    let committed = done.wait_for(|d| d.is_some()).await.is_ok_and(|d| *d == Some(true));
+                    if !committed {
+                        answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
+                        return;
+                    }
                 }
                 let confirmed = match confirm {
                     Some(quorum) => quorum.confirm_leadership(Duration::from_millis(deadline_ms)).await,
@@ -417,7 +429,7 @@ impl Controller {
             self.deactivate("a proposal was refused");
             return;
         }
-        let (done_tx, done) = watch::channel(false);
+        let (done_tx, done) = watch::channel(None);
         active.last_proposal = Some(done);
         let failures = self.failures.0.clone();
         let generation = active.generation;
@@ -444,7 +456,7 @@ impl Controller {
                 (Err(e), Some(answer)) => answer.fail(e),
                 _ => {}
             }
-            let _ = done_tx.send(true);
+            let _ = done_tx.send(Some(outcome.is_ok()));
             if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
                 let _ = failures.send(generation);
             }
