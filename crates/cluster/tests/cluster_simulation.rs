@@ -9,8 +9,9 @@
 //! does ([`Controller`]): it becomes active once it leads, has applied its log and knows
 //! the cluster id, and then resets every broker's session; it decides each request on
 //! the speculative image (applied plus proposed), proposes the records and answers once
-//! they are committed; a decision that writes nothing is answered after the proposals
-//! before it, and a heartbeat only once a quorum confirmed its leadership
+//! they are committed; a decision that writes nothing is answered once the proposals
+//! before it committed (failed if one of them failed), and a heartbeat only once a
+//! quorum confirmed its leadership
 //! (`Quorum::confirm_leadership`); its timer fences brokers whose session expired and
 //! elects leaders for offline partitions (unclean election is on for even topics, so
 //! that they get a leader back whatever happens; odd topics turn it off, and get one back
