@@ -1932,11 +1932,10 @@ impl World {
             };
             // NOT_CONTROLLER for a partition: the controller's image is older than the
             // leader's (a quorum leader cut off from the others, still active). Nothing
-            // was decided: the change stays pending and is sent again. The server's
-            // `replication/isr.rs` hands it to the replica state machine as a refusal
-            // instead, which keeps the proposal in flight for metadata that never comes:
-            // the partition's ISR stays stuck (found by this simulation, broken glue,
-            // seed 46).
+            // was decided: the change stays pending and is sent again, as the server's
+            // `replication/isr.rs` does. Handed to the replica state machine as a refusal,
+            // it kept the proposal in flight for metadata that never came, and the ISR
+            // stuck (found with the broken glue, seed 46).
             if result.error == ErrorCode::NOT_CONTROLLER {
                 continue;
             }
