@@ -1,18 +1,22 @@
-//! Seeded simulation of the whole control plane: three controller voters (openraft with
+//! Seeded simulation of the whole cluster: three controller voters (openraft with
 //! Osprey's log store and state machine, as in `quorum_simulation.rs`) and their brokers,
-//! on one simulated network and clock (Tokio's paused clock) and `SimStorage` disks.
+//! which replicate the partitions the committed metadata assigns them, on one simulated
+//! network and clock (Tokio's paused clock); the voters' disks are `SimStorage`, the
+//! brokers' partition logs `sim::replication`'s model logs.
 //!
 //! The controller's real decisions go through the real quorum. The quorum leader runs
 //! `ClusterControl` on its applied image as `crates/server/src/controller_node/active.rs`
 //! does ([`Controller`]): it becomes active once it leads, has applied its log and knows
 //! the cluster id, and then resets every broker's session; it decides each request on
 //! the speculative image (applied plus proposed), proposes the records and answers once
-//! they are committed; a decision that writes nothing is answered after the proposals
-//! before it, and a heartbeat only once a quorum confirmed its leadership
+//! they are committed; a decision that writes nothing is answered once the proposals
+//! before it committed (failed if one of them failed), and a heartbeat only once a
+//! quorum confirmed its leadership
 //! (`Quorum::confirm_leadership`); its timer fences brokers whose session expired and
-//! elects leaders for offline partitions (unclean election is on, so that every
-//! partition can get a leader back). Its own proposals also create the topics, once
-//! enough brokers are unfenced.
+//! elects leaders for offline partitions (unclean election is on for even topics, so
+//! that they get a leader back whatever happens; odd topics turn it off, and get one back
+//! through the ELR or their last known leader, KIP-966). Its own proposals also create
+//! the topics, once enough brokers are unfenced.
 //!
 //! Brokers follow the committed metadata log (`MetadataFetchRequest`s, as the quorum
 //! simulation's brokers do), and register and heartbeat as
@@ -20,12 +24,29 @@
 //! answer as active (else each in turn), keeping the lease: the send time of the last
 //! heartbeat answered unfenced plus `broker.session.timeout.ms`.
 //!
+//! Each broker replicates as the server's `Partition`, fetcher and `send_isr_changes`
+//! do: once an incarnation has caught up with its registration it opens a
+//! [`ReplicaState`] per partition it is a replica of, from the log and its checkpointed
+//! high watermark, and hands it every assignment its metadata brings (with the replicas
+//! whose brokers are fenced as ineligible). Followers fetch from the leader their
+//! metadata names, over the brokers' network (`sim::replication`: the log made durable
+//! before each fetch, truncation where the leader says the logs diverge or to its high
+//! watermark). Leaders send their ISR changes in one AlterPartition, with each member's
+//! broker epoch from its fetches, to the active controller until answered; the controller
+//! decides with `ClusterControl` and commits through the quorum like any other request.
+//! A client next to the brokers (its requests cross no network) sends acks=all produces
+//! to brokers that believe they lead; logs become durable a random part at a time, and
+//! `fsync_before_ack` counts only durable data. Not modelled: whole broker disks lost,
+//! reassignments, transactions and the coordinators, consumers, the partition log's real
+//! storage (`crates/storage` has its own crash tests) and the client's network.
+//!
 //! Faults: voters crash (losing, tearing or garbling what was not fsynced) and restart;
 //! a voter's disk starts failing its fsyncs, or fills up part way through a write, and
 //! the voter halts when its metadata log fails, as the server does, and restarts on a
 //! repaired disk with what was durable;
-//! brokers crash and restart as new incarnations; the network partitions (half the time
-//! the quorum leader alone, with some brokers), heals, delays and loses messages.
+//! brokers crash and restart as new incarnations, their logs keeping only what was
+//! durable; the network partitions (half the time the quorum leader alone, with some
+//! brokers; brokers from each other too), heals, delays and loses messages.
 //!
 //! Invariants, checked after every step:
 //!
@@ -40,7 +61,23 @@
 //! - (c) at every batch boundary of the committed sequence, every partition leader is an
 //!   active (registered, unfenced) broker in the partition's ISR;
 //! - (d) liveness: once the faults heal, every broker is registered, unfenced and holds
-//!   a lease, the topics exist, and every partition has a leader.
+//!   a lease, the topics exist, and every partition has a leader;
+//! - (e) replication: an acknowledged acks=all write is never lost: some member of the
+//!   committed ISR (or ELR) has it durably at the offset it was acknowledged at (unless
+//!   ISR and ELR are both empty); leader epochs only grow, in the committed records and
+//!   on every broker; a leader is in its ISR, its high watermark never goes back within
+//!   its leadership, and every member of its ISR (and of the committed one, while it is
+//!   the committed leader) has its records below it; an answered produce lies below its
+//!   leader's high watermark and is answered once. A partition that went through an
+//!   unclean election (of another replica than its last known leader, who keeps what it
+//!   made durable here) leaves these data checks, as Kafka gives its writes up (counted
+//!   in `Stats::unclean_elections`);
+//! - (f) replication liveness: once healed, no ISR change is pending, every replica is
+//!   back in the ISR, every leader's high watermark is its log end, every replica's log
+//!   is the leader's, and holds every acknowledged write at its offset.
+//!
+//! Over the seeds, writes must have been acknowledged, ISRs shrunk and grown and leaders
+//! changed, or the replication checks checked little.
 //!
 //! `a_broken_controller_that_grants_leases_unconfirmed_is_caught` runs a controller that
 //! answers heartbeats without confirming its leadership (the defect active.rs fixed), and
@@ -55,14 +92,20 @@
 
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerHeartbeatReply, BrokerRegistrationInput, ClusterControl, ClusterControlConfig,
+    UNCLEAN_LEADER_ELECTION_ENABLE,
 };
 use osprey_cluster::image::{MetadataImage, MetadataRecord, NO_LEADER};
 use osprey_cluster::quorum::{
     AppliedEvent, MetadataFetchContent, MetadataFetchRequest, MetadataFetchResponse, ProposeError, Quorum, ReplicaKey,
 };
+use osprey_cluster::replica::fetch::FollowerFetch;
+use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, Output, ReplicaConfig, ReplicaState};
+use osprey_cluster::{
+    AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic, AlterPartitionTopicResult, PartitionImage,
+};
 use osprey_protocol::{ErrorCode, Uuid};
 use osprey_storage::fs::{CrashMode, SimStorage};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
@@ -74,6 +117,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 mod sim;
+use sim::replication::{self, Disk, FetchAnswer, FetchApplied};
 use sim::{directory_id, Rng, Route, SimNetwork, SimTransport, METADATA_DIR};
 
 const VOTERS: usize = 3;
@@ -101,6 +145,16 @@ const BROKER_ID_BASE: i32 = 100;
 const TOPICS: u8 = 2;
 const PARTITIONS: usize = 3;
 const REPLICATION_FACTOR: usize = 2;
+/// `replica.lag.time.max.ms`, short as the session timeout is.
+const REPLICA_LAG_MS: i64 = 2_000;
+/// A follower's pause between two rounds of fetches (its partitions one after the
+/// other), and a leader's between two AlterPartition requests.
+const REPLICA_FETCH_PAUSE_MS: u64 = 50;
+const ALTER_PARTITION_PAUSE_MS: u64 = 50;
+/// Per step, the chance that a client sends an acks=all produce, and that a broker makes
+/// part of a partition's log durable.
+const PRODUCE_PER_MILLE: u64 = 600;
+const FSYNC_PER_MILLE: u64 = 300;
 
 // ---------------------------------------------------------------------------------------
 // The active controller glue, as controller_node/active.rs.
@@ -110,6 +164,7 @@ const REPLICATION_FACTOR: usize = 2;
 enum Request {
     Register(BrokerRegistrationInput),
     Heartbeat(BrokerHeartbeatInput),
+    AlterPartition(AlterPartitionInput),
 }
 
 /// A controller's answer.
@@ -117,6 +172,7 @@ enum Request {
 enum Answer {
     Registered(i64),
     Heartbeat(BrokerHeartbeatReply),
+    AlterPartition(Vec<AlterPartitionTopicResult>),
     Failed(ErrorCode),
 }
 
@@ -131,8 +187,9 @@ struct Active {
     term: u64,
     /// The applied image plus every record proposed in this period and not yet applied.
     speculative: MetadataImage,
-    /// Set when the most recent proposal has its outcome.
-    last_proposal: Option<watch::Receiver<bool>>,
+    /// The most recent proposal's outcome: `None` until it has one, then whether it
+    /// committed. A decision that writes nothing is answered once it committed.
+    last_proposal: Option<watch::Receiver<Option<bool>>>,
     next_unclean_election: Instant,
 }
 
@@ -290,6 +347,9 @@ impl Controller {
             Request::Heartbeat(input) => {
                 self.cluster.broker_heartbeat(image, input, now_ms).map(|r| (r.records, Answer::Heartbeat(r.response)))
             }
+            Request::AlterPartition(input) => {
+                self.cluster.alter_partition(image, input).map(|r| (r.records, Answer::AlterPartition(r.response)))
+            }
         };
         let (records, ok) = match decided {
             Ok(decided) => decided,
@@ -317,7 +377,14 @@ impl Controller {
         };
         if records.is_empty() {
             let Some(answer) = answer else { return };
-            let pending = active.last_proposal.clone().filter(|done| !*done.borrow());
+            // Answered once the proposals before it committed: the decision was made on
+            // the speculative image, which holds their records. If one of them failed (a
+            // timeout does not end the period), those records may never commit, and the
+            // answer fails so that the broker asks again (found by cluster_simulation:
+            // an AlterPartition answered FENCED_LEADER_EPOCH from a fencing that never
+            // committed left the leader's ISR change in flight for good, seed 1,000,058
+            // with 4 brokers).
+            let pending = active.last_proposal.clone().filter(|done| *done.borrow() != Some(true));
             // The lease: a heartbeat answered unfenced is granted only by a controller a
             // quorum confirmed after the heartbeat came in.
             let confirm = (answer.heartbeat && self.confirm_heartbeats).then(|| self.quorum.clone());
@@ -329,7 +396,11 @@ impl Controller {
             let mut ended = self.ended_generation.subscribe();
             tokio::spawn(async move {
                 if let Some(mut done) = pending {
-                    let _ = done.wait_for(|d| *d).await;
+                    let committed = done.wait_for(|d| d.is_some()).await.is_ok_and(|d| *d == Some(true));
+                    if !committed {
+                        answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
+                        return;
+                    }
                 }
                 let confirmed = match confirm {
                     Some(quorum) => quorum.confirm_leadership(Duration::from_millis(deadline_ms)).await,
@@ -359,7 +430,7 @@ impl Controller {
             self.deactivate("a proposal was refused");
             return;
         }
-        let (done_tx, done) = watch::channel(false);
+        let (done_tx, done) = watch::channel(None);
         active.last_proposal = Some(done);
         let failures = self.failures.0.clone();
         let generation = active.generation;
@@ -386,7 +457,7 @@ impl Controller {
                 (Err(e), Some(answer)) => answer.fail(e),
                 _ => {}
             }
-            let _ = done_tx.send(true);
+            let _ = done_tx.send(Some(outcome.is_ok()));
             if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
                 let _ = failures.send(generation);
             }
@@ -422,7 +493,8 @@ impl Controller {
     }
 
     /// The topics an operator creates: once enough brokers are unfenced, each topic's
-    /// partitions placed over them in turn, led by the first (all in the ISR).
+    /// partitions placed over them in turn, led by the first (all in the ISR). Odd
+    /// topics turn unclean leader election off, so that their data is checked throughout.
     fn create_topics(&mut self) {
         let Some(active) = &mut self.active else { return };
         let unfenced: Vec<i32> = active.speculative.brokers().filter(|b| b.is_active()).map(|b| b.id).collect();
@@ -434,11 +506,13 @@ impl Controller {
         let replicas = (0..PARTITIONS)
             .map(|p| (0..REPLICATION_FACTOR).map(|r| unfenced[(p + r + t as usize) % unfenced.len()]).collect())
             .collect();
+        let clean = t % 2 == 1;
+        let configs = clean.then(|| (UNCLEAN_LEADER_ELECTION_ENABLE.to_string(), "false".to_string()));
         let record = MetadataRecord::CreateTopic {
             name: format!("t{t}"),
             id: [t + 1; 16],
             replicas,
-            configs: BTreeMap::new(),
+            configs: configs.into_iter().collect(),
             isrs: None,
         };
         active.speculative.apply(&record);
@@ -482,6 +556,39 @@ struct Broker {
     epoch: Option<i64>,
     fenced: bool,
     lease_until: Option<Instant>,
+    /// The partitions this broker hosts: their logs outlive the incarnation, their replica
+    /// state machines do not.
+    hosted: BTreeMap<PartitionKey, Hosted>,
+    /// ISR changes not answered yet, newest per partition (the server's
+    /// `send_isr_changes`).
+    isr_changes: BTreeMap<PartitionKey, IsrChange>,
+    /// Followers' broker epochs, from their fetches (AlterPartition v3, KIP-903).
+    follower_epochs: BTreeMap<i32, i64>,
+}
+
+/// A partition: its topic id and index.
+type PartitionKey = (Uuid, i32);
+
+/// One partition on one broker: the log, and the replica state machine once the
+/// incarnation opened it.
+#[derive(Default)]
+struct Hosted {
+    disk: Disk,
+    replica: Option<ReplicaState>,
+}
+
+/// A client's acks=all produce, waiting for its answer.
+struct Produce {
+    partition: PartitionKey,
+    first_offset: i64,
+    write_ids: Vec<u64>,
+}
+
+/// A write acknowledged to its client.
+struct Acked {
+    partition: PartitionKey,
+    offset: i64,
+    write_id: u64,
 }
 
 struct World {
@@ -502,8 +609,26 @@ struct World {
     /// Registrations answered to brokers: (broker id, epoch, incarnation id). The epoch is
     /// the offset of the registration record, which must be in the committed sequence.
     acked_registrations: Vec<(i32, i64, [u8; 16])>,
+    /// Produces waiting for their answers, by (broker id, incarnation, request id).
+    produces: BTreeMap<(i32, u64, u64), Produce>,
+    next_request: u64,
+    next_write_id: u64,
+    acked: Vec<Acked>,
+    /// Partitions that went through an unclean election (a leader outside the ISR and
+    /// ELR, other than the last known leader): the data checks leave them, as Kafka gives
+    /// up acknowledged writes there.
+    unclean: BTreeSet<PartitionKey>,
+    /// The largest leader epoch each broker's replica state machine had, per partition.
+    replica_epochs: BTreeMap<(i32, PartitionKey), i32>,
+    /// Each leading replica state machine's high watermark, by (broker, incarnation,
+    /// partition, leader epoch).
+    leader_high_watermarks: BTreeMap<(i32, u64, PartitionKey, i32), i64>,
+    /// What the brokers' tasks found wrong, for the next check to report.
+    violations: Vec<String>,
     stats: Stats,
     trace: Vec<String>,
+    trace_to_stderr: bool,
+    seed: u64,
 }
 
 /// What a seed did, to tell that the faults reached the paths the invariants are about.
@@ -518,6 +643,39 @@ struct Stats {
     activations: usize,
     /// Voters halted because their metadata log failed (a failing fsync or a full disk).
     disk_halts: usize,
+    /// Writes acknowledged to acks=all clients.
+    acked_writes: usize,
+    /// Committed partition changes that shrank or grew an ISR, or moved a leadership to
+    /// another broker.
+    isr_shrinks: usize,
+    isr_expansions: usize,
+    leader_changes: usize,
+    /// Partitions that went through an unclean election (their data is not checked since).
+    unclean_elections: usize,
+    /// Elections of the last known leader, with neither ISR nor ELR left (still checked).
+    last_known_leader_elections: usize,
+    /// Followers that truncated where the leader said their logs diverge.
+    diverging_truncations: usize,
+    /// ISR changes the controller refused.
+    refused_isr_changes: usize,
+}
+
+impl Stats {
+    fn add(&mut self, other: &Stats) {
+        self.leases_granted += other.leases_granted;
+        self.lease_checks += other.lease_checks;
+        self.fencings += other.fencings;
+        self.activations += other.activations;
+        self.disk_halts += other.disk_halts;
+        self.acked_writes += other.acked_writes;
+        self.isr_shrinks += other.isr_shrinks;
+        self.isr_expansions += other.isr_expansions;
+        self.leader_changes += other.leader_changes;
+        self.unclean_elections += other.unclean_elections;
+        self.last_known_leader_elections += other.last_known_leader_elections;
+        self.diverging_truncations += other.diverging_truncations;
+        self.refused_isr_changes += other.refused_isr_changes;
+    }
 }
 
 #[derive(Clone)]
@@ -525,7 +683,6 @@ struct Sim {
     world: Arc<Mutex<World>>,
     seed: u64,
     broken_glue: bool,
-    trace_to_stderr: bool,
     /// When the seed started, on the simulated clock (for the trace).
     started: Instant,
 }
@@ -598,6 +755,9 @@ impl Sim {
                 epoch: None,
                 fenced: true,
                 lease_until: None,
+                hosted: BTreeMap::new(),
+                isr_changes: BTreeMap::new(),
+                follower_epochs: BTreeMap::new(),
             })
             .collect();
         let mut images = BTreeMap::new();
@@ -616,11 +776,26 @@ impl Sim {
             images,
             committing_cluster_id: false,
             acked_registrations: Vec::new(),
+            produces: BTreeMap::new(),
+            next_request: 0,
+            next_write_id: 0,
+            acked: Vec::new(),
+            unclean: BTreeSet::new(),
+            replica_epochs: BTreeMap::new(),
+            leader_high_watermarks: BTreeMap::new(),
+            violations: Vec::new(),
             stats: Stats::default(),
             trace: Vec::new(),
+            trace_to_stderr: std::env::var("SIM_TRACE").is_ok(),
+            seed,
         };
-        let trace_to_stderr = std::env::var("SIM_TRACE").is_ok();
-        Sim { world: Arc::new(Mutex::new(world)), seed, broken_glue, trace_to_stderr, started: Instant::now() }
+        Sim { world: Arc::new(Mutex::new(world)), seed, broken_glue, started: Instant::now() }
+    }
+
+    /// Milliseconds since the seed started, on the simulated clock: the replica state
+    /// machines' `now`.
+    fn now_ms(&self) -> i64 {
+        self.started.elapsed().as_millis() as i64
     }
 
     fn lock(&self) -> MutexGuard<'_, World> {
@@ -628,11 +803,8 @@ impl Sim {
     }
 
     fn note(&self, what: String) {
-        let mut w = self.lock();
-        if self.trace_to_stderr {
-            eprintln!("seed {} {:>7} ms: {what}", self.seed, self.started.elapsed().as_millis());
-        }
-        w.trace.push(what);
+        let now_ms = self.now_ms();
+        self.lock().note(now_ms, what);
     }
 
     async fn start_voter(&self, i: usize) {
@@ -722,13 +894,16 @@ impl Sim {
             broker.tasks = vec![
                 tokio::spawn(self.clone().follow(b, incarnation)),
                 tokio::spawn(self.clone().lifecycle(b, incarnation)),
+                tokio::spawn(self.clone().replicate(b, incarnation)),
+                tokio::spawn(self.clone().send_isr_changes(b, incarnation)),
             ];
             broker.node_id
         };
         self.note(format!("start broker {node_id}"));
     }
 
-    /// Broker `b` stops at once: its image, registration and lease are gone with it.
+    /// Broker `b` stops at once: its image, registration, lease, replica state machines
+    /// and unanswered produces are gone with it, and its logs keep what was durable.
     fn crash_broker(&self, b: usize) {
         let node_id = {
             let mut w = self.lock();
@@ -739,9 +914,17 @@ impl Sim {
             for task in broker.tasks.drain(..) {
                 task.abort();
             }
+            let (node_id, incarnation) = (broker.node_id, broker.incarnation);
             broker.incarnation += 1;
             broker.lease_until = None;
-            broker.node_id
+            for hosted in broker.hosted.values_mut() {
+                hosted.disk.crash();
+                hosted.replica = None;
+            }
+            broker.isr_changes.clear();
+            broker.follower_epochs.clear();
+            w.produces.retain(|&(id, n, _), _| (id, n) != (node_id, incarnation));
+            node_id
         };
         self.note(format!("crash broker {node_id}"));
     }
@@ -786,6 +969,7 @@ impl Sim {
     }
 
     fn apply_fetched(&self, b: usize, incarnation: u64, fetched: Option<MetadataFetchResponse>) -> bool {
+        let now_ms = self.now_ms();
         let mut w = self.lock();
         let broker = &mut w.brokers[b];
         if broker.incarnation != incarnation {
@@ -796,11 +980,13 @@ impl Sim {
             return false;
         };
         broker.controller = response.leader.as_ref().map(|l| voter_index(l.node_id)).filter(|i| *i < VOTERS);
-        match &response.content {
-            MetadataFetchContent::NotReady { .. } => false,
-            MetadataFetchContent::Records { records, .. } if records.is_empty() => true,
+        let applied = match &response.content {
+            MetadataFetchContent::NotReady { .. } => return false,
+            MetadataFetchContent::Records { records, .. } if records.is_empty() => return true,
             _ => response.content.apply_to(&mut broker.image).is_ok(),
-        }
+        };
+        w.apply_partition_metadata(b, now_ms);
+        applied
     }
 
     /// Broker `b`'s registration and heartbeats (lifecycle.rs's `run_lifecycle`).
@@ -840,11 +1026,13 @@ impl Sim {
                 tokio::time::sleep(Duration::from_millis(HEARTBEAT_INTERVAL_MS.min(500))).await;
             };
             {
+                let now_ms = self.now_ms();
                 let mut w = self.lock();
                 let broker = &mut w.brokers[b];
                 broker.epoch = Some(epoch);
                 broker.fenced = true;
                 w.acked_registrations.push((node_id, epoch, incarnation_id.0));
+                w.apply_partition_metadata(b, now_ms);
             }
             self.note(format!("broker {node_id} registered at epoch {epoch}"));
             self.heartbeat_until_stale(b, epoch).await;
@@ -1158,6 +1346,7 @@ impl Sim {
             w.check_broker_prefix(b, seed);
             w.check_lease(b, now, seed);
         }
+        w.check_replication(seed);
     }
 
     /// (d): every broker registered, unfenced and holding a lease, the topics created and
@@ -1187,7 +1376,7 @@ impl Sim {
                 return Err(format!("{}-{} has no leader", t.name, p.index));
             }
         }
-        Ok(())
+        w.replication_converged()
     }
 
     fn describe(&self) -> String {
@@ -1217,6 +1406,25 @@ impl Sim {
                 b.fenced,
                 b.lease_until.map(|l| l.saturating_duration_since(Instant::now()))
             ));
+            for (key, h) in &b.hosted {
+                let state =
+                    h.replica.as_ref().map(|r| (r.role(), r.leader_epoch(), r.isr().to_vec(), r.high_watermark()));
+                out.push(format!(
+                    "  {key:?}: end {} durable {} state {state:?} ISR change {:?}",
+                    h.disk.end(),
+                    h.disk.durable,
+                    b.isr_changes.get(key)
+                ));
+            }
+        }
+        let (_, latest) = w.images.last_key_value().expect("the empty image");
+        for t in latest.topics() {
+            for p in &t.partitions {
+                out.push(format!(
+                    "{}-{}: leader {} epoch {} partition epoch {} ISR {:?} ELR {:?} replicas {:?}",
+                    t.name, p.index, p.leader, p.leader_epoch, p.partition_epoch, p.isr, p.elr, p.replicas
+                ));
+            }
         }
         out.join("\n")
     }
@@ -1257,7 +1465,7 @@ impl World {
     /// (a) and (c): what voter `i` applied since the last call is the common sequence,
     /// and at the end of every batch its leaders are active brokers in their ISR.
     fn take_applied(&mut self, i: usize, seed: u64) {
-        let World { voters, applied_at, records, images, stats, .. } = self;
+        let World { voters, applied_at, records, images, stats, unclean, .. } = self;
         let v = &mut voters[i];
         let who = format!("voter {}", v.node_id);
         let Some(events) = v.events.as_mut() else { return };
@@ -1282,6 +1490,7 @@ impl World {
                         if fresh {
                             stats.fencings +=
                                 after.brokers().filter(|b| b.fenced && !fenced_before.contains(&b.id)).count();
+                            note_partition_change(&images[&v.record_offset], &after, record, stats, unclean, seed);
                         }
                         v.record_offset += 1;
                         image_reached(images, &after, seed, &who);
@@ -1378,6 +1587,557 @@ fn image_reached(images: &mut BTreeMap<u64, MetadataImage>, image: &MetadataImag
     assert!(seen == image, "seed {seed}: {who}'s image at offset {} is not the one others had there", image.applied);
 }
 
+// ---------------------------------------------------------------------------------------
+// Partition replication on the brokers (the server's `Partition`, fetcher and
+// `send_isr_changes`, over `sim::replication`'s model logs).
+
+impl Sim {
+    /// Broker `b`'s fetcher: round after round, one fetch for each partition it follows,
+    /// to the leader its metadata names, over the brokers' network.
+    async fn replicate(self, b: usize, incarnation: u64) {
+        loop {
+            let followed: Vec<(PartitionKey, i32)> = {
+                let w = self.lock();
+                let broker = &w.brokers[b];
+                let follows = |(key, hosted): (&PartitionKey, &Hosted)| {
+                    hosted.replica.as_ref().filter(|r| !r.is_leader())?;
+                    let p = broker.image.partition(key.0, key.1)?;
+                    (p.leader != NO_LEADER && p.leader != broker.node_id).then_some((*key, p.leader))
+                };
+                broker.hosted.iter().filter_map(follows).collect()
+            };
+            for (key, leader) in followed {
+                self.fetch_partition(b, incarnation, key, leader).await;
+            }
+            tokio::time::sleep(Duration::from_millis(REPLICA_FETCH_PAUSE_MS)).await;
+        }
+    }
+
+    /// One follower fetch of partition `key` from broker `leader`, and its answer.
+    async fn fetch_partition(&self, b: usize, incarnation: u64, key: PartitionKey, leader: i32) {
+        let l = broker_index(leader);
+        let (fetch, broker_epoch, route) = {
+            let now_ms = self.now_ms();
+            let mut w = self.lock();
+            let broker = &mut w.brokers[b];
+            let Some(leader_epoch) = broker.image.partition(key.0, key.1).map(|p| p.leader_epoch) else { return };
+            let (id, broker_epoch) = (broker.node_id, broker.epoch.unwrap_or(-1));
+            let Some(hosted) = broker.hosted.get_mut(&key) else { return };
+            let Some(replica) = hosted.replica.as_mut().filter(|r| !r.is_leader()) else { return };
+            let fetch = replication::follower_fetch(replica, &mut hosted.disk, id, leader_epoch, now_ms);
+            w.carry_out(b, key);
+            (fetch, broker_epoch, w.route_between_brokers(b, l))
+        };
+        let (delay, leader_incarnation) = match route {
+            Route::Deliver { delay, incarnation, .. } => (delay, incarnation),
+            Route::Lost { delay } => return tokio::time::sleep(Duration::from_millis(delay)).await,
+            Route::Unreachable => return tokio::time::sleep(Duration::from_millis(1)).await,
+        };
+        tokio::time::sleep(Duration::from_millis(delay)).await;
+        let (answer, back) = {
+            let now_ms = self.now_ms();
+            let mut w = self.lock();
+            if !w.brokers_connected(b, l, leader_incarnation) {
+                return;
+            }
+            let answer = w.answer_fetch(l, key, &fetch, broker_epoch, now_ms);
+            let max_delay_ms = w.max_delay_ms;
+            let back = w.rng.below(max_delay_ms + 1);
+            (answer, back)
+        };
+        // The answer crosses back: either broker may have crashed or been cut off.
+        tokio::time::sleep(Duration::from_millis(back)).await;
+        let now_ms = self.now_ms();
+        let mut w = self.lock();
+        if w.brokers[b].incarnation == incarnation && w.brokers_connected(b, l, leader_incarnation) {
+            w.apply_fetch_answer(b, key, answer, now_ms);
+        }
+    }
+
+    /// Broker `b`'s ISR changes, sent to the controller until answered (newest per
+    /// partition, all in one AlterPartition).
+    async fn send_isr_changes(self, b: usize, incarnation: u64) {
+        loop {
+            tokio::time::sleep(Duration::from_millis(ALTER_PARTITION_PAUSE_MS)).await;
+            let Some((input, sent)) = self.lock().alter_partition_request(b) else { continue };
+            let deadline = Instant::now() + Duration::from_millis(REQUEST_TIMEOUT_MS);
+            let answer = self.send_to_controller(b, Request::AlterPartition(input), deadline).await;
+            let now_ms = self.now_ms();
+            let mut w = self.lock();
+            if w.brokers[b].incarnation != incarnation {
+                return;
+            }
+            w.alter_partition_answered(b, sent, answer, now_ms);
+        }
+    }
+
+    /// What happens on the brokers between two steps besides fetching: clients produce
+    /// (while `produce`), logs become durable, and the replica state machines' timers run
+    /// (lagging followers leave the ISR).
+    fn replication_step(&self, produce: bool) {
+        let now_ms = self.now_ms();
+        let mut w = self.lock();
+        if produce && w.rng.chance(PRODUCE_PER_MILLE) {
+            w.client_produce(now_ms);
+        }
+        for b in 0..w.brokers.len() {
+            if w.brokers[b].tasks.is_empty() {
+                continue;
+            }
+            let keys: Vec<PartitionKey> = w.brokers[b].hosted.keys().copied().collect();
+            for key in keys {
+                let sync = w.rng.chance(FSYNC_PER_MILLE);
+                let World { brokers, rng, .. } = &mut *w;
+                let hosted = brokers[b].hosted.get_mut(&key).expect("hosted");
+                let unsynced = hosted.disk.end() - hosted.disk.durable;
+                if sync && unsynced > 0 {
+                    let to = hosted.disk.durable + 1 + rng.below(unsynced as u64) as i64;
+                    hosted.disk.make_durable(to, hosted.replica.as_mut(), now_ms);
+                }
+                if let Some(replica) = hosted.replica.as_mut() {
+                    replica.tick(now_ms);
+                }
+                w.carry_out(b, key);
+            }
+        }
+    }
+}
+
+fn broker_index(node_id: i32) -> usize {
+    (node_id - BROKER_ID_BASE - 1) as usize
+}
+
+impl World {
+    fn note(&mut self, now_ms: i64, what: String) {
+        if self.trace_to_stderr {
+            eprintln!("seed {} {now_ms:>7} ms: {what}", self.seed);
+        }
+        self.trace.push(what);
+    }
+
+    fn replica_mut(&mut self, b: usize, key: PartitionKey) -> Option<&mut ReplicaState> {
+        self.brokers[b].hosted.get_mut(&key).and_then(|h| h.replica.as_mut())
+    }
+
+    fn route_between_brokers(&mut self, from: usize, to: usize) -> Route<()> {
+        if to >= self.brokers.len() || !self.brokers_connected(from, to, self.brokers[to].incarnation) {
+            return Route::Unreachable;
+        }
+        let delay = self.rng.below(self.max_delay_ms + 1);
+        if self.rng.chance(self.drop_per_mille) {
+            return Route::Lost { delay };
+        }
+        Route::Deliver { to: (), delay, incarnation: self.brokers[to].incarnation }
+    }
+
+    fn brokers_connected(&self, a: usize, b: usize, b_incarnation: u64) -> bool {
+        let (x, y) = (&self.brokers[a], &self.brokers[b]);
+        y.incarnation == b_incarnation
+            && !x.tasks.is_empty()
+            && !y.tasks.is_empty()
+            && self.broker_groups[a] == self.broker_groups[b]
+    }
+
+    /// Broker `b` hands its metadata to its partitions (the server's
+    /// `Partition::apply_assignment`), once this incarnation caught up with its own
+    /// registration: only then does it open them, from each log and its checkpointed
+    /// high watermark.
+    fn apply_partition_metadata(&mut self, b: usize, now_ms: i64) {
+        let broker = &self.brokers[b];
+        let id = broker.node_id;
+        let registration = broker.epoch.and_then(|e| broker.image.broker(id).filter(|r| r.epoch == e));
+        if registration.is_none_or(|r| broker.image.applied <= r.register_offset) {
+            return;
+        }
+        // Replicas whose brokers are fenced or gone may not join the ISR, and the high
+        // watermark does not wait for them (Kafka's `isReplicaIsrEligible`).
+        let image = &broker.image;
+        let ineligible = |p: &PartitionImage| -> Vec<i32> {
+            p.replicas.iter().copied().filter(|&r| !image.broker(r).is_some_and(|b| b.is_active())).collect()
+        };
+        let assignments: Vec<(PartitionKey, Assignment, Vec<i32>)> = image
+            .topics()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .filter(|p| p.replicas.contains(&id))
+                    .map(|p| ((t.id, p.index), p.into(), ineligible(p)))
+            })
+            .collect();
+        let config = ReplicaConfig {
+            local_id: id,
+            replica_lag_time_max_ms: REPLICA_LAG_MS,
+            min_insync_replicas: 1,
+            fsync_before_ack: true,
+        };
+        for (key, assignment, ineligible) in assignments {
+            let hosted = self.brokers[b].hosted.entry(key).or_default();
+            let led = replication::apply_assignment(&mut hosted.replica, &mut hosted.disk, config, assignment, now_ms);
+            hosted.replica.as_mut().expect("open").set_ineligible_replicas(ineligible, now_ms);
+            if let Some(epoch) = led {
+                let end = hosted.disk.end();
+                self.note(now_ms, format!("broker {id} leads {key:?} in epoch {epoch} from offset {end}"));
+            }
+            self.carry_out(b, key);
+        }
+    }
+
+    /// The replica state machine's outputs: ISR changes to send, answers to clients.
+    fn carry_out(&mut self, b: usize, key: PartitionKey) {
+        while let Some(output) = self.replica_mut(b, key).and_then(ReplicaState::poll_output) {
+            match output {
+                Output::HighWatermark(_) => {}
+                Output::AlterPartition(change) => {
+                    self.brokers[b].isr_changes.insert(key, change);
+                }
+                Output::Completed { request_id, result } => self.produce_completed(b, key, request_id, result),
+            }
+        }
+    }
+
+    /// A produce answered. Found wrong, it is a violation for `check` to report: this
+    /// runs in the brokers' tasks, whose panics Tokio would keep to itself.
+    fn produce_completed(&mut self, b: usize, key: PartitionKey, request_id: u64, result: Result<(), ErrorCode>) {
+        let broker = &self.brokers[b];
+        let Some(produce) = self.produces.remove(&(broker.node_id, broker.incarnation, request_id)) else {
+            let violation = format!("broker {} answered request {request_id} twice", broker.node_id);
+            self.violations.push(violation);
+            return;
+        };
+        if result.is_err() {
+            return;
+        }
+        let hw = broker.hosted[&key].replica.as_ref().map_or(-1, ReplicaState::high_watermark);
+        let end = produce.first_offset + produce.write_ids.len() as i64;
+        if produce.partition != key || end > hw {
+            let violation =
+                format!("request {request_id} acknowledged up to {end} of {key:?}, above the high watermark {hw}");
+            self.violations.push(violation);
+        }
+        self.stats.acked_writes += produce.write_ids.len();
+        for (offset, &write_id) in (produce.first_offset..).zip(&produce.write_ids) {
+            self.acked.push(Acked { partition: key, offset, write_id });
+        }
+    }
+
+    /// A client sends an acks=all produce of a few writes to a broker that believes it
+    /// leads the partition (its metadata may be stale). Clients sit next to the brokers:
+    /// their requests and answers cross no network.
+    fn client_produce(&mut self, now_ms: i64) {
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        let partitions: Vec<PartitionKey> =
+            latest.topics().flat_map(|t| t.partitions.iter().map(|p| (t.id, p.index))).collect();
+        if partitions.is_empty() {
+            return;
+        }
+        let key = partitions[self.rng.below(partitions.len() as u64) as usize];
+        let leaders: Vec<usize> = (0..self.brokers.len())
+            .filter(|&b| !self.brokers[b].tasks.is_empty())
+            .filter(|&b| {
+                self.brokers[b].hosted.get(&key).and_then(|h| h.replica.as_ref()).is_some_and(ReplicaState::is_leader)
+            })
+            .collect();
+        if leaders.is_empty() {
+            return;
+        }
+        let b = leaders[self.rng.below(leaders.len() as u64) as usize];
+        let count = 1 + self.rng.below(3);
+        let write_ids: Vec<u64> = (self.next_write_id..self.next_write_id + count).collect();
+        let request_id = self.next_request;
+        let broker = &mut self.brokers[b];
+        let (id, incarnation) = (broker.node_id, broker.incarnation);
+        let hosted = broker.hosted.get_mut(&key).expect("a leader hosts it");
+        let replica = hosted.replica.as_mut().expect("a leader");
+        if replica.check_append(AckLevel::All).is_err() {
+            return;
+        }
+        self.next_write_id += count;
+        self.next_request += 1;
+        let first_offset = replication::append_writes(replica, &mut hosted.disk, &write_ids, request_id, now_ms);
+        self.produces.insert((id, incarnation, request_id), Produce { partition: key, first_offset, write_ids });
+        self.carry_out(b, key);
+    }
+
+    /// The leader's Fetch handler for a follower.
+    fn answer_fetch(
+        &mut self,
+        l: usize,
+        key: PartitionKey,
+        fetch: &FollowerFetch,
+        broker_epoch: i64,
+        now_ms: i64,
+    ) -> FetchAnswer {
+        let World { brokers, rng, .. } = self;
+        let leader = &mut brokers[l];
+        let Some(hosted) = leader.hosted.get_mut(&key).filter(|h| h.replica.is_some()) else {
+            return FetchAnswer::Failed { error: ErrorCode::NOT_LEADER_OR_FOLLOWER, high_watermark: -1 };
+        };
+        let replica = hosted.replica.as_mut().expect("open");
+        let answer = replication::answer_fetch(replica, &hosted.disk, fetch, || 1 + rng.below(8) as usize, now_ms);
+        if broker_epoch >= 0 {
+            leader.follower_epochs.insert(fetch.replica_id, broker_epoch);
+        }
+        self.carry_out(l, key);
+        answer
+    }
+
+    fn apply_fetch_answer(&mut self, b: usize, key: PartitionKey, answer: FetchAnswer, now_ms: i64) {
+        let Some(hosted) = self.brokers[b].hosted.get_mut(&key) else { return };
+        let Some(replica) = hosted.replica.as_mut().filter(|r| !r.is_leader()) else { return };
+        if let FetchApplied::TruncatedDiverging(_) =
+            replication::apply_fetch_answer(replica, &mut hosted.disk, answer, now_ms)
+        {
+            self.stats.diverging_truncations += 1;
+        }
+        self.carry_out(b, key);
+    }
+
+    /// Broker `b`'s pending ISR changes as one AlterPartition, each member with its broker
+    /// epoch as its fetches named it (-1: not known here), and what was sent.
+    fn alter_partition_request(&self, b: usize) -> Option<(AlterPartitionInput, Vec<(PartitionKey, IsrChange)>)> {
+        let broker = &self.brokers[b];
+        let epoch = broker.epoch.filter(|_| !broker.isr_changes.is_empty())?;
+        let id = broker.node_id;
+        let member_epoch = |m: i32| if m == id { epoch } else { broker.follower_epochs.get(&m).copied().unwrap_or(-1) };
+        let mut topics: BTreeMap<Uuid, Vec<AlterPartitionItem>> = BTreeMap::new();
+        for (key, change) in &broker.isr_changes {
+            topics.entry(key.0).or_default().push(AlterPartitionItem {
+                partition_index: key.1,
+                leader_epoch: change.leader_epoch,
+                new_isr: change.new_isr.iter().map(|&m| (m, member_epoch(m))).collect(),
+                leader_recovery_state: 0,
+                partition_epoch: change.partition_epoch,
+            });
+        }
+        let topics = topics.into_iter().map(|(topic_id, partitions)| AlterPartitionTopic { topic_id, partitions });
+        let input = AlterPartitionInput { broker_id: id, broker_epoch: epoch, topics: topics.collect() };
+        Some((input, broker.isr_changes.iter().map(|(k, c)| (*k, c.clone())).collect()))
+    }
+
+    /// The controller's answer to the ISR changes sent (the server's `apply_answer`).
+    /// Without an answer, or refused as a whole (STALE_BROKER_EPOCH, NOT_CONTROLLER),
+    /// they are sent again.
+    fn alter_partition_answered(
+        &mut self,
+        b: usize,
+        sent: Vec<(PartitionKey, IsrChange)>,
+        answer: Option<Answer>,
+        now_ms: i64,
+    ) {
+        let Some(Answer::AlterPartition(topics)) = answer else { return };
+        for (key, change) in sent {
+            let topic = topics.iter().find(|t| t.topic_id == key.0);
+            let Some(result) = topic.and_then(|t| t.partitions.iter().find(|p| p.partition_index == key.1)) else {
+                continue;
+            };
+            // NOT_CONTROLLER for a partition: the controller's image is older than the
+            // leader's (a quorum leader cut off from the others, still active). Nothing
+            // was decided: the change stays pending and is sent again, as the server's
+            // `replication/isr.rs` does. Handed to the replica state machine as a refusal,
+            // it kept the proposal in flight for metadata that never came, and the ISR
+            // stuck (found with the broken glue, seed 46).
+            if result.error == ErrorCode::NOT_CONTROLLER {
+                continue;
+            }
+            let broker = &mut self.brokers[b];
+            if broker.isr_changes.get(&key) == Some(&change) {
+                broker.isr_changes.remove(&key);
+            }
+            let replicas = broker.image.partition(key.0, key.1).map(|p| p.replicas.clone());
+            let Some(replica) = broker.hosted.get_mut(&key).and_then(|h| h.replica.as_mut()) else { continue };
+            if result.error == ErrorCode::NONE {
+                let Some(replicas) = replicas else { continue };
+                let assignment = Assignment {
+                    leader: result.leader_id,
+                    leader_epoch: result.leader_epoch,
+                    partition_epoch: result.partition_epoch,
+                    replicas,
+                    isr: result.isr.clone(),
+                };
+                replica.isr_change_accepted(assignment, now_ms);
+            } else {
+                replica.isr_change_refused(&change, result.error, now_ms);
+                self.stats.refused_isr_changes += 1;
+                let id = broker.node_id;
+                let refused = format!("controller refuses {change:?} of {key:?} from {id}: {}", result.error.name());
+                self.note(now_ms, refused);
+            }
+            self.carry_out(b, key);
+        }
+    }
+
+    // ----- the replication invariants --------------------------------------------------
+
+    /// Leader epochs only grow on every broker; a leader is in its ISR, its high
+    /// watermark never goes back within its leadership, and every ISR member's log
+    /// agrees with its log below it; no acknowledged write is lost.
+    fn check_replication(&mut self, seed: u64) {
+        assert!(self.violations.is_empty(), "seed {seed}: {}", self.violations.join("; "));
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        let empty = Disk::default();
+        for broker in self.brokers.iter().filter(|b| !b.tasks.is_empty()) {
+            let id = broker.node_id;
+            for (&key, hosted) in &broker.hosted {
+                let Some(replica) = &hosted.replica else { continue };
+                let epoch = replica.leader_epoch();
+                let seen = self.replica_epochs.entry((id, key)).or_insert(epoch);
+                assert!(
+                    epoch >= *seen,
+                    "seed {seed}: broker {id}'s leader epoch of {key:?} went from {seen} to {epoch}"
+                );
+                *seen = epoch;
+                if !replica.is_leader() {
+                    continue;
+                }
+                assert!(
+                    replica.isr().contains(&id),
+                    "seed {seed}: broker {id} leads {key:?} outside its ISR {:?}",
+                    replica.isr()
+                );
+                let hw = replica.high_watermark();
+                let last = self.leader_high_watermarks.entry((id, broker.incarnation, key, epoch)).or_insert(hw);
+                assert!(
+                    hw >= *last,
+                    "seed {seed}: broker {id}'s high watermark of {key:?} went back from {last} to {hw}"
+                );
+                *last = hw;
+                // After an unclean election, a leader that lost its leadership may name
+                // members that have since followed the new leader's shorter log.
+                let committed = latest.partition(key.0, key.1).filter(|c| c.leader_epoch == epoch);
+                if committed.is_none() && self.unclean.contains(&key) {
+                    continue;
+                }
+                let members: BTreeSet<i32> =
+                    replica.isr().iter().chain(committed.iter().flat_map(|c| &c.isr)).copied().collect();
+                for m in members.into_iter().filter(|&m| m != id) {
+                    let disk = self.brokers[broker_index(m)].hosted.get(&key).map_or(&empty, |h| &h.disk);
+                    if let Some(offset) = disk.first_difference(&hosted.disk, hw) {
+                        panic!(
+                            "seed {seed}: {key:?}: ISR member {m} and leader {id} (epoch {epoch}) disagree at offset {offset}, below the high watermark {hw}"
+                        );
+                    }
+                }
+            }
+        }
+        self.check_acked_writes_kept(seed);
+    }
+
+    /// Every acknowledged write is durable, at the offset it was acknowledged at, on some
+    /// member of the committed ISR (or ELR, KIP-966) of its partition, unless the
+    /// partition went through an unclean election, or the ISR and ELR are empty (its
+    /// members came back from unclean shutdowns; the next election is unclean).
+    fn check_acked_writes_kept(&self, seed: u64) {
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        for a in self.acked.iter().filter(|a| !self.unclean.contains(&a.partition)) {
+            let p = latest.partition(a.partition.0, a.partition.1).expect("an acknowledged write's partition exists");
+            let eligible: Vec<i32> = p.isr.iter().chain(&p.elr).copied().collect();
+            let holds = |m: &i32| {
+                self.brokers[broker_index(*m)].hosted.get(&a.partition).is_some_and(|h| {
+                    a.offset < h.disk.durable && h.disk.at(a.offset).is_some_and(|e| e.write_id == a.write_id)
+                })
+            };
+            assert!(
+                eligible.is_empty() || eligible.iter().any(holds),
+                "seed {seed}: acknowledged write {} at offset {} of {:?} is on no ISR or ELR member's disk ({eligible:?})",
+                a.write_id,
+                a.offset,
+                a.partition
+            );
+        }
+    }
+
+    /// After convergence: every acknowledged write is in every replica's log, at its
+    /// offset (unclean partitions excepted).
+    fn check_acked_writes_everywhere(&self, seed: u64) {
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        for a in self.acked.iter().filter(|a| !self.unclean.contains(&a.partition)) {
+            let p = latest.partition(a.partition.0, a.partition.1).expect("an acknowledged write's partition exists");
+            for &r in &p.replicas {
+                let entry = self.brokers[broker_index(r)].hosted.get(&a.partition).and_then(|h| h.disk.at(a.offset));
+                assert_eq!(
+                    entry.map(|e| e.write_id),
+                    Some(a.write_id),
+                    "seed {seed}: acknowledged write {} is not at offset {} of {:?} on broker {r}",
+                    a.write_id,
+                    a.offset,
+                    a.partition
+                );
+            }
+        }
+    }
+
+    /// Liveness of replication: no ISR change pending, every replica in the ISR, the
+    /// leader leads in the committed epoch with its high watermark at its log end, and
+    /// every replica's log is the leader's.
+    fn replication_converged(&self) -> Result<(), String> {
+        if let Some(b) = self.brokers.iter().find(|b| !b.isr_changes.is_empty()) {
+            return Err(format!("broker {} has ISR changes pending", b.node_id));
+        }
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        for t in latest.topics() {
+            for p in &t.partitions {
+                let key = (t.id, p.index);
+                let name = format!("{}-{}", t.name, p.index);
+                let (mut isr, mut replicas) = (p.isr.clone(), p.replicas.clone());
+                isr.sort_unstable();
+                replicas.sort_unstable();
+                if isr != replicas {
+                    return Err(format!("{name}'s ISR {:?} lacks replicas of {:?}", p.isr, p.replicas));
+                }
+                let Some(leader) = self.brokers.get(broker_index(p.leader)).and_then(|b| b.hosted.get(&key)) else {
+                    return Err(format!("{name}'s leader {} does not host it", p.leader));
+                };
+                let leading = leader.replica.as_ref().filter(|r| r.is_leader() && r.leader_epoch() == p.leader_epoch);
+                if leading.is_none_or(|r| r.high_watermark() != leader.disk.end()) {
+                    return Err(format!("{name}'s leader {} has not caught up", p.leader));
+                }
+                for &r in &p.replicas {
+                    let log = self.brokers[broker_index(r)].hosted.get(&key).map(|h| &h.disk.entries);
+                    if log != Some(&leader.disk.entries) {
+                        return Err(format!("{name}'s log on {r} is not its leader's"));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Counts what a committed partition change did, notes an unclean election, and checks
+/// that leader epochs only grow in the committed sequence.
+fn note_partition_change(
+    before: &MetadataImage,
+    after: &MetadataImage,
+    record: &MetadataRecord,
+    stats: &mut Stats,
+    unclean: &mut BTreeSet<PartitionKey>,
+    seed: u64,
+) {
+    let MetadataRecord::PartitionChange { topic_id, partition, .. } = record else { return };
+    let key = (Uuid(*topic_id), *partition);
+    let (Some(b), Some(a)) = (before.partition(key.0, key.1), after.partition(key.0, key.1)) else { return };
+    assert!(
+        a.leader_epoch >= b.leader_epoch,
+        "seed {seed}: the committed leader epoch of {key:?} went back from {} to {}",
+        b.leader_epoch,
+        a.leader_epoch
+    );
+    stats.isr_shrinks += usize::from(a.isr.len() < b.isr.len());
+    stats.isr_expansions += usize::from(a.isr.len() > b.isr.len());
+    stats.leader_changes += usize::from(a.leader != NO_LEADER && a.leader != b.leader);
+    if a.leader == NO_LEADER || a.leader == b.leader || a.leader_recovery_state == 0 {
+        return;
+    }
+    // The last known leader (KIP-966) was the last member of the ISR: its broker shut
+    // down uncleanly, but here it keeps every record it made durable, and an
+    // acknowledged write was durable on it. Any other unclean leader may lack them.
+    if b.last_known_elr == [a.leader] {
+        stats.last_known_leader_elections += 1;
+    } else if unclean.insert(key) {
+        stats.unclean_elections += 1;
+    }
+}
+
 /// What one seed did.
 #[derive(Debug)]
 struct SeedOutcome {
@@ -1401,6 +2161,7 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
         for _ in 0..FAULT_STEPS {
             sim.fault().await;
             sim.commit_cluster_id();
+            sim.replication_step(true);
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
             sim.halt_failed_voters().await;
             sim.check();
@@ -1409,6 +2170,7 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
         let deadline = Instant::now() + Duration::from_millis(HEAL_MS);
         loop {
             sim.commit_cluster_id();
+            sim.replication_step(false);
             tokio::time::sleep(Duration::from_millis(STEP_MS)).await;
             // A write that failed before the heal repaired the disks halts its voter now;
             // it restarts at once, as an operator would once the disk is fixed.
@@ -1426,6 +2188,7 @@ fn run_seed(seed: u64, brokers: usize, broken_glue: bool) -> SeedOutcome {
         let outcome = {
             let w = sim.lock();
             w.check_acked_registrations(true, seed);
+            w.check_acked_writes_everywhere(seed);
             if std::env::var("SIM_VERBOSE").is_ok() {
                 eprintln!("seed {seed}: {} records, {:?}", w.records.len(), w.stats);
             }
@@ -1446,13 +2209,7 @@ fn run_seeds(brokers: usize, default: u64) {
     let mut total = Stats::default();
     for seed in osprey_protocol::wire::simulation_seeds(default) {
         match std::panic::catch_unwind(|| run_seed(seed, brokers, false)) {
-            Ok(outcome) => {
-                total.lease_checks += outcome.stats.lease_checks;
-                total.fencings += outcome.stats.fencings;
-                total.leases_granted += outcome.stats.leases_granted;
-                total.activations += outcome.stats.activations;
-                total.disk_halts += outcome.stats.disk_halts;
-            }
+            Ok(outcome) => total.add(&outcome.stats),
             Err(e) => {
                 eprintln!("cluster simulation failed: {brokers} brokers, replay with SIM_SEED={seed}");
                 std::panic::resume_unwind(e);
@@ -1461,6 +2218,8 @@ fn run_seeds(brokers: usize, default: u64) {
     }
     assert!(total.lease_checks > 0 && total.fencings > 0, "the lease was never exercised: {total:?}");
     assert!(total.disk_halts > 0, "no voter's metadata log ever failed: {total:?}");
+    let replicated = [total.acked_writes, total.isr_shrinks, total.isr_expansions, total.leader_changes];
+    assert!(replicated.iter().all(|&n| n > 0), "replication was not exercised: {total:?}");
     if std::env::var("SIM_VERBOSE").is_ok() {
         eprintln!("{brokers} brokers, over the seeds: {total:?}");
     }

@@ -54,8 +54,8 @@
 
 use osprey_cluster::image::{BrokerListener, MetadataImage, MetadataRecord, NO_LEADER};
 use osprey_cluster::reassignment::ReassignmentTarget;
-use osprey_cluster::replica::fetch::{self, EpochEnd, FetchDecision, FollowerFetch};
-use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, LocalLog, Output, ReplicaConfig, ReplicaState};
+use osprey_cluster::replica::fetch::FollowerFetch;
+use osprey_cluster::replica::{AckLevel, Assignment, IsrChange, Output, ReplicaConfig, ReplicaState};
 use osprey_cluster::{
     AlterPartitionInput, AlterPartitionItem, AlterPartitionResult, AlterPartitionTopic, BrokerHeartbeatInput,
     BrokerRegistrationInput, ClusterControl, ClusterControlConfig,
@@ -63,8 +63,10 @@ use osprey_cluster::{
 /// Seeded SplitMix64 shared with the codec tests: a run replays from its seed.
 use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::epoch::LeaderEpochCache;
 use std::collections::{BTreeMap, BTreeSet};
+
+mod sim;
+use sim::replication::{self, Disk, FetchAnswer, FetchApplied};
 
 const CLUSTER_ID: &str = "sim-cluster";
 const TOPIC_ID: [u8; 16] = [7; 16];
@@ -81,63 +83,6 @@ const STEP_MAX_MS: u64 = 200;
 const NETWORK_MAX_DELAY_MS: u64 = 150;
 const STEPS: usize = 1_500;
 const QUIET_STEPS_MAX: usize = 4_000;
-
-/// One record of a model log; its offset is its index.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Entry {
-    leader_epoch: i32,
-    write_id: u64,
-}
-
-/// One partition's log on one broker: what survives a crash is the durable prefix, the
-/// epoch cache (written through, cut to the log on recovery, as the storage crate's
-/// loader does) and the checkpointed high watermark.
-#[derive(Debug, Clone, Default)]
-struct Disk {
-    entries: Vec<Entry>,
-    durable: i64,
-    epochs: LeaderEpochCache,
-    checkpointed_high_watermark: i64,
-}
-
-impl Disk {
-    fn end(&self) -> i64 {
-        self.entries.len() as i64
-    }
-
-    fn end_offset_for(&self, epoch: i32) -> (i32, i64) {
-        self.epochs.end_offset_for(epoch, self.end())
-    }
-
-    fn last_epoch(&self) -> i32 {
-        self.epochs.latest_epoch().unwrap_or(-1)
-    }
-
-    fn append(&mut self, entry: Entry) {
-        self.epochs.assign(entry.leader_epoch, self.end());
-        self.entries.push(entry);
-    }
-
-    fn truncate_to(&mut self, offset: i64) {
-        let offset = offset.clamp(0, self.end());
-        self.entries.truncate(offset as usize);
-        self.durable = self.durable.min(offset);
-        self.epochs.truncate_from_end(offset);
-        self.checkpointed_high_watermark = self.checkpointed_high_watermark.min(offset);
-    }
-
-    fn crash(&mut self) {
-        self.truncate_to(self.durable);
-    }
-
-    fn local_log(&self) -> LocalLog {
-        LocalLog { log_end_offset: self.end(), durable_end_offset: self.durable, first_unstable_offset: None }
-    }
-
-    fn at(&self, offset: i64) -> Option<Entry> {
-        usize::try_from(offset).ok().and_then(|i| self.entries.get(i)).copied()
-    }
-}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct DiskLoss {
@@ -207,13 +152,6 @@ enum Message {
     FetchReply { partition: i32, answer: FetchAnswer },
     AlterPartition { partition: i32, broker_epoch: i64, change: IsrChange, member_epochs: Vec<i64> },
     AlterPartitionReply { partition: i32, change: IsrChange, answer: Result<AlterPartitionResult, ErrorCode> },
-}
-
-#[derive(Debug, Clone)]
-enum FetchAnswer {
-    Failed { error: ErrorCode, high_watermark: i64 },
-    Diverging { diverging: EpochEnd },
-    Records { from: i64, entries: Vec<Entry>, high_watermark: i64 },
 }
 
 #[derive(Debug, Clone)]
@@ -604,18 +542,14 @@ impl Sim {
         }
         let epoch = self.replica(i, p).leader_epoch();
         let count = 1 + self.rng.below(3);
-        let disk = &mut self.brokers[i].disks[p as usize];
-        let first_offset = disk.end();
-        let mut write_ids = Vec::new();
-        for _ in 0..count {
-            let write_id = self.next_write_id;
-            self.next_write_id += 1;
-            disk.append(Entry { leader_epoch: epoch, write_id });
-            write_ids.push(write_id);
-        }
-        let local = disk.local_log();
+        let write_ids: Vec<u64> = (self.next_write_id..self.next_write_id + count).collect();
+        self.next_write_id += count;
         let request_id = self.next_request;
         self.next_request += 1;
+        let now = self.now;
+        let b = &mut self.brokers[i];
+        let replica = b.replicas[p as usize].as_mut().expect("an open partition");
+        let first_offset = replication::append_writes(replica, &mut b.disks[p as usize], &write_ids, request_id, now);
         let broker = &self.brokers[i];
         let key = (broker.id, broker.incarnation, request_id);
         self.trace(format!(
@@ -623,10 +557,6 @@ impl Sim {
             broker.id
         ));
         self.produces.insert(key, Produce { partition: p, leader: broker.id, first_offset, write_ids });
-        let now = self.now;
-        let replica = self.replica_mut(i, p);
-        replica.local_log_changed(local, now);
-        replica.await_ack(request_id, local.log_end_offset, AckLevel::All, now);
         self.carry_out(i, p);
     }
 
@@ -637,18 +567,19 @@ impl Sim {
         if self.brokers[i].life != Life::Up {
             return;
         }
-        let disk = &mut self.brokers[i].disks[p as usize];
+        let disk = &self.brokers[i].disks[p as usize];
+        let mut to = disk.durable;
         if disk.durable < disk.end() {
-            disk.durable += 1 + self.rng.below((disk.end() - disk.durable) as u64) as i64;
+            to += 1 + self.rng.below((disk.end() - disk.durable) as u64) as i64;
         }
-        let local = disk.local_log();
-        if self.brokers[i].state(p).is_some() {
-            let now = self.now;
-            self.replica_mut(i, p).local_log_changed(local, now);
+        let now = self.now;
+        let open = self.brokers[i].is_open();
+        let b = &mut self.brokers[i];
+        let replica = b.replicas[p as usize].as_mut().filter(|_| open);
+        let opened = replica.is_some();
+        b.disks[p as usize].make_durable(to, replica, now);
+        if opened {
             self.carry_out(i, p);
-            let hw = self.replica(i, p).high_watermark();
-            let disk = &mut self.brokers[i].disks[p as usize];
-            disk.checkpointed_high_watermark = hw.min(disk.durable);
         }
     }
 
@@ -909,31 +840,16 @@ impl Sim {
             return;
         }
         let now = self.now;
-        let min_insync_replicas = self.settings.min_insync_replicas;
         let b = &mut self.brokers[i];
-        let disk = &mut b.disks[p as usize];
-        let before = b.replicas[p as usize].as_ref().and_then(|r| r.is_leader().then(|| r.leader_epoch()));
-        let replica = match &mut b.replicas[p as usize] {
-            Some(replica) => {
-                replica.apply_assignment(Assignment::from(&image), now);
-                replica
-            }
-            slot @ None => {
-                let config = ReplicaConfig {
-                    local_id: b.id,
-                    replica_lag_time_max_ms: LAG_MS,
-                    min_insync_replicas,
-                    fsync_before_ack: true,
-                };
-                let local = disk.local_log();
-                let hw = disk.checkpointed_high_watermark;
-                slot.insert(ReplicaState::new(config, Assignment::from(&image), local, hw, now))
-            }
+        let config = ReplicaConfig {
+            local_id: b.id,
+            replica_lag_time_max_ms: LAG_MS,
+            min_insync_replicas: self.settings.min_insync_replicas,
+            fsync_before_ack: true,
         };
-        let after = replica.is_leader().then(|| replica.leader_epoch());
-        if let Some(epoch) = after.filter(|_| after != before) {
-            // A new leader records where its epoch starts (the server's `assign_epoch_start`).
-            disk.epochs.assign(epoch, disk.end());
+        let disk = &mut b.disks[p as usize];
+        let slot = &mut b.replicas[p as usize];
+        if let Some(epoch) = replication::apply_assignment(slot, disk, config, Assignment::from(&image), now) {
             let line = format!("broker {} leads {p} in epoch {epoch} from offset {}", b.id, disk.end());
             self.trace(line);
         }
@@ -1070,19 +986,10 @@ impl Sim {
         }
         let (leader, current_leader_epoch) = (image.leader, image.leader_epoch);
         let broker_epoch = b.epoch.unwrap_or(-1);
-        let replica_id = b.id;
-        let disk = &mut self.brokers[i].disks[p as usize];
-        disk.durable = disk.end();
-        let local = disk.local_log();
-        let fetch = FollowerFetch {
-            replica_id,
-            current_leader_epoch,
-            fetch_offset: disk.end(),
-            durable_end_offset: disk.end(),
-            last_fetched_epoch: disk.last_epoch(),
-        };
         let now = self.now;
-        self.replica_mut(i, p).local_log_changed(local, now);
+        let b = &mut self.brokers[i];
+        let replica = b.replicas[p as usize].as_mut().expect("an open partition");
+        let fetch = replication::follower_fetch(replica, &mut b.disks[p as usize], b.id, current_leader_epoch, now);
         self.carry_out(i, p);
         self.brokers[i].fetches[p as usize] = Some(FetchInFlight { sent_ms: now });
         let from = self.brokers[i].id;
@@ -1102,25 +1009,11 @@ impl Sim {
             self.brokers[i].follower_epochs.insert(fetch.replica_id, broker_epoch);
         }
         let now = self.now;
-        let b = &mut self.brokers[i];
-        let disk = &b.disks[p as usize];
+        let Sim { brokers, rng, .. } = self;
+        let b = &mut brokers[i];
         let replica = b.replicas[p as usize].as_mut().expect("open");
-        let decision = replica.follower_fetch(&fetch, 0, |e| disk.end_offset_for(e), now);
-        let hw = replica.high_watermark();
-        let answer = match decision {
-            Err(error) => {
-                // The server's answer carries the high watermark once past the epoch check.
-                let high_watermark = if error == ErrorCode::OFFSET_OUT_OF_RANGE { hw } else { -1 };
-                FetchAnswer::Failed { error, high_watermark }
-            }
-            Ok(FetchDecision::Diverging(diverging)) => FetchAnswer::Diverging { diverging },
-            Ok(FetchDecision::Read) => {
-                let from = fetch.fetch_offset;
-                let max = 1 + self.rng.below(8) as usize;
-                let entries: Vec<Entry> = disk.entries.iter().skip(from.max(0) as usize).take(max).copied().collect();
-                FetchAnswer::Records { from, entries, high_watermark: hw }
-            }
-        };
+        let max_entries = || 1 + rng.below(8) as usize;
+        let answer = replication::answer_fetch(replica, &b.disks[p as usize], &fetch, max_entries, now);
         self.carry_out(i, p);
         let from = self.brokers[i].id;
         self.send(from, fetch.replica_id, Message::FetchReply { partition: p, answer });
@@ -1134,51 +1027,19 @@ impl Sim {
         }
         let id = self.brokers[i].id;
         let now = self.now;
-        match answer {
-            FetchAnswer::Failed { error: ErrorCode::OFFSET_OUT_OF_RANGE, high_watermark } => {
-                let end = self.brokers[i].disks[p as usize].end();
-                if high_watermark >= 0 && end > high_watermark {
-                    self.trace(format!("broker {id} truncates {p} to the leader's high watermark {high_watermark}"));
-                    self.truncate(i, p, high_watermark);
-                }
+        let b = &mut self.brokers[i];
+        let replica = b.replicas[p as usize].as_mut().expect("an open partition");
+        match replication::apply_fetch_answer(replica, &mut b.disks[p as usize], answer, now) {
+            FetchApplied::Nothing => {}
+            FetchApplied::TruncatedToHighWatermark(to) => {
+                self.trace(format!("broker {id} truncates {p} to the leader's high watermark {to}"));
             }
-            FetchAnswer::Failed { .. } => {}
-            FetchAnswer::Diverging { diverging } => {
-                let disk = &self.brokers[i].disks[p as usize];
-                let hw = self.replica(i, p).high_watermark();
-                let to = fetch::truncation_offset(diverging, hw, disk.end(), |e| disk.end_offset_for(e));
-                self.trace(format!("broker {id} truncates {p} to {to}: diverging at {diverging:?}"));
+            FetchApplied::TruncatedDiverging(to) => {
+                self.trace(format!("broker {id} truncates {p} to {to}: the logs diverge"));
                 self.coverage.diverging_truncations += 1;
-                self.truncate(i, p, to);
             }
-            FetchAnswer::Records { from, entries, high_watermark } => {
-                let disk = &mut self.brokers[i].disks[p as usize];
-                if from != disk.end() {
-                    // The log changed since the fetch was sent (a truncation): the next
-                    // fetch asks again.
-                    return;
-                }
-                for entry in entries {
-                    disk.append(entry);
-                }
-                let local = disk.local_log();
-                let replica = self.replica_mut(i, p);
-                replica.local_log_changed(local, now);
-                replica.leader_high_watermark(high_watermark);
-                self.carry_out(i, p);
-            }
+            FetchApplied::Appended => self.carry_out(i, p),
         }
-    }
-
-    fn truncate(&mut self, i: usize, p: i32, offset: i64) {
-        let disk = &mut self.brokers[i].disks[p as usize];
-        disk.truncate_to(offset);
-        let local = disk.local_log();
-        self.replica_mut(i, p).local_log_truncated(local);
-        // The checkpoint never passes the log.
-        let hw = self.replica(i, p).high_watermark();
-        let disk = &mut self.brokers[i].disks[p as usize];
-        disk.checkpointed_high_watermark = disk.checkpointed_high_watermark.min(hw);
     }
 
     // ----- the network -------------------------------------------------------------

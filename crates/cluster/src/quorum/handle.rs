@@ -183,6 +183,7 @@ impl Quorum {
             config.record_tail_capacity,
         )?;
         let view = state_machine.view();
+        let log = log.purge_behind(state_machine.durable_snapshot());
         let network = QuorumNetworkFactory::new(Arc::new(transport));
         let raft = Raft::new(config.replica, raft_config, network, log, state_machine)
             .await

@@ -8,6 +8,8 @@
 //!   below the purge point.
 //! - `quorum-state`: the vote, replaced durably before `save_vote` returns.
 //! - `purged`: the last purged log id, replaced durably before any segment is deleted.
+//!   A purge first waits until the state machine's durable snapshot covers it
+//!   ([`LogStore::purge_behind`]).
 //! - `committed`: the committed log id, replaced without fsync (openraft only uses it to
 //!   re-apply sooner after a restart; a lost or damaged one reads as absent).
 //!
@@ -28,6 +30,7 @@
 //! own, so no request handler waits behind an fsync.
 
 use super::files::{decode_frames, encode_frame, read_all, read_frame_file, replace_file};
+use super::state_machine::DurableSnapshot;
 use super::types::{QuorumEntry, QuorumLogId, QuorumStorageError, QuorumTypes, ReplicaKey};
 use openraft::storage::{LogFlushed, RaftLogStorage};
 use openraft::{AnyError, LogState, RaftLogId, RaftLogReader, StorageIOError, Vote};
@@ -38,6 +41,7 @@ use std::io;
 use std::ops::RangeBounds;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
+use tokio::sync::watch;
 
 /// The name of the quorum's directory under `metadata.log.dir`, as Kafka's.
 pub const METADATA_LOG_DIR_NAME: &str = "__cluster_metadata-0";
@@ -52,6 +56,10 @@ const SEGMENT_SUFFIX: &str = ".log";
 #[derive(Debug)]
 pub struct LogStore<S: Storage> {
     inner: Arc<Mutex<LogInner<S>>>,
+    /// The state machine's durable snapshot: a purge waits until it covers what it
+    /// deletes (see [`DurableSnapshot`]). `None`: purges do not wait (tests of the log
+    /// alone).
+    durable_snapshot: Option<watch::Receiver<DurableSnapshot>>,
     /// For a reader handed to openraft (`get_log_reader`, which only replication tasks and
     /// the start-up re-apply ask for): the log's truncation count then. `None` for the log
     /// itself.
@@ -60,7 +68,11 @@ pub struct LogStore<S: Storage> {
 
 impl<S: Storage> Clone for LogStore<S> {
     fn clone(&self) -> Self {
-        LogStore { inner: self.inner.clone(), reader_truncations: self.reader_truncations }
+        LogStore {
+            inner: self.inner.clone(),
+            durable_snapshot: self.durable_snapshot.clone(),
+            reader_truncations: self.reader_truncations,
+        }
     }
 }
 
@@ -135,7 +147,14 @@ impl<S: Storage> LogStore<S> {
         };
         inner.recover_segments()?;
         inner.committed = inner.clamp_committed(committed);
-        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), reader_truncations: None })
+        Ok(LogStore { inner: Arc::new(Mutex::new(inner)), durable_snapshot: None, reader_truncations: None })
+    }
+
+    /// Makes every purge wait until the state machine's durable snapshot covers it, or
+    /// fail if writing the snapshot failed.
+    pub fn purge_behind(mut self, durable_snapshot: watch::Receiver<DurableSnapshot>) -> LogStore<S> {
+        self.durable_snapshot = Some(durable_snapshot);
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, LogInner<S>> {
@@ -494,7 +513,7 @@ impl<S: Storage> RaftLogStorage<QuorumTypes> for LogStore<S> {
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
         let truncations = self.lock().truncations;
-        LogStore { inner: self.inner.clone(), reader_truncations: Some(truncations) }
+        LogStore { inner: self.inner.clone(), durable_snapshot: None, reader_truncations: Some(truncations) }
     }
 
     async fn save_vote(&mut self, vote: &Vote<ReplicaKey>) -> Result<(), QuorumStorageError> {
@@ -538,6 +557,17 @@ impl<S: Storage> RaftLogStorage<QuorumTypes> for LogStore<S> {
     }
 
     async fn purge(&mut self, log_id: QuorumLogId) -> Result<(), QuorumStorageError> {
+        if let Some(mut durable) = self.durable_snapshot.clone() {
+            let covered = |d: &DurableSnapshot| match d {
+                DurableSnapshot::UpTo(index) => index.is_some_and(|i| i >= log_id.index),
+                DurableSnapshot::Failed => true,
+            };
+            let ready = durable.wait_for(covered).await.map(|d| *d);
+            if !matches!(ready, Ok(DurableSnapshot::UpTo(_))) {
+                let e = io::Error::other("the snapshot covering the purge was not made durable");
+                return Err(write_error(e));
+            }
+        }
         self.lock().purge(log_id).map_err(write_error)
     }
 }

@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use std::io::{self, Cursor};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
-use tokio::sync::{broadcast, Notify};
+use tokio::sync::{broadcast, watch, Notify};
 
 const SNAPSHOT_PREFIX: &str = "snapshot-";
 const SNAPSHOT_SUFFIX: &str = ".json";
@@ -52,11 +52,31 @@ pub struct StateMachine<S: Storage> {
     shared: Arc<Mutex<Shared>>,
     storage: S,
     dir: PathBuf,
+    /// How far the snapshot on disk reaches, for the log's purges to wait on.
+    durable_snapshot: Arc<watch::Sender<DurableSnapshot>>,
+}
+
+/// How far the newest durable snapshot reaches, or that writing one failed (the member
+/// stops then). The log purges no entry a durable snapshot does not cover: openraft
+/// 0.9 purges the log up to an installed snapshot as soon as it hands the snapshot to
+/// the state machine, before the snapshot is written, and a member whose install then
+/// failed (a full disk) or that crashed meanwhile could not start again, its log
+/// purged past the snapshot it still had (found by `cluster_simulation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DurableSnapshot {
+    /// Up to and including this log index (`None`: no snapshot).
+    UpTo(Option<u64>),
+    Failed,
 }
 
 impl<S: Storage + Clone> Clone for StateMachine<S> {
     fn clone(&self) -> Self {
-        StateMachine { shared: self.shared.clone(), storage: self.storage.clone(), dir: self.dir.clone() }
+        StateMachine {
+            shared: self.shared.clone(),
+            storage: self.storage.clone(),
+            dir: self.dir.clone(),
+            durable_snapshot: self.durable_snapshot.clone(),
+        }
     }
 }
 
@@ -126,6 +146,8 @@ impl<S: Storage + Clone> StateMachine<S> {
         }
         let (events, _) = broadcast::channel(events_capacity.max(1));
         let tail = RecordTail::new(applied.image.applied, tail_capacity);
+        let durable = DurableSnapshot::UpTo(applied.last_applied.map(|l| l.index));
+        let durable_snapshot = Arc::new(watch::Sender::new(durable));
         let shared = Shared {
             tail,
             applied,
@@ -135,7 +157,7 @@ impl<S: Storage + Clone> StateMachine<S> {
             snapshot_due: Arc::new(Notify::new()),
             current,
         };
-        Ok(StateMachine { shared: Arc::new(Mutex::new(shared)), storage, dir: dir.to_path_buf() })
+        Ok(StateMachine { shared: Arc::new(Mutex::new(shared)), storage, dir: dir.to_path_buf(), durable_snapshot })
     }
 }
 
@@ -151,6 +173,29 @@ impl<S: Storage> StateMachine<S> {
 
     fn snapshot_error(&self, e: io::Error) -> QuorumStorageError {
         StorageIOError::write_snapshot(None, AnyError::new(&e)).into()
+    }
+
+    /// How far the durable snapshot reaches, as it changes: see [`DurableSnapshot`].
+    pub fn durable_snapshot(&self) -> watch::Receiver<DurableSnapshot> {
+        self.durable_snapshot.subscribe()
+    }
+
+    /// Writes the snapshot up to `index` durably and deletes the older ones, and says so
+    /// to the log's purges (or that it failed).
+    fn write_snapshot_through(
+        &self,
+        index: Option<u64>,
+        file_name: &str,
+        bytes: &[u8],
+        older: Option<&str>,
+    ) -> io::Result<()> {
+        let written = self.write_snapshot(file_name, bytes, older);
+        self.durable_snapshot.send_modify(|durable| match (&written, *durable) {
+            (Err(_), _) => *durable = DurableSnapshot::Failed,
+            (Ok(()), DurableSnapshot::UpTo(before)) if index > before => *durable = DurableSnapshot::UpTo(index),
+            _ => {}
+        });
+        written
     }
 
     /// Writes a snapshot file durably and deletes the older ones.
@@ -244,7 +289,8 @@ impl<S: Storage + Clone> RaftSnapshotBuilder<QuorumTypes> for StateMachine<S> {
         };
         let bytes = serde_json::to_vec(&file).map_err(|e| self.snapshot_error(io::Error::other(e)))?;
         let name = file.meta.snapshot_id.clone();
-        self.write_snapshot(&name, &bytes, older.as_deref()).map_err(|e| self.snapshot_error(e))?;
+        let index = file.meta.last_log_id.map(|l| l.index);
+        self.write_snapshot_through(index, &name, &bytes, older.as_deref()).map_err(|e| self.snapshot_error(e))?;
         self.lock().current = Some((file.meta.clone(), name));
         Ok(Snapshot { meta: file.meta, snapshot: Box::new(Cursor::new(bytes)) })
     }
@@ -316,7 +362,8 @@ impl<S: Storage + Clone> RaftStateMachine<QuorumTypes> for StateMachine<S> {
         let bytes = serde_json::to_vec(&file).map_err(read_error)?;
         let name = snapshot_name(meta.last_log_id);
         let older = self.lock().current.as_ref().map(|(_, n)| n.clone());
-        self.write_snapshot(&name, &bytes, older.as_deref()).map_err(|e| self.snapshot_error(e))?;
+        let index = meta.last_log_id.map(|l| l.index);
+        self.write_snapshot_through(index, &name, &bytes, older.as_deref()).map_err(|e| self.snapshot_error(e))?;
         let mut shared = self.lock();
         let image = Arc::new(file.image.clone());
         shared.applied = AppliedImage {

@@ -4,7 +4,7 @@
 //! openraft's own storage test suite, run against the log and the state machine.
 
 use super::log_store::LogStore;
-use super::state_machine::StateMachine;
+use super::state_machine::{DurableSnapshot, StateMachine};
 use super::types::{MetadataBatch, QuorumEntry, QuorumLogId, QuorumTypes, ReplicaKey};
 use crate::image::MetadataRecord;
 use openraft::storage::{RaftLogStorage, RaftLogStorageExt};
@@ -12,7 +12,9 @@ use openraft::testing::{StoreBuilder, Suite};
 use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, StorageError, Vote};
 use osprey_storage::fs::{CrashMode, SimStorage};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::Path;
+use tokio::sync::watch;
 
 const DIR: &str = "/meta/__cluster_metadata-0";
 /// Small, so that the tests roll segments and purge whole ones.
@@ -269,6 +271,40 @@ fn a_replication_read_below_the_purge_point_returns_nothing_rather_than_entries_
     assert_eq!(indexes(block_on(reader.limited_get_log_entries(8, 18)).unwrap()), Vec::<u64>::new());
     // Other reads still return what is held in the range, as openraft's suite expects.
     assert_eq!(indexes(block_on(reader.try_get_log_entries(8..18)).unwrap()), vec![17]);
+}
+
+/// openraft 0.9 asks the log to purge up to an installed snapshot as soon as it hands
+/// the snapshot to the state machine, before it is written: the purge waits until a
+/// durable snapshot covers it, and fails, keeping every entry, if writing the snapshot
+/// failed. Found by `cluster_simulation`: a voter whose disk filled up while installing
+/// a snapshot could not start again, its log purged past the snapshot it still had.
+#[test]
+fn a_purge_waits_for_a_durable_snapshot_that_covers_it() {
+    let disk = SimStorage::new();
+    let (durable, receiver) = watch::channel(DurableSnapshot::UpTo(Some(3)));
+    let mut log = open(&disk).purge_behind(receiver);
+    block_on(log.blocking_append((1..=21).map(|i| entry(1, i)))).unwrap();
+    let purged = |log: &mut LogStore<SimStorage>| block_on(log.get_log_state()).unwrap().last_purged_log_id;
+    let mut purging = log.clone();
+    let mut purge = std::pin::pin!(purging.purge(log_id(1, 16)));
+    let waker = std::task::Waker::noop();
+    let mut context = std::task::Context::from_waker(waker);
+    assert!(purge.as_mut().poll(&mut context).is_pending(), "the snapshot covers only 3");
+    durable.send_replace(DurableSnapshot::UpTo(Some(15)));
+    assert!(purge.as_mut().poll(&mut context).is_pending(), "the snapshot covers only 15");
+    assert_eq!(purged(&mut log), None);
+    durable.send_replace(DurableSnapshot::UpTo(Some(16)));
+    assert!(matches!(purge.as_mut().poll(&mut context), std::task::Poll::Ready(Ok(()))));
+    assert_eq!(purged(&mut log), Some(log_id(1, 16)));
+
+    let failed = block_on(async {
+        let mut purging = log.clone();
+        let purge = purging.purge(log_id(1, 20));
+        durable.send_replace(DurableSnapshot::Failed);
+        purge.await
+    });
+    assert!(failed.is_err(), "the snapshot was not written: nothing is purged");
+    assert_eq!(purged(&mut open(&disk)), Some(log_id(1, 16)), "the log reopens with 17.. still in it");
 }
 
 /// A leader's replication task matched the follower at 7 (term 1). The node steps down

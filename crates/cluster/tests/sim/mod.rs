@@ -1,7 +1,9 @@
 //! The harness the quorum simulations share (`quorum_simulation.rs`,
 //! `cluster_simulation.rs`): the seeded generator, the simulated network between
 //! controller quorum members (every Raft RPC through its codec, with delay, loss and the
-//! receiver's incarnation checked both ways), and the members' configuration.
+//! receiver's incarnation checked both ways), and the members' configuration. The
+//! partition-replication model (model logs, follower fetching) is in [`replication`],
+//! shared with `partition_replication_simulation.rs`.
 //!
 //! Each simulation keeps its own world (which nodes are up, who is cut off from whom)
 //! and tells the transport, through [`SimNetwork`], whether and how a message gets
@@ -9,6 +11,8 @@
 
 // Each test binary uses the part it needs.
 #![allow(dead_code)]
+
+pub mod replication;
 
 use osprey_cluster::quorum::{
     decide_bootstrap, decode_reply, decode_rpc, encode_reply, encode_rpc, BootstrapDecision, ControllerEndpoint, Hello,

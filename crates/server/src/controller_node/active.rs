@@ -246,9 +246,9 @@ struct Active {
     term: u64,
     /// The applied image plus every record proposed in this term and not yet applied.
     speculative: MetadataImage,
-    /// Set when the most recent proposal has its outcome; a decision that writes
-    /// nothing is answered after it.
-    last_proposal: Option<watch::Receiver<bool>>,
+    /// The most recent proposal's outcome: `None` until it has one, then whether it
+    /// committed. A decision that writes nothing is answered once it committed.
+    last_proposal: Option<watch::Receiver<Option<bool>>>,
     next_unclean_election: Instant,
     /// When the next preferred-leader rebalance is due (if enabled).
     next_leader_balance: Instant,
@@ -444,7 +444,14 @@ impl Core {
         };
         if records.is_empty() {
             let Some(answer) = answer else { return };
-            let pending = active.last_proposal.clone().filter(|done| !*done.borrow());
+            // Answered once the proposals before it committed: the decision was made on
+            // the speculative image, which holds their records. If one of them failed (a
+            // timeout does not end the period), those records may never commit, and the
+            // answer fails so that the broker asks again (found by cluster_simulation:
+            // an AlterPartition answered FENCED_LEADER_EPOCH from a fencing that never
+            // committed left the leader's ISR change in flight for good, seed 1,000,058
+            // with 4 brokers).
+            let pending = active.last_proposal.clone().filter(|done| *done.borrow() != Some(true));
             // A heartbeat answered unfenced is the broker's lease (`cluster_link::lifecycle`):
             // a controller cut off from its quorum, which another may have replaced, must not
             // grant one from its image. Answered once a quorum confirmed this leader after
@@ -458,7 +465,11 @@ impl Core {
             let mut ended = self.ended_generation.subscribe();
             tokio::spawn(async move {
                 if let Some(mut done) = pending {
-                    let _ = done.wait_for(|d| *d).await;
+                    let committed = done.wait_for(|d| d.is_some()).await.is_ok_and(|d| *d == Some(true));
+                    if !committed {
+                        answer.fail(&ProposeError::NotLeader { leader: None, endpoint: None });
+                        return;
+                    }
                 }
                 let confirmed = match confirm {
                     Some(quorum) => quorum.confirm_leadership(Duration::from_millis(deadline_ms)).await,
@@ -490,7 +501,7 @@ impl Core {
             self.deactivate("a proposal was refused");
             return;
         }
-        let (done_tx, done) = watch::channel(false);
+        let (done_tx, done) = watch::channel(None);
         active.last_proposal = Some(done);
         let failures = self.failures.0.clone();
         let generation = active.generation;
@@ -513,7 +524,7 @@ impl Core {
                 (Err(e), None) => tracing::warn!(error = %e, "the controller's own proposal failed"),
                 (Ok(_), None) => {}
             }
-            let _ = done_tx.send(true);
+            let _ = done_tx.send(Some(outcome.is_ok()));
             if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
                 let _ = failures.send(generation);
             }

@@ -79,7 +79,13 @@ pub async fn send_isr_changes(
             tokio::time::sleep(RETRY_BACKOFF).await;
             continue;
         }
-        let refused = apply_answer(&broker, &batch, answer, &mut pending);
+        let (refused, stale_controller) = apply_answer(&broker, &batch, answer, &mut pending);
+        if stale_controller {
+            tokio::select! {
+                _ = stopped.changed() => return,
+                _ = tokio::time::sleep(RETRY_BACKOFF) => {}
+            }
+        }
         if !refused.is_empty() {
             // Let the controller's metadata reach this broker before proposing again.
             let broker = broker.clone();
@@ -95,26 +101,40 @@ pub async fn send_isr_changes(
     }
 }
 
+/// A partition whose ISR change the controller refused, and why.
+type Refused = ((Uuid, i32), IsrChange, ErrorCode);
+
 /// Hands each partition's answer to its replica state machine and removes it from
-/// `pending`; returns the partitions whose change the controller refused.
+/// `pending`; returns the partitions whose change the controller refused, and whether
+/// some answer came from a stale controller (those stay pending).
 fn apply_answer(
     broker: &Broker,
     batch: &[IsrRequest],
     answer: AlterPartitionResponse,
     pending: &mut BTreeMap<(Uuid, i32), IsrRequest>,
-) -> Vec<((Uuid, i32), IsrChange, ErrorCode)> {
+) -> (Vec<Refused>, bool) {
     let image = broker.image();
     let mut refused = Vec::new();
+    let mut stale_controller = false;
     for topic in answer.topics {
         for p in topic.partitions {
             let key = (topic.topic_id, p.partition_index);
             // Only the change this answer is for: a newer one queued meanwhile stays.
             let Some(sent) = batch.iter().find(|r| (r.topic_id, r.index) == key) else { continue };
+            let code = error_code(p.error_code);
+            if code == ErrorCode::NOT_CONTROLLER {
+                // The controller's image is older than this leader's (a quorum leader cut
+                // off from the others, still answering): it decided nothing. The change
+                // stays pending and is sent again; handed over as a refusal, it would
+                // stay in flight in the replica state machine, waiting for metadata that
+                // never comes, and the ISR would never change again (cluster_simulation).
+                stale_controller = true;
+                continue;
+            }
             if pending.get(&key) == Some(sent) {
                 pending.remove(&key);
             }
             let Some(partition) = broker.replica_manager.replica(topic.topic_id, p.partition_index) else { continue };
-            let code = error_code(p.error_code);
             if code != ErrorCode::NONE {
                 tracing::info!(topic = %partition.topic, partition = p.partition_index, error = code.name(), "ISR change refused by the controller");
                 crate::telemetry::isr_change_failed(code.name());
@@ -134,7 +154,7 @@ fn apply_answer(
         }
     }
     // Partitions the answer left out are sent again.
-    refused
+    (refused, stale_controller)
 }
 
 /// A code from the wire; one this codec does not know counts as UNKNOWN_SERVER_ERROR.
