@@ -26,6 +26,7 @@ pub mod partition;
 pub mod replica_manager;
 pub mod replication;
 pub mod replies;
+pub mod sasl;
 pub mod supported;
 pub mod telemetry;
 #[cfg(test)]

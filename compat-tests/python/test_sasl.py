@@ -1,0 +1,317 @@
+"""SASL listeners (issue 18): SASL_PLAINTEXT and SASL_SSL listeners next to the PLAINTEXT
+one, with Kafka's keys (`sasl.enabled.mechanisms`, the listener's PlainLoginModule JAAS
+config), driven by real clients over real sockets.
+
+- librdkafka (confluent-kafka) produces and consumes with PLAIN over SASL_PLAINTEXT and
+  over SASL_SSL;
+- a wrong password is refused with librdkafka's authentication error, counted in
+  `osprey_sasl_authentication_failures_total`, logged with the peer, answered only after
+  `connection.failed.authentication.delay.ms`, and the broker keeps serving;
+- on raw sockets: a request other than ApiVersions/SaslHandshake/SaslAuthenticate before
+  authentication closes the connection, so does a frame over
+  `sasl.server.max.receive.size`; a mechanism not enabled is answered
+  UNSUPPORTED_SASL_MECHANISM; the v0 handshake's bare tokens authenticate;
+- config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
+  users stops the start with the key to fix.
+
+Ports are free ones; every wait polls until true.
+"""
+
+import shutil
+import socket
+import struct
+import time
+import uuid
+
+import pytest
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
+
+import kafkawire as kw
+from conftest import Broker, free_port
+from test_tls import Pki, metric, produce_and_consume
+
+pytestmark = pytest.mark.timeout(300)
+
+HOST = "127.0.0.1"
+WAIT_S = 30.0
+
+API_SASL_HANDSHAKE = 17
+API_SASL_AUTHENTICATE = 36
+UNSUPPORTED_SASL_MECHANISM = 33
+SASL_AUTHENTICATION_FAILED = 58
+
+PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+              'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
+
+
+def add_listener(monkeypatch, name: str) -> int:
+    """Brokers started from now on in this test get listener `name` (mapped to the
+    protocol of the same name) on the returned port beside their PLAINTEXT one, on which
+    the fixture checks readiness."""
+    port = free_port()
+    original = Broker.command
+
+    def command(self):
+        args = original(self)
+        i = args.index(f"listeners=PLAINTEXT://{self.host}:{self.port}")
+        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},{name}://{self.host}:{port}"
+        return args
+
+    monkeypatch.setattr(Broker, "command", command)
+    return port
+
+
+@pytest.fixture
+def start_sasl(start_broker, monkeypatch):
+    """`start_sasl(mechanisms="PLAIN", listener="SASL_PLAINTEXT", **overrides)`: a broker
+    with a PLAINTEXT listener and a SASL one whose PLAIN users are PLAIN_JAAS's."""
+
+    def start(mechanisms="PLAIN", listener="SASL_PLAINTEXT", overrides=None):
+        port = add_listener(monkeypatch, listener)
+        prefix = f"listener.name.{listener.lower()}"
+        config = {
+            "sasl.enabled.mechanisms": mechanisms,
+            f"{prefix}.plain.sasl.jaas.config": PLAIN_JAAS,
+        }
+        config.update(overrides or {})
+        broker = start_broker(config)
+        broker.sasl_port = port
+        broker.sasl_bootstrap = f"{HOST}:{port}"
+        return broker
+
+    return start
+
+
+def rdkafka_sasl(broker, user="alice", password="alice-secret", mechanism="PLAIN",
+                 protocol="SASL_PLAINTEXT", **extra) -> dict:
+    config = {
+        "bootstrap.servers": broker.sasl_bootstrap,
+        "security.protocol": protocol,
+        "sasl.mechanism": mechanism,
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+    config.update(extra)
+    return config
+
+
+def refused(config: dict, timeout: float = 10.0) -> str:
+    """The errors librdkafka reports when a client with `config` lists topics, which
+    must fail."""
+    errors = []
+    admin = AdminClient(dict(config, **{"error_cb": lambda e: errors.append(str(e))}))
+    with pytest.raises(KafkaException):
+        admin.list_topics(timeout=timeout)
+    admin.poll(1.0)
+    print("client-side errors:", errors)
+    return " | ".join(errors)
+
+
+def still_serves(broker):
+    assert AdminClient(rdkafka_sasl(broker)).list_topics(timeout=WAIT_S).brokers
+    assert AdminClient({"bootstrap.servers": broker.bootstrap}).list_topics(timeout=WAIT_S).brokers
+
+
+# ----- raw sockets --------------------------------------------------------------------
+
+
+def connect(broker) -> socket.socket:
+    return socket.create_connection((HOST, broker.sasl_port), timeout=10)
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError(f"closed after {len(data)} of {n} bytes")
+        data += chunk
+    return data
+
+
+def recv_frame(s: socket.socket) -> bytes:
+    (size,) = struct.unpack(">i", recv_exact(s, 4))
+    return recv_exact(s, size)
+
+
+def closed_by_broker(s: socket.socket, timeout: float = 10.0) -> bool:
+    """Whether the broker closes the connection (EOF or reset) within `timeout`."""
+    s.settimeout(timeout)
+    try:
+        while True:
+            if not s.recv(65536):
+                return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def sasl_handshake(s: socket.socket, mechanism: str, version=1, correlation_id=1):
+    """Sends SaslHandshake; returns (error code, mechanisms)."""
+    s.sendall(kw.request(API_SASL_HANDSHAKE, version, correlation_id, kw.string16(mechanism)))
+    r = kw.Reader(recv_frame(s))
+    assert r.take(">i") == correlation_id
+    error = r.take(">h")
+    count = r.take(">i")
+    return error, [r.string16() for _ in range(count)]
+
+
+def sasl_authenticate(s: socket.socket, token: bytes, correlation_id=2):
+    """Sends SaslAuthenticate v1; returns (error code, error message, auth bytes)."""
+    s.sendall(kw.request(API_SASL_AUTHENTICATE, 1, correlation_id, kw.bytes32(token)))
+    r = kw.Reader(recv_frame(s))
+    assert r.take(">i") == correlation_id
+    error = r.take(">h")
+    message = r.string16()
+    return error, message, r.bytes32()
+
+
+# ----- librdkafka ---------------------------------------------------------------------
+
+
+def test_librdkafka_produces_and_consumes_with_plain_over_sasl_plaintext(start_sasl):
+    broker = start_sasl()
+    produce_and_consume(rdkafka_sasl(broker))
+    produce_and_consume(rdkafka_sasl(broker, user="admin", password="admin-secret"), count=3)
+
+
+def test_librdkafka_with_plain_over_sasl_ssl(start_sasl, tmp_path):
+    if shutil.which("openssl") is None:
+        pytest.skip("no openssl command to make certificates")
+    pki = Pki(tmp_path / "ca")
+    _, _, keystore = pki.issue("server", "/C=US/O=Osprey/CN=localhost")
+    broker = start_sasl(listener="SASL_SSL", overrides={"listener.name.sasl_ssl.ssl.keystore.location": str(keystore)})
+    produce_and_consume(rdkafka_sasl(broker, protocol="SASL_SSL", **{"ssl.ca.location": str(pki.ca_pem)}))
+
+
+def test_a_wrong_password_is_refused_counted_and_logged_while_the_broker_serves(start_sasl):
+    broker = start_sasl()
+    errors = refused(rdkafka_sasl(broker, password="wrong"))
+    assert "Authentication failed" in errors or "SASL authentication error" in errors, errors
+    assert "alice-secret" not in errors
+    errors = refused(rdkafka_sasl(broker, user="nobody", password="x"))
+    assert "Authentication failed" in errors or "SASL authentication error" in errors, errors
+    assert metric(broker, "osprey_sasl_authentication_failures_total",
+                  listener="SASL_PLAINTEXT", mechanism="PLAIN") >= 2
+    log = broker.log_text()
+    assert "failed authentication" in log and "127.0.0.1" in log, log[-3000:]
+    assert "wrong password for user alice" in log, log[-3000:]
+    still_serves(broker)
+
+
+def test_the_failure_answer_waits_for_the_authentication_delay(start_sasl):
+    broker = start_sasl(overrides={"connection.failed.authentication.delay.ms": "700"})
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN") == (0, ["PLAIN"])
+        started = time.monotonic()
+        error, message, _ = sasl_authenticate(s, b"\0alice\0wrong")
+        waited = time.monotonic() - started
+        assert error == SASL_AUTHENTICATION_FAILED
+        assert message == "Authentication failed: Invalid username or password"
+        assert waited >= 0.6, waited
+        assert closed_by_broker(s)
+    with connect(broker) as s:
+        # The right password: no delay, then requests are served.
+        assert sasl_handshake(s, "PLAIN") == (0, ["PLAIN"])
+        started = time.monotonic()
+        assert sasl_authenticate(s, b"\0alice\0alice-secret")[0] == 0
+        assert time.monotonic() - started < 0.5
+        s.sendall(kw.metadata_v1(3))
+        assert struct.unpack(">i", recv_frame(s)[:4])[0] == 3
+
+
+# ----- raw sockets: what closes the connection ------------------------------------------
+
+
+def test_a_request_before_authentication_closes_the_connection(start_sasl):
+    broker = start_sasl()
+    with connect(broker) as s:
+        s.sendall(kw.metadata_v1(1))
+        assert closed_by_broker(s)
+    # ApiVersions is answered first; then anything but SaslHandshake closes too.
+    with connect(broker) as s:
+        s.sendall(kw.api_versions_v0(1))
+        _, _, versions = kw.parse_api_versions_v0(recv_frame(s))
+        assert versions[API_SASL_HANDSHAKE] == (0, 1)
+        assert versions[API_SASL_AUTHENTICATE] == (0, 2)
+        s.sendall(kw.metadata_v1(2))
+        assert closed_by_broker(s)
+    # After the handshake, only SaslAuthenticate.
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN") == (0, ["PLAIN"])
+        s.sendall(kw.metadata_v1(2))
+        assert closed_by_broker(s)
+    still_serves(broker)
+
+
+def test_an_oversized_sasl_authenticate_closes_the_connection(start_sasl):
+    broker = start_sasl()
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN") == (0, ["PLAIN"])
+        token = b"\0alice\0" + b"x" * (600 * 1024)
+        try:
+            s.sendall(kw.request(API_SASL_AUTHENTICATE, 1, 2, kw.bytes32(token)))
+        except (ConnectionResetError, BrokenPipeError):
+            pass
+        assert closed_by_broker(s)
+    # Declared only, never sent: closed on the size alone.
+    with connect(broker) as s:
+        s.sendall(struct.pack(">i", 512 * 1024 + 1))
+        assert closed_by_broker(s)
+    still_serves(broker)
+
+
+def test_a_mechanism_not_enabled_is_answered_with_the_enabled_ones(start_sasl):
+    broker = start_sasl()
+    with connect(broker) as s:
+        assert sasl_handshake(s, "GSSAPI") == (UNSUPPORTED_SASL_MECHANISM, ["PLAIN"])
+        assert closed_by_broker(s)
+    assert metric(broker, "osprey_sasl_authentication_failures_total", mechanism="UNSUPPORTED") >= 1
+
+
+def test_handshake_v0_then_bare_tokens(start_sasl):
+    broker = start_sasl()
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN", version=0) == (0, ["PLAIN"])
+        token = b"\0alice\0alice-secret"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert recv_frame(s) == b""
+        s.sendall(kw.metadata_v1(5))
+        assert struct.unpack(">i", recv_frame(s)[:4])[0] == 5
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN", version=0) == (0, ["PLAIN"])
+        token = b"\0alice\0wrong"
+        s.sendall(struct.pack(">i", len(token)) + token)
+        assert closed_by_broker(s)
+
+
+def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state(start_sasl):
+    broker = start_sasl()
+    with socket.create_connection((HOST, broker.port), timeout=10) as s:
+        assert sasl_handshake(s, "PLAIN")[0] == 34  # ILLEGAL_SASL_STATE
+
+
+# ----- config errors ------------------------------------------------------------------
+
+
+def start_fails(tmp_path, overrides: dict) -> str:
+    b = Broker(tmp_path / f"fail-{uuid.uuid4().hex[:6]}", overrides)
+    b.workdir.mkdir(parents=True)
+    b.spawn()
+    try:
+        code = b.proc.wait(timeout=WAIT_S)
+    except Exception:
+        b.proc.kill()
+        raise
+    assert code != 0
+    return b.log_text()
+
+
+def test_gssapi_default_and_missing_plain_users_stop_the_start(tmp_path, monkeypatch):
+    add_listener(monkeypatch, "SASL_PLAINTEXT")
+    log = start_fails(tmp_path, {})
+    assert "sasl.enabled.mechanisms" in log and "GSSAPI" in log, log[-2000:]
+    log = start_fails(tmp_path, {"sasl.enabled.mechanisms": "PLAIN"})
+    assert "listener.name.sasl_plaintext.plain.sasl.jaas.config" in log, log[-2000:]
