@@ -11,6 +11,10 @@ config), driven by real clients over real sockets.
   authentication closes the connection, so does a frame over
   `sasl.server.max.receive.size`; a mechanism not enabled is answered
   UNSUPPORTED_SASL_MECHANISM; the v0 handshake's bare tokens authenticate;
+- SCRAM-SHA-512 and SCRAM-SHA-256: credentials created with AlterUserScramCredentials
+  (librdkafka's admin client, which salts the password itself), listed with
+  DescribeUserScramCredentials, survive a restart in the metadata log, log librdkafka in
+  to produce and consume; a wrong password and a deleted credential are refused;
 - config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
   users stops the start with the key to fix.
 
@@ -25,11 +29,13 @@ import uuid
 
 import pytest
 from confluent_kafka import KafkaException
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialDeletion,
+                                   UserScramCredentialUpsertion)
 
 import kafkawire as kw
+from cluster import skip_without_kafka_tools
 from conftest import Broker, free_port
-from test_tls import Pki, metric, produce_and_consume
+from test_tls import Pki, java, metric, produce_and_consume
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -291,6 +297,90 @@ def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state(start_sasl
     broker = start_sasl()
     with socket.create_connection((HOST, broker.port), timeout=10) as s:
         assert sasl_handshake(s, "PLAIN")[0] == 34  # ILLEGAL_SASL_STATE
+
+
+# ----- SCRAM --------------------------------------------------------------------------
+
+
+def alter_scram(broker, *alterations):
+    """AlterUserScramCredentials over the PLAINTEXT listener; returns {user: error or None}."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    outcome = {}
+    for user, future in admin.alter_user_scram_credentials(list(alterations)).items():
+        try:
+            future.result(timeout=WAIT_S)
+            outcome[user] = None
+        except KafkaException as e:
+            outcome[user] = e.args[0]
+    return outcome
+
+
+def test_scram_credentials_log_librdkafka_in_and_survive_a_restart(start_sasl):
+    broker = start_sasl(mechanisms="SCRAM-SHA-512,SCRAM-SHA-256")
+    assert alter_scram(
+        broker,
+        UserScramCredentialUpsertion("alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"alice-secret"),
+        UserScramCredentialUpsertion("bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"bob-secret"),
+    ) == {"alice": None, "bob": None}
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    described = admin.describe_user_scram_credentials(["alice", "bob"])
+    alice = described["alice"].result(timeout=WAIT_S)
+    assert [(i.mechanism, i.iterations) for i in alice.scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_512, 4096)]
+    bob = described["bob"].result(timeout=WAIT_S)
+    assert [(i.mechanism, i.iterations) for i in bob.scram_credential_infos] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
+
+    produce_and_consume(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"))
+    produce_and_consume(rdkafka_sasl(broker, user="bob", password="bob-secret", mechanism="SCRAM-SHA-256"), count=3)
+
+    errors = refused(rdkafka_sasl(broker, password="wrong", mechanism="SCRAM-SHA-512"))
+    assert "Authentication failed" in errors or "SASL authentication error" in errors, errors
+    # alice has no SHA-256 credential.
+    refused(rdkafka_sasl(broker, mechanism="SCRAM-SHA-256"))
+    assert metric(broker, "osprey_sasl_authentication_failures_total",
+                  listener="SASL_PLAINTEXT", mechanism="SCRAM-SHA-512") >= 1
+    assert "wrong password for user alice" in broker.log_text()
+    # Only the keys are stored: the password is nowhere in the metadata.
+    for path in broker.data_dir.rglob("*"):
+        if path.is_file() and path.stat().st_size < 50_000_000:
+            assert b"alice-secret" not in path.read_bytes(), path
+
+    broker.stop()
+    broker.start()
+    produce_and_consume(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"), count=2)
+
+    assert alter_scram(broker, UserScramCredentialDeletion("alice", ScramMechanism.SCRAM_SHA_512)) == {"alice": None}
+    refused(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"))
+    still = AdminClient(rdkafka_sasl(broker, user="bob", password="bob-secret", mechanism="SCRAM-SHA-256"))
+    assert still.list_topics(timeout=WAIT_S).brokers
+
+
+def test_kafka_configs_adds_a_scram_user_that_logs_in(start_sasl):
+    skip_without_kafka_tools()
+    broker = start_sasl(mechanisms="SCRAM-SHA-512")
+    added = java("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter",
+                 "--add-config", "SCRAM-SHA-512=[password=alice-secret]", "--entity-type", "users",
+                 "--entity-name", "alice")
+    assert added.returncode == 0, added.stdout[-2000:] + added.stderr[-3000:]
+    produce_and_consume(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"), count=3)
+    deleted = java("org.apache.kafka.tools.ConfigCommand", "--bootstrap-server", broker.bootstrap, "--alter",
+                   "--delete-config", "SCRAM-SHA-512", "--entity-type", "users", "--entity-name", "alice")
+    assert deleted.returncode == 0, deleted.stdout[-2000:] + deleted.stderr[-3000:]
+    refused(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"))
+
+
+def test_scram_credential_errors_are_kafkas(start_sasl):
+    broker = start_sasl(mechanisms="SCRAM-SHA-512")
+    outcome = alter_scram(
+        broker,
+        UserScramCredentialUpsertion("weak", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 1024), b"pw"),
+        UserScramCredentialDeletion("ghost", ScramMechanism.SCRAM_SHA_512),
+    )
+    print(outcome)
+    assert outcome["weak"] is not None and "iterations" in outcome["weak"].str()
+    assert outcome["ghost"] is not None and "does not exist" in outcome["ghost"].str()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    with pytest.raises(KafkaException):
+        admin.describe_user_scram_credentials(["ghost"])["ghost"].result(timeout=WAIT_S)
 
 
 # ----- config errors ------------------------------------------------------------------

@@ -10,10 +10,13 @@
 //! SaslHandshake and SaslAuthenticate are advertised on every listener, as Kafka does;
 //! outside a SASL listener's authentication they are answered ILLEGAL_SASL_STATE.
 //!
-//! Absent on purpose (README "Not served yet"): the SCRAM credential APIs
-//! (DescribeUserScramCredentials, AlterUserScramCredentials) and delegation tokens; a
-//! client asking for them is told the broker does not support them rather than given an
-//! answer that pretends they exist.
+//! AlterUserScramCredentials is advertised by a broker with its own controller (a single
+//! node) only ([`LOCAL_CONTROLLER_ONLY`]): a broker of a cluster has no path to the
+//! active controller for it yet.
+//!
+//! Absent on purpose (README "Not served yet"): delegation tokens; a client asking for
+//! them is told the broker does not support them rather than given an answer that
+//! pretends they exist.
 
 use osprey_protocol::ApiKey;
 
@@ -35,6 +38,8 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ApiVersions, 0, 5),
     (ApiKey::SaslHandshake, 0, 1),
     (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),
@@ -71,6 +76,9 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
 ];
+
+/// APIs served only by a broker that runs its own controller (a single node).
+pub const LOCAL_CONTROLLER_ONLY: &[ApiKey] = &[ApiKey::AlterUserScramCredentials];
 
 /// The highest `transaction.version` feature level this broker implements.
 pub const MAX_TRANSACTION_VERSION: i16 = 2;

@@ -27,6 +27,7 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod scram_credentials;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
@@ -147,6 +148,10 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         // Authentication happens before the request loop (network.rs, sasl/); here the
         // connection is a PLAINTEXT or SSL one, or already authenticated, as in Kafka's
         // KafkaApis.
+        RequestBody::DescribeUserScramCredentials(body) => Reply::Now(scram_credentials::describe(broker, body)),
+        RequestBody::AlterUserScramCredentials(body) => {
+            on_blocking_pool(broker, move |b| scram_credentials::alter(b, body))
+        }
         RequestBody::SaslHandshake(_) => Reply::Now(ResponseBody::SaslHandshake(SaslHandshakeResponse {
             error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
             mechanisms: Vec::new(),

@@ -24,9 +24,20 @@ use std::sync::Arc;
 /// Where SCRAM credentials come from (the cluster metadata on a broker).
 pub type ScramLookup = Arc<dyn Fn(&str, ScramMechanism) -> Option<ScramCredential> + Send + Sync>;
 
-/// The SCRAM credentials a broker authenticates against.
-pub fn scram_credentials(_broker: &Arc<crate::broker::Broker>) -> ScramLookup {
-    Arc::new(|_, _| None)
+/// The SCRAM credentials a broker authenticates against: the cluster metadata's, as
+/// they are when the client names its user (AlterUserScramCredentials writes them).
+pub fn scram_credentials(broker: &Arc<crate::broker::Broker>) -> ScramLookup {
+    let broker = broker.clone();
+    Arc::new(move |user, mechanism| {
+        let image = broker.image();
+        let c = image.scram_credential(user, mechanism.type_id())?;
+        Some(ScramCredential {
+            salt: c.salt.clone(),
+            stored_key: c.stored_key.clone(),
+            server_key: c.server_key.clone(),
+            iterations: c.iterations,
+        })
+    })
 }
 
 /// What the connection does after a frame.
