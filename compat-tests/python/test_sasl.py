@@ -15,6 +15,9 @@ config), driven by real clients over real sockets.
   (librdkafka's admin client, which salts the password itself), listed with
   DescribeUserScramCredentials, survive a restart in the metadata log, log librdkafka in
   to produce and consume; a wrong password and a deleted credential are refused;
+- the Java client (Kafka 4.4's kafka-topics and console producer/consumer) with PLAIN
+  and SCRAM-SHA-256, and refused with a wrong password; kafka-configs.sh (ConfigCommand)
+  adds and deletes a SCRAM-SHA-512 user;
 - config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
   users stops the start with the key to fix.
 
@@ -366,6 +369,43 @@ def test_kafka_configs_adds_a_scram_user_that_logs_in(start_sasl):
                    "--delete-config", "SCRAM-SHA-512", "--entity-type", "users", "--entity-name", "alice")
     assert deleted.returncode == 0, deleted.stdout[-2000:] + deleted.stderr[-3000:]
     refused(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"))
+
+
+def java_sasl_properties(path, mechanism: str, user: str, password: str) -> str:
+    module = ("org.apache.kafka.common.security.plain.PlainLoginModule" if mechanism == "PLAIN"
+              else "org.apache.kafka.common.security.scram.ScramLoginModule")
+    path.write_text("security.protocol=SASL_PLAINTEXT\n"
+                    f"sasl.mechanism={mechanism}\n"
+                    f'sasl.jaas.config={module} required username="{user}" password="{password}";\n'
+                    "default.api.timeout.ms=30000\nrequest.timeout.ms=10000\n")
+    return str(path)
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256"])
+def test_java_client_produces_and_consumes_over_sasl(start_sasl, tmp_path, mechanism):
+    skip_without_kafka_tools()
+    broker = start_sasl(mechanisms="PLAIN,SCRAM-SHA-256")
+    if mechanism != "PLAIN":
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096), b"alice-secret")
+        assert alter_scram(broker, upsert) == {"alice": None}
+    props = java_sasl_properties(tmp_path / "client.properties", mechanism, "alice", "alice-secret")
+    topic = f"java-sasl-{uuid.uuid4().hex[:8]}"
+    created = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.sasl_bootstrap,
+                   "--command-config", props, "--create", "--topic", topic, "--partitions", "1")
+    assert created.returncode == 0, created.stderr[-3000:]
+    produced = java("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", broker.sasl_bootstrap,
+                    "--command-config", props, "--topic", topic, input="one\ntwo\nthree\n")
+    assert produced.returncode == 0, produced.stderr[-3000:]
+    consumed = java("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server", broker.sasl_bootstrap,
+                    "--command-config", props, "--topic", topic, "--from-beginning",
+                    "--max-messages", "3", "--timeout-ms", "30000")
+    assert consumed.stdout.split() == ["one", "two", "three"], consumed.stderr[-3000:]
+    wrong = java_sasl_properties(tmp_path / "wrong.properties", mechanism, "alice", "wrong")
+    listed = java("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", broker.sasl_bootstrap,
+                  "--command-config", wrong, "--list")
+    assert listed.returncode != 0
+    assert "Authentication failed" in listed.stdout + listed.stderr, listed.stderr[-3000:]
 
 
 def test_scram_credential_errors_are_kafkas(start_sasl):
