@@ -37,8 +37,8 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
 
 import kafkawire as kw
 from cluster import skip_without_kafka_tools
-from conftest import Broker, free_port
-from test_tls import Pki, java, metric, produce_and_consume
+from conftest import Broker
+from test_tls import Pki, add_listener, java, metric, produce_and_consume
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,23 +52,6 @@ SASL_AUTHENTICATION_FAILED = 58
 
 PLAIN_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
               'password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
-
-
-def add_listener(monkeypatch, name: str) -> int:
-    """Brokers started from now on in this test get listener `name` (mapped to the
-    protocol of the same name) on the returned port beside their PLAINTEXT one, on which
-    the fixture checks readiness."""
-    port = free_port()
-    original = Broker.command
-
-    def command(self):
-        args = original(self)
-        i = args.index(f"listeners=PLAINTEXT://{self.host}:{self.port}")
-        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},{name}://{self.host}:{port}"
-        return args
-
-    monkeypatch.setattr(Broker, "command", command)
-    return port
 
 
 @pytest.fixture

@@ -129,20 +129,26 @@ def pki(tmp_path_factory):
 # ----- brokers ------------------------------------------------------------------------
 
 
-def add_ssl_listener(monkeypatch) -> int:
-    """Brokers started from now on in this test get an SSL listener on the returned port
-    beside their PLAINTEXT one (on which the fixture checks readiness)."""
-    ssl_port = free_port()
+def add_listener(monkeypatch, name: str) -> int:
+    """Brokers started from now on in this test get listener `name` (mapped to the
+    protocol of the same name: SSL, SASL_PLAINTEXT, SASL_SSL) on the returned port beside
+    their PLAINTEXT one, on which the fixture checks readiness."""
+    port = free_port()
     original = Broker.command
 
     def command(self):
         args = original(self)
         i = args.index(f"listeners=PLAINTEXT://{self.host}:{self.port}")
-        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},SSL://{self.host}:{ssl_port}"
+        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},{name}://{self.host}:{port}"
         return args
 
     monkeypatch.setattr(Broker, "command", command)
-    return ssl_port
+    return port
+
+
+def add_ssl_listener(monkeypatch) -> int:
+    """An SSL listener beside the PLAINTEXT one (see `add_listener`)."""
+    return add_listener(monkeypatch, "SSL")
 
 
 @pytest.fixture

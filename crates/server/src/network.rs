@@ -243,38 +243,45 @@ async fn open(
     stream.set_nodelay(true)?;
     match security.tls {
         None => {
-            let principal = match security.sasl {
-                None => ANONYMOUS.to_string(),
-                Some(sasl) => tokio::select! {
-                    _ = shutdown.changed() => return Ok(()),
-                    authenticated = authenticate(&broker, &mut stream, peer, &listener, sasl) => match authenticated? {
-                        Some(principal) => principal,
-                        None => return Ok(()),
-                    },
-                },
-            };
+            let principal =
+                principal(&broker, &mut stream, peer, &listener, security.sasl, ANONYMOUS.into(), &mut shutdown);
+            let Some(principal) = principal.await? else { return Ok(()) };
             let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = stream.into_split();
             connection(broker, rd, wr, client, request_bytes, shutdown).await
         }
         Some(tls) => {
             let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
-            let Ok((mut stream, principal)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
+            let Ok((mut stream, certificate)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
             // On SASL_SSL the SASL user is the principal, not the certificate's, as in Kafka.
-            let principal = match security.sasl {
-                None => principal,
-                Some(sasl) => tokio::select! {
-                    _ = shutdown.changed() => return Ok(()),
-                    authenticated = authenticate(&broker, &mut stream, peer, &listener, sasl) => match authenticated? {
-                        Some(principal) => principal,
-                        None => return Ok(()),
-                    },
-                },
-            };
+            let principal = principal(&broker, &mut stream, peer, &listener, security.sasl, certificate, &mut shutdown);
+            let Some(principal) = principal.await? else { return Ok(()) };
             let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = tokio::io::split(stream);
             connection(broker, rd, wr, client, request_bytes, shutdown).await
         }
+    }
+}
+
+/// The connection's principal: on a SASL listener (`sasl` set) the user it authenticated
+/// as ([`authenticate`]), elsewhere `otherwise` (the certificate's, or ANONYMOUS).
+/// `None`: the connection is to close (failed authentication, or shutdown meanwhile).
+async fn principal<S>(
+    broker: &Arc<Broker>,
+    stream: &mut S,
+    peer: SocketAddr,
+    listener: &Arc<str>,
+    sasl: Option<Arc<SaslSettings>>,
+    otherwise: String,
+    shutdown: &mut watch::Receiver<bool>,
+) -> io::Result<Option<String>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(settings) = sasl else { return Ok(Some(otherwise)) };
+    tokio::select! {
+        _ = shutdown.changed() => Ok(None),
+        outcome = authenticate(broker, stream, peer, listener, settings) => outcome,
     }
 }
 
