@@ -14,7 +14,8 @@ config), driven by real clients over real sockets.
 - SCRAM-SHA-512 and SCRAM-SHA-256: credentials created with AlterUserScramCredentials
   (librdkafka's admin client, which salts the password itself), listed with
   DescribeUserScramCredentials, survive a restart in the metadata log, log librdkafka in
-  to produce and consume; a wrong password and a deleted credential are refused;
+  to produce and consume; a wrong password and a deleted credential are refused; on
+  three combined nodes, a user created through one broker logs in on every broker;
 - the Java client (Kafka 4.4's kafka-topics and console producer/consumer) with PLAIN
   and SCRAM-SHA-256, and refused with a wrong password; kafka-configs.sh (ConfigCommand)
   adds and deletes a SCRAM-SHA-512 user;
@@ -37,7 +38,7 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
 
 import kafkawire as kw
 from cluster import skip_without_kafka_tools
-from conftest import Broker
+from conftest import Broker, free_port
 from test_tls import Pki, add_listener, java, metric, produce_and_consume
 
 pytestmark = pytest.mark.timeout(300)
@@ -389,6 +390,49 @@ def test_java_client_produces_and_consumes_over_sasl(start_sasl, tmp_path, mecha
                   "--command-config", wrong, "--list")
     assert listed.returncode != 0
     assert "Authentication failed" in listed.stdout + listed.stderr, listed.stderr[-3000:]
+
+
+def test_a_cluster_broker_forwards_scram_users_to_the_controller_and_every_broker_logs_them_in(tmp_path):
+    """Three combined nodes, each with a SASL_PLAINTEXT client listener beside the
+    PLAINTEXT one (which brokers use between them): a SCRAM user created through one
+    broker (AlterUserScramCredentials forwarded to the active controller) logs in on
+    every broker once the metadata reached it."""
+    from cluster import combined, listed_brokers
+
+    c = combined(tmp_path)
+    for n in c.nodes:
+        n.sasl_port = free_port()
+        listeners = f"PLAINTEXT://{HOST}:{n.port},SASL_PLAINTEXT://{HOST}:{n.sasl_port}"
+        n.write_config(c.voters, {
+            "listeners": f"{listeners},CONTROLLER://{HOST}:{n.controller_port}",
+            "advertised.listeners": listeners,
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-512",
+        })
+    try:
+        c.start()
+        want = {n.node_id for n in c.brokers}
+        c.wait_for("every broker lists every broker", lambda: all(listed_brokers(n) == want for n in c.brokers))
+        first = c.brokers[0]
+        admin = AdminClient({"bootstrap.servers": first.bootstrap})
+        upsert = UserScramCredentialUpsertion(
+            "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"alice-secret")
+        admin.alter_user_scram_credentials([upsert])["alice"].result(timeout=WAIT_S)
+        for n in c.brokers:
+            n.sasl_bootstrap = f"{HOST}:{n.sasl_port}"
+
+            def logs_in(n=n):
+                try:
+                    config = dict(rdkafka_sasl(n, mechanism="SCRAM-SHA-512"), **{"bootstrap.servers": n.sasl_bootstrap})
+                    return bool(AdminClient(config).list_topics(timeout=5).brokers)
+                except KafkaException:
+                    return False
+
+            c.wait_for(f"alice logs in on broker {n.node_id}", logs_in)
+        c.stop()
+    finally:
+        c.kill_all()
 
 
 def test_scram_credential_errors_are_kafkas(start_sasl):

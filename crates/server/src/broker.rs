@@ -518,12 +518,6 @@ impl Broker {
         );
     }
 
-    /// Whether this broker runs its own controller (a single node), rather than being
-    /// one broker of a cluster.
-    pub fn has_local_controller(&self) -> bool {
-        matches!(self.backend, Backend::Local(_))
-    }
-
     /// The current metadata (a cheap snapshot: clone the `Arc`).
     pub fn image(&self) -> Arc<MetadataImage> {
         self.image.read().expect(POISONED).clone()

@@ -98,9 +98,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatch
     let correlation_id = split.header.correlation_id;
     let done = |reply| Dispatched { api_key: Some(api_key), api_version: version, correlation_id, reply };
 
-    let served = broker.has_local_controller() || !supported::LOCAL_CONTROLLER_ONLY.contains(&api_key);
-    let advertised = supported::advertised_at(api_key, broker.settings.transaction_version).filter(|_| served);
-    let Some((min, max)) = advertised else {
+    let Some((min, max)) = supported::advertised_at(api_key, broker.settings.transaction_version) else {
         return close(
             Some(api_key),
             version,

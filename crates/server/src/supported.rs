@@ -10,10 +10,6 @@
 //! SaslHandshake and SaslAuthenticate are advertised on every listener, as Kafka does;
 //! outside a SASL listener's authentication they are answered ILLEGAL_SASL_STATE.
 //!
-//! AlterUserScramCredentials is advertised by a broker with its own controller (a single
-//! node) only ([`LOCAL_CONTROLLER_ONLY`]): a broker of a cluster has no path to the
-//! active controller for it yet.
-//!
 //! Absent on purpose (README "Not served yet"): delegation tokens; a client asking for
 //! them is told the broker does not support them rather than given an answer that
 //! pretends they exist.
@@ -76,9 +72,6 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),
 ];
-
-/// APIs served only by a broker that runs its own controller (a single node).
-pub const LOCAL_CONTROLLER_ONLY: &[ApiKey] = &[ApiKey::AlterUserScramCredentials];
 
 /// The highest `transaction.version` feature level this broker implements.
 pub const MAX_TRANSACTION_VERSION: i16 = 2;

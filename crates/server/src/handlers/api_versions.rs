@@ -4,7 +4,7 @@
 //! (KIP-890 part 2).
 
 use crate::broker::Broker;
-use crate::supported::{advertised_at, ADVERTISED, LOCAL_CONTROLLER_ONLY, MAX_TRANSACTION_VERSION};
+use crate::supported::{advertised_at, ADVERTISED, MAX_TRANSACTION_VERSION};
 use osprey_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use osprey_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -43,10 +43,9 @@ fn features(transaction_version: i16) -> [Feature; 7] {
     ]
 }
 
-fn table(transaction_version: i16, local_controller: bool) -> Vec<ApiVersion> {
+fn table(transaction_version: i16) -> Vec<ApiVersion> {
     ADVERTISED
         .iter()
-        .filter(|(key, _, _)| local_controller || !LOCAL_CONTROLLER_ONLY.contains(key))
         .filter_map(|&(key, _, _)| {
             let (min, max) = advertised_at(key, transaction_version)?;
             Some(ApiVersion { api_key: key as i16, min_version: min, max_version: max, ..Default::default() })
@@ -73,7 +72,7 @@ pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> Respon
     let transaction_version = broker.settings.transaction_version;
     let features = features(transaction_version);
     ResponseBody::ApiVersions(ApiVersionsResponse {
-        api_keys: table(transaction_version, broker.has_local_controller()),
+        api_keys: table(transaction_version),
         // Before v4 a supported range starting at 0 broke clients (KAFKA-17011), so
         // Kafka leaves those features out for them; so does this broker.
         supported_features: features
@@ -130,7 +129,7 @@ fn check_addressee(broker: &Broker, req: &ApiVersionsRequest) -> Result<(), Erro
 pub fn unsupported_version(broker: &Broker) -> ResponseBody {
     ResponseBody::ApiVersions(ApiVersionsResponse {
         error_code: ErrorCode::UNSUPPORTED_VERSION.code(),
-        api_keys: table(broker.settings.transaction_version, broker.has_local_controller()),
+        api_keys: table(broker.settings.transaction_version),
         ..Default::default()
     })
 }

@@ -82,29 +82,39 @@ fn describe_in(
     DescribeUserScramCredentialsResponse { results, ..Default::default() }
 }
 
-/// Runs on the blocking pool: it writes to the metadata log.
+/// Runs on the blocking pool: it writes to the metadata log, through this node's own
+/// controller, or the active controller of the cluster (which decides with [`decide`]).
 pub fn alter(broker: &Arc<Broker>, request: AlterUserScramCredentialsRequest) -> ResponseBody {
-    let decided = broker.with_controller(|c| {
-        let (results, records) = decide(c.image(), &request);
-        if !records.is_empty() {
-            c.commit_records(records)?;
-        }
-        Ok(results)
-    });
-    let results = match decided {
-        Ok(results) => results,
-        // The metadata log could not be written (or this broker has no controller of its
-        // own): every user gets the error.
-        Err(ControllerError { code, message }) => {
-            users_in_order(&request).into_iter().map(|user| result(user, code, Some(message.clone()))).collect()
-        }
+    let decided = match broker.cluster_link() {
+        Some(link) => link.alter_user_scram_credentials(request.clone()),
+        None => broker.with_controller(|c| {
+            let (results, records) = decide(c.image(), &request);
+            if !records.is_empty() {
+                c.commit_records(records)?;
+            }
+            Ok(AlterUserScramCredentialsResponse { results, ..Default::default() })
+        }),
     };
-    ResponseBody::AlterUserScramCredentials(AlterUserScramCredentialsResponse { results, ..Default::default() })
+    // The metadata log could not be written, or the controller not reached: every user
+    // gets the error.
+    let response = decided.unwrap_or_else(|ControllerError { code, message }| failed(&request, code, &message));
+    ResponseBody::AlterUserScramCredentials(response)
+}
+
+/// The answer when nothing was committed: `code` and `message` for every user.
+pub(crate) fn failed(
+    request: &AlterUserScramCredentialsRequest,
+    code: ErrorCode,
+    message: &str,
+) -> AlterUserScramCredentialsResponse {
+    let results =
+        users_in_order(request).into_iter().map(|user| result(user, code, Some(message.to_string()))).collect();
+    AlterUserScramCredentialsResponse { results, ..Default::default() }
 }
 
 /// Each user's result, in the order users first appear in the request, and the records
 /// of the users whose alterations are all valid.
-fn decide(
+pub(crate) fn decide(
     image: &MetadataImage,
     request: &AlterUserScramCredentialsRequest,
 ) -> (Vec<AlterUserScramCredentialsResult>, Vec<MetadataRecord>) {
