@@ -5,12 +5,15 @@
 //! 'SCRAM-SHA-512=[password=...]'` derives them); the broker keeps only the stored key,
 //! the server key, the salt and the iteration count.
 //!
-//! Checks and messages are Kafka's (`ScramControlManager`, `ScramImage.describe`): each
-//! user's alterations apply all or none, users apart from each other.
+//! Checks and messages are Kafka's (`ScramControlManager`, `ScramImage.describe`); users
+//! succeed or fail apart from each other.
 
 use crate::broker::Broker;
 use crate::sasl::scram::{ScramMechanism, MAX_ITERATIONS, MIN_ITERATIONS};
 use osprey_cluster::{ControllerError, MetadataImage, MetadataRecord};
+use osprey_protocol::messages::alter_user_scram_credentials_request::{
+    ScramCredentialDeletion, ScramCredentialUpsertion,
+};
 use osprey_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use osprey_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -20,7 +23,7 @@ use osprey_protocol::messages::{
     DescribeUserScramCredentialsResponse,
 };
 use osprey_protocol::{ErrorCode, ResponseBody};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub fn describe(broker: &Broker, request: DescribeUserScramCredentialsRequest) -> ResponseBody {
@@ -113,54 +116,49 @@ pub(crate) fn failed(
 }
 
 /// Each user's result, in the order users first appear in the request, and the records
-/// of the users whose alterations are all valid.
+/// of the valid alterations, as Kafka's `ScramControlManager.alterCredentials` decides:
+/// a user named twice in one request (whatever the mechanisms) is DUPLICATE_RESOURCE and
+/// nothing of it applies; otherwise each alteration is checked on its own.
 pub(crate) fn decide(
     image: &MetadataImage,
     request: &AlterUserScramCredentialsRequest,
 ) -> (Vec<AlterUserScramCredentialsResult>, Vec<MetadataRecord>) {
-    let mut errors: BTreeMap<String, (ErrorCode, &'static str)> = BTreeMap::new();
-    let mut fail = |user: &str, code, message| {
-        errors.entry(user.to_string()).or_insert((code, message));
-    };
-    let alterations = request
-        .deletions
-        .iter()
-        .map(|d| (d.name.as_str(), d.mechanism))
-        .chain(request.upsertions.iter().map(|u| (u.name.as_str(), u.mechanism)));
-    let mut pairs = BTreeSet::new();
-    for (user, mechanism) in alterations {
-        if !pairs.insert((user, mechanism)) {
-            fail(user, ErrorCode::DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request");
-        }
-    }
+    let mut errors: BTreeMap<&str, (ErrorCode, &'static str)> = BTreeMap::new();
+    let mut deletions: Vec<&ScramCredentialDeletion> = Vec::new();
+    let mut upsertions: Vec<&ScramCredentialUpsertion> = Vec::new();
     for d in &request.deletions {
-        if d.name.is_empty() {
-            fail(&d.name, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Username must not be empty");
-        } else if ScramMechanism::from_type_id(d.mechanism).is_none() {
-            fail(&d.name, ErrorCode::UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism");
-        } else if image.scram_credential(&d.name, d.mechanism).is_none() {
-            fail(&d.name, ErrorCode::RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist");
+        let name = d.name.as_str();
+        if errors.contains_key(name) {
+            continue;
+        }
+        if take(&mut deletions, |x| x.name == name) {
+            errors.insert(name, DUPLICATE);
+        } else {
+            match check_deletion(image, d) {
+                Err(e) => drop(errors.insert(name, e)),
+                Ok(()) => deletions.push(d),
+            }
         }
     }
     for u in &request.upsertions {
-        let mechanism = ScramMechanism::from_type_id(u.mechanism);
-        if u.name.is_empty() {
-            fail(&u.name, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Username must not be empty");
-        } else if mechanism.is_none() {
-            fail(&u.name, ErrorCode::UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism");
-        } else if u.iterations < MIN_ITERATIONS {
-            fail(&u.name, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Too few iterations");
-        } else if u.iterations > MAX_ITERATIONS {
-            fail(&u.name, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Too many iterations");
-        } else if u.salt.is_empty() || mechanism.is_some_and(|m| u.salted_password.len() != m.hash_len()) {
-            fail(&u.name, ErrorCode::UNACCEPTABLE_CREDENTIAL, "Salt or salted password of the wrong length");
+        let name = u.name.as_str();
+        if errors.contains_key(name) {
+            continue;
+        }
+        if take(&mut deletions, |x| x.name == name) || take(&mut upsertions, |x| x.name == name) {
+            errors.insert(name, DUPLICATE);
+        } else {
+            match check_upsertion(u) {
+                Err(e) => drop(errors.insert(name, e)),
+                Ok(()) => upsertions.push(u),
+            }
         }
     }
-    let mut records = Vec::new();
-    for d in request.deletions.iter().filter(|d| !errors.contains_key(d.name.as_str())) {
-        records.push(MetadataRecord::RemoveScramCredential { user: d.name.clone(), mechanism: d.mechanism });
-    }
-    for u in request.upsertions.iter().filter(|u| !errors.contains_key(u.name.as_str())) {
+    let mut records: Vec<MetadataRecord> = deletions
+        .iter()
+        .map(|d| MetadataRecord::RemoveScramCredential { user: d.name.clone(), mechanism: d.mechanism })
+        .collect();
+    for u in upsertions {
         let Some(mechanism) = ScramMechanism::from_type_id(u.mechanism) else { continue };
         let credential = mechanism.credential_from_salted_password(&u.salted_password, &u.salt, u.iterations);
         records.push(MetadataRecord::SetScramCredential {
@@ -182,6 +180,46 @@ pub(crate) fn decide(
     (results, records)
 }
 
+const DUPLICATE: (ErrorCode, &str) =
+    (ErrorCode::DUPLICATE_RESOURCE, "A user credential cannot be altered twice in the same request");
+
+/// Removes the first item `matches` picks; whether there was one.
+fn take<T>(items: &mut Vec<T>, matches: impl Fn(&T) -> bool) -> bool {
+    match items.iter().position(matches) {
+        Some(at) => {
+            items.remove(at);
+            true
+        }
+        None => false,
+    }
+}
+
+fn check_name_and_mechanism(name: &str, mechanism: i8) -> Result<ScramMechanism, (ErrorCode, &'static str)> {
+    if name.is_empty() {
+        return Err((ErrorCode::UNACCEPTABLE_CREDENTIAL, "Username must not be empty"));
+    }
+    ScramMechanism::from_type_id(mechanism).ok_or((ErrorCode::UNSUPPORTED_SASL_MECHANISM, "Unknown SCRAM mechanism"))
+}
+
+fn check_deletion(image: &MetadataImage, d: &ScramCredentialDeletion) -> Result<(), (ErrorCode, &'static str)> {
+    check_name_and_mechanism(&d.name, d.mechanism)?;
+    if image.scram_credential(&d.name, d.mechanism).is_none() {
+        return Err((ErrorCode::RESOURCE_NOT_FOUND, "Attempt to delete a user credential that does not exist"));
+    }
+    Ok(())
+}
+
+fn check_upsertion(u: &ScramCredentialUpsertion) -> Result<(), (ErrorCode, &'static str)> {
+    check_name_and_mechanism(&u.name, u.mechanism)?;
+    if u.iterations < MIN_ITERATIONS {
+        return Err((ErrorCode::UNACCEPTABLE_CREDENTIAL, "Too few iterations"));
+    }
+    if u.iterations > MAX_ITERATIONS {
+        return Err((ErrorCode::UNACCEPTABLE_CREDENTIAL, "Too many iterations"));
+    }
+    Ok(())
+}
+
 fn users_in_order(request: &AlterUserScramCredentialsRequest) -> Vec<String> {
     let mut users: Vec<String> = Vec::new();
     let names = request.deletions.iter().map(|d| &d.name).chain(request.upsertions.iter().map(|u| &u.name));
@@ -200,9 +238,6 @@ fn result(user: String, code: ErrorCode, message: Option<String>) -> AlterUserSc
 #[cfg(test)]
 mod tests {
     use super::*;
-    use osprey_protocol::messages::alter_user_scram_credentials_request::{
-        ScramCredentialDeletion, ScramCredentialUpsertion,
-    };
     use osprey_protocol::messages::describe_user_scram_credentials_request::UserName;
 
     fn upsert(name: &str, mechanism: i8, iterations: i32) -> ScramCredentialUpsertion {
@@ -236,7 +271,7 @@ mod tests {
                 upsert("erin", 3, 4096),
                 upsert("", 1, 4096),
                 upsert("frank", 1, 4096),
-                upsert("frank", 1, 8192),
+                upsert("frank", 2, 8192),
             ],
             ..Default::default()
         };
@@ -270,15 +305,15 @@ mod tests {
     #[test]
     fn describe_lists_mechanisms_and_iterations_and_reports_missing_and_duplicate_users() {
         let mut image = MetadataImage::default();
-        let (_, records) = decide(
-            &image,
-            &AlterUserScramCredentialsRequest {
-                upsertions: vec![upsert("alice", 1, 4096), upsert("alice", 2, 8192)],
+        for (mechanism, iterations) in [(1, 4096), (2, 8192)] {
+            let request = AlterUserScramCredentialsRequest {
+                upsertions: vec![upsert("alice", mechanism, iterations)],
                 ..Default::default()
-            },
-        );
-        for r in &records {
-            image.apply(r);
+            };
+            let (_, records) = decide(&image, &request);
+            for r in &records {
+                image.apply(r);
+            }
         }
         let all = describe_in(&image, DescribeUserScramCredentialsRequest { users: None, ..Default::default() });
         assert_eq!(all.results.len(), 1);
