@@ -164,10 +164,14 @@ def sasl_authenticate(s: socket.socket, token: bytes, correlation_id=2):
 # ----- librdkafka ---------------------------------------------------------------------
 
 
-def test_librdkafka_produces_and_consumes_with_plain_over_sasl_plaintext(start_sasl):
+def test_librdkafka_produces_and_consumes_with_plain_over_sasl_plaintext(start_sasl, monkeypatch):
+    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::network=debug")
     broker = start_sasl()
     produce_and_consume(rdkafka_sasl(broker))
     produce_and_consume(rdkafka_sasl(broker, user="admin", password="admin-secret"), count=3)
+    # The connection's principal is the SASL user's.
+    log = broker.log_text()
+    assert "principal=User:alice" in log and "principal=User:admin" in log, log[-3000:]
 
 
 def test_librdkafka_with_plain_over_sasl_ssl(start_sasl, tmp_path):
