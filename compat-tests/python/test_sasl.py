@@ -19,6 +19,9 @@ config), driven by real clients over real sockets.
 - the Java client (Kafka 4.4's kafka-topics and console producer/consumer) with PLAIN
   and SCRAM-SHA-256, and refused with a wrong password; kafka-configs.sh (ConfigCommand)
   adds and deletes a SCRAM-SHA-512 user;
+- re-authentication (KIP-368, `connections.max.reauth.ms`): SaslAuthenticate tells the
+  session lifetime, a raw client that re-authenticates in time goes on and one that
+  does not is closed at its next request; librdkafka re-authenticates on its own;
 - config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
   users stops the start with the key to fix.
 
@@ -151,14 +154,18 @@ def sasl_handshake(s: socket.socket, mechanism: str, version=1, correlation_id=1
     return error, [r.string16() for _ in range(count)]
 
 
-def sasl_authenticate(s: socket.socket, token: bytes, correlation_id=2):
-    """Sends SaslAuthenticate v1; returns (error code, error message, auth bytes)."""
+def sasl_authenticate(s: socket.socket, token: bytes, correlation_id=2, lifetime=False):
+    """Sends SaslAuthenticate v1; returns (error code, error message, auth bytes), and
+    the session lifetime (ms) last when `lifetime`."""
     s.sendall(kw.request(API_SASL_AUTHENTICATE, 1, correlation_id, kw.bytes32(token)))
     r = kw.Reader(recv_frame(s))
     assert r.take(">i") == correlation_id
     error = r.take(">h")
     message = r.string16()
-    return error, message, r.bytes32()
+    auth_bytes = r.bytes32()
+    if lifetime:
+        return error, message, auth_bytes, r.take(">q")
+    return error, message, auth_bytes
 
 
 # ----- librdkafka ---------------------------------------------------------------------
@@ -288,6 +295,52 @@ def test_sasl_requests_on_a_plaintext_listener_are_illegal_sasl_state(start_sasl
     broker = start_sasl()
     with socket.create_connection((HOST, broker.port), timeout=10) as s:
         assert sasl_handshake(s, "PLAIN")[0] == 34  # ILLEGAL_SASL_STATE
+
+
+# ----- re-authentication (KIP-368) ------------------------------------------------------
+
+
+def test_an_expired_session_closes_the_connection_at_its_next_request(start_sasl):
+    broker = start_sasl(overrides={"connections.max.reauth.ms": "1500"})
+    with connect(broker) as s:
+        assert sasl_handshake(s, "PLAIN") == (0, ["PLAIN"])
+        error, _, _, lifetime_ms = sasl_authenticate(s, b"\0alice\0alice-secret", lifetime=True)
+        assert (error, lifetime_ms) == (0, 1500)
+        s.sendall(kw.metadata_v1(3))
+        assert struct.unpack(">i", recv_frame(s)[:4])[0] == 3
+        # Re-authenticated in time: the session runs on.
+        time.sleep(1.0)
+        assert sasl_handshake(s, "PLAIN", correlation_id=4) == (0, ["PLAIN"])
+        assert sasl_authenticate(s, b"\0alice\0alice-secret", correlation_id=5, lifetime=True)[3] == 1500
+        time.sleep(1.0)
+        s.sendall(kw.metadata_v1(6))
+        assert struct.unpack(">i", recv_frame(s)[:4])[0] == 6
+        # Not re-authenticated: the next request closes the connection.
+        time.sleep(1.7)
+        s.sendall(kw.metadata_v1(7))
+        assert closed_by_broker(s)
+    assert "expired (connections.max.reauth.ms)" in broker.log_text()
+
+
+def test_librdkafka_reauthenticates_before_its_session_expires(start_sasl, monkeypatch):
+    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::network=debug")
+    broker = start_sasl(overrides={"connections.max.reauth.ms": "2000"})
+    from confluent_kafka import Producer
+
+    topic = f"reauth-{uuid.uuid4().hex[:8]}"
+    errors, delivered = [], []
+    p = Producer(dict(rdkafka_sasl(broker), **{"error_cb": errors.append}))
+    deadline = time.monotonic() + 7
+    i = 0
+    while time.monotonic() < deadline:
+        p.produce(topic, value=f"m{i}".encode(), on_delivery=lambda err, m: delivered.append(err))
+        p.poll(0.25)
+        i += 1
+    assert p.flush(WAIT_S) == 0
+    assert delivered and all(e is None for e in delivered), delivered[:5]
+    log = broker.log_text()
+    assert "SASL re-authentication succeeded" in log, log[-3000:]
+    assert "expired (connections.max.reauth.ms)" not in log, log[-3000:]
 
 
 # ----- SCRAM --------------------------------------------------------------------------

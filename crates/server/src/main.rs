@@ -652,6 +652,7 @@ fn settings(
     s.connections_max_idle_ms = config.connections_max_idle_ms.max(0) as u64;
     s.connection_failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms.max(0) as u64;
     s.sasl_server_max_receive_size = config.sasl_server_max_receive_size.max(1) as usize;
+    s.connections_max_reauth_ms = config.connections_max_reauth_ms.max(0);
     s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
     s.queued_max_request_bytes = usize::try_from(config.queued_max_request_bytes).ok();
     s.max_pending_response_bytes_per_connection = config.max_pending_response_bytes_per_connection.max(1) as usize;

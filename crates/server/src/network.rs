@@ -27,7 +27,7 @@
 use crate::broker::Broker;
 use crate::config::SaslSettings;
 use crate::dispatch::{dispatch, Client, Reply};
-use crate::sasl::{self, Authenticator, Step};
+use crate::sasl::{self, Authenticator, Session, SessionStep, Step};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use crate::tls::{ListenerTls, ANONYMOUS};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -243,24 +243,35 @@ async fn open(
     stream.set_nodelay(true)?;
     match security.tls {
         None => {
-            let principal =
-                principal(&broker, &mut stream, peer, &listener, security.sasl, ANONYMOUS.into(), &mut shutdown);
+            let sasl = security.sasl.clone();
+            let principal = principal(&broker, &mut stream, peer, &listener, sasl, ANONYMOUS.into(), &mut shutdown);
             let Some(principal) = principal.await? else { return Ok(()) };
+            let session = sasl_session(&broker, security.sasl, &principal);
             let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = stream.into_split();
-            connection(broker, rd, wr, client, request_bytes, shutdown).await
+            connection(broker, rd, wr, client, session, request_bytes, shutdown).await
         }
         Some(tls) => {
             let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
             let Ok((mut stream, certificate)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
             // On SASL_SSL the SASL user is the principal, not the certificate's, as in Kafka.
-            let principal = principal(&broker, &mut stream, peer, &listener, security.sasl, certificate, &mut shutdown);
+            let sasl = security.sasl.clone();
+            let principal = principal(&broker, &mut stream, peer, &listener, sasl, certificate, &mut shutdown);
             let Some(principal) = principal.await? else { return Ok(()) };
+            let session = sasl_session(&broker, security.sasl, &principal);
             let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = tokio::io::split(stream);
-            connection(broker, rd, wr, client, request_bytes, shutdown).await
+            connection(broker, rd, wr, client, session, request_bytes, shutdown).await
         }
     }
+}
+
+/// An authenticated SASL connection's session (re-authentication, expiry); `None`
+/// elsewhere.
+fn sasl_session(broker: &Arc<Broker>, sasl: Option<Arc<SaslSettings>>, principal: &str) -> Option<Session> {
+    let lifetime_ms = broker.settings.connections_max_reauth_ms;
+    let scram = sasl::scram_credentials(broker);
+    sasl.map(|settings| Session::new(settings, scram, lifetime_ms, principal.to_string(), crate::broker::now_ms()))
 }
 
 /// The connection's principal: on a SASL listener (`sasl` set) the user it authenticated
@@ -305,7 +316,8 @@ where
     let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
     let max_frame = broker.settings.sasl_server_max_receive_size;
     let client = Client { peer, listener: listener.clone(), principal: ANONYMOUS.into() };
-    let mut authenticator = Authenticator::new(settings, sasl::scram_credentials(broker));
+    let lifetime_ms = broker.settings.connections_max_reauth_ms;
+    let mut authenticator = Authenticator::new(settings, sasl::scram_credentials(broker), lifetime_ms);
     loop {
         let frame = match tokio::time::timeout(idle, read_exact_frame(stream, max_frame)).await {
             Err(_) => {
@@ -407,6 +419,7 @@ async fn connection<R, W>(
     mut rd: R,
     wr: W,
     client: Client,
+    mut session: Option<Session>,
     request_bytes: RequestBytes,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()>
@@ -456,6 +469,45 @@ where
             _ = shutdown.changed() => break Ok(()),
             permit = reserve_response_bytes(&pending_response, peer) => permit,
         };
+        // A SASL connection's re-authentication frames, and its expiry (KIP-368).
+        let step = session.as_mut().map(|s| s.handle(&frame, crate::broker::now_ms(), &mut server_nonce));
+        let answer = match step {
+            None | Some(SessionStep::Request) => None,
+            Some(SessionStep::Send(answer)) => Some((answer, false)),
+            Some(SessionStep::Reauthenticated(answer)) => {
+                tracing::debug!(%peer, listener = %client.listener, principal = %client.principal, "SASL re-authentication succeeded");
+                Some((answer, false))
+            }
+            Some(SessionStep::Failed { send, mechanism, detail }) => {
+                telemetry::sasl_authentication_failed(peer, &client.listener, mechanism, &detail);
+                let delay = broker.settings.connection_failed_authentication_delay_ms;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                match send {
+                    Some(answer) => Some((answer, true)),
+                    None => break Ok(()),
+                }
+            }
+            Some(SessionStep::Close(why)) => {
+                telemetry::sasl_protocol_violation(peer, &client.listener, &why);
+                break Ok(());
+            }
+        };
+        if let Some((answer, closing)) = answer {
+            let queued = Queued {
+                api_key: None,
+                api_version: 0,
+                correlation_id: 0,
+                times,
+                reply: Outgoing::Frame(answer),
+                _in_flight: in_flight,
+                _request_bytes: reserved,
+                _response_bytes: response_bytes,
+            };
+            if tx.send(queued).await.is_err() || closing {
+                break Ok(());
+            }
+            continue;
+        }
         times.handler_started();
         in_flight.handler_started();
         let d = dispatch(&broker, frame, &client);

@@ -166,6 +166,8 @@ pub struct BrokerConfig {
     pub connections_max_idle_ms: i64,
     /// `connection.failed.authentication.delay.ms`.
     pub connection_failed_authentication_delay_ms: i32,
+    /// `connections.max.reauth.ms`; 0: SASL sessions do not expire.
+    pub connections_max_reauth_ms: i64,
     /// `sasl.server.max.receive.size`.
     pub sasl_server_max_receive_size: i32,
     /// `queued.max.requests`.
@@ -654,6 +656,7 @@ impl BrokerConfig {
             max_connections_per_ip: r.i32("max.connections.per.ip"),
             connections_max_idle_ms: r.i64("connections.max.idle.ms"),
             connection_failed_authentication_delay_ms: r.i32("connection.failed.authentication.delay.ms"),
+            connections_max_reauth_ms: r.i64("connections.max.reauth.ms"),
             sasl_server_max_receive_size: r.i32("sasl.server.max.receive.size"),
             queued_max_requests: r.i32("queued.max.requests"),
             queued_max_request_bytes: r.i64("queued.max.request.bytes"),

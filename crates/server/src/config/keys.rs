@@ -370,6 +370,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, and OAUTHBEARER are refused at startup)."),
     ConfigKey::new("sasl.server.max.receive.size", Int, Some("524288"), AtLeast(1), G::Listeners,
         "Largest frame a client may send before it has authenticated; a larger one closes the connection."),
+    ConfigKey::new("connections.max.reauth.ms", Long, Some("0"), AtLeast(0), G::Listeners,
+        "SASL sessions expire this long after authentication (KIP-368): the client re-authenticates on the same connection before then, or the connection closes at its next request; 0: never."),
     ConfigKey::new("connection.failed.authentication.delay.ms", Int, Some("100"), AtLeast(0), G::Listeners,
         "Delay before answering a failed SASL authentication and closing the connection, to slow down password guessing."),
     // Network

@@ -63,6 +63,11 @@ pub const UNSUPPORTED_MECHANISM: &str = "UNSUPPORTED";
 pub struct Authenticator {
     settings: Arc<SaslSettings>,
     scram: ScramLookup,
+    /// `connections.max.reauth.ms`, told to the client in SaslAuthenticate v1+ (0: the
+    /// session does not expire).
+    session_lifetime_ms: i64,
+    /// The mechanism the handshake chose.
+    chosen: Option<SaslMechanism>,
     state: State,
 }
 
@@ -98,8 +103,9 @@ enum Exchange {
 }
 
 impl Authenticator {
-    pub fn new(settings: Arc<SaslSettings>, scram: ScramLookup) -> Authenticator {
-        Authenticator { settings, scram, state: State::Handshake { versions_answered: false } }
+    pub fn new(settings: Arc<SaslSettings>, scram: ScramLookup, session_lifetime_ms: i64) -> Authenticator {
+        let state = State::Handshake { versions_answered: false };
+        Authenticator { settings, scram, session_lifetime_ms, chosen: None, state }
     }
 
     /// Takes the next frame (without its size prefix); `server_nonce` makes a SCRAM
@@ -159,6 +165,7 @@ impl Authenticator {
                 };
                 // v0: the tokens follow as bare frames (Kafka enables the SaslAuthenticate
                 // headers from handshake v1 only).
+                self.chosen = Some(mechanism);
                 self.state = State::Authenticate { mechanism, headers: version >= 1, exchange };
                 let response = SaslHandshakeResponse { error_code: ErrorCode::NONE.code(), mechanisms: enabled };
                 Step::Send(frame_response(correlation_id, version, ResponseBody::SaslHandshake(response)))
@@ -190,7 +197,11 @@ impl Authenticator {
                 Step::Send(respond(SaslAuthenticateResponse { auth_bytes: challenge.into(), ..Default::default() }))
             }
             Ok(Evaluated::Done { user, last }) => Step::Authenticated {
-                send: respond(SaslAuthenticateResponse { auth_bytes: last.into(), ..Default::default() }),
+                send: respond(SaslAuthenticateResponse {
+                    auth_bytes: last.into(),
+                    session_lifetime_ms: self.session_lifetime_ms,
+                    ..Default::default()
+                }),
                 principal: format!("User:{user}"),
             },
             Err(detail) => Step::Failed {
@@ -248,9 +259,114 @@ impl Authenticator {
     }
 }
 
+/// An authenticated connection's SASL session (KIP-368): with
+/// `connections.max.reauth.ms` set, it expires that long after authentication, and the
+/// client re-authenticates on the same connection (SaslHandshake, then SaslAuthenticate,
+/// between its other requests) as the same principal before then; a request other than
+/// SaslHandshake after expiry closes the connection, as in Kafka.
+pub struct Session {
+    settings: Arc<SaslSettings>,
+    scram: ScramLookup,
+    lifetime_ms: i64,
+    principal: String,
+    /// When the session expires (ms since the epoch); `None`: never.
+    expires_at_ms: Option<i64>,
+    reauthentication: Option<Authenticator>,
+}
+
+/// What the connection does with a frame of an authenticated SASL connection.
+#[derive(Debug)]
+pub enum SessionStep {
+    /// An ordinary request: handle it.
+    Request,
+    /// A re-authentication frame was taken: send this answer (in request order).
+    Send(Bytes),
+    /// Re-authenticated as the same principal: send this answer; the session runs
+    /// `connections.max.reauth.ms` from now.
+    Reauthenticated(Bytes),
+    /// Re-authentication failed: as [`Step::Failed`].
+    Failed { send: Option<Bytes>, mechanism: &'static str, detail: String },
+    /// Close the connection (expired session, protocol violation).
+    Close(String),
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("principal", &self.principal)
+            .field("expires_at_ms", &self.expires_at_ms)
+            .field("reauthenticating", &self.reauthentication.is_some())
+            .finish()
+    }
+}
+
+impl Session {
+    /// A session of `principal`, authenticated at `now_ms`; `lifetime_ms` is
+    /// `connections.max.reauth.ms` (0: no expiry, no re-authentication).
+    pub fn new(
+        settings: Arc<SaslSettings>,
+        scram: ScramLookup,
+        lifetime_ms: i64,
+        principal: String,
+        now_ms: i64,
+    ) -> Session {
+        let expires_at_ms = (lifetime_ms > 0).then(|| now_ms.saturating_add(lifetime_ms));
+        Session { settings, scram, lifetime_ms, principal, expires_at_ms, reauthentication: None }
+    }
+
+    /// Takes the next frame at `now_ms`.
+    pub fn handle(&mut self, frame: &Bytes, now_ms: i64, server_nonce: &mut dyn FnMut() -> String) -> SessionStep {
+        if let Some(mut authenticator) = self.reauthentication.take() {
+            return match authenticator.handle(frame.clone(), server_nonce) {
+                Step::ApiVersions => SessionStep::Close("ApiVersions during re-authentication".into()),
+                Step::Send(answer) => {
+                    self.reauthentication = Some(authenticator);
+                    SessionStep::Send(answer)
+                }
+                Step::Authenticated { principal, .. } if principal != self.principal => SessionStep::Failed {
+                    send: None,
+                    mechanism: authenticator.mechanism_name(),
+                    detail: format!(
+                        "cannot change principals during re-authentication from {}: {principal}",
+                        self.principal
+                    ),
+                },
+                Step::Authenticated { send, .. } => {
+                    self.expires_at_ms = Some(now_ms.saturating_add(self.lifetime_ms));
+                    SessionStep::Reauthenticated(send)
+                }
+                Step::Failed { send, mechanism, detail } => SessionStep::Failed { send, mechanism, detail },
+                Step::Close(why) => SessionStep::Close(why),
+            };
+        }
+        let api_key = (frame.len() >= 2).then(|| i16::from_be_bytes([frame[0], frame[1]]));
+        if self.lifetime_ms > 0 && api_key == Some(ApiKey::SaslHandshake as i16) {
+            let mut authenticator = Authenticator::new(self.settings.clone(), self.scram.clone(), self.lifetime_ms);
+            // No ApiVersions in a re-authentication: straight to the handshake.
+            authenticator.state = State::Handshake { versions_answered: true };
+            self.reauthentication = Some(authenticator);
+            return self.handle(frame, now_ms, server_nonce);
+        }
+        match self.expires_at_ms {
+            Some(expiry) if now_ms >= expiry => SessionStep::Close(format!(
+                "SASL session of {} expired (connections.max.reauth.ms) without re-authentication",
+                self.principal
+            )),
+            _ => SessionStep::Request,
+        }
+    }
+}
+
 enum Evaluated {
     Continue(Vec<u8>),
     Done { user: String, last: Vec<u8> },
+}
+
+impl Authenticator {
+    /// The mechanism being run, for the failure metric's label.
+    fn mechanism_name(&self) -> &'static str {
+        self.chosen.map_or(UNSUPPORTED_MECHANISM, SaslMechanism::name)
+    }
 }
 
 /// What a client is told when authentication fails: Kafka's own words, which say nothing
@@ -315,7 +431,7 @@ mod tests {
         let lookup: ScramLookup = Arc::new(|user: &str, mechanism| {
             (user == "alice").then(|| mechanism.credential(b"alice-secret", b"salt", 4096))
         });
-        Authenticator::new(settings(mechanisms), lookup)
+        Authenticator::new(settings(mechanisms), lookup, 0)
     }
 
     fn request(body: RequestBody, version: i16) -> Bytes {
@@ -421,6 +537,65 @@ mod tests {
         handshake(&mut a, "PLAIN", 0);
         let failed = a.handle(Bytes::from_static(b"\0alice\0nope"), &mut nonce);
         assert!(matches!(failed, Step::Failed { send: None, .. }), "{failed:?}");
+    }
+
+    fn session(lifetime_ms: i64) -> Session {
+        let lookup: ScramLookup = Arc::new(|_: &str, _| None);
+        Session::new(settings(&[SaslMechanism::Plain]), lookup, lifetime_ms, "User:alice".into(), 0)
+    }
+
+    fn authenticate_v2(token: &[u8]) -> Bytes {
+        let body = RequestBody::SaslAuthenticate(SaslAuthenticateRequest {
+            auth_bytes: Bytes::copy_from_slice(token),
+            ..Default::default()
+        });
+        request(body, 2)
+    }
+
+    fn handshake_v1() -> Bytes {
+        request(RequestBody::SaslHandshake(SaslHandshakeRequest { mechanism: "PLAIN".into() }), 1)
+    }
+
+    #[test]
+    fn without_a_reauth_lifetime_sessions_never_expire_and_handshakes_are_requests() {
+        let mut s = session(0);
+        let metadata = request(RequestBody::Metadata(MetadataRequest::default()), 12);
+        assert!(matches!(s.handle(&metadata, i64::MAX / 2, &mut nonce), SessionStep::Request));
+        assert!(matches!(s.handle(&handshake_v1(), 1, &mut nonce), SessionStep::Request));
+    }
+
+    #[test]
+    fn reauthentication_extends_the_session_and_expiry_closes_the_connection() {
+        let mut s = session(1000);
+        let metadata = request(RequestBody::Metadata(MetadataRequest::default()), 12);
+        assert!(matches!(s.handle(&metadata, 500, &mut nonce), SessionStep::Request));
+        assert!(matches!(s.handle(&handshake_v1(), 900, &mut nonce), SessionStep::Send(_)));
+        let SessionStep::Reauthenticated(answer) =
+            s.handle(&authenticate_v2(b"\0alice\0alice-secret"), 950, &mut nonce)
+        else {
+            panic!()
+        };
+        let ResponseBody::SaslAuthenticate(r) = response(answer, ApiKey::SaslAuthenticate, 2) else { panic!() };
+        assert_eq!((r.error_code, r.session_lifetime_ms), (0, 1000));
+        assert!(matches!(s.handle(&metadata, 1500, &mut nonce), SessionStep::Request));
+        assert!(matches!(s.handle(&metadata, 1950, &mut nonce), SessionStep::Close(_)));
+    }
+
+    #[test]
+    fn reauthentication_as_another_user_or_with_a_wrong_password_fails() {
+        let mut s = session(1000);
+        s.handle(&handshake_v1(), 100, &mut nonce);
+        let other = s.handle(&authenticate_v2(b"\0admin\0admin-secret"), 100, &mut nonce);
+        // admin is no PLAIN user here: a plain failure; a known other user is refused too.
+        assert!(matches!(other, SessionStep::Failed { .. }), "{other:?}");
+        let mut settings = (*settings(&[SaslMechanism::Plain])).clone();
+        settings.plain_users.insert("bob".into(), Secret("bob-secret".into()));
+        let lookup: ScramLookup = Arc::new(|_: &str, _| None);
+        let mut s = Session::new(Arc::new(settings), lookup, 1000, "User:alice".into(), 0);
+        s.handle(&handshake_v1(), 100, &mut nonce);
+        let changed = s.handle(&authenticate_v2(b"\0bob\0bob-secret"), 100, &mut nonce);
+        let SessionStep::Failed { detail, .. } = changed else { panic!("{changed:?}") };
+        assert!(detail.contains("cannot change principals"), "{detail}");
     }
 
     #[test]
