@@ -21,7 +21,8 @@ config), driven by real clients over real sockets.
   adds and deletes a SCRAM-SHA-512 user;
 - re-authentication (KIP-368, `connections.max.reauth.ms`): SaslAuthenticate tells the
   session lifetime, a raw client that re-authenticates in time goes on and one that
-  does not is closed at its next request; librdkafka re-authenticates on its own;
+  does not is closed at its next request; librdkafka and the Java client
+  re-authenticate on their own;
 - config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
   users stops the start with the key to fix.
 
@@ -338,6 +339,21 @@ def test_librdkafka_reauthenticates_before_its_session_expires(start_sasl, monke
         i += 1
     assert p.flush(WAIT_S) == 0
     assert delivered and all(e is None for e in delivered), delivered[:5]
+    log = broker.log_text()
+    assert "SASL re-authentication succeeded" in log, log[-3000:]
+    assert "expired (connections.max.reauth.ms)" not in log, log[-3000:]
+
+
+def test_the_java_client_reauthenticates_before_its_session_expires(start_sasl, tmp_path, monkeypatch):
+    skip_without_kafka_tools()
+    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::network=debug")
+    broker = start_sasl(overrides={"connections.max.reauth.ms": "2000"})
+    props = java_sasl_properties(tmp_path / "client.properties", "PLAIN", "alice", "alice-secret")
+    # 60 records at 10 a second: six seconds on one connection, three session lifetimes.
+    run = java("org.apache.kafka.tools.ProducerPerformance", "--topic", f"reauth-{uuid.uuid4().hex[:8]}",
+               "--num-records", "60", "--record-size", "100", "--throughput", "10", "--producer.config", props,
+               "--producer-props", f"bootstrap.servers={broker.sasl_bootstrap}", "acks=all")
+    assert run.returncode == 0 and "60 records sent" in run.stdout, run.stdout[-2000:] + run.stderr[-3000:]
     log = broker.log_text()
     assert "SASL re-authentication succeeded" in log, log[-3000:]
     assert "expired (connections.max.reauth.ms)" not in log, log[-3000:]
