@@ -323,14 +323,18 @@ impl Session {
                     self.reauthentication = Some(authenticator);
                     SessionStep::Send(answer)
                 }
-                Step::Authenticated { principal, .. } if principal != self.principal => SessionStep::Failed {
-                    send: None,
-                    mechanism: authenticator.mechanism_name(),
-                    detail: format!(
-                        "cannot change principals during re-authentication from {}: {principal}",
+                Step::Authenticated { principal, .. } if principal != self.principal => {
+                    // Kafka's words, which the client is told as well.
+                    let message = format!(
+                        "Cannot change principals during re-authentication from {}: {principal}",
                         self.principal
-                    ),
-                },
+                    );
+                    SessionStep::Failed {
+                        send: authentication_failed(frame, &message),
+                        mechanism: authenticator.mechanism_name(),
+                        detail: message,
+                    }
+                }
                 Step::Authenticated { send, .. } => {
                     self.expires_at_ms = Some(now_ms.saturating_add(self.lifetime_ms));
                     SessionStep::Reauthenticated(send)
@@ -367,6 +371,19 @@ impl Authenticator {
     fn mechanism_name(&self) -> &'static str {
         self.chosen.map_or(UNSUPPORTED_MECHANISM, SaslMechanism::name)
     }
+}
+
+/// A SASL_AUTHENTICATION_FAILED answer with `message` to the SaslAuthenticate request
+/// in `frame`; `None` when the frame is not one (a bare token of the v0 flow).
+fn authentication_failed(frame: &Bytes, message: &str) -> Option<Bytes> {
+    let split = split_request(frame.clone()).ok().filter(|s| s.api_key == ApiKey::SaslAuthenticate)?;
+    let response = SaslAuthenticateResponse {
+        error_code: ErrorCode::SASL_AUTHENTICATION_FAILED.code(),
+        error_message: Some(message.to_string()),
+        ..Default::default()
+    };
+    let version = split.header.request_api_version;
+    Some(frame_response(split.header.correlation_id, version, ResponseBody::SaslAuthenticate(response)))
 }
 
 /// What a client is told when authentication fails: Kafka's own words, which say nothing
@@ -594,8 +611,14 @@ mod tests {
         let mut s = Session::new(Arc::new(settings), lookup, 1000, "User:alice".into(), 0);
         s.handle(&handshake_v1(), 100, &mut nonce);
         let changed = s.handle(&authenticate_v2(b"\0bob\0bob-secret"), 100, &mut nonce);
-        let SessionStep::Failed { detail, .. } = changed else { panic!("{changed:?}") };
-        assert!(detail.contains("cannot change principals"), "{detail}");
+        let SessionStep::Failed { detail, send: Some(answer), .. } = changed else { panic!("{changed:?}") };
+        assert!(detail.contains("Cannot change principals"), "{detail}");
+        let ResponseBody::SaslAuthenticate(r) = response(answer, ApiKey::SaslAuthenticate, 2) else { panic!() };
+        assert_eq!(r.error_code, ErrorCode::SASL_AUTHENTICATION_FAILED.code());
+        assert_eq!(
+            r.error_message.as_deref(),
+            Some("Cannot change principals during re-authentication from User:alice: User:bob")
+        );
     }
 
     #[test]
