@@ -28,16 +28,16 @@ GO_TEST_TIMEOUT="${GO_TEST_TIMEOUT:-10m}"
 EXPECTED_FAILURES=(
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
-# 0 failed, 4 skipped: the first four below. Any other skip is a test Kafka passes and
+# 0 failed, 4 skipped: the first two below and the SCRAM tests (added below when no
+# SASL listener is given). Any other skip is a test Kafka passes and
 # Osprey dodges (e.g. a version no longer advertised), so it fails the run.
 EXPECTED_SKIPS=(
     # Kafka 4 lists Produce v0-2 in ApiVersions (and refuses them), as Osprey does; the
     # test only runs against a broker that does not list them.
     TestIssueProduceBrokerTooOldFailsRecords
-    # Need a SASL listener (KGO_TEST_SCRAM_SEEDS, KGO_TEST_OAUTH_SEEDS); Osprey has
-    # none, and franz-go's own Kafka run sets one up that the baseline above leaves out.
-    TestSCRAMAuth
-    TestSCRAMAuthBadCredentials
+    # Needs an OAUTHBEARER listener (KGO_TEST_OAUTH_SEEDS), which Osprey does not serve;
+    # franz-go's own Kafka run sets one up that the baseline above leaves out. The SCRAM
+    # tests run against the SASL_PLAINTEXT listener started below.
     TestOAuthAuth
     # Share groups (KIP-932: ShareFetch v2, ShareAcknowledge v2), which Kafka 4.4 has
     # and Osprey does not yet; these five pass against Kafka.
@@ -95,11 +95,13 @@ if [ -z "${KGO_SEEDS:-}" ]; then
         exit 1
     fi
     port="$(free_port)"
+    sasl_port="$(free_port)"
     metrics_port="$(free_port)"
     # Kafka's shipped server.properties sets group.initial.rebalance.delay.ms=0, and so
     # does the Kafka baseline: new groups form at once (the suite makes many).
     "$bin" \
-        --override "listeners=PLAINTEXT://127.0.0.1:$port" \
+        --override "listeners=PLAINTEXT://127.0.0.1:$port,SASL_PLAINTEXT://127.0.0.1:$sasl_port" \
+        --override "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512" \
         --override "log.dirs=$work/data" \
         --override "metrics.listener=127.0.0.1:$metrics_port" \
         --override "group.initial.rebalance.delay.ms=0" \
@@ -115,8 +117,23 @@ if [ -z "${KGO_SEEDS:-}" ]; then
         sleep 0.1
     done
     export KGO_SEEDS="127.0.0.1:$port"
+    # TestSCRAMAuth logs in as this user, created as an operator would
+    # (AlterUserScramCredentials, with confluent-kafka from compat-tests/.venv).
+    "$here/.venv/bin/python" - "127.0.0.1:$port" <<'PY'
+import sys
+from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
+admin = AdminClient({"bootstrap.servers": sys.argv[1]})
+upsert = UserScramCredentialUpsertion("kgo", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"kgo-secret")
+admin.alter_user_scram_credentials([upsert])["kgo"].result(timeout=30)
+PY
+    export KGO_TEST_SCRAM_SEEDS="127.0.0.1:$sasl_port"
+    export KGO_TEST_SCRAM="kgo:kgo-secret:512"
 fi
 export KGO_TEST_RF=1
+if [ -z "${KGO_TEST_SCRAM_SEEDS:-}" ]; then
+    # A broker given in KGO_SEEDS without a SASL listener: the SCRAM tests skip.
+    EXPECTED_SKIPS+=(TestSCRAMAuth TestSCRAMAuthBadCredentials)
+fi
 
 echo "franz-go-kgo: franz-go $FRANZ_GO_VERSION kgo tests against $KGO_SEEDS (log: $work)"
 start=$(date +%s)

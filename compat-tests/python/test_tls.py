@@ -129,20 +129,26 @@ def pki(tmp_path_factory):
 # ----- brokers ------------------------------------------------------------------------
 
 
-def add_ssl_listener(monkeypatch) -> int:
-    """Brokers started from now on in this test get an SSL listener on the returned port
-    beside their PLAINTEXT one (on which the fixture checks readiness)."""
-    ssl_port = free_port()
+def add_listener(monkeypatch, name: str) -> int:
+    """Brokers started from now on in this test get listener `name` (mapped to the
+    protocol of the same name: SSL, SASL_PLAINTEXT, SASL_SSL) on the returned port beside
+    their PLAINTEXT one, on which the fixture checks readiness."""
+    port = free_port()
     original = Broker.command
 
     def command(self):
         args = original(self)
         i = args.index(f"listeners=PLAINTEXT://{self.host}:{self.port}")
-        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},SSL://{self.host}:{ssl_port}"
+        args[i] = f"listeners=PLAINTEXT://{self.host}:{self.port},{name}://{self.host}:{port}"
         return args
 
     monkeypatch.setattr(Broker, "command", command)
-    return ssl_port
+    return port
+
+
+def add_ssl_listener(monkeypatch) -> int:
+    """An SSL listener beside the PLAINTEXT one (see `add_listener`)."""
+    return add_listener(monkeypatch, "SSL")
 
 
 @pytest.fixture
@@ -512,8 +518,9 @@ def test_bad_stores_fail_the_start_saying_what_to_fix(tmp_path, pki):
     out = start_fails(tmp_path, f"listeners=SSL://{HOST}:0", f"ssl.keystore.location={pki.server[2]}",
                       "ssl.keystore.type=JKS")
     assert "PEM" in out and "ssl.keystore.type" in out, out
-    out = start_fails(tmp_path, f"listeners=SASL_SSL://{HOST}:0")
-    assert "SASL" in out, out
+    # SASL_SSL is TLS first: the same key store is needed.
+    out = start_fails(tmp_path, f"listeners=SASL_SSL://{HOST}:0", "sasl.enabled.mechanisms=PLAIN")
+    assert "ssl.keystore.location" in out and "SASL_SSL" in out, out
 
 
 # ----- inter-broker TLS ---------------------------------------------------------------

@@ -63,6 +63,22 @@ pub enum MetadataRecord {
         key: String,
         value: Option<String>,
     },
+    /// Kafka's UserScramCredentialRecord: a user's SCRAM credential for one mechanism
+    /// (Kafka's type id: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512), set or replaced. What a
+    /// server needs to check a proof, never the password.
+    SetScramCredential {
+        user: String,
+        mechanism: i8,
+        salt: Vec<u8>,
+        stored_key: Vec<u8>,
+        server_key: Vec<u8>,
+        iterations: i32,
+    },
+    /// Kafka's RemoveUserScramCredentialRecord.
+    RemoveScramCredential {
+        user: String,
+        mechanism: i8,
+    },
     /// A broker registered, as Kafka's RegisterBrokerRecord: a new incarnation gets a
     /// new epoch (the record's offset in the metadata log) and starts fenced; the same
     /// incarnation registering again keeps its epoch and state.
@@ -141,6 +157,15 @@ pub struct BrokerListener {
     pub security_protocol: i16,
 }
 
+/// A user's SCRAM credential for one mechanism, as the metadata keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScramCredentialImage {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
 /// A registered broker, as the metadata says (Kafka's BrokerRegistration).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
@@ -199,6 +224,8 @@ pub struct MetadataImage {
     brokers: BTreeMap<i32, BrokerRegistration>,
     /// The cluster id from the first `ClusterId` record (`None` before it).
     pub cluster_id: Option<String>,
+    /// SCRAM credentials by user, then by mechanism type id.
+    scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredentialImage>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -293,6 +320,17 @@ impl MetadataImage {
         self.broker_configs.get(resource)
     }
 
+    /// `user`'s SCRAM credential for `mechanism` (Kafka's type id).
+    pub fn scram_credential(&self, user: &str, mechanism: i8) -> Option<&ScramCredentialImage> {
+        self.scram_credentials.get(user)?.get(&mechanism)
+    }
+
+    /// Every user with a SCRAM credential, in name order, with their credentials by
+    /// mechanism type id.
+    pub fn scram_users(&self) -> impl Iterator<Item = (&String, &BTreeMap<i8, ScramCredentialImage>)> {
+        self.scram_credentials.iter()
+    }
+
     /// Registered brokers in id order.
     pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values()
@@ -377,6 +415,23 @@ impl MetadataImage {
             }
             MetadataRecord::SetBrokerConfig { resource, key, value } => {
                 set_or_reset(&mut self.broker_configs, resource, key, value.as_deref())
+            }
+            MetadataRecord::SetScramCredential { user, mechanism, salt, stored_key, server_key, iterations } => {
+                let credential = ScramCredentialImage {
+                    salt: salt.clone(),
+                    stored_key: stored_key.clone(),
+                    server_key: server_key.clone(),
+                    iterations: *iterations,
+                };
+                self.scram_credentials.entry(user.clone()).or_default().insert(*mechanism, credential);
+            }
+            MetadataRecord::RemoveScramCredential { user, mechanism } => {
+                if let Some(credentials) = self.scram_credentials.get_mut(user) {
+                    credentials.remove(mechanism);
+                    if credentials.is_empty() {
+                        self.scram_credentials.remove(user);
+                    }
+                }
             }
             MetadataRecord::RegisterBroker {
                 id,
@@ -512,6 +567,9 @@ struct ImageOnDisk {
     /// Absent in snapshots written before the quorum carried it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     cluster_id: Option<String>,
+    /// Absent in snapshots written before SCRAM credentials existed, and when empty.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredentialImage>>,
 }
 
 impl From<MetadataImage> for ImageOnDisk {
@@ -525,17 +583,35 @@ impl From<MetadataImage> for ImageOnDisk {
             broker_configs,
             brokers,
             cluster_id,
+            scram_credentials,
         } = image;
         let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
         let brokers = brokers.into_values().collect();
-        ImageOnDisk { topics, applied, next_producer_id, group_configs, broker_configs, brokers, cluster_id }
+        ImageOnDisk {
+            topics,
+            applied,
+            next_producer_id,
+            group_configs,
+            broker_configs,
+            brokers,
+            cluster_id,
+            scram_credentials,
+        }
     }
 }
 
 impl From<ImageOnDisk> for MetadataImage {
     fn from(disk: ImageOnDisk) -> MetadataImage {
-        let ImageOnDisk { topics: list, applied, next_producer_id, group_configs, broker_configs, brokers, cluster_id } =
-            disk;
+        let ImageOnDisk {
+            topics: list,
+            applied,
+            next_producer_id,
+            group_configs,
+            broker_configs,
+            brokers,
+            cluster_id,
+            scram_credentials,
+        } = disk;
         let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
         let topics = list.into_iter().map(|t| (t.id, t)).collect();
         let brokers = brokers.into_iter().map(|b| (b.id, b)).collect();
@@ -548,6 +624,7 @@ impl From<ImageOnDisk> for MetadataImage {
             broker_configs,
             brokers,
             cluster_id,
+            scram_credentials,
         }
     }
 }
@@ -638,6 +715,33 @@ mod tests {
         assert_eq!(image.group_configs("g").unwrap()["consumer.session.timeout.ms"], "50000");
         image.apply(&set(None));
         assert!(image.group_configs("g").is_none());
+    }
+
+    #[test]
+    fn scram_credentials_are_set_replaced_removed_and_survive_a_snapshot() {
+        let mut image = MetadataImage::default();
+        let set = |mechanism: i8, iterations: i32| MetadataRecord::SetScramCredential {
+            user: "alice".into(),
+            mechanism,
+            salt: vec![1, 2],
+            stored_key: vec![3; 32],
+            server_key: vec![4; 32],
+            iterations,
+        };
+        image.apply(&set(2, 4096));
+        image.apply(&set(2, 8192));
+        image.apply(&set(1, 4096));
+        assert_eq!(image.scram_credential("alice", 2).unwrap().iterations, 8192);
+        let back: MetadataImage = serde_json::from_str(&serde_json::to_string(&image).unwrap()).unwrap();
+        assert_eq!(back, image);
+        image.apply(&MetadataRecord::RemoveScramCredential { user: "alice".into(), mechanism: 2 });
+        assert!(image.scram_credential("alice", 2).is_none());
+        assert_eq!(image.scram_users().count(), 1);
+        image.apply(&MetadataRecord::RemoveScramCredential { user: "alice".into(), mechanism: 1 });
+        assert_eq!(image.scram_users().count(), 0);
+        // Removing what is not there changes nothing.
+        image.apply(&MetadataRecord::RemoveScramCredential { user: "bob".into(), mechanism: 1 });
+        assert_eq!(image.scram_users().count(), 0);
     }
 
     #[test]

@@ -36,6 +36,8 @@ pub use cluster_control::{
     ControllerResult,
 };
 pub use controller::{Controller, ControllerError, NewTopic};
-pub use image::{BrokerListener, BrokerRegistration, MetadataImage, MetadataRecord, PartitionImage, TopicImage};
+pub use image::{
+    BrokerListener, BrokerRegistration, MetadataImage, MetadataRecord, PartitionImage, ScramCredentialImage, TopicImage,
+};
 pub use log::MetadataLog;
 pub use meta_properties::MetaProperties;

@@ -55,6 +55,14 @@ pub struct Settings {
     pub max_connections: usize,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: u64,
+    /// `connection.failed.authentication.delay.ms`: a failed SASL authentication is
+    /// answered (and its connection closed) this much later.
+    pub connection_failed_authentication_delay_ms: u64,
+    /// `sasl.server.max.receive.size`: the largest frame read before authentication.
+    pub sasl_server_max_receive_size: usize,
+    /// `connections.max.reauth.ms`: SASL sessions expire this long after authentication
+    /// (KIP-368); 0: never.
+    pub connections_max_reauth_ms: i64,
     /// TLS to other brokers, when `inter.broker.listener.name` is an SSL listener: the
     /// replica fetchers and the transaction marker sender connect with it.
     pub interbroker_tls: Option<crate::tls::InterBrokerTls>,
@@ -164,6 +172,9 @@ impl Settings {
             socket_request_max_bytes: 104_857_600,
             max_connections: 10_000,
             connections_max_idle_ms: 600_000,
+            connection_failed_authentication_delay_ms: 100,
+            sasl_server_max_receive_size: 524_288,
+            connections_max_reauth_ms: 0,
             interbroker_tls: None,
             max_inflight_per_connection: 100,
             queued_max_request_bytes: Some(104_857_600),

@@ -27,6 +27,7 @@ pub mod refused_batches;
 pub mod replica_manager;
 pub mod replication;
 pub mod replies;
+pub mod sasl;
 pub mod supported;
 pub mod telemetry;
 #[cfg(test)]

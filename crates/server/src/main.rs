@@ -541,8 +541,10 @@ fn security_protocol_id(protocol: SecurityProtocol) -> i16 {
 struct BoundListeners {
     client: Vec<(Listener, SocketAddr, TcpListener)>,
     controller: Vec<(Listener, SocketAddr, TcpListener)>,
-    /// The TLS of each SSL client listener, by name, its files read.
+    /// The TLS of each SSL and SASL_SSL client listener, by name, its files read.
     tls: std::collections::HashMap<String, Arc<osprey_server::tls::ListenerTls>>,
+    /// The SASL settings of each SASL client listener, by name.
+    sasl: std::collections::HashMap<String, Arc<osprey_server::config::SaslSettings>>,
 }
 
 impl BoundListeners {
@@ -561,8 +563,10 @@ impl BoundListeners {
     /// the handlers), and the controller listeners' sockets.
     fn into_sockets(self) -> (Vec<ClientListener>, Vec<TcpListener>) {
         let mut tls = self.tls;
+        let mut sasl = self.sasl;
         let client = self.client.into_iter().map(|(l, _, socket)| ClientListener {
             tls: tls.remove(&l.name),
+            sasl: sasl.remove(&l.name),
             name: l.name.into(),
             socket,
         });
@@ -573,11 +577,21 @@ impl BoundListeners {
 /// Binds every listener before anything is opened, so that a port in use fails the start
 /// at once and names the listener.
 fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
-    let mut bound = BoundListeners { client: Vec::new(), controller: Vec::new(), tls: Default::default() };
+    let mut bound = BoundListeners {
+        client: Vec::new(),
+        controller: Vec::new(),
+        tls: Default::default(),
+        sasl: Default::default(),
+    };
     for listener in &config.listeners {
-        if listener.security_protocol == SecurityProtocol::Ssl
-            && !config.controller_listener_names.contains(&listener.name)
-        {
+        let client = !config.controller_listener_names.contains(&listener.name);
+        if client && listener.security_protocol.uses_sasl() {
+            let settings = config.sasl_settings(&listener.name).map_err(|e| e.to_string())?;
+            let mechanisms: Vec<&str> = settings.mechanisms.iter().map(|m| m.name()).collect();
+            tracing::info!(listener = %listener.name, mechanisms = %mechanisms.join(","), "SASL listener");
+            bound.sasl.insert(listener.name.clone(), Arc::new(settings));
+        }
+        if client && listener.security_protocol.uses_tls() {
             // Files read before anything binds: a bad key store stops the start, naming it.
             let settings = config.tls_settings(&listener.name).map_err(|e| e.to_string())?;
             tracing::info!(listener = %osprey_server::tls::describe(&settings), "TLS listener");
@@ -636,6 +650,9 @@ fn settings(
     s.socket_request_max_bytes = config.socket_request_max_bytes.max(0) as usize;
     s.max_connections = config.max_connections.max(1) as usize;
     s.connections_max_idle_ms = config.connections_max_idle_ms.max(0) as u64;
+    s.connection_failed_authentication_delay_ms = config.connection_failed_authentication_delay_ms.max(0) as u64;
+    s.sasl_server_max_receive_size = config.sasl_server_max_receive_size.max(1) as usize;
+    s.connections_max_reauth_ms = config.connections_max_reauth_ms.max(0);
     s.max_inflight_per_connection = config.max_inflight_requests_per_connection.max(1) as usize;
     s.queued_max_request_bytes = usize::try_from(config.queued_max_request_bytes).ok();
     s.max_pending_response_bytes_per_connection = config.max_pending_response_bytes_per_connection.max(1) as usize;

@@ -19,10 +19,15 @@
 //!
 //! On an SSL listener the connection first shakes hands (`crate::tls`, within its
 //! deadline, holding the connection's `max.connections` slot), then the same request
-//! loop runs over the TLS stream: the loop is generic over the stream's halves.
+//! loop runs over the TLS stream: the loop is generic over the stream's halves. On a
+//! SASL listener (after TLS on SASL_SSL) the client authenticates first
+//! ([`authenticate`], driving `crate::sasl`): one frame at a time, each at most
+//! `sasl.server.max.receive.size`, and only then does the request loop start.
 
 use crate::broker::Broker;
+use crate::config::SaslSettings;
 use crate::dispatch::{dispatch, Client, Reply};
+use crate::sasl::{self, Authenticator, Session, SessionStep, Step};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use crate::tls::{ListenerTls, ANONYMOUS};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -58,8 +63,10 @@ const RETAINED_WRITE_BUFFER_BYTES: usize = 1024 * 1024;
 pub struct ClientListener {
     pub name: Arc<str>,
     pub socket: TcpListener,
-    /// An SSL listener's TLS; `None`: PLAINTEXT.
+    /// An SSL or SASL_SSL listener's TLS; `None`: PLAINTEXT or SASL_PLAINTEXT.
     pub tls: Option<Arc<ListenerTls>>,
+    /// A SASL_PLAINTEXT or SASL_SSL listener's mechanisms and users.
+    pub sasl: Option<Arc<SaslSettings>>,
 }
 
 /// Accepts connections on every client listener until `shutdown` turns true, then waits
@@ -81,6 +88,7 @@ pub async fn serve(
     let mut names = Vec::new();
     let mut sockets = Vec::new();
     let mut tls = Vec::new();
+    let mut sasl = Vec::new();
     for l in listeners {
         if let Some(t) = &l.tls {
             tokio::spawn(t.clone().watch(shutdown.clone()));
@@ -88,6 +96,7 @@ pub async fn serve(
         names.push(l.name);
         sockets.push(l.socket);
         tls.push(l.tls);
+        sasl.push(l.sasl);
     }
     let request_bytes =
         RequestBytes::new(broker.settings.queued_max_request_bytes, broker.settings.socket_request_max_bytes);
@@ -116,10 +125,10 @@ pub async fn serve(
                 let shutdown = shutdown.clone();
                 let request_bytes = request_bytes.clone();
                 let listener = names[index].clone();
-                let tls = tls[index].clone();
+                let security = Security { tls: tls[index].clone(), sasl: sasl[index].clone() };
                 connections.spawn(async move {
                     telemetry::connection_opened();
-                    if let Err(e) = open(broker, stream, peer, listener, tls, request_bytes, shutdown).await {
+                    if let Err(e) = open(broker, stream, peer, listener, security, request_bytes, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
                     telemetry::connection_closed();
@@ -213,32 +222,196 @@ enum Outgoing {
     Close(String),
 }
 
+/// What a listener asks of its connections before requests: TLS, SASL, both or neither.
+struct Security {
+    tls: Option<Arc<ListenerTls>>,
+    sasl: Option<Arc<SaslSettings>>,
+}
+
 /// Serves one accepted connection: in plain TCP, or after a TLS handshake on an SSL
-/// listener (a failed one closes the connection, counted and logged by `tls`).
+/// listener (a failed one closes the connection, counted and logged by `tls`); on a SASL
+/// listener, once the client has authenticated.
 async fn open(
     broker: Arc<Broker>,
-    stream: TcpStream,
+    mut stream: TcpStream,
     peer: SocketAddr,
     listener: Arc<str>,
-    tls: Option<Arc<ListenerTls>>,
+    security: Security,
     request_bytes: RequestBytes,
-    shutdown: watch::Receiver<bool>,
+    mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
     stream.set_nodelay(true)?;
-    match tls {
+    match security.tls {
         None => {
-            let client = Client { peer, listener, principal: ANONYMOUS.into() };
+            let sasl = security.sasl.clone();
+            let principal = principal(&broker, &mut stream, peer, &listener, sasl, ANONYMOUS.into(), &mut shutdown);
+            let Some(principal) = principal.await? else { return Ok(()) };
+            let session = sasl_session(&broker, security.sasl, &principal);
+            let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = stream.into_split();
-            connection(broker, rd, wr, client, request_bytes, shutdown).await
+            connection(broker, rd, wr, client, session, request_bytes, shutdown).await
         }
         Some(tls) => {
             let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
-            let Ok((stream, principal)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
+            let Ok((mut stream, certificate)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
+            // On SASL_SSL the SASL user is the principal, not the certificate's, as in Kafka.
+            let sasl = security.sasl.clone();
+            let principal = principal(&broker, &mut stream, peer, &listener, sasl, certificate, &mut shutdown);
+            let Some(principal) = principal.await? else { return Ok(()) };
+            let session = sasl_session(&broker, security.sasl, &principal);
             let client = Client { peer, listener, principal: principal.into() };
             let (rd, wr) = tokio::io::split(stream);
-            connection(broker, rd, wr, client, request_bytes, shutdown).await
+            connection(broker, rd, wr, client, session, request_bytes, shutdown).await
         }
     }
+}
+
+/// An authenticated SASL connection's session (re-authentication, expiry); `None`
+/// elsewhere.
+fn sasl_session(broker: &Arc<Broker>, sasl: Option<Arc<SaslSettings>>, principal: &str) -> Option<Session> {
+    let lifetime_ms = broker.settings.connections_max_reauth_ms;
+    let scram = sasl::scram_credentials(broker);
+    sasl.map(|settings| Session::new(settings, scram, lifetime_ms, principal.to_string(), crate::broker::now_ms()))
+}
+
+/// The connection's principal: on a SASL listener (`sasl` set) the user it authenticated
+/// as ([`authenticate`]), elsewhere `otherwise` (the certificate's, or ANONYMOUS).
+/// `None`: the connection is to close (failed authentication, or shutdown meanwhile).
+async fn principal<S>(
+    broker: &Arc<Broker>,
+    stream: &mut S,
+    peer: SocketAddr,
+    listener: &Arc<str>,
+    sasl: Option<Arc<SaslSettings>>,
+    otherwise: String,
+    shutdown: &mut watch::Receiver<bool>,
+) -> io::Result<Option<String>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let Some(settings) = sasl else { return Ok(Some(otherwise)) };
+    tokio::select! {
+        _ = shutdown.changed() => Ok(None),
+        outcome = authenticate(broker, stream, peer, listener, settings) => outcome,
+    }
+}
+
+/// Runs SASL authentication on a new connection of a SASL listener: the principal
+/// (`User:<name>`) once the client has authenticated, `None` when the connection is to
+/// close (a failed authentication, answered after
+/// `connection.failed.authentication.delay.ms`; a request other than ApiVersions,
+/// SaslHandshake or SaslAuthenticate; a frame over `sasl.server.max.receive.size`;
+/// the client gone or idle for `connections.max.idle.ms`). Frames are read exactly,
+/// never past their end, so the request loop starts on a clean stream.
+async fn authenticate<S>(
+    broker: &Arc<Broker>,
+    stream: &mut S,
+    peer: SocketAddr,
+    listener: &Arc<str>,
+    settings: Arc<SaslSettings>,
+) -> io::Result<Option<String>>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
+    let max_frame = broker.settings.sasl_server_max_receive_size;
+    let client = Client { peer, listener: listener.clone(), principal: ANONYMOUS.into() };
+    let lifetime_ms = broker.settings.connections_max_reauth_ms;
+    let mut authenticator = Authenticator::new(settings, sasl::scram_credentials(broker), lifetime_ms);
+    loop {
+        let frame = match tokio::time::timeout(idle, read_exact_frame(stream, max_frame)).await {
+            Err(_) => {
+                tracing::debug!(%peer, "closing connection idle during SASL authentication (connections.max.idle.ms)");
+                return Ok(None);
+            }
+            Ok(Ok(Some(frame))) => frame,
+            Ok(Ok(None)) => return Ok(None),
+            Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
+                telemetry::sasl_protocol_violation(peer, listener, &e.to_string());
+                return Ok(None);
+            }
+            Ok(Err(e)) => return Err(e),
+        };
+        match authenticator.handle(frame.clone(), &mut server_nonce) {
+            Step::ApiVersions => {
+                let d = dispatch(broker, frame, &client);
+                let Reply::Now(body) = d.reply else { return Ok(None) };
+                let response = frame_response(d.correlation_id, d.api_version, &body)
+                    .map_err(|why| io::Error::new(io::ErrorKind::InvalidData, why))?;
+                stream.write_all(&response).await?;
+                stream.flush().await?;
+            }
+            Step::Send(response) => {
+                stream.write_all(&response).await?;
+                stream.flush().await?;
+            }
+            Step::Authenticated { send, principal } => {
+                stream.write_all(&send).await?;
+                stream.flush().await?;
+                tracing::debug!(%peer, %listener, %principal, "SASL authentication succeeded");
+                return Ok(Some(principal));
+            }
+            Step::Failed { send, mechanism, detail } => {
+                telemetry::sasl_authentication_failed(peer, listener, mechanism, &detail);
+                // As Kafka: the answer waits, which slows down password guessing.
+                let delay = broker.settings.connection_failed_authentication_delay_ms;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                if let Some(response) = send {
+                    stream.write_all(&response).await?;
+                }
+                let _ = stream.shutdown().await;
+                return Ok(None);
+            }
+            Step::Close(why) => {
+                telemetry::sasl_protocol_violation(peer, listener, &why);
+                return Ok(None);
+            }
+        }
+    }
+}
+
+/// A fresh SCRAM server nonce: 24 random bytes, base64url without padding (no `,`).
+fn server_nonce() -> String {
+    use base64::Engine;
+    let mut bytes = [0u8; 24];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The OS has no randomness to give: the nonce is then unique but guessable,
+        // which SCRAM tolerates (the proof still needs the password).
+        bytes[..16].copy_from_slice(
+            &std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                .to_be_bytes(),
+        );
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Reads one frame exactly (size prefix, then as many bytes as it declares, no more);
+/// `None` at a clean end of stream. A declared size over `max_frame` is `InvalidData`.
+/// The body grows as bytes arrive, so a client that declares much and sends little
+/// holds little.
+async fn read_exact_frame(stream: &mut (impl AsyncRead + Unpin), max_frame: usize) -> io::Result<Option<Bytes>> {
+    let mut size = [0u8; 4];
+    match stream.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let size = i32::from_be_bytes(size);
+    if size < 0 || size as usize > max_frame {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {size} bytes is outside 0..={max_frame} (sasl.server.max.receive.size)"),
+        ));
+    }
+    let mut frame = Vec::new();
+    (&mut *stream).take(size as u64).read_to_end(&mut frame).await?;
+    if frame.len() < size as usize {
+        return Err(closed_mid_frame());
+    }
+    Ok(Some(Bytes::from(frame)))
 }
 
 async fn connection<R, W>(
@@ -246,6 +419,7 @@ async fn connection<R, W>(
     mut rd: R,
     wr: W,
     client: Client,
+    mut session: Option<Session>,
     request_bytes: RequestBytes,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()>
@@ -295,6 +469,45 @@ where
             _ = shutdown.changed() => break Ok(()),
             permit = reserve_response_bytes(&pending_response, peer) => permit,
         };
+        // A SASL connection's re-authentication frames, and its expiry (KIP-368).
+        let step = session.as_mut().map(|s| s.handle(&frame, crate::broker::now_ms(), &mut server_nonce));
+        let answer = match step {
+            None | Some(SessionStep::Request) => None,
+            Some(SessionStep::Send(answer)) => Some((answer, false)),
+            Some(SessionStep::Reauthenticated(answer)) => {
+                tracing::debug!(%peer, listener = %client.listener, principal = %client.principal, "SASL re-authentication succeeded");
+                Some((answer, false))
+            }
+            Some(SessionStep::Failed { send, mechanism, detail }) => {
+                telemetry::sasl_authentication_failed(peer, &client.listener, mechanism, &detail);
+                let delay = broker.settings.connection_failed_authentication_delay_ms;
+                tokio::time::sleep(Duration::from_millis(delay)).await;
+                match send {
+                    Some(answer) => Some((answer, true)),
+                    None => break Ok(()),
+                }
+            }
+            Some(SessionStep::Close(why)) => {
+                telemetry::sasl_protocol_violation(peer, &client.listener, &why);
+                break Ok(());
+            }
+        };
+        if let Some((answer, closing)) = answer {
+            let queued = Queued {
+                api_key: None,
+                api_version: 0,
+                correlation_id: 0,
+                times,
+                reply: Outgoing::Frame(answer),
+                _in_flight: in_flight,
+                _request_bytes: reserved,
+                _response_bytes: response_bytes,
+            };
+            if tx.send(queued).await.is_err() || closing {
+                break Ok(());
+            }
+            continue;
+        }
         times.handler_started();
         in_flight.handler_started();
         let d = dispatch(&broker, frame, &client);

@@ -7,11 +7,12 @@
 //! 0 in range, batch v2 needs Produce 3 and Fetch 4, ...), so Produce is advertised from
 //! 0 and v0-2 are refused when they actually arrive, as Kafka 4 does.
 //!
-//! Absent on purpose (README "Not served yet"): SASL, the SCRAM credential APIs
-//! (DescribeUserScramCredentials, AlterUserScramCredentials) and delegation tokens come
-//! with the security work, since without authenticated listeners there is no principal
-//! to hold a credential; a client asking for them is told the broker does not support
-//! them rather than given an answer that pretends they exist.
+//! SaslHandshake and SaslAuthenticate are advertised on every listener, as Kafka does;
+//! outside a SASL listener's authentication they are answered ILLEGAL_SASL_STATE.
+//!
+//! Absent on purpose (README "Not served yet"): delegation tokens; a client asking for
+//! them is told the broker does not support them rather than given an answer that
+//! pretends they exist.
 
 use osprey_protocol::ApiKey;
 
@@ -31,6 +32,10 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 6),
     (ApiKey::ListGroups, 0, 5),
     (ApiKey::ApiVersions, 0, 5),
+    (ApiKey::SaslHandshake, 0, 1),
+    (ApiKey::SaslAuthenticate, 0, 2),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
+    (ApiKey::AlterUserScramCredentials, 0, 0),
     (ApiKey::CreateTopics, 2, 7),
     (ApiKey::DeleteTopics, 1, 6),
     (ApiKey::DeleteRecords, 0, 2),

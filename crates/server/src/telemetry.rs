@@ -270,6 +270,10 @@ fn describe() {
         "osprey_tls_reloads_total",
         "Reloads of an SSL listener's key store and trust store after their files changed, by listener and result (success, failure)."
     );
+    describe_counter!(
+        "osprey_sasl_authentication_failures_total",
+        "Failed SASL authentications on a SASL listener, by listener and mechanism (UNSUPPORTED: a mechanism not enabled); each closes its connection."
+    );
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
     describe_histogram!(
@@ -760,6 +764,29 @@ pub fn accept_failed(error: &std::io::Error) {
 pub fn tls_handshake_failed(listener: &str, reason: &'static str) {
     counter!("osprey_tls_handshake_failures_total", "listener" => listener.to_string(), "reason" => reason)
         .increment(1);
+}
+
+/// A SASL authentication failed (the connection is answered after
+/// `connection.failed.authentication.delay.ms` and closed): counted, and logged at INFO
+/// with the peer and why, as Kafka logs it; at most ten lines a second, since clients
+/// that are not authenticated choose how often this happens.
+pub fn sasl_authentication_failed(peer: SocketAddr, listener: &str, mechanism: &'static str, detail: &str) {
+    static LIMITER: LogLimiter = LogLimiter::new();
+    counter!("osprey_sasl_authentication_failures_total", "listener" => listener.to_string(), "mechanism" => mechanism)
+        .increment(1);
+    if let Some(unlogged) = LIMITER.admit(Duration::from_millis(100)) {
+        tracing::info!(%peer, listener, mechanism, reason = %detail, unlogged, "failed authentication");
+    }
+}
+
+/// A connection closed before it authenticated, for breaking the SASL protocol (a
+/// request other than ApiVersions, SaslHandshake or SaslAuthenticate, an oversized
+/// frame): logged at INFO, at most ten lines a second.
+pub fn sasl_protocol_violation(peer: SocketAddr, listener: &str, detail: &str) {
+    static LIMITER: LogLimiter = LogLimiter::new();
+    if let Some(unlogged) = LIMITER.admit(Duration::from_millis(100)) {
+        tracing::info!(%peer, listener, reason = %detail, unlogged, "closing connection during SASL authentication");
+    }
 }
 
 /// An SSL listener's files changed and were reloaded (`success`) or did not load (`failure`).

@@ -319,3 +319,26 @@ fn quorum_timeouts_are_bounded() {
     );
     assert_rejected(&["metadata.log.dir="], "metadata.log.dir", "non-empty");
 }
+
+#[test]
+fn a_cluster_inter_broker_listener_must_not_be_sasl() {
+    let sasl_listeners = [
+        "node.id=1",
+        "process.roles=broker,controller",
+        VOTERS,
+        "listeners=CLIENT://127.0.0.1:19092,INTERNAL://127.0.0.1:19094,CONTROLLER://127.0.0.1:19093",
+        "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
+    ];
+    let mut internal_is_sasl = sasl_listeners.to_vec();
+    internal_is_sasl.push("inter.broker.listener.name=CLIENT");
+    assert_rejected(&internal_is_sasl, "inter.broker.listener.name", "do not authenticate to each other with SASL");
+    // Clients on SASL, brokers on PLAINTEXT: fine.
+    let mut internal_plain = sasl_listeners.to_vec();
+    internal_plain.push("inter.broker.listener.name=INTERNAL");
+    assert_eq!(resolve(&internal_plain).unwrap().inter_broker_listener_name, "INTERNAL");
+    // A single node has no other broker to reach: its only listener may be SASL.
+    let single = resolve(&["listeners=SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms=SCRAM-SHA-256"]);
+    assert_eq!(single.unwrap().inter_broker_listener_name, "SASL_PLAINTEXT");
+}

@@ -109,11 +109,11 @@ fn listener_name_missing_from_the_protocol_map() {
 }
 
 #[test]
-fn sasl_listeners_are_refused_and_an_ssl_listener_needs_a_key_store() {
-    for url in ["SASL_SSL://127.0.0.1:9093", "SASL_PLAINTEXT://127.0.0.1:9093"] {
-        let err = override_error(&format!("listeners={url}"));
-        assert_invalid(&err, "listeners", url, &Origin::Override, "does not implement SASL");
-    }
+fn sasl_listeners_need_a_mechanism_osprey_serves_and_an_ssl_listener_needs_a_key_store() {
+    let err = override_error("listeners=SASL_PLAINTEXT://127.0.0.1:9093");
+    assert_invalid(&err, "sasl.enabled.mechanisms", "GSSAPI", &Origin::Default, "does not implement GSSAPI");
+    let err = override_error("listeners=SASL_SSL://127.0.0.1:9093");
+    assert_invalid(&err, "ssl.keystore.location", "", &Origin::Default, "a PEM key store for SSL listener SASL_SSL");
     let err = override_error("listeners=SSL://127.0.0.1:9093");
     assert_invalid(&err, "ssl.keystore.location", "", &Origin::Default, "a PEM key store for SSL listener SSL");
 }

@@ -186,7 +186,7 @@ async fn every_advertised_api_version_gets_a_decodable_response() {
             false,
         )
         .expect("create topic");
-    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener, tls: None };
+    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener, tls: None, sasl: None };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
     let server = tokio::spawn(network::serve(broker.clone(), vec![plaintext], stopped, Duration::from_secs(5)));

@@ -60,7 +60,7 @@ async fn start_broker(name: &str) -> RealBroker {
     let addr = listener.local_addr().expect("addr");
     let settings = Settings::single_node(addr, dir.clone());
     let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).expect("open broker");
-    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener, tls: None };
+    let plaintext = network::ClientListener { name: DEFAULT_LISTENER.into(), socket: listener, tls: None, sasl: None };
     let (stop, stopped) = tokio::sync::watch::channel(false);
     osprey_server::background::spawn(broker.clone(), Duration::from_secs(60), Duration::from_secs(1), stopped.clone());
     let server = tokio::spawn(network::serve(broker.clone(), vec![plaintext], stopped, Duration::from_secs(5)));
@@ -255,9 +255,9 @@ async fn raw_mode_and_unsupported_apis_against_osprey() {
     let metadata = MetadataResponse::decode_exact(raw, version).expect("decodes");
     assert_eq!(metadata.brokers.len(), 1);
 
-    // An API the broker does not advertise (SASL comes with the security work).
-    let refused = client.send(RequestBody::SaslHandshake(Default::default())).await;
-    assert!(matches!(refused, Err(ClientError::Unsupported { api_key: 17, theirs: None, .. })), "{refused:?}");
+    // An API the broker does not advertise (delegation tokens are not served).
+    let refused = client.send(RequestBody::DescribeDelegationToken(Default::default())).await;
+    assert!(matches!(refused, Err(ClientError::Unsupported { api_key: 41, theirs: None, .. })), "{refused:?}");
     // Raw, at a version outside the advertised range.
     let range = client.peer_versions().await.unwrap().range(ApiKey::Metadata as i16).unwrap();
     let refused = client.send_raw(ApiKey::Metadata as i16, range.1 + 1, Bytes::new()).await;

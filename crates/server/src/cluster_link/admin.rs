@@ -156,6 +156,18 @@ impl ClusterLink {
         }
     }
 
+    /// AlterUserScramCredentials, decided by the active controller: its per-user results.
+    pub fn alter_user_scram_credentials(
+        &self,
+        request: AlterUserScramCredentialsRequest,
+    ) -> Result<AlterUserScramCredentialsResponse, ControllerError> {
+        let body = RequestBody::AlterUserScramCredentials(request);
+        match self.write(ApiKey::AlterUserScramCredentials, body, true)? {
+            ResponseBody::AlterUserScramCredentials(r) => Ok(r),
+            _ => Err(empty_answer("AlterUserScramCredentials")),
+        }
+    }
+
     /// Sets (`Some`) or removes (`None`) configs of one resource.
     pub fn alter_configs(
         &self,

@@ -9,6 +9,7 @@ use super::listener::{
     SecurityProtocol,
 };
 use super::properties::parse_properties;
+use super::sasl::{RawSetting, SaslSettings};
 use super::tls::{Setting, TlsSettings};
 use super::topic::TopicConfig;
 use super::value::{check, Value};
@@ -76,7 +77,7 @@ impl RawConfig {
         }
         let unknown = latest
             .keys()
-            .filter(|k| broker_key(k).is_none() && listener_ssl_key(k).is_none())
+            .filter(|k| broker_key(k).is_none() && listener_ssl_key(k).is_none() && listener_sasl_key(k).is_none())
             .map(|k| k.to_string())
             .collect();
         let entries = BROKER_KEYS
@@ -89,12 +90,18 @@ impl RawConfig {
         let mut config = BrokerConfig::from_entries(entries.clone(), entries)?;
         config.listener_settings = latest
             .iter()
-            .filter(|(k, _)| listener_ssl_key(k).is_some())
+            .filter(|(k, _)| listener_ssl_key(k).is_some() || listener_sasl_key(k).is_some())
             .map(|(k, (v, origin))| (k.to_string(), (v.to_string(), (*origin).clone())))
             .collect();
-        // A missing key store or an unknown cipher suite stops the start here, naming the key.
-        for listener in config.listeners.iter().filter(|l| l.security_protocol == SecurityProtocol::Ssl) {
-            config.tls_settings(&listener.name)?;
+        // A missing key store, an unknown cipher suite or SASL mechanism, or a PLAIN
+        // listener without users stops the start here, naming the key.
+        for listener in &config.listeners {
+            if listener.security_protocol.uses_tls() {
+                config.tls_settings(&listener.name)?;
+            }
+            if listener.security_protocol.uses_sasl() {
+                config.sasl_settings(&listener.name)?;
+            }
         }
         Ok((config, unknown))
     }
@@ -107,6 +114,17 @@ fn listener_ssl_key(key: &str) -> Option<(&str, &'static ConfigKey)> {
     let at = rest.find(".ssl.")?;
     let config_key = broker_key(&rest[at + 1..]).filter(|k| k.name.starts_with("ssl."))?;
     Some((&rest[..at], config_key))
+}
+
+/// `listener.name.<name>.<rest>` where `<rest>` is a SASL key Kafka reads per listener:
+/// `sasl.enabled.mechanisms`, `sasl.jaas.config` or `<mechanism>.sasl.jaas.config`.
+/// Returns the listener name (as written) and `<rest>`.
+fn listener_sasl_key(key: &str) -> Option<(&str, &str)> {
+    let rest = key.strip_prefix("listener.name.")?;
+    let (listener, rest) = rest.split_once('.')?;
+    let known = rest == "sasl.enabled.mechanisms"
+        || rest.strip_suffix("sasl.jaas.config").is_some_and(|m| m.is_empty() || m.ends_with('.'));
+    known.then_some((listener, rest))
 }
 
 /// The broker's configuration with every value checked and Kafka's precedence applied.
@@ -146,6 +164,12 @@ pub struct BrokerConfig {
     pub max_connections_per_ip: i32,
     /// `connections.max.idle.ms`.
     pub connections_max_idle_ms: i64,
+    /// `connection.failed.authentication.delay.ms`.
+    pub connection_failed_authentication_delay_ms: i32,
+    /// `connections.max.reauth.ms`; 0: SASL sessions do not expire.
+    pub connections_max_reauth_ms: i64,
+    /// `sasl.server.max.receive.size`.
+    pub sasl_server_max_receive_size: i32,
     /// `queued.max.requests`.
     pub queued_max_requests: i32,
     /// `queued.max.request.bytes`; -1: no byte limit.
@@ -549,6 +573,29 @@ impl BrokerConfig {
         TlsSettings::resolve(listener, &get)
     }
 
+    /// The SASL settings of listener `listener` (a SASL_PLAINTEXT or SASL_SSL one):
+    /// `sasl.enabled.mechanisms` from `listener.name.<lower-case listener>.` if set there,
+    /// and each mechanism's JAAS config from that prefix.
+    pub fn sasl_settings(&self, listener: &str) -> Result<SaslSettings, ConfigError> {
+        let get = |rest: &str| -> Option<RawSetting> {
+            self.listener_settings
+                .iter()
+                .find(|(k, _)| {
+                    listener_sasl_key(k).is_some_and(|(name, r)| name.eq_ignore_ascii_case(listener) && r == rest)
+                })
+                .map(|(key, (raw, origin))| RawSetting { key: key.clone(), raw: raw.clone(), origin: origin.clone() })
+        };
+        let mechanisms = get("sasl.enabled.mechanisms").unwrap_or_else(|| {
+            let entry = self.entry("sasl.enabled.mechanisms").expect("in the key table");
+            RawSetting {
+                key: "sasl.enabled.mechanisms".into(),
+                raw: entry.raw.clone().unwrap_or_default(),
+                origin: entry.origin.clone(),
+            }
+        });
+        SaslSettings::resolve(listener, &mechanisms, &get)
+    }
+
     pub(crate) fn entry(&self, key: &str) -> Option<&ResolvedEntry> {
         self.entries.iter().find(|e| e.key.name == key)
     }
@@ -608,6 +655,9 @@ impl BrokerConfig {
             max_connections: r.i32("max.connections"),
             max_connections_per_ip: r.i32("max.connections.per.ip"),
             connections_max_idle_ms: r.i64("connections.max.idle.ms"),
+            connection_failed_authentication_delay_ms: r.i32("connection.failed.authentication.delay.ms"),
+            connections_max_reauth_ms: r.i64("connections.max.reauth.ms"),
+            sasl_server_max_receive_size: r.i32("sasl.server.max.receive.size"),
             queued_max_requests: r.i32("queued.max.requests"),
             queued_max_request_bytes: r.i64("queued.max.request.bytes"),
             num_network_threads: r.i32("num.network.threads"),
@@ -936,6 +986,14 @@ fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Res
     let (advertised, advertised_controller) =
         resolve_advertised(r, &bound, &client_listeners, &controller_names, &protocol_of)?;
     let inter_broker = resolve_inter_broker(r, roles, &advertised)?;
+    // Replica fetchers and the transaction marker sender do not log in with SASL; on a
+    // single node (no quorum configured) there is no other broker to reach.
+    if let Some(l) = advertised.iter().find(|l| l.name == inter_broker && l.security_protocol.uses_sasl() && quorum) {
+        return Err(r.entry("inter.broker.listener.name").invalid(format!(
+            "a PLAINTEXT or SSL listener: brokers do not authenticate to each other with SASL yet (`{}` is {})",
+            l.name, l.security_protocol
+        )));
+    }
     Ok(ResolvedListeners { bound, advertised, advertised_controller, controller_names, inter_broker })
 }
 
@@ -1008,14 +1066,6 @@ fn parse_listeners(
                     parsed.name
                 ))
             })?;
-            // Refuse rather than serve plaintext on a listener the operator meant to be secure.
-            if matches!(security_protocol, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl) {
-                return Err(entry.invalid(format!(
-                    "PLAINTEXT or SSL listeners: Osprey does not implement SASL yet, so not {security_protocol} \
-                     (listener `{}`)",
-                    parsed.name
-                )));
-            }
             Ok(Listener { name: parsed.name, security_protocol, host: parsed.host, port: parsed.port })
         })
         .collect()

@@ -327,7 +327,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("advertised.listeners", List, None, Listeners, G::Listeners,
         "NAME://host:port list given to clients in Metadata; unset: the non-controller listeners."),
     ConfigKey::new("listener.security.protocol.map", ConfigType::String, Some(SECURITY_PROTOCOL_MAP), ProtocolMap, G::Listeners,
-        "NAME:PROTOCOL pairs giving each listener's security protocol (Osprey serves PLAINTEXT and SSL; SASL is not implemented yet)."),
+        "NAME:PROTOCOL pairs giving each listener's security protocol: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."),
     ConfigKey::new("controller.listener.names", ConfigType::String, None, ListenerNames, G::Listeners,
         "Listeners the controller serves: in listeners on a controller, not in listeners on a broker-only node (required there); unset: the single-node controller runs in-process without one."),
     ConfigKey::new("inter.broker.listener.name", ConfigType::String, None, ListenerName, G::Listeners,
@@ -363,6 +363,17 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Cipher suites by their JSSE/IANA names (TLS_AES_128_GCM_SHA256, TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384, ...); empty: rustls's defaults."),
     ConfigKey::new("ssl.principal.mapping.rules", ConfigType::String, Some("DEFAULT"), Any, G::Listeners,
         "RULE:pattern/replacement/[LU] and DEFAULT rules mapping a client certificate's distinguished name to the principal's name."),
+    // SASL (SASL_PLAINTEXT and SASL_SSL listeners). sasl.enabled.mechanisms can be set for
+    // one listener as listener.name.<lower-case name>.sasl.enabled.mechanisms; each
+    // mechanism's JAAS config is listener.name.<name>.<lower-case mechanism>.sasl.jaas.config.
+    ConfigKey::new("sasl.enabled.mechanisms", List, Some("GSSAPI"), Any, G::Listeners,
+        "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, and OAUTHBEARER are refused at startup)."),
+    ConfigKey::new("sasl.server.max.receive.size", Int, Some("524288"), AtLeast(1), G::Listeners,
+        "Largest frame a client may send before it has authenticated; a larger one closes the connection."),
+    ConfigKey::new("connections.max.reauth.ms", Long, Some("0"), AtLeast(0), G::Listeners,
+        "SASL sessions expire this long after authentication (KIP-368): the client re-authenticates on the same connection before then, or the connection closes at its next request; 0: never."),
+    ConfigKey::new("connection.failed.authentication.delay.ms", Int, Some("100"), AtLeast(0), G::Listeners,
+        "Delay before answering a failed SASL authentication and closing the connection, to slow down password guessing."),
     // Network
     ConfigKey::new("socket.request.max.bytes", Int, Some("104857600"), AtLeast(1), G::Network,
         "Largest request frame accepted; a larger declared size closes the connection."),

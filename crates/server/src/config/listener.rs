@@ -10,9 +10,9 @@ pub enum SecurityProtocol {
     Plaintext,
     /// TLS (rustls; `ssl.*` keys, see `config::tls`).
     Ssl,
-    /// SASL over plaintext: refused at startup until SASL exists.
+    /// SASL over plaintext (`sasl.*` keys, see `config::sasl`).
     SaslPlaintext,
-    /// SASL over TLS: refused at startup until SASL exists.
+    /// SASL over TLS.
     SaslSsl,
 }
 
@@ -33,6 +33,16 @@ impl SecurityProtocol {
             SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
             SecurityProtocol::SaslSsl => "SASL_SSL",
         }
+    }
+
+    /// Whether connections shake hands in TLS first (SSL, SASL_SSL).
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    /// Whether clients authenticate with SASL before any other request.
+    pub fn uses_sasl(self) -> bool {
+        matches!(self, SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl)
     }
 
     /// The protocol with this name (case-insensitive, as Kafka accepts it).

@@ -364,9 +364,11 @@ mod tests {
     }
 
     #[test]
-    fn sasl_ssl_listeners_are_refused_until_sasl_exists() {
-        let err = resolve(&["listeners=SASL_SSL://127.0.0.1:0"]).unwrap_err().to_string();
-        assert!(err.contains("SASL"), "{err}");
+    fn sasl_ssl_listeners_need_a_key_store() {
+        let err = resolve(&["listeners=SASL_SSL://127.0.0.1:0", "sasl.enabled.mechanisms=SCRAM-SHA-256"])
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("key store for SSL listener SASL_SSL"), "{err}");
     }
 
     #[test]

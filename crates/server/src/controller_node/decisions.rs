@@ -8,6 +8,7 @@ use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
 use crate::handlers::elect_leaders;
 use crate::handlers::partition_reassignments;
+use crate::handlers::scram_credentials;
 use osprey_cluster::alter_partition::{AlterPartitionInput, AlterPartitionItem, AlterPartitionTopic};
 use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
@@ -67,6 +68,7 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::ElectLeaders(r) => elect_leaders(c, image, r),
         RequestBody::AlterPartitionReassignments(r) => alter_partition_reassignments(c, image, r),
         RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(image, r),
+        RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(image, r),
         _ => return None,
     };
     Some(decided)
@@ -162,6 +164,9 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
                 ..Default::default()
             })
         }
+        RequestBody::AlterUserScramCredentials(r) => ResponseBody::AlterUserScramCredentials(
+            scram_credentials::failed(r, code, message.as_deref().unwrap_or("")),
+        ),
         RequestBody::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
             responses: r
                 .resources
@@ -526,6 +531,17 @@ fn list_partition_reassignments(image: &MetadataImage, r: &ListPartitionReassign
     let named = partition_reassignments::named(r);
     let listed = osprey_cluster::reassignment::list_partition_reassignments(image, named.as_deref());
     Decided { records: Vec::new(), response: partition_reassignments::list_response(listed) }
+}
+
+/// AlterUserScramCredentials (51): SCRAM users, each user's alterations all or none,
+/// with Kafka's checks (see `handlers::scram_credentials`).
+fn alter_user_scram_credentials(image: &mut MetadataImage, r: &AlterUserScramCredentialsRequest) -> Decided {
+    let (results, records) = scram_credentials::decide(image, r);
+    for record in &records {
+        image.apply(record);
+    }
+    let response = AlterUserScramCredentialsResponse { results, ..Default::default() };
+    Decided { records, response: ResponseBody::AlterUserScramCredentials(response) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or

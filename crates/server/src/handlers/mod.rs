@@ -27,12 +27,14 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
+pub mod scram_credentials;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
 use crate::broker::Broker;
 use crate::dispatch::{Client, Reply, Request};
-use osprey_protocol::{RequestBody, ResponseBody};
+use osprey_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
+use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use std::sync::Arc;
 
 /// Routes a decoded request to its handler. A request for a coordinator whose internal
@@ -143,6 +145,22 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::CreateAcls(body) => Reply::Now(acls::create(body)),
         RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
+        // Authentication happens before the request loop (network.rs, sasl/); here the
+        // connection is a PLAINTEXT or SSL one, or already authenticated, as in Kafka's
+        // KafkaApis.
+        RequestBody::DescribeUserScramCredentials(body) => Reply::Now(scram_credentials::describe(broker, body)),
+        RequestBody::AlterUserScramCredentials(body) => {
+            on_blocking_pool(broker, move |b| scram_credentials::alter(b, body))
+        }
+        RequestBody::SaslHandshake(_) => Reply::Now(ResponseBody::SaslHandshake(SaslHandshakeResponse {
+            error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
+            mechanisms: Vec::new(),
+        })),
+        RequestBody::SaslAuthenticate(_) => Reply::Now(ResponseBody::SaslAuthenticate(SaslAuthenticateResponse {
+            error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
+            error_message: Some("SaslAuthenticate request received after successful authentication".into()),
+            ..Default::default()
+        })),
         other => Reply::Close(format!("{} has no handler", other.api_key().name())),
     }
 }
