@@ -23,6 +23,8 @@ config), driven by real clients over real sockets.
   session lifetime, a raw client that re-authenticates in time goes on and one that
   does not is closed at its next request; librdkafka and the Java client
   re-authenticate on their own;
+- kafka-python, the one client here that sends SaslAuthenticate v0, logs in with PLAIN
+  and SCRAM-SHA-512 and is refused with a wrong password;
 - config errors: a SASL listener with Kafka's default mechanism (GSSAPI) or without PLAIN
   users stops the start with the key to fix.
 
@@ -412,6 +414,39 @@ def test_scram_credentials_log_librdkafka_in_and_survive_a_restart(start_sasl):
     refused(rdkafka_sasl(broker, mechanism="SCRAM-SHA-512"))
     still = AdminClient(rdkafka_sasl(broker, user="bob", password="bob-secret", mechanism="SCRAM-SHA-256"))
     assert still.list_topics(timeout=WAIT_S).brokers
+
+
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_kafka_python_logs_in_with_sasl_authenticate_v0(start_sasl, mechanism):
+    """kafka-python 2.3 sends SaslHandshake v1 and then its tokens in SaslAuthenticate
+    v0 (the version no other client here uses), and produces and consumes once in."""
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka import errors as kafka_errors
+
+    broker = start_sasl(mechanisms="PLAIN,SCRAM-SHA-512")
+    if mechanism == "SCRAM-SHA-512":
+        info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+        assert alter_scram(broker, UserScramCredentialUpsertion("alice", info, b"alice-secret")) == {"alice": None}
+    login = {"bootstrap_servers": broker.sasl_bootstrap, "security_protocol": "SASL_PLAINTEXT",
+             "sasl_mechanism": mechanism, "sasl_plain_username": "alice", "sasl_plain_password": "alice-secret"}
+    topic = f"kafka-python-sasl-{uuid.uuid4().hex[:8]}"
+    producer = KafkaProducer(acks="all", **login)
+    sent = [producer.send(topic, f"v{i}".encode()).get(timeout=WAIT_S).offset for i in range(3)]
+    producer.close()
+    assert sent == [0, 1, 2]
+    consumer = KafkaConsumer(auto_offset_reset="earliest", consumer_timeout_ms=10_000, **login)
+    consumer.assign([TopicPartition(topic, 0)])
+    assert [m.value for m in consumer] == [b"v0", b"v1", b"v2"]
+    consumer.close()
+    # kafka-python logs SaslAuthenticationFailedError and keeps retrying until its
+    # metadata wait ends; the broker counts each refusal.
+    wrong = KafkaProducer(max_block_ms=3_000, **dict(login, sasl_plain_password="wrong"))
+    with pytest.raises(kafka_errors.KafkaTimeoutError):
+        wrong.send(topic, b"never").get(timeout=WAIT_S)
+    wrong.close(timeout=1)
+    assert metric(broker, "osprey_sasl_authentication_failures_total",
+                  listener="SASL_PLAINTEXT", mechanism=mechanism) >= 1
+    still_serves(broker)
 
 
 def test_kafka_configs_adds_a_scram_user_that_logs_in(start_sasl):
