@@ -285,11 +285,18 @@ fn describe_cluster_lists_unfenced_brokers_and_the_fenced_ones_only_when_asked()
 
 fn produce_request(partitions: &[i32]) -> ProduceRequest {
     use osprey_protocol::records::{BatchBuilder, Compression};
-    let partition_data = partitions
-        .iter()
-        .map(|&index| {
-            let mut batch = BatchBuilder::new(Compression::None);
-            batch.append(0, Some(b"k"), Some(b"v"), &[]).unwrap();
+    produce_batches(partitions.iter().map(|&index| (index, BatchBuilder::new(Compression::None), "v")))
+}
+
+/// An acks=1 Produce to topic `t` of one record (`k`, value) per partition, each in the
+/// batch its builder starts.
+fn produce_batches<'a>(
+    batches: impl IntoIterator<Item = (i32, osprey_protocol::records::BatchBuilder, &'a str)>,
+) -> ProduceRequest {
+    let partition_data = batches
+        .into_iter()
+        .map(|(index, mut batch, value)| {
+            batch.append(0, Some(b"k"), Some(value.as_bytes()), &[]).unwrap();
             produce_request::PartitionProduceData {
                 index,
                 records: Some(batch.build().unwrap().into_bytes()),
@@ -716,19 +723,8 @@ async fn an_answer_to_a_fetch_made_before_the_leadership_changed_applies_nothing
 /// One idempotent batch of producer 7, epoch 0, at `sequence`, for partition 1.
 fn idempotent_produce(sequence: i32) -> ProduceRequest {
     use osprey_protocol::records::{BatchBuilder, Compression};
-    let mut batch = BatchBuilder::new(Compression::None).producer(7, 0, sequence);
-    batch.append(0, Some(b"k"), Some(format!("v{sequence}").as_bytes()), &[]).unwrap();
-    let partition_data = vec![produce_request::PartitionProduceData {
-        index: 1,
-        records: Some(batch.build().unwrap().into_bytes()),
-        ..Default::default()
-    }];
-    ProduceRequest {
-        acks: 1,
-        timeout_ms: 30_000,
-        topic_data: vec![produce_request::TopicProduceData { name: "t".into(), partition_data, ..Default::default() }],
-        ..Default::default()
-    }
+    let value = format!("v{sequence}");
+    produce_batches([(1, BatchBuilder::new(Compression::None).producer(7, 0, sequence), value.as_str())])
 }
 
 #[tokio::test(flavor = "current_thread")]
