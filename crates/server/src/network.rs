@@ -244,7 +244,8 @@ async fn open(
     match security.tls {
         None => {
             let sasl = security.sasl.clone();
-            let principal = principal(&broker, &mut stream, peer, &listener, sasl, ANONYMOUS.into(), &mut shutdown);
+            let before = Client { peer, listener: listener.clone(), principal: ANONYMOUS.into() };
+            let principal = principal(&broker, &mut stream, &before, sasl, &request_bytes, &mut shutdown);
             let Some(principal) = principal.await? else { return Ok(()) };
             let session = sasl_session(&broker, security.sasl, &principal);
             let client = Client { peer, listener, principal: principal.into() };
@@ -256,7 +257,8 @@ async fn open(
             let Ok((mut stream, certificate)) = tls.accept(stream, peer, idle).await else { return Ok(()) };
             // On SASL_SSL the SASL user is the principal, not the certificate's, as in Kafka.
             let sasl = security.sasl.clone();
-            let principal = principal(&broker, &mut stream, peer, &listener, sasl, certificate, &mut shutdown);
+            let before = Client { peer, listener: listener.clone(), principal: certificate.into() };
+            let principal = principal(&broker, &mut stream, &before, sasl, &request_bytes, &mut shutdown);
             let Some(principal) = principal.await? else { return Ok(()) };
             let session = sasl_session(&broker, security.sasl, &principal);
             let client = Client { peer, listener, principal: principal.into() };
@@ -275,24 +277,24 @@ fn sasl_session(broker: &Arc<Broker>, sasl: Option<Arc<SaslSettings>>, principal
 }
 
 /// The connection's principal: on a SASL listener (`sasl` set) the user it authenticated
-/// as ([`authenticate`]), elsewhere `otherwise` (the certificate's, or ANONYMOUS).
-/// `None`: the connection is to close (failed authentication, or shutdown meanwhile).
+/// as ([`authenticate`]), elsewhere the one it has `before` (the certificate's, or
+/// ANONYMOUS). `None`: the connection is to close (failed authentication, or shutdown
+/// meanwhile).
 async fn principal<S>(
     broker: &Arc<Broker>,
     stream: &mut S,
-    peer: SocketAddr,
-    listener: &Arc<str>,
+    before: &Client,
     sasl: Option<Arc<SaslSettings>>,
-    otherwise: String,
+    request_bytes: &RequestBytes,
     shutdown: &mut watch::Receiver<bool>,
 ) -> io::Result<Option<String>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    let Some(settings) = sasl else { return Ok(Some(otherwise)) };
+    let Some(settings) = sasl else { return Ok(Some(before.principal.to_string())) };
     tokio::select! {
         _ = shutdown.changed() => Ok(None),
-        outcome = authenticate(broker, stream, peer, listener, settings) => outcome,
+        outcome = authenticate(broker, stream, before.peer, &before.listener, settings, request_bytes) => outcome,
     }
 }
 
@@ -309,22 +311,32 @@ async fn authenticate<S>(
     peer: SocketAddr,
     listener: &Arc<str>,
     settings: Arc<SaslSettings>,
+    request_bytes: &RequestBytes,
 ) -> io::Result<Option<String>>
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     let idle = Duration::from_millis(broker.settings.connections_max_idle_ms);
-    let max_frame = broker.settings.sasl_server_max_receive_size;
+    // Never more than a request may be, so that one frame always fits the bound on
+    // request bytes in flight (at least `socket.request.max.bytes`).
+    let max_frame = broker.settings.sasl_server_max_receive_size.min(broker.settings.socket_request_max_bytes);
     let client = Client { peer, listener: listener.clone(), principal: ANONYMOUS.into() };
     let lifetime_ms = broker.settings.connections_max_reauth_ms;
     let mut authenticator = Authenticator::new(settings, sasl::scram_credentials(broker), lifetime_ms);
     loop {
-        let frame = match tokio::time::timeout(idle, read_exact_frame(stream, max_frame)).await {
+        // The frame's bytes stay reserved against queued.max.request.bytes until it is
+        // answered, as a request's are after authentication.
+        let (frame, _reserved) = match tokio::time::timeout(
+            idle,
+            read_exact_frame(stream, max_frame, request_bytes, peer),
+        )
+        .await
+        {
             Err(_) => {
                 tracing::debug!(%peer, "closing connection idle during SASL authentication (connections.max.idle.ms)");
                 return Ok(None);
             }
-            Ok(Ok(Some(frame))) => frame,
+            Ok(Ok(Some(read))) => read,
             Ok(Ok(None)) => return Ok(None),
             Ok(Err(e)) if e.kind() == io::ErrorKind::InvalidData => {
                 telemetry::sasl_protocol_violation(peer, listener, &e.to_string());
@@ -390,9 +402,16 @@ fn server_nonce() -> String {
 
 /// Reads one frame exactly (size prefix, then as many bytes as it declares, no more);
 /// `None` at a clean end of stream. A declared size over `max_frame` is `InvalidData`.
-/// The body grows as bytes arrive, so a client that declares much and sends little
-/// holds little.
-async fn read_exact_frame(stream: &mut (impl AsyncRead + Unpin), max_frame: usize) -> io::Result<Option<Bytes>> {
+/// The body grows as bytes arrive, a read chunk at a time, each reserved against
+/// `queued.max.request.bytes` first (reading waits at the bound), so unauthenticated
+/// clients together hold no more than authenticated ones may; the reservation comes
+/// back with the frame.
+async fn read_exact_frame(
+    stream: &mut (impl AsyncRead + Unpin),
+    max_frame: usize,
+    request_bytes: &RequestBytes,
+    peer: SocketAddr,
+) -> io::Result<Option<(Bytes, OwnedSemaphorePermit)>> {
     let mut size = [0u8; 4];
     match stream.read_exact(&mut size).await {
         Ok(_) => {}
@@ -406,12 +425,18 @@ async fn read_exact_frame(stream: &mut (impl AsyncRead + Unpin), max_frame: usiz
             format!("frame of {size} bytes is outside 0..={max_frame} (sasl.server.max.receive.size)"),
         ));
     }
-    let mut frame = Vec::new();
-    (&mut *stream).take(size as u64).read_to_end(&mut frame).await?;
-    if frame.len() < size as usize {
-        return Err(closed_mid_frame());
+    let size = size as usize;
+    let mut reserved = request_bytes.none();
+    let mut frame = BytesMut::new();
+    while frame.len() < size {
+        let chunk = (size - frame.len()).min(READ_CHUNK_BYTES);
+        reserve_through(request_bytes, &mut reserved, frame.len() + chunk, peer).await;
+        frame.reserve(chunk);
+        if stream.read_buf(&mut (&mut frame).limit(chunk)).await? == 0 {
+            return Err(closed_mid_frame());
+        }
     }
-    Ok(Some(Bytes::from(frame)))
+    Ok(Some((frame.freeze(), reserved)))
 }
 
 async fn connection<R, W>(
@@ -740,4 +765,51 @@ async fn write_loop(mut wr: impl AsyncWrite + Unpin, mut rx: mpsc::Receiver<Queu
         }
     }
     let _ = wr.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{read_exact_frame, RequestBytes};
+    use std::net::SocketAddr;
+    use tokio::io::AsyncWriteExt;
+
+    /// An unauthenticated frame holds its bytes against `queued.max.request.bytes`
+    /// until it is answered: a second connection's frame is not read meanwhile, and is
+    /// once the first is let go.
+    #[tokio::test(flavor = "current_thread")]
+    async fn unauthenticated_frames_are_bounded_by_the_request_bytes_in_flight() {
+        let peer: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let frame = 300 * 1024;
+        let bound = RequestBytes::new(Some(400 * 1024), 400 * 1024);
+        let mut sent = Vec::new();
+        sent.extend_from_slice(&(frame as i32).to_be_bytes());
+        sent.resize(4 + frame, 7);
+        let (mut first_client, mut first) = tokio::io::duplex(1 << 20);
+        let (mut second_client, mut second) = tokio::io::duplex(1 << 20);
+        first_client.write_all(&sent).await.unwrap();
+        second_client.write_all(&sent).await.unwrap();
+
+        let (bytes, held) = read_exact_frame(&mut first, frame, &bound, peer).await.unwrap().unwrap();
+        assert_eq!(bytes.len(), frame);
+        assert_eq!(held.num_permits(), frame);
+        let mut reading = std::pin::pin!(read_exact_frame(&mut second, frame, &bound, peer));
+        assert!(
+            futures_poll_once(reading.as_mut()).await.is_none(),
+            "the second frame waits while the first holds its bytes"
+        );
+        drop(held);
+        let (bytes, _held) = reading.await.unwrap().unwrap();
+        assert_eq!(bytes.len(), frame);
+    }
+
+    /// Polls a future once: its output if it is ready.
+    async fn futures_poll_once<F: std::future::Future + Unpin>(mut f: F) -> Option<F::Output> {
+        std::future::poll_fn(|cx| {
+            std::task::Poll::Ready(match std::pin::Pin::new(&mut f).poll(cx) {
+                std::task::Poll::Ready(out) => Some(out),
+                std::task::Poll::Pending => None,
+            })
+        })
+        .await
+    }
 }
