@@ -16,6 +16,10 @@ config), driven by real clients over real sockets.
   DescribeUserScramCredentials, survive a restart in the metadata log, log librdkafka in
   to produce and consume; a wrong password and a deleted credential are refused; on
   three combined nodes, a user created through one broker logs in on every broker;
+- brokers logging in to each other over a SASL_PLAINTEXT inter-broker listener
+  (`sasl.mechanism.inter.broker.protocol`): with PLAIN, a node with a wrong password is
+  refused and leaves the ISR while the others replicate; with SCRAM-SHA-512 once the
+  brokers' user exists, their connections replaced before their sessions expire;
 - the Java client (Kafka 4.4's kafka-topics and console producer/consumer) with PLAIN
   and SCRAM-SHA-256, and refused with a wrong password; kafka-configs.sh (ConfigCommand)
   adds and deletes a SCRAM-SHA-512 user;
@@ -541,6 +545,120 @@ def test_a_cluster_broker_forwards_scram_users_to_the_controller_and_every_broke
         c.stop()
     finally:
         c.kill_all()
+
+
+def sasl_inter_broker_cluster(tmp_path, mechanism: str, jaas_of, extra=None):
+    """Three combined nodes whose brokers reach each other over an INTERNAL
+    SASL_PLAINTEXT listener, logging in with `mechanism` as the JAAS config
+    `jaas_of(node)` says; clients use the PLAINTEXT one."""
+    from cluster import combined
+
+    c = combined(tmp_path)
+    for n in c.nodes:
+        n.internal_port = free_port()
+        listeners = f"PLAINTEXT://{HOST}:{n.port},INTERNAL://{HOST}:{n.internal_port}"
+        n.write_config(c.voters, {
+            "listeners": f"{listeners},CONTROLLER://{HOST}:{n.controller_port}",
+            "advertised.listeners": listeners,
+            "inter.broker.listener.name": "INTERNAL",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "sasl.enabled.mechanisms": mechanism,
+            "sasl.mechanism.inter.broker.protocol": mechanism,
+            f"listener.name.internal.{mechanism.lower()}.sasl.jaas.config": jaas_of(n),
+            "replica.lag.time.max.ms": 3000,
+            **(extra or {}),
+        })
+    return c
+
+
+def replicated_topic(node, name: str, replicas):
+    """Creates `name` with one partition on `replicas` (the first leads) and
+    min.insync.replicas 2, through `node`."""
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": node.bootstrap})  # outlives its future
+    topic = NewTopic(name, 1, -1, replica_assignment=[replicas], config={"min.insync.replicas": "2"})
+    admin.create_topics([topic], request_timeout=WAIT_S)[name].result(timeout=WAIT_S)
+
+
+def test_brokers_log_in_to_each_other_with_plain_and_one_with_a_wrong_password_is_kept_out(tmp_path):
+    """sasl.mechanism.inter.broker.protocol=PLAIN: nodes 1 and 2 log in to each other as
+    `broker` and replicate; node 3 logs in with a wrong password, is refused by node 1
+    (counted and logged there), says why in its own log, and leaves the ISR, while the
+    partition keeps taking acks=all writes."""
+    from cluster import partition_states
+
+    def jaas(n):
+        password = "wrong" if n.node_id == 3 else "broker-secret"
+        return ('org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" '
+                f'password="{password}" user_broker="broker-secret";')
+
+    c = sasl_inter_broker_cluster(tmp_path, "PLAIN", jaas)
+    try:
+        c.start()
+        first, _, third = c.brokers
+        c.wait_for("the topic created", lambda: _try(lambda: replicated_topic(first, "internal-plain", [1, 2, 3])))
+        c.wait_for("node 3 out of the ISR, node 2 in it",
+                   lambda: sorted((partition_states(first, "internal-plain") or {}).get(0, (None, None, []))[2])
+                   == [1, 2])
+        produce_and_consume({"bootstrap.servers": first.bootstrap}, topic="internal-plain")
+        assert "SASL login failed with PLAIN as broker" in third.log_tail(2000), third.log_tail(200)
+        assert "wrong password for user broker" in first.log_tail(2000), first.log_tail(200)
+        assert first.counter("osprey_sasl_authentication_failures_total") >= 1
+        c.stop()
+    finally:
+        c.kill_all()
+
+
+def test_brokers_log_in_to_each_other_with_scram_once_the_credential_exists(tmp_path):
+    """sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512, whose users live in the
+    metadata: the brokers' user is created through one broker (forwarded to the
+    controller, over the controller listener), then a partition on all three nodes
+    replicates, every follower in the ISR, and takes acks=all writes (the INTERNAL
+    listener serves nothing before a login, so followers in the ISR have logged in).
+    Sessions last 4 s (connections.max.reauth.ms): the brokers' connections are
+    replaced before theirs expire, and none is closed for an expired session."""
+    from cluster import partition_states
+
+    jaas = ('org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" '
+            'password="broker-secret";')
+    c = sasl_inter_broker_cluster(tmp_path, "SCRAM-SHA-512", lambda n: jaas, {"connections.max.reauth.ms": 4000})
+    try:
+        c.start()
+        first = c.brokers[0]
+        upsert = UserScramCredentialUpsertion(
+            "broker", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"broker-secret")
+        admin = AdminClient({"bootstrap.servers": first.bootstrap})  # outlives its futures
+        c.wait_for("the brokers' credential created", lambda: _try(
+            lambda: admin.alter_user_scram_credentials([upsert])["broker"].result(timeout=WAIT_S)))
+        c.wait_for("the topic created", lambda: _try(lambda: replicated_topic(first, "internal-scram", [2, 3, 1])))
+        c.wait_for("every replica in the ISR",
+                   lambda: sorted((partition_states(first, "internal-scram") or {}).get(0, (None, None, []))[2])
+                   == [1, 2, 3])
+        produce_and_consume({"bootstrap.servers": first.bootstrap}, topic="internal-scram")
+
+        def connected(n):
+            return n.counter("osprey_interbroker_connection_attempts_total") - n.counter(
+                "osprey_interbroker_connection_failures_total")
+
+        follower = c.node(3)
+        before = connected(follower)
+        c.wait_for("the follower's connection replaced three times", lambda: connected(follower) >= before + 3)
+        produce_and_consume({"bootstrap.servers": first.bootstrap}, topic="internal-scram", count=5)
+        for n in c.brokers:
+            assert "without re-authentication" not in n.log_tail(5000), n.log_tail(100)
+        c.stop()
+    finally:
+        c.kill_all()
+
+
+def _try(action) -> bool:
+    """Whether `action` ran without a Kafka error (for polling what may fail at first)."""
+    try:
+        action()
+        return True
+    except KafkaException:
+        return False
 
 
 def test_scram_credential_errors_are_kafkas(start_sasl):

@@ -184,8 +184,10 @@ def with_client_cert(pki, cert=None) -> dict:
     return {"ssl.key.location": str(key), "ssl.certificate.location": str(pem)}
 
 
-def produce_and_consume(config: dict, count: int = 20):
-    topic = f"tls-{uuid.uuid4().hex[:8]}"
+def produce_and_consume(config: dict, count: int = 20, topic=None):
+    """Produces `count` records with acks=all to `topic` (a new one by default) and
+    consumes them back in order."""
+    topic = topic or f"tls-{uuid.uuid4().hex[:8]}"
     errors = []
     p = Producer(dict(config, **{"acks": "all", "error_cb": errors.append}))
     for i in range(count):

@@ -63,9 +63,9 @@ pub struct Settings {
     /// `connections.max.reauth.ms`: SASL sessions expire this long after authentication
     /// (KIP-368); 0: never.
     pub connections_max_reauth_ms: i64,
-    /// TLS to other brokers, when `inter.broker.listener.name` is an SSL listener: the
-    /// replica fetchers and the transaction marker sender connect with it.
-    pub interbroker_tls: Option<crate::tls::InterBrokerTls>,
+    /// TLS and SASL to other brokers, as `inter.broker.listener.name` asks: the replica
+    /// fetchers and the transaction marker sender connect with them.
+    pub interbroker: crate::interbroker::Security,
     /// `osprey.max.inflight.requests.per.connection`: reading pauses beyond this many.
     pub max_inflight_per_connection: usize,
     /// `queued.max.request.bytes`: request bytes in flight across connections; `None`:
@@ -175,7 +175,7 @@ impl Settings {
             connection_failed_authentication_delay_ms: 100,
             sasl_server_max_receive_size: 524_288,
             connections_max_reauth_ms: 0,
-            interbroker_tls: None,
+            interbroker: Default::default(),
             max_inflight_per_connection: 100,
             queued_max_request_bytes: Some(104_857_600),
             max_pending_response_bytes_per_connection: 16 * 1024 * 1024,

@@ -72,7 +72,7 @@ pub use cli::{help_text, parse_cli, parse_command, Command};
 pub use keys::{is_dynamic, ConfigKey, ConfigSource, ConfigType, TopicKey};
 pub use listener::{Listener, QuorumVoter, SecurityProtocol};
 pub use properties::{parse_properties, PropertiesError, Property};
-pub use sasl::{SaslMechanism, SaslSettings};
+pub use sasl::{SaslLogin, SaslMechanism, SaslSettings};
 pub use tls::{ClientAuth, Keystore, TlsProtocol, TlsSettings, Truststore};
 pub use topic::{validate_topic_config, TopicConfig};
 pub use value::{Validator, Value};

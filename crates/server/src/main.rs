@@ -200,7 +200,7 @@ async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), Stri
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
-    settings.interbroker_tls = bound.interbroker_tls(&config);
+    settings.interbroker = bound.interbroker_security(&config, false)?;
     let data_dir = settings.data_dir.clone();
     let broker = tokio::task::spawn_blocking(move || {
         Broker::open(settings, Box::new(|k: &str, v: &str| validate_topic_config(k, v).map_err(|e| e.to_string())))
@@ -281,7 +281,7 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let bound = bind_listeners(&config)?;
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
-    settings.interbroker_tls = bound.interbroker_tls(&config);
+    settings.interbroker = bound.interbroker_security(&config, true)?;
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     // Before the controller starts: what it records from its first moment (becoming the
@@ -554,9 +554,28 @@ impl BoundListeners {
         all.map(|(l, addr, _)| format!("{}://{addr}", l.name)).collect::<Vec<_>>().join(",")
     }
 
-    /// TLS to other brokers, when the inter-broker listener is one of the SSL listeners.
-    fn interbroker_tls(&self, config: &BrokerConfig) -> Option<osprey_server::tls::InterBrokerTls> {
-        self.tls.get(&config.inter_broker_listener_name).cloned().map(osprey_server::tls::InterBrokerTls::new)
+    /// TLS to other brokers, when the inter-broker listener is one of the SSL listeners,
+    /// and the login, when it is one of the SASL listeners and there are other brokers
+    /// (`in_cluster`) to log in to.
+    fn interbroker_security(
+        &self,
+        config: &BrokerConfig,
+        in_cluster: bool,
+    ) -> Result<osprey_server::interbroker::Security, String> {
+        let tls = self.tls.get(&config.inter_broker_listener_name).cloned();
+        let sasl = if in_cluster { config.inter_broker_sasl().map_err(|e| e.to_string())? } else { None };
+        if let Some(login) = &sasl {
+            tracing::info!(
+                listener = %config.inter_broker_listener_name,
+                mechanism = login.mechanism.name(),
+                user = %login.username,
+                "brokers log in to each other with SASL"
+            );
+        }
+        Ok(osprey_server::interbroker::Security {
+            tls: tls.map(osprey_server::tls::InterBrokerTls::new),
+            sasl: sasl.map(Arc::new),
+        })
     }
 
     /// The client listeners, each with its name (which the requests it accepts carry to

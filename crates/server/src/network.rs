@@ -344,7 +344,7 @@ where
             }
             Ok(Err(e)) => return Err(e),
         };
-        match authenticator.handle(frame.clone(), &mut server_nonce) {
+        match authenticator.handle(frame.clone(), &mut crate::sasl::scram::fresh_nonce) {
             Step::ApiVersions => {
                 let d = dispatch(broker, frame, &client);
                 let Reply::Now(body) = d.reply else { return Ok(None) };
@@ -380,24 +380,6 @@ where
             }
         }
     }
-}
-
-/// A fresh SCRAM server nonce: 24 random bytes, base64url without padding (no `,`).
-fn server_nonce() -> String {
-    use base64::Engine;
-    let mut bytes = [0u8; 24];
-    if getrandom::fill(&mut bytes).is_err() {
-        // The OS has no randomness to give: the nonce is then unique but guessable,
-        // which SCRAM tolerates (the proof still needs the password).
-        bytes[..16].copy_from_slice(
-            &std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos()
-                .to_be_bytes(),
-        );
-    }
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
 }
 
 /// Reads one frame exactly (size prefix, then as many bytes as it declares, no more);
@@ -495,7 +477,8 @@ where
             permit = reserve_response_bytes(&pending_response, peer) => permit,
         };
         // A SASL connection's re-authentication frames, and its expiry (KIP-368).
-        let step = session.as_mut().map(|s| s.handle(&frame, crate::broker::now_ms(), &mut server_nonce));
+        let step =
+            session.as_mut().map(|s| s.handle(&frame, crate::broker::now_ms(), &mut crate::sasl::scram::fresh_nonce));
         let answer = match step {
             None | Some(SessionStep::Request) => None,
             Some(SessionStep::Send(answer)) => Some((answer, false)),

@@ -227,8 +227,7 @@ impl Transactions {
 
     /// The channel to other brokers, made on first use.
     pub fn channel(&self, broker: &Broker) -> &MarkerChannel {
-        self.channel
-            .get_or_init(|| MarkerChannel::new(broker.settings.node_id, broker.settings.interbroker_tls.clone()))
+        self.channel.get_or_init(|| MarkerChannel::new(broker.settings.node_id, &broker.settings.interbroker))
     }
 
     /// Reports the results of markers sent to other brokers to the coordinator.

@@ -178,14 +178,14 @@ struct NodeQueue {
 impl MarkerChannel {
     /// The channel of broker `node_id`, with Kafka's client defaults (`request.timeout.ms`
     /// 30 s among them).
-    /// `tls`: the inter-broker listener's, when it is an SSL one.
-    pub fn new(node_id: i32, tls: Option<crate::tls::InterBrokerTls>) -> MarkerChannel {
+    /// `security`: what the inter-broker listener asks of a connection.
+    pub fn new(node_id: i32, security: &crate::interbroker::Security) -> MarkerChannel {
         let mut markers = ClientConfig::new(client_id::txn_marker_sender(node_id));
         markers.max_in_flight_requests = 1;
-        markers.tls = tls.clone();
+        markers.security = security.clone();
         let mut checks = ClientConfig::new(format!("AddPartitionsManager-client-{node_id}"));
         checks.max_in_flight_requests = MAX_CHECKS_IN_FLIGHT;
-        checks.tls = tls;
+        checks.security = security.clone();
         MarkerChannel { markers: NodeClients::new(markers), checks: NodeClients::new(checks), queues: Mutex::default() }
     }
 

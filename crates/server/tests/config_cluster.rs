@@ -321,7 +321,7 @@ fn quorum_timeouts_are_bounded() {
 }
 
 #[test]
-fn a_cluster_inter_broker_listener_must_not_be_sasl() {
+fn a_cluster_sasl_inter_broker_listener_needs_an_enabled_mechanism_and_a_login() {
     let sasl_listeners = [
         "node.id=1",
         "process.roles=broker,controller",
@@ -330,15 +330,38 @@ fn a_cluster_inter_broker_listener_must_not_be_sasl() {
         "controller.listener.names=CONTROLLER",
         "listener.security.protocol.map=CLIENT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT",
         "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "inter.broker.listener.name=CLIENT",
     ];
-    let mut internal_is_sasl = sasl_listeners.to_vec();
-    internal_is_sasl.push("inter.broker.listener.name=CLIENT");
-    assert_rejected(&internal_is_sasl, "inter.broker.listener.name", "do not authenticate to each other with SASL");
-    // Clients on SASL, brokers on PLAINTEXT: fine.
+    let with = |more: &[&'static str]| [&sasl_listeners[..], more].concat();
+    // Kafka's default mechanism, GSSAPI, is not served.
+    assert_rejected(&with(&[]), "sasl.mechanism.inter.broker.protocol", "enabled on inter-broker listener CLIENT");
+    // A mechanism the listener does not enable.
+    assert_rejected(
+        &with(&["sasl.mechanism.inter.broker.protocol=SCRAM-SHA-256"]),
+        "sasl.mechanism.inter.broker.protocol",
+        "(SCRAM-SHA-512)",
+    );
+    // Enabled, but no user to log in as.
+    assert_rejected(
+        &with(&["sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512"]),
+        "listener.name.client.scram-sha-512.sasl.jaas.config",
+        "username",
+    );
+    let jaas =
+        "listener.name.client.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule \
+                required username=\"broker\" password=\"broker-secret\";";
+    let config = resolve(&with(&["sasl.mechanism.inter.broker.protocol=SCRAM-SHA-512", jaas])).unwrap();
+    let login = config.inter_broker_sasl().unwrap().expect("a login");
+    assert_eq!((login.mechanism.name(), login.username.as_str()), ("SCRAM-SHA-512", "broker"));
+    assert_eq!(login.password.0, "broker-secret");
+    // Clients on SASL, brokers on PLAINTEXT: no login.
     let mut internal_plain = sasl_listeners.to_vec();
     internal_plain.push("inter.broker.listener.name=INTERNAL");
-    assert_eq!(resolve(&internal_plain).unwrap().inter_broker_listener_name, "INTERNAL");
-    // A single node has no other broker to reach: its only listener may be SASL.
+    let config = resolve(&internal_plain).unwrap();
+    assert_eq!(config.inter_broker_listener_name, "INTERNAL");
+    assert_eq!(config.inter_broker_sasl().unwrap(), None);
+    // A single node has no other broker to reach: its only listener may be SASL without
+    // a login.
     let single = resolve(&["listeners=SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms=SCRAM-SHA-256"]);
     assert_eq!(single.unwrap().inter_broker_listener_name, "SASL_PLAINTEXT");
 }

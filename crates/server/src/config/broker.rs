@@ -9,7 +9,7 @@ use super::listener::{
     SecurityProtocol,
 };
 use super::properties::parse_properties;
-use super::sasl::{RawSetting, SaslSettings};
+use super::sasl::{RawSetting, SaslLogin, SaslMechanism, SaslSettings};
 use super::tls::{Setting, TlsSettings};
 use super::topic::TopicConfig;
 use super::value::{check, Value};
@@ -102,6 +102,10 @@ impl RawConfig {
             if listener.security_protocol.uses_sasl() {
                 config.sasl_settings(&listener.name)?;
             }
+        }
+        // On a single node there is no other broker to log in to.
+        if !config.cluster.voters.is_empty() || !config.cluster.bootstrap_servers.is_empty() {
+            config.inter_broker_sasl()?;
         }
         Ok((config, unknown))
     }
@@ -596,6 +600,49 @@ impl BrokerConfig {
         SaslSettings::resolve(listener, &mechanisms, &get)
     }
 
+    /// What this broker logs in to the other brokers with, when the inter-broker listener
+    /// is a SASL one: `sasl.mechanism.inter.broker.protocol`, which must be enabled on
+    /// that listener, with the `username` and `password` options of that mechanism's
+    /// JAAS config there (Kafka's rules).
+    pub fn inter_broker_sasl(&self) -> Result<Option<SaslLogin>, ConfigError> {
+        let listener = self.inter_broker_listener_name.as_str();
+        if !self.listeners.iter().any(|l| l.name == listener && l.security_protocol.uses_sasl()) {
+            return Ok(None);
+        }
+        let settings = self.sasl_settings(listener)?;
+        let key = "sasl.mechanism.inter.broker.protocol";
+        let entry = self.entry(key).expect("in the key table");
+        let raw = entry.raw.clone().unwrap_or_default();
+        let enabled: Vec<&str> = settings.mechanisms.iter().map(|m| m.name()).collect();
+        let mechanism =
+            SaslMechanism::from_name(&raw).filter(|m| settings.mechanisms.contains(m)).ok_or_else(|| {
+                ConfigError::InvalidValue {
+                    key: key.into(),
+                    value: raw.clone(),
+                    expected: format!(
+                        "one of the mechanisms enabled on inter-broker listener {listener} ({}): brokers log in \
+                         to each other with it (Kafka's default is GSSAPI, which Osprey does not implement)",
+                        enabled.join(", ")
+                    ),
+                    origin: entry.origin.clone(),
+                }
+            })?;
+        let login = settings.logins.get(&mechanism).cloned().ok_or_else(|| ConfigError::InvalidValue {
+            key: format!(
+                "listener.name.{}.{}.sasl.jaas.config",
+                listener.to_ascii_lowercase(),
+                mechanism.name().to_ascii_lowercase()
+            ),
+            value: "[hidden]".into(),
+            expected: format!(
+                "username=\"...\" password=\"...\" options: what this broker logs in to the other brokers with \
+                 over inter-broker listener {listener}"
+            ),
+            origin: Origin::Default,
+        })?;
+        Ok(Some(login))
+    }
+
     pub(crate) fn entry(&self, key: &str) -> Option<&ResolvedEntry> {
         self.entries.iter().find(|e| e.key.name == key)
     }
@@ -986,14 +1033,6 @@ fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Res
     let (advertised, advertised_controller) =
         resolve_advertised(r, &bound, &client_listeners, &controller_names, &protocol_of)?;
     let inter_broker = resolve_inter_broker(r, roles, &advertised)?;
-    // Replica fetchers and the transaction marker sender do not log in with SASL; on a
-    // single node (no quorum configured) there is no other broker to reach.
-    if let Some(l) = advertised.iter().find(|l| l.name == inter_broker && l.security_protocol.uses_sasl() && quorum) {
-        return Err(r.entry("inter.broker.listener.name").invalid(format!(
-            "a PLAINTEXT or SSL listener: brokers do not authenticate to each other with SASL yet (`{}` is {})",
-            l.name, l.security_protocol
-        )));
-    }
     Ok(ResolvedListeners { bound, advertised, advertised_controller, controller_names, inter_broker })
 }
 

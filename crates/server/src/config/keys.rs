@@ -368,6 +368,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     // mechanism's JAAS config is listener.name.<name>.<lower-case mechanism>.sasl.jaas.config.
     ConfigKey::new("sasl.enabled.mechanisms", List, Some("GSSAPI"), Any, G::Listeners,
         "SASL mechanisms served on SASL listeners: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512 (GSSAPI, Kafka's default, and OAUTHBEARER are refused at startup)."),
+    ConfigKey::new("sasl.mechanism.inter.broker.protocol", ConfigType::String, Some("GSSAPI"), Any, G::Listeners,
+        "The mechanism brokers log in to each other with when the inter-broker listener is a SASL one: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512, enabled on that listener, whose JAAS config gives the username and password options."),
     ConfigKey::new("sasl.server.max.receive.size", Int, Some("524288"), AtLeast(1), G::Listeners,
         "Largest frame a client may send before it has authenticated; a larger one closes the connection."),
     ConfigKey::new("connections.max.reauth.ms", Long, Some("0"), AtLeast(0), G::Listeners,

@@ -51,6 +51,17 @@ pub struct SaslSettings {
     /// PLAIN's users and their passwords: the `user_<name>="<password>"` options of
     /// `PlainLoginModule` (Kafka's `PlainServerCallbackHandler` reads the same).
     pub plain_users: BTreeMap<String, Secret>,
+    /// What this broker logs in to other brokers with, by mechanism: the `username` and
+    /// `password` options of the mechanism's JAAS config, where it has them.
+    pub logins: BTreeMap<SaslMechanism, SaslLogin>,
+}
+
+/// A user name and password to log in with (a broker's, to the other brokers).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SaslLogin {
+    pub mechanism: SaslMechanism,
+    pub username: String,
+    pub password: Secret,
 }
 
 /// One setting as it applies to a listener: the key as set, its raw value and origin.
@@ -98,6 +109,7 @@ impl SaslSettings {
             return Err(mechanisms.invalid(format!("at least one mechanism for SASL listener {listener}")));
         }
         let mut plain_users = BTreeMap::new();
+        let mut logins = BTreeMap::new();
         for &mechanism in &enabled {
             let lower = mechanism.name().to_ascii_lowercase();
             let jaas = get(&format!("{lower}.sasl.jaas.config")).or_else(|| get("sasl.jaas.config"));
@@ -122,6 +134,7 @@ impl SaslSettings {
                     if plain_users.is_empty() {
                         return Err(setting.invalid("at least one user_<name>=\"<password>\" option"));
                     }
+                    logins.extend(module.login(mechanism));
                 }
                 (_, Some(setting)) => {
                     // Its options are what a broker would log in with to other brokers;
@@ -130,11 +143,12 @@ impl SaslSettings {
                     if module.class != SCRAM_LOGIN_MODULE && setting.key.contains(".scram-sha-") {
                         return Err(setting.invalid(format!("{SCRAM_LOGIN_MODULE} for {}", mechanism.name())));
                     }
+                    logins.extend(module.login(mechanism));
                 }
                 (_, None) => {}
             }
         }
-        Ok(SaslSettings { listener: listener.to_string(), mechanisms: enabled, plain_users })
+        Ok(SaslSettings { listener: listener.to_string(), mechanisms: enabled, plain_users, logins })
     }
 }
 
@@ -154,6 +168,13 @@ impl JaasModule {
             .filter_map(|(k, v)| Some((k.strip_prefix("user_")?.to_string(), Secret(v.clone()))))
             .filter(|(name, _)| !name.is_empty())
             .collect()
+    }
+
+    /// The `username` and `password` options, as a login with `mechanism`.
+    fn login(&self, mechanism: SaslMechanism) -> Option<(SaslMechanism, SaslLogin)> {
+        let option = |name: &str| self.options.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        let login = SaslLogin { mechanism, username: option("username")?, password: Secret(option("password")?) };
+        Some((mechanism, login))
     }
 }
 

@@ -16,7 +16,10 @@ use super::{ClientConfig, ClientError, ConnectFailure, DisconnectReason, NodeAdd
 use crate::telemetry;
 use bytes::{BufMut, Bytes, BytesMut};
 use osprey_protocol::frame::{request_header_version, response_header_version};
-use osprey_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
+use osprey_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+    SaslHandshakeResponse,
+};
 use osprey_protocol::wire::{EncodeError, Message};
 use osprey_protocol::{ApiKey, ErrorCode, RequestHeader, ResponseHeader};
 use std::collections::VecDeque;
@@ -53,6 +56,10 @@ pub(super) struct Connection {
     /// still counts until its request is answered or the connection closes: the
     /// request really is still on the wire. This also bounds the writer's queue.
     permits: Arc<Semaphore>,
+    /// When the peer limits the SASL session's lifetime (KIP-368): the instant from
+    /// which no new request is sent here, a new connection logging in afresh instead,
+    /// while the requests already sent are answered.
+    retire_at: Option<Instant>,
 }
 
 /// What the tasks and the senders share.
@@ -141,33 +148,32 @@ impl Connection {
                 .map_err(|e| ConnectFailure::Io(e.to_string()))?;
             // Requests are written whole; Nagle would only delay them.
             let _ = stream.set_nodelay(true);
-            let connected: (ReadHalf, WriteHalf, PeerVersions) = match &config.tls {
+            let connected: (ReadHalf, WriteHalf, Handshaken) = match &config.security.tls {
                 None => {
-                    let versions = handshake(&mut stream, config, node_id).await?;
+                    let handshaken = handshake(&mut stream, config, node_id).await?;
                     let (read, write) = stream.into_split();
-                    (Box::new(read), Box::new(write), versions)
+                    (Box::new(read), Box::new(write), handshaken)
                 }
                 Some(tls) => {
                     let mut stream = tls
                         .connect(stream, &address.host)
                         .await
                         .map_err(|e| ConnectFailure::Io(format!("TLS handshake: {e}")))?;
-                    let versions = handshake(&mut stream, config, node_id).await?;
+                    let handshaken = handshake(&mut stream, config, node_id).await?;
                     let (read, write) = tokio::io::split(stream);
-                    (Box::new(read), Box::new(write), versions)
+                    (Box::new(read), Box::new(write), handshaken)
                 }
             };
             Ok::<_, ConnectFailure>(connected)
         };
-        let (read, write, versions) = tokio::time::timeout(timeout, connect)
+        let (read, write, handshaken) = tokio::time::timeout(timeout, connect)
             .await
             .map_err(|_| ConnectFailure::TimedOut { timeout_ms: config.connect_timeout_ms })??;
         let (closed, _) = watch::channel(false);
         let shared = Arc::new(Shared {
             node_id,
             state: Mutex::new(State {
-                // The handshake used 0.
-                next_correlation_id: 1,
+                next_correlation_id: handshaken.next_correlation_id,
                 in_flight: VecDeque::new(),
                 closed: None,
             }),
@@ -179,15 +185,24 @@ impl Connection {
         tokio::spawn(read_loop(shared.clone(), read, config.max_response_bytes));
         telemetry::interbroker_connection_opened();
         Ok(Connection {
-            versions: Arc::new(versions),
+            versions: Arc::new(handshaken.versions),
             shared,
             writer,
             permits: Arc::new(Semaphore::new(config.max_in_flight_requests.max(1))),
+            retire_at: handshaken
+                .session_lifetime
+                .map(|lifetime| Instant::now() + lifetime.mul_f64(RETIRE_AT_LIFETIME)),
         })
     }
 
     pub(super) fn is_open(&self) -> bool {
         self.shared.lock().closed.is_none()
+    }
+
+    /// Open, and new requests may still be sent on it (its SASL session is not about to
+    /// expire).
+    pub(super) fn takes_requests(&self) -> bool {
+        self.is_open() && self.retire_at.is_none_or(|at| Instant::now() < at)
     }
 
     /// When and why the connection closed, if it has.
@@ -400,7 +415,144 @@ fn io_reason(e: std::io::Error) -> DisconnectReason {
 /// that does not know that version answers UNSUPPORTED_VERSION with its own range for
 /// ApiVersions (KIP-511), and the request is sent again at the highest version both
 /// know, as Kafka's `NetworkClient` does.
+/// The share of a SASL session's lifetime after which a connection takes no new requests:
+/// Kafka's clients re-authenticate between 85% and 95% of it; this one reconnects at 85%,
+/// leaving the rest for the requests in flight.
+const RETIRE_AT_LIFETIME: f64 = 0.85;
+
+/// What the handshake leaves the connection with.
+struct Handshaken {
+    versions: PeerVersions,
+    /// The handshake's requests took the ids below it.
+    next_correlation_id: i32,
+    /// How long the peer keeps the SASL session (KIP-368); `None`: no login, or no limit.
+    session_lifetime: Option<std::time::Duration>,
+}
+
+/// ApiVersions, then, when the inter-broker listener is a SASL one, the login.
 async fn handshake(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    config: &ClientConfig,
+    node_id: i32,
+) -> Result<Handshaken, ConnectFailure> {
+    let versions = api_versions(stream, config, node_id).await?;
+    let mut next_correlation_id = 1;
+    let session_lifetime = match &config.security.sasl {
+        None => None,
+        Some(login) => log_in(stream, config, &versions, login, &mut next_correlation_id).await?,
+    };
+    Ok(Handshaken { versions, next_correlation_id, session_lifetime })
+}
+
+/// Logs in as Kafka's `SaslClientAuthenticator` does: SaslHandshake v1 naming the
+/// mechanism, then the mechanism's tokens in SaslAuthenticate requests. Returns the
+/// session's lifetime when the peer limits it.
+async fn log_in(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    config: &ClientConfig,
+    versions: &PeerVersions,
+    login: &crate::config::SaslLogin,
+    correlation_id: &mut i32,
+) -> Result<Option<std::time::Duration>, ConnectFailure> {
+    use crate::config::SaslMechanism;
+    use crate::sasl::scram::{fresh_nonce, ScramClient, ScramMechanism};
+
+    let refused = |detail: String| {
+        ConnectFailure::Authentication(format!("{} as {}: {detail}", login.mechanism.name(), login.username))
+    };
+    let handshake_version = 1;
+    if versions.range(ApiKey::SaslHandshake as i16).is_none_or(|(_, max)| max < handshake_version) {
+        return Err(refused("the peer does not take SaslHandshake v1".into()));
+    }
+    let request = SaslHandshakeRequest { mechanism: login.mechanism.name().into() };
+    let response =
+        round_trip_before_open(stream, config, correlation_id, ApiKey::SaslHandshake, handshake_version, |buf| {
+            request.encode(buf, handshake_version)
+        })
+        .await?;
+    let response = SaslHandshakeResponse::decode_exact(response, handshake_version)
+        .map_err(|e| ConnectFailure::Handshake(DisconnectReason::MalformedHeader(e.to_string())))?;
+    if response.error_code != ErrorCode::NONE.code() {
+        return Err(refused(format!(
+            "the peer does not enable it (error code {}; it enables {})",
+            response.error_code,
+            response.mechanisms.join(", ")
+        )));
+    }
+    let version = versions
+        .usable(ApiKey::SaslAuthenticate)
+        .map_err(|_| refused("the peer does not take SaslAuthenticate".into()))?;
+    let mut authenticate = async |token: Vec<u8>| -> Result<SaslAuthenticateResponse, ConnectFailure> {
+        let request = SaslAuthenticateRequest { auth_bytes: token.into(), ..Default::default() };
+        let response =
+            round_trip_before_open(stream, config, correlation_id, ApiKey::SaslAuthenticate, version, |buf| {
+                request.encode(buf, version)
+            })
+            .await?;
+        let response = SaslAuthenticateResponse::decode_exact(response, version)
+            .map_err(|e| ConnectFailure::Handshake(DisconnectReason::MalformedHeader(e.to_string())))?;
+        if response.error_code != ErrorCode::NONE.code() {
+            let message = response.error_message.unwrap_or_default();
+            return Err(refused(format!("error code {}: {message}", response.error_code)));
+        }
+        Ok(response)
+    };
+    let password = login.password.0.as_bytes();
+    let last = match login.mechanism {
+        SaslMechanism::Plain => {
+            let mut token = vec![0];
+            token.extend_from_slice(login.username.as_bytes());
+            token.push(0);
+            token.extend_from_slice(password);
+            authenticate(token).await?
+        }
+        SaslMechanism::ScramSha256 | SaslMechanism::ScramSha512 => {
+            let mechanism = if login.mechanism == SaslMechanism::ScramSha256 {
+                ScramMechanism::Sha256
+            } else {
+                ScramMechanism::Sha512
+            };
+            let mut client = ScramClient::new(mechanism, &login.username, password, fresh_nonce());
+            let server_first = authenticate(client.client_first()).await?;
+            let client_final = client.client_final(&server_first.auth_bytes).map_err(refused)?;
+            let server_final = authenticate(client_final).await?;
+            client.verify_server_final(&server_final.auth_bytes).map_err(refused)?;
+            server_final
+        }
+    };
+    Ok((last.session_lifetime_ms > 0).then(|| std::time::Duration::from_millis(last.session_lifetime_ms as u64)))
+}
+
+/// One request and its response on a connection that is still being set up: the body's
+/// bytes, header read and checked.
+async fn round_trip_before_open(
+    stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
+    config: &ClientConfig,
+    correlation_id: &mut i32,
+    api: ApiKey,
+    version: i16,
+    write_body: impl FnOnce(&mut BytesMut) -> Result<(), EncodeError>,
+) -> Result<Bytes, ConnectFailure> {
+    let id = *correlation_id;
+    *correlation_id += 1;
+    let mut outgoing = Outgoing::new(&config.client_id, api as i16, version, write_body)
+        .map_err(|e| ConnectFailure::Io(e.to_string()))?;
+    outgoing.frame[CORRELATION_ID_OFFSET..CORRELATION_ID_OFFSET + 4].copy_from_slice(&id.to_be_bytes());
+    stream.write_all(&outgoing.frame).await.map_err(|e| ConnectFailure::Io(e.to_string()))?;
+    let mut frame = read_frame(stream, config.max_response_bytes).await.map_err(ConnectFailure::Handshake)?;
+    let header = ResponseHeader::decode(&mut frame, outgoing.response_header_version)
+        .map_err(|e| ConnectFailure::Handshake(DisconnectReason::MalformedHeader(e.to_string())))?;
+    if header.correlation_id != id {
+        return Err(ConnectFailure::Handshake(DisconnectReason::UnexpectedCorrelationId {
+            expected: Some(id),
+            got: header.correlation_id,
+        }));
+    }
+    Ok(frame)
+}
+
+/// The ApiVersions exchange, retried once at a lower version if the peer asks.
+async fn api_versions(
     stream: &mut (impl AsyncRead + AsyncWrite + Unpin),
     config: &ClientConfig,
     node_id: i32,

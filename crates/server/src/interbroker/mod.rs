@@ -104,8 +104,19 @@ pub struct ClientConfig {
     /// When set, ApiVersions (v5+) names this cluster and the destination node id, and a
     /// peer that is not that node of that cluster is refused ([`ConnectFailure::WrongPeer`]).
     pub cluster_id: Option<String>,
-    /// TLS to the peer (the inter-broker listener is SSL); `None`: plain TCP.
+    /// TLS and SASL to the peer, as the inter-broker listener has them.
+    pub security: Security,
+}
+
+/// How a broker's clients reach the other brokers: what the inter-broker listener asks of
+/// a connection. Default: plain TCP, no login.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Security {
+    /// TLS to the peer (the inter-broker listener is SSL or SASL_SSL).
     pub tls: Option<crate::tls::InterBrokerTls>,
+    /// The login after the ApiVersions handshake (the listener is SASL_PLAINTEXT or
+    /// SASL_SSL): `sasl.mechanism.inter.broker.protocol` with the JAAS config's user.
+    pub sasl: Option<Arc<crate::config::SaslLogin>>,
 }
 
 impl ClientConfig {
@@ -120,7 +131,7 @@ impl ClientConfig {
             reconnect_backoff_ms: DEFAULT_RECONNECT_BACKOFF_MS,
             reconnect_backoff_max_ms: DEFAULT_RECONNECT_BACKOFF_MAX_MS,
             cluster_id: None,
-            tls: None,
+            security: Security::default(),
         }
     }
 }
@@ -203,6 +214,8 @@ pub enum ConnectFailure {
     MalformedApiVersions(String),
     #[error("the process at this address is not the node of the cluster meant (REBOOTSTRAP_REQUIRED)")]
     WrongPeer,
+    #[error("SASL login failed with {0}: check sasl.mechanism.inter.broker.protocol and the username and password of the inter-broker listener's sasl.jaas.config")]
+    Authentication(String),
 }
 
 /// Why a connection closed.
@@ -502,13 +515,13 @@ impl Inner {
     /// The open connection to the node's current address, connecting (after any
     /// back-off still due) if there is none.
     async fn connection(&self) -> Result<Arc<Connection>, ClientError> {
-        if let Some(c) = self.live().filter(|c| c.is_open()) {
+        if let Some(c) = self.live().filter(|c| c.takes_requests()) {
             return Ok(c);
         }
         let mut reconnect = self.connecting.lock().await;
         loop {
             // Another sender may have connected while this one waited for the lock.
-            if let Some(c) = self.live().filter(|c| c.is_open()) {
+            if let Some(c) = self.live().filter(|c| c.takes_requests()) {
                 return Ok(c);
             }
             if let Some(closed) = self.live.lock().unwrap_or_else(PoisonError::into_inner).take() {

@@ -258,7 +258,7 @@ impl Fetcher {
                 client_config.request_timeout_ms += config.replica_fetch_wait_max_ms.max(0) as u64;
                 client_config.max_response_bytes =
                     client_config.max_response_bytes.max(config.replica_fetch_response_max_bytes.max(0) as usize);
-                client_config.tls = self.broker.settings.interbroker_tls.clone();
+                client_config.security = self.broker.settings.interbroker.clone();
                 let client = NodeClient::new(client_config, self.leader, address);
                 self.client = Some(client.clone());
                 client

@@ -441,6 +441,7 @@ mod tests {
             listener: "SASL_PLAINTEXT".into(),
             mechanisms: mechanisms.to_vec(),
             plain_users: [("alice".to_string(), Secret("alice-secret".into()))].into_iter().collect(),
+            logins: Default::default(),
         })
     }
 

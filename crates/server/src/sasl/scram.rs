@@ -291,6 +291,111 @@ impl ClientFirst {
     }
 }
 
+/// One SCRAM exchange on the client side, as a broker logs in to another broker with
+/// Kafka's `ScramSaslClient`: `client_first`, then `client_final` on the server-first
+/// message, then `verify_server_final`, which proves the server knew the credential.
+#[derive(Debug)]
+pub struct ScramClient {
+    mechanism: ScramMechanism,
+    password: Vec<u8>,
+    nonce: String,
+    client_first_bare: String,
+    /// The server signature expected in the server-final message, once client-final is sent.
+    expected_server_signature: Option<Vec<u8>>,
+}
+
+impl ScramClient {
+    /// `nonce`: fresh random printable characters, no `,` ([`fresh_nonce`]).
+    pub fn new(mechanism: ScramMechanism, user: &str, password: &[u8], nonce: String) -> ScramClient {
+        let client_first_bare = format!("n={},r={nonce}", encode_sasl_name(user));
+        ScramClient {
+            mechanism,
+            password: password.to_vec(),
+            nonce,
+            client_first_bare,
+            expected_server_signature: None,
+        }
+    }
+
+    /// The client-first message: no channel binding, no authorization id.
+    pub fn client_first(&self) -> Vec<u8> {
+        format!("{GS2_HEADER}{}", self.client_first_bare).into_bytes()
+    }
+
+    /// The client-final message answering `server_first`; an error says why the server's
+    /// message is refused.
+    pub fn client_final(&mut self, server_first: &[u8]) -> Result<Vec<u8>, String> {
+        let server_first = std::str::from_utf8(server_first).map_err(|_| "server-first message is not UTF-8")?;
+        let mut attributes = server_first.split(',');
+        let nonce = attributes.next().and_then(|a| a.strip_prefix("r=")).ok_or("server-first message without r=")?;
+        let salt = attributes.next().and_then(|a| a.strip_prefix("s=")).ok_or("server-first message without s=")?;
+        let iterations =
+            attributes.next().and_then(|a| a.strip_prefix("i=")).ok_or("server-first message without i=")?;
+        if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
+            return Err("the server's nonce does not extend the client's".into());
+        }
+        let salt = BASE64.decode(salt).map_err(|_| "the server's salt is not base64")?;
+        let iterations: i32 = iterations.parse().map_err(|_| "the server's iteration count is not a number")?;
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(format!(
+                "the server asks for {iterations} iterations, outside {MIN_ITERATIONS}..={MAX_ITERATIONS}"
+            ));
+        }
+        let salted = self.mechanism.salted_password(&self.password, &salt, iterations as u32);
+        let credential = self.mechanism.credential_from_salted_password(&salted, &salt, iterations);
+        let client_key = self.mechanism.hmac(&salted, b"Client Key");
+        let without_proof = format!("c={},r={nonce}", BASE64.encode(GS2_HEADER));
+        let auth_message = format!("{},{server_first},{without_proof}", self.client_first_bare).into_bytes();
+        let client_signature = self.mechanism.hmac(&credential.stored_key, &auth_message);
+        let proof: Vec<u8> = client_key.iter().zip(&client_signature).map(|(k, s)| k ^ s).collect();
+        self.expected_server_signature = Some(self.mechanism.hmac(&credential.server_key, &auth_message));
+        Ok(format!("{without_proof},p={}", BASE64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server-final message: `v=` with the signature only a server holding the
+    /// credential can make, or `e=` with the server's reason.
+    pub fn verify_server_final(&self, server_final: &[u8]) -> Result<(), String> {
+        let server_final = std::str::from_utf8(server_final).map_err(|_| "server-final message is not UTF-8")?;
+        if let Some(error) = server_final.strip_prefix("e=") {
+            return Err(format!("the server refused the exchange: {error}"));
+        }
+        let signature = server_final
+            .strip_prefix("v=")
+            .and_then(|v| BASE64.decode(v.split(',').next().unwrap_or_default()).ok())
+            .ok_or("server-final message without a base64 v=")?;
+        let expected = self.expected_server_signature.as_deref().ok_or("server-final message before client-final")?;
+        if !bool::from(signature.ct_eq(expected)) {
+            return Err("the server's signature does not match: it does not hold this user's credential".into());
+        }
+        Ok(())
+    }
+}
+
+/// The gs2 header of a client that does no channel binding and names no authorization id.
+const GS2_HEADER: &str = "n,,";
+
+/// A fresh SCRAM nonce: 24 random bytes, base64url without padding (no `,`).
+pub fn fresh_nonce() -> String {
+    let mut bytes = [0u8; 24];
+    if getrandom::fill(&mut bytes).is_err() {
+        // The OS has no randomness to give: the nonce is then unique but guessable,
+        // which SCRAM tolerates (the proof still needs the password).
+        bytes[..16].copy_from_slice(
+            &std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos()
+                .to_be_bytes(),
+        );
+    }
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// `saslname` of a user name: `,` as `=2C` and `=` as `=3D`.
+fn encode_sasl_name(name: &str) -> String {
+    name.replace('=', "=3D").replace(',', "=2C")
+}
+
 /// `saslname`: `=2C` stands for `,` and `=3D` for `=`; any other `=` is malformed.
 fn decode_sasl_name(name: &str) -> Result<String, String> {
     let mut out = String::new();
@@ -340,6 +445,53 @@ mod tests {
         let done = server.evaluate(CLIENT_FINAL.as_bytes(), &lookup).unwrap();
         assert_eq!(done, Step::Done { user: "user".into(), server_final: SERVER_FINAL.as_bytes().to_vec() });
         assert!(server.evaluate(CLIENT_FINAL.as_bytes(), &lookup).is_err(), "no message after the end");
+    }
+
+    #[test]
+    fn the_client_makes_rfc_7677s_messages_and_checks_the_servers_signature() {
+        let mut client = ScramClient::new(ScramMechanism::Sha256, "user", b"pencil", "rOprNGfwEbeRWgbNEkqO".into());
+        assert_eq!(client.client_first(), CLIENT_FIRST.as_bytes());
+        assert_eq!(client.client_final(SERVER_FIRST.as_bytes()).unwrap(), CLIENT_FINAL.as_bytes());
+        client.verify_server_final(SERVER_FINAL.as_bytes()).unwrap();
+        let forged = SERVER_FINAL.replace("v=6r", "v=7r");
+        assert!(client.verify_server_final(forged.as_bytes()).is_err(), "a server without the credential is refused");
+        assert!(client.verify_server_final(b"e=invalid-proof").unwrap_err().contains("invalid-proof"));
+    }
+
+    #[test]
+    fn the_client_and_the_server_agree_on_both_hashes_and_odd_names() {
+        for mechanism in [ScramMechanism::Sha256, ScramMechanism::Sha512] {
+            let credential = mechanism.credential(b"s3cret", b"salt-of-the-earth", 4096);
+            let lookup = |user: &str| (user == "broker,=one").then(|| credential.clone());
+            let mut client = ScramClient::new(mechanism, "broker,=one", b"s3cret", fresh_nonce());
+            let mut server = ScramServer::new(mechanism, fresh_nonce());
+            let Step::Continue(server_first) = server.evaluate(&client.client_first(), &lookup).unwrap() else {
+                panic!("the server did not answer client-first")
+            };
+            let client_final = client.client_final(&server_first).unwrap();
+            let Step::Done { user, server_final } = server.evaluate(&client_final, &lookup).unwrap() else {
+                panic!("the server did not finish")
+            };
+            assert_eq!(user, "broker,=one");
+            client.verify_server_final(&server_final).unwrap();
+
+            let mut wrong = ScramClient::new(mechanism, "broker,=one", b"guess", fresh_nonce());
+            let mut server = ScramServer::new(mechanism, fresh_nonce());
+            let Step::Continue(server_first) = server.evaluate(&wrong.client_first(), &lookup).unwrap() else {
+                panic!("the server did not answer client-first")
+            };
+            let client_final = wrong.client_final(&server_first).unwrap();
+            assert!(server.evaluate(&client_final, &lookup).unwrap_err().contains("wrong password"));
+        }
+    }
+
+    #[test]
+    fn the_client_refuses_a_server_first_that_keeps_its_nonce_or_asks_too_little_work() {
+        let mut client = ScramClient::new(ScramMechanism::Sha256, "user", b"pencil", "abc".into());
+        assert!(client.client_final(b"r=abc,s=c2FsdA==,i=4096").is_err(), "nonce not extended");
+        assert!(client.client_final(b"r=xyzdef,s=c2FsdA==,i=4096").is_err(), "another nonce");
+        assert!(client.client_final(b"r=abcdef,s=c2FsdA==,i=1").is_err(), "too few iterations");
+        assert!(client.verify_server_final(b"v=AAAA").is_err(), "no client-final sent yet");
     }
 
     #[test]
