@@ -14,6 +14,8 @@ with Kafka's `ssl.*` keys (PEM stores), driven by real clients over real sockets
   afterwards;
 - reload: the key store file is replaced, and a new connection sees the new
   certificate while the broker did not restart;
+- inter-broker TLS, and an SSL controller listener over which three controllers form
+  their quorum and two brokers register, client certificates required;
 - config errors: an SSL listener without a key store, an unknown cipher suite name.
 
 Certificates are made by the test with the `openssl` command (a CA, server and client
@@ -566,6 +568,48 @@ def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monk
         # The followers' fetchers shook hands with their leader, and were named by their certificate.
         logs = "".join(n.log_path.read_text() for n in c.nodes)
         assert "principal=User:CN=localhost,O=Osprey,C=US" in logs, c.logs()
+        c.stop()
+    finally:
+        c.kill_all()
+
+
+def test_controllers_and_brokers_speak_tls_on_an_ssl_controller_listener(pki, tmp_path):
+    """CONTROLLER mapped to SSL with client certificates required: three controller-only
+    nodes form their quorum over it (openraft's RPCs in TLS), two broker-only nodes
+    register and fetch the metadata over it, and a topic on both brokers takes acks=all
+    writes. A plaintext client on a controller port is closed, and the failed handshake
+    counted."""
+    from cluster import Cluster, Node, listed_brokers
+
+    nodes = [Node(tmp_path, i, "controller") for i in (1, 2, 3)] + [Node(tmp_path, i, "broker") for i in (4, 5)]
+    c = Cluster(tmp_path, nodes, {
+        "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:SSL",
+        "listener.name.controller.ssl.keystore.location": pki.server[2],
+        "listener.name.controller.ssl.truststore.location": pki.ca_pem,
+        "listener.name.controller.ssl.client.auth": "required",
+    })
+    try:
+        c.start()
+        want = {4, 5}
+        c.wait_for("both brokers registered", lambda: all(listed_brokers(n) == want for n in c.brokers))
+        from confluent_kafka.admin import NewTopic
+
+        admin = AdminClient({"bootstrap.servers": c.bootstrap()})
+        topic = "over-tls-controllers"
+        admin.create_topics([NewTopic(topic, 1, 2, config={"min.insync.replicas": "2"})],
+                            operation_timeout=30)[topic].result(timeout=60)
+        produce_and_consume({"bootstrap.servers": c.bootstrap()}, count=5, topic=topic)
+
+        controller = c.node(1)
+        with socket.create_connection((HOST, controller.controller_port), timeout=WAIT_S) as s:
+            s.sendall(b"\x00\x00\x00\x0e\x00\x12\x00\x00\x00\x00\x00\x07\x00\x04test")  # ApiVersions v0
+            answer = b""
+            while chunk := s.recv(1024):
+                answer += chunk
+            # At most a TLS alert record (content type 21), then the close; never a Kafka answer.
+            assert answer == b"" or answer[0] == 21, answer
+        c.wait_for("the plaintext handshake counted",
+                   lambda: controller.gauge("osprey_tls_handshake_failures_total") >= 1)
         c.stop()
     finally:
         c.kill_all()

@@ -244,8 +244,9 @@ async fn run(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), Stri
 /// A controller-only node: the quorum member and its CONTROLLER listener, until SIGTERM
 /// or until the node fails (its `meta.properties` names another cluster).
 async fn run_controller(config: BrokerConfig, signals: &mut StopSignals) -> Result<(), String> {
-    let node_config = ControllerNodeConfig::from_broker_config(&config)?;
+    let mut node_config = ControllerNodeConfig::from_broker_config(&config)?;
     let bound = bind_listeners(&config)?;
+    node_config.tls = bound.controller_tls.clone();
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     if !client.is_empty() {
@@ -282,6 +283,7 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
     let local = bound.client.first().map(|(_, addr, _)| *addr).ok_or("no client listener configured (listeners)")?;
     let mut settings = settings(&config, local, advertised_listeners(&config, &bound))?;
     settings.interbroker = bound.interbroker_security(&config, true)?;
+    let controller_tls = bound.controller_tls.clone();
     let described = bound.describe();
     let (client, controller) = bound.into_sockets();
     // Before the controller starts: what it records from its first moment (becoming the
@@ -296,7 +298,8 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
         None => None,
     };
     let controller_node = if config.cluster.roles.controller {
-        let node_config = ControllerNodeConfig::from_broker_config(&config)?;
+        let mut node_config = ControllerNodeConfig::from_broker_config(&config)?;
+        node_config.tls = controller_tls.clone();
         let listeners =
             controller.into_iter().map(|l| l.into_std()).collect::<Result<Vec<_>, _>>().map_err(|e| e.to_string())?;
         let apis = controller_node::active_apis(&config);
@@ -318,7 +321,9 @@ async fn run_in_cluster(config: BrokerConfig, signals: &mut StopSignals) -> Resu
              broker.session.timeout.ms ({session} ms)"
         );
     }
-    let link = ClusterLink::new(link_config(&config, settings.advertised_listeners.clone()));
+    let mut link_settings = link_config(&config, settings.advertised_listeners.clone());
+    link_settings.controller_tls = controller_tls.map(osprey_server::tls::InterBrokerTls::new);
+    let link = ClusterLink::new(link_settings);
     let (stop, stopped) = watch::channel(false);
     tracing::info!(voters = ?config.cluster.voters.iter().map(|v| v.to_string()).collect::<Vec<_>>(), "fetching the cluster metadata from the controller quorum");
     let cluster_id = tokio::select! {
@@ -491,6 +496,7 @@ fn link_config(config: &BrokerConfig, listeners: Vec<osprey_cluster::BrokerListe
         request_timeout: REQUEST_TIMEOUT,
         fetch_max_wait: METADATA_FETCH_MAX_WAIT,
         max_response_bytes: config.socket_request_max_bytes.max(1024) as usize,
+        controller_tls: None,
     }
 }
 
@@ -545,6 +551,10 @@ struct BoundListeners {
     tls: std::collections::HashMap<String, Arc<osprey_server::tls::ListenerTls>>,
     /// The SASL settings of each SASL client listener, by name.
     sasl: std::collections::HashMap<String, Arc<osprey_server::config::SaslSettings>>,
+    /// The controller listener's TLS, when it is an SSL one: served by this node's
+    /// controller, if it has the role, and the client side every node reaches the
+    /// controllers with.
+    controller_tls: Option<Arc<osprey_server::tls::ListenerTls>>,
 }
 
 impl BoundListeners {
@@ -601,7 +611,12 @@ fn bind_listeners(config: &BrokerConfig) -> Result<BoundListeners, String> {
         controller: Vec::new(),
         tls: Default::default(),
         sasl: Default::default(),
+        controller_tls: None,
     };
+    if let Some(settings) = config.controller_tls_settings().map_err(|e| e.to_string())? {
+        tracing::info!(listener = %osprey_server::tls::describe(&settings), "TLS controller listener");
+        bound.controller_tls = Some(osprey_server::tls::ListenerTls::load(settings, true)?);
+    }
     for listener in &config.listeners {
         let client = !config.controller_listener_names.contains(&listener.name);
         if client && listener.security_protocol.uses_sasl() {

@@ -96,6 +96,7 @@ impl Broker {
             request_timeout: Duration::from_secs(20),
             fetch_max_wait: Duration::from_millis(500),
             max_response_bytes: 100 * 1024 * 1024,
+            controller_tls: None,
         });
         let published = Arc::new(Mutex::new(Vec::new()));
         let record = published.clone();

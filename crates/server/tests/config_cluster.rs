@@ -365,3 +365,41 @@ fn a_cluster_sasl_inter_broker_listener_needs_an_enabled_mechanism_and_a_login()
     let single = resolve(&["listeners=SASL_PLAINTEXT://127.0.0.1:9092", "sasl.enabled.mechanisms=SCRAM-SHA-256"]);
     assert_eq!(single.unwrap().inter_broker_listener_name, "SASL_PLAINTEXT");
 }
+
+#[test]
+fn a_controller_listener_may_be_ssl_with_a_key_store_and_never_sasl() {
+    let node = |map: &'static str| {
+        vec![
+            "node.id=4",
+            "process.roles=broker",
+            VOTERS,
+            "listeners=PLAINTEXT://127.0.0.1:19092",
+            "controller.listener.names=CONTROLLER",
+            map,
+        ]
+    };
+    // A broker-only node reaches the controllers with the controller listener's TLS: it
+    // needs its key store too, and says so before starting.
+    assert_rejected(
+        &node("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SSL"),
+        "ssl.keystore.location",
+        "a PEM key store for SSL listener CONTROLLER",
+    );
+    let combined = |map: &'static str| {
+        vec![
+            "node.id=1",
+            "process.roles=broker,controller",
+            VOTERS,
+            "listeners=PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093",
+            "controller.listener.names=CONTROLLER",
+            map,
+        ]
+    };
+    assert_rejected(
+        &combined("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_SSL"),
+        "listener.security.protocol.map",
+        "do not authenticate with SASL",
+    );
+    let plain = resolve(&combined("listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT")).unwrap();
+    assert!(plain.controller_tls_settings().unwrap().is_none());
+}

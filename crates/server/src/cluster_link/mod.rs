@@ -59,6 +59,8 @@ pub struct LinkConfig {
     pub fetch_max_wait: Duration,
     /// `socket.request.max.bytes`: the largest answer read from a controller.
     pub max_response_bytes: usize,
+    /// TLS to the controllers, when the controller listener is an SSL one.
+    pub controller_tls: Option<crate::tls::InterBrokerTls>,
 }
 
 /// A broker's link to the controller quorum. Cheap to share (`Arc`).
@@ -106,9 +108,11 @@ impl ClusterLink {
         let mut to_controller = ClientConfig::new(client_id::to_controller(config.node_id));
         to_controller.request_timeout_ms = config.request_timeout.as_millis() as u64;
         to_controller.max_response_bytes = config.max_response_bytes;
+        to_controller.security.tls = config.controller_tls.clone();
         let mut fetcher = ClientConfig::new(format!("broker-{}-metadata-fetcher", config.node_id));
         fetcher.request_timeout_ms = (config.fetch_max_wait + config.request_timeout).as_millis() as u64;
         fetcher.max_response_bytes = config.max_response_bytes;
+        fetcher.security.tls = config.controller_tls.clone();
         Arc::new(ClusterLink {
             to_controller: NodeClients::new(to_controller),
             fetcher: NodeClients::new(fetcher),

@@ -103,6 +103,7 @@ impl RawConfig {
                 config.sasl_settings(&listener.name)?;
             }
         }
+        config.controller_tls_settings()?;
         // On a single node there is no other broker to log in to.
         if !config.cluster.voters.is_empty() || !config.cluster.bootstrap_servers.is_empty() {
             config.inter_broker_sasl()?;
@@ -600,6 +601,24 @@ impl BrokerConfig {
         SaslSettings::resolve(listener, &mechanisms, &get)
     }
 
+    /// The TLS of the controller listener, when the first of `controller.listener.names`
+    /// maps to SSL: the controllers serve it, and every node reaches the controllers with
+    /// its trust store (and its key store as client certificate), as Kafka's nodes use
+    /// that listener's `listener.name.<controller listener>.ssl.*` settings.
+    pub fn controller_tls_settings(&self) -> Result<Option<TlsSettings>, ConfigError> {
+        let Some(name) = self.controller_listener_names.first() else { return Ok(None) };
+        let map = self.entry("listener.security.protocol.map").and_then(|e| e.raw.clone()).unwrap_or_default();
+        let protocol = super::listener::parse_protocol_map(&map)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, p)| p);
+        match protocol {
+            Some(SecurityProtocol::Ssl) => self.tls_settings(name).map(Some),
+            _ => Ok(None),
+        }
+    }
+
     /// What this broker logs in to the other brokers with, when the inter-broker listener
     /// is a SASL one: `sasl.mechanism.inter.broker.protocol`, which must be enabled on
     /// that listener, with the `username` and `password` options of that mechanism's
@@ -1013,11 +1032,9 @@ fn resolve_listeners(r: &Resolver<'_>, roles: ProcessRoles, quorum: bool) -> Res
         }
     }
     check_controller_listeners(r, roles, quorum, &bound, &controller_names)?;
-    if let Some(l) =
-        bound.iter().find(|l| controller_names.contains(&l.name) && l.security_protocol != SecurityProtocol::Plaintext)
-    {
+    if let Some(l) = bound.iter().find(|l| controller_names.contains(&l.name) && l.security_protocol.uses_sasl()) {
         return Err(map_entry.invalid(format!(
-            "PLAINTEXT for controller listeners: the controllers do not speak TLS yet (`{}` is {})",
+            "PLAINTEXT or SSL for controller listeners: the controllers do not authenticate with SASL (`{}` is {})",
             l.name, l.security_protocol
         )));
     }

@@ -9,7 +9,9 @@
 //! reach the quorum in the order sent, and Kafka's controller handles a connection's
 //! requests in order. What is bounded differently from the client listener:
 //! `queued.max.request.bytes` does not count these frames (a controller serves a few
-//! peers and tools, not clients).
+//! peers and tools, not clients). On an SSL controller listener a connection first
+//! shakes hands within the client listener's handshake deadline, its failures counted in
+//! `osprey_tls_handshake_failures_total` as theirs are.
 
 use super::requests::{self, Handled};
 use super::NodeState;
@@ -18,9 +20,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch, Semaphore};
 
 /// What one read may add to a frame's buffer at most: a frame declared large holds only
@@ -40,11 +41,16 @@ pub struct ListenerLimits {
     pub connections_max_idle_ms: u64,
 }
 
-/// Serves `listeners` until `shutdown` turns true.
+/// The read and write halves of a connection, plain TCP or TLS.
+type ReadHalf = Box<dyn AsyncRead + Send + Unpin>;
+type WriteHalf = Box<dyn AsyncWrite + Send + Unpin>;
+
+/// Serves `listeners` until `shutdown` turns true; `tls`: the listener is an SSL one.
 pub async fn serve(
     listeners: Vec<TcpListener>,
     node: Arc<NodeState>,
     limits: ListenerLimits,
+    tls: Option<Arc<crate::tls::ListenerTls>>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     if listeners.is_empty() {
@@ -68,8 +74,28 @@ pub async fn serve(
             Ok((_, stream, peer)) => {
                 let node = node.clone();
                 let shutdown = shutdown.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    if let Err(e) = connection(stream, peer, node, limits, shutdown).await {
+                    let idle = Duration::from_millis(limits.connections_max_idle_ms.max(1));
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!(%peer, error = %e, "controller connection closed");
+                        return;
+                    }
+                    let (rd, wr): (ReadHalf, WriteHalf) = match tls {
+                        None => {
+                            let (rd, wr) = stream.into_split();
+                            (Box::new(rd), Box::new(wr))
+                        }
+                        // A failed handshake is counted and logged by `accept`.
+                        Some(tls) => match tls.accept(stream, peer, idle).await {
+                            Ok((stream, _principal)) => {
+                                let (rd, wr) = tokio::io::split(stream);
+                                (Box::new(rd), Box::new(wr))
+                            }
+                            Err(_) => return,
+                        },
+                    };
+                    if let Err(e) = connection(rd, wr, peer, node, limits, shutdown).await {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
                     drop(slot);
@@ -85,14 +111,13 @@ pub async fn serve(
 }
 
 async fn connection(
-    stream: TcpStream,
+    mut rd: ReadHalf,
+    mut wr: WriteHalf,
     peer: SocketAddr,
     node: Arc<NodeState>,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
-    stream.set_nodelay(true)?;
-    let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::channel::<Handled>(limits.max_in_flight_per_connection.max(1));
     let writer = tokio::spawn(async move {
         let mut out = BytesMut::new();
@@ -142,7 +167,7 @@ async fn connection(
 }
 
 /// Reads the next frame (without its size prefix); `None` at a clean end of stream.
-async fn read_frame(rd: &mut OwnedReadHalf, buf: &mut BytesMut, max_frame: usize) -> io::Result<Option<BytesMut>> {
+async fn read_frame(rd: &mut ReadHalf, buf: &mut BytesMut, max_frame: usize) -> io::Result<Option<BytesMut>> {
     while buf.len() < 4 {
         buf.reserve(4096);
         if rd.read_buf(buf).await? == 0 {

@@ -64,6 +64,9 @@ pub struct ControllerNodeConfig {
     /// `metadata.log.max.record.bytes.between.snapshots`.
     pub max_record_bytes_between_snapshots: u64,
     pub limits: ListenerLimits,
+    /// The controller listener's TLS when it is an SSL one: served on it, and used to
+    /// reach the other voters. `None`: PLAINTEXT.
+    pub tls: Option<Arc<crate::tls::ListenerTls>>,
 }
 
 impl ControllerNodeConfig {
@@ -97,6 +100,7 @@ impl ControllerNodeConfig {
                 max_in_flight_per_connection: config.max_inflight_requests_per_connection.max(1) as usize,
                 connections_max_idle_ms: positive(config.connections_max_idle_ms),
             },
+            tls: None,
         })
     }
 
@@ -325,6 +329,7 @@ async fn start(
     let mut client = ClientConfig::new(format!("raft-client-{}", config.node_id));
     client.request_timeout_ms = config.request_timeout_ms;
     client.max_response_bytes = max_rpc_bytes;
+    client.security.tls = config.tls.clone().map(crate::tls::InterBrokerTls::new);
     let transport = ListenerTransport::new(client, max_rpc_bytes, progress.clone());
     let mut quorum_config = QuorumConfig::new(replica, endpoint.clone());
     quorum_config.election_timeout_ms = config.election_timeout_ms;
@@ -359,7 +364,10 @@ async fn start(
         l.set_nonblocking(true).map_err(|e| format!("controller listener: {e}"))?;
         tokio_listeners.push(tokio::net::TcpListener::from_std(l).map_err(|e| format!("controller listener: {e}"))?);
     }
-    tokio::spawn(listener::serve(tokio_listeners, node.clone(), config.limits, stopped.clone()));
+    if let Some(tls) = &config.tls {
+        tokio::spawn(tls.clone().watch(stopped.clone()));
+    }
+    tokio::spawn(listener::serve(tokio_listeners, node.clone(), config.limits, config.tls.clone(), stopped.clone()));
     tokio::spawn(bootstrap::hello_until_voter(node.clone(), transport, config.voters.clone(), stopped.clone()));
     tokio::spawn(bootstrap::learn_cluster_id(node.clone(), identity.clone(), config.clone(), failed, stopped.clone()));
     let proposed = identity.cluster_id.clone();

@@ -25,5 +25,6 @@ pub fn node_config(node_id: i32, ports: &[u16], dir: PathBuf) -> ControllerNodeC
             max_in_flight_per_connection: 16,
             connections_max_idle_ms: 600_000,
         },
+        tls: None,
     }
 }
