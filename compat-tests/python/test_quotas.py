@@ -8,19 +8,30 @@ raw frames where the tool cannot say what is checked:
 - values and keys are checked as Kafka checks them, each entity on its own, and
   `validate_only` writes nothing;
 - quotas survive a restart (the metadata log), and on three combined nodes a quota set
-  through one broker (forwarded to the active controller) is described by every broker.
+  through one broker (forwarded to the active controller) is described by every broker
+  and throttles a producer on another;
+- enforcement (KIP-13, KIP-219): a librdkafka producer held to a `producer_byte_rate` and
+  a consumer held to a `consumer_byte_rate` are measured, after their first throttled
+  response, over an interval of several quota windows: the rate stays under twice the
+  quota and well under an unthrottled client's, and throttle times are reported by the
+  client (statistics `throttle`) and by the broker (`osprey_quota_throttle_seconds`).
+  The figures are printed (`pytest -s`).
 
 Ports are free ones; every wait polls until true.
 """
 
+import json
 import struct
 import time
+import uuid
 
 import pytest
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 import kafkawire as kw
+from clients import consumer, create_topic, producer
 from cluster import skip_without_kafka_tools
-from test_tls import java
+from test_tls import java, metric
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -249,7 +260,7 @@ def test_a_quota_set_through_one_cluster_broker_is_described_by_every_broker(tmp
     """Three combined nodes: AlterClientQuotas sent to one broker is forwarded to the
     active controller, and every broker describes the quota once the metadata reached
     it."""
-    from cluster import combined, listed_brokers
+    from cluster import combined, listed_brokers, partition_states
 
     c = combined(tmp_path)
     try:
@@ -257,11 +268,173 @@ def test_a_quota_set_through_one_cluster_broker_is_described_by_every_broker(tmp
         want = {n.node_id for n in c.brokers}
         c.wait_for("every broker lists every broker", lambda: all(listed_brokers(n) == want for n in c.brokers))
         first = c.brokers[0]
-        results = alter(first, [([("user", "alice")], [("producer_byte_rate", 1024.0, False)])])
+        topic = f"quota-{uuid.uuid4().hex[:8]}"
+        create_topic(first, topic)
+        c.wait_for("the topic has a leader", lambda: (partition_states(first, topic) or {}).get(0, (-1,))[0] >= 0)
+        leader_id = partition_states(first, topic)[0][0]
+        leader = c.node(leader_id)
+        # Set through a broker that does not lead the partition.
+        other = next(n for n in c.brokers if n.node_id != leader_id)
+        results = alter(other, [([("client-id", "slow")], [("producer_byte_rate", 1024.0, False)])])
         assert [code for code, _, _ in results] == [0], results
         for n in c.brokers:
-            c.wait_for(f"broker {n.node_id} describes alice's quota",
-                       lambda n=n: describe_all(n) == {(("user", "alice"),): {"producer_byte_rate": 1024.0}})
+            c.wait_for(f"broker {n.node_id} describes the quota",
+                       lambda n=n: describe_all(n) == {(("client-id", "slow"),): {"producer_byte_rate": 1024.0}})
+        p = producer(leader, client_id="slow", batch_size=4096)
+        for _ in range(40):
+            p.produce(topic, b"x" * 1000)
+            p.poll(0)
+        assert p.flush(60) == 0
+        throttled = leader.gauge('osprey_quota_throttle_seconds_count{quota="produce"}')
+        print(f"leader {leader_id}: {throttled} throttled produce responses")
+        assert throttled > 0
         c.stop()
     finally:
         c.kill_all()
+
+
+# ----- enforcement ----------------------------------------------------------------------
+
+
+QUOTA_BYTES_PER_S = 128 * 1024
+VALUE_BYTES = 8 * 1024
+MEASURE_S = 12.0
+# Kafka's sensor measures a new client over at least ten 1 s windows, so its first burst
+# runs unthrottled up to ten seconds' worth of quota and is then paid back until that
+# sample ages out, eleven windows later. The measurement starts after that transient.
+SETTLE_S = 11.0
+
+
+class Throttles:
+    """librdkafka's statistics: the largest `throttle` (ms) any broker reported."""
+
+    def __init__(self):
+        self.max_ms = 0
+
+    def __call__(self, stats_json: str):
+        stats = json.loads(stats_json)
+        for b in stats.get("brokers", {}).values():
+            self.max_ms = max(self.max_ms, b.get("throttle", {}).get("max", 0))
+
+
+def produce_for(broker, topic: str, seconds: float, client_id: str, throttles=None, until_throttled=False):
+    """Produces VALUE_BYTES values as fast as the client is let for `seconds` (after the
+    first throttle and SETTLE_S more, when `until_throttled`); the bytes acknowledged
+    per second over that interval."""
+    # Kafka's request timeout: pipelined requests of a muted connection wait their turn.
+    config = {"client_id": client_id, "batch_size": 32 * 1024, "queue_buffering_max_kbytes": 256,
+              "message_timeout_ms": 120000, "socket_timeout_ms": 30000}
+    if throttles is not None:
+        config.update(statistics_interval_ms=500, stats_cb=throttles)
+    p = producer(broker, **config)
+    acked = []
+
+    def delivered(err, msg):
+        if err is None:
+            acked.append((time.monotonic(), len(msg.value())))
+
+    value = b"q" * VALUE_BYTES
+    deadline = time.monotonic() + 60
+    start = time.monotonic()
+    while until_throttled and throttles.max_ms == 0:
+        assert time.monotonic() < deadline, "never throttled"
+        try:
+            p.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            p.poll(0.05)
+        p.poll(0)
+        start = time.monotonic() + SETTLE_S
+    end = start + seconds
+    while time.monotonic() < end:
+        try:
+            p.produce(topic, value, on_delivery=delivered)
+        except BufferError:
+            p.poll(0.05)
+        p.poll(0)
+    p.poll(0.5)
+    sent = sum(n for t, n in acked if start <= t <= end)
+    p.purge()
+    p.flush(5)
+    return sent / seconds
+
+
+def test_a_producer_is_held_to_its_producer_byte_rate(broker):
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic)
+    unthrottled = produce_for(broker, topic, 3.0, "fast")
+    results = alter(broker, [([("client-id", "slow")], [("producer_byte_rate", float(QUOTA_BYTES_PER_S), False)])])
+    assert [code for code, _, _ in results] == [0], results
+    throttles = Throttles()
+    throttled = produce_for(broker, topic, MEASURE_S, "slow", throttles, until_throttled=True)
+    count = metric(broker, "osprey_quota_throttle_seconds_count", quota="produce")
+    total = metric(broker, "osprey_quota_throttle_seconds_sum", quota="produce")
+    print(f"\nproducer: unthrottled {unthrottled / 1024:.0f} KiB/s; quota {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s; "
+          f"throttled {throttled / 1024:.1f} KiB/s over {MEASURE_S} s; client max throttle {throttles.max_ms} ms; "
+          f"broker: {count:.0f} throttled responses, {total:.1f} s throttle in all")
+    assert throttled < 2 * QUOTA_BYTES_PER_S
+    assert throttled < unthrottled / 3
+    assert throttled > 0, "the producer made no progress at all"
+    assert throttles.max_ms > 0 and count > 0 and total > 0
+    # Another client id is not limited by the quota.
+    assert produce_for(broker, topic, 2.0, "fast") > 2 * QUOTA_BYTES_PER_S
+
+
+def consume_for(broker, topic: str, seconds: float, client_id: str, throttles=None, until_throttled=False):
+    """Reads `topic` from the beginning for `seconds` (after the first throttle and
+    SETTLE_S more, when `until_throttled`); the record bytes received per second over
+    that interval."""
+    config = {"client_id": client_id, "group_id": f"g-{client_id}", "fetch_max_bytes": 32 * 1024, "message_max_bytes": 32 * 1024,
+              "max_partition_fetch_bytes": 32 * 1024, "fetch_wait_max_ms": 100}
+    if throttles is not None:
+        config.update(statistics_interval_ms=500, stats_cb=throttles)
+    c = consumer(broker, **config)
+    c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+    deadline = time.monotonic() + 60
+    start = time.monotonic()
+    try:
+        while until_throttled and throttles.max_ms == 0:
+            assert time.monotonic() < deadline, "never throttled"
+            c.poll(0.1)
+            start = time.monotonic() + SETTLE_S
+        received = 0
+        end = start + seconds
+        while time.monotonic() < end:
+            m = c.poll(0.1)
+            if m is not None and m.error() is None and time.monotonic() >= start:
+                received += len(m.value())
+        return received / seconds
+    finally:
+        c.close()
+
+
+def test_a_consumer_is_held_to_its_consumer_byte_rate(broker):
+    topic = f"quota-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic)
+    p = producer(broker, batch_size=64 * 1024)
+    value = b"c" * VALUE_BYTES
+    # Enough for the first quota windows' allowance and everything after it.
+    for _ in range((16 << 20) // VALUE_BYTES):
+        while True:
+            try:
+                p.produce(topic, value)
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0
+    unthrottled = consume_for(broker, topic, 2.0, "fast-consumer")
+    # The quota is on the user: a PLAINTEXT client is User:ANONYMOUS, whose name is the
+    # entity's.
+    results = alter(broker, [([("user", "ANONYMOUS"), ("client-id", "slow-consumer")],
+                              [("consumer_byte_rate", float(QUOTA_BYTES_PER_S), False)])])
+    assert [code for code, _, _ in results] == [0], results
+    throttles = Throttles()
+    throttled = consume_for(broker, topic, MEASURE_S, "slow-consumer", throttles, until_throttled=True)
+    count = metric(broker, "osprey_quota_throttle_seconds_count", quota="fetch")
+    total = metric(broker, "osprey_quota_throttle_seconds_sum", quota="fetch")
+    print(f"\nconsumer: unthrottled {unthrottled / 1024:.0f} KiB/s; quota {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s; "
+          f"throttled {throttled / 1024:.1f} KiB/s over {MEASURE_S} s; client max throttle {throttles.max_ms} ms; "
+          f"broker: {count:.0f} throttled responses, {total:.1f} s throttle in all")
+    assert throttled < 2 * QUOTA_BYTES_PER_S
+    assert throttled < unthrottled / 3
+    assert throttled > 0, "the consumer made no progress at all"
+    assert throttles.max_ms > 0 and count > 0 and total > 0

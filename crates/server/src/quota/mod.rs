@@ -1,0 +1,335 @@
+//! Client quota enforcement, as Kafka's `ClientQuotaManager` does it (KIP-13, KIP-55,
+//! KIP-219): a Produce's request bytes are measured against `producer_byte_rate`, a
+//! consumer's Fetch response bytes against `consumer_byte_rate`, each over Kafka's
+//! sampled windows ([`rate`]); a client over its quota gets its response at once, with
+//! `throttle_time_ms` set to how long it would take at the quota to make up the excess,
+//! and its connection is then muted, no further request handled, for that long.
+//!
+//! The quota that applies comes from the metadata image with Kafka's precedence
+//! (`ClientQuotasImage::quota_for`), and with it who shares the measurement: every
+//! connection of a user with a `/users/alice` quota is measured together, whereas a
+//! `/users/default` quota measures each user apart (Kafka's metric tags).
+//!
+//! Followers' fetches are not client traffic and are never metered.
+
+pub mod rate;
+
+use crate::broker::Broker;
+use crate::dispatch::Reply;
+use crate::telemetry;
+use osprey_cluster::client_quotas::{quota_user, ClientQuotasImage, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
+use osprey_protocol::{RequestBody, ResponseBody};
+use rate::SampledRate;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// A sensor nobody recorded into for this long is dropped (Kafka's
+/// `inactiveSensorExpirationTimeSeconds`, an hour).
+const SENSOR_IDLE_EXPIRY_MS: i64 = 3600 * 1000;
+/// Idle sensors are looked for at most this often.
+const SENSOR_PURGE_INTERVAL_MS: i64 = 60 * 1000;
+/// The most sensors kept: a client cycling through client ids cannot grow the map past
+/// it (the least recently used one goes first).
+const MAX_SENSORS: usize = 100_000;
+
+/// The quotas Osprey enforces, with the key that sets each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuotaType {
+    Produce,
+    Fetch,
+}
+
+impl QuotaType {
+    /// The quota key (`producer_byte_rate`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            QuotaType::Produce => PRODUCER_BYTE_RATE,
+            QuotaType::Fetch => CONSUMER_BYTE_RATE,
+        }
+    }
+
+    /// Kafka's quota type name, the `quota` label of the metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            QuotaType::Produce => "produce",
+            QuotaType::Fetch => "fetch",
+        }
+    }
+}
+
+/// What one request is metered for, decided from the request before it is handled.
+#[derive(Debug, Clone)]
+pub struct Metered {
+    pub quota: QuotaType,
+    /// The request's client id (empty when it sent none).
+    pub client_id: String,
+    /// The size of the request (for a Produce, what is measured).
+    pub request_bytes: usize,
+}
+
+/// The metering of a request: Produce and a consumer's Fetch; `None` for everything
+/// else.
+pub fn metered(body: &RequestBody, version: i16, client_id: Option<&str>, request_bytes: usize) -> Option<Metered> {
+    let quota = match body {
+        RequestBody::Produce(_) => QuotaType::Produce,
+        RequestBody::Fetch(r) => {
+            let replica_id = if version >= 15 { r.replica_state.replica_id } else { r.replica_id };
+            if replica_id >= 0 {
+                return None;
+            }
+            QuotaType::Fetch
+        }
+        _ => return None,
+    };
+    Some(Metered { quota, client_id: client_id.unwrap_or_default().to_string(), request_bytes })
+}
+
+/// The rate sensors of one broker, by quota type and Kafka's metric tags.
+#[derive(Debug, Default)]
+pub struct ClientQuotaManager {
+    sensors: Mutex<Sensors>,
+}
+
+#[derive(Debug, Default)]
+struct Sensors {
+    by_tags: HashMap<SensorKey, Sensor>,
+    last_purge_ms: i64,
+}
+
+/// (quota type, user tag, client-id tag).
+type SensorKey = (QuotaType, String, String);
+
+#[derive(Debug, Default)]
+struct Sensor {
+    rate: SampledRate,
+    last_record_ms: i64,
+}
+
+impl ClientQuotaManager {
+    /// Records `value` for the client and answers its throttle time in milliseconds (0:
+    /// within its quota, or no quota applies), as Kafka's
+    /// `recordAndGetThrottleTimeMs`. `now_ms` is any monotonic clock in milliseconds.
+    pub fn record(
+        &self,
+        quotas: &ClientQuotasImage,
+        quota: QuotaType,
+        principal: &str,
+        client_id: &str,
+        value: f64,
+        now_ms: i64,
+    ) -> u64 {
+        if quotas.is_empty() {
+            return 0;
+        }
+        let Some(applied) = quotas.quota_for(quota.key(), quota_user(principal), client_id) else { return 0 };
+        let mut sensors = self.sensors.lock().expect("quota sensors poisoned");
+        sensors.purge(now_ms);
+        let sensor = sensors.by_tags.entry((quota, applied.user_tag, applied.client_id_tag)).or_default();
+        sensor.last_record_ms = now_ms;
+        rate::record_and_throttle_ms(&mut sensor.rate, value, applied.limit, now_ms)
+    }
+
+    #[cfg(test)]
+    fn sensor_count(&self) -> usize {
+        self.sensors.lock().unwrap().by_tags.len()
+    }
+}
+
+impl Sensors {
+    /// Drops idle sensors (at most once a [`SENSOR_PURGE_INTERVAL_MS`]), and the least
+    /// recently used one when at [`MAX_SENSORS`].
+    fn purge(&mut self, now_ms: i64) {
+        if now_ms - self.last_purge_ms >= SENSOR_PURGE_INTERVAL_MS {
+            self.last_purge_ms = now_ms;
+            self.by_tags.retain(|_, s| now_ms - s.last_record_ms < SENSOR_IDLE_EXPIRY_MS);
+        }
+        if self.by_tags.len() >= MAX_SENSORS {
+            let oldest = self.by_tags.iter().min_by_key(|(_, s)| s.last_record_ms).map(|(k, _)| k.clone());
+            if let Some(key) = oldest {
+                self.by_tags.remove(&key);
+            }
+        }
+    }
+}
+
+/// When a connection may next have a request handled (KIP-219's muted channel).
+#[derive(Debug, Default)]
+pub struct Mute {
+    until: Mutex<Option<Instant>>,
+}
+
+impl Mute {
+    /// Mutes the connection for `ms` from now, unless it already is for longer.
+    pub fn extend(&self, ms: u64) {
+        if ms == 0 {
+            return;
+        }
+        let end = Instant::now() + Duration::from_millis(ms);
+        let mut until = self.until.lock().expect("mute poisoned");
+        if until.is_none_or(|u| u < end) {
+            *until = Some(end);
+        }
+    }
+
+    /// Waits until the connection is no longer muted.
+    pub async fn wait(&self) {
+        let until = self.until.lock().expect("mute poisoned").take();
+        if let Some(until) = until {
+            tokio::time::sleep_until(until).await;
+        }
+    }
+}
+
+/// The reply to a metered request, throttled: the bytes recorded (a Produce's request
+/// now, a Fetch's response once ready), `throttle_time_ms` set in the response, and the
+/// connection muted for it once the response is on its way.
+pub fn throttle(broker: &Arc<Broker>, principal: &Arc<str>, metered: Metered, reply: Reply, mute: &Arc<Mute>) -> Reply {
+    match metered.quota {
+        QuotaType::Produce => {
+            let ms = record(broker, principal, &metered, metered.request_bytes);
+            mute.extend(ms);
+            map_body(reply, move |body| set_throttle_time(body, ms))
+        }
+        QuotaType::Fetch => {
+            let broker = broker.clone();
+            let principal = principal.clone();
+            let mute = mute.clone();
+            map_body(reply, move |body| {
+                let ms = record(&broker, &principal, &metered, fetched_bytes(&body));
+                mute.extend(ms);
+                set_throttle_time(body, ms)
+            })
+        }
+    }
+}
+
+fn record(broker: &Broker, principal: &str, metered: &Metered, bytes: usize) -> u64 {
+    let now_ms = monotonic_ms();
+    let image = broker.image();
+    let ms = broker.client_quotas.record(
+        image.client_quotas(),
+        metered.quota,
+        principal,
+        &metered.client_id,
+        bytes as f64,
+        now_ms,
+    );
+    if ms > 0 {
+        telemetry::quota_throttled(metered.quota.label(), ms);
+    }
+    ms
+}
+
+/// Milliseconds on a monotonic clock (since the first call).
+fn monotonic_ms() -> i64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    let start = *START.get_or_init(std::time::Instant::now);
+    i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX)
+}
+
+/// `reply` with `f` applied to its response, now or once it resolves.
+fn map_body(reply: Reply, f: impl FnOnce(ResponseBody) -> ResponseBody + Send + 'static) -> Reply {
+    match reply {
+        Reply::Now(body) => Reply::Now(f(body)),
+        Reply::Later(pending) => Reply::Later(Box::pin(async move { f(pending.await) })),
+        Reply::Ordered(pending) => Reply::Ordered(Box::pin(async move { f(pending.await) })),
+        other @ (Reply::Nothing | Reply::Close(_)) => other,
+    }
+}
+
+/// The record bytes a Fetch response carries: what `consumer_byte_rate` measures.
+fn fetched_bytes(body: &ResponseBody) -> usize {
+    let ResponseBody::Fetch(r) = body else { return 0 };
+    r.responses.iter().flat_map(|t| t.partitions.iter()).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum()
+}
+
+/// Sets the response's `throttle_time_ms` to at least `ms`.
+fn set_throttle_time(mut body: ResponseBody, ms: u64) -> ResponseBody {
+    if ms == 0 {
+        return body;
+    }
+    let ms = i32::try_from(ms).unwrap_or(i32::MAX);
+    match &mut body {
+        ResponseBody::Produce(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),
+        ResponseBody::Fetch(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),
+        _ => {}
+    }
+    body
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use osprey_cluster::client_quotas::{ClientQuotaEntity, EntityName, QuotaValue};
+
+    fn quotas(entities: &[(Option<EntityName>, Option<EntityName>, f64)]) -> ClientQuotasImage {
+        let mut image = ClientQuotasImage::default();
+        for (user, client, value) in entities {
+            let entity = ClientQuotaEntity::new(user.clone(), client.clone());
+            image.apply(&entity, PRODUCER_BYTE_RATE, QuotaValue(*value), false);
+        }
+        image
+    }
+
+    fn named(n: &str) -> Option<EntityName> {
+        Some(EntityName::Named(n.into()))
+    }
+
+    #[test]
+    fn without_a_quota_nothing_is_measured() {
+        let manager = ClientQuotaManager::default();
+        let none = ClientQuotasImage::default();
+        assert_eq!(manager.record(&none, QuotaType::Produce, "User:alice", "app", 1e12, 0), 0);
+        let bob_only = quotas(&[(named("bob"), None, 1.0)]);
+        assert_eq!(manager.record(&bob_only, QuotaType::Produce, "User:alice", "app", 1e12, 0), 0);
+        assert_eq!(manager.record(&bob_only, QuotaType::Fetch, "User:bob", "app", 1e12, 0), 0);
+        assert_eq!(manager.sensor_count(), 0);
+    }
+
+    #[test]
+    fn a_user_quota_is_shared_by_its_clients_and_a_default_one_is_not() {
+        let manager = ClientQuotaManager::default();
+        let image = quotas(&[(named("alice"), None, 1000.0), (Some(EntityName::Default), None, 1000.0)]);
+        // Alice's two clients share one measurement: 6000 + 6000 over 10 s is over 1000/s.
+        assert_eq!(manager.record(&image, QuotaType::Produce, "User:alice", "a", 6000.0, 0), 0);
+        assert_eq!(manager.record(&image, QuotaType::Produce, "User:alice", "b", 6000.0, 0), 2000);
+        // Bob and carol, under the default, are measured apart.
+        assert_eq!(manager.record(&image, QuotaType::Produce, "User:bob", "a", 6000.0, 0), 0);
+        assert_eq!(manager.record(&image, QuotaType::Produce, "User:carol", "a", 6000.0, 0), 0);
+        assert_eq!(manager.sensor_count(), 3);
+    }
+
+    #[test]
+    fn idle_sensors_are_dropped_after_an_hour() {
+        let manager = ClientQuotaManager::default();
+        let image = quotas(&[(None, Some(EntityName::Default), 1000.0)]);
+        manager.record(&image, QuotaType::Produce, "User:ANONYMOUS", "a", 1.0, 0);
+        manager.record(&image, QuotaType::Produce, "User:ANONYMOUS", "b", 1.0, SENSOR_IDLE_EXPIRY_MS - 1);
+        assert_eq!(manager.sensor_count(), 2);
+        let later = SENSOR_IDLE_EXPIRY_MS + SENSOR_PURGE_INTERVAL_MS;
+        manager.record(&image, QuotaType::Produce, "User:ANONYMOUS", "b", 1.0, later);
+        assert_eq!(manager.sensor_count(), 1);
+    }
+
+    #[test]
+    fn followers_fetches_are_not_metered() {
+        use osprey_protocol::messages::FetchRequest;
+        let follower = RequestBody::Fetch(FetchRequest { replica_id: 2, ..Default::default() });
+        assert!(metered(&follower, 12, Some("broker-2"), 100).is_none());
+        let consumer = RequestBody::Fetch(FetchRequest { replica_id: -1, ..Default::default() });
+        let m = metered(&consumer, 12, Some("app"), 100).unwrap();
+        assert_eq!((m.quota, m.client_id.as_str()), (QuotaType::Fetch, "app"));
+    }
+
+    #[test]
+    fn throttle_time_goes_into_the_response_and_never_lowers_it() {
+        use osprey_protocol::messages::ProduceResponse;
+        let body = ResponseBody::Produce(ProduceResponse { throttle_time_ms: 50, ..Default::default() });
+        let ResponseBody::Produce(r) = set_throttle_time(body, 20) else { unreachable!() };
+        assert_eq!(r.throttle_time_ms, 50);
+        let ResponseBody::Produce(r) = set_throttle_time(ResponseBody::Produce(r), 700) else { unreachable!() };
+        assert_eq!(r.throttle_time_ms, 700);
+    }
+}
