@@ -15,7 +15,10 @@ raw frames where the tool cannot say what is checked:
   response, over an interval of several quota windows: the rate stays under twice the
   quota and well under an unthrottled client's, and throttle times are reported by the
   client (statistics `throttle`) and by the broker (`osprey_quota_throttle_seconds`).
-  The figures are printed (`pytest -s`).
+  The figures are printed (`pytest -s`);
+- `request_percentage` (KIP-124): a raw client sending ApiVersions in a loop under a tiny
+  request-time quota gets a throttle time (at most one window, as Kafka bounds it) and
+  its next request is answered only after it; another client id is not throttled.
 
 Ports are free ones; every wait polls until true.
 """
@@ -438,3 +441,38 @@ def test_a_consumer_is_held_to_its_consumer_byte_rate(broker):
     assert throttled < unthrottled / 3
     assert throttled > 0, "the consumer made no progress at all"
     assert throttles.max_ms > 0 and count > 0 and total > 0
+
+
+def api_versions_v1_throttle_ms(conn, client_id: str, correlation_id: int) -> int:
+    """Sends ApiVersions v1 and returns the response's throttle_time_ms."""
+    payload = conn.roundtrip(kw.request(18, 1, correlation_id, b"", client_id=client_id))
+    r = kw.Reader(payload)
+    assert r.take(">i") == correlation_id
+    assert r.take(">h") == 0
+    for _ in range(r.take(">i")):
+        r.take(">hhh")
+    return r.take(">i")
+
+
+def test_request_percentage_throttles_a_client_that_keeps_a_handler_busy(broker):
+    results = alter(broker, [([("client-id", "busy")], [("request_percentage", 0.001, False)])])
+    assert [code for code, _, _ in results] == [0], results
+    with kw.Conn(broker.host, broker.port) as conn:
+        throttle_ms = 0
+        sent = 0
+        while throttle_ms == 0:
+            assert sent < 20000, "never throttled"
+            sent += 1
+            throttle_ms = api_versions_v1_throttle_ms(conn, "busy", sent)
+        began = time.monotonic()
+        api_versions_v1_throttle_ms(conn, "busy", sent + 1)
+        waited = time.monotonic() - began
+    print(f"\nrequest_percentage=0.001: throttled after {sent} requests for {throttle_ms} ms; "
+          f"next answered after {waited * 1000:.0f} ms")
+    # Kafka bounds a request-time throttle to one quota window.
+    assert 0 < throttle_ms <= 1000
+    # The connection was muted: the next request waited (a lower bound only).
+    assert waited >= throttle_ms / 1000 * 0.5
+    assert metric(broker, "osprey_quota_throttle_seconds_count", quota="request") > 0
+    with kw.Conn(broker.host, broker.port) as conn:
+        assert api_versions_v1_throttle_ms(conn, "idle", 1) == 0

@@ -543,10 +543,11 @@ where
         }
         times.handler_started();
         in_flight.handler_started();
+        let started = std::time::Instant::now();
         let mut d = dispatch(&broker, frame, &client);
         if let Some(metered) = d.metered.take() {
             let reply = std::mem::replace(&mut d.reply, Reply::Nothing);
-            d.reply = quota::throttle(&broker, &client.principal, metered, reply, &mute);
+            d.reply = quota::throttle(&broker, &client.principal, metered, started.elapsed(), reply, &mute);
         }
         times.handler_returned();
         let closing = matches!(d.reply, Reply::Close(_));

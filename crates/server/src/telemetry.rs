@@ -13,7 +13,7 @@
 //! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
 //! | `osprey_connections` | gauge | | open client connections |
 //! | `osprey_frames_rejected_total` | counter | | frames over `socket.request.max.bytes` or negative (each also logged, at most once a second) |
-//! | `osprey_quota_throttle_seconds` | histogram | quota | throttle time given to clients over a client quota (`produce`, `fetch`); `_count` is the throttled responses, `_sum` the seconds |
+//! | `osprey_quota_throttle_seconds` | histogram | quota | throttle time given to clients over a client quota (`produce`, `fetch`, `request`); `_count` is the throttled responses, `_sum` the seconds |
 //! | `osprey_reads_paused_total` | counter | bound | times reading from a connection paused at `queued.max.request.bytes` or `osprey.max.pending.response.bytes.per.connection` |
 //! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
 //! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
@@ -286,7 +286,7 @@ fn describe() {
     describe_histogram!(
         "osprey_quota_throttle_seconds",
         Unit::Seconds,
-        "Throttle time given to clients over a client quota, by quota (produce, fetch); each response throttled is one observation."
+        "Throttle time given to clients over a client quota, by quota (produce, fetch, request); each response throttled is one observation."
     );
     describe_histogram!(
         "osprey_request_stage_seconds",
@@ -841,7 +841,7 @@ pub fn internal_topic_unavailable(topic: &str, error: &str, waiting: &str, fix: 
     }
 }
 
-/// A response to a client over its `quota` (`produce`, `fetch`) carried a throttle time
+/// A response to a client over its `quota` (`produce`, `fetch`, `request`) carried a throttle time
 /// of `ms`, and its connection is muted for it.
 pub fn quota_throttled(quota: &'static str, ms: u64) {
     histogram!("osprey_quota_throttle_seconds", "quota" => quota).record(ms as f64 / 1000.0);

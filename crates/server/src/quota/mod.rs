@@ -1,23 +1,28 @@
 //! Client quota enforcement, as Kafka's `ClientQuotaManager` does it (KIP-13, KIP-55,
-//! KIP-219): a Produce's request bytes are measured against `producer_byte_rate`, a
-//! consumer's Fetch response bytes against `consumer_byte_rate`, each over Kafka's
-//! sampled windows ([`rate`]); a client over its quota gets its response at once, with
-//! `throttle_time_ms` set to how long it would take at the quota to make up the excess,
-//! and its connection is then muted, no further request handled, for that long.
+//! KIP-124, KIP-219): a Produce's request bytes are measured against
+//! `producer_byte_rate`, a consumer's Fetch response bytes against `consumer_byte_rate`,
+//! the time a handler spends on each request against `request_percentage`, each over
+//! Kafka's sampled windows ([`rate`]); a client over its quota gets its response at
+//! once, with `throttle_time_ms` set to how long it would take at the quota to make up
+//! the excess (the larger of the two when a Produce or Fetch is over both), and its
+//! connection is then muted, no further request handled, for that long.
 //!
 //! The quota that applies comes from the metadata image with Kafka's precedence
 //! (`ClientQuotasImage::quota_for`), and with it who shares the measurement: every
 //! connection of a user with a `/users/alice` quota is measured together, whereas a
 //! `/users/default` quota measures each user apart (Kafka's metric tags).
 //!
-//! Followers' fetches are not client traffic and are never metered.
+//! Followers' fetches and WriteTxnMarkers are brokers' traffic, not clients', and are
+//! never metered (Kafka exempts inter-broker principals).
 
 pub mod rate;
 
 use crate::broker::Broker;
 use crate::dispatch::Reply;
 use crate::telemetry;
-use osprey_cluster::client_quotas::{quota_user, ClientQuotasImage, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE};
+use osprey_cluster::client_quotas::{
+    quota_user, ClientQuotasImage, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
+};
 use osprey_protocol::{RequestBody, ResponseBody};
 use rate::SampledRate;
 use std::collections::HashMap;
@@ -33,12 +38,16 @@ const SENSOR_PURGE_INTERVAL_MS: i64 = 60 * 1000;
 /// The most sensors kept: a client cycling through client ids cannot grow the map past
 /// it (the least recently used one goes first).
 const MAX_SENSORS: usize = 100_000;
+/// A request-time throttle is at most one quota window, as Kafka's
+/// `ClientRequestQuotaManager` bounds it: one slow request does not mute a client for long.
+const MAX_REQUEST_THROTTLE_MS: u64 = rate::QUOTA_WINDOW_SIZE_MS as u64;
 
 /// The quotas Osprey enforces, with the key that sets each.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum QuotaType {
     Produce,
     Fetch,
+    Request,
 }
 
 impl QuotaType {
@@ -47,6 +56,7 @@ impl QuotaType {
         match self {
             QuotaType::Produce => PRODUCER_BYTE_RATE,
             QuotaType::Fetch => CONSUMER_BYTE_RATE,
+            QuotaType::Request => REQUEST_PERCENTAGE,
         }
     }
 
@@ -55,35 +65,38 @@ impl QuotaType {
         match self {
             QuotaType::Produce => "produce",
             QuotaType::Fetch => "fetch",
+            QuotaType::Request => "request",
         }
     }
 }
 
-/// What one request is metered for, decided from the request before it is handled.
+/// What one request is metered for, decided from the request before it is handled:
+/// always its handler time (`request_percentage`), and for some its bytes.
 #[derive(Debug, Clone)]
 pub struct Metered {
-    pub quota: QuotaType,
+    /// `Produce` or `Fetch` when the request's bytes count too.
+    pub bandwidth: Option<QuotaType>,
     /// The request's client id (empty when it sent none).
     pub client_id: String,
     /// The size of the request (for a Produce, what is measured).
     pub request_bytes: usize,
 }
 
-/// The metering of a request: Produce and a consumer's Fetch; `None` for everything
-/// else.
+/// The metering of a request; `None` for brokers' requests.
 pub fn metered(body: &RequestBody, version: i16, client_id: Option<&str>, request_bytes: usize) -> Option<Metered> {
-    let quota = match body {
-        RequestBody::Produce(_) => QuotaType::Produce,
+    let bandwidth = match body {
+        RequestBody::Produce(_) => Some(QuotaType::Produce),
         RequestBody::Fetch(r) => {
             let replica_id = if version >= 15 { r.replica_state.replica_id } else { r.replica_id };
             if replica_id >= 0 {
                 return None;
             }
-            QuotaType::Fetch
+            Some(QuotaType::Fetch)
         }
-        _ => return None,
+        RequestBody::WriteTxnMarkers(_) => return None,
+        _ => None,
     };
-    Some(Metered { quota, client_id: client_id.unwrap_or_default().to_string(), request_bytes })
+    Some(Metered { bandwidth, client_id: client_id.unwrap_or_default().to_string(), request_bytes })
 }
 
 /// The rate sensors of one broker, by quota type and Kafka's metric tags.
@@ -182,42 +195,57 @@ impl Mute {
     }
 }
 
-/// The reply to a metered request, throttled: the bytes recorded (a Produce's request
-/// now, a Fetch's response once ready), `throttle_time_ms` set in the response, and the
-/// connection muted for it once the response is on its way.
-pub fn throttle(broker: &Arc<Broker>, principal: &Arc<str>, metered: Metered, reply: Reply, mute: &Arc<Mute>) -> Reply {
-    match metered.quota {
-        QuotaType::Produce => {
-            let ms = record(broker, principal, &metered, metered.request_bytes);
+/// The reply to a metered request, throttled: its handler time recorded, and its bytes
+/// (a Produce's request now, a Fetch's response once ready), `throttle_time_ms` set in
+/// the response, and the connection muted for it once the response is on its way.
+pub fn throttle(
+    broker: &Arc<Broker>,
+    principal: &Arc<str>,
+    metered: Metered,
+    handler_time: Duration,
+    reply: Reply,
+    mute: &Arc<Mute>,
+) -> Reply {
+    // Kafka records a request's thread time as a percentage of a second, so that the
+    // rate per second is a percentage of one thread.
+    let percent_seconds = handler_time.as_nanos() as f64 * 100.0 / 1e9;
+    let request_ms = record(broker, principal, QuotaType::Request, &metered.client_id, percent_seconds);
+    match metered.bandwidth {
+        Some(QuotaType::Produce) => {
+            let bytes = metered.request_bytes as f64;
+            let ms = record(broker, principal, QuotaType::Produce, &metered.client_id, bytes).max(request_ms);
             mute.extend(ms);
             map_body(reply, move |body| set_throttle_time(body, ms))
         }
-        QuotaType::Fetch => {
+        Some(QuotaType::Fetch) => {
+            mute.extend(request_ms);
             let broker = broker.clone();
             let principal = principal.clone();
             let mute = mute.clone();
             map_body(reply, move |body| {
-                let ms = record(&broker, &principal, &metered, fetched_bytes(&body));
+                let bytes = fetched_bytes(&body) as f64;
+                let ms = record(&broker, &principal, QuotaType::Fetch, &metered.client_id, bytes).max(request_ms);
                 mute.extend(ms);
                 set_throttle_time(body, ms)
             })
         }
+        _ => {
+            mute.extend(request_ms);
+            map_body(reply, move |body| set_throttle_time(body, request_ms))
+        }
     }
 }
 
-fn record(broker: &Broker, principal: &str, metered: &Metered, bytes: usize) -> u64 {
-    let now_ms = monotonic_ms();
+/// Records `value` against the client's `quota`; its throttle time (bounded for request
+/// time), counted in the metrics.
+fn record(broker: &Broker, principal: &str, quota: QuotaType, client_id: &str, value: f64) -> u64 {
     let image = broker.image();
-    let ms = broker.client_quotas.record(
-        image.client_quotas(),
-        metered.quota,
-        principal,
-        &metered.client_id,
-        bytes as f64,
-        now_ms,
-    );
+    let mut ms = broker.client_quotas.record(image.client_quotas(), quota, principal, client_id, value, monotonic_ms());
+    if quota == QuotaType::Request {
+        ms = ms.min(MAX_REQUEST_THROTTLE_MS);
+    }
     if ms > 0 {
-        telemetry::quota_throttled(metered.quota.label(), ms);
+        telemetry::quota_throttled(quota.label(), ms);
     }
     ms
 }
@@ -245,17 +273,73 @@ fn fetched_bytes(body: &ResponseBody) -> usize {
     r.responses.iter().flat_map(|t| t.partitions.iter()).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum()
 }
 
-/// Sets the response's `throttle_time_ms` to at least `ms`.
+/// Sets the response's `throttle_time_ms` to at least `ms` (versions without the field
+/// do not encode it; the connection is muted all the same).
 fn set_throttle_time(mut body: ResponseBody, ms: u64) -> ResponseBody {
     if ms == 0 {
         return body;
     }
     let ms = i32::try_from(ms).unwrap_or(i32::MAX);
-    match &mut body {
-        ResponseBody::Produce(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),
-        ResponseBody::Fetch(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),
-        _ => {}
+    macro_rules! raise {
+        ($($api:ident),* $(,)?) => {
+            match &mut body {
+                $(ResponseBody::$api(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
     }
+    // Every response the broker serves that has the field.
+    raise!(
+        Produce,
+        Fetch,
+        ListOffsets,
+        Metadata,
+        OffsetCommit,
+        OffsetFetch,
+        FindCoordinator,
+        JoinGroup,
+        Heartbeat,
+        LeaveGroup,
+        SyncGroup,
+        DescribeGroups,
+        ListGroups,
+        ApiVersions,
+        CreateTopics,
+        DeleteTopics,
+        DeleteRecords,
+        InitProducerId,
+        OffsetForLeaderEpoch,
+        AddPartitionsToTxn,
+        AddOffsetsToTxn,
+        EndTxn,
+        TxnOffsetCommit,
+        DescribeAcls,
+        CreateAcls,
+        DeleteAcls,
+        DescribeConfigs,
+        AlterConfigs,
+        DescribeLogDirs,
+        CreatePartitions,
+        DeleteGroups,
+        ElectLeaders,
+        IncrementalAlterConfigs,
+        AlterPartitionReassignments,
+        ListPartitionReassignments,
+        OffsetDelete,
+        DescribeClientQuotas,
+        AlterClientQuotas,
+        DescribeUserScramCredentials,
+        AlterUserScramCredentials,
+        DescribeCluster,
+        DescribeProducers,
+        DescribeTransactions,
+        ListTransactions,
+        ConsumerGroupHeartbeat,
+        ConsumerGroupDescribe,
+        GetTelemetrySubscriptions,
+        PushTelemetry,
+        DescribeTopicPartitions,
+    );
     body
 }
 
@@ -320,7 +404,24 @@ mod tests {
         assert!(metered(&follower, 12, Some("broker-2"), 100).is_none());
         let consumer = RequestBody::Fetch(FetchRequest { replica_id: -1, ..Default::default() });
         let m = metered(&consumer, 12, Some("app"), 100).unwrap();
-        assert_eq!((m.quota, m.client_id.as_str()), (QuotaType::Fetch, "app"));
+        assert_eq!((m.bandwidth, m.client_id.as_str()), (Some(QuotaType::Fetch), "app"));
+    }
+
+    #[test]
+    fn request_time_is_measured_as_a_percentage_of_one_thread() {
+        let manager = ClientQuotaManager::default();
+        let mut image = ClientQuotasImage::default();
+        let app = ClientQuotaEntity::new(None, named("app"));
+        image.apply(&app, REQUEST_PERCENTAGE, QuotaValue(10.0), false);
+        // 10% of a thread over the first ten windows is one second of handler time: 500
+        // ms twice is within it, a third 500 ms is half a second over, five windows'
+        // worth at 10%.
+        let half_second_in_percent_seconds = 50.0;
+        for expected in [0, 0, 5000] {
+            let ms =
+                manager.record(&image, QuotaType::Request, "User:ANONYMOUS", "app", half_second_in_percent_seconds, 0);
+            assert_eq!(ms, expected);
+        }
     }
 
     #[test]
