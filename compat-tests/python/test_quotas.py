@@ -38,9 +38,6 @@ from test_tls import java, metric
 
 pytestmark = pytest.mark.timeout(300)
 
-HOST = "127.0.0.1"
-WAIT_S = 30.0
-
 API_DESCRIBE_CLIENT_QUOTAS = 48
 API_ALTER_CLIENT_QUOTAS = 49
 INVALID_REQUEST = 42
@@ -320,6 +317,22 @@ class Throttles:
             self.max_ms = max(self.max_ms, b.get("throttle", {}).get("max", 0))
 
 
+def check_held_to_quota(broker, quota: str, unthrottled: float, throttled: float, throttles: Throttles):
+    """Prints the figures of a client held to QUOTA_BYTES_PER_S (bytes per second
+    `unthrottled` and `throttled`), and asserts what the measurement allows: under twice
+    the quota, well under the unthrottled rate, some progress, and throttle times
+    reported by the client and by the broker's `quota` metrics."""
+    count = metric(broker, "osprey_quota_throttle_seconds_count", quota=quota)
+    total = metric(broker, "osprey_quota_throttle_seconds_sum", quota=quota)
+    print(f"\n{quota}: unthrottled {unthrottled / 1024:.0f} KiB/s; quota {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s; "
+          f"throttled {throttled / 1024:.1f} KiB/s over {MEASURE_S} s; client max throttle {throttles.max_ms} ms; "
+          f"broker: {count:.0f} throttled responses, {total:.1f} s throttle in all")
+    assert throttled < 2 * QUOTA_BYTES_PER_S
+    assert throttled < unthrottled / 3
+    assert throttled > 0, "no progress at all"
+    assert throttles.max_ms > 0 and count > 0 and total > 0
+
+
 def produce_for(broker, topic: str, seconds: float, client_id: str, throttles=None, until_throttled=False):
     """Produces VALUE_BYTES values as fast as the client is let for `seconds` (after the
     first throttle and SETTLE_S more, when `until_throttled`); the bytes acknowledged
@@ -369,15 +382,7 @@ def test_a_producer_is_held_to_its_producer_byte_rate(broker):
     assert [code for code, _, _ in results] == [0], results
     throttles = Throttles()
     throttled = produce_for(broker, topic, MEASURE_S, "slow", throttles, until_throttled=True)
-    count = metric(broker, "osprey_quota_throttle_seconds_count", quota="produce")
-    total = metric(broker, "osprey_quota_throttle_seconds_sum", quota="produce")
-    print(f"\nproducer: unthrottled {unthrottled / 1024:.0f} KiB/s; quota {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s; "
-          f"throttled {throttled / 1024:.1f} KiB/s over {MEASURE_S} s; client max throttle {throttles.max_ms} ms; "
-          f"broker: {count:.0f} throttled responses, {total:.1f} s throttle in all")
-    assert throttled < 2 * QUOTA_BYTES_PER_S
-    assert throttled < unthrottled / 3
-    assert throttled > 0, "the producer made no progress at all"
-    assert throttles.max_ms > 0 and count > 0 and total > 0
+    check_held_to_quota(broker, "produce", unthrottled, throttled, throttles)
     # Another client id is not limited by the quota.
     assert produce_for(broker, topic, 2.0, "fast") > 2 * QUOTA_BYTES_PER_S
 
@@ -432,15 +437,7 @@ def test_a_consumer_is_held_to_its_consumer_byte_rate(broker):
     assert [code for code, _, _ in results] == [0], results
     throttles = Throttles()
     throttled = consume_for(broker, topic, MEASURE_S, "slow-consumer", throttles, until_throttled=True)
-    count = metric(broker, "osprey_quota_throttle_seconds_count", quota="fetch")
-    total = metric(broker, "osprey_quota_throttle_seconds_sum", quota="fetch")
-    print(f"\nconsumer: unthrottled {unthrottled / 1024:.0f} KiB/s; quota {QUOTA_BYTES_PER_S / 1024:.0f} KiB/s; "
-          f"throttled {throttled / 1024:.1f} KiB/s over {MEASURE_S} s; client max throttle {throttles.max_ms} ms; "
-          f"broker: {count:.0f} throttled responses, {total:.1f} s throttle in all")
-    assert throttled < 2 * QUOTA_BYTES_PER_S
-    assert throttled < unthrottled / 3
-    assert throttled > 0, "the consumer made no progress at all"
-    assert throttles.max_ms > 0 and count > 0 and total > 0
+    check_held_to_quota(broker, "fetch", unthrottled, throttled, throttles)
 
 
 def api_versions_v1_throttle_ms(conn, client_id: str, correlation_id: int) -> int:

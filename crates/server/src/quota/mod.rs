@@ -137,9 +137,13 @@ impl ClientQuotaManager {
             return 0;
         }
         let Some(applied) = quotas.quota_for(quota.key(), quota_user(principal), client_id) else { return 0 };
+        let key = (quota, applied.user_tag, applied.client_id_tag);
         let mut sensors = self.sensors.lock().expect("quota sensors poisoned");
-        sensors.purge(now_ms);
-        let sensor = sensors.by_tags.entry((quota, applied.user_tag, applied.client_id_tag)).or_default();
+        sensors.purge_idle(now_ms);
+        if !sensors.by_tags.contains_key(&key) {
+            sensors.make_room();
+        }
+        let sensor = sensors.by_tags.entry(key).or_default();
         sensor.last_record_ms = now_ms;
         rate::record_and_throttle_ms(&mut sensor.rate, value, applied.limit, now_ms)
     }
@@ -151,13 +155,16 @@ impl ClientQuotaManager {
 }
 
 impl Sensors {
-    /// Drops idle sensors (at most once a [`SENSOR_PURGE_INTERVAL_MS`]), and the least
-    /// recently used one when at [`MAX_SENSORS`].
-    fn purge(&mut self, now_ms: i64) {
+    /// Drops idle sensors, at most once a [`SENSOR_PURGE_INTERVAL_MS`].
+    fn purge_idle(&mut self, now_ms: i64) {
         if now_ms - self.last_purge_ms >= SENSOR_PURGE_INTERVAL_MS {
             self.last_purge_ms = now_ms;
             self.by_tags.retain(|_, s| now_ms - s.last_record_ms < SENSOR_IDLE_EXPIRY_MS);
         }
+    }
+
+    /// Before a new sensor: drops the least recently used one when at [`MAX_SENSORS`].
+    fn make_room(&mut self) {
         if self.by_tags.len() >= MAX_SENSORS {
             let oldest = self.by_tags.iter().min_by_key(|(_, s)| s.last_record_ms).map(|(k, _)| k.clone());
             if let Some(key) = oldest {
