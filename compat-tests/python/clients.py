@@ -18,7 +18,7 @@ COMMON = {
 
 def _config_name(name: str) -> str:
     """Python keyword to librdkafka property: compression_type -> compression.type."""
-    return name if name in ("log_level", "on_commit") else name.replace("_", ".")
+    return name if name in ("log_level", "on_commit", "stats_cb", "throttle_cb") else name.replace("_", ".")
 
 
 def producer(broker, **config) -> Producer:

@@ -1,5 +1,6 @@
 //! The metadata state machine: records in, an image of the cluster out.
 
+use crate::client_quotas::{ClientQuotaEntity, ClientQuotasImage, QuotaValue};
 use osprey_protocol::Uuid;
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -78,6 +79,13 @@ pub enum MetadataRecord {
     RemoveScramCredential {
         user: String,
         mechanism: i8,
+    },
+    /// Kafka's ClientQuotaRecord: one quota key of an entity set to `value`, or removed.
+    ClientQuota {
+        entity: ClientQuotaEntity,
+        key: String,
+        value: QuotaValue,
+        remove: bool,
     },
     /// A broker registered, as Kafka's RegisterBrokerRecord: a new incarnation gets a
     /// new epoch (the record's offset in the metadata log) and starts fenced; the same
@@ -226,6 +234,8 @@ pub struct MetadataImage {
     pub cluster_id: Option<String>,
     /// SCRAM credentials by user, then by mechanism type id.
     scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredentialImage>>,
+    /// Client quotas by entity.
+    client_quotas: ClientQuotasImage,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -331,6 +341,11 @@ impl MetadataImage {
         self.scram_credentials.iter()
     }
 
+    /// The client quotas of every entity.
+    pub fn client_quotas(&self) -> &ClientQuotasImage {
+        &self.client_quotas
+    }
+
     /// Registered brokers in id order.
     pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values()
@@ -432,6 +447,9 @@ impl MetadataImage {
                         self.scram_credentials.remove(user);
                     }
                 }
+            }
+            MetadataRecord::ClientQuota { entity, key, value, remove } => {
+                self.client_quotas.apply(entity, key, *value, *remove)
             }
             MetadataRecord::RegisterBroker {
                 id,
@@ -570,6 +588,9 @@ struct ImageOnDisk {
     /// Absent in snapshots written before SCRAM credentials existed, and when empty.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredentialImage>>,
+    /// Absent in snapshots written before client quotas existed, and when empty.
+    #[serde(default, skip_serializing_if = "ClientQuotasImage::is_empty")]
+    client_quotas: ClientQuotasImage,
 }
 
 impl From<MetadataImage> for ImageOnDisk {
@@ -584,6 +605,7 @@ impl From<MetadataImage> for ImageOnDisk {
             brokers,
             cluster_id,
             scram_credentials,
+            client_quotas,
         } = image;
         let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
         let brokers = brokers.into_values().collect();
@@ -596,6 +618,7 @@ impl From<MetadataImage> for ImageOnDisk {
             brokers,
             cluster_id,
             scram_credentials,
+            client_quotas,
         }
     }
 }
@@ -611,6 +634,7 @@ impl From<ImageOnDisk> for MetadataImage {
             brokers,
             cluster_id,
             scram_credentials,
+            client_quotas,
         } = disk;
         let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
         let topics = list.into_iter().map(|t| (t.id, t)).collect();
@@ -625,6 +649,7 @@ impl From<ImageOnDisk> for MetadataImage {
             brokers,
             cluster_id,
             scram_credentials,
+            client_quotas,
         }
     }
 }

@@ -12,6 +12,7 @@
 //! [`replica::ReplicaState`], driven by the server.
 
 pub mod alter_partition;
+pub mod client_quotas;
 pub mod cluster_control;
 pub mod controller;
 pub mod elect_leaders;

@@ -235,6 +235,8 @@ pub struct Broker {
     effective: RwLock<Effective>,
     /// One slot per open client connection, `max.connections` of them.
     pub connection_slots: ConnectionSlots,
+    /// The client quotas' rate sensors (`crate::quota`).
+    pub client_quotas: crate::quota::ClientQuotaManager,
     /// Set when opening partition logs stopped early (shutdown began): logs not opened
     /// keep whatever state they had, so the data directory must not be marked clean.
     logs_left_unopened: std::sync::atomic::AtomicBool,
@@ -491,6 +493,7 @@ impl Broker {
             internal_topics_in_background: Mutex::new(BTreeSet::new()),
             effective,
             connection_slots,
+            client_quotas: crate::quota::ClientQuotaManager::default(),
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
             coordinators_follow: std::sync::atomic::AtomicBool::new(false),
             log_deleter: LogDeleter::start(&settings.data_dir)?,

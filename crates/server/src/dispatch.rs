@@ -82,10 +82,13 @@ pub struct Dispatched {
     pub api_version: i16,
     pub correlation_id: i32,
     pub reply: Reply,
+    /// What the request counts against in client quotas (`crate::quota`), if anything.
+    pub metered: Option<crate::quota::Metered>,
 }
 
 /// Parses and handles one request frame (without its size prefix).
 pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatched {
+    let request_bytes = frame.len();
     let split = match split_request(frame) {
         Ok(s) => s,
         Err(FrameError::UnknownApiKey { api_key, correlation_id }) => {
@@ -96,7 +99,8 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatch
     let api_key = split.api_key;
     let version = split.header.request_api_version;
     let correlation_id = split.header.correlation_id;
-    let done = |reply| Dispatched { api_key: Some(api_key), api_version: version, correlation_id, reply };
+    let done =
+        |reply| Dispatched { api_key: Some(api_key), api_version: version, correlation_id, reply, metered: None };
 
     let Some((min, max)) = supported::advertised_at(api_key, broker.settings.transaction_version) else {
         return close(
@@ -113,6 +117,7 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatch
             api_version: 0,
             correlation_id,
             reply: Reply::Now(handlers::api_versions::unsupported_version(broker)),
+            metered: None,
         };
     }
     if !(min..=max).contains(&version) {
@@ -137,10 +142,11 @@ pub fn dispatch(broker: &Arc<Broker>, frame: Bytes, client: &Client) -> Dispatch
             )
         }
     };
+    let metered = crate::quota::metered(&body, version, split.header.client_id.as_deref(), request_bytes);
     let request = Request { api_key, header: split.header, body };
-    done(handlers::handle(broker, request, client))
+    Dispatched { metered, ..done(handlers::handle(broker, request, client)) }
 }
 
 fn close(api_key: Option<ApiKey>, api_version: i16, correlation_id: i32, why: String) -> Dispatched {
-    Dispatched { api_key, api_version, correlation_id, reply: Reply::Close(why) }
+    Dispatched { api_key, api_version, correlation_id, reply: Reply::Close(why), metered: None }
 }

@@ -23,6 +23,7 @@ pub mod logging;
 pub mod metadata_cache;
 pub mod network;
 pub mod partition;
+pub mod quota;
 pub mod refused_batches;
 pub mod replica_manager;
 pub mod replication;

@@ -27,6 +27,7 @@
 use crate::broker::Broker;
 use crate::config::SaslSettings;
 use crate::dispatch::{dispatch, Client, Reply};
+use crate::quota;
 use crate::sasl::{self, Authenticator, Session, SessionStep, Step};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use crate::tls::{ListenerTls, ANONYMOUS};
@@ -443,6 +444,7 @@ where
     let pending_response = Arc::new(Semaphore::new(max_pending_response));
     let mut buf = BytesMut::new();
     let mut barrier: Option<oneshot::Receiver<()>> = None;
+    let mute = Arc::new(quota::Mute::default());
     let result = loop {
         let size = tokio::select! {
             _ = shutdown.changed() => break Ok(()),
@@ -516,9 +518,20 @@ where
             }
             continue;
         }
+        // A client over its quota is muted (KIP-219): its next request waits out the
+        // throttle time of the last response.
+        tokio::select! {
+            _ = shutdown.changed() => break Ok(()),
+            () = mute.wait() => {}
+        }
         times.handler_started();
         in_flight.handler_started();
-        let d = dispatch(&broker, frame, &client);
+        let started = std::time::Instant::now();
+        let mut d = dispatch(&broker, frame, &client);
+        if let Some(metered) = d.metered.take() {
+            let reply = std::mem::replace(&mut d.reply, Reply::Nothing);
+            d.reply = quota::throttle(&broker, &client.principal, metered, started.elapsed(), reply, &mute);
+        }
         times.handler_returned();
         let closing = matches!(d.reply, Reply::Close(_));
         let reply = match d.reply {

@@ -13,6 +13,7 @@
 //! | `osprey_error_codes_total` | counter | api, error | partition/topic-level error codes returned |
 //! | `osprey_connections` | gauge | | open client connections |
 //! | `osprey_frames_rejected_total` | counter | | frames over `socket.request.max.bytes` or negative (each also logged, at most once a second) |
+//! | `osprey_quota_throttle_seconds` | histogram | quota | throttle time given to clients over a client quota (`produce`, `fetch`, `request`); `_count` is the throttled responses, `_sum` the seconds |
 //! | `osprey_reads_paused_total` | counter | bound | times reading from a connection paused at `queued.max.request.bytes` or `osprey.max.pending.response.bytes.per.connection` |
 //! | `osprey_topic_bytes_in_total` | counter | topic | record bytes appended |
 //! | `osprey_topic_bytes_out_total` | counter | topic | record bytes returned by fetches |
@@ -162,6 +163,12 @@ fn install_recorder(addr: SocketAddr) -> Result<KeepAlive, String> {
                 ],
             )
         })
+        .and_then(|b| {
+            b.set_buckets_for_metric(
+                metrics_exporter_prometheus::Matcher::Full("osprey_quota_throttle_seconds".into()),
+                &[0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0],
+            )
+        })
         .map_err(|e| e.to_string())?
         .idle_timeout(MetricKindMask::COUNTER | MetricKindMask::GAUGE, Some(IDLE_TIMEOUT))
         .build_recorder();
@@ -276,6 +283,11 @@ fn describe() {
     );
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
+    describe_histogram!(
+        "osprey_quota_throttle_seconds",
+        Unit::Seconds,
+        "Throttle time given to clients over a client quota, by quota (produce, fetch, request); each response throttled is one observation."
+    );
     describe_histogram!(
         "osprey_request_stage_seconds",
         Unit::Seconds,
@@ -827,6 +839,12 @@ pub fn internal_topic_unavailable(topic: &str, error: &str, waiting: &str, fix: 
             "cannot create internal topic {topic} or open its logs: {waiting} until it is served. To fix: {fix}"
         );
     }
+}
+
+/// A response to a client over its `quota` (`produce`, `fetch`, `request`) carried a throttle time
+/// of `ms`, and its connection is muted for it.
+pub fn quota_throttled(quota: &'static str, ms: u64) {
+    histogram!("osprey_quota_throttle_seconds", "quota" => quota).record(ms as f64 / 1000.0);
 }
 
 /// Reading from a connection paused at a memory bound (named by its config key).

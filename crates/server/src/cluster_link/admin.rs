@@ -168,6 +168,19 @@ impl ClusterLink {
         }
     }
 
+    /// AlterClientQuotas, decided by the active controller: its per-entity results.
+    /// A `validate_only` request commits nothing, so there is nothing to wait for.
+    pub fn alter_client_quotas(
+        &self,
+        request: AlterClientQuotasRequest,
+    ) -> Result<AlterClientQuotasResponse, ControllerError> {
+        let wait_for_image = !request.validate_only;
+        match self.write(ApiKey::AlterClientQuotas, RequestBody::AlterClientQuotas(request), wait_for_image)? {
+            ResponseBody::AlterClientQuotas(r) => Ok(r),
+            _ => Err(empty_answer("AlterClientQuotas")),
+        }
+    }
+
     /// Sets (`Some`) or removes (`None`) configs of one resource.
     pub fn alter_configs(
         &self,

@@ -51,7 +51,7 @@ use tokio::time::Instant;
 
 /// The API keys and versions the active controller serves: Kafka 4.4's controller's
 /// ranges, as in protocol-specs.
-pub const SUPPORTED: [(i16, i16, i16); 13] = [
+pub const SUPPORTED: [(i16, i16, i16); 14] = [
     (19, 2, 7),
     (20, 1, 6),
     (33, 0, 2),
@@ -60,6 +60,7 @@ pub const SUPPORTED: [(i16, i16, i16); 13] = [
     (44, 0, 1),
     (45, 0, 1),
     (46, 0, 0),
+    (49, 0, 1),
     (51, 0, 0),
     (56, 2, 3),
     (62, 0, 4),

@@ -6,6 +6,7 @@
 
 use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
+use crate::handlers::client_quotas;
 use crate::handlers::elect_leaders;
 use crate::handlers::partition_reassignments;
 use crate::handlers::scram_credentials;
@@ -69,6 +70,7 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::AlterPartitionReassignments(r) => alter_partition_reassignments(c, image, r),
         RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(image, r),
         RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(image, r),
+        RequestBody::AlterClientQuotas(r) => alter_client_quotas(image, r),
         _ => return None,
     };
     Some(decided)
@@ -167,6 +169,9 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
         RequestBody::AlterUserScramCredentials(r) => ResponseBody::AlterUserScramCredentials(
             scram_credentials::failed(r, code, message.as_deref().unwrap_or("")),
         ),
+        RequestBody::AlterClientQuotas(r) => {
+            ResponseBody::AlterClientQuotas(client_quotas::failed(r, code, message.as_deref().unwrap_or("")))
+        }
         RequestBody::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
             responses: r
                 .resources
@@ -542,6 +547,17 @@ fn alter_user_scram_credentials(image: &mut MetadataImage, r: &AlterUserScramCre
     }
     let response = AlterUserScramCredentialsResponse { results, ..Default::default() };
     Decided { records, response: ResponseBody::AlterUserScramCredentials(response) }
+}
+
+/// AlterClientQuotas (49): each entity's quotas all or none, with Kafka's checks (see
+/// `handlers::client_quotas`); a `validate_only` request proposes nothing.
+fn alter_client_quotas(image: &mut MetadataImage, r: &AlterClientQuotasRequest) -> Decided {
+    let (response, records) = client_quotas::decide(image, r);
+    let records = if r.validate_only { Vec::new() } else { records };
+    for record in &records {
+        image.apply(record);
+    }
+    Decided { records, response: ResponseBody::AlterClientQuotas(response) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or

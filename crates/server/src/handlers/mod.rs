@@ -4,6 +4,7 @@
 pub mod acls;
 pub mod alter_configs;
 pub mod api_versions;
+pub mod client_quotas;
 #[cfg(test)]
 mod cluster_tests;
 pub mod create_partitions;
@@ -152,6 +153,8 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::AlterUserScramCredentials(body) => {
             on_blocking_pool(broker, move |b| scram_credentials::alter(b, body))
         }
+        RequestBody::DescribeClientQuotas(body) => Reply::Now(client_quotas::describe(broker, body)),
+        RequestBody::AlterClientQuotas(body) => on_blocking_pool(broker, move |b| client_quotas::alter(b, body)),
         RequestBody::SaslHandshake(_) => Reply::Now(ResponseBody::SaslHandshake(SaslHandshakeResponse {
             error_code: ErrorCode::ILLEGAL_SASL_STATE.code(),
             mechanisms: Vec::new(),
