@@ -31,6 +31,7 @@ pub mod scram_credentials;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
+use crate::access::Access;
 use crate::broker::Broker;
 use crate::dispatch::{Client, Reply, Request};
 use osprey_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
@@ -141,9 +142,15 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::DescribeTransactions(body) => Reply::Now(transactions::describe_transactions(broker, body)),
         RequestBody::ListTransactions(body) => Reply::Now(transactions::list_transactions(broker, body)),
         RequestBody::DescribeProducers(body) => Reply::Now(transactions::describe_producers(broker, body)),
-        RequestBody::DescribeAcls(_) => Reply::Now(acls::describe()),
-        RequestBody::CreateAcls(body) => Reply::Now(acls::create(body)),
-        RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
+        RequestBody::DescribeAcls(body) => Reply::Now(acls::describe(&Access::of(broker, client), body)),
+        RequestBody::CreateAcls(body) => {
+            let access = Access::of(broker, client);
+            on_blocking_pool(broker, move |b| acls::create(b, &access, body, version))
+        }
+        RequestBody::DeleteAcls(body) => {
+            let access = Access::of(broker, client);
+            on_blocking_pool(broker, move |b| acls::delete(b, &access, body, version))
+        }
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         // Authentication happens before the request loop (network.rs, sasl/); here the
         // connection is a PLAINTEXT or SSL one, or already authenticated, as in Kafka's
