@@ -2,6 +2,7 @@
 //! `osprey` binary (`main.rs`) is a thin wrapper around it.
 
 pub mod access;
+pub mod authorization;
 pub mod authorized_operations;
 pub mod authorizer;
 pub mod background;

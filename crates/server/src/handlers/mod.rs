@@ -32,6 +32,7 @@ pub mod telemetry_subscriptions;
 pub mod transactions;
 
 use crate::access::Access;
+use crate::authorization::{self, Finish, Gate};
 use crate::broker::Broker;
 use crate::dispatch::{Client, Reply, Request};
 use osprey_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
@@ -43,6 +44,35 @@ use std::sync::Arc;
 /// first, on the blocking pool, as Kafka creates them on first use; the request is
 /// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
+    let access = Access::of(broker, client);
+    if !access.enabled() {
+        return handle_allowed(broker, request, client);
+    }
+    let Request { api_key, header, body } = request;
+    match authorization::gate(&access, body, header.request_api_version) {
+        Gate::Refuse(answer) => Reply::Now(answer),
+        Gate::Handle(body, finish) => {
+            let reply = handle_allowed(broker, Request { api_key, header, body }, client);
+            match finish {
+                Some(finish) => finish_reply(reply, finish),
+                None => reply,
+            }
+        }
+    }
+}
+
+/// `reply` with `finish` applied to its answer, now or when it resolves.
+fn finish_reply(reply: Reply, finish: Finish) -> Reply {
+    match reply {
+        Reply::Now(body) => Reply::Now(finish(body)),
+        Reply::Later(pending) => Reply::Later(Box::pin(async move { finish(pending.await) })),
+        Reply::Ordered(pending) => Reply::Ordered(Box::pin(async move { finish(pending.await) })),
+        other => other,
+    }
+}
+
+/// The request once the authorizer (if any) has let it through.
+fn handle_allowed(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
     let missing = internal_topic_of(&request.body).filter(|(name, _)| broker.image().topic(name).is_none());
     if let Some((name, ensure)) = missing {
         let client = client.clone();
