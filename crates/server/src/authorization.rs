@@ -1208,3 +1208,192 @@ fn describe_cluster(access: &Access, r: DescribeClusterRequest) -> Gate {
         }),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::authorizer::{Authorizer, STANDARD_AUTHORIZER};
+    use osprey_cluster::acl::{pattern_type, permission_type, AclEntry};
+    use osprey_cluster::MetadataRecord;
+
+    /// An image with topics `a` and `b` and `acls`, seen by `principal`.
+    fn access(principal: &str, acls: &[(i8, &str, i8)]) -> Access {
+        let mut image = MetadataImage::default();
+        for (i, name) in ["a", "b"].iter().enumerate() {
+            image.apply(&MetadataRecord::CreateTopic {
+                name: name.to_string(),
+                id: [i as u8 + 1; 16],
+                replicas: vec![vec![1]],
+                configs: Default::default(),
+                isrs: None,
+            });
+        }
+        for (i, &(resource_type, name, operation)) in acls.iter().enumerate() {
+            let acl = AclEntry {
+                resource_type,
+                resource_name: name.into(),
+                pattern_type: pattern_type::LITERAL,
+                principal: "User:alice".into(),
+                host: "*".into(),
+                operation,
+                permission_type: permission_type::ALLOW,
+            };
+            image.apply(&MetadataRecord::AccessControlEntry { id: [i as u8 + 100; 16], acl });
+        }
+        let authorizer = Authorizer::from_config(STANDARD_AUTHORIZER, "User:admin", false);
+        Access::for_test(authorizer, image, principal, "127.0.0.1")
+    }
+
+    fn produce_request(transactional_id: Option<&str>) -> RequestBody {
+        let topic = |name: &str| produce_request::TopicProduceData {
+            name: name.into(),
+            partition_data: vec![produce_request::PartitionProduceData { index: 0, ..Default::default() }],
+            ..Default::default()
+        };
+        RequestBody::Produce(ProduceRequest {
+            transactional_id: transactional_id.map(str::to_string),
+            topic_data: vec![topic("a"), topic("b")],
+            ..Default::default()
+        })
+    }
+
+    fn produce_codes(answer: &ResponseBody) -> Vec<(String, i16)> {
+        let ResponseBody::Produce(a) = answer else { panic!("{answer:?}") };
+        a.responses.iter().map(|t| (t.name.clone(), t.partition_responses[0].error_code)).collect()
+    }
+
+    #[test]
+    fn produce_is_narrowed_to_the_writable_topics_and_the_others_answered_topic_authorization_failed() {
+        let alice = access("User:alice", &[(kind::TOPIC, "a", op::WRITE)]);
+        let Gate::Handle(RequestBody::Produce(narrowed), Some(finish)) = gate(&alice, produce_request(None), 9) else {
+            panic!()
+        };
+        let names: Vec<&str> = narrowed.topic_data.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a"]);
+        let answer = finish(ResponseBody::Produce(ProduceResponse::default()));
+        assert_eq!(produce_codes(&answer), [("b".to_string(), ErrorCode::TOPIC_AUTHORIZATION_FAILED.code())]);
+        // A super user is not narrowed.
+        let admin = access("User:admin", &[]);
+        assert!(matches!(gate(&admin, produce_request(None), 9), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn transactional_produce_needs_write_on_the_transactional_id() {
+        let alice = access("User:alice", &[(kind::TOPIC, "a", op::WRITE), (kind::TOPIC, "b", op::WRITE)]);
+        let Gate::Refuse(answer) = gate(&alice, produce_request(Some("tx")), 9) else { panic!() };
+        let code = ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code();
+        assert_eq!(produce_codes(&answer), [("a".to_string(), code), ("b".to_string(), code)]);
+        let allowed = access(
+            "User:alice",
+            &[(kind::TOPIC, "a", op::WRITE), (kind::TOPIC, "b", op::WRITE), (kind::TRANSACTIONAL_ID, "tx", op::WRITE)],
+        );
+        assert!(matches!(gate(&allowed, produce_request(Some("tx")), 9), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn a_follower_fetch_needs_cluster_action() {
+        let fetch = |replica_id: i32| {
+            RequestBody::Fetch(FetchRequest {
+                replica_id,
+                replica_state: fetch_request::ReplicaState { replica_id: -1, ..Default::default() },
+                topics: vec![fetch_request::FetchTopic {
+                    topic: "a".into(),
+                    partitions: vec![Default::default()],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            })
+        };
+        let reader = access("User:alice", &[(kind::TOPIC, "a", op::READ)]);
+        assert!(matches!(gate(&reader, fetch(-1), 12), Gate::Handle(_, None)));
+        let Gate::Refuse(ResponseBody::Fetch(refused)) = gate(&reader, fetch(2), 12) else { panic!() };
+        assert_eq!(refused.responses[0].partitions[0].error_code, ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
+        let broker = access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)]);
+        assert!(matches!(gate(&broker, fetch(2), 12), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn an_idempotent_producer_needs_idempotent_write_or_write_on_some_topic() {
+        let init =
+            || RequestBody::InitProducerId(InitProducerIdRequest { transactional_id: None, ..Default::default() });
+        let Gate::Refuse(ResponseBody::InitProducerId(refused)) = gate(&access("User:alice", &[]), init(), 4) else {
+            panic!()
+        };
+        assert_eq!(refused.error_code, ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code());
+        assert_eq!(refused.producer_id, -1);
+        let writer = access("User:alice", &[(kind::TOPIC, "b", op::WRITE)]);
+        assert!(matches!(gate(&writer, init(), 4), Gate::Handle(_, None)));
+        let idempotent =
+            access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::IDEMPOTENT_WRITE)]);
+        assert!(matches!(gate(&idempotent, init(), 4), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn metadata_hides_topics_not_described_and_refuses_named_ones() {
+        let alice = access("User:alice", &[(kind::TOPIC, "a", op::READ)]);
+        let topic =
+            |name: &str| metadata_response::MetadataResponseTopic { name: Some(name.into()), ..Default::default() };
+        let all = RequestBody::Metadata(MetadataRequest { topics: None, ..Default::default() });
+        let Gate::Handle(_, Some(finish)) = gate(&alice, all, 12) else { panic!() };
+        let answer = finish(ResponseBody::Metadata(MetadataResponse {
+            topics: vec![topic("a"), topic("b")],
+            ..Default::default()
+        }));
+        let ResponseBody::Metadata(answer) = answer else { panic!() };
+        let listed: Vec<_> = answer.topics.iter().map(|t| (t.name.clone().unwrap(), t.error_code)).collect();
+        assert_eq!(listed, [("a".to_string(), 0)]);
+
+        let named =
+            |name: &str| metadata_request::MetadataRequestTopic { name: Some(name.into()), ..Default::default() };
+        let request = MetadataRequest {
+            topics: Some(vec![named("a"), named("b"), named("new")]),
+            allow_auto_topic_creation: true,
+            ..Default::default()
+        };
+        let Gate::Handle(RequestBody::Metadata(narrowed), Some(finish)) =
+            gate(&alice, RequestBody::Metadata(request), 12)
+        else {
+            panic!()
+        };
+        let asked: Vec<_> = narrowed.topics.unwrap().into_iter().map(|t| t.name.unwrap()).collect();
+        assert_eq!(asked, ["a"]);
+        let ResponseBody::Metadata(answer) = finish(ResponseBody::Metadata(MetadataResponse::default())) else {
+            panic!()
+        };
+        let refused: Vec<_> = answer.topics.iter().map(|t| (t.name.clone().unwrap(), t.error_code)).collect();
+        let code = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+        assert_eq!(refused, [("b".to_string(), code), ("new".to_string(), code)]);
+    }
+
+    #[test]
+    fn group_and_cluster_apis_are_refused_with_their_errors() {
+        let alice = access("User:alice", &[]);
+        let join = RequestBody::JoinGroup(JoinGroupRequest { group_id: "g".into(), ..Default::default() });
+        let Gate::Refuse(ResponseBody::JoinGroup(refused)) = gate(&alice, join, 5) else { panic!() };
+        assert_eq!(refused.error_code, ErrorCode::GROUP_AUTHORIZATION_FAILED.code());
+        let elect = RequestBody::ElectLeaders(ElectLeadersRequest::default());
+        let Gate::Refuse(ResponseBody::ElectLeaders(refused)) = gate(&alice, elect, 2) else { panic!() };
+        assert_eq!(refused.error_code, ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code());
+        let markers = RequestBody::WriteTxnMarkers(WriteTxnMarkersRequest::default());
+        assert!(matches!(gate(&alice, markers, 1), Gate::Refuse(_)));
+        let reader = access("User:alice", &[(kind::GROUP, "g", op::READ)]);
+        let join = RequestBody::JoinGroup(JoinGroupRequest { group_id: "g".into(), ..Default::default() });
+        assert!(matches!(gate(&reader, join, 5), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn list_groups_without_describe_on_the_cluster_lists_the_describable_groups() {
+        let alice = access("User:alice", &[(kind::GROUP, "mine", op::READ)]);
+        let Gate::Handle(_, Some(finish)) = gate(&alice, RequestBody::ListGroups(Default::default()), 4) else {
+            panic!()
+        };
+        let group = |id: &str| list_groups_response::ListedGroup { group_id: id.into(), ..Default::default() };
+        let answer = finish(ResponseBody::ListGroups(ListGroupsResponse {
+            groups: vec![group("mine"), group("theirs")],
+            ..Default::default()
+        }));
+        let ResponseBody::ListGroups(answer) = answer else { panic!() };
+        let ids: Vec<_> = answer.groups.iter().map(|g| g.group_id.as_str()).collect();
+        assert_eq!(ids, ["mine"]);
+    }
+}

@@ -423,4 +423,74 @@ mod tests {
         assert_eq!(left.len(), 2);
         assert!(!left.contains(&"t-"));
     }
+
+    /// Through the broker's request path: a CreateAcls from a super user is committed to
+    /// the metadata log, listed by DescribeAcls, and lets alice see the topic at her next
+    /// Metadata request.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn acls_created_through_the_broker_are_listed_and_enforced_on_the_next_request() {
+        use crate::broker::{Settings, DEFAULT_LISTENER};
+        use crate::dispatch::{Client, Reply, Request};
+        use osprey_protocol::messages::{MetadataRequest, MetadataResponse};
+        use osprey_protocol::RequestHeader;
+
+        let dir = std::env::temp_dir().join(format!("osprey-acls-enforced-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut settings = Settings::single_node(addr, dir.clone());
+        let mut config = crate::config::BrokerConfig::default();
+        config.authorizer = Authorizer::from_config(STANDARD_AUTHORIZER, "User:ANONYMOUS", false);
+        settings.config = Arc::new(config);
+        let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let topic = osprey_cluster::NewTopic {
+            name: "t".into(),
+            num_partitions: 1,
+            replication_factor: 1,
+            ..Default::default()
+        };
+        broker.create_topic(&topic, false).unwrap();
+
+        let answer = |principal: &str, api_key: ApiKey, version: i16, body: RequestBody| {
+            let client = Client {
+                peer: "127.0.0.1:1".parse().unwrap(),
+                listener: DEFAULT_LISTENER.into(),
+                principal: principal.into(),
+            };
+            let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
+            crate::handlers::handle(&broker, Request { api_key, header, body }, &client)
+        };
+        async fn resolved(reply: Reply) -> ResponseBody {
+            match reply {
+                Reply::Now(body) => body,
+                Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
+                other => panic!("{other:?}"),
+            }
+        }
+        let metadata = || RequestBody::Metadata(MetadataRequest { topics: None, ..Default::default() });
+        let names = |body: ResponseBody| match body {
+            ResponseBody::Metadata(MetadataResponse { topics, .. }) => {
+                topics.into_iter().filter_map(|t| t.name).collect::<Vec<_>>()
+            }
+            other => panic!("{other:?}"),
+        };
+        assert!(names(resolved(answer("User:alice", ApiKey::Metadata, 12, metadata())).await).is_empty());
+
+        let creations = vec![creation("t", pattern_type::LITERAL, "User:alice", operation::READ)];
+        let create = RequestBody::CreateAcls(CreateAclsRequest { creations: creations.clone(), ..Default::default() });
+        // alice may not create ACLs; the cluster's super user may.
+        let ResponseBody::CreateAcls(refused) = resolved(answer("User:alice", ApiKey::CreateAcls, 3, create)).await
+        else {
+            panic!()
+        };
+        assert_eq!(refused.results[0].error_code, ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code());
+        let create = RequestBody::CreateAcls(CreateAclsRequest { creations, ..Default::default() });
+        let ResponseBody::CreateAcls(created) = resolved(answer("User:ANONYMOUS", ApiKey::CreateAcls, 3, create)).await
+        else {
+            panic!()
+        };
+        assert_eq!(created.results[0].error_code, 0);
+        assert_eq!(broker.image().acls().count(), 1);
+        assert_eq!(names(resolved(answer("User:alice", ApiKey::Metadata, 12, metadata())).await), ["t"]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
