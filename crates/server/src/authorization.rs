@@ -204,6 +204,10 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
                 CLUSTER_DENIED,
             ))),
         },
+        R::DescribeTopicPartitions(r) => describe_topic_partitions(access, r),
+        R::DescribeProducers(r) => describe_producers(access, r),
+        R::DescribeTransactions(r) => describe_transactions(access, r),
+        R::ListTransactions(r) => list_transactions(access, r),
         // ApiVersions, SASL, telemetry: open to every client, as in Kafka. The ACL APIs
         // check the cluster themselves (`handlers::acls`).
         other => Gate::Handle(other, None),
@@ -1209,6 +1213,99 @@ fn describe_cluster(access: &Access, r: DescribeClusterRequest) -> Gate {
     )
 }
 
+/// DescribeTopicPartitions: DESCRIBE on each topic: a topic named is answered
+/// TOPIC_AUTHORIZATION_FAILED, one listed (no names) is left out; `authorized_operations`
+/// from the authorizer.
+fn describe_topic_partitions(access: &Access, r: DescribeTopicPartitionsRequest) -> Gate {
+    let named = !r.topics.is_empty();
+    let access = access.clone();
+    Gate::Handle(
+        RequestBody::DescribeTopicPartitions(r),
+        finish(move |answer| match answer {
+            ResponseBody::DescribeTopicPartitions(mut a) => {
+                a.topics.retain_mut(|t| {
+                    let name = t.name.clone().unwrap_or_default();
+                    if access.allows(kind::TOPIC, &name, op::DESCRIBE) {
+                        t.topic_authorized_operations =
+                            access.authorized_operations(kind::TOPIC, &name, authorized_operations::TOPIC);
+                        return true;
+                    }
+                    t.error_code = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+                    t.partitions.clear();
+                    t.topic_authorized_operations = authorized_operations::NOT_REQUESTED;
+                    named
+                });
+                ResponseBody::DescribeTopicPartitions(a)
+            }
+            other => other,
+        }),
+    )
+}
+
+/// DescribeProducers: READ on each topic, else its partitions TOPIC_AUTHORIZATION_FAILED.
+fn describe_producers(access: &Access, r: DescribeProducersRequest) -> Gate {
+    let access = access.clone();
+    Gate::Handle(
+        RequestBody::DescribeProducers(r),
+        finish(move |answer| match answer {
+            ResponseBody::DescribeProducers(mut a) => {
+                for t in a.topics.iter_mut().filter(|t| !access.allows(kind::TOPIC, &t.name, op::READ)) {
+                    for p in &mut t.partitions {
+                        p.error_code = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+                        p.error_message = None;
+                        p.active_producers.clear();
+                    }
+                }
+                ResponseBody::DescribeProducers(a)
+            }
+            other => other,
+        }),
+    )
+}
+
+/// DescribeTransactions: DESCRIBE on each transactional id, else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED in its place.
+fn describe_transactions(access: &Access, r: DescribeTransactionsRequest) -> Gate {
+    let access = access.clone();
+    Gate::Handle(
+        RequestBody::DescribeTransactions(r),
+        finish(move |answer| match answer {
+            ResponseBody::DescribeTransactions(mut a) => {
+                for t in &mut a.transaction_states {
+                    if !access.allows(kind::TRANSACTIONAL_ID, &t.transactional_id, op::DESCRIBE) {
+                        *t = describe_transactions_response::TransactionState {
+                            error_code: ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code(),
+                            transactional_id: std::mem::take(&mut t.transactional_id),
+                            producer_id: -1,
+                            producer_epoch: -1,
+                            ..Default::default()
+                        };
+                    }
+                }
+                ResponseBody::DescribeTransactions(a)
+            }
+            other => other,
+        }),
+    )
+}
+
+/// ListTransactions: the transactional ids the principal may DESCRIBE (asked quietly,
+/// as Kafka filters them).
+fn list_transactions(access: &Access, r: ListTransactionsRequest) -> Gate {
+    let access = access.clone();
+    Gate::Handle(
+        RequestBody::ListTransactions(r),
+        finish(move |answer| match answer {
+            ResponseBody::ListTransactions(mut a) => {
+                a.transaction_states
+                    .retain(|t| access.allows_quietly(kind::TRANSACTIONAL_ID, &t.transactional_id, op::DESCRIBE));
+                ResponseBody::ListTransactions(a)
+            }
+            other => other,
+        }),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1379,6 +1476,29 @@ mod tests {
         let reader = access("User:alice", &[(kind::GROUP, "g", op::READ)]);
         let join = RequestBody::JoinGroup(JoinGroupRequest { group_id: "g".into(), ..Default::default() });
         assert!(matches!(gate(&reader, join, 5), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn describe_transactions_answers_refused_ids_in_their_place() {
+        let alice = access("User:alice", &[(kind::TRANSACTIONAL_ID, "mine", op::WRITE)]);
+        let Gate::Handle(_, Some(finish)) = gate(&alice, RequestBody::DescribeTransactions(Default::default()), 0)
+        else {
+            panic!()
+        };
+        let state = |id: &str| describe_transactions_response::TransactionState {
+            transactional_id: id.into(),
+            transaction_state: "Ongoing".into(),
+            ..Default::default()
+        };
+        let answer = finish(ResponseBody::DescribeTransactions(DescribeTransactionsResponse {
+            transaction_states: vec![state("mine"), state("theirs")],
+            ..Default::default()
+        }));
+        let ResponseBody::DescribeTransactions(answer) = answer else { panic!() };
+        let codes: Vec<_> =
+            answer.transaction_states.iter().map(|t| (t.transactional_id.as_str(), t.error_code)).collect();
+        assert_eq!(codes, [("mine", 0), ("theirs", ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code())]);
+        assert_eq!(answer.transaction_states[1].transaction_state, "");
     }
 
     #[test]
