@@ -22,6 +22,8 @@ pub struct Access {
     image: Arc<MetadataImage>,
     principal: Arc<str>,
     host: String,
+    /// `auto.create.topics.enable`: whether Metadata may create the topics it names.
+    auto_create_topics: bool,
 }
 
 impl Access {
@@ -32,6 +34,7 @@ impl Access {
             principal: client.principal.clone(),
             // As Java's `InetAddress.getHostAddress`: an IPv4 client is its dotted quad.
             host: client.peer.ip().to_canonical().to_string(),
+            auto_create_topics: broker.settings.auto_create_topics,
         }
     }
 
@@ -40,7 +43,13 @@ impl Access {
     pub fn for_test(authorizer: Option<Authorizer>, image: MetadataImage, principal: &str, host: &str) -> Access {
         let mut config = BrokerConfig::default();
         config.authorizer = authorizer;
-        Access { config: Arc::new(config), image: Arc::new(image), principal: principal.into(), host: host.into() }
+        Access {
+            config: Arc::new(config),
+            image: Arc::new(image),
+            principal: principal.into(),
+            host: host.into(),
+            auto_create_topics: true,
+        }
     }
 
     /// The broker has an authorizer (`authorizer.class.name` is set).
@@ -51,6 +60,11 @@ impl Access {
     /// The metadata image the request is decided on.
     pub fn image(&self) -> &MetadataImage {
         &self.image
+    }
+
+    /// `auto.create.topics.enable`.
+    pub fn auto_create_topics(&self) -> bool {
+        self.auto_create_topics
     }
 
     fn authorizer(&self) -> Option<&Authorizer> {

@@ -91,26 +91,10 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
                 ..Default::default()
             })),
         },
-        R::ConsumerGroupHeartbeat(r) => match access.allows(kind::GROUP, &r.group_id, op::READ) {
-            true => Gate::Handle(R::ConsumerGroupHeartbeat(r), None),
-            false => refuse(ResponseBody::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse {
-                error_code: group_denied(),
-                error_message: None,
-                member_id: None,
-                member_epoch: -1,
-                assignment: None,
-                ..Default::default()
-            })),
-        },
+        R::ConsumerGroupHeartbeat(r) => consumer_group_heartbeat(access, r),
         R::OffsetCommit(r) => offset_commit(access, r),
         R::OffsetFetch(r) => offset_fetch(access, r, version),
-        R::OffsetDelete(r) => match access.allows(kind::GROUP, &r.group_id, op::DELETE) {
-            true => Gate::Handle(R::OffsetDelete(r), None),
-            false => refuse(ResponseBody::OffsetDelete(OffsetDeleteResponse {
-                error_code: group_denied(),
-                ..Default::default()
-            })),
-        },
+        R::OffsetDelete(r) => offset_delete(access, r),
         R::FindCoordinator(r) => find_coordinator(access, r, version),
         R::DescribeGroups(r) => describe_groups(access, r),
         R::ConsumerGroupDescribe(r) => consumer_group_describe(access, r),
@@ -442,7 +426,7 @@ fn metadata(access: &Access, mut r: MetadataRequest) -> Gate {
             if !access.allows(kind::TOPIC, &name, op::DESCRIBE) {
                 return false;
             }
-            let created = r.allow_auto_topic_creation && image.topic(&name).is_none();
+            let created = r.allow_auto_topic_creation && access.auto_create_topics() && image.topic(&name).is_none();
             !created || may_create || access.allows(kind::TOPIC, &name, op::CREATE)
         });
         refused = denied
@@ -536,6 +520,67 @@ fn offset_commit(access: &Access, mut r: OffsetCommitRequest) -> Gate {
             ResponseBody::OffsetCommit(mut a) => {
                 a.topics.extend(refused);
                 ResponseBody::OffsetCommit(a)
+            }
+            other => other,
+        }),
+    )
+}
+
+/// ConsumerGroupHeartbeat: READ on the group, and DESCRIBE on every subscribed topic
+/// named (else TOPIC_AUTHORIZATION_FAILED, as Kafka answers a member subscribing to a
+/// topic it may not see).
+fn consumer_group_heartbeat(access: &Access, r: ConsumerGroupHeartbeatRequest) -> Gate {
+    let code = if !access.allows(kind::GROUP, &r.group_id, op::READ) {
+        ErrorCode::GROUP_AUTHORIZATION_FAILED
+    } else if r.subscribed_topic_names.iter().flatten().any(|topic| !access.allows(kind::TOPIC, topic, op::DESCRIBE)) {
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+    } else {
+        return Gate::Handle(RequestBody::ConsumerGroupHeartbeat(r), None);
+    };
+    refuse(ResponseBody::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse {
+        error_code: code.code(),
+        error_message: None,
+        member_id: None,
+        member_epoch: -1,
+        assignment: None,
+        ..Default::default()
+    }))
+}
+
+/// OffsetDelete: DELETE on the group (GROUP_AUTHORIZATION_FAILED), READ on each topic.
+fn offset_delete(access: &Access, mut r: OffsetDeleteRequest) -> Gate {
+    use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+    if !access.allows(kind::GROUP, &r.group_id, op::DELETE) {
+        return refuse(ResponseBody::OffsetDelete(OffsetDeleteResponse {
+            error_code: group_denied(),
+            ..Default::default()
+        }));
+    }
+    let (kept, refused) = split(std::mem::take(&mut r.topics), |t| access.allows(kind::TOPIC, &t.name, op::READ));
+    r.topics = kept;
+    if refused.is_empty() {
+        return Gate::Handle(RequestBody::OffsetDelete(r), None);
+    }
+    let refused: Vec<_> = refused
+        .into_iter()
+        .map(|t| OffsetDeleteResponseTopic {
+            name: t.name,
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| OffsetDeleteResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: ErrorCode::TOPIC_AUTHORIZATION_FAILED.code(),
+                })
+                .collect(),
+        })
+        .collect();
+    Gate::Handle(
+        RequestBody::OffsetDelete(r),
+        finish(move |answer| match answer {
+            ResponseBody::OffsetDelete(mut a) => {
+                a.topics.extend(refused);
+                ResponseBody::OffsetDelete(a)
             }
             other => other,
         }),
