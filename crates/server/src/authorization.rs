@@ -58,13 +58,12 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         R::Fetch(r) => fetch(access, r),
         R::ListOffsets(r) => list_offsets(access, r),
         R::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(access, r),
-        R::Metadata(r) => metadata(access, r),
+        R::Metadata(r) => metadata(access, r, version),
         R::JoinGroup(r) => match access.allows(kind::GROUP, &r.group_id, op::READ) {
             true => Gate::Handle(R::JoinGroup(r), None),
             false => Gate::Refuse(ResponseBody::JoinGroup(JoinGroupResponse {
                 error_code: group_denied(),
                 generation_id: -1,
-                protocol_name: None,
                 member_id: r.member_id,
                 ..Default::default()
             })),
@@ -73,8 +72,6 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
             true => Gate::Handle(R::SyncGroup(r), None),
             false => Gate::Refuse(ResponseBody::SyncGroup(SyncGroupResponse {
                 error_code: group_denied(),
-                protocol_type: None,
-                protocol_name: None,
                 ..Default::default()
             })),
         },
@@ -136,10 +133,15 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         R::DescribeCluster(r) => describe_cluster(access, r),
         R::ElectLeaders(r) => match access.allows_cluster(op::ALTER) {
             true => Gate::Handle(R::ElectLeaders(r), None),
-            false => refuse(ResponseBody::ElectLeaders(ElectLeadersResponse {
-                error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
-                ..Default::default()
-            })),
+            false => {
+                let code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+                let mut refused = crate::handlers::elect_leaders::failed(&r, code, Some(CLUSTER_DENIED.into()));
+                if version == 0 {
+                    // v0 has no top-level error: the partitions carry it.
+                    refused.error_code = 0;
+                }
+                refuse(ResponseBody::ElectLeaders(refused))
+            }
         },
         R::AlterPartitionReassignments(r) => match access.allows_cluster(op::ALTER) {
             true => Gate::Handle(R::AlterPartitionReassignments(r), None),
@@ -413,7 +415,7 @@ fn offset_for_leader_epoch(access: &Access, mut r: OffsetForLeaderEpochRequest) 
 /// TOPIC_AUTHORIZATION_FAILED, and so are missing ones it may not CREATE (on the
 /// cluster or the topic) when they would be created; a request for all topics lists
 /// only those it may DESCRIBE. `authorized_operations` come from the authorizer.
-fn metadata(access: &Access, mut r: MetadataRequest) -> Gate {
+fn metadata(access: &Access, mut r: MetadataRequest, version: i16) -> Gate {
     use metadata_response::MetadataResponseTopic;
     let image = access.image();
     let mut refused: Vec<MetadataResponseTopic> = Vec::new();
@@ -443,7 +445,8 @@ fn metadata(access: &Access, mut r: MetadataRequest) -> Gate {
             .collect();
         r.topics = Some(kept);
     }
-    let listing_all = r.topics.is_none();
+    // v0 asks for every topic with an empty list, later versions with none.
+    let listing_all = r.topics.as_ref().is_none_or(|t| version == 0 && t.is_empty());
     let topic_operations = r.include_topic_authorized_operations;
     let cluster_operations = r.include_cluster_authorized_operations;
     let access = access.clone();
@@ -1544,6 +1547,41 @@ mod tests {
             answer.transaction_states.iter().map(|t| (t.transactional_id.as_str(), t.error_code)).collect();
         assert_eq!(codes, [("mine", 0), ("theirs", ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED.code())]);
         assert_eq!(answer.transaction_states[1].transaction_state, "");
+    }
+
+    /// Every refusal, narrowed request and finished answer encodes at every advertised
+    /// version: a field set that the version lacks, or a null it does not allow, would
+    /// fail the answer instead of refusing.
+    #[test]
+    fn refusals_and_narrowed_requests_encode_at_every_advertised_version() {
+        use osprey_protocol::wire::TestRng;
+        let everyone = [access("User:alice", &[]), access("User:alice", &[(kind::TOPIC, "a", op::ALL)])];
+        let mut rng = TestRng::new(7);
+        for &(key, min, max) in crate::supported::ADVERTISED {
+            for version in min..=max {
+                for seed in 0..20 {
+                    let alice = &everyone[seed % 2];
+                    let request = RequestBody::random(key, &mut rng, version);
+                    let mut buf = bytes::BytesMut::new();
+                    match gate(alice, request, version) {
+                        Gate::Refuse(answer) => answer
+                            .encode(&mut buf, version)
+                            .unwrap_or_else(|e| panic!("{} v{version} refusal: {e:?}", key.name())),
+                        Gate::Handle(narrowed, finish) => {
+                            narrowed
+                                .encode(&mut buf, version)
+                                .unwrap_or_else(|e| panic!("{} v{version} narrowed: {e:?}", key.name()));
+                            if let Some(finish) = finish {
+                                let answer = finish(ResponseBody::random(key, &mut rng, version));
+                                answer
+                                    .encode(&mut buf, version)
+                                    .unwrap_or_else(|e| panic!("{} v{version} finished: {e:?}", key.name()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
     }
 
     #[test]
