@@ -305,6 +305,23 @@ mod tests {
             prop_assert!(a.authorize_by_resource_type(&acls, ALICE, TOPIC, op));
         }
 
+        /// DescribeAcls's MATCH filter for a name selects exactly the ACLs the
+        /// authorizer applies to a resource of that name (what `kafka-acls.sh --list
+        /// --resource-pattern-type match` shows is what is enforced).
+        #[test]
+        fn a_match_filter_selects_the_acls_that_apply(acl in any_acl(), name in prop::sample::select(vec!["t", "t1", "u", "*", "x"])) {
+            let filter = osprey_cluster::acl::AclFilter {
+                resource_type: TOPIC,
+                resource_name: Some(name.to_string()),
+                pattern_type: pattern_type::MATCH,
+                principal: None,
+                host: None,
+                operation: operation::ANY,
+                permission_type: permission_type::ANY,
+            };
+            prop_assert_eq!(filter.matches(&acl), applies_to(&acl, TOPIC, name));
+        }
+
         /// Removing every DENY never turns an allowed request into a refused one.
         #[test]
         fn removing_denies_never_refuses_more(acls in prop::collection::vec(any_acl(), 0..12), op in operation::READ..=operation::IDEMPOTENT_WRITE) {
