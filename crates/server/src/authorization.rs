@@ -826,9 +826,7 @@ fn init_producer_id(access: &Access, r: InitProducerIdRequest) -> Gate {
             ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         }
         Some(_) => return Gate::Handle(RequestBody::InitProducerId(r), None),
-        None if access.allows_quietly(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::IDEMPOTENT_WRITE)
-            || access.allows_any(kind::TOPIC, op::WRITE) =>
-        {
+        None if access.allows_any_quietly(kind::TOPIC, op::WRITE) || access.allows_cluster(op::IDEMPOTENT_WRITE) => {
             return Gate::Handle(RequestBody::InitProducerId(r), None)
         }
         None => ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
