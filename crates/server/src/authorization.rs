@@ -123,7 +123,7 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         },
         R::TxnOffsetCommit(r) => txn_offset_commit(access, r),
         R::WriteTxnMarkers(r) => write_txn_markers(access, r),
-        R::CreateTopics(r) => create_topics(access, r),
+        R::CreateTopics(r) => create_topics(access, r, version),
         R::DeleteTopics(r) => delete_topics(access, r),
         R::CreatePartitions(r) => create_partitions(access, r),
         R::DeleteRecords(r) => delete_records(access, r),
@@ -980,15 +980,18 @@ fn write_txn_markers(access: &Access, r: WriteTxnMarkersRequest) -> Gate {
     refuse(ResponseBody::WriteTxnMarkers(WriteTxnMarkersResponse { markers, ..Default::default() }))
 }
 
-/// CreateTopics: CREATE on the cluster, else on each topic.
-fn create_topics(access: &Access, mut r: CreateTopicsRequest) -> Gate {
+/// CreateTopics: CREATE on the cluster, else on each topic. From v5 the answer carries
+/// each new topic's configs: only with DESCRIBE_CONFIGS on it, else its
+/// `topic_config_error_code` is TOPIC_AUTHORIZATION_FAILED, as in Kafka.
+fn create_topics(access: &Access, mut r: CreateTopicsRequest, version: i16) -> Gate {
     use create_topics_response::CreatableTopicResult;
-    if access.allows_quietly(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CREATE) {
-        return Gate::Handle(RequestBody::CreateTopics(r), None);
-    }
-    let (kept, refused) = split(std::mem::take(&mut r.topics), |t| access.allows(kind::TOPIC, &t.name, op::CREATE));
+    let (kept, refused) = if access.allows_quietly(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CREATE) {
+        (std::mem::take(&mut r.topics), Vec::new())
+    } else {
+        split(std::mem::take(&mut r.topics), |t| access.allows(kind::TOPIC, &t.name, op::CREATE))
+    };
     r.topics = kept;
-    if refused.is_empty() {
+    if refused.is_empty() && version < 5 {
         return Gate::Handle(RequestBody::CreateTopics(r), None);
     }
     let refused: Vec<_> = refused
@@ -1003,10 +1006,19 @@ fn create_topics(access: &Access, mut r: CreateTopicsRequest) -> Gate {
             ..Default::default()
         })
         .collect();
+    let access = access.clone();
     Gate::Handle(
         RequestBody::CreateTopics(r),
         finish(move |answer| match answer {
             ResponseBody::CreateTopics(mut a) => {
+                if version >= 5 {
+                    for t in a.topics.iter_mut().filter(|t| t.error_code == 0) {
+                        if !access.allows_quietly(kind::TOPIC, &t.name, op::DESCRIBE_CONFIGS) {
+                            t.topic_config_error_code = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+                            t.configs = None;
+                        }
+                    }
+                }
                 a.topics.extend(refused);
                 ResponseBody::CreateTopics(a)
             }
@@ -1580,6 +1592,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn created_topics_show_their_configs_only_with_describe_configs() {
+        let cluster = osprey_cluster::acl::CLUSTER_NAME;
+        let alice =
+            access("User:alice", &[(kind::CLUSTER, cluster, op::CREATE), (kind::TOPIC, "b", op::ALTER_CONFIGS)]);
+        let request = |name: &str| create_topics_request::CreatableTopic { name: name.into(), ..Default::default() };
+        let body = RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![request("a"), request("b")],
+            ..Default::default()
+        });
+        let Gate::Handle(_, Some(finish)) = gate(&alice, body, 7) else { panic!() };
+        let result = |name: &str| create_topics_response::CreatableTopicResult {
+            name: name.into(),
+            configs: Some(Vec::new()),
+            ..Default::default()
+        };
+        let answer = finish(ResponseBody::CreateTopics(CreateTopicsResponse {
+            topics: vec![result("a"), result("b")],
+            ..Default::default()
+        }));
+        let ResponseBody::CreateTopics(answer) = answer else { panic!() };
+        let seen: Vec<_> =
+            answer.topics.iter().map(|t| (t.name.as_str(), t.topic_config_error_code, t.configs.is_some())).collect();
+        let code = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+        assert_eq!(seen, [("a", code, false), ("b", 0, true)]);
     }
 
     #[test]
