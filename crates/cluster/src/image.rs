@@ -1,5 +1,6 @@
 //! The metadata state machine: records in, an image of the cluster out.
 
+use crate::acl::AclEntry;
 use crate::client_quotas::{ClientQuotaEntity, ClientQuotasImage, QuotaValue};
 use osprey_protocol::Uuid;
 use serde::{Deserialize, Serialize};
@@ -86,6 +87,15 @@ pub enum MetadataRecord {
         key: String,
         value: QuotaValue,
         remove: bool,
+    },
+    /// Kafka's AccessControlEntryRecord: an ACL, under an id of its own.
+    AccessControlEntry {
+        id: [u8; 16],
+        acl: AclEntry,
+    },
+    /// Kafka's RemoveAccessControlEntryRecord.
+    RemoveAccessControlEntry {
+        id: [u8; 16],
     },
     /// A broker registered, as Kafka's RegisterBrokerRecord: a new incarnation gets a
     /// new epoch (the record's offset in the metadata log) and starts fenced; the same
@@ -236,6 +246,8 @@ pub struct MetadataImage {
     scram_credentials: BTreeMap<String, BTreeMap<i8, ScramCredentialImage>>,
     /// Client quotas by entity.
     client_quotas: ClientQuotasImage,
+    /// ACLs by id.
+    acls: BTreeMap<[u8; 16], AclEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -346,6 +358,11 @@ impl MetadataImage {
         &self.client_quotas
     }
 
+    /// Every ACL with its id, in id order.
+    pub fn acls(&self) -> impl Iterator<Item = (&[u8; 16], &AclEntry)> + Clone {
+        self.acls.iter()
+    }
+
     /// Registered brokers in id order.
     pub fn brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values()
@@ -450,6 +467,14 @@ impl MetadataImage {
             }
             MetadataRecord::ClientQuota { entity, key, value, remove } => {
                 self.client_quotas.apply(entity, key, *value, *remove)
+            }
+            MetadataRecord::AccessControlEntry { id, acl } => {
+                self.acls.insert(*id, acl.clone());
+            }
+            MetadataRecord::RemoveAccessControlEntry { id } => {
+                if self.acls.remove(id).is_none() {
+                    tracing::warn!(acl_id = %Uuid(*id), "metadata record removes a missing ACL; skipped");
+                }
             }
             MetadataRecord::RegisterBroker {
                 id,
@@ -591,6 +616,10 @@ struct ImageOnDisk {
     /// Absent in snapshots written before client quotas existed, and when empty.
     #[serde(default, skip_serializing_if = "ClientQuotasImage::is_empty")]
     client_quotas: ClientQuotasImage,
+    /// ACLs with their ids (a list: JSON keys are strings). Absent in snapshots written
+    /// before ACLs existed, and when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    acls: Vec<([u8; 16], AclEntry)>,
 }
 
 impl From<MetadataImage> for ImageOnDisk {
@@ -606,9 +635,11 @@ impl From<MetadataImage> for ImageOnDisk {
             cluster_id,
             scram_credentials,
             client_quotas,
+            acls,
         } = image;
         let topics = topics_by_name.values().filter_map(|id| topics.remove(id)).collect();
         let brokers = brokers.into_values().collect();
+        let acls = acls.into_iter().collect();
         ImageOnDisk {
             topics,
             applied,
@@ -619,6 +650,7 @@ impl From<MetadataImage> for ImageOnDisk {
             cluster_id,
             scram_credentials,
             client_quotas,
+            acls,
         }
     }
 }
@@ -635,10 +667,12 @@ impl From<ImageOnDisk> for MetadataImage {
             cluster_id,
             scram_credentials,
             client_quotas,
+            acls,
         } = disk;
         let topics_by_name = list.iter().map(|t| (t.name.clone(), t.id)).collect();
         let topics = list.into_iter().map(|t| (t.id, t)).collect();
         let brokers = brokers.into_iter().map(|b| (b.id, b)).collect();
+        let acls = acls.into_iter().collect();
         MetadataImage {
             topics_by_name,
             topics,
@@ -650,6 +684,7 @@ impl From<ImageOnDisk> for MetadataImage {
             cluster_id,
             scram_credentials,
             client_quotas,
+            acls,
         }
     }
 }
@@ -767,6 +802,31 @@ mod tests {
         // Removing what is not there changes nothing.
         image.apply(&MetadataRecord::RemoveScramCredential { user: "bob".into(), mechanism: 1 });
         assert_eq!(image.scram_users().count(), 0);
+    }
+
+    #[test]
+    fn acls_are_added_and_removed_by_id_and_survive_a_snapshot() {
+        use crate::acl::{operation, pattern_type, permission_type, resource_type};
+        let acl = |name: &str| AclEntry {
+            resource_type: resource_type::TOPIC,
+            resource_name: name.into(),
+            pattern_type: pattern_type::PREFIXED,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: operation::READ,
+            permission_type: permission_type::ALLOW,
+        };
+        let mut image = MetadataImage::default();
+        image.apply(&MetadataRecord::AccessControlEntry { id: [1; 16], acl: acl("a") });
+        image.apply(&MetadataRecord::AccessControlEntry { id: [2; 16], acl: acl("b") });
+        let back: MetadataImage = serde_json::from_str(&serde_json::to_string(&image).unwrap()).unwrap();
+        assert_eq!(back, image);
+        image.apply(&MetadataRecord::RemoveAccessControlEntry { id: [1; 16] });
+        let names: Vec<&str> = image.acls().map(|(_, a)| a.resource_name.as_str()).collect();
+        assert_eq!(names, ["b"]);
+        // Removing what is not there changes nothing.
+        image.apply(&MetadataRecord::RemoveAccessControlEntry { id: [1; 16] });
+        assert_eq!(image.acls().count(), 1);
     }
 
     #[test]

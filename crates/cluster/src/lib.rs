@@ -11,6 +11,7 @@
 //! positions, high watermark, last stable offset) is a sans-I/O state machine,
 //! [`replica::ReplicaState`], driven by the server.
 
+pub mod acl;
 pub mod alter_partition;
 pub mod client_quotas;
 pub mod cluster_control;

@@ -55,9 +55,10 @@ pub struct Client {
     /// listener whose endpoints answers give for brokers (Metadata, FindCoordinator,
     /// DescribeCluster, KIP-951 leader hints).
     pub listener: Arc<str>,
-    /// Who the client is, for the authorizer to come: `User:<name>` from the client
-    /// certificate on an SSL listener (`ssl.principal.mapping.rules`), else
-    /// `User:ANONYMOUS`, as Kafka's `DefaultKafkaPrincipalBuilder` names it.
+    /// Who the client is, for the authorizer and client quotas: `User:<name>` from its
+    /// SASL login, or from the client certificate on an SSL listener
+    /// (`ssl.principal.mapping.rules`), else `User:ANONYMOUS`, as Kafka's
+    /// `DefaultKafkaPrincipalBuilder` names it.
     pub principal: Arc<str>,
 }
 

@@ -1,7 +1,10 @@
 //! The Osprey broker as a library, so its parts can be tested from `tests/`; the
 //! `osprey` binary (`main.rs`) is a thin wrapper around it.
 
+pub mod access;
+pub mod authorization;
 pub mod authorized_operations;
+pub mod authorizer;
 pub mod background;
 pub mod broker;
 pub mod cluster_link;

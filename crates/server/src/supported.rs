@@ -69,7 +69,7 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
-    // Served as Kafka serves them without an authorizer: SECURITY_DISABLED (acls.rs).
+    // With `authorizer.class.name` unset, answered SECURITY_DISABLED as Kafka does (acls.rs).
     (ApiKey::DescribeAcls, 1, 3),
     (ApiKey::CreateAcls, 1, 3),
     (ApiKey::DeleteAcls, 1, 3),

@@ -281,6 +281,10 @@ fn describe() {
         "osprey_sasl_authentication_failures_total",
         "Failed SASL authentications on a SASL listener, by listener and mechanism (UNSUPPORTED: a mechanism not enabled); each closes its connection."
     );
+    describe_counter!(
+        "osprey_authorization_failures_total",
+        "Operations the authorizer refused (authorizer.class.name), by resource type and operation; topics hidden from Metadata and groups left out of ListGroups count too."
+    );
     describe_counter!("osprey_request_errors_total", "Requests that closed their connection (malformed, unsupported).");
     describe_histogram!("osprey_request_duration_seconds", Unit::Seconds, "Time from frame read to response written.");
     describe_histogram!(
@@ -789,6 +793,13 @@ pub fn sasl_authentication_failed(peer: SocketAddr, listener: &str, mechanism: &
     if let Some(unlogged) = LIMITER.admit(Duration::from_millis(100)) {
         tracing::info!(%peer, listener, mechanism, reason = %detail, unlogged, "failed authentication");
     }
+}
+
+/// The authorizer refused `operation` on a resource of `resource_type` (Kafka's names:
+/// `TOPIC`, `READ`).
+pub fn authorization_failed(resource_type: &'static str, operation: &'static str) {
+    counter!("osprey_authorization_failures_total", "resource_type" => resource_type, "operation" => operation)
+        .increment(1);
 }
 
 /// A connection closed before it authenticated, for breaking the SASL protocol (a

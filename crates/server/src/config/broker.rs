@@ -173,6 +173,9 @@ pub struct BrokerConfig {
     pub connection_failed_authentication_delay_ms: i32,
     /// `connections.max.reauth.ms`; 0: SASL sessions do not expire.
     pub connections_max_reauth_ms: i64,
+    /// `authorizer.class.name`, `super.users` and `allow.everyone.if.no.acl.found`;
+    /// `None` without an authorizer.
+    pub authorizer: Option<crate::authorizer::Authorizer>,
     /// `sasl.server.max.receive.size`.
     pub sasl_server_max_receive_size: i32,
     /// `queued.max.requests`.
@@ -723,6 +726,11 @@ impl BrokerConfig {
             connections_max_idle_ms: r.i64("connections.max.idle.ms"),
             connection_failed_authentication_delay_ms: r.i32("connection.failed.authentication.delay.ms"),
             connections_max_reauth_ms: r.i64("connections.max.reauth.ms"),
+            authorizer: crate::authorizer::Authorizer::from_config(
+                &r.string("authorizer.class.name"),
+                &r.string("super.users"),
+                r.bool("allow.everyone.if.no.acl.found"),
+            ),
             sasl_server_max_receive_size: r.i32("sasl.server.max.receive.size"),
             queued_max_requests: r.i32("queued.max.requests"),
             queued_max_request_bytes: r.i64("queued.max.request.bytes"),

@@ -376,6 +376,13 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "SASL sessions expire this long after authentication (KIP-368): the client re-authenticates on the same connection before then, or the connection closes at its next request; 0: never."),
     ConfigKey::new("connection.failed.authentication.delay.ms", Int, Some("100"), AtLeast(0), G::Listeners,
         "Delay before answering a failed SASL authentication and closing the connection, to slow down password guessing."),
+    // Authorization (authorizer.rs): Kafka's StandardAuthorizer over the ACLs in the metadata.
+    ConfigKey::new("authorizer.class.name", ConfigType::String, Some(""), OneOf(&["", crate::authorizer::STANDARD_AUTHORIZER]), G::Listeners,
+        "org.apache.kafka.metadata.authorizer.StandardAuthorizer checks every request against the ACLs in the cluster metadata; empty: every request is allowed and the ACL APIs answer SECURITY_DISABLED."),
+    ConfigKey::new("super.users", ConfigType::String, Some(""), Any, G::Listeners,
+        "Principals allowed everything whatever the ACLs, separated by semicolons (User:admin;User:ANONYMOUS)."),
+    ConfigKey::new("allow.everyone.if.no.acl.found", Boolean, Some("false"), Any, G::Listeners,
+        "With an authorizer, a resource that no ACL applies to is open to everyone (true) or to super users only (false)."),
     // Network
     ConfigKey::new("socket.request.max.bytes", Int, Some("104857600"), AtLeast(1), G::Network,
         "Largest request frame accepted; a larger declared size closes the connection."),

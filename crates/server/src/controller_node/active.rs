@@ -51,9 +51,11 @@ use tokio::time::Instant;
 
 /// The API keys and versions the active controller serves: Kafka 4.4's controller's
 /// ranges, as in protocol-specs.
-pub const SUPPORTED: [(i16, i16, i16); 14] = [
+pub const SUPPORTED: [(i16, i16, i16); 16] = [
     (19, 2, 7),
     (20, 1, 6),
+    (30, 1, 3),
+    (31, 1, 3),
     (33, 0, 2),
     (37, 0, 3),
     (43, 0, 2),

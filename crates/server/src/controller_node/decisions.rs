@@ -6,6 +6,7 @@
 
 use crate::config::BrokerConfig;
 use crate::config_changes::{self, Changes, Outcome};
+use crate::handlers::acls;
 use crate::handlers::client_quotas;
 use crate::handlers::elect_leaders;
 use crate::handlers::partition_reassignments;
@@ -71,6 +72,8 @@ pub fn decide(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, bod
         RequestBody::ListPartitionReassignments(r) => list_partition_reassignments(image, r),
         RequestBody::AlterUserScramCredentials(r) => alter_user_scram_credentials(image, r),
         RequestBody::AlterClientQuotas(r) => alter_client_quotas(image, r),
+        RequestBody::CreateAcls(r) => applied(image, acls::decide_create(image, r), ResponseBody::CreateAcls),
+        RequestBody::DeleteAcls(r) => applied(image, acls::decide_delete(image, r), ResponseBody::DeleteAcls),
         _ => return None,
     };
     Some(decided)
@@ -171,6 +174,12 @@ pub fn failed(body: &RequestBody, version: i16, code: ErrorCode, message: &str) 
         ),
         RequestBody::AlterClientQuotas(r) => {
             ResponseBody::AlterClientQuotas(client_quotas::failed(r, code, message.as_deref().unwrap_or("")))
+        }
+        RequestBody::CreateAcls(r) => {
+            ResponseBody::CreateAcls(acls::create_failed(r, code, message.as_deref().unwrap_or("")))
+        }
+        RequestBody::DeleteAcls(r) => {
+            ResponseBody::DeleteAcls(acls::delete_failed(r, code, message.as_deref().unwrap_or("")))
         }
         RequestBody::AlterConfigs(r) => ResponseBody::AlterConfigs(AlterConfigsResponse {
             responses: r
@@ -558,6 +567,16 @@ fn alter_client_quotas(image: &mut MetadataImage, r: &AlterClientQuotasRequest) 
         image.apply(record);
     }
     Decided { records, response: ResponseBody::AlterClientQuotas(response) }
+}
+
+/// CreateAcls (30) and DeleteAcls (31), decided as on a single node (see
+/// `handlers::acls`): the records applied to the image, and the answer.
+fn applied<R>(image: &mut MetadataImage, decided: (R, Vec<MetadataRecord>), wrap: fn(R) -> ResponseBody) -> Decided {
+    let (response, records) = decided;
+    for record in &records {
+        image.apply(record);
+    }
+    Decided { records, response: wrap(response) }
 }
 
 /// IncrementalAlterConfigs (44) for topics, brokers and groups, each resource all or

@@ -32,6 +32,8 @@ pub mod scram_credentials;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
+use crate::access::Access;
+use crate::authorization::{self, Finish, Gate};
 use crate::broker::Broker;
 use crate::dispatch::{Client, Reply, Request};
 use osprey_protocol::messages::{SaslAuthenticateResponse, SaslHandshakeResponse};
@@ -43,6 +45,35 @@ use std::sync::Arc;
 /// first, on the blocking pool, as Kafka creates them on first use; the request is
 /// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
+    let access = Access::of(broker, client);
+    if !access.enabled() {
+        return handle_allowed(broker, request, client);
+    }
+    let Request { api_key, header, body } = request;
+    match authorization::gate(&access, body, header.request_api_version) {
+        Gate::Refuse(answer) => Reply::Now(answer),
+        Gate::Handle(body, finish) => {
+            let reply = handle_allowed(broker, Request { api_key, header, body }, client);
+            match finish {
+                Some(finish) => finish_reply(reply, finish),
+                None => reply,
+            }
+        }
+    }
+}
+
+/// `reply` with `finish` applied to its answer, now or when it resolves.
+fn finish_reply(reply: Reply, finish: Finish) -> Reply {
+    match reply {
+        Reply::Now(body) => Reply::Now(finish(body)),
+        Reply::Later(pending) => Reply::Later(Box::pin(async move { finish(pending.await) })),
+        Reply::Ordered(pending) => Reply::Ordered(Box::pin(async move { finish(pending.await) })),
+        other => other,
+    }
+}
+
+/// The request once the authorizer (if any) has let it through.
+fn handle_allowed(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
     let missing = internal_topic_of(&request.body).filter(|(name, _)| broker.image().topic(name).is_none());
     if let Some((name, ensure)) = missing {
         let client = client.clone();
@@ -142,9 +173,15 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::DescribeTransactions(body) => Reply::Now(transactions::describe_transactions(broker, body)),
         RequestBody::ListTransactions(body) => Reply::Now(transactions::list_transactions(broker, body)),
         RequestBody::DescribeProducers(body) => Reply::Now(transactions::describe_producers(broker, body)),
-        RequestBody::DescribeAcls(_) => Reply::Now(acls::describe()),
-        RequestBody::CreateAcls(body) => Reply::Now(acls::create(body)),
-        RequestBody::DeleteAcls(body) => Reply::Now(acls::delete(body)),
+        RequestBody::DescribeAcls(body) => Reply::Now(acls::describe(&Access::of(broker, client), body)),
+        RequestBody::CreateAcls(body) => {
+            let access = Access::of(broker, client);
+            on_blocking_pool(broker, move |b| acls::create(b, &access, body, version))
+        }
+        RequestBody::DeleteAcls(body) => {
+            let access = Access::of(broker, client);
+            on_blocking_pool(broker, move |b| acls::delete(b, &access, body, version))
+        }
         RequestBody::PushTelemetry(_) => Reply::Now(telemetry_subscriptions::handle_push()),
         // Authentication happens before the request loop (network.rs, sasl/); here the
         // connection is a PLAINTEXT or SSL one, or already authenticated, as in Kafka's
