@@ -127,7 +127,7 @@ enum BrokerApplied {
         first_offset: u64,
         records: Vec<MetadataRecord>,
     },
-    Image(MetadataImage),
+    Image(Box<MetadataImage>),
     /// `apply_to` refused an answer: a controller sent what does not fit the image.
     Refused(OffsetGap),
 }
@@ -895,7 +895,7 @@ impl World {
                         image.applied
                     );
                     assert!(
-                        images.get(&image.applied) == Some(&image),
+                        images.get(&image.applied) == Some(&*image),
                         "seed {seed}: {who} was sent an image at offset {} that is not the voters' there",
                         image.applied
                     );

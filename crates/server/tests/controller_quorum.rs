@@ -555,7 +555,7 @@ async fn a_broker_follows_the_committed_metadata_log_over_the_controller_listene
         let client = cluster.client(1);
         async move {
             match fetch(&client, 0, 0).await.content {
-                MetadataFetchContent::Image { image } => Some(image),
+                MetadataFetchContent::Image { image } => Some(*image),
                 _ => None,
             }
         }

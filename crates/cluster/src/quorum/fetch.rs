@@ -69,7 +69,7 @@ pub enum MetadataFetchContent {
     Records { first_offset: u64, records: Vec<MetadataRecord> },
     /// The whole image as of its `applied` offset: the records the broker wants are no
     /// longer kept. The broker replaces its image and fetches from `image.applied`.
-    Image { image: MetadataImage },
+    Image { image: Box<MetadataImage> },
     /// The node cannot serve metadata (it has not joined a formed quorum yet, or is
     /// stopping): ask another.
     NotReady { why: String },
@@ -179,7 +179,7 @@ impl MetadataFetchContent {
                 Err(OffsetGap { first_offset: whole.applied, applied: image.applied })
             }
             MetadataFetchContent::Image { image: whole } => {
-                *image = whole;
+                *image = *whole;
                 Ok(true)
             }
             MetadataFetchContent::NotReady { .. } => Ok(false),
@@ -252,7 +252,7 @@ mod tests {
         let mut image = MetadataImage::default();
         image.apply(&producer_ids(20));
         image.apply(&producer_ids(30));
-        let content = MetadataFetchContent::Image { image: older };
+        let content = MetadataFetchContent::Image { image: Box::new(older) };
         assert_eq!(content.apply_to(&mut image), Err(OffsetGap { first_offset: 1, applied: 2 }));
         assert_eq!((image.applied, image.next_producer_id), (2, 30), "a refused image changes nothing");
     }
@@ -265,7 +265,7 @@ mod tests {
         let response = MetadataFetchResponse {
             leader: Some(LeaderHint { node_id: 2, endpoint: ControllerEndpoint::new("127.0.0.1", 9093) }),
             applied: 2,
-            content: MetadataFetchContent::Image { image: whole },
+            content: MetadataFetchContent::Image { image: Box::new(whole) },
         };
         let json = serde_json::to_vec(&response).unwrap();
         let back: MetadataFetchResponse = serde_json::from_slice(&json).unwrap();

@@ -251,7 +251,7 @@ impl AppliedView {
         let shared = self.lock();
         let content = match shared.tail.read(offset, max_records) {
             TailRead::Records(records) => Some(MetadataFetchContent::Records { first_offset: offset, records }),
-            TailRead::BelowTail => Some(MetadataFetchContent::Image { image: shared.applied.image.clone() }),
+            TailRead::BelowTail => Some(MetadataFetchContent::Image { image: Box::new(shared.applied.image.clone()) }),
             TailRead::NothingNew => None,
         };
         (content, shared.events.subscribe())
