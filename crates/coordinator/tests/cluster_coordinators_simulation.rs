@@ -1,0 +1,609 @@
+//! The group coordinator in the whole-cluster simulation: the controller quorum, brokers
+//! replicating their partitions and the faults of osprey-cluster's
+//! `tests/sim/cluster.rs` (its module docs say what is modelled), with a
+//! `__consumer_offsets` topic whose partitions the brokers replicate like any other, and
+//! a [`GroupCoordinator`] on each broker driven as `crates/server` drives it
+//! (`groups.rs`, `coordinator_leadership.rs`, `handlers/offset_fetch.rs`):
+//!
+//! - a broker whose replica of an offsets partition becomes leader begins loading it at
+//!   its leader epoch, and finishes a step or more later (the server reads the log on the
+//!   blocking pool) with every record of its log, to the log end; a partition no longer
+//!   led there, or led at another epoch, is unloaded (or loaded afresh);
+//! - the coordinator's persists are appended as one entry of the partition's log, acks=all,
+//!   only while the partition is led at the epoch it was loaded at
+//!   (`append_coordinator_records`), and reported to `persisted` once the append
+//!   completes (the replica answers after the high watermark passed it);
+//! - a client commits offsets of a few groups, monotonically increasing per partition,
+//!   to the broker that its FindCoordinator-like lookup names (the offsets partition's
+//!   leader in the metadata of a broker it asks, perhaps stale), and reads them back with
+//!   OffsetFetch, answered from the coordinator's memory and confirmed as the server
+//!   confirms it (`confirm_offsets_read`: still led at the loaded epoch, and the broker
+//!   holds its lease with the controller). The client's requests cross no network; a
+//!   broker that crashes drops the requests it holds.
+//!
+//! A broker's coordinator is in memory only: a crash loses it, and the restarted broker
+//! starts an empty one that loads what it leads.
+//!
+//! Invariants, on top of the cluster simulation's (which check the offsets partitions'
+//! appends as any acknowledged write: answered once, below the high watermark, never
+//! lost):
+//!
+//! - (g1) no acknowledged commit is lost or seen to go back: an OffsetFetch answered by a
+//!   coordinator without error shows, for each partition, at least the largest offset
+//!   acknowledged or shown before it (the chaos checker's `commit_backwards`), and never
+//!   an offset no commit sent;
+//! - (g2) every request is answered once, by the broker incarnation it was sent to, and
+//!   the coordinator's appends complete once each;
+//! - (g3) at any time at most one broker answers reads for an offsets partition: it has
+//!   it loaded at an epoch it leads at, and holds its lease;
+//! - (g4) liveness: once the faults heal and the cluster converged, each group's
+//!   coordinator (the leader of its partition in the committed metadata) has it loaded at
+//!   the committed leader epoch, confirms its reads, answers every acknowledged commit
+//!   (or a later one sent), and holds no request unanswered.
+//!
+//! Not modelled: transactions (TxnOffsetCommit, markers), group membership (joins,
+//! rebalances: the client commits as a simple group), offset expiry, the coordinators'
+//! real append queues (an append is issued at once, in output order), compaction of the
+//! offsets topic, and the client's network.
+
+#[path = "../../cluster/tests/sim/cluster.rs"]
+mod cluster;
+#[path = "../../cluster/tests/sim/mod.rs"]
+mod sim;
+
+use cluster::{broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World};
+use osprey_cluster::image::NO_LEADER;
+use osprey_coordinator::group::{
+    partition_for, GroupConfig, GroupCoordinator, Output, PartitionLoad, PersistId, Record, Replay, ReplyId, Response,
+};
+use osprey_protocol::messages::offset_commit_request::{OffsetCommitRequestPartition, OffsetCommitRequestTopic};
+use osprey_protocol::messages::offset_fetch_request::OffsetFetchRequestTopics;
+use osprey_protocol::messages::OffsetCommitRequest;
+use osprey_protocol::{ErrorCode, Uuid};
+use std::collections::BTreeMap;
+
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
+const OFFSETS_TOPIC_ID: [u8; 16] = [0x0f; 16];
+/// `offsets.topic.num.partitions`, small: leaderships move often.
+const OFFSETS_PARTITIONS: i32 = 3;
+/// The groups the client commits for, one per offsets partition.
+const GROUPS: usize = OFFSETS_PARTITIONS as usize;
+/// The topic whose offsets the groups commit (it need not exist: a simple group commits
+/// what it likes).
+const CONSUMED_TOPIC: &str = "orders";
+const CONSUMED_PARTITIONS: i32 = 2;
+/// OffsetCommit v9 and OffsetFetch with the v8+ shape, as the server hands them over.
+const COMMIT_VERSION: i16 = 9;
+/// Per step, before the heal.
+const COMMIT_PER_MILLE: u64 = 400;
+/// Per step, before and after the heal.
+const FETCH_PER_MILLE: u64 = 400;
+/// A load begun is finished at each later step with this chance (the server reads the
+/// log on the blocking pool, while requests answer COORDINATOR_LOAD_IN_PROGRESS).
+const LOAD_FINISH_PER_MILLE: u64 = 500;
+
+/// One broker incarnation's group coordinator.
+struct Coordinator {
+    incarnation: u64,
+    groups: GroupCoordinator,
+    /// Its appends in flight: the request id of the append, and the persist it carries.
+    appends: BTreeMap<u64, PersistId>,
+}
+
+/// A request the client sent and the coordinator holds.
+struct Pending {
+    broker: usize,
+    incarnation: u64,
+    group: usize,
+    /// The offsets committed, by partition of the consumed topic.
+    offsets: Vec<(i32, i64)>,
+}
+
+/// The largest offset of a group's partition seen so far, and how.
+#[derive(Debug, Clone)]
+struct Observed {
+    offset: i64,
+    how: String,
+}
+
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Counts {
+    commits_sent: usize,
+    commits_acknowledged: usize,
+    commits_failed: usize,
+    fetches_checked: usize,
+    fetches_refused: usize,
+    fetches_loading: usize,
+    loads: usize,
+    unloads: usize,
+    appends_failed: usize,
+    coordinators_lost: usize,
+}
+
+/// The coordinators of every broker and the client, as the cluster simulation's
+/// [`Extension`].
+struct Coordinators {
+    topic: Uuid,
+    group_ids: Vec<String>,
+    /// By broker index; `None` while the broker is down.
+    coordinators: Vec<Option<Coordinator>>,
+    /// The records of each coordinator append, by the write id of its log entry.
+    records: BTreeMap<u64, Vec<Record>>,
+    /// The client: its requests held by coordinators, by reply id.
+    pending: BTreeMap<u64, Pending>,
+    next_reply: u64,
+    /// The last offset sent, per (group, partition).
+    sent: BTreeMap<(usize, i32), i64>,
+    /// The largest offset acknowledged, per (group, partition).
+    acknowledged: BTreeMap<(usize, i32), i64>,
+    /// The largest offset acknowledged or fetched, per (group, partition).
+    observed: BTreeMap<(usize, i32), Observed>,
+    counts: Counts,
+}
+
+impl Coordinators {
+    fn new() -> Coordinators {
+        // One group per offsets partition, so that each partition's moves matter.
+        let mut group_ids: Vec<Option<String>> = vec![None; GROUPS];
+        for i in 0.. {
+            let id = format!("group-{i}");
+            let slot = &mut group_ids[partition_for(&id, OFFSETS_PARTITIONS) as usize];
+            if slot.is_none() {
+                *slot = Some(id);
+            }
+            if group_ids.iter().all(Option::is_some) {
+                break;
+            }
+        }
+        Coordinators {
+            topic: Uuid(OFFSETS_TOPIC_ID),
+            group_ids: group_ids.into_iter().flatten().collect(),
+            coordinators: Vec::new(),
+            records: BTreeMap::new(),
+            pending: BTreeMap::new(),
+            next_reply: 0,
+            sent: BTreeMap::new(),
+            acknowledged: BTreeMap::new(),
+            observed: BTreeMap::new(),
+            counts: Counts::default(),
+        }
+    }
+
+    fn key(&self, index: i32) -> PartitionKey {
+        (self.topic, index)
+    }
+
+    /// Each running broker incarnation has its coordinator, following leadership.
+    fn start_coordinators(&mut self, w: &World, now_ms: i64) {
+        self.coordinators.resize_with(w.brokers(), || None);
+        for b in 0..w.brokers() {
+            let current = self.coordinators[b].as_ref().is_some_and(|c| c.incarnation == w.incarnation(b));
+            if w.is_up(b) && !current {
+                let mut groups = GroupCoordinator::new(GroupConfig::default());
+                groups.follow_leadership(OFFSETS_PARTITIONS, now_ms);
+                let incarnation = w.incarnation(b);
+                self.coordinators[b] = Some(Coordinator { incarnation, groups, appends: BTreeMap::new() });
+            }
+        }
+    }
+
+    /// `coordinator_leadership::follow` for broker `b`: loads what it leads at an epoch
+    /// not loaded yet, finishes loads begun before, unloads what it does not lead.
+    fn follow_leadership(&mut self, w: &mut World, b: usize, now_ms: i64) {
+        for index in 0..OFFSETS_PARTITIONS {
+            let key = self.key(index);
+            let led = w.replica(b, key).filter(|r| r.is_leader()).map(|r| r.leader_epoch());
+            let Some(c) = self.coordinators[b].as_mut() else { return };
+            let current = c.groups.partition_load(index);
+            match (led, current) {
+                (None, None) => {}
+                (None, Some(_)) => {
+                    c.groups.unload_partition(index, OFFSETS_PARTITIONS, now_ms);
+                    self.counts.unloads += 1;
+                    let id = w.broker_id(b);
+                    w.trace(now_ms, format!("broker {id} unloads __consumer_offsets-{index}"));
+                }
+                (Some(epoch), Some(PartitionLoad::Loaded { epoch: e })) if e == epoch => {}
+                (Some(epoch), Some(PartitionLoad::Loading { epoch: e })) if e == epoch => {
+                    if w.rng().chance(LOAD_FINISH_PER_MILLE) {
+                        self.finish_load(w, b, index, epoch, now_ms);
+                    }
+                }
+                (Some(epoch), _) => {
+                    c.groups.begin_load(index, epoch, now_ms);
+                    let id = w.broker_id(b);
+                    w.trace(now_ms, format!("broker {id} begins loading __consumer_offsets-{index} at epoch {epoch}"));
+                }
+            }
+            self.drain(w, b, now_ms);
+        }
+    }
+
+    /// `groups::load_partition`: every record of the partition's log, to its log end.
+    fn finish_load(&mut self, w: &mut World, b: usize, index: i32, epoch: i32, now_ms: i64) {
+        let key = self.key(index);
+        let mut items = Vec::new();
+        let entries = w.log(b, key).map(|d| d.entries.clone()).unwrap_or_default();
+        for entry in entries {
+            match self.records.get(&entry.write_id) {
+                Some(records) => items.extend(records.iter().cloned().map(Replay::Record)),
+                None => {
+                    w.violation(format!("__consumer_offsets-{index} holds write {}, no coordinator's", entry.write_id))
+                }
+            }
+        }
+        let Some(c) = self.coordinators[b].as_mut() else { return };
+        let count = items.len();
+        match c.groups.finish_load(index, epoch, items, now_ms) {
+            Some(Ok(_)) => {
+                self.counts.loads += 1;
+                let id = w.broker_id(b);
+                w.trace(
+                    now_ms,
+                    format!("broker {id} loaded __consumer_offsets-{index} at epoch {epoch}: {count} records"),
+                );
+            }
+            Some(Err(e)) => {
+                w.violation(format!("broker {} cannot load __consumer_offsets-{index}: {e}", w.broker_id(b)))
+            }
+            None => {}
+        }
+    }
+
+    /// Carries out broker `b`'s coordinator outputs (`Groups::drain`, with the appends
+    /// issued at once rather than from a queue's runner).
+    fn drain(&mut self, w: &mut World, b: usize, now_ms: i64) {
+        loop {
+            let Some(c) = self.coordinators[b].as_mut() else { return };
+            let Some(output) = c.groups.poll_output() else { return };
+            match output {
+                Output::Respond { reply, response } => self.answered(w, b, reply, response),
+                Output::Persist { id, group_id, records, producer: _ } => {
+                    let index = partition_for(&group_id, OFFSETS_PARTITIONS);
+                    let Some(epoch) = c.groups.loaded_epoch(index) else {
+                        c.groups.persisted(id, Err(ErrorCode::NOT_COORDINATOR), now_ms);
+                        continue;
+                    };
+                    let write_ids = w.new_write_ids(1);
+                    let write_id = write_ids[0];
+                    self.records.insert(write_id, records);
+                    let key = (self.topic, index);
+                    match w.append_as_leader(b, key, epoch, write_ids, now_ms) {
+                        Ok(request_id) => {
+                            c.appends.insert(request_id, id);
+                        }
+                        Err(code) => {
+                            self.records.remove(&write_id);
+                            self.counts.appends_failed += 1;
+                            c.groups.persisted(id, Err(code), now_ms);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// (g2) and the acknowledgements of (g1): a held request answered.
+    fn answered(&mut self, w: &mut World, b: usize, reply: ReplyId, response: Response) {
+        let Some(pending) = self.pending.remove(&reply.0) else {
+            w.violation(format!("broker {} answered request {} twice, or one never sent", w.broker_id(b), reply.0));
+            return;
+        };
+        if pending.broker != b || pending.incarnation != w.incarnation(b) {
+            w.violation(format!(
+                "request {} answered by broker {} incarnation {}",
+                reply.0,
+                w.broker_id(b),
+                w.incarnation(b)
+            ));
+        }
+        let Response::OffsetCommit(response) = response else {
+            w.violation(format!("request {} answered with {response:?}", reply.0));
+            return;
+        };
+        let errors: BTreeMap<i32, i16> =
+            response.topics.iter().flat_map(|t| &t.partitions).map(|p| (p.partition_index, p.error_code)).collect();
+        for (partition, offset) in pending.offsets {
+            if errors.get(&partition) != Some(&ErrorCode::NONE.code()) {
+                self.counts.commits_failed += 1;
+                continue;
+            }
+            self.counts.commits_acknowledged += 1;
+            let key = (pending.group, partition);
+            let acknowledged = self.acknowledged.entry(key).or_insert(offset);
+            *acknowledged = offset.max(*acknowledged);
+            let how = format!("commit acknowledged by broker {}", w.broker_id(b));
+            if self.observed.get(&key).is_none_or(|o| o.offset < offset) {
+                self.observed.insert(key, Observed { offset, how });
+            }
+        }
+    }
+
+    /// The broker the client's FindCoordinator names for `group`: the leader of its
+    /// offsets partition in the metadata of a broker it asks (perhaps stale), if up.
+    fn find_coordinator(&self, w: &mut World, group: usize) -> Option<usize> {
+        let up: Vec<usize> = (0..w.brokers()).filter(|&b| w.is_up(b)).collect();
+        let asked = *up.get(w.rng().below(up.len() as u64) as usize)?;
+        let index = partition_for(&self.group_ids[group], OFFSETS_PARTITIONS);
+        let leader = w.image(asked).partition(self.topic, index)?.leader;
+        let b = (leader != NO_LEADER).then(|| broker_index(leader))?;
+        (b < w.brokers() && w.is_up(b) && self.coordinators[b].is_some()).then_some(b)
+    }
+
+    /// The client commits new offsets for one or both partitions of a group.
+    fn commit(&mut self, w: &mut World, now_ms: i64) {
+        let group = w.rng().below(GROUPS as u64) as usize;
+        let Some(b) = self.find_coordinator(w, group) else { return };
+        let both = w.rng().chance(500);
+        let first = w.rng().below(CONSUMED_PARTITIONS as u64) as i32;
+        let partitions: Vec<i32> = if both { (0..CONSUMED_PARTITIONS).collect() } else { vec![first] };
+        let mut offsets = Vec::new();
+        for p in partitions {
+            let step = 1 + w.rng().below(3) as i64;
+            let sent = self.sent.entry((group, p)).or_insert(0);
+            *sent += step;
+            offsets.push((p, *sent));
+        }
+        let request = OffsetCommitRequest {
+            group_id: self.group_ids[group].clone(),
+            generation_id_or_member_epoch: -1,
+            topics: vec![OffsetCommitRequestTopic {
+                name: CONSUMED_TOPIC.into(),
+                partitions: offsets
+                    .iter()
+                    .map(|&(partition_index, committed_offset)| OffsetCommitRequestPartition {
+                        partition_index,
+                        committed_offset,
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let reply = self.next_reply;
+        self.next_reply += 1;
+        let incarnation = w.incarnation(b);
+        self.pending.insert(reply, Pending { broker: b, incarnation, group, offsets });
+        self.counts.commits_sent += 1;
+        let c = self.coordinators[b].as_mut().expect("found up");
+        c.groups.commit_offsets(&request, COMMIT_VERSION, ReplyId(reply), now_ms);
+        self.drain(w, b, now_ms);
+    }
+
+    /// The client reads a group's offsets back (`handlers/offset_fetch.rs`'s `fetch`),
+    /// and (g1) checks what an answer without error shows.
+    fn fetch(&mut self, w: &mut World) {
+        let group = w.rng().below(GROUPS as u64) as usize;
+        let Some(b) = self.find_coordinator(w, group) else { return };
+        let require_stable = w.rng().chance(500);
+        let topics = [OffsetFetchRequestTopics {
+            name: CONSUMED_TOPIC.into(),
+            partition_indexes: (0..CONSUMED_PARTITIONS).collect(),
+            ..Default::default()
+        }];
+        let group_id = &self.group_ids[group];
+        let c = self.coordinators[b].as_ref().expect("found up");
+        let answer = c.groups.fetch_offsets(group_id, Some(&topics), require_stable);
+        let loaded = c.groups.loaded_partition_of(group_id);
+        if answer.error_code != ErrorCode::NONE.code() {
+            self.counts.fetches_loading +=
+                usize::from(answer.error_code == ErrorCode::COORDINATOR_LOAD_IN_PROGRESS.code());
+            return;
+        }
+        // `confirm_offsets_read`.
+        let Some((index, epoch)) = loaded else {
+            return w.violation(format!(
+                "broker {} answered {group_id}'s offsets with no partition loaded",
+                w.broker_id(b)
+            ));
+        };
+        if !w.leads_at(b, self.key(index), epoch) || !w.holds_lease(b) {
+            self.counts.fetches_refused += 1;
+            return;
+        }
+        self.counts.fetches_checked += 1;
+        for p in answer.topics.iter().flat_map(|t| &t.partitions) {
+            if p.error_code != ErrorCode::NONE.code() {
+                continue;
+            }
+            let key = (group, p.partition_index);
+            let (offset, id) = (p.committed_offset, w.broker_id(b));
+            if let Some(o) = self.observed.get(&key).filter(|o| o.offset > offset) {
+                return w.violation(format!(
+                    "COMMIT BACKWARDS: {group_id} {CONSUMED_TOPIC}-{}: broker {id} (epoch {epoch}) answers offset {offset} after {} ({})",
+                    p.partition_index, o.offset, o.how
+                ));
+            }
+            if offset > self.sent.get(&key).copied().unwrap_or(-1) {
+                return w.violation(format!("{group_id}: broker {id} answers offset {offset}, never committed"));
+            }
+            if offset >= 0 && self.observed.get(&key).is_none_or(|o| o.offset < offset) {
+                let how = format!("fetched from broker {id} at epoch {epoch}");
+                self.observed.insert(key, Observed { offset, how });
+            }
+        }
+    }
+}
+
+impl Extension for Coordinators {
+    fn topics(&self) -> Vec<TopicSpec> {
+        // Kafka's default: no unclean election, so no acknowledged commit may be lost.
+        vec![TopicSpec {
+            name: OFFSETS_TOPIC.into(),
+            id: OFFSETS_TOPIC_ID,
+            partitions: OFFSETS_PARTITIONS as usize,
+            unclean_election: false,
+        }]
+    }
+
+    fn step(&mut self, w: &mut World, now_ms: i64, faults: bool) {
+        self.start_coordinators(w, now_ms);
+        for b in 0..w.brokers() {
+            self.follow_leadership(w, b, now_ms);
+            if let Some(c) = self.coordinators[b].as_mut() {
+                c.groups.tick(now_ms);
+            }
+            self.drain(w, b, now_ms);
+        }
+        if faults && w.rng().chance(COMMIT_PER_MILLE) {
+            self.commit(w, now_ms);
+        }
+        if w.rng().chance(FETCH_PER_MILLE) {
+            self.fetch(w);
+        }
+    }
+
+    fn broker_crashed(&mut self, w: &mut World, b: usize) {
+        if let Some(c) = self.coordinators.get_mut(b).and_then(Option::take) {
+            self.counts.coordinators_lost += 1;
+            // The requests it held are never answered: the client gives up on them.
+            self.pending.retain(|_, p| (p.broker, p.incarnation) != (b, c.incarnation));
+            let _ = w;
+        }
+    }
+
+    fn append_completed(
+        &mut self,
+        w: &mut World,
+        b: usize,
+        key: PartitionKey,
+        request_id: u64,
+        result: Result<(), ErrorCode>,
+        now_ms: i64,
+    ) {
+        let Some(c) = self.coordinators.get_mut(b).and_then(Option::as_mut) else {
+            return w.violation(format!(
+                "an append of {key:?} completed on broker {} without a coordinator",
+                w.broker_id(b)
+            ));
+        };
+        let Some(id) = c.appends.remove(&request_id) else {
+            return w.violation(format!("append {request_id} of {key:?} completed twice on broker {}", w.broker_id(b)));
+        };
+        c.groups.persisted(id, result, now_ms);
+        self.drain(w, b, now_ms);
+    }
+
+    fn check(&mut self, w: &mut World) {
+        // (g3): at most one broker answers reads for each offsets partition.
+        for index in 0..OFFSETS_PARTITIONS {
+            let key = self.key(index);
+            let serving: Vec<(i32, i32)> = (0..self.coordinators.len())
+                .filter_map(|b| {
+                    let epoch = self.coordinators[b].as_ref()?.groups.loaded_epoch(index)?;
+                    (w.leads_at(b, key, epoch) && w.holds_lease(b)).then(|| (w.broker_id(b), epoch))
+                })
+                .collect();
+            assert!(
+                serving.len() <= 1,
+                "seed {}: __consumer_offsets-{index} has several coordinators answering reads (broker, epoch): {serving:?}",
+                w.seed
+            );
+        }
+    }
+
+    fn converged(&mut self, w: &mut World) -> Result<(), String> {
+        let latest = w.latest_image().clone();
+        for (group, group_id) in self.group_ids.iter().enumerate() {
+            let index = partition_for(group_id, OFFSETS_PARTITIONS);
+            let p = latest.partition(self.topic, index).ok_or("no __consumer_offsets")?;
+            let b = broker_index(p.leader);
+            let c =
+                self.coordinators.get(b).and_then(Option::as_ref).ok_or(format!("no coordinator on {}", p.leader))?;
+            if c.groups.loaded_epoch(index) != Some(p.leader_epoch) {
+                return Err(format!(
+                    "__consumer_offsets-{index} is not loaded on {} at epoch {}",
+                    p.leader, p.leader_epoch
+                ));
+            }
+            if !w.leads_at(b, self.key(index), p.leader_epoch) || !w.holds_lease(b) {
+                return Err(format!("broker {} cannot confirm its reads of {group_id}", p.leader));
+            }
+            let topics = [OffsetFetchRequestTopics {
+                name: CONSUMED_TOPIC.into(),
+                partition_indexes: (0..CONSUMED_PARTITIONS).collect(),
+                ..Default::default()
+            }];
+            let answer = c.groups.fetch_offsets(group_id, Some(&topics), false);
+            for q in answer.topics.iter().flat_map(|t| &t.partitions) {
+                let key = (group, q.partition_index);
+                let acknowledged = self.acknowledged.get(&key).copied().unwrap_or(-1);
+                let sent = self.sent.get(&key).copied().unwrap_or(-1);
+                if q.committed_offset < acknowledged || q.committed_offset > sent {
+                    return Err(format!(
+                        "{group_id} {CONSUMED_TOPIC}-{}: its coordinator answers {}, acknowledged {acknowledged}, sent {sent}",
+                        q.partition_index, q.committed_offset
+                    ));
+                }
+            }
+        }
+        let held = self.pending.values().find(|p| w.is_up(p.broker) && p.incarnation == w.incarnation(p.broker));
+        if let Some(p) = held {
+            return Err(format!(
+                "broker {} holds a commit of {} unanswered",
+                w.broker_id(p.broker),
+                self.group_ids[p.group]
+            ));
+        }
+        Ok(())
+    }
+
+    fn counts(&self) -> Vec<(&'static str, usize)> {
+        let c = &self.counts;
+        vec![
+            ("commits_sent", c.commits_sent),
+            ("commits_acknowledged", c.commits_acknowledged),
+            ("commits_failed", c.commits_failed),
+            ("fetches_checked", c.fetches_checked),
+            ("fetches_refused", c.fetches_refused),
+            ("fetches_loading", c.fetches_loading),
+            ("loads", c.loads),
+            ("unloads", c.unloads),
+            ("appends_failed", c.appends_failed),
+            ("coordinators_lost", c.coordinators_lost),
+        ]
+    }
+}
+
+fn coordinators() -> Option<Box<dyn Extension>> {
+    Some(Box::new(Coordinators::new()))
+}
+
+/// Over the seeds, commits must have been acknowledged and read back, and `also` must
+/// have happened, or the invariants checked little.
+fn assert_exercised(counts: &BTreeMap<&'static str, usize>, also: &[&str]) {
+    let always = ["commits_acknowledged", "commits_failed", "fetches_checked", "fetches_refused", "loads"];
+    for name in always.iter().chain(also) {
+        assert!(counts.get(name).is_some_and(|&n| n > 0), "{name} never happened over the seeds: {counts:?}");
+    }
+}
+
+#[test]
+fn group_coordinators_keep_acknowledged_commits_as_leadership_moves() {
+    let counts = run_seeds(3, 24, coordinators);
+    assert_exercised(&counts, &["unloads", "coordinators_lost"]);
+}
+
+/// With four brokers an offsets partition's leadership mostly moves with a crash.
+#[test]
+fn group_coordinators_on_four_brokers() {
+    assert_exercised(&run_seeds(4, 8, coordinators), &["coordinators_lost"]);
+}
+
+/// Two runs of a seed agree, event for event (see `cluster_simulation.rs`'s test of the
+/// same name for why only one seed, and no counts, without `--cfg tokio_unstable`).
+#[test]
+fn seeds_replay_identically() {
+    let seeds = osprey_protocol::wire::simulation_seeds(if sim::REPLAY_IS_EXACT { 4 } else { 1 });
+    for seed in seeds {
+        let first = run_seed(seed, 3, false, coordinators());
+        let second = run_seed(seed, 3, false, coordinators());
+        assert_eq!(first.trace, second.trace, "seed {seed}: the traces differ between two runs");
+        assert_eq!(first.records, second.records, "seed {seed}: the committed records differ between two runs");
+        if sim::REPLAY_IS_EXACT {
+            assert_eq!(first.stats, second.stats, "seed {seed}: the counts differ between two runs");
+            assert_eq!(first.extension, second.extension, "seed {seed}: the coordinators' counts differ");
+        }
+    }
+}
