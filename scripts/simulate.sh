@@ -7,7 +7,7 @@
 #
 # SEEDS (default 2000) seeds per simulation from FIRST_SEED (default 1000000, above the
 # seeds CI runs, so a long run tries new ones). The quorum simulations run an eighth as
-# many (and so does the whole-cluster simulation): each of their seeds drives openraft
+# many (and so do the whole-cluster simulations): each of their seeds drives openraft
 # through thousands of simulated milliseconds.
 #
 # They are built with `--cfg tokio_unstable`, which lets the simulations seed Tokio's own
@@ -29,6 +29,7 @@ simulations=(
     osprey-cluster:partition_replication_simulation
     osprey-cluster:quorum_simulation
     osprey-cluster:cluster_simulation
+    osprey-coordinator:cluster_coordinators_simulation
     osprey-coordinator:group_simulation
     osprey-coordinator:group_consumer_simulation
     osprey-coordinator:group_txn_offsets_simulation
@@ -44,7 +45,7 @@ for sim in "${simulations[@]}"; do
     crate=${sim%%:*}
     test=${sim##*:}
     n=$seeds
-    if [ "$test" = quorum_simulation ] || [ "$test" = cluster_simulation ]; then
+    if [ "$test" = quorum_simulation ] || [ "$test" = cluster_simulation ] || [ "$test" = cluster_coordinators_simulation ]; then
         n=$(( (seeds + 7) / 8 ))
     fi
     started=$(date +%s)

@@ -21,6 +21,8 @@ step "seeded simulations replay exactly (built with --cfg tokio_unstable, in tar
 # its own target directory keeps it out of the workspace's build.
 RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
   cargo test --locked -p osprey-cluster --test quorum_simulation --test cluster_simulation seeds_replay_identically
+RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
+  cargo test --locked -p osprey-coordinator --test cluster_coordinators_simulation seeds_replay_identically
 
 if [ -x compat-tests/run.sh ]; then
   step "compat-tests against real clients"
