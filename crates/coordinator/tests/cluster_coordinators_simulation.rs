@@ -139,6 +139,9 @@ struct Coordinators {
     /// The largest offset acknowledged or fetched, per (group, partition).
     observed: BTreeMap<(usize, i32), Observed>,
     counts: Counts,
+    /// false only in the broken variant: reads are answered from memory without
+    /// `confirm_offsets_read`.
+    confirm_reads: bool,
 }
 
 impl Coordinators {
@@ -166,6 +169,7 @@ impl Coordinators {
             acknowledged: BTreeMap::new(),
             observed: BTreeMap::new(),
             counts: Counts::default(),
+            confirm_reads: true,
         }
     }
 
@@ -398,7 +402,7 @@ impl Coordinators {
                 w.broker_id(b)
             ));
         };
-        if !w.leads_at(b, self.key(index), epoch) || !w.holds_lease(b) {
+        if self.confirm_reads && (!w.leads_at(b, self.key(index), epoch) || !w.holds_lease(b)) {
             self.counts.fetches_refused += 1;
             return;
         }
@@ -589,6 +593,33 @@ fn group_coordinators_keep_acknowledged_commits_as_leadership_moves() {
 #[test]
 fn group_coordinators_on_four_brokers() {
     assert_exercised(&run_seeds(4, 8, coordinators), &["coordinators_lost"]);
+}
+
+/// The check of (g1) can fail: coordinators that answer OffsetFetch from memory without
+/// confirming that they still lead (`confirm_offsets_read`) show a cut-off broker's old
+/// offsets after newer commits were acknowledged by the new coordinator.
+#[test]
+fn coordinators_that_answer_reads_unconfirmed_are_caught() {
+    let seeds = osprey_protocol::wire::simulation_seeds(100);
+    let first = seeds.start;
+    for seed in seeds {
+        let broken = Coordinators { confirm_reads: false, ..Coordinators::new() };
+        let failed = std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(broken))));
+        if let Err(e) = failed {
+            let message = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            assert!(
+                message.contains("COMMIT BACKWARDS"),
+                "seed {seed}: the broken coordinators failed otherwise: {message}"
+            );
+            eprintln!("the unconfirmed reads were caught at seed {seed} (from {first})");
+            return;
+        }
+    }
+    panic!("no seed from {first} caught coordinators answering reads without confirming their leadership");
 }
 
 /// Two runs of a seed agree, event for event (see `cluster_simulation.rs`'s test of the
