@@ -36,8 +36,10 @@
 //! decides with `ClusterControl` and commits through the quorum like any other request.
 //! A client next to the brokers (its requests cross no network) sends acks=all produces
 //! to brokers that believe they lead; logs become durable a random part at a time, and
-//! `fsync_before_ack` counts only durable data. Not modelled: whole broker disks lost,
-//! reassignments, transactions and the coordinators, consumers, the partition log's real
+//! `fsync_before_ack` counts only durable data. Another simulation adds to the brokers
+//! through an [`Extension`]: the group coordinators on a `__consumer_offsets` topic
+//! (`crates/coordinator/tests/cluster_coordinators_simulation.rs`). Not modelled: whole
+//! broker disks lost, reassignments, transactions, consumers, the partition log's real
 //! storage (`crates/storage` has its own crash tests) and the client's network.
 //!
 //! Faults: voters crash (losing, tearing or garbling what was not fsynced) and restart;
