@@ -6,7 +6,8 @@
 //! (`groups.rs`, `coordinator_leadership.rs`, `handlers/offset_fetch.rs`):
 //!
 //! - a broker whose replica of an offsets partition becomes leader begins loading it at
-//!   its leader epoch, and finishes a step or more later (the server reads the log on the
+//!   its leader epoch (a step or more later: the server hands leadership over once the
+//!   metadata is published), and finishes a step or more later (the server reads the log on the
 //!   blocking pool) with every record of its log, to the log end; a partition no longer
 //!   led there, or led at another epoch, is unloaded (or loaded afresh);
 //! - the coordinator's persists are appended as one entry of the partition's log, acks=all,
@@ -78,6 +79,10 @@ const COMMIT_VERSION: i16 = 9;
 const COMMIT_PER_MILLE: u64 = 400;
 /// Per step, before and after the heal.
 const FETCH_PER_MILLE: u64 = 400;
+/// A broker hands its coordinator the leaderships it has at each step with this chance:
+/// the server does it once the metadata is published, a while after its replicas applied
+/// it, and meanwhile a coordinator may go on serving a partition it no longer leads.
+const FOLLOW_PER_MILLE: u64 = 500;
 /// A load begun is finished at each later step with this chance (the server reads the
 /// log on the blocking pool, while requests answer COORDINATOR_LOAD_IN_PROGRESS).
 const LOAD_FINISH_PER_MILLE: u64 = 500;
@@ -444,7 +449,9 @@ impl Extension for Coordinators {
     fn step(&mut self, w: &mut World, now_ms: i64, faults: bool) {
         self.start_coordinators(w, now_ms);
         for b in 0..w.brokers() {
-            self.follow_leadership(w, b, now_ms);
+            if w.rng().chance(FOLLOW_PER_MILLE) {
+                self.follow_leadership(w, b, now_ms);
+            }
             if let Some(c) = self.coordinators[b].as_mut() {
                 c.groups.tick(now_ms);
             }
