@@ -123,6 +123,9 @@ struct Counts {
     unloads: usize,
     appends_failed: usize,
     coordinators_lost: usize,
+    /// Reads that showed an offset the partition's log does not hold below its high
+    /// watermark.
+    dirty_reads: usize,
 }
 
 /// The coordinators of every broker and the client, as the cluster simulation's
@@ -382,7 +385,7 @@ impl Coordinators {
 
     /// The client reads a group's offsets back (`handlers/offset_fetch.rs`'s `fetch`),
     /// and (g1) checks what an answer without error shows.
-    fn fetch(&mut self, w: &mut World) {
+    fn fetch(&mut self, w: &mut World, now_ms: i64) {
         let group = w.rng().below(GROUPS as u64) as usize;
         let Some(b) = self.find_coordinator(w, group) else { return };
         let require_stable = w.rng().chance(500);
@@ -412,7 +415,18 @@ impl Coordinators {
             return;
         }
         self.counts.fetches_checked += 1;
+        let committed = self.committed_offsets(w, b, index, group_id, &topics);
         for p in answer.topics.iter().flat_map(|t| &t.partitions) {
+            let below_hw = committed.get(&p.partition_index).copied().unwrap_or(-1);
+            if p.error_code == ErrorCode::NONE.code() && p.committed_offset > below_hw {
+                self.counts.dirty_reads += 1;
+                let id = w.broker_id(b);
+                let what = format!(
+                    "DIRTY READ {group_id} {CONSUMED_TOPIC}-{}: broker {id} answers {} with {below_hw} below its high watermark",
+                    p.partition_index, p.committed_offset
+                );
+                w.trace(now_ms, what);
+            }
             if p.error_code != ErrorCode::NONE.code() {
                 continue;
             }
@@ -432,6 +446,30 @@ impl Coordinators {
                 self.observed.insert(key, Observed { offset, how });
             }
         }
+    }
+}
+
+impl Coordinators {
+    /// The offsets of `group_id` that broker `b`'s log of offsets partition `index` holds
+    /// below its high watermark: its records replayed into a coordinator of their own.
+    fn committed_offsets(
+        &self,
+        w: &World,
+        b: usize,
+        index: i32,
+        group_id: &str,
+        topics: &[OffsetFetchRequestTopics],
+    ) -> BTreeMap<i32, i64> {
+        let key = self.key(index);
+        let hw = w.replica(b, key).map_or(0, |r| r.high_watermark());
+        let entries = w.log(b, key).map(|d| d.entries.clone()).unwrap_or_default();
+        let records = entries.iter().take(hw.max(0) as usize).flat_map(|e| self.records.get(&e.write_id)).flatten();
+        let mut replayed = GroupCoordinator::new(GroupConfig::default());
+        if replayed.load(records.cloned(), 0).is_err() {
+            return BTreeMap::new();
+        }
+        let answer = replayed.fetch_offsets(group_id, Some(topics), false);
+        answer.topics.iter().flat_map(|t| &t.partitions).map(|p| (p.partition_index, p.committed_offset)).collect()
     }
 }
 
@@ -461,7 +499,7 @@ impl Extension for Coordinators {
             self.commit(w, now_ms);
         }
         if w.rng().chance(FETCH_PER_MILLE) {
-            self.fetch(w);
+            self.fetch(w, now_ms);
         }
     }
 
@@ -573,6 +611,7 @@ impl Extension for Coordinators {
             ("unloads", c.unloads),
             ("appends_failed", c.appends_failed),
             ("coordinators_lost", c.coordinators_lost),
+            ("dirty_reads", c.dirty_reads),
         ]
     }
 }
