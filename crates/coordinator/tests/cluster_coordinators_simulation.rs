@@ -18,8 +18,9 @@
 //!   to the broker that its FindCoordinator-like lookup names (the offsets partition's
 //!   leader in the metadata of a broker it asks, perhaps stale), and reads them back with
 //!   OffsetFetch, answered from the coordinator's memory and confirmed as the server
-//!   confirms it (`confirm_offsets_read`: still led at the loaded epoch, and the broker
-//!   holds its lease with the controller). The client's requests cross no network; a
+//!   confirms it (`confirm_offsets_read`: still led at the loaded epoch, the broker holds
+//!   its lease with the controller, and the high watermark reached the end of the log the
+//!   load read). The client's requests cross no network; a
 //!   broker that crashes drops the requests it holds.
 //!
 //! A broker's coordinator is in memory only: a crash loses it, and the restarted broker
@@ -32,7 +33,8 @@
 //! - (g1) no acknowledged commit is lost or seen to go back: an OffsetFetch answered by a
 //!   coordinator without error shows, for each partition, at least the largest offset
 //!   acknowledged or shown before it (the chaos checker's `commit_backwards`), and never
-//!   an offset no commit sent;
+//!   an offset no commit sent, nor one the partition's log (on the broker answering) does
+//!   not hold below its high watermark ("dirty read": a later leader may lack it);
 //! - (g2) every request is answered once, by the broker incarnation it was sent to, and
 //!   the coordinator's appends complete once each;
 //! - (g3) at any time at most one broker answers reads for an offsets partition: it has
@@ -54,6 +56,7 @@ mod sim;
 
 use cluster::{broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World};
 use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::replica::ReplicaState;
 use osprey_coordinator::group::{
     partition_for, GroupConfig, GroupCoordinator, Output, PartitionLoad, PersistId, Record, Replay, ReplyId, Response,
 };
@@ -87,12 +90,32 @@ const FOLLOW_PER_MILLE: u64 = 500;
 /// log on the blocking pool, while requests answer COORDINATOR_LOAD_IN_PROGRESS).
 const LOAD_FINISH_PER_MILLE: u64 = 500;
 
+/// Where a coordinator loaded an offsets partition: the leader epoch, and the end of
+/// the log it read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LoadedAt {
+    epoch: i32,
+    log_end: i64,
+}
+
+/// `confirm_offsets_read`'s checks of the partition (the lease is the broker's): the
+/// replica still leads at the epoch loaded, and its high watermark has reached the end
+/// of the log loaded, so that every commit the coordinator shows is on every ISR member.
+/// A new leader's log may hold records above its high watermark, and loads them: shown
+/// before they are committed, a later leader without them takes them back (see
+/// `a_new_coordinator_answers_no_commit_its_high_watermark_has_not_passed`).
+fn read_is_confirmed(replica: &ReplicaState, loaded: LoadedAt) -> bool {
+    replica.is_leader() && replica.leader_epoch() == loaded.epoch && replica.high_watermark() >= loaded.log_end
+}
+
 /// One broker incarnation's group coordinator.
 struct Coordinator {
     incarnation: u64,
     groups: GroupCoordinator,
     /// Its appends in flight: the request id of the append, and the persist it carries.
     appends: BTreeMap<u64, PersistId>,
+    /// The offsets partitions it loaded, and where.
+    loaded: BTreeMap<i32, LoadedAt>,
 }
 
 /// A request the client sent and the coordinator holds.
@@ -124,7 +147,7 @@ struct Counts {
     appends_failed: usize,
     coordinators_lost: usize,
     /// Reads that showed an offset the partition's log does not hold below its high
-    /// watermark.
+    /// watermark (each a violation of (g1)'s premise).
     dirty_reads: usize,
 }
 
@@ -194,7 +217,8 @@ impl Coordinators {
                 let mut groups = GroupCoordinator::new(GroupConfig::default());
                 groups.follow_leadership(OFFSETS_PARTITIONS, now_ms);
                 let incarnation = w.incarnation(b);
-                self.coordinators[b] = Some(Coordinator { incarnation, groups, appends: BTreeMap::new() });
+                self.coordinators[b] =
+                    Some(Coordinator { incarnation, groups, appends: BTreeMap::new(), loaded: BTreeMap::new() });
             }
         }
     }
@@ -236,7 +260,8 @@ impl Coordinators {
         let key = self.key(index);
         let mut items = Vec::new();
         let entries = w.log(b, key).map(|d| d.entries.clone()).unwrap_or_default();
-        for entry in entries {
+        let log_end = entries.len() as i64;
+        for entry in &entries {
             match self.records.get(&entry.write_id) {
                 Some(records) => items.extend(records.iter().cloned().map(Replay::Record)),
                 None => {
@@ -248,6 +273,7 @@ impl Coordinators {
         let count = items.len();
         match c.groups.finish_load(index, epoch, items, now_ms) {
             Some(Ok(_)) => {
+                c.loaded.insert(index, LoadedAt { epoch, log_end });
                 self.counts.loads += 1;
                 let id = w.broker_id(b);
                 w.trace(
@@ -410,7 +436,10 @@ impl Coordinators {
                 w.broker_id(b)
             ));
         };
-        if self.confirm_reads && (!w.leads_at(b, self.key(index), epoch) || !w.holds_lease(b)) {
+        let loaded_at = c.loaded.get(&index).copied().filter(|l| l.epoch == epoch);
+        let replica = w.replica(b, self.key(index));
+        let confirmed = replica.zip(loaded_at).is_some_and(|(r, l)| read_is_confirmed(r, l)) && w.holds_lease(b);
+        if self.confirm_reads && !confirmed {
             self.counts.fetches_refused += 1;
             return;
         }
@@ -425,7 +454,8 @@ impl Coordinators {
                     "DIRTY READ {group_id} {CONSUMED_TOPIC}-{}: broker {id} answers {} with {below_hw} below its high watermark",
                     p.partition_index, p.committed_offset
                 );
-                w.trace(now_ms, what);
+                w.trace(now_ms, what.clone());
+                w.violation(what);
             }
             if p.error_code != ErrorCode::NONE.code() {
                 continue;
@@ -566,7 +596,9 @@ impl Extension for Coordinators {
                     p.leader, p.leader_epoch
                 ));
             }
-            if !w.leads_at(b, self.key(index), p.leader_epoch) || !w.holds_lease(b) {
+            let loaded_at = c.loaded.get(&index).copied();
+            let replica = w.replica(b, self.key(index));
+            if !replica.zip(loaded_at).is_some_and(|(r, l)| read_is_confirmed(r, l)) || !w.holds_lease(b) {
                 return Err(format!("broker {} cannot confirm its reads of {group_id}", p.leader));
             }
             let topics = [OffsetFetchRequestTopics {
@@ -643,12 +675,14 @@ fn group_coordinators_on_four_brokers() {
 
 /// The check of (g1) can fail: coordinators that answer OffsetFetch from memory without
 /// confirming that they still lead (`confirm_offsets_read`) show a cut-off broker's old
-/// offsets after newer commits were acknowledged by the new coordinator.
+/// offsets after newer commits were acknowledged by the new coordinator. Few seeds catch
+/// it (one in about a hundred and thirty when written: seed 129 of 0..300), so the scan
+/// starts at 120 unless `SIM_FIRST_SEED` says otherwise, and goes on for 300 seeds if
+/// the simulation changed.
 #[test]
 fn coordinators_that_answer_reads_unconfirmed_are_caught() {
-    let seeds = osprey_protocol::wire::simulation_seeds(100);
-    let first = seeds.start;
-    for seed in seeds {
+    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(120u64);
+    for seed in first..first + 300 {
         let broken = Coordinators { confirm_reads: false, ..Coordinators::new() };
         let failed = std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(broken))));
         if let Err(e) = failed {
@@ -657,10 +691,8 @@ fn coordinators_that_answer_reads_unconfirmed_are_caught() {
                 .cloned()
                 .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
                 .unwrap_or_default();
-            assert!(
-                message.contains("COMMIT BACKWARDS"),
-                "seed {seed}: the broken coordinators failed otherwise: {message}"
-            );
+            let caught = message.contains("COMMIT BACKWARDS") || message.contains("DIRTY READ");
+            assert!(caught, "seed {seed}: the broken coordinators failed otherwise: {message}");
             eprintln!("the unconfirmed reads were caught at seed {seed} (from {first})");
             return;
         }
@@ -683,4 +715,106 @@ fn seeds_replay_identically() {
             assert_eq!(first.extension, second.extension, "seed {seed}: the coordinators' counts differ");
         }
     }
+}
+
+/// The shortest way for an OffsetFetch to go back, found by reasoning about what the
+/// simulation's dirty-read count measures, and replayed step by step with the same
+/// replica state machines and coordinators: a commit appended by broker 1 reaches
+/// broker 2 only; broker 1 crashes before the high watermark passes it (so it is never
+/// acknowledged); broker 2, elected, loads its log to the end (a new leader's log holds
+/// every acknowledged record, some perhaps above its high watermark) and answers the
+/// commit; then broker 2 is fenced before broker 3 fetched it, and broker 3, elected from
+/// the ISR, never had it. The client saw offset 5, then nothing (commit_backwards). A
+/// coordinator therefore confirms a read only once the high watermark reached the end of
+/// the log it loaded (`read_is_confirmed`), as Kafka's coordinator runtime reads at the
+/// last committed offset.
+#[test]
+fn a_new_coordinator_answers_no_commit_its_high_watermark_has_not_passed() {
+    use osprey_cluster::replica::{Assignment, ReplicaConfig, ReplicaState};
+    use sim::replication::{self, Disk};
+
+    let config = |id: i32| ReplicaConfig {
+        local_id: id,
+        replica_lag_time_max_ms: 10_000,
+        min_insync_replicas: 1,
+        fsync_before_ack: true,
+    };
+    let assignment = |leader: i32, epoch: i32, isr: &[i32]| Assignment {
+        leader,
+        leader_epoch: epoch,
+        partition_epoch: epoch,
+        replicas: vec![1, 2, 3],
+        isr: isr.to_vec(),
+    };
+    let mut disks: [Disk; 3] = Default::default();
+    let mut replicas: [Option<ReplicaState>; 3] = Default::default();
+    let mut records: BTreeMap<u64, Vec<Record>> = BTreeMap::new();
+    let group = "group-0";
+    let topics =
+        [OffsetFetchRequestTopics { name: CONSUMED_TOPIC.into(), partition_indexes: vec![0], ..Default::default() }];
+    // A coordinator of the one offsets partition, loaded from `disk` to its end.
+    let load = |disk: &Disk, records: &BTreeMap<u64, Vec<Record>>, epoch: i32| {
+        let mut c = GroupCoordinator::new(GroupConfig::default());
+        c.follow_leadership(1, 0);
+        c.begin_load(0, epoch, 0);
+        let items = disk.entries.iter().flat_map(|e| records[&e.write_id].iter().cloned().map(Replay::Record));
+        assert!(matches!(c.finish_load(0, epoch, items.collect::<Vec<_>>(), 0), Some(Ok(_))));
+        (c, LoadedAt { epoch, log_end: disk.end() })
+    };
+    let fetched =
+        |c: &GroupCoordinator| c.fetch_offsets(group, Some(&topics), false).topics[0].partitions[0].committed_offset;
+
+    for id in 1..=3 {
+        let i = id as usize - 1;
+        replication::apply_assignment(&mut replicas[i], &mut disks[i], config(id), assignment(1, 0, &[1, 2, 3]), 0);
+    }
+    // Broker 1's coordinator commits offset 5: one entry, acks=all.
+    let (mut c1, _) = load(&disks[0], &records, 0);
+    let request = OffsetCommitRequest {
+        group_id: group.into(),
+        generation_id_or_member_epoch: -1,
+        topics: vec![OffsetCommitRequestTopic {
+            name: CONSUMED_TOPIC.into(),
+            partitions: vec![OffsetCommitRequestPartition {
+                partition_index: 0,
+                committed_offset: 5,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    c1.commit_offsets(&request, COMMIT_VERSION, ReplyId(0), 0);
+    let Some(Output::Persist { records: persisted, .. }) = c1.poll_output() else { panic!("no persist") };
+    records.insert(0, persisted);
+    let [d1, d2, _] = &mut disks;
+    let [r1, r2, _] = &mut replicas;
+    let (r1, r2) = (r1.as_mut().unwrap(), r2.as_mut().unwrap());
+    replication::append_writes(r1, d1, &[0], 0, 0);
+    // Broker 2 fetches it; broker 3 does not: the high watermark stays below it.
+    let fetch = replication::follower_fetch(r2, d2, 2, 0, 0);
+    let answer = replication::answer_fetch(r1, d1, &fetch, || 8, 0);
+    replication::apply_fetch_answer(r2, d2, answer, 0);
+    assert_eq!((d2.end(), r1.high_watermark()), (1, 0));
+
+    // Broker 1 crashes; broker 2 is elected and loads its log to the end.
+    for id in 2..=3 {
+        let i = id as usize - 1;
+        replication::apply_assignment(&mut replicas[i], &mut disks[i], config(id), assignment(2, 1, &[2, 3]), 10);
+    }
+    let (c2, loaded) = load(&disks[1], &records, 1);
+    let r2 = replicas[1].as_ref().unwrap();
+    assert_eq!(fetched(&c2), 5, "loaded from the log end, the commit is in the coordinator's memory");
+    assert!(r2.is_leader() && r2.leader_epoch() == 1, "led at the loaded epoch: confirm_offsets_read's first check");
+    assert!(
+        !read_is_confirmed(r2, loaded),
+        "broker 2 would answer offset 5, a commit its high watermark {} has not passed",
+        r2.high_watermark()
+    );
+
+    // Broker 2 is fenced before broker 3 fetched; broker 3 is elected from the ISR.
+    replication::apply_assignment(&mut replicas[2], &mut disks[2], config(3), assignment(3, 2, &[3]), 20);
+    let (c3, loaded) = load(&disks[2], &records, 2);
+    assert!(read_is_confirmed(replicas[2].as_ref().unwrap(), loaded));
+    assert_eq!(fetched(&c3), -1, "what broker 2 would have shown is gone");
 }
