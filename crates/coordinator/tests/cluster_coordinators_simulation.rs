@@ -170,9 +170,20 @@ struct Coordinators {
     /// The largest offset acknowledged or fetched, per (group, partition).
     observed: BTreeMap<(usize, i32), Observed>,
     counts: Counts,
-    /// false only in the broken variant: reads are answered from memory without
-    /// `confirm_offsets_read`.
-    confirm_reads: bool,
+    /// How reads are confirmed: as the server does, except in the broken variants.
+    confirm_reads: Confirm,
+}
+
+/// How a coordinator confirms its reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Confirm {
+    /// As `confirm_offsets_read` does: [`read_is_confirmed`] and the lease.
+    Fully,
+    /// Leadership at the loaded epoch and the lease, not the high watermark (the server
+    /// before it waited for the high watermark).
+    WithoutHighWatermark,
+    /// Not at all: answered from memory.
+    Never,
 }
 
 impl Coordinators {
@@ -200,7 +211,7 @@ impl Coordinators {
             acknowledged: BTreeMap::new(),
             observed: BTreeMap::new(),
             counts: Counts::default(),
-            confirm_reads: true,
+            confirm_reads: Confirm::Fully,
         }
     }
 
@@ -438,8 +449,12 @@ impl Coordinators {
         };
         let loaded_at = c.loaded.get(&index).copied().filter(|l| l.epoch == epoch);
         let replica = w.replica(b, self.key(index));
-        let confirmed = replica.zip(loaded_at).is_some_and(|(r, l)| read_is_confirmed(r, l)) && w.holds_lease(b);
-        if self.confirm_reads && !confirmed {
+        let confirmed = match self.confirm_reads {
+            Confirm::Fully => replica.zip(loaded_at).is_some_and(|(r, l)| read_is_confirmed(r, l)) && w.holds_lease(b),
+            Confirm::WithoutHighWatermark => w.leads_at(b, self.key(index), epoch) && w.holds_lease(b),
+            Confirm::Never => true,
+        };
+        if !confirmed {
             self.counts.fetches_refused += 1;
             return;
         }
@@ -683,7 +698,7 @@ fn group_coordinators_on_four_brokers() {
 fn coordinators_that_answer_reads_unconfirmed_are_caught() {
     let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(120u64);
     for seed in first..first + 300 {
-        let broken = Coordinators { confirm_reads: false, ..Coordinators::new() };
+        let broken = Coordinators { confirm_reads: Confirm::Never, ..Coordinators::new() };
         let failed = std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(broken))));
         if let Err(e) = failed {
             let message = e
@@ -717,9 +732,9 @@ fn seeds_replay_identically() {
     }
 }
 
-/// The shortest way for an OffsetFetch to go back, found by reasoning about what the
-/// simulation's dirty-read count measures, and replayed step by step with the same
-/// replica state machines and coordinators: a commit appended by broker 1 reaches
+/// The shortest way for an OffsetFetch to go back, replayed step by step with the same
+/// replica state machines and coordinators as the simulation (whose dirty-read check
+/// finds the first half of it in a few seeds of a thousand): a commit appended by broker 1 reaches
 /// broker 2 only; broker 1 crashes before the high watermark passes it (so it is never
 /// acknowledged); broker 2, elected, loads its log to the end (a new leader's log holds
 /// every acknowledged record, some perhaps above its high watermark) and answers the
@@ -730,6 +745,19 @@ fn seeds_replay_identically() {
 /// last committed offset.
 #[test]
 fn a_new_coordinator_answers_no_commit_its_high_watermark_has_not_passed() {
+    // The simulation finds it too, in a few seeds of a thousand: with the old
+    // confirmation, its dirty-read check fails seeds 1687, 2454 and 2658 of 0..2900
+    // (release, `--cfg tokio_unstable`). `SIM_HUNT_DIRTY_READS=n` runs n seeds from
+    // `SIM_FIRST_SEED` with the old confirmation and prints those that fail.
+    if let Some(n) = std::env::var("SIM_HUNT_DIRTY_READS").ok().and_then(|n| n.parse::<u64>().ok()) {
+        let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0u64);
+        for seed in first..first + n {
+            let old = Coordinators { confirm_reads: Confirm::WithoutHighWatermark, ..Coordinators::new() };
+            if std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(old)))).is_err() {
+                eprintln!("HUNT: seed {seed} fails with the old confirmation");
+            }
+        }
+    }
     use osprey_cluster::replica::{Assignment, ReplicaConfig, ReplicaState};
     use sim::replication::{self, Disk};
 

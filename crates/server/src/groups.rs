@@ -264,7 +264,7 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
 /// high watermark that no other ISR member has (appended by the previous leader, never
 /// acknowledged); shown now, they are taken back if this broker loses the leadership to
 /// that member before it fetched them, and a consumer's committed offset goes back
-/// (found by `crates/coordinator/tests/cluster_coordinators_simulation.rs`). Kafka's
+/// (replayed in `crates/coordinator/tests/cluster_coordinators_simulation.rs`). Kafka's
 /// coordinator runtime reads at the last committed offset for the same reason.
 pub fn confirm_offsets_read(broker: &Arc<Broker>, index: i32, loaded_epoch: i32) -> Result<(), ErrorCode> {
     let partition = offsets_partition(broker, index)?;
