@@ -16,7 +16,7 @@ use osprey_coordinator::group::{
 };
 use osprey_protocol::records::{Batches, EndTxnMarker};
 use osprey_protocol::ErrorCode;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 use tokio::sync::oneshot;
@@ -56,6 +56,10 @@ struct GroupAppend {
 struct Inner {
     coordinator: GroupCoordinator,
     replies: Replies<Response>,
+    /// Each partition loaded: the leader epoch of the load and the end of the log it
+    /// read (`confirm_offsets_read` waits for the high watermark to reach it). Bounded
+    /// by `offsets.topic.num.partitions`.
+    loaded_log_ends: HashMap<i32, (i32, i64)>,
 }
 
 impl Groups {
@@ -63,7 +67,7 @@ impl Groups {
         let mut coordinator = GroupCoordinator::new(config);
         coordinator.follow_leadership(num_partitions.max(1), now_ms());
         Groups {
-            inner: Mutex::new(Inner { coordinator, replies: Replies::default() }),
+            inner: Mutex::new(Inner { coordinator, replies: Replies::default(), loaded_log_ends: HashMap::new() }),
             num_partitions: num_partitions.max(1),
             appends: Arc::default(),
             load_retries: LoadRetries::default(),
@@ -175,7 +179,13 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
     let read = read.and_then(|next| read_replay(partition, next, &mut items));
     let count = items.len();
     let loaded = match read {
-        Ok(_) => inner.coordinator.finish_load(index, epoch, items, now_ms()),
+        Ok(log_end) => {
+            let loaded = inner.coordinator.finish_load(index, epoch, items, now_ms());
+            if let Some(Ok(_)) = loaded {
+                inner.loaded_log_ends.insert(index, (epoch, log_end));
+            }
+            loaded
+        }
         Err(e) => {
             inner.coordinator.unload_partition(index, groups.num_partitions, now_ms());
             Some(Err(osprey_coordinator::group::LoadError(e)))
@@ -235,7 +245,9 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
 
 /// Whether committed offsets just read from the coordinator of `__consumer_offsets`
 /// partition `index`, loaded at leader epoch `loaded_epoch`, are still the latest:
-/// NOT_COORDINATOR when they may not be, and the client looks the coordinator up again.
+/// NOT_COORDINATOR when they may not be, and the client looks the coordinator up again;
+/// COORDINATOR_LOAD_IN_PROGRESS while they may include commits not yet replicated, and
+/// the client retries.
 ///
 /// A coordinator answers OffsetFetch from memory, so a broker cut off from the others
 /// would go on answering with the offsets it last knew while a new leader of the
@@ -246,17 +258,42 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
 /// acknowledged there with this broker in it come after) and the broker holds its lease
 /// with the controller (a leader elected because this broker was fenced, or while it
 /// shuts down, is elected only after the lease ran out).
+///
+/// It also waits for the partition's high watermark to reach the end of the log the load
+/// read. A new leader loads its log to the end, and its log may hold commits above its
+/// high watermark that no other ISR member has (appended by the previous leader, never
+/// acknowledged); shown now, they are taken back if this broker loses the leadership to
+/// that member before it fetched them, and a consumer's committed offset goes back
+/// (replayed in `crates/coordinator/tests/cluster_coordinators_simulation.rs`). Kafka's
+/// coordinator runtime reads at the last committed offset for the same reason.
 pub fn confirm_offsets_read(broker: &Arc<Broker>, index: i32, loaded_epoch: i32) -> Result<(), ErrorCode> {
     let partition = offsets_partition(broker, index)?;
-    let refused = if !partition.leads_at(loaded_epoch) {
-        "leadership"
-    } else if !broker.holds_lease() {
-        "lease"
+    let loaded_log_end =
+        broker.groups.lock().loaded_log_ends.get(&index).filter(|(epoch, _)| *epoch == loaded_epoch).map(|l| l.1);
+    let high_watermark = *partition.watch_high_watermark().borrow();
+    let refused = read_refusal(partition.leads_at(loaded_epoch), broker.holds_lease(), high_watermark, loaded_log_end);
+    let Some((reason, code)) = refused else { return Ok(()) };
+    metrics::counter!("osprey_coordinator_reads_refused_total", "reason" => reason).increment(1);
+    Err(code)
+}
+
+/// Why a coordinator's read is not confirmed (`confirm_offsets_read`), and the error the
+/// client gets; `None`: confirmed.
+fn read_refusal(
+    leads_at_loaded_epoch: bool,
+    holds_lease: bool,
+    high_watermark: i64,
+    loaded_log_end: Option<i64>,
+) -> Option<(&'static str, ErrorCode)> {
+    if !leads_at_loaded_epoch {
+        Some(("leadership", ErrorCode::NOT_COORDINATOR))
+    } else if !holds_lease {
+        Some(("lease", ErrorCode::NOT_COORDINATOR))
+    } else if loaded_log_end.is_none_or(|end| high_watermark < end) {
+        Some(("uncommitted", ErrorCode::COORDINATOR_LOAD_IN_PROGRESS))
     } else {
-        return Ok(());
-    };
-    metrics::counter!("osprey_coordinator_reads_refused_total", "reason" => refused).increment(1);
-    Err(ErrorCode::NOT_COORDINATOR)
+        None
+    }
 }
 
 /// The leader of an offsets-topic partition. It never creates the topic or opens its
@@ -463,6 +500,20 @@ mod tests {
         release_tx.send(()).unwrap();
         assert_eq!(committed(stalled_rx.await), ErrorCode::NONE.code());
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_read_is_confirmed_only_once_the_high_watermark_reached_the_loaded_log_end() {
+        let not_coordinator = ErrorCode::NOT_COORDINATOR;
+        assert_eq!(read_refusal(false, true, 5, Some(5)), Some(("leadership", not_coordinator)));
+        assert_eq!(read_refusal(true, false, 5, Some(5)), Some(("lease", not_coordinator)));
+        // A new leader's log holds a commit at offset 4 its high watermark has not passed:
+        // another ISR member may lack it and lead next.
+        let waiting = Some(("uncommitted", ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
+        assert_eq!(read_refusal(true, true, 4, Some(5)), waiting);
+        assert_eq!(read_refusal(true, true, 5, None), waiting, "no load recorded at that epoch");
+        assert_eq!(read_refusal(true, true, 5, Some(5)), None);
+        assert_eq!(read_refusal(true, true, 9, Some(5)), None);
     }
 
     #[test]
