@@ -20,7 +20,8 @@ step "seeded simulations replay exactly (built with --cfg tokio_unstable, in tar
 # The flag lets the simulations seed Tokio's own generator (scripts/simulate.sh says why);
 # its own target directory keeps it out of the workspace's build.
 RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
-  cargo test --locked -p osprey-cluster --test quorum_simulation --test cluster_simulation seeds_replay_identically
+  cargo test --locked -p osprey-cluster --test quorum_simulation --test cluster_simulation -- \
+    seeds_replay_identically seeds_that_once_failed_pass
 RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
   cargo test --locked -p osprey-coordinator --test cluster_coordinators_simulation seeds_replay_identically
 

@@ -317,7 +317,7 @@ impl Controller {
                 }
                 Some(generation) = self.failures.1.recv() => {
                     if self.active.as_ref().is_some_and(|a| a.generation == generation) {
-                        self.deactivate("a proposal was refused");
+                        self.deactivate("a proposal failed");
                     }
                 }
                 queued = requests.recv() => match queued {
@@ -428,9 +428,9 @@ impl Controller {
         if records.is_empty() {
             let Some(answer) = answer else { return };
             // Answered once the proposals before it committed: the decision was made on
-            // the speculative image, which holds their records. If one of them failed (a
-            // timeout does not end the period), those records may never commit, and the
-            // answer fails so that the broker asks again (found by cluster_simulation:
+            // the speculative image, which holds their records. If one of them failed,
+            // those records may never commit, and the answer fails so that the broker asks
+            // again (the failure also ends the period) (found by cluster_simulation:
             // an AlterPartition answered FENCED_LEADER_EPOCH from a fencing that never
             // committed left the leader's ISR change in flight for good, seed 1,000,058
             // with 4 brokers).
@@ -508,7 +508,10 @@ impl Controller {
                 _ => {}
             }
             let _ = done_tx.send(Some(outcome.is_ok()));
-            if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
+            // Any failure ends the period, a timeout included, as in active.rs (seed
+            // 1,001,393: kept active after a timed-out proposal, the controller failed
+            // every later heartbeat and renewed no lease after the heal).
+            if outcome.is_err() {
                 let _ = failures.send(generation);
             }
         });

@@ -327,7 +327,7 @@ impl Core {
                 }
                 Some(generation) = self.failures.1.recv() => {
                     if self.active.as_ref().is_some_and(|a| a.generation == generation) {
-                        self.deactivate("a proposal was refused");
+                        self.deactivate("a proposal failed");
                     }
                 }
                 queued = requests.recv() => match queued {
@@ -449,9 +449,9 @@ impl Core {
         if records.is_empty() {
             let Some(answer) = answer else { return };
             // Answered once the proposals before it committed: the decision was made on
-            // the speculative image, which holds their records. If one of them failed (a
-            // timeout does not end the period), those records may never commit, and the
-            // answer fails so that the broker asks again (found by cluster_simulation:
+            // the speculative image, which holds their records. If one of them failed,
+            // those records may never commit, and the answer fails so that the broker asks
+            // again (the failure also ends the period) (found by cluster_simulation:
             // an AlterPartition answered FENCED_LEADER_EPOCH from a fencing that never
             // committed left the leader's ISR change in flight for good, seed 1,000,058
             // with 4 brokers).
@@ -529,7 +529,15 @@ impl Core {
                 (Ok(_), None) => {}
             }
             let _ = done_tx.send(Some(outcome.is_ok()));
-            if matches!(outcome, Err(ProposeError::NotLeader { .. } | ProposeError::Stopped(_))) {
+            // Any failure ends the period, a timeout included: the records are in the
+            // speculative image and may or may not commit later, so every decision after
+            // them rests on records the log may never hold. Kept active, the period
+            // answered each later decision that writes nothing (broker heartbeats among
+            // them) after this failed proposal, failing it for good while nothing new
+            // was written: no broker's lease was renewed after a heal (cluster_simulation
+            // seed 1,001,393). Deactivated, the node becomes active again from the
+            // applied image once it has applied its whole log.
+            if outcome.is_err() {
                 let _ = failures.send(generation);
             }
         });
