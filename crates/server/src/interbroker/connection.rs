@@ -596,19 +596,12 @@ async fn api_versions_round_trip(
         node_id: if config.cluster_id.is_some() { node_id } else { -1 },
         ..Default::default()
     };
-    let outgoing =
-        Outgoing::new(&config.client_id, ApiKey::ApiVersions as i16, version, |buf| request.encode(buf, version))
-            .map_err(|e| ConnectFailure::Io(e.to_string()))?;
-    stream.write_all(&outgoing.frame).await.map_err(|e| ConnectFailure::Io(e.to_string()))?;
-    let mut frame = read_frame(stream, config.max_response_bytes).await.map_err(ConnectFailure::Handshake)?;
-    let header = ResponseHeader::decode(&mut frame, outgoing.response_header_version)
-        .map_err(|e| ConnectFailure::Handshake(DisconnectReason::MalformedHeader(e.to_string())))?;
-    if header.correlation_id != 0 {
-        return Err(ConnectFailure::Handshake(DisconnectReason::UnexpectedCorrelationId {
-            expected: Some(0),
-            got: header.correlation_id,
-        }));
-    }
+    // Each attempt, the retry at a lower version too, goes out as correlation id 0.
+    let mut correlation_id = 0;
+    let frame = round_trip_before_open(stream, config, &mut correlation_id, ApiKey::ApiVersions, version, |buf| {
+        request.encode(buf, version)
+    })
+    .await?;
     // An UNSUPPORTED_VERSION answer is written at v0 whatever version was asked (KIP-511).
     let mut peek = frame.clone();
     if let Ok(v0) = ApiVersionsResponse::decode(&mut peek, 0) {
