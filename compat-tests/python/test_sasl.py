@@ -49,7 +49,7 @@ from confluent_kafka.admin import (AdminClient, ScramCredentialInfo, ScramMechan
 import kafkawire as kw
 from cluster import skip_without_kafka_tools
 from conftest import Broker, free_port
-from test_tls import Pki, add_listener, java, metric, produce_and_consume
+from test_tls import Pki, add_listener, internal_listener_cluster, java, metric, produce_and_consume
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -551,24 +551,13 @@ def sasl_inter_broker_cluster(tmp_path, mechanism: str, jaas_of, extra=None):
     """Three combined nodes whose brokers reach each other over an INTERNAL
     SASL_PLAINTEXT listener, logging in with `mechanism` as the JAAS config
     `jaas_of(node)` says; clients use the PLAINTEXT one."""
-    from cluster import combined
-
-    c = combined(tmp_path)
-    for n in c.nodes:
-        n.internal_port = free_port()
-        listeners = f"PLAINTEXT://{HOST}:{n.port},INTERNAL://{HOST}:{n.internal_port}"
-        n.write_config(c.voters, {
-            "listeners": f"{listeners},CONTROLLER://{HOST}:{n.controller_port}",
-            "advertised.listeners": listeners,
-            "inter.broker.listener.name": "INTERNAL",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "sasl.enabled.mechanisms": mechanism,
-            "sasl.mechanism.inter.broker.protocol": mechanism,
-            f"listener.name.internal.{mechanism.lower()}.sasl.jaas.config": jaas_of(n),
-            "replica.lag.time.max.ms": 3000,
-            **(extra or {}),
-        })
-    return c
+    return internal_listener_cluster(tmp_path, "SASL_PLAINTEXT", lambda n: {
+        "sasl.enabled.mechanisms": mechanism,
+        "sasl.mechanism.inter.broker.protocol": mechanism,
+        f"listener.name.internal.{mechanism.lower()}.sasl.jaas.config": jaas_of(n),
+        "replica.lag.time.max.ms": 3000,
+        **(extra or {}),
+    })
 
 
 def replicated_topic(node, name: str, replicas):

@@ -530,13 +530,12 @@ def test_bad_stores_fail_the_start_saying_what_to_fix(tmp_path, pki):
 # ----- inter-broker TLS ---------------------------------------------------------------
 
 
-def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monkeypatch):
-    """Three combined nodes whose inter-broker listener INTERNAL is SSL with client
-    certificates required: a topic with min.insync.replicas=3 takes acks=all writes only
-    if every follower fetches over TLS, presenting its key store."""
-    from cluster import combined, listed_brokers
+def internal_listener_cluster(tmp_path, protocol: str, settings_of):
+    """Three combined nodes whose brokers reach each other over an INTERNAL listener of
+    security protocol `protocol`, configured with `settings_of(node)`; clients use the
+    PLAINTEXT one."""
+    from cluster import combined
 
-    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::tls=debug")
     c = combined(tmp_path)
     for n in c.nodes:
         n.internal_port = free_port()
@@ -545,11 +544,24 @@ def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monk
             "listeners": f"{listeners},CONTROLLER://{HOST}:{n.controller_port}",
             "advertised.listeners": listeners,
             "inter.broker.listener.name": "INTERNAL",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,INTERNAL:SSL,CONTROLLER:PLAINTEXT",
-            "listener.name.internal.ssl.keystore.location": pki.server[2],
-            "listener.name.internal.ssl.truststore.location": pki.ca_pem,
-            "listener.name.internal.ssl.client.auth": "required",
+            "listener.security.protocol.map": f"PLAINTEXT:PLAINTEXT,INTERNAL:{protocol},CONTROLLER:PLAINTEXT",
+            **settings_of(n),
         })
+    return c
+
+
+def test_brokers_replicate_over_an_ssl_inter_broker_listener(pki, tmp_path, monkeypatch):
+    """Three combined nodes whose inter-broker listener INTERNAL is SSL with client
+    certificates required: a topic with min.insync.replicas=3 takes acks=all writes only
+    if every follower fetches over TLS, presenting its key store."""
+    from cluster import listed_brokers
+
+    monkeypatch.setenv("OSPREY_LOG", "info,osprey_server::tls=debug")
+    c = internal_listener_cluster(tmp_path, "SSL", lambda n: {
+        "listener.name.internal.ssl.keystore.location": pki.server[2],
+        "listener.name.internal.ssl.truststore.location": pki.ca_pem,
+        "listener.name.internal.ssl.client.auth": "required",
+    })
     try:
         c.start()
         want = {n.node_id for n in c.brokers}
