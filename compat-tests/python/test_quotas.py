@@ -473,3 +473,195 @@ def test_request_percentage_throttles_a_client_that_keeps_a_handler_busy(broker)
     assert metric(broker, "osprey_quota_throttle_seconds_count", quota="request") > 0
     with kw.Conn(broker.host, broker.port) as conn:
         assert api_versions_v1_throttle_ms(conn, "idle", 1) == 0
+
+
+# ----- controller_mutation_rate (KIP-599) -----------------------------------------------
+#
+# CreateTopics v4 (permissive: every topic created, the response throttled for the
+# deficit) and v7 and DeleteTopics v5 (strict: THROTTLING_QUOTA_EXCEEDED for a topic once
+# the requester's bucket is below zero) as raw frames, so that what each broker answers
+# is seen exactly; the Java Admin client's own handling is in the Java suite
+# (ControllerMutationQuotaTest). A bucket holds 11 s of the rate and starts full.
+
+API_CREATE_TOPICS = 19
+API_DELETE_TOPICS = 20
+THROTTLING_QUOTA_EXCEEDED = 89
+
+
+def cstring(s: str) -> bytes:
+    data = s.encode()
+    return kw.uvarint(len(data) + 1) + data
+
+
+class FlexReader(kw.Reader):
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def cstring(self):
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def skip_tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
+
+
+def create_topics_v4(correlation_id: int, topics, client_id: str) -> bytes:
+    """`topics`: [(name, partitions)], replication factor 1."""
+    body = struct.pack(">i", len(topics))
+    for name, partitions in topics:
+        body += kw.string16(name) + struct.pack(">ihii", partitions, 1, 0, 0)
+    body += struct.pack(">i?", 30000, False)
+    return kw.request(API_CREATE_TOPICS, 4, correlation_id, body, client_id=client_id)
+
+
+def parse_create_topics_v4(payload: bytes):
+    """(throttle_time_ms, {name: error_code})."""
+    r = kw.Reader(payload)
+    r.take(">i")
+    throttle = r.take(">i")
+    results = {}
+    for _ in range(r.take(">i")):
+        name, code = r.string16(), r.take(">h")
+        r.string16()
+        results[name] = code
+    return throttle, results
+
+
+def create_topics_v7(correlation_id: int, topics, client_id: str) -> bytes:
+    body = kw.uvarint(len(topics) + 1)
+    for name, partitions in topics:
+        body += cstring(name) + struct.pack(">ih", partitions, 1) + kw.uvarint(1) + kw.uvarint(1) + b"\x00"
+    body += struct.pack(">i?", 30000, False) + b"\x00"
+    return kw.request(API_CREATE_TOPICS, 7, correlation_id, body, client_id=client_id, flexible=True)
+
+
+def parse_create_topics_v7(payload: bytes):
+    """(throttle_time_ms, {name: error_code})."""
+    r = FlexReader(payload)
+    r.take(">i")
+    r.skip_tags()
+    throttle = r.take(">i")
+    results = {}
+    for _ in range(r.uvarint() - 1):
+        name = r.cstring()
+        r.pos += 16  # topic id
+        code = r.take(">h")
+        r.cstring()
+        r.take(">ih")
+        configs = r.uvarint() - 1
+        for _ in range(max(configs, 0)):
+            r.cstring(), r.cstring(), r.take(">?b?")
+            r.skip_tags()
+        r.skip_tags()
+        results[name] = code
+    return throttle, results
+
+
+def delete_topics_v5(correlation_id: int, names, client_id: str) -> bytes:
+    body = kw.uvarint(len(names) + 1) + b"".join(cstring(n) for n in names) + struct.pack(">i", 30000) + b"\x00"
+    return kw.request(API_DELETE_TOPICS, 5, correlation_id, body, client_id=client_id, flexible=True)
+
+
+def parse_delete_topics_v5(payload: bytes):
+    r = FlexReader(payload)
+    r.take(">i")
+    r.skip_tags()
+    throttle = r.take(">i")
+    results = {}
+    for _ in range(r.uvarint() - 1):
+        name, code = r.cstring(), r.take(">h")
+        r.cstring()
+        r.skip_tags()
+        results[name] = code
+    return throttle, results
+
+
+def roundtrip(node, frame: bytes) -> bytes:
+    with kw.Conn(node.host, node.port, timeout=40) as conn:
+        return conn.roundtrip(frame)
+
+
+def set_mutation_rate(node, client_id: str, rate: float):
+    results = alter(node, [([("client-id", client_id)], [("controller_mutation_rate", rate, False)])])
+    assert [code for code, _, _ in results] == [0], results
+
+
+def test_controller_mutation_rate_permissive_for_old_versions_and_strict_for_new(broker):
+    """rate 1/s, so an 11-token bucket. v4 creates 8 then 8 partitions: both created, the
+    second response throttled for the 5 tokens missing (5 s, less what refilled). v7:
+    the bucket is below zero, so a topic is refused with THROTTLING_QUOTA_EXCEEDED and a
+    throttle time, and another client id is not held back."""
+    set_mutation_rate(broker, "creator", 1.0)
+    tag = uuid.uuid4().hex[:6]
+    throttle, results = parse_create_topics_v4(roundtrip(broker, create_topics_v4(1, [(f"a-{tag}", 8)], "creator")))
+    assert results == {f"a-{tag}": 0} and throttle == 0, (throttle, results)
+    throttle, results = parse_create_topics_v4(roundtrip(broker, create_topics_v4(2, [(f"b-{tag}", 8)], "creator")))
+    print(f"\npermissive: second topic created, throttle {throttle} ms")
+    assert results == {f"b-{tag}": 0}
+    assert 3000 <= throttle <= 5000, throttle
+
+    names = [f"c-{tag}", f"d-{tag}"]
+    throttle, results = parse_create_topics_v7(roundtrip(broker, create_topics_v7(3, [(n, 1) for n in names], "creator")))
+    print(f"strict: {results}, throttle {throttle} ms")
+    assert results == {n: THROTTLING_QUOTA_EXCEEDED for n in names}
+    assert 0 < throttle <= 5000
+    throttle, results = parse_delete_topics_v5(roundtrip(broker, delete_topics_v5(4, [f"a-{tag}"], "creator")))
+    assert results == {f"a-{tag}": THROTTLING_QUOTA_EXCEEDED} and throttle > 0, (throttle, results)
+
+    # Another client id has no quota.
+    throttle, results = parse_create_topics_v7(roundtrip(broker, create_topics_v7(5, [(f"e-{tag}", 50)], "other")))
+    assert results == {f"e-{tag}": 0} and throttle == 0
+    assert metric(broker, "osprey_quota_throttle_seconds_count", quota="controller_mutation") >= 3
+    # Refused topics were not created, and the deletion refused left its topic.
+    from clients import admin
+
+    listed = set(admin(broker).list_topics(timeout=10).topics)
+    assert not listed & set(names), listed
+    assert {f"a-{tag}", f"b-{tag}", f"e-{tag}"} <= listed, listed
+
+
+def test_controller_mutation_rate_is_shared_across_a_clusters_brokers(tmp_path):
+    """Three combined nodes: brokers forward CreateTopics to the active controller in an
+    EnvelopeRequest naming the client, and the controller measures the quota. A client
+    that spends its bucket through one broker is refused through another."""
+    from cluster import combined, listed_brokers
+
+    c = combined(tmp_path)
+    try:
+        c.start()
+        want = {n.node_id for n in c.brokers}
+        c.wait_for("every broker lists every broker", lambda: all(listed_brokers(n) == want for n in c.brokers))
+        first, second = c.brokers[0], c.brokers[1]
+        set_mutation_rate(first, "creator", 1.0)
+        c.wait_for("every broker describes the quota",
+                   lambda: all(("client-id", "creator") in [e[0] for e in describe_all(n)] for n in c.brokers))
+        tag = uuid.uuid4().hex[:6]
+        throttle, results = parse_create_topics_v7(
+            roundtrip(first, create_topics_v7(1, [(f"a-{tag}", 12)], "creator")))
+        assert results == {f"a-{tag}": 0} and throttle == 0, (throttle, results)
+        throttle, results = parse_create_topics_v7(
+            roundtrip(second, create_topics_v7(2, [(f"b-{tag}", 1)], "creator")))
+        print(f"\nthrough another broker: {results}, throttle {throttle} ms")
+        assert results == {f"b-{tag}": THROTTLING_QUOTA_EXCEEDED}
+        assert 0 < throttle <= 1000
+        # Another client id through the second broker is not held back.
+        throttle, results = parse_create_topics_v7(
+            roundtrip(second, create_topics_v7(3, [(f"c-{tag}", 1)], "other")))
+        assert results == {f"c-{tag}": 0} and throttle == 0
+        assert second.gauge('osprey_quota_throttle_seconds_count{quota="controller_mutation"}') >= 1
+        c.stop()
+    finally:
+        c.kill_all()

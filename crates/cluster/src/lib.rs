@@ -21,6 +21,7 @@ pub mod heartbeat;
 pub mod image;
 pub mod log;
 pub mod meta_properties;
+pub mod mutation_quota;
 mod partition_change;
 pub mod placement;
 pub mod quorum;

@@ -38,6 +38,19 @@ impl Access {
         }
     }
 
+    /// A controller listener's access: `config`'s authorizer over `image`, for a
+    /// connection of `principal` from `address` (a controller creates no topics on
+    /// Metadata).
+    pub fn on_controller(
+        config: Arc<BrokerConfig>,
+        image: Arc<MetadataImage>,
+        principal: Arc<str>,
+        address: std::net::SocketAddr,
+    ) -> Access {
+        let host = address.ip().to_canonical().to_string();
+        Access { config, image, principal, host, auto_create_topics: false }
+    }
+
     /// An access for tests: `authorizer` over `image`, for `principal` from `host`.
     #[cfg(test)]
     pub fn for_test(authorizer: Option<Authorizer>, image: MetadataImage, principal: &str, host: &str) -> Access {

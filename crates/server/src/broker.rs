@@ -237,6 +237,9 @@ pub struct Broker {
     pub connection_slots: ConnectionSlots,
     /// The client quotas' rate sensors (`crate::quota`).
     pub client_quotas: crate::quota::ClientQuotaManager,
+    /// A single node's controller mutation quota buckets (a cluster's active controller
+    /// keeps its own): `crate::quota::mutations`.
+    pub mutation_quotas: Mutex<osprey_cluster::mutation_quota::MutationQuotas>,
     /// Set when opening partition logs stopped early (shutdown began): logs not opened
     /// keep whatever state they had, so the data directory must not be marked clean.
     logs_left_unopened: std::sync::atomic::AtomicBool,
@@ -494,6 +497,7 @@ impl Broker {
             effective,
             connection_slots,
             client_quotas: crate::quota::ClientQuotaManager::default(),
+            mutation_quotas: Mutex::new(Default::default()),
             logs_left_unopened: std::sync::atomic::AtomicBool::new(false),
             coordinators_follow: std::sync::atomic::AtomicBool::new(false),
             log_deleter: LogDeleter::start(&settings.data_dir)?,

@@ -62,6 +62,24 @@ pub struct Client {
     pub principal: Arc<str>,
 }
 
+/// Who a controller mutation comes from (CreateTopics, DeleteTopics, CreatePartitions):
+/// what the controller mutation quota is measured by, and what a broker forwarding the
+/// request puts in its EnvelopeRequest, as Kafka's brokers do (KIP-590).
+#[derive(Debug, Clone)]
+pub struct Requester {
+    pub principal: Arc<str>,
+    /// The request header's client id (empty when it sent none).
+    pub client_id: String,
+    pub host: std::net::IpAddr,
+}
+
+impl Client {
+    /// The requester of a request with `client_id` on this connection.
+    pub fn requester(&self, client_id: &str) -> Requester {
+        Requester { principal: self.principal.clone(), client_id: client_id.to_string(), host: self.peer.ip() }
+    }
+}
+
 /// A request as the handlers see it.
 #[derive(Debug, Clone)]
 pub struct Request {

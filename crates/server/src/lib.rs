@@ -16,6 +16,7 @@ pub mod controller_node;
 pub mod coordinator_appends;
 pub mod coordinator_leadership;
 pub mod dispatch;
+pub mod envelope;
 pub mod fetch_session;
 pub mod groups;
 pub mod handlers;

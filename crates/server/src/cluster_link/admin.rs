@@ -59,6 +59,47 @@ impl ClusterLink {
         crate::controller_node::failed_response(&body, version, code, &message)
     }
 
+    /// Forwards a client's request as [`forward`](Self::forward) does, inside an
+    /// EnvelopeRequest naming `requester`, so that the controller measures the client's
+    /// controller mutation quota (KIP-590, KIP-599).
+    pub fn forward_from(
+        &self,
+        requester: &crate::dispatch::Requester,
+        body: RequestBody,
+        version: i16,
+        wait_for_image: bool,
+    ) -> ResponseBody {
+        let api = body.api_key();
+        let failed =
+            |code: ErrorCode, message: &str| crate::controller_node::failed_response(&body, version, code, message);
+        let envelope = match crate::envelope::wrap(requester, &body, version) {
+            Ok(e) => e,
+            Err(why) => return failed(ErrorCode::UNKNOWN_SERVER_ERROR, &why),
+        };
+        let answer = self.write(ApiKey::Envelope, RequestBody::Envelope(envelope), wait_for_image);
+        match answer {
+            Ok(ResponseBody::Envelope(r)) => match crate::envelope::unwrap_response(&r, api, version) {
+                Ok(answer) if answer.api_key() == api => answer,
+                Ok(_) => failed(ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller"),
+                Err(code) => {
+                    // Kafka's brokers answer UNKNOWN_SERVER_ERROR for an envelope refused
+                    // whole: the client could not act on the envelope's own error.
+                    tracing::warn!(
+                        api = api.name(),
+                        error = code.name(),
+                        "the controller refused a forwarded request's envelope"
+                    );
+                    failed(
+                        ErrorCode::UNKNOWN_SERVER_ERROR,
+                        &format!("the controller refused the forwarded request: {}", code.name()),
+                    )
+                }
+            },
+            Ok(_) => failed(ErrorCode::UNKNOWN_SERVER_ERROR, "unexpected answer from the controller"),
+            Err(e) => failed(e.code, &e.message),
+        }
+    }
+
     /// Sends `body` to the active controller, then waits for this broker's image.
     fn write(&self, api: ApiKey, body: RequestBody, wait_for_image: bool) -> Result<ResponseBody, ControllerError> {
         let deadline = self.deadline();

@@ -249,7 +249,7 @@ fn describe(e: &ClientError) -> String {
 
 /// Whether a controller's answer says it is not the active controller: NOT_CONTROLLER
 /// in its error field, or in every per-item error field of a batched answer.
-fn not_controller(body: &ResponseBody) -> bool {
+pub(crate) fn not_controller(body: &ResponseBody) -> bool {
     let code = ErrorCode::NOT_CONTROLLER.code();
     let all = |codes: &mut dyn Iterator<Item = i16>| {
         let mut any = false;
@@ -271,6 +271,8 @@ fn not_controller(body: &ResponseBody) -> bool {
         ResponseBody::IncrementalAlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
         ResponseBody::AlterConfigs(r) => all(&mut r.responses.iter().map(|t| t.error_code)),
         ResponseBody::ElectLeaders(r) => r.error_code == code,
+        // The controller sets the envelope's error when its content's is NOT_CONTROLLER.
+        ResponseBody::Envelope(r) => r.error_code == code,
         ResponseBody::AlterPartitionReassignments(r) => r.error_code == code,
         ResponseBody::ListPartitionReassignments(r) => r.error_code == code,
         // A controller that is not the leader answers NOT_LEADER_OR_FOLLOWER for the

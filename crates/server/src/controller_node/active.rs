@@ -37,6 +37,7 @@ use super::apis::{ControllerApis, ControllerReply};
 use super::decisions::{self, Controls};
 use osprey_cluster::cluster_control::{ClusterControl, ClusterControlConfig};
 use osprey_cluster::image::NO_LEADER;
+use osprey_cluster::mutation_quota::{self, MutationQuotas, MutationRequest};
 use osprey_cluster::quorum::{ProposeError, Quorum};
 use osprey_cluster::topic_control::TopicControl;
 use osprey_cluster::{MetadataImage, MetadataRecord};
@@ -177,6 +178,9 @@ impl std::fmt::Debug for ActiveControllerConfig {
 struct Queued {
     version: i16,
     body: RequestBody,
+    /// Who asks, for the controller mutation quota (CreateTopics, DeleteTopics,
+    /// CreatePartitions only).
+    mutation: Option<MutationRequest>,
     reply: oneshot::Sender<ResponseBody>,
 }
 
@@ -221,13 +225,22 @@ impl ControllerApis for ActiveController {
         SUPPORTED.to_vec()
     }
 
-    fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply {
+    fn handle_from(&self, header: RequestHeader, body: RequestBody, principal: &str) -> ControllerReply {
         let version = header.request_api_version;
+        let api_key = body.api_key() as i16;
+        let mutation = matches!(
+            body,
+            RequestBody::CreateTopics(_) | RequestBody::DeleteTopics(_) | RequestBody::CreatePartitions(_)
+        )
+        .then(|| {
+            let client_id = header.client_id.as_deref().unwrap_or_default();
+            MutationRequest::new(principal, client_id, mutation_quota::is_strict(api_key, version))
+        });
         let fallback = decisions::failed(&body, version, ErrorCode::NOT_CONTROLLER, "The controller stopped.");
         let (reply, answer) = oneshot::channel();
         // Queued here, not in the returned future, so requests take effect in the order
         // `handle` is called whatever order the futures are polled in.
-        if let Err(e) = self.requests.try_send(Queued { version, body, reply }) {
+        if let Err(e) = self.requests.try_send(Queued { version, body, mutation, reply }) {
             let busy = matches!(e, mpsc::error::TrySendError::Full(_));
             let Queued { body, .. } = e.into_inner();
             let response = if busy {
@@ -280,6 +293,9 @@ struct Core {
     gauges_at: Option<Instant>,
     /// A change since then that the gauges do not show yet: the timer refreshes them.
     gauges_stale: bool,
+    /// The controller mutation quota's buckets (`controller_mutation_rate`), kept in
+    /// memory as Kafka's controller keeps them: a new active controller starts full.
+    mutation_quotas: MutationQuotas,
 }
 
 /// How often a stream of requests may recompute the controller's gauges.
@@ -308,6 +324,7 @@ impl Core {
             next_generation: 1,
             gauges_at: None,
             gauges_stale: false,
+            mutation_quotas: MutationQuotas::default(),
         }
     }
 
@@ -422,6 +439,8 @@ impl Core {
             validate_topic_config: &*validate,
             default_partitions: self.config.default_partitions,
             now_ms,
+            mutation_quotas: &mut self.mutation_quotas,
+            mutation: q.mutation,
         };
         let Some(decided) = decisions::decide(&mut controls, &mut active.speculative, q.version, &q.body) else {
             let _ = q.reply.send(decisions::failed(&q.body, q.version, ErrorCode::UNSUPPORTED_VERSION, "Not served."));

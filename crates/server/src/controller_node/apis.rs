@@ -21,6 +21,14 @@ pub trait ControllerApis: Send + Sync + 'static {
     /// ApiVersions (only what is implemented and tested).
     fn supported(&self) -> Vec<(i16, i16, i16)>;
 
-    /// Handles one request (already checked against `supported`).
-    fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply;
+    /// Handles one request (already checked against `supported`) from `principal`
+    /// (`Type:name`): the client's for a request a broker forwarded in an envelope, else
+    /// the connection's. CreateTopics, DeleteTopics and CreatePartitions are measured
+    /// against its and the header's client id's `controller_mutation_rate`.
+    fn handle_from(&self, header: RequestHeader, body: RequestBody, principal: &str) -> ControllerReply;
+
+    /// Handles one request from an anonymous connection.
+    fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply {
+        self.handle_from(header, body, crate::tls::ANONYMOUS)
+    }
 }

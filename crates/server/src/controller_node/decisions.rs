@@ -16,6 +16,7 @@ use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
 };
 use osprey_cluster::controller::ConfigValidator;
+use osprey_cluster::mutation_quota::{MutationQuotas, MutationRequest, THROTTLED_MESSAGE};
 use osprey_cluster::reassignment::{ReassignmentResult, TopicReassignmentResult};
 use osprey_cluster::topic_control::TopicControl;
 use osprey_cluster::{BrokerListener, ControllerError, MetadataImage, MetadataRecord, NewTopic};
@@ -52,6 +53,33 @@ pub struct Controls<'a> {
     /// configs against its bounds, list configs appended to from its values.
     pub broker_config: &'a BrokerConfig,
     pub now_ms: i64,
+    /// The controller mutation quota's buckets, and who the request is measured as
+    /// (`None` for requests that mutate no partitions).
+    pub mutation_quotas: &'a mut MutationQuotas,
+    pub mutation: Option<MutationRequest>,
+}
+
+impl Controls<'_> {
+    /// Before a topic's partitions are created or deleted: THROTTLING_QUOTA_EXCEEDED
+    /// while a strict requester's bucket is below zero (KIP-599).
+    fn admit_mutation(&mut self, image: &MetadataImage) -> Result<(), ControllerError> {
+        let Some(request) = &mut self.mutation else { return Ok(()) };
+        self.mutation_quotas
+            .admit(image.client_quotas(), request, self.now_ms)
+            .map_err(|_| ControllerError::new(ErrorCode::THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE))
+    }
+
+    /// After a topic's `partitions` were created or deleted.
+    fn draw_mutation(&mut self, image: &MetadataImage, partitions: usize) {
+        let Some(request) = &mut self.mutation else { return };
+        let partitions = u32::try_from(partitions).unwrap_or(u32::MAX);
+        self.mutation_quotas.draw(image.client_quotas(), request, partitions, self.now_ms);
+    }
+
+    /// The response's `throttle_time_ms`: how long the mutation quota holds the client off.
+    fn mutation_throttle_ms(&self) -> i32 {
+        self.mutation.as_ref().map_or(0, |m| i32::try_from(m.throttle_ms).unwrap_or(i32::MAX))
+    }
 }
 
 /// Decides `body` on `image`, applying the records to it. `None` for an API this
@@ -408,8 +436,15 @@ fn create_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, 
             Err(ControllerError::new(ErrorCode::INVALID_REQUEST, "Duplicate topic name."))
         } else {
             new_topic(t).and_then(|new| {
+                if !r.validate_only {
+                    c.admit_mutation(image)?;
+                }
                 let decided = c.topics.create_topic(image, &new, r.validate_only, c.validate_topic_config)?;
-                Ok(apply(image, decided, &mut records))
+                let created = apply(image, decided, &mut records);
+                if !r.validate_only {
+                    c.draw_mutation(image, created.partitions.len());
+                }
+                Ok(created)
             })
         };
         match outcome {
@@ -425,6 +460,7 @@ fn create_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, 
         }
         response.topics.push(result);
     }
+    response.throttle_time_ms = c.mutation_throttle_ms();
     Decided { records, response: ResponseBody::CreateTopics(response) }
 }
 
@@ -467,7 +503,15 @@ fn delete_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, 
             None => image.topic_by_id(topic_id).map(|t| t.name.clone()),
         };
         let outcome = match name {
-            Some(n) => c.topics.delete_topic(image, &n).map(|d| (n, apply(image, d, &mut records))),
+            Some(_) if !c.broker_config.delete_topic_enable => {
+                Err(ControllerError::new(ErrorCode::TOPIC_DELETION_DISABLED, "Topic deletion is disabled."))
+            }
+            Some(n) => c.admit_mutation(image).and_then(|()| {
+                let partitions = image.topic(&n).map_or(0, |t| t.partitions.len());
+                let deleted = c.topics.delete_topic(image, &n).map(|d| (n, apply(image, d, &mut records)))?;
+                c.draw_mutation(image, partitions);
+                Ok(deleted)
+            }),
             None => Err(ControllerError::new(ErrorCode::UNKNOWN_TOPIC_ID, "This server does not host this topic ID.")),
         };
         match outcome {
@@ -482,6 +526,7 @@ fn delete_topics(c: &mut Controls<'_>, image: &mut MetadataImage, version: i16, 
         }
         response.responses.push(result);
     }
+    response.throttle_time_ms = c.mutation_throttle_ms();
     Decided { records, response: ResponseBody::DeleteTopics(response) }
 }
 
@@ -497,8 +542,16 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
                 ErrorCode::INVALID_REPLICA_ASSIGNMENT,
                 "Manual replica assignments for new partitions are not supported yet.",
             ))
+        } else if r.validate_only {
+            c.topics.create_partitions(image, &t.name, t.count, true).map(|d| apply(image, d, &mut records))
         } else {
-            c.topics.create_partitions(image, &t.name, t.count, r.validate_only).map(|d| apply(image, d, &mut records))
+            c.admit_mutation(image).and_then(|()| {
+                let before = image.topic(&t.name).map_or(0, |topic| topic.partitions.len());
+                let decided = c.topics.create_partitions(image, &t.name, t.count, false)?;
+                apply(image, decided, &mut records);
+                c.draw_mutation(image, usize::try_from(t.count).unwrap_or(0).saturating_sub(before));
+                Ok(())
+            })
         };
         let mut result = CreatePartitionsTopicResult { name: t.name.clone(), ..Default::default() };
         if let Err(e) = outcome {
@@ -507,6 +560,7 @@ fn create_partitions(c: &mut Controls<'_>, image: &mut MetadataImage, r: &Create
         }
         response.results.push(result);
     }
+    response.throttle_time_ms = c.mutation_throttle_ms();
     Decided { records, response: ResponseBody::CreatePartitions(response) }
 }
 

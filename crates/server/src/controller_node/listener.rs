@@ -17,7 +17,6 @@ use super::requests::{self, Handled};
 use super::NodeState;
 use bytes::{Buf, BufMut, BytesMut};
 use std::io;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -81,21 +80,22 @@ pub async fn serve(
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                         return;
                     }
-                    let (rd, wr): (ReadHalf, WriteHalf) = match tls {
+                    let (rd, wr, principal): (ReadHalf, WriteHalf, String) = match tls {
                         None => {
                             let (rd, wr) = stream.into_split();
-                            (Box::new(rd), Box::new(wr))
+                            (Box::new(rd), Box::new(wr), crate::tls::ANONYMOUS.to_string())
                         }
                         // A failed handshake is counted and logged by `accept`.
                         Some(tls) => match tls.accept(stream, peer, idle).await {
-                            Ok((stream, _principal)) => {
+                            Ok((stream, principal)) => {
                                 let (rd, wr) = tokio::io::split(stream);
-                                (Box::new(rd), Box::new(wr))
+                                (Box::new(rd), Box::new(wr), principal)
                             }
                             Err(_) => return,
                         },
                     };
-                    if let Err(e) = connection(rd, wr, peer, node, limits, shutdown).await {
+                    let from = requests::Peer { principal: principal.into(), address: peer };
+                    if let Err(e) = connection(rd, wr, from, node, limits, shutdown).await {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
                     drop(slot);
@@ -113,11 +113,12 @@ pub async fn serve(
 async fn connection(
     mut rd: ReadHalf,
     mut wr: WriteHalf,
-    peer: SocketAddr,
+    from: requests::Peer,
     node: Arc<NodeState>,
     limits: ListenerLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> io::Result<()> {
+    let peer = from.address;
     let (tx, mut rx) = mpsc::channel::<Handled>(limits.max_in_flight_per_connection.max(1));
     let writer = tokio::spawn(async move {
         let mut out = BytesMut::new();
@@ -154,7 +155,7 @@ async fn connection(
                 Ok(Err(e)) => break Err(e),
             },
         };
-        let handled = requests::handle(&node, frame.freeze());
+        let handled = requests::handle(&node, frame.freeze(), &from);
         let closing = matches!(handled, Handled::Close(_));
         // Waits (reading paused) while `max_in_flight` answers are pending.
         if tx.send(handled).await.is_err() || closing {

@@ -67,6 +67,10 @@ pub struct ControllerNodeConfig {
     /// The controller listener's TLS when it is an SSL one: served on it, and used to
     /// reach the other voters. `None`: PLAINTEXT.
     pub tls: Option<Arc<crate::tls::ListenerTls>>,
+    /// The node's configuration when it has an authorizer (`authorizer.class.name`):
+    /// requests on the controller listener are authorized as Kafka's controller
+    /// authorizes them (`requests.rs`). `None`: every request is allowed.
+    pub authorization: Option<Arc<BrokerConfig>>,
 }
 
 impl ControllerNodeConfig {
@@ -101,6 +105,7 @@ impl ControllerNodeConfig {
                 connections_max_idle_ms: positive(config.connections_max_idle_ms),
             },
             tls: None,
+            authorization: config.authorizer.is_some().then(|| Arc::new(config.clone())),
         })
     }
 
@@ -132,7 +137,7 @@ impl ControllerApis for NoControllerApis {
         Vec::new()
     }
 
-    fn handle(&self, _header: RequestHeader, _body: RequestBody) -> ControllerReply {
+    fn handle_from(&self, _header: RequestHeader, _body: RequestBody, _principal: &str) -> ControllerReply {
         // The listener routes only supported keys here, and none are.
         unreachable!("NoControllerApis supports no API")
     }
@@ -154,6 +159,8 @@ pub struct NodeState {
     hellos: Mutex<BTreeMap<i32, (Hello, Instant)>>,
     /// The node ids of `controller.quorum.voters`.
     voter_ids: BTreeSet<i32>,
+    /// `ControllerNodeConfig::authorization`.
+    authorization: Option<Arc<BrokerConfig>>,
 }
 
 impl std::fmt::Debug for NodeState {
@@ -358,6 +365,7 @@ async fn start(
         cluster_id: Mutex::new(known_cluster_id),
         hellos: Mutex::new(BTreeMap::new()),
         voter_ids: config.voters.iter().map(|(id, _)| *id).collect(),
+        authorization: config.authorization.clone(),
     });
     let mut tokio_listeners = Vec::new();
     for l in listeners {

@@ -1,21 +1,37 @@
 //! From a request frame read on the CONTROLLER listener to its answer: the private keys
 //! go to the quorum (`rpc.rs`), ApiVersions, DescribeQuorum and DescribeCluster are
 //! answered here from the quorum's state, and every other Kafka API the active
-//! controller serves goes to [`ControllerApis`]. Anything else closes the connection, as
-//! Kafka does with a request it does not serve.
+//! controller serves goes to [`ControllerApis`]; an EnvelopeRequest (a broker forwarding
+//! a client's request, KIP-590) is opened and its content goes there as from the client
+//! it names. Anything else closes the connection, as Kafka does with a request it does
+//! not serve.
+//!
+//! With an authorizer (`authorizer.class.name`), requests are authorized as Kafka's
+//! controller authorizes them: the quorum's own RPCs, the brokers' APIs
+//! (BrokerRegistration, BrokerHeartbeat, AlterPartition, AllocateProducerIds) and
+//! envelopes need CLUSTER_ACTION on the cluster; the admin APIs need what they need on a
+//! broker (`crate::authorization`), checked for the connection's principal (from its
+//! client certificate on an SSL listener, else User:ANONYMOUS). A broker's principal is
+//! therefore a super user or has those ACLs, as Kafka's operators set it up. An
+//! envelope's content was authorized by the broker that forwarded it.
 
-use super::apis::ControllerApis;
+use super::apis::{ControllerApis, ControllerReply};
 use super::describe;
 use super::rpc;
 use super::NodeState;
+use crate::access::{kind, op, Access};
+use crate::authorization::{self, Gate};
+use crate::envelope;
 use bytes::{Bytes, BytesMut};
 use osprey_cluster::quorum::{decode_rpc, encode_reply};
 use osprey_protocol::frame::{split_request, FrameError, RequestHeader, ResponseHeader};
 use osprey_protocol::messages::api_versions_response::ApiVersion;
 use osprey_protocol::messages::ApiVersionsResponse;
+use osprey_protocol::messages::EnvelopeRequest;
 use osprey_protocol::wire::Message;
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, ResponseBody};
 use std::future::Future;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -32,16 +48,33 @@ pub enum Handled {
 }
 
 /// The Kafka APIs answered by the listener itself, with their versions.
-const SERVED_HERE: &[(ApiKey, i16, i16)] =
-    &[(ApiKey::ApiVersions, 0, 4), (ApiKey::DescribeQuorum, 0, 2), (ApiKey::DescribeCluster, 1, 2)];
+const SERVED_HERE: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::ApiVersions, 0, 4),
+    (ApiKey::DescribeQuorum, 0, 2),
+    (ApiKey::Envelope, 0, 0),
+    (ApiKey::DescribeCluster, 1, 2),
+];
 
-/// Handles one frame (without its size prefix).
-pub fn handle(node: &Arc<NodeState>, frame: Bytes) -> Handled {
+/// Who a connection is: its principal (`Type:name`) and address.
+#[derive(Debug, Clone)]
+pub struct Peer {
+    pub principal: Arc<str>,
+    pub address: SocketAddr,
+}
+
+/// Handles one frame (without its size prefix) from `from`.
+pub fn handle(node: &Arc<NodeState>, frame: Bytes, from: &Peer) -> Handled {
     if frame.len() < 2 {
         return Handled::Close("frame too short for an api key".into());
     }
     let api_key = i16::from_be_bytes([frame[0], frame[1]]);
     if rpc::is_private(api_key) {
+        if !cluster_action(node, from) {
+            return Handled::Close(format!(
+                "{} may not take part in the controller quorum: CLUSTER_ACTION on the cluster is denied",
+                from.principal
+            ));
+        }
         return private(node, api_key, frame);
     }
     let split = match split_request(frame) {
@@ -67,15 +100,119 @@ pub fn handle(node: &Arc<NodeState>, frame: Bytes) -> Handled {
         Ok(b) => b,
         Err(e) => return Handled::Close(format!("malformed {} v{version}: {e}", key.name())),
     };
-    match body {
-        RequestBody::ApiVersions(_) => ready(correlation_id, version, api_versions(node.apis.as_ref(), 0)),
-        RequestBody::DescribeQuorum(_) => ready(correlation_id, version, describe::quorum(node)),
-        RequestBody::DescribeCluster(r) => ready(correlation_id, version, describe::cluster(node, &r)),
-        body => {
-            let reply = node.apis.handle(header, body);
-            Handled::Answer(Box::pin(async move { encode(correlation_id, version, &reply.await) }))
+    let (body, finish) = match authorize(node, from, body, version) {
+        Gate::Handle(body, finish) => (body, finish),
+        Gate::Refuse(refused) => return ready(correlation_id, version, refused),
+    };
+    let reply: ControllerReply = match body {
+        RequestBody::ApiVersions(_) => return ready(correlation_id, version, api_versions(node.apis.as_ref(), 0)),
+        RequestBody::DescribeQuorum(_) => Box::pin(std::future::ready(describe::quorum(node))),
+        RequestBody::DescribeCluster(r) => Box::pin(std::future::ready(describe::cluster(node, &r))),
+        RequestBody::Envelope(r) => return enveloped(node, correlation_id, version, &r),
+        body => node.apis.handle_from(header, body, &from.principal),
+    };
+    Handled::Answer(Box::pin(async move {
+        let answer = reply.await;
+        let answer = match finish {
+            Some(finish) => finish(answer),
+            None => answer,
+        };
+        encode(correlation_id, version, &answer)
+    }))
+}
+
+/// The request if `from` may send it, with what to apply to its answer; else the answer
+/// refusing it. Everything is allowed without an authorizer, and ApiVersions always.
+fn authorize(node: &NodeState, from: &Peer, body: RequestBody, version: i16) -> Gate {
+    let Some(config) = &node.authorization else { return Gate::Handle(body, None) };
+    let cluster_denied = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+    match &body {
+        RequestBody::ApiVersions(_) => return Gate::Handle(body, None),
+        RequestBody::Envelope(_) if !cluster_action(node, from) => {
+            return Gate::Refuse(ResponseBody::Envelope(envelope::refused(cluster_denied)));
+        }
+        RequestBody::BrokerRegistration(_)
+        | RequestBody::BrokerHeartbeat(_)
+        | RequestBody::AlterPartition(_)
+        | RequestBody::AllocateProducerIds(_)
+            if !cluster_action(node, from) =>
+        {
+            return Gate::Refuse(super::failed_response(
+                &body,
+                version,
+                cluster_denied,
+                "Cluster authorization failed.",
+            ));
+        }
+        RequestBody::Envelope(_)
+        | RequestBody::BrokerRegistration(_)
+        | RequestBody::BrokerHeartbeat(_)
+        | RequestBody::AlterPartition(_)
+        | RequestBody::AllocateProducerIds(_) => return Gate::Handle(body, None),
+        _ => {}
+    }
+    let image = Arc::new(node.quorum.applied().image);
+    let access = Access::on_controller(config.clone(), image, from.principal.clone(), from.address);
+    if let Some((code, message)) = crate::handlers::acls::refusal(&access) {
+        match &body {
+            RequestBody::CreateAcls(r) => {
+                return Gate::Refuse(ResponseBody::CreateAcls(crate::handlers::acls::create_failed(r, code, message)));
+            }
+            RequestBody::DeleteAcls(r) => {
+                return Gate::Refuse(ResponseBody::DeleteAcls(crate::handlers::acls::delete_failed(r, code, message)));
+            }
+            _ => {}
         }
     }
+    authorization::gate(&access, body, version)
+}
+
+/// Whether `from` has CLUSTER_ACTION on the cluster (always, without an authorizer): a
+/// broker or a controller. A refusal is counted.
+fn cluster_action(node: &NodeState, from: &Peer) -> bool {
+    let Some(config) = &node.authorization else { return true };
+    let Some(authorizer) = &config.authorizer else { return true };
+    let host = from.address.ip().to_canonical().to_string();
+    let who = crate::authorizer::Requester { principal: &from.principal, host: &host };
+    let allowed = node.quorum.with_applied(|a| {
+        let acls = a.image.acls().map(|(_, acl)| acl);
+        authorizer.authorize(acls, who, kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)
+    });
+    if !allowed {
+        crate::telemetry::authorization_failed("CLUSTER", "CLUSTER_ACTION");
+        tracing::warn!(principal = %from.principal, peer = %from.address,
+            "controller listener: refused a quorum or broker request without CLUSTER_ACTION on the cluster; \
+             make the brokers' and controllers' principal a super user (super.users) or grant it CLUSTER_ACTION");
+    }
+    allowed
+}
+
+/// An EnvelopeRequest: its content handled as from the client it names, and answered in
+/// an EnvelopeResponse. The envelope's error is NOT_CONTROLLER when its content's is, so
+/// the forwarding broker tries the next controller.
+fn enveloped(node: &Arc<NodeState>, correlation_id: i32, version: i16, request: &EnvelopeRequest) -> Handled {
+    let apis = node.apis.clone();
+    let served = |key: ApiKey| {
+        let key = key as i16;
+        apis.supported().into_iter().find(|(k, _, _)| *k == key).map(|(_, min, max)| (min, max))
+    };
+    let opened = match envelope::open(request, served) {
+        Ok(o) => o,
+        Err((code, why)) => {
+            tracing::warn!(error = code.name(), reason = %why, "controller listener: refused an envelope");
+            return ready(correlation_id, version, ResponseBody::Envelope(envelope::refused(code)));
+        }
+    };
+    let header = opened.header.clone();
+    let reply = node.apis.handle_from(opened.header, opened.body, &opened.principal);
+    Handled::Answer(Box::pin(async move {
+        let inner = reply.await;
+        let mut answer = envelope::answer(&header, &inner);
+        if crate::cluster_link::not_controller(&inner) {
+            answer.error_code = ErrorCode::NOT_CONTROLLER.code();
+        }
+        encode(correlation_id, version, &ResponseBody::Envelope(answer))
+    }))
 }
 
 /// The versions of `key` this listener serves: its own, else the active controller's.

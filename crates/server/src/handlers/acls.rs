@@ -94,13 +94,7 @@ fn described(image: &MetadataImage, filter: &AclFilter) -> Vec<DescribeAclsResou
 /// Runs on the blocking pool: it writes the metadata log, through this node's own
 /// controller or the cluster's active controller.
 pub fn create(broker: &Arc<Broker>, access: &Access, req: CreateAclsRequest, version: i16) -> ResponseBody {
-    let refusal = if !access.enabled() {
-        Some((ErrorCode::SECURITY_DISABLED, ALTER_MESSAGE))
-    } else if !access.allows_cluster(operation::ALTER) {
-        Some((ErrorCode::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
-    } else {
-        None
-    };
+    let refusal = refusal(access);
     if let Some((code, message)) = refusal {
         return ResponseBody::CreateAcls(create_failed(&req, code, message));
     }
@@ -118,15 +112,21 @@ pub fn create(broker: &Arc<Broker>, access: &Access, req: CreateAclsRequest, ver
     ResponseBody::CreateAcls(response)
 }
 
-/// Runs on the blocking pool, as [`create`].
-pub fn delete(broker: &Arc<Broker>, access: &Access, req: DeleteAclsRequest, version: i16) -> ResponseBody {
-    let refusal = if !access.enabled() {
+/// Why CreateAcls and DeleteAcls are refused to `access`, if they are: without an
+/// authorizer SECURITY_DISABLED, without ALTER on the cluster CLUSTER_AUTHORIZATION_FAILED.
+pub fn refusal(access: &Access) -> Option<(ErrorCode, &'static str)> {
+    if !access.enabled() {
         Some((ErrorCode::SECURITY_DISABLED, ALTER_MESSAGE))
     } else if !access.allows_cluster(operation::ALTER) {
         Some((ErrorCode::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
     } else {
         None
-    };
+    }
+}
+
+/// Runs on the blocking pool, as [`create`].
+pub fn delete(broker: &Arc<Broker>, access: &Access, req: DeleteAclsRequest, version: i16) -> ResponseBody {
+    let refusal = refusal(access);
     if let Some((code, message)) = refusal {
         return ResponseBody::DeleteAcls(delete_failed(&req, code, message));
     }

@@ -4,7 +4,8 @@
 //! thread and the connection's other requests, and every other connection, go on.
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::dispatch::{Reply, Requester};
+use crate::quota::mutations;
 use osprey_cluster::NewTopic;
 use osprey_protocol::messages::create_topics_request::CreatableTopic;
 use osprey_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
@@ -16,18 +17,19 @@ use std::sync::Arc;
 /// Kafka's DescribeConfigs/CreateTopics config source of a topic's own setting.
 const SOURCE_DYNAMIC_TOPIC_CONFIG: i8 = 1;
 
-pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Reply {
+pub fn handle(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16, requester: Requester) -> Reply {
     let broker = broker.clone();
     Reply::Ordered(Box::pin(async move {
-        tokio::task::spawn_blocking(move || create(&broker, req, version)).await.unwrap_or_else(|e| {
+        tokio::task::spawn_blocking(move || create(&broker, req, version, &requester)).await.unwrap_or_else(|e| {
             tracing::error!(error = %e, "CreateTopics failed");
             ResponseBody::CreateTopics(CreateTopicsResponse::default())
         })
     }))
 }
 
-/// Creates the topics, one after the other, on the calling (blocking) thread.
-fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> ResponseBody {
+/// Creates the topics, one after the other, on the calling (blocking) thread, each
+/// within the requester's controller mutation quota.
+fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16, requester: &Requester) -> ResponseBody {
     if let Some(refused) = refuse_oversized(broker, &req, version) {
         return refused;
     }
@@ -36,8 +38,9 @@ fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Respo
         // forward CreateTopics; the answer goes back once this broker's image has the
         // topics, so the client's next Metadata here finds them.
         let wait = !req.validate_only;
-        return link.forward(osprey_protocol::RequestBody::CreateTopics(req), version, wait);
+        return link.forward_from(requester, osprey_protocol::RequestBody::CreateTopics(req), version, wait);
     }
+    let mut quota = mutations::request(requester, ApiKey::CreateTopics, version);
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> =
@@ -71,8 +74,12 @@ fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Respo
                 assignments: t.assignments.iter().map(|a| (a.partition_index, a.broker_ids.clone())).collect(),
                 configs,
             };
-            match broker.create_topic(&new, req.validate_only) {
+            let admitted = if req.validate_only { Ok(()) } else { mutations::admit(broker, &mut quota) };
+            match admitted.and_then(|()| broker.create_topic(&new, req.validate_only)) {
                 Ok(created) => {
+                    if !req.validate_only {
+                        mutations::draw(broker, &mut quota, created.partitions.len());
+                    }
                     result.topic_id = created.id;
                     result.num_partitions = created.partitions.len() as i32;
                     result.replication_factor = created.partitions.first().map_or(-1, |p| p.replicas.len() as i16);
@@ -94,6 +101,7 @@ fn create(broker: &Arc<Broker>, req: CreateTopicsRequest, version: i16) -> Respo
         }
         resp.topics.push(result);
     }
+    resp.throttle_time_ms = i32::try_from(quota.throttle_ms).unwrap_or(i32::MAX);
     ResponseBody::CreateTopics(resp)
 }
 

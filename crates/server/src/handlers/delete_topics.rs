@@ -1,12 +1,21 @@
-//! DeleteTopics: by name (v1-5) or by name or id (v6).
+//! DeleteTopics: by name (v1-5) or by name or id (v6), each topic within the
+//! requester's controller mutation quota. A cluster's brokers forward the request to the
+//! active controller, which decides it all.
 
 use crate::broker::Broker;
+use crate::dispatch::Requester;
+use crate::quota::mutations;
 use osprey_protocol::messages::delete_topics_response::DeletableTopicResult;
 use osprey_protocol::messages::{DeleteTopicsRequest, DeleteTopicsResponse};
+use osprey_protocol::RequestBody;
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody, Uuid};
 use std::sync::Arc;
 
-pub fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest, version: i16) -> ResponseBody {
+pub fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest, version: i16, requester: &Requester) -> ResponseBody {
+    if let Some(link) = broker.cluster_link() {
+        return link.forward_from(requester, RequestBody::DeleteTopics(req), version, true);
+    }
+    let mut quota = mutations::request(requester, ApiKey::DeleteTopics, version);
     let targets: Vec<(Option<String>, Uuid)> = if version >= 6 {
         req.topics.into_iter().map(|t| (t.name, t.topic_id)).collect()
     } else {
@@ -26,7 +35,11 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest, version: i16) -> R
                 return Err(ErrorCode::TOPIC_DELETION_DISABLED);
             }
             result.name = Some(n.clone());
-            broker.delete_topic(&n).map_err(|e| e.code)
+            mutations::admit(broker, &mut quota).map_err(|e| e.code)?;
+            let partitions = image.topic(&n).map_or(0, |t| t.partitions.len());
+            let deleted = broker.delete_topic(&n).map_err(|e| e.code)?;
+            mutations::draw(broker, &mut quota, partitions);
+            Ok(deleted)
         });
         match outcome {
             Ok(deleted) => result.topic_id = deleted,
@@ -40,5 +53,6 @@ pub fn handle(broker: &Arc<Broker>, req: DeleteTopicsRequest, version: i16) -> R
         }
         resp.responses.push(result);
     }
+    resp.throttle_time_ms = i32::try_from(quota.throttle_ms).unwrap_or(i32::MAX);
     ResponseBody::DeleteTopics(resp)
 }

@@ -122,9 +122,14 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::Produce(body) => produce::handle(broker, body, version, listener),
         RequestBody::Fetch(body) => fetch::handle(broker, body, version, listener),
         RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
-        RequestBody::CreateTopics(body) => create_topics::handle(broker, body, version),
-        RequestBody::DeleteTopics(body) => on_blocking_pool(broker, move |b| delete_topics::handle(b, body, version)),
-        RequestBody::CreatePartitions(body) => create_partitions::handle(broker, body),
+        RequestBody::CreateTopics(body) => create_topics::handle(broker, body, version, client.requester(&client_id)),
+        RequestBody::DeleteTopics(body) => {
+            let requester = client.requester(&client_id);
+            on_blocking_pool(broker, move |b| delete_topics::handle(b, body, version, &requester))
+        }
+        RequestBody::CreatePartitions(body) => {
+            create_partitions::handle(broker, body, version, client.requester(&client_id))
+        }
         RequestBody::DeleteRecords(body) => on_blocking_pool(broker, move |b| delete_records::handle(b, body)),
         RequestBody::OffsetForLeaderEpoch(body) => Reply::Now(offset_for_leader_epoch::handle(broker, body)),
         RequestBody::DescribeConfigs(body) => Reply::Now(describe_configs::handle(broker, body, version)),

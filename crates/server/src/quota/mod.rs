@@ -15,6 +15,7 @@
 //! Followers' fetches and WriteTxnMarkers are brokers' traffic, not clients', and are
 //! never metered (Kafka exempts inter-broker principals).
 
+pub mod mutations;
 pub mod rate;
 
 use crate::broker::Broker;
@@ -237,14 +238,64 @@ pub fn throttle(
                 let bytes = fetched_bytes(&body) as f64;
                 let ms = record(&broker, &principal, QuotaType::Fetch, &metered.client_id, bytes).max(request_ms);
                 mute.extend(ms);
-                set_throttle_time(body, ms)
+                if ms == 0 {
+                    return body;
+                }
+                // A throttled Fetch is answered without its records, and their bytes are
+                // taken back off the consumer's rate, as Kafka's `handleFetchRequest`
+                // does: the consumer fetches them again once the throttle is over.
+                // Partitions, high watermarks and errors still go out.
+                unrecord(&broker, &principal, QuotaType::Fetch, &metered.client_id, bytes);
+                set_throttle_time(without_records(body), ms)
             })
         }
         _ => {
             mute.extend(request_ms);
-            map_body(reply, move |body| set_throttle_time(body, request_ms))
+            let mute = mute.clone();
+            map_body(reply, move |body| {
+                // CreateTopics, DeleteTopics and CreatePartitions come back from the
+                // controller (this node's, or the cluster's active one) with the
+                // controller mutation quota's throttle: the connection is muted for it,
+                // as Kafka's brokers mute for a forwarded request's throttle.
+                let mutation_ms = mutation_throttle_ms(&body);
+                if mutation_ms > 0 {
+                    telemetry::quota_throttled("controller_mutation", mutation_ms);
+                }
+                let ms = request_ms.max(mutation_ms);
+                mute.extend(ms);
+                set_throttle_time(body, ms)
+            })
         }
     }
+}
+
+/// The controller mutation quota's throttle a response carries (0 for other APIs).
+fn mutation_throttle_ms(body: &ResponseBody) -> u64 {
+    let ms = match body {
+        ResponseBody::CreateTopics(r) => r.throttle_time_ms,
+        ResponseBody::DeleteTopics(r) => r.throttle_time_ms,
+        ResponseBody::CreatePartitions(r) => r.throttle_time_ms,
+        _ => 0,
+    };
+    u64::try_from(ms).unwrap_or(0)
+}
+
+/// A Fetch response with every partition's records emptied.
+fn without_records(mut body: ResponseBody) -> ResponseBody {
+    if let ResponseBody::Fetch(r) = &mut body {
+        for p in r.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()) {
+            if p.records.is_some() {
+                p.records = Some(Default::default());
+            }
+        }
+    }
+    body
+}
+
+/// Takes `value` back off the client's `quota` sensor (Kafka's `unrecordQuotaSensor`).
+fn unrecord(broker: &Broker, principal: &str, quota: QuotaType, client_id: &str, value: f64) {
+    let image = broker.image();
+    broker.client_quotas.record(image.client_quotas(), quota, principal, client_id, -value, monotonic_ms());
 }
 
 /// Records `value` against the client's `quota`; its throttle time (bounded for request
@@ -262,7 +313,7 @@ fn record(broker: &Broker, principal: &str, quota: QuotaType, client_id: &str, v
 }
 
 /// Milliseconds on a monotonic clock (since the first call).
-fn monotonic_ms() -> i64 {
+pub(crate) fn monotonic_ms() -> i64 {
     static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
     let start = *START.get_or_init(std::time::Instant::now);
     i64::try_from(start.elapsed().as_millis()).unwrap_or(i64::MAX)

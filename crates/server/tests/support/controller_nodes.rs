@@ -26,5 +26,6 @@ pub fn node_config(node_id: i32, ports: &[u16], dir: PathBuf) -> ControllerNodeC
             connections_max_idle_ms: 600_000,
         },
         tls: None,
+        authorization: None,
     }
 }
