@@ -352,3 +352,103 @@ def test_an_acl_created_through_one_broker_is_enforced_on_another_and_topics_rep
         c.stop()
     finally:
         c.kill_all()
+
+
+# ----- the controller listener ---------------------------------------------------------
+
+
+def envelope_v0(correlation_id: int, request_data: bytes) -> bytes:
+    """An EnvelopeRequest (KIP-590) with a principal nobody checks first."""
+    import struct
+
+    from test_quotas import cstring
+    import kafkawire as kw
+
+    principal = struct.pack(">h", 0) + cstring("User") + cstring("alice") + b"\x00\x00"
+    body = (kw.uvarint(len(request_data) + 1) + request_data + kw.uvarint(len(principal) + 1) + principal
+            + kw.uvarint(5) + bytes([127, 0, 0, 1]) + b"\x00")
+    return kw.request(58, 0, correlation_id, body, flexible=True)
+
+
+def envelope_error(payload: bytes) -> int:
+    from test_quotas import FlexReader
+
+    r = FlexReader(payload)
+    r.take(">i")
+    r.skip_tags()
+    n = r.uvarint() - 1
+    r.pos += max(n, 0)
+    return r.take(">h")
+
+
+def controller_answers(node, workdir):
+    """What a controller-only node with the StandardAuthorizer answers a PLAINTEXT
+    connection (User:ANONYMOUS) on its controller listener: (ApiVersions keys, the
+    envelope's error, CreateTopics v7's error, whether a quorum RPC closed the
+    connection, kafka-metadata-quorum's finished process)."""
+    import kafkawire as kw
+    from cluster import KafkaTools
+    from test_quotas import create_topics_v7, parse_create_topics_v7
+
+    with kw.Conn(node.host, node.controller_port) as conn:
+        _, code, keys = kw.parse_api_versions_v0(conn.roundtrip(kw.api_versions_v0(1)))
+        assert code == 0
+        envelope = envelope_error(conn.roundtrip(envelope_v0(2, b"not a request")))
+        _, created = parse_create_topics_v7(conn.roundtrip(create_topics_v7(3, [("direct", 1)], "tool")))
+    with kw.Conn(node.host, node.controller_port) as conn:
+        # A broker's metadata fetch (one of the quorum's own RPCs, key 10004): header v2
+        # and a JSON body.
+        fetch = b'{"broker_id": 7, "next_offset": 0, "max_wait_ms": 0, "max_records": 1}'
+        conn.send(kw.request(10_004, 0, 4, fetch, flexible=True))
+        quorum_rpc_closed = conn.is_closed_by_peer(timeout=5)
+    tools = KafkaTools(workdir)
+    described = tools.quorum(("--bootstrap-controller", node.controller_bootstrap), "--status")
+    return keys, envelope, created["direct"], quorum_rpc_closed, described
+
+
+def test_a_controller_authorizes_quorum_broker_and_admin_requests(tmp_path):
+    """A controller-only node with `super.users=User:admin`: a PLAINTEXT peer
+    (User:ANONYMOUS) without CLUSTER_ACTION gets CLUSTER_AUTHORIZATION_FAILED for an
+    envelope (a broker's forwarded request), TOPIC_AUTHORIZATION_FAILED for a CreateTopics
+    sent straight to the controller, DescribeQuorum refused (kafka-metadata-quorum
+    fails), and a quorum RPC closes the connection; each refusal is counted. The same
+    node with User:ANONYMOUS a super user answers each of them for what it is: the
+    envelope's content is malformed (INVALID_REQUEST), the topic is decided (no broker
+    is registered: INVALID_REPLICATION_FACTOR), the tool describes the quorum."""
+    skip_without_kafka_tools()
+    from cluster import Cluster, Node
+
+    results = {}
+    for super_users in ("User:admin", "User:admin;User:ANONYMOUS"):
+        workdir = tmp_path / ("refused" if "ANONYMOUS" not in super_users else "allowed")
+        workdir.mkdir()
+        quorum = Cluster(workdir, [Node(workdir, 1, "controller")],
+                         extra={"authorizer.class.name": STANDARD_AUTHORIZER, "super.users": super_users})
+        node = quorum.nodes[0]
+        quorum.start()
+        try:
+            quorum.wait_for("the controller is active", lambda: node.gauge("osprey_controller_active") == 1)
+            results[super_users] = controller_answers(node, workdir)
+            failures = node.gauge('osprey_authorization_failures_total{resource_type="CLUSTER",'
+                                  'operation="CLUSTER_ACTION"}')
+            results[super_users] += (failures,)
+        finally:
+            quorum.stop()
+
+    keys, envelope, created, rpc_closed, described, failures = results["User:admin"]
+    print(f"\nrefused: envelope {envelope}, CreateTopics {created}, quorum RPC closed {rpc_closed}, "
+          f"tool rc {described.returncode}, CLUSTER_ACTION refusals {failures}")
+    assert keys.get(58) == (0, 0), "a controller advertises Envelope v0"
+    assert envelope == 31, "CLUSTER_AUTHORIZATION_FAILED"
+    assert created == 29, "TOPIC_AUTHORIZATION_FAILED"
+    assert rpc_closed
+    assert described.returncode != 0
+    assert "ClusterAuthorization" in described.stdout + described.stderr, described.stderr[-2000:]
+    assert failures >= 2
+
+    keys, envelope, created, rpc_closed, described, failures = results["User:admin;User:ANONYMOUS"]
+    assert envelope == 42, "INVALID_REQUEST: the envelope was opened"
+    assert created == 38, "INVALID_REPLICATION_FACTOR: decided, and no broker is registered"
+    assert not rpc_closed
+    assert described.returncode == 0, described.stderr[-2000:]
+    assert failures == 0
