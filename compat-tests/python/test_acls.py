@@ -452,3 +452,99 @@ def test_a_controller_authorizes_quorum_broker_and_admin_requests(tmp_path):
     assert not rpc_closed
     assert described.returncode == 0, described.stderr[-2000:]
     assert failures == 0
+
+
+# ----- fetch sessions -------------------------------------------------------------------
+
+
+def sasl_plain_login(conn, user: str, password: str):
+    """SaslHandshake v1 (PLAIN) then SaslAuthenticate v1, as raw frames."""
+    import struct
+
+    import kafkawire as kw
+
+    r = kw.Reader(conn.roundtrip(kw.request(17, 1, 1, kw.string16("PLAIN"))))
+    r.take(">i")
+    assert r.take(">h") == 0, "SaslHandshake refused"
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    r = kw.Reader(conn.roundtrip(kw.request(36, 1, 2, struct.pack(">i", len(token)) + token)))
+    r.take(">i")
+    assert r.take(">h") == 0, f"SaslAuthenticate refused: {r.string16()}"
+
+
+def test_a_partition_an_incremental_fetch_session_carries_is_checked_on_every_fetch(start_acl):
+    """Alice reads a partition through a fetch session (Fetch v7, raw frames over the
+    SASL listener). Once her READ ACL is removed, the next incremental fetch, which names
+    no partition, answers the session's partition TOPIC_AUTHORIZATION_FAILED, as Kafka
+    checks every partition of the session each time."""
+    skip_without_kafka_tools()
+    import kafkawire as kw
+
+    broker = start_acl()
+    topic = unique("session")
+    create_topic(broker, topic)
+    assert produce_one({"bootstrap.servers": broker.bootstrap}, topic) is None
+    read_acl = ("--allow-principal", "User:alice", "--operation", "Read", "--topic", topic)
+    add_acl(broker, *read_acl)
+    host, port = broker.sasl_bootstrap.rsplit(":", 1)
+    with kw.Conn(host, int(port)) as conn:
+        sasl_plain_login(conn, "alice", "alice-secret")
+        _, error, session, parts = kw.parse_fetch_v7(conn.roundtrip(kw.fetch_v7(3, 0, 0, topic, [(0, 0)])))
+        assert error == 0 and session != 0
+        assert [(p[1], p[2]) for p in parts] == [(0, 0)] and parts[0][4], parts
+        removed = kafka_acls(broker, "--remove", "--force", *read_acl)
+        assert removed.returncode == 0, removed.stderr[-2000:]
+        _, error, _, parts = kw.parse_fetch_v7(conn.roundtrip(kw.fetch_v7(4, session, 1, topic, [])))
+        print(f"\nincremental fetch after the ACL went: {[(p[1], p[2]) for p in parts]}")
+        assert error == 0
+        assert [(p[0], p[1], p[2]) for p in parts] == [(topic, 0, 29)], "TOPIC_AUTHORIZATION_FAILED"
+
+
+def test_a_regex_subscription_resolves_to_the_topics_the_member_may_describe(start_acl):
+    """Alice's KIP-848 consumer (librdkafka, `group.protocol=consumer`) subscribes to
+    `^REG-…`: of two matching topics she may read one, and the group is assigned that one
+    only (Kafka filters a regex's topics by the member's DESCRIBE, KAFKA-18813). Once she
+    is granted the other, the metadata moved, the next heartbeat resolves the pattern
+    again, and she consumes it too."""
+    skip_without_kafka_tools()
+    import time
+
+    broker = start_acl()
+    prefix = f"REG-{uuid.uuid4().hex[:6]}"
+    allowed, secret = f"{prefix}-open", f"{prefix}-secret"
+    group = unique("regex-readers")
+    for topic in (allowed, secret):
+        create_topic(broker, topic)
+        assert produce_one({"bootstrap.servers": broker.bootstrap}, topic) is None
+    add_acl(broker, "--allow-principal", "User:alice", "--operation", "Read", "--topic", allowed, "--group", group)
+    c = Consumer(alice(broker, **{"group.id": group, "group.protocol": "consumer", "auto.offset.reset": "earliest"}))
+    seen = set()
+
+    def consume_until(want):
+        deadline = time.monotonic() + WAIT_S
+        while not want <= seen:
+            assert time.monotonic() < deadline, f"consumed from {seen}"
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen.add(m.topic())
+
+    def assigned():
+        a = AdminClient({"bootstrap.servers": broker.bootstrap})
+        d = a.describe_consumer_groups([group], request_timeout=WAIT_S)[group].result(timeout=WAIT_S)
+        return {tp.topic for m in d.members for tp in m.assignment.topic_partitions}
+
+    try:
+        c.subscribe([f"^{prefix}-.*"])
+        consume_until({allowed})
+        # A few more heartbeats: the secret topic stays out.
+        for _ in range(10):
+            m = c.poll(0.2)
+            if m is not None and not m.error():
+                seen.add(m.topic())
+        assert seen == {allowed}, seen
+        assert assigned() == {allowed}
+        add_acl(broker, "--allow-principal", "User:alice", "--operation", "Read", "--topic", secret)
+        consume_until({allowed, secret})
+        assert assigned() == {allowed, secret}
+    finally:
+        c.close()

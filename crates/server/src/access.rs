@@ -32,8 +32,7 @@ impl Access {
             config: broker.settings.config.clone(),
             image: broker.image(),
             principal: client.principal.clone(),
-            // As Java's `InetAddress.getHostAddress`: an IPv4 client is its dotted quad.
-            host: client.peer.ip().to_canonical().to_string(),
+            host: host_address(client.peer.ip()),
             auto_create_topics: broker.settings.auto_create_topics,
         }
     }
@@ -47,7 +46,7 @@ impl Access {
         principal: Arc<str>,
         address: std::net::SocketAddr,
     ) -> Access {
-        let host = address.ip().to_canonical().to_string();
+        let host = host_address(address.ip());
         Access { config, image, principal, host, auto_create_topics: false }
     }
 
@@ -130,6 +129,17 @@ impl Access {
     }
 }
 
+/// A client's address as ACL hosts are written: Java's `InetAddress.getHostAddress`, which
+/// Kafka's authorizer matches against. An IPv4 client (an IPv4-mapped IPv6 address
+/// included) is its dotted quad; an IPv6 one is its eight groups in hex, uncompressed and
+/// without leading zeros (`0:0:0:0:0:0:0:1`, where Rust writes `::1`).
+pub fn host_address(ip: std::net::IpAddr) -> String {
+    match ip.to_canonical() {
+        std::net::IpAddr::V4(v4) => v4.to_string(),
+        std::net::IpAddr::V6(v6) => v6.segments().iter().map(|g| format!("{g:x}")).collect::<Vec<_>>().join(":"),
+    }
+}
+
 /// Kafka's `ResourceType` name, for the refusal metric.
 pub fn resource_type_name(code: i8) -> &'static str {
     match code {
@@ -160,5 +170,18 @@ pub fn operation_name(code: i8) -> &'static str {
         operation::CREATE_TOKENS => "CREATE_TOKENS",
         operation::DESCRIBE_TOKENS => "DESCRIBE_TOKENS",
         _ => "UNKNOWN",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_address;
+
+    #[test]
+    fn hosts_are_written_as_java_writes_them() {
+        assert_eq!(host_address("127.0.0.1".parse().unwrap()), "127.0.0.1");
+        assert_eq!(host_address("::ffff:10.1.2.3".parse().unwrap()), "10.1.2.3");
+        assert_eq!(host_address("::1".parse().unwrap()), "0:0:0:0:0:0:0:1");
+        assert_eq!(host_address("fe80::1a:2b".parse().unwrap()), "fe80:0:0:0:0:0:1a:2b");
     }
 }

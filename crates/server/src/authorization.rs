@@ -299,8 +299,8 @@ fn fetch_refused(t: &fetch_request::FetchTopic, code: ErrorCode) -> fetch_respon
 
 /// Fetch: a follower (replica id set) needs CLUSTER_ACTION, refused as
 /// TOPIC_AUTHORIZATION_FAILED on every partition as Kafka does; a consumer needs READ on
-/// each topic. Topics carried by an incremental fetch session from an earlier request
-/// are not checked again.
+/// each topic of the request. The partitions an incremental fetch session carries from
+/// an earlier request are checked by the fetch handler, on every fetch.
 fn fetch(access: &Access, mut r: FetchRequest) -> Gate {
     let follower = r.replica_id >= 0 || r.replica_state.replica_id >= 0;
     if follower {

@@ -172,7 +172,7 @@ fn authorize(node: &NodeState, from: &Peer, body: RequestBody, version: i16) -> 
 fn cluster_action(node: &NodeState, from: &Peer) -> bool {
     let Some(config) = &node.authorization else { return true };
     let Some(authorizer) = &config.authorizer else { return true };
-    let host = from.address.ip().to_canonical().to_string();
+    let host = crate::access::host_address(from.address.ip());
     let who = crate::authorizer::Requester { principal: &from.principal, host: &host };
     let allowed = node.quorum.with_applied(|a| {
         let acls = a.image.acls().map(|(_, acl)| acl);

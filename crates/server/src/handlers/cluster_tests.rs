@@ -387,7 +387,9 @@ async fn fetch_from_a_partition_led_elsewhere_answers_not_leader_and_names_the_l
         if version >= 13 {
             req.topics[0].topic_id = osprey_protocol::Uuid(TOPIC_T);
         }
-        let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext())).await else { panic!() };
+        let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext(), None)).await else {
+            panic!()
+        };
         let p = &resp.responses[0].partitions;
         let codes: Vec<i16> = p.iter().map(|p| p.error_code).collect();
         assert_eq!(codes, [0, NOT_LEADER, NOT_LEADER, UNKNOWN], "v{version}");
@@ -589,7 +591,7 @@ fn follower_fetch(replica_id: i32, fetch_offset: i64, version: i16) -> FetchRequ
 }
 
 async fn fetched(c: &Cleanup, req: FetchRequest, version: i16) -> fetch_response::PartitionData {
-    let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext())).await else {
+    let ResponseBody::Fetch(resp) = later(fetch::handle(&c.0, req, version, &plaintext(), None)).await else {
         panic!("not Fetch")
     };
     resp.responses[0].partitions[0].clone()

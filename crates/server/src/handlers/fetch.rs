@@ -57,7 +57,17 @@ struct PartitionPlan {
     partition: Result<Arc<Partition>, ErrorCode>,
 }
 
-pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16, listener: &Arc<str>) -> Reply {
+/// `readable`: the client's authorizer view when the broker has an authorizer. The
+/// partitions a request names were checked already (`crate::authorization`); those an
+/// incremental session carries from an earlier request are checked here, each time, as
+/// Kafka checks every partition of the session's context.
+pub fn handle(
+    broker: &Arc<Broker>,
+    req: FetchRequest,
+    version: i16,
+    listener: &Arc<str>,
+    readable: Option<&crate::access::Access>,
+) -> Reply {
     let by_id = version >= 13;
     let key = |topic: &str, topic_id, partition| PartitionKey {
         topic: if by_id { String::new() } else { topic.to_string() },
@@ -113,6 +123,8 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16, listener: &
     };
     let image = broker.image();
     let unknown = if by_id { ErrorCode::UNKNOWN_TOPIC_ID } else { ErrorCode::UNKNOWN_TOPIC_OR_PARTITION };
+    // Each topic asked once per request.
+    let mut may_read: std::collections::HashMap<String, bool> = std::collections::HashMap::new();
     let partitions = partitions
         .into_iter()
         .map(|(key, fetch)| {
@@ -121,6 +133,14 @@ pub fn handle(broker: &Arc<Broker>, req: FetchRequest, version: i16, listener: &
                 telemetry::topic_fetch_request(&t.name);
             }
             let mut partition = broker.replica_manager.partition_or_error(&image, topic, key.partition, unknown);
+            if let (Some(access), Some(t), None) = (readable, topic, replica) {
+                let allowed = *may_read
+                    .entry(t.name.clone())
+                    .or_insert_with(|| access.allows(crate::access::kind::TOPIC, &t.name, crate::access::op::READ));
+                if !allowed {
+                    partition = Err(ErrorCode::TOPIC_AUTHORIZATION_FAILED);
+                }
+            }
             if let (Some((replica_id, broker_epoch)), Ok(p)) = (replica, &partition) {
                 // The follower's position, once per request and before the read, so the
                 // high watermark it moves is in the answer. A fetcher that is not one of
@@ -463,7 +483,7 @@ mod tests {
             ..Default::default()
         };
         let body = runtime.block_on(async {
-            match handle(&broker, req, 12, &DEFAULT_LISTENER.into()) {
+            match handle(&broker, req, 12, &DEFAULT_LISTENER.into(), None) {
                 Reply::Now(body) => body,
                 Reply::Later(pending) => pending.await,
                 other => panic!("{other:?}"),

@@ -3,10 +3,11 @@
 //! Heartbeat, LeaveGroup, ListGroups, DescribeGroups, DeleteGroups, OffsetDelete.
 //! Offsets have their own files (`offset_commit.rs`, `offset_fetch.rs`).
 
+use crate::access::Access;
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use osprey_coordinator::group::Response;
+use osprey_coordinator::group::{Response, TopicInfo, TopicsView};
 use osprey_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
@@ -92,17 +93,26 @@ pub fn delete_offsets(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> Reply {
 }
 
 /// ConsumerGroupHeartbeat (KIP-848): the server-side assignor computes assignments from
-/// the current topics; the answer waits for the group's records to be durable.
+/// the current topics; the answer waits for the group's records to be durable. With an
+/// authorizer (`access`), the topics a regular-expression subscription resolves to are
+/// those the heartbeating member may DESCRIBE, as Kafka filters them (KAFKA-18813): the
+/// group's patterns are resolved with the permissions of the member whose heartbeat
+/// resolves them, again whenever the metadata (ACLs included) has moved.
 pub fn consumer_heartbeat(
     broker: &Arc<Broker>,
     req: ConsumerGroupHeartbeatRequest,
     version: i16,
     client_id: &str,
     client_host: &str,
+    access: Option<Access>,
 ) -> Reply {
     let image = broker.image();
-    let rx = broker.groups.call_later(broker, |c, reply, now| {
-        c.consumer_group_heartbeat(&req, version, client_id, client_host, &*image, reply, now)
+    let rx = broker.groups.call_later(broker, |c, reply, now| match &access {
+        Some(access) => {
+            let view = DescribableTopics { image: &image, access };
+            c.consumer_group_heartbeat(&req, version, client_id, client_host, &view, reply, now)
+        }
+        None => c.consumer_group_heartbeat(&req, version, client_id, client_host, &*image, reply, now),
     });
     let fallback = ConsumerGroupHeartbeatResponse {
         error_code: ErrorCode::COORDINATOR_NOT_AVAILABLE.code(),
@@ -110,6 +120,36 @@ pub fn consumer_heartbeat(
         ..Default::default()
     };
     later(rx, ResponseBody::ConsumerGroupHeartbeat(fallback))
+}
+
+/// The metadata image as a regular expression sees it: the topics `access` may DESCRIBE.
+/// Topics named outright are looked up unfiltered (the request's own names were checked
+/// by the authorizer already, and other members' names are theirs).
+struct DescribableTopics<'a> {
+    image: &'a osprey_cluster::MetadataImage,
+    access: &'a Access,
+}
+
+impl TopicsView for DescribableTopics<'_> {
+    fn topic(&self, name: &str) -> Option<TopicInfo> {
+        TopicsView::topic(self.image, name)
+    }
+    fn for_each_name(&self, f: &mut dyn FnMut(&str)) {
+        self.image.for_each_name(&mut |name| {
+            if self.access.allows_quietly(crate::access::kind::TOPIC, name, crate::access::op::DESCRIBE) {
+                f(name);
+            }
+        });
+    }
+    fn version(&self) -> u64 {
+        self.image.version()
+    }
+    fn consumer_group_overrides(
+        &self,
+        group_id: &str,
+    ) -> osprey_coordinator::group::group_config::ConsumerGroupOverrides {
+        self.image.consumer_group_overrides(group_id)
+    }
 }
 
 /// ConsumerGroupDescribe, with the authorized operations of each group described without
