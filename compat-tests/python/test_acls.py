@@ -256,7 +256,7 @@ def test_a_transactional_id_is_refused_until_alice_may_write_it(start_acl):
 # ----- kafka-acls.sh --list / --remove, restarts --------------------------------------------
 
 
-def test_kafka_acls_lists_and_removes_and_acls_survive_a_restart(start_acl):
+def test_kafka_acls_lists_and_removes_and_acls_survive_a_restart_and_a_kill_9(start_acl):
     skip_without_kafka_tools()
     broker = start_acl()
     topic = unique("kept")
@@ -272,6 +272,12 @@ def test_kafka_acls_lists_and_removes_and_acls_survive_a_restart(start_acl):
     listed = kafka_acls(broker, "--list", "--topic", topic)
     assert "User:alice" in listed.stdout and "WRITE" in listed.stdout, listed.stdout
     assert produce_one(alice(broker), topic) is None
+    # An acknowledged CreateAcls is in the fsynced metadata log: a kill -9 keeps it.
+    add_acl(broker, "--allow-principal", "User:bob", "--operation", "Read", "--topic", topic)
+    broker.kill9()
+    broker.start()
+    listed = kafka_acls(broker, "--list", "--topic", topic)
+    assert "User:bob" in listed.stdout and "User:alice" in listed.stdout, listed.stdout
 
     removed = kafka_acls(broker, "--remove", "--force", "--allow-principal", "User:alice", "--operation", "Write",
                          "--topic", topic)
@@ -548,3 +554,42 @@ def test_a_regex_subscription_resolves_to_the_topics_the_member_may_describe(sta
         assert assigned() == {allowed, secret}
     finally:
         c.close()
+
+
+def test_kafka_python_creates_describes_and_deletes_acls_at_version_1(start_acl):
+    """kafka-python 2.3's admin client speaks CreateAcls, DescribeAcls and DeleteAcls v1
+    (Kafka's tools use v3): a prefixed ACL created, described by a filter, enforced, and
+    deleted with the count of what it matched."""
+    from kafka.admin import (ACL, ACLFilter, ACLOperation, ACLPermissionType, ACLResourcePatternType,
+                             KafkaAdminClient, ResourcePattern, ResourcePatternFilter, ResourceType)
+
+    broker = start_acl()
+    prefix = unique("kp")
+    topic = f"{prefix}-t"
+    create_topic(broker, topic)
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=int(WAIT_S * 1000))
+    try:
+        pattern = ResourcePattern(ResourceType.TOPIC, prefix, ACLResourcePatternType.PREFIXED)
+        acl = ACL("User:alice", "*", ACLOperation.WRITE, ACLPermissionType.ALLOW, pattern)
+        created = admin.create_acls([acl])
+        assert created["failed"] == [] and len(created["succeeded"]) == 1, created
+
+        any_of_prefix = ACLFilter("User:alice", None, ACLOperation.ANY, ACLPermissionType.ANY,
+                                  ResourcePatternFilter(ResourceType.TOPIC, prefix, ACLResourcePatternType.PREFIXED))
+        described, error = admin.describe_acls(any_of_prefix)
+        assert error.errno == 0, error
+        assert [(a.principal, a.operation, a.resource_pattern.resource_name) for a in described] == \
+            [("User:alice", ACLOperation.WRITE, prefix)], described
+        assert produce_one(alice(broker), topic) is None
+
+        deleted = admin.delete_acls([any_of_prefix])
+        (_, matched, error), = deleted
+        assert error.errno == 0 and len(matched) == 1, deleted
+        described, _ = admin.describe_acls(any_of_prefix)
+        assert described == []
+        assert code(produce_one(alice(broker), topic)) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+        # The broker's request counts say which versions the client spoke.
+        for api in ("CreateAcls", "DescribeAcls", "DeleteAcls"):
+            assert metric(broker, "osprey_requests_total", api=api, version="1") >= 1, api
+    finally:
+        admin.close()

@@ -247,13 +247,19 @@ def test_describe_filters_by_exact_default_and_any_name_and_refuses_a_bad_filter
         assert code == INVALID_REQUEST, message
 
 
-def test_quotas_survive_a_restart(broker):
+def test_quotas_survive_a_restart_and_a_kill_9(broker):
     alter(broker, [([("user", "alice"), ("client-id", None)], [("producer_byte_rate", 2048.0, False)]),
                    ([("client-id", "app")], [("request_percentage", 25.0, False)])])
     before = describe_all(broker)
     assert len(before) == 2
     broker.restart(clean=True)
     assert describe_all(broker) == before
+    # An acknowledged AlterClientQuotas is in the fsynced metadata log: a kill -9 keeps it.
+    results = alter(broker, [([("user", "bob")], [("controller_mutation_rate", 5.0, False)])])
+    assert [code for code, _, _ in results] == [0], results
+    broker.kill9()
+    broker.start()
+    assert describe_all(broker) == {**before, (("user", "bob"),): {"controller_mutation_rate": 5.0}}
 
 
 def test_a_quota_set_through_one_cluster_broker_is_described_by_every_broker(tmp_path):
