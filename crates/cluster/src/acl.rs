@@ -6,6 +6,11 @@
 //! The codes are Kafka's wire codes (`ResourceType`, `PatternType`, `AclOperation`,
 //! `AclPermissionType`), kept as `i8` as the records and requests carry them.
 
+/// The most ACLs the cluster keeps (Osprey's bound; Kafka has none): a CreateAcls past it
+/// is refused with POLICY_VIOLATION, so that no admin client can grow the metadata image,
+/// and every authorization's scan of it, without limit.
+pub const MAX_ACLS: usize = 100_000;
+
 use serde::{Deserialize, Serialize};
 
 /// Kafka's `ResourceType` codes.

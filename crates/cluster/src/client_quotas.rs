@@ -20,6 +20,10 @@ pub const CONSUMER_BYTE_RATE: &str = "consumer_byte_rate";
 pub const REQUEST_PERCENTAGE: &str = "request_percentage";
 pub const CONTROLLER_MUTATION_RATE: &str = "controller_mutation_rate";
 
+/// The most entities with quotas the cluster keeps (Osprey's bound; Kafka has none): an
+/// AlterClientQuotas that would add one past it fails that entity with POLICY_VIOLATION.
+pub const MAX_QUOTA_ENTITIES: usize = 100_000;
+
 /// One part of an entity: a name, or the default for its type (Kafka's null name).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum EntityName {

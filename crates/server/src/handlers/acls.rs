@@ -172,6 +172,13 @@ pub(crate) fn decide_create(
             if known.contains(&acl) {
                 return creation_result(ErrorCode::NONE, None);
             }
+            if known.len() >= osprey_cluster::acl::MAX_ACLS {
+                let message = format!(
+                    "The cluster holds {} ACLs, the most Osprey keeps; delete some before creating more.",
+                    osprey_cluster::acl::MAX_ACLS
+                );
+                return creation_result(ErrorCode::POLICY_VIOLATION, Some(message));
+            }
             match osprey_cluster::controller::random_uuid() {
                 Ok(id) => {
                     known.insert(acl.clone());
@@ -316,6 +323,34 @@ mod tests {
     fn admin(image: &MetadataImage) -> Access {
         let authorizer = Authorizer::from_config(STANDARD_AUTHORIZER, "User:admin", false);
         Access::for_test(authorizer, image.clone(), "User:admin", "127.0.0.1")
+    }
+
+    #[test]
+    fn no_acl_is_created_past_the_bound_and_a_repeat_still_succeeds() {
+        let mut image = MetadataImage::default();
+        for n in 0..osprey_cluster::acl::MAX_ACLS {
+            let acl = AclEntry {
+                resource_type: resource_type::TOPIC,
+                resource_name: format!("t{n}"),
+                pattern_type: pattern_type::LITERAL,
+                principal: "User:alice".into(),
+                host: "*".into(),
+                operation: operation::READ,
+                permission_type: permission_type::ALLOW,
+            };
+            let mut id = [0u8; 16];
+            id[..8].copy_from_slice(&(n as u64).to_be_bytes());
+            image.apply(&MetadataRecord::AccessControlEntry { id, acl });
+        }
+        let codes = created(
+            &mut image,
+            vec![
+                creation("t0", pattern_type::LITERAL, "User:alice", operation::READ),
+                creation("new", pattern_type::LITERAL, "User:alice", operation::READ),
+            ],
+        );
+        assert_eq!(codes, vec![0, ErrorCode::POLICY_VIOLATION.code()]);
+        assert_eq!(image.acls().count(), osprey_cluster::acl::MAX_ACLS);
     }
 
     #[test]

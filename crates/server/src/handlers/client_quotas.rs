@@ -11,7 +11,7 @@
 use crate::broker::Broker;
 use osprey_cluster::client_quotas::{
     ClientQuotaEntity, EntityName, QuotaValue, CONSUMER_BYTE_RATE, CONTROLLER_MUTATION_RATE, ENTITY_CLIENT_ID,
-    ENTITY_IP, ENTITY_USER, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
+    ENTITY_IP, ENTITY_USER, MAX_QUOTA_ENTITIES, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
 };
 use osprey_cluster::{ControllerError, MetadataImage, MetadataRecord};
 use osprey_protocol::messages::alter_client_quotas_request::EntryData as AlterEntry;
@@ -182,16 +182,26 @@ pub(crate) fn decide(
     let mut records = Vec::new();
     let mut seen: Vec<ClientQuotaEntity> = Vec::new();
     let mut entries = Vec::with_capacity(request.entries.len());
+    let mut entity_count = image.client_quotas().entities().count();
     for entry in &request.entries {
         let outcome = entity_of(entry).and_then(|entity| {
             if seen.contains(&entity) {
                 return Err(format!("Ignoring duplicate entity {entity:?}"));
             }
             seen.push(entity.clone());
-            alterations(image, &entity, entry)
+            let changes = alterations(image, &entity, entry)?;
+            Ok((image.client_quotas().get(&entity).is_none() && !changes.is_empty(), changes))
         });
         let (code, message) = match outcome {
-            Ok(mut changes) => {
+            Ok((true, _)) if entity_count >= MAX_QUOTA_ENTITIES => (
+                ErrorCode::POLICY_VIOLATION,
+                Some(format!(
+                    "The cluster holds quotas for {MAX_QUOTA_ENTITIES} entities, the most Osprey keeps; \
+                     remove some before adding more."
+                )),
+            ),
+            Ok((new, mut changes)) => {
+                entity_count += usize::from(new);
                 records.append(&mut changes);
                 (ErrorCode::NONE, None)
             }
@@ -391,6 +401,24 @@ mod tests {
             vec![0, invalid, invalid, invalid, invalid, invalid, invalid, invalid, invalid, invalid, invalid, invalid]
         );
         assert_eq!(describe_on(&image, vec![], false), vec!["user=alice producer_byte_rate=1024"]);
+    }
+
+    #[test]
+    fn no_entity_is_added_past_the_bound_but_existing_ones_still_change() {
+        let mut image = MetadataImage::default();
+        for n in 0..MAX_QUOTA_ENTITIES {
+            let entity = ClientQuotaEntity::new(Some(EntityName::Named(format!("u{n}"))), None);
+            image.apply(&record(&entity, PRODUCER_BYTE_RATE, 1.0, false));
+        }
+        let codes = alter_on(
+            &mut image,
+            vec![
+                entry(vec![part("user", Some("u0"))], vec![op(PRODUCER_BYTE_RATE, 2.0, false)]),
+                entry(vec![part("user", Some("new"))], vec![op(PRODUCER_BYTE_RATE, 2.0, false)]),
+            ],
+        );
+        assert_eq!(codes, vec![0, ErrorCode::POLICY_VIOLATION.code()]);
+        assert_eq!(image.client_quotas().entities().count(), MAX_QUOTA_ENTITIES);
     }
 
     #[test]

@@ -115,6 +115,14 @@ pub(crate) fn failed(
     AlterUserScramCredentialsResponse { results, ..Default::default() }
 }
 
+/// The most SCRAM credentials (user and mechanism pairs) the cluster keeps (Osprey's
+/// bound; Kafka has none): an upsertion that would add one past it is refused.
+pub const MAX_SCRAM_CREDENTIALS: usize = 100_000;
+const TOO_MANY: (ErrorCode, &str) = (
+    ErrorCode::POLICY_VIOLATION,
+    "The cluster holds the most SCRAM credentials Osprey keeps (100,000); delete some first",
+);
+
 /// Each user's result, in the order users first appear in the request, and the records
 /// of the valid alterations, as Kafka's `ScramControlManager.alterCredentials` decides:
 /// a user named twice in one request (whatever the mechanisms) is DUPLICATE_RESOURCE and
@@ -126,6 +134,7 @@ pub(crate) fn decide(
     let mut errors: BTreeMap<&str, (ErrorCode, &'static str)> = BTreeMap::new();
     let mut deletions: Vec<&ScramCredentialDeletion> = Vec::new();
     let mut upsertions: Vec<&ScramCredentialUpsertion> = Vec::new();
+    let mut credentials: usize = image.scram_users().map(|(_, by_mechanism)| by_mechanism.len()).sum();
     for d in &request.deletions {
         let name = d.name.as_str();
         if errors.contains_key(name) {
@@ -148,9 +157,14 @@ pub(crate) fn decide(
         if take(&mut deletions, |x| x.name == name) || take(&mut upsertions, |x| x.name == name) {
             errors.insert(name, DUPLICATE);
         } else {
+            let new = image.scram_credential(name, u.mechanism).is_none();
             match check_upsertion(u) {
                 Err(e) => drop(errors.insert(name, e)),
-                Ok(()) => upsertions.push(u),
+                Ok(()) if new && credentials >= MAX_SCRAM_CREDENTIALS => drop(errors.insert(name, TOO_MANY)),
+                Ok(()) => {
+                    credentials += usize::from(new);
+                    upsertions.push(u);
+                }
             }
         }
     }
@@ -300,6 +314,28 @@ mod tests {
                 iterations: 4096,
             }]
         );
+    }
+
+    #[test]
+    fn no_credential_is_added_past_the_bound_but_existing_ones_still_change() {
+        let mut image = MetadataImage::default();
+        for n in 0..MAX_SCRAM_CREDENTIALS {
+            image.apply(&MetadataRecord::SetScramCredential {
+                user: format!("u{n}"),
+                mechanism: 1,
+                salt: vec![1].into(),
+                stored_key: vec![2].into(),
+                server_key: vec![3].into(),
+                iterations: 4096,
+            });
+        }
+        let request = AlterUserScramCredentialsRequest {
+            upsertions: vec![upsert("u0", 1, 8192), upsert("new", 1, 4096)],
+            ..Default::default()
+        };
+        let (results, records) = decide(&image, &request);
+        assert_eq!(codes(&results), vec![("u0", 0), ("new", ErrorCode::POLICY_VIOLATION.code())]);
+        assert_eq!(records.len(), 1);
     }
 
     #[test]
