@@ -323,9 +323,9 @@ mod tests {
             image.apply(&MetadataRecord::SetScramCredential {
                 user: format!("u{n}"),
                 mechanism: 1,
-                salt: vec![1].into(),
-                stored_key: vec![2].into(),
-                server_key: vec![3].into(),
+                salt: vec![1],
+                stored_key: vec![2],
+                server_key: vec![3],
                 iterations: 4096,
             });
         }
