@@ -78,6 +78,11 @@ def uvarint(n: int) -> bytes:
             return bytes(out)
 
 
+def compact_string(s: str) -> bytes:
+    data = s.encode()
+    return uvarint(len(data) + 1) + data
+
+
 def string16(s) -> bytes:
     if s is None:
         return struct.pack(">h", -1)
@@ -335,6 +340,31 @@ class Reader:
         b = self.data[self.pos:self.pos + n]
         self.pos += n
         return b
+
+    # Flexible versions (KIP-482): unsigned varints, compact strings, tagged fields.
+
+    def uvarint(self) -> int:
+        shift = value = 0
+        while True:
+            b = self.data[self.pos]
+            self.pos += 1
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+
+    def compact_string(self):
+        n = self.uvarint() - 1
+        if n < 0:
+            return None
+        s = self.data[self.pos:self.pos + n].decode()
+        self.pos += n
+        return s
+
+    def skip_tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.pos += self.uvarint()
 
 
 def parse_api_versions_v0(payload: bytes):

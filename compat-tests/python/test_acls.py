@@ -367,19 +367,18 @@ def envelope_v0(correlation_id: int, request_data: bytes) -> bytes:
     """An EnvelopeRequest (KIP-590) with a principal nobody checks first."""
     import struct
 
-    from test_quotas import cstring
     import kafkawire as kw
 
-    principal = struct.pack(">h", 0) + cstring("User") + cstring("alice") + b"\x00\x00"
+    principal = struct.pack(">h", 0) + kw.compact_string("User") + kw.compact_string("alice") + b"\x00\x00"
     body = (kw.uvarint(len(request_data) + 1) + request_data + kw.uvarint(len(principal) + 1) + principal
             + kw.uvarint(5) + bytes([127, 0, 0, 1]) + b"\x00")
     return kw.request(58, 0, correlation_id, body, flexible=True)
 
 
 def envelope_error(payload: bytes) -> int:
-    from test_quotas import FlexReader
+    import kafkawire as kw
 
-    r = FlexReader(payload)
+    r = kw.Reader(payload)
     r.take(">i")
     r.skip_tags()
     n = r.uvarint() - 1

@@ -494,34 +494,13 @@ API_DELETE_TOPICS = 20
 THROTTLING_QUOTA_EXCEEDED = 89
 
 
-def cstring(s: str) -> bytes:
-    data = s.encode()
-    return kw.uvarint(len(data) + 1) + data
-
-
-class FlexReader(kw.Reader):
-    def uvarint(self) -> int:
-        shift = value = 0
-        while True:
-            b = self.data[self.pos]
-            self.pos += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return value
-            shift += 7
-
-    def cstring(self):
-        n = self.uvarint() - 1
-        if n < 0:
-            return None
-        s = self.data[self.pos:self.pos + n].decode()
-        self.pos += n
-        return s
-
-    def skip_tags(self):
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.pos += self.uvarint()
+def flexible_response(payload: bytes):
+    """A reader past a flexible response's header and its throttle_time_ms, and that
+    throttle."""
+    r = kw.Reader(payload)
+    r.take(">i")  # correlation id
+    r.skip_tags()
+    return r, r.take(">i")
 
 
 def create_topics_v4(correlation_id: int, topics, client_id: str) -> bytes:
@@ -549,27 +528,24 @@ def parse_create_topics_v4(payload: bytes):
 def create_topics_v7(correlation_id: int, topics, client_id: str) -> bytes:
     body = kw.uvarint(len(topics) + 1)
     for name, partitions in topics:
-        body += cstring(name) + struct.pack(">ih", partitions, 1) + kw.uvarint(1) + kw.uvarint(1) + b"\x00"
+        body += kw.compact_string(name) + struct.pack(">ih", partitions, 1) + kw.uvarint(1) + kw.uvarint(1) + b"\x00"
     body += struct.pack(">i?", 30000, False) + b"\x00"
     return kw.request(API_CREATE_TOPICS, 7, correlation_id, body, client_id=client_id, flexible=True)
 
 
 def parse_create_topics_v7(payload: bytes):
     """(throttle_time_ms, {name: error_code})."""
-    r = FlexReader(payload)
-    r.take(">i")
-    r.skip_tags()
-    throttle = r.take(">i")
+    r, throttle = flexible_response(payload)
     results = {}
     for _ in range(r.uvarint() - 1):
-        name = r.cstring()
+        name = r.compact_string()
         r.pos += 16  # topic id
         code = r.take(">h")
-        r.cstring()
+        r.compact_string()
         r.take(">ih")
         configs = r.uvarint() - 1
         for _ in range(max(configs, 0)):
-            r.cstring(), r.cstring(), r.take(">?b?")
+            r.compact_string(), r.compact_string(), r.take(">?b?")
             r.skip_tags()
         r.skip_tags()
         results[name] = code
@@ -577,19 +553,16 @@ def parse_create_topics_v7(payload: bytes):
 
 
 def delete_topics_v5(correlation_id: int, names, client_id: str) -> bytes:
-    body = kw.uvarint(len(names) + 1) + b"".join(cstring(n) for n in names) + struct.pack(">i", 30000) + b"\x00"
+    body = kw.uvarint(len(names) + 1) + b"".join(kw.compact_string(n) for n in names) + struct.pack(">i", 30000) + b"\x00"
     return kw.request(API_DELETE_TOPICS, 5, correlation_id, body, client_id=client_id, flexible=True)
 
 
 def parse_delete_topics_v5(payload: bytes):
-    r = FlexReader(payload)
-    r.take(">i")
-    r.skip_tags()
-    throttle = r.take(">i")
+    r, throttle = flexible_response(payload)
     results = {}
     for _ in range(r.uvarint() - 1):
-        name, code = r.cstring(), r.take(">h")
-        r.cstring()
+        name, code = r.compact_string(), r.take(">h")
+        r.compact_string()
         r.skip_tags()
         results[name] = code
     return throttle, results
