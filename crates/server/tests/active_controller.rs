@@ -604,3 +604,71 @@ async fn the_controller_moves_leadership_back_to_preferred_replicas_by_itself() 
     let topic = c.image(at).topic("t").unwrap().clone();
     assert!(topic.partitions.iter().all(|p| p.leader == p.replicas[0]), "{topic:?}");
 }
+
+/// The controller mutation quota (KIP-599) measures what a broker forwards for a client
+/// (`handle_from` with the client's principal, as an EnvelopeRequest arrives), never what
+/// a sender asks for itself (`handle`: a broker's internal topics and auto-creations), even
+/// under a default quota that would cover the broker's own principal and client id.
+#[tokio::test(flavor = "current_thread", start_paused = true)]
+async fn only_requests_forwarded_for_a_client_are_measured_by_the_mutation_quota() {
+    use osprey_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let c = Cluster::start().await;
+    let at = c.active().await;
+    c.three_unfenced_brokers().await;
+    let header = |key: i16, version: i16, client_id: &str| RequestHeader {
+        request_api_key: key,
+        request_api_version: version,
+        client_id: Some(client_id.into()),
+        ..Default::default()
+    };
+    // One mutation a second for every user (an 11-token bucket each).
+    let quota = RequestBody::AlterClientQuotas(AlterClientQuotasRequest {
+        entries: vec![EntryData {
+            entity: vec![EntityData { entity_type: "user".into(), entity_name: None, ..Default::default() }],
+            ops: vec![OpData {
+                key: "controller_mutation_rate".into(),
+                value: 1.0,
+                remove: false,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let ResponseBody::AlterClientQuotas(set) = c.controllers[at].handle(header(49, 1, "admin"), quota).await else {
+        panic!()
+    };
+    assert_eq!(set.entries[0].error_code, 0);
+    let create = |name: &str, partitions: i32| {
+        RequestBody::CreateTopics(CreateTopicsRequest {
+            topics: vec![CreatableTopic {
+                name: name.into(),
+                num_partitions: partitions,
+                replication_factor: 1,
+                ..Default::default()
+            }],
+            timeout_ms: 60_000,
+            ..Default::default()
+        })
+    };
+    let code = |r: ResponseBody| match r {
+        ResponseBody::CreateTopics(r) => (r.topics[0].error_code, r.throttle_time_ms),
+        other => panic!("{other:?}"),
+    };
+    let forwarded = |name: &str, partitions: i32| {
+        c.controllers[at].handle_from(header(19, 7, "app"), create(name, partitions), Some("User:alice"))
+    };
+    // Alice's 20 partitions are accepted (the bucket was full), then she is refused.
+    assert_eq!(code(forwarded("a1", 20).await), (0, 0));
+    let (refused, throttle) = code(forwarded("a2", 1).await);
+    assert_eq!(refused, ErrorCode::THROTTLING_QUOTA_EXCEEDED.code());
+    assert!(throttle > 0);
+    // A broker's own creations (User:ANONYMOUS, under the same default) are not measured.
+    for n in 0..3 {
+        let own = c.controllers[at].handle(header(19, 7, "osprey-broker-1"), create(&format!("internal-{n}"), 20));
+        assert_eq!(code(own.await), (0, 0));
+    }
+    // Bob, forwarded, has a bucket of his own.
+    let bob = c.controllers[at].handle_from(header(19, 7, "app"), create("b1", 5), Some("User:bob"));
+    assert_eq!(code(bob.await), (0, 0));
+}

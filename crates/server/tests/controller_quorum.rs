@@ -36,7 +36,7 @@ impl ControllerApis for StubApis {
         vec![(ApiKey::AllocateProducerIds as i16, 0, 0)]
     }
 
-    fn handle_from(&self, _header: RequestHeader, _body: RequestBody, _principal: &str) -> ControllerReply {
+    fn handle_from(&self, _header: RequestHeader, _body: RequestBody, _forwarded_for: Option<&str>) -> ControllerReply {
         let quorum = self.quorum.clone();
         Box::pin(async move {
             let start = quorum.applied().image.next_producer_id;

@@ -225,14 +225,14 @@ impl ControllerApis for ActiveController {
         SUPPORTED.to_vec()
     }
 
-    fn handle_from(&self, header: RequestHeader, body: RequestBody, principal: &str) -> ControllerReply {
+    fn handle_from(&self, header: RequestHeader, body: RequestBody, forwarded_for: Option<&str>) -> ControllerReply {
         let version = header.request_api_version;
         let api_key = body.api_key() as i16;
-        let mutation = matches!(
+        let mutates = matches!(
             body,
             RequestBody::CreateTopics(_) | RequestBody::DeleteTopics(_) | RequestBody::CreatePartitions(_)
-        )
-        .then(|| {
+        );
+        let mutation = forwarded_for.filter(|_| mutates).map(|principal| {
             let client_id = header.client_id.as_deref().unwrap_or_default();
             MutationRequest::new(principal, client_id, mutation_quota::is_strict(api_key, version))
         });

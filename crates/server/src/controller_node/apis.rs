@@ -21,14 +21,17 @@ pub trait ControllerApis: Send + Sync + 'static {
     /// ApiVersions (only what is implemented and tested).
     fn supported(&self) -> Vec<(i16, i16, i16)>;
 
-    /// Handles one request (already checked against `supported`) from `principal`
-    /// (`Type:name`): the client's for a request a broker forwarded in an envelope, else
-    /// the connection's. CreateTopics, DeleteTopics and CreatePartitions are measured
-    /// against its and the header's client id's `controller_mutation_rate`.
-    fn handle_from(&self, header: RequestHeader, body: RequestBody, principal: &str) -> ControllerReply;
+    /// Handles one request (already checked against `supported`). `forwarded_for`: the
+    /// principal (`Type:name`) of the client a broker forwarded the request for, in an
+    /// EnvelopeRequest; its CreateTopics, DeleteTopics and CreatePartitions are measured
+    /// against that principal's and the header's client id's `controller_mutation_rate`.
+    /// `None`: a request its sender makes for itself (a broker's registration and
+    /// heartbeats, the internal topics and Metadata auto-creations it asks for, a tool on
+    /// the controller listener), which is not measured.
+    fn handle_from(&self, header: RequestHeader, body: RequestBody, forwarded_for: Option<&str>) -> ControllerReply;
 
-    /// Handles one request from an anonymous connection.
+    /// Handles a request its sender makes for itself.
     fn handle(&self, header: RequestHeader, body: RequestBody) -> ControllerReply {
-        self.handle_from(header, body, crate::tls::ANONYMOUS)
+        self.handle_from(header, body, None)
     }
 }

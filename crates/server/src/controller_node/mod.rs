@@ -137,7 +137,7 @@ impl ControllerApis for NoControllerApis {
         Vec::new()
     }
 
-    fn handle_from(&self, _header: RequestHeader, _body: RequestBody, _principal: &str) -> ControllerReply {
+    fn handle_from(&self, _header: RequestHeader, _body: RequestBody, _forwarded_for: Option<&str>) -> ControllerReply {
         // The listener routes only supported keys here, and none are.
         unreachable!("NoControllerApis supports no API")
     }

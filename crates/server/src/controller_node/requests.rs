@@ -109,7 +109,7 @@ pub fn handle(node: &Arc<NodeState>, frame: Bytes, from: &Peer) -> Handled {
         RequestBody::DescribeQuorum(_) => Box::pin(std::future::ready(describe::quorum(node))),
         RequestBody::DescribeCluster(r) => Box::pin(std::future::ready(describe::cluster(node, &r))),
         RequestBody::Envelope(r) => return enveloped(node, correlation_id, version, &r),
-        body => node.apis.handle_from(header, body, &from.principal),
+        body => node.apis.handle(header, body),
     };
     Handled::Answer(Box::pin(async move {
         let answer = reply.await;
@@ -204,7 +204,7 @@ fn enveloped(node: &Arc<NodeState>, correlation_id: i32, version: i16, request: 
         }
     };
     let header = opened.header.clone();
-    let reply = node.apis.handle_from(opened.header, opened.body, &opened.principal);
+    let reply = node.apis.handle_from(opened.header, opened.body, Some(&opened.principal));
     Handled::Answer(Box::pin(async move {
         let inner = reply.await;
         let mut answer = envelope::answer(&header, &inner);
