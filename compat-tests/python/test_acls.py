@@ -14,6 +14,11 @@ where alice logs in with PLAIN (test_sasl's users). ACLs are managed with Kafka 
 - `kafka-acls.sh --list` and `--remove` work, and ACLs survive a restart;
 - on three combined nodes, an ACL created through one broker is enforced on another,
   and topics still replicate with the authorizer on.
+- a controller authorizes its listener: CLUSTER_ACTION for envelopes, brokers' APIs and
+  quorum RPCs, the broker's rules for admin requests sent straight to it;
+- an incremental fetch session's partitions are checked on every fetch, and a KIP-848
+  regex subscription resolves to the topics the member may describe;
+- kafka-python's admin client speaks the ACL APIs at v1, and ACLs survive a kill -9.
 
 Ports are free ones; every wait polls until true.
 """

@@ -19,6 +19,12 @@ raw frames where the tool cannot say what is checked:
 - `request_percentage` (KIP-124): a raw client sending ApiVersions in a loop under a tiny
   request-time quota gets a throttle time (at most one window, as Kafka bounds it) and
   its next request is answered only after it; another client id is not throttled.
+- `controller_mutation_rate` (KIP-599): raw CreateTopics v4 (permissive: created and
+  throttled for the deficit) and v7 / DeleteTopics v5 (strict: THROTTLING_QUOTA_EXCEEDED
+  once the bucket is below zero) on one node, and on three combined nodes a client's
+  bucket spent through one broker refuses it through another (the brokers forward in an
+  EnvelopeRequest and the active controller measures);
+- quotas survive a restart and a kill -9.
 
 Ports are free ones; every wait polls until true.
 """
