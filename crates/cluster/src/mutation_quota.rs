@@ -99,6 +99,13 @@ pub struct Throttled {
     pub throttle_ms: u64,
 }
 
+impl From<Throttled> for crate::ControllerError {
+    /// The topic's answer: THROTTLING_QUOTA_EXCEEDED with Kafka's message.
+    fn from(_: Throttled) -> crate::ControllerError {
+        crate::ControllerError::new(osprey_protocol::ErrorCode::THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE)
+    }
+}
+
 impl MutationQuotas {
     /// Before a topic of `request` is changed: in strict mode, refused while the
     /// requester's bucket is below zero (Kafka checks the quota before recording). Always

@@ -37,6 +37,12 @@ impl Access {
         }
     }
 
+    /// The request's access when the broker has an authorizer, else `None`: for hot
+    /// paths (Fetch, ConsumerGroupHeartbeat) that skip building one without it.
+    pub fn if_enabled(broker: &Broker, client: &Client) -> Option<Access> {
+        broker.settings.config.authorizer.is_some().then(|| Access::of(broker, client))
+    }
+
     /// A controller listener's access: `config`'s authorizer over `image`, for a
     /// connection of `principal` from `address` (a controller creates no topics on
     /// Metadata).

@@ -194,8 +194,25 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         R::DescribeProducers(r) => describe_producers(access, r),
         R::DescribeTransactions(r) => describe_transactions(access, r),
         R::ListTransactions(r) => list_transactions(access, r),
-        // ApiVersions, SASL, telemetry: open to every client, as in Kafka. The ACL APIs
-        // check the cluster themselves (`handlers::acls`).
+        // CreateAcls and DeleteAcls: ALTER on the cluster, on a broker and on a
+        // controller's listener alike (DescribeAcls answers its refusal in its handler).
+        R::CreateAcls(r) => match access.allows_cluster(op::ALTER) {
+            true => Gate::Handle(R::CreateAcls(r), None),
+            false => refuse(ResponseBody::CreateAcls(crate::handlers::acls::create_failed(
+                &r,
+                ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                CLUSTER_DENIED,
+            ))),
+        },
+        R::DeleteAcls(r) => match access.allows_cluster(op::ALTER) {
+            true => Gate::Handle(R::DeleteAcls(r), None),
+            false => refuse(ResponseBody::DeleteAcls(crate::handlers::acls::delete_failed(
+                &r,
+                ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
+                CLUSTER_DENIED,
+            ))),
+        },
+        // ApiVersions, SASL, telemetry: open to every client, as in Kafka.
         other => Gate::Handle(other, None),
     }
 }

@@ -17,6 +17,9 @@ use osprey_protocol::wire::Message;
 use osprey_protocol::{ApiKey, ErrorCode, RequestBody, RequestHeader, ResponseBody};
 use std::net::IpAddr;
 
+/// The APIs brokers forward in an envelope; a controller opens no other.
+pub const FORWARDED: [ApiKey; 3] = [ApiKey::CreateTopics, ApiKey::DeleteTopics, ApiKey::CreatePartitions];
+
 /// The version of `DefaultPrincipalData` Kafka writes.
 const PRINCIPAL_DATA_VERSION: i16 = 0;
 
@@ -68,7 +71,8 @@ pub struct Opened {
 }
 
 /// Reads an envelope; `Err` with the envelope error to answer (INVALID_REQUEST for what
-/// does not decode, UNSUPPORTED_VERSION for an inner version `served` refuses).
+/// does not decode or is not one of the [`FORWARDED`] APIs, UNSUPPORTED_VERSION for an
+/// inner version `served` refuses).
 pub fn open(
     envelope: &EnvelopeRequest,
     served: impl Fn(ApiKey) -> Option<(i16, i16)>,
@@ -79,6 +83,10 @@ pub fn open(
     let principal = decode_principal(principal).map_err(invalid)?;
     let frame = split_request(envelope.request_data.clone()).map_err(|e| invalid(format!("enveloped request: {e}")))?;
     let version = frame.header.request_api_version;
+    if !FORWARDED.contains(&frame.api_key) {
+        // A node's own APIs (registration, heartbeats, AlterPartition) never come in one.
+        return Err(invalid(format!("{} is not forwarded in an envelope", frame.api_key.name())));
+    }
     match served(frame.api_key) {
         Some((min, max)) if (min..=max).contains(&version) => {}
         _ => {
@@ -181,6 +189,9 @@ mod tests {
         assert_eq!(open(&bad, |_| Some((2, 7))).unwrap_err().0, ErrorCode::INVALID_REQUEST);
         bad.request_principal = None;
         assert_eq!(open(&bad, |_| Some((2, 7))).unwrap_err().0, ErrorCode::INVALID_REQUEST);
+        let heartbeat = RequestBody::BrokerHeartbeat(Default::default());
+        let own = wrap(&requester(), &heartbeat, 1).unwrap();
+        assert_eq!(open(&own, |_| Some((0, 4))).unwrap_err().0, ErrorCode::INVALID_REQUEST);
         let mut truncated = envelope;
         truncated.request_data = truncated.request_data.slice(..truncated.request_data.len() - 3);
         assert_eq!(open(&truncated, |_| Some((2, 7))).unwrap_err().0, ErrorCode::INVALID_REQUEST);

@@ -16,7 +16,7 @@ use osprey_cluster::cluster_control::{
     BrokerHeartbeatInput, BrokerRegistrationInput, ClusterControl, ControllerResult, PRODUCER_ID_BLOCK_SIZE,
 };
 use osprey_cluster::controller::ConfigValidator;
-use osprey_cluster::mutation_quota::{MutationQuotas, MutationRequest, THROTTLED_MESSAGE};
+use osprey_cluster::mutation_quota::{MutationQuotas, MutationRequest};
 use osprey_cluster::reassignment::{ReassignmentResult, TopicReassignmentResult};
 use osprey_cluster::topic_control::TopicControl;
 use osprey_cluster::{BrokerListener, ControllerError, MetadataImage, MetadataRecord, NewTopic};
@@ -64,9 +64,7 @@ impl Controls<'_> {
     /// while a strict requester's bucket is below zero (KIP-599).
     fn admit_mutation(&mut self, image: &MetadataImage) -> Result<(), ControllerError> {
         let Some(request) = &mut self.mutation else { return Ok(()) };
-        self.mutation_quotas
-            .admit(image.client_quotas(), request, self.now_ms)
-            .map_err(|_| ControllerError::new(ErrorCode::THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE))
+        self.mutation_quotas.admit(image.client_quotas(), request, self.now_ms).map_err(ControllerError::from)
     }
 
     /// After a topic's `partitions` were created or deleted.

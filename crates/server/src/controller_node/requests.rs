@@ -126,17 +126,21 @@ pub fn handle(node: &Arc<NodeState>, frame: Bytes, from: &Peer) -> Handled {
 fn authorize(node: &NodeState, from: &Peer, body: RequestBody, version: i16) -> Gate {
     let Some(config) = &node.authorization else { return Gate::Handle(body, None) };
     let cluster_denied = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+    let from_a_node = matches!(
+        body,
+        RequestBody::Envelope(_)
+            | RequestBody::BrokerRegistration(_)
+            | RequestBody::BrokerHeartbeat(_)
+            | RequestBody::AlterPartition(_)
+            | RequestBody::AllocateProducerIds(_)
+    );
     match &body {
         RequestBody::ApiVersions(_) => return Gate::Handle(body, None),
-        RequestBody::Envelope(_) if !cluster_action(node, from) => {
+        _ if from_a_node && cluster_action(node, from) => return Gate::Handle(body, None),
+        RequestBody::Envelope(_) => {
             return Gate::Refuse(ResponseBody::Envelope(envelope::refused(cluster_denied)));
         }
-        RequestBody::BrokerRegistration(_)
-        | RequestBody::BrokerHeartbeat(_)
-        | RequestBody::AlterPartition(_)
-        | RequestBody::AllocateProducerIds(_)
-            if !cluster_action(node, from) =>
-        {
+        _ if from_a_node => {
             return Gate::Refuse(super::failed_response(
                 &body,
                 version,
@@ -144,26 +148,10 @@ fn authorize(node: &NodeState, from: &Peer, body: RequestBody, version: i16) -> 
                 "Cluster authorization failed.",
             ));
         }
-        RequestBody::Envelope(_)
-        | RequestBody::BrokerRegistration(_)
-        | RequestBody::BrokerHeartbeat(_)
-        | RequestBody::AlterPartition(_)
-        | RequestBody::AllocateProducerIds(_) => return Gate::Handle(body, None),
         _ => {}
     }
     let image = Arc::new(node.quorum.applied().image);
     let access = Access::on_controller(config.clone(), image, from.principal.clone(), from.address);
-    if let Some((code, message)) = crate::handlers::acls::refusal(&access) {
-        match &body {
-            RequestBody::CreateAcls(r) => {
-                return Gate::Refuse(ResponseBody::CreateAcls(crate::handlers::acls::create_failed(r, code, message)));
-            }
-            RequestBody::DeleteAcls(r) => {
-                return Gate::Refuse(ResponseBody::DeleteAcls(crate::handlers::acls::delete_failed(r, code, message)));
-            }
-            _ => {}
-        }
-    }
     authorization::gate(&access, body, version)
 }
 

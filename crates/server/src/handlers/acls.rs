@@ -112,16 +112,10 @@ pub fn create(broker: &Arc<Broker>, access: &Access, req: CreateAclsRequest, ver
     ResponseBody::CreateAcls(response)
 }
 
-/// Why CreateAcls and DeleteAcls are refused to `access`, if they are: without an
-/// authorizer SECURITY_DISABLED, without ALTER on the cluster CLUSTER_AUTHORIZATION_FAILED.
-pub fn refusal(access: &Access) -> Option<(ErrorCode, &'static str)> {
-    if !access.enabled() {
-        Some((ErrorCode::SECURITY_DISABLED, ALTER_MESSAGE))
-    } else if !access.allows_cluster(operation::ALTER) {
-        Some((ErrorCode::CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed."))
-    } else {
-        None
-    }
+/// CreateAcls and DeleteAcls without an authorizer: SECURITY_DISABLED, as Kafka answers.
+/// With one, the authorizer checked ALTER on the cluster already (`crate::authorization`).
+fn refusal(access: &Access) -> Option<(ErrorCode, &'static str)> {
+    (!access.enabled()).then_some((ErrorCode::SECURITY_DISABLED, ALTER_MESSAGE))
 }
 
 /// Runs on the blocking pool, as [`create`].

@@ -121,8 +121,7 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version, listener)),
         RequestBody::Produce(body) => produce::handle(broker, body, version, listener),
         RequestBody::Fetch(body) => {
-            // Built only with an authorizer: Fetch is the hot path.
-            let access = broker.settings.config.authorizer.is_some().then(|| Access::of(broker, client));
+            let access = Access::if_enabled(broker, client);
             fetch::handle(broker, body, version, listener, access.as_ref())
         }
         RequestBody::ListOffsets(body) => list_offsets::handle(broker, body, version),
@@ -165,7 +164,7 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::DeleteGroups(body) => groups::delete(broker, body),
         RequestBody::OffsetDelete(body) => groups::delete_offsets(broker, body),
         RequestBody::ConsumerGroupHeartbeat(body) => {
-            let access = broker.settings.config.authorizer.is_some().then(|| Access::of(broker, client));
+            let access = Access::if_enabled(broker, client);
             groups::consumer_heartbeat(broker, body, version, &client_id, &client_host(), access)
         }
         RequestBody::ConsumerGroupDescribe(body) => Reply::Now(groups::consumer_describe(broker, body)),

@@ -5,9 +5,9 @@
 
 use crate::broker::Broker;
 use crate::dispatch::Requester;
-use osprey_cluster::mutation_quota::{self, MutationRequest, THROTTLED_MESSAGE};
+use osprey_cluster::mutation_quota::{self, MutationRequest};
 use osprey_cluster::ControllerError;
-use osprey_protocol::{ApiKey, ErrorCode};
+use osprey_protocol::ApiKey;
 
 /// The mutation quota state of one request of `api` at `version` from `requester`.
 pub fn request(requester: &Requester, api: ApiKey, version: i16) -> MutationRequest {
@@ -19,9 +19,7 @@ pub fn request(requester: &Requester, api: ApiKey, version: i16) -> MutationRequ
 pub fn admit(broker: &Broker, request: &mut MutationRequest) -> Result<(), ControllerError> {
     let image = broker.image();
     let mut quotas = broker.mutation_quotas.lock().expect("mutation quotas poisoned");
-    quotas
-        .admit(image.client_quotas(), request, super::monotonic_ms())
-        .map_err(|_| ControllerError::new(ErrorCode::THROTTLING_QUOTA_EXCEEDED, THROTTLED_MESSAGE))
+    quotas.admit(image.client_quotas(), request, super::monotonic_ms()).map_err(ControllerError::from)
 }
 
 /// After a topic changed by `partitions` partitions (created or deleted).
