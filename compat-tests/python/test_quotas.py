@@ -650,3 +650,41 @@ def test_controller_mutation_rate_is_shared_across_a_clusters_brokers(tmp_path):
         c.stop()
     finally:
         c.kill_all()
+
+
+def test_a_throttled_fetch_comes_without_records_and_the_consumer_still_reads_everything(broker):
+    """A raw consumer (Fetch v4) under `consumer_byte_rate=4096`: a fetch over the quota is
+    answered with its throttle and no records (the high watermark still there), as Kafka
+    answers it; the fetch size is capped at what the quota allows over its windows (40
+    KiB here, where the request asks 1 MiB), so the consumer still reads every record."""
+    results = alter(broker, [([("client-id", "osprey-compat")], [("consumer_byte_rate", 4096.0, False)])])
+    assert [code for code, _, _ in results] == [0], results
+    topic = f"throttled-{uuid.uuid4().hex[:8]}"
+    create_topic(broker, topic)
+    records = 60
+    p = producer(broker, linger_ms=0, batch_size=2500)
+    for i in range(records):
+        p.produce(topic, b"%04d" % i + b"x" * 2000)
+        p.poll(0)
+    assert p.flush(30) == 0
+    offset, empty_throttled, largest = 0, 0, 0
+    with kw.Conn(broker.host, broker.port, timeout=60) as conn:
+        for correlation_id in range(1, 200):
+            if offset >= records:
+                break
+            payload = conn.roundtrip(kw.fetch_v4(correlation_id, topic, 0, offset))
+            throttle = struct.unpack_from(">i", payload, 4)[0]
+            _, [(_, _, code, hw, data)] = kw.parse_fetch_v4(payload)
+            assert code == 0 and hw == records
+            largest = max(largest, len(data))
+            batches = [b for b in kw.parse_batches(data)]
+            if throttle > 0 and not data:
+                empty_throttled += 1
+            if batches:
+                base, _, count, _ = batches[-1]
+                offset = base + count
+    print(f"\nread {offset} of {records} records; {empty_throttled} throttled fetches came empty; "
+          f"largest response {largest} bytes")
+    assert offset == records
+    assert empty_throttled >= 1
+    assert largest <= 4096 * 10 + 2500, "the fetch was capped at the quota's window allowance"

@@ -120,7 +120,13 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         }
         RequestBody::Metadata(body) => Reply::Now(metadata::handle(broker, body, version, listener)),
         RequestBody::Produce(body) => produce::handle(broker, body, version, listener),
-        RequestBody::Fetch(body) => {
+        RequestBody::Fetch(mut body) => {
+            let follower = body.replica_id >= 0 || body.replica_state.replica_id >= 0;
+            if let Some(cap) = crate::quota::fetch_window_bytes(broker, &client.principal, &client_id) {
+                if !follower {
+                    body.max_bytes = body.max_bytes.min(cap);
+                }
+            }
             let access = Access::if_enabled(broker, client);
             fetch::handle(broker, body, version, listener, access.as_ref())
         }

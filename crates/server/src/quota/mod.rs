@@ -298,6 +298,22 @@ fn unrecord(broker: &Broker, principal: &str, quota: QuotaType, client_id: &str,
     broker.client_quotas.record(image.client_quotas(), quota, principal, client_id, -value, monotonic_ms());
 }
 
+/// The most record bytes a consumer's Fetch may carry under its `consumer_byte_rate`:
+/// what the quota allows over the windows it is measured on (Kafka's
+/// `getMaxValueInQuotaWindow`, which caps the fetch's `max_bytes`). Without the cap a
+/// fetch larger than that is throttled every time and, answered without its records,
+/// never gets any. `None` without a quota (and for followers, never metered).
+pub fn fetch_window_bytes(broker: &Broker, principal: &str, client_id: &str) -> Option<i32> {
+    let image = broker.image();
+    let quotas = image.client_quotas();
+    if quotas.is_empty() {
+        return None;
+    }
+    let applied = quotas.quota_for(CONSUMER_BYTE_RATE, quota_user(principal), client_id)?;
+    let windows = (rate::QUOTA_WINDOW_NUM - 1) as f64 * rate::QUOTA_WINDOW_SIZE_MS as f64 / 1000.0;
+    Some((applied.limit * windows).clamp(1.0, f64::from(i32::MAX)) as i32)
+}
+
 /// Records `value` against the client's `quota`; its throttle time (bounded for request
 /// time), counted in the metrics.
 fn record(broker: &Broker, principal: &str, quota: QuotaType, client_id: &str, value: f64) -> u64 {
