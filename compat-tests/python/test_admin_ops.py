@@ -177,3 +177,44 @@ def test_list_offsets_max_timestamp_is_the_record_holding_it_not_its_batch(broke
     futures = a.list_offsets({partition: OffsetSpec.max_timestamp()}, request_timeout=T)
     found = futures[partition].result(timeout=T)
     assert (found.offset, found.timestamp) == (1, base + 2000)
+
+
+def _deletion_refused(node, topic):
+    """librdkafka's delete_topics of `topic`: the KafkaError it fails with (None if it
+    succeeds)."""
+    a = clients.admin(node)
+    try:
+        a.delete_topics([topic], request_timeout=30)[topic].result(timeout=60)
+    except KafkaException as e:
+        return e.args[0]
+    return None
+
+
+def test_delete_topic_enable_false_refuses_deletion_on_a_node_and_on_a_cluster(start_broker, tmp_path):
+    """`delete.topic.enable=false`: DeleteTopics answers TOPIC_DELETION_DISABLED and the
+    topic stays, on a single node (its handler) and on three combined nodes (the active
+    controller decides the forwarded request)."""
+    from confluent_kafka import KafkaError
+
+    from cluster import combined, listed_brokers
+
+    single = start_broker(overrides={"delete.topic.enable": "false"})
+    clients.create_topic(single, "kept")
+    refused = _deletion_refused(single, "kept")
+    assert refused is not None and refused.code() == KafkaError.TOPIC_DELETION_DISABLED, refused
+    assert "kept" in clients.admin(single).list_topics(timeout=30).topics
+
+    (tmp_path / "cluster").mkdir()
+    c = combined(tmp_path / "cluster", extra={"delete.topic.enable": "false"})
+    try:
+        c.start()
+        want = {n.node_id for n in c.brokers}
+        c.wait_for("every broker lists every broker", lambda: all(listed_brokers(n) == want for n in c.brokers))
+        first = c.brokers[0]
+        clients.create_topic(first, "kept")
+        refused = _deletion_refused(c.brokers[1], "kept")
+        assert refused is not None and refused.code() == KafkaError.TOPIC_DELETION_DISABLED, refused
+        assert "kept" in clients.admin(first).list_topics(timeout=30).topics
+        c.stop()
+    finally:
+        c.kill_all()
