@@ -30,6 +30,7 @@ simulations=(
     osprey-cluster:quorum_simulation
     osprey-cluster:cluster_simulation
     osprey-coordinator:cluster_coordinators_simulation
+    osprey-coordinator:cluster_txn_simulation
     osprey-coordinator:group_simulation
     osprey-coordinator:group_consumer_simulation
     osprey-coordinator:group_txn_offsets_simulation
@@ -45,7 +46,7 @@ for sim in "${simulations[@]}"; do
     crate=${sim%%:*}
     test=${sim##*:}
     n=$seeds
-    if [ "$test" = quorum_simulation ] || [ "$test" = cluster_simulation ] || [ "$test" = cluster_coordinators_simulation ]; then
+    if [ "$test" = quorum_simulation ] || [ "$test" = cluster_simulation ] || [ "$test" = cluster_coordinators_simulation ] || [ "$test" = cluster_txn_simulation ]; then
         n=$(( (seeds + 7) / 8 ))
     fi
     started=$(date +%s)

@@ -23,7 +23,8 @@ RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate
   cargo test --locked -p osprey-cluster --test quorum_simulation --test cluster_simulation -- \
     seeds_replay_identically seeds_that_once_failed_pass
 RUSTFLAGS="${RUSTFLAGS:-} --cfg tokio_unstable" CARGO_TARGET_DIR=target/simulate \
-  cargo test --locked -p osprey-coordinator --test cluster_coordinators_simulation seeds_replay_identically
+  cargo test --locked -p osprey-coordinator --test cluster_coordinators_simulation --test cluster_txn_simulation \
+    seeds_replay_identically
 
 if [ -x compat-tests/run.sh ]; then
   step "compat-tests against real clients"

@@ -44,7 +44,7 @@ use osprey_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
 use osprey_protocol::{ErrorCode, Uuid};
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
@@ -66,6 +66,10 @@ pub struct Transactions {
     marker_writes: Arc<AppendQueues<(), MarkerWrite>>,
     /// Partitions whose load failed, retried after a back-off.
     load_retries: LoadRetries,
+    /// Loads begun while the partition's high watermark was below its log end, by
+    /// partition index, with their epoch: [`Transactions::follow_partition`] runs each
+    /// once every record it would read is committed (see [`load_partition`]).
+    loads_waiting: Mutex<HashMap<i32, i32>>,
 }
 
 /// A `Persist` output: one record for a `__transaction_state` partition.
@@ -110,6 +114,7 @@ impl Transactions {
             state_appends: Arc::default(),
             marker_writes: Arc::default(),
             load_retries: LoadRetries::default(),
+            loads_waiting: Mutex::default(),
         }
     }
 
@@ -118,6 +123,11 @@ impl Transactions {
     /// "Failure stance").
     fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().expect("transaction coordinator lock poisoned by an earlier panic")
+    }
+
+    /// The loads waiting for their high watermark (a map no panic leaves half-updated).
+    fn lock_loads_waiting(&self) -> MutexGuard<'_, HashMap<i32, i32>> {
+        self.loads_waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// The marker lock (module comment); poisoned, it is fatal as the coordinator's is.
@@ -272,6 +282,7 @@ impl Transactions {
         let (loading, loaded) = (c.loading_epoch(index), c.loaded_epoch(index));
         let Some((partition, epoch)) = led else {
             self.load_retries.forget(index);
+            self.lock_loads_waiting().remove(&index);
             if loading.is_some() || loaded.is_some() {
                 inner.coordinator.unload_partition(index);
                 drain(broker, &mut inner);
@@ -279,12 +290,25 @@ impl Transactions {
             }
             return;
         };
-        if loading == Some(epoch) || loaded == Some(epoch) {
+        if loaded == Some(epoch) {
+            return;
+        }
+        if loading == Some(epoch) {
+            // Begun; perhaps waiting for the high watermark, which the timer's calls see
+            // move.
+            let waiting = self.lock_loads_waiting().get(&index) == Some(&epoch);
+            if waiting && load_is_committed(&partition) {
+                self.lock_loads_waiting().remove(&index);
+                drop(inner);
+                let broker = broker.clone();
+                mode.run(move || load_partition(&broker, index, epoch, &partition));
+            }
             return;
         }
         if !self.load_retries.may_begin(index, epoch, Instant::now()) {
             return;
         }
+        self.lock_loads_waiting().remove(&index);
         inner.coordinator.begin_load(index, epoch);
         drain(broker, &mut inner);
         drop(inner);
@@ -293,11 +317,37 @@ impl Transactions {
     }
 }
 
+/// Whether every record of `partition`'s log is committed: its high watermark reached
+/// its log end.
+fn load_is_committed(partition: &Partition) -> bool {
+    *partition.watch_high_watermark().borrow() >= partition.log.log_end_offset()
+}
+
 /// Reads `__transaction_state` partition `index` to its log end and loads it into the
 /// coordinator at coordinator epoch `epoch`, unless another leadership change overtook
 /// the load. The coordinator appends to a partition only once loaded, so nothing is
 /// appended while it is read.
+///
+/// Only once the high watermark reached the log end: a new leader's log holds every
+/// acknowledged record, but perhaps also records above its high watermark that a later
+/// leader lacks, and what the coordinator finds there acts beyond the partition. A
+/// PrepareCommit found there is completed at once with COMMIT markers; were this broker
+/// deposed before its followers fetched it, the next coordinator, without it, would time
+/// the transaction out and abort it on the partitions not yet marked: committed on some,
+/// aborted on others (`crates/coordinator/tests/cluster_txn_simulation.rs`,
+/// `a_new_coordinator_completes_no_transaction_its_high_watermark_has_not_passed`).
+/// Until then the partition's ids answer COORDINATOR_LOAD_IN_PROGRESS, which clients
+/// retry; the followers' next fetches (or the ISR shrinking without them) move the high
+/// watermark.
 fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Partition) {
+    if !load_is_committed(partition) {
+        let inner = broker.transactions.lock();
+        if inner.coordinator.loading_epoch(index) == Some(epoch) {
+            broker.transactions.lock_loads_waiting().insert(index, epoch);
+            tracing::debug!(partition = index, epoch, "transactions load waits for the high watermark");
+        }
+        return;
+    }
     let started = std::time::Instant::now();
     let mut records: Vec<Record> = Vec::new();
     let read = read_all(partition, &mut records);
