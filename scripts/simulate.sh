@@ -55,6 +55,7 @@ for sim in "${simulations[@]}"; do
     else
         verdict="FAILED ($CARGO_TARGET_DIR/$test.log)"
         failed+=("$test")
+        grep -E "panicked|replay with|SIM_SEED" "$CARGO_TARGET_DIR/$test.log" | head -n 20 >&2 || true
     fi
     printf '%-32s %6d seeds from %d  %5d s  %s\n' "$test" "$n" "$first" $(( $(date +%s) - started )) "$verdict"
 done
