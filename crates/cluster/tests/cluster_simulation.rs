@@ -8,7 +8,7 @@
 mod cluster;
 mod sim;
 
-use cluster::{run_seed, run_seeds};
+use cluster::{run_seed, run_seed_losing_disks, run_seeds, run_seeds_losing_disks, Disks};
 
 #[test]
 fn controller_decisions_through_the_quorum_keep_leases_and_converge() {
@@ -18,6 +18,41 @@ fn controller_decisions_through_the_quorum_keep_leases_and_converge() {
 #[test]
 fn four_brokers_keep_leases_and_converge() {
     run_seeds(4, 16, || None);
+}
+
+/// Brokers also lose whole disks (crash, then restart empty and register as an unclean
+/// shutdown): no acknowledged write is lost while an ISR or ELR member keeps its disk.
+/// Writes no ISR member but the lost one held, and partitions whose every ISR and ELR
+/// member lost its disk (or that elect a last known leader that did), are counted and
+/// left out, as after an unclean election.
+#[test]
+fn acknowledged_writes_outlive_lost_disks_while_an_isr_member_keeps_its_own() {
+    run_seeds_losing_disks(3, 32);
+}
+
+/// The lost-disk check can fail: a broker that registers with the same incarnation id
+/// every time it starts keeps its place in the ISRs (and its leaderships) after losing
+/// its disk, leads with its empty log, and the members that kept the acknowledged writes
+/// truncate them away. Scans from `SIM_FIRST_SEED` (0) for the first seed that catches
+/// it.
+#[test]
+fn a_broker_reusing_its_incarnation_id_after_losing_its_disk_is_caught() {
+    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0u64);
+    for seed in first..first + 200 {
+        let failed = std::panic::catch_unwind(|| run_seed_losing_disks(seed, 3, Disks::LostSameIncarnationId));
+        if let Err(e) = failed {
+            let message = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default();
+            let caught = message.contains("on no ISR or ELR member's disk");
+            assert!(caught, "seed {seed}: the broken broker failed otherwise: {message}");
+            eprintln!("the broken broker was caught at seed {seed} (from {first}): {message}");
+            return;
+        }
+    }
+    panic!("no seed from {first} caught a broker reusing its incarnation id after losing its disk");
 }
 
 /// Seeds that once failed, each for the defect its fix names. They replay exactly only

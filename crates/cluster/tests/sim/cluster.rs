@@ -38,16 +38,20 @@
 //! to brokers that believe they lead; logs become durable a random part at a time, and
 //! `fsync_before_ack` counts only durable data. Another simulation adds to the brokers
 //! through an [`Extension`]: the group coordinators on a `__consumer_offsets` topic
-//! (`crates/coordinator/tests/cluster_coordinators_simulation.rs`). Not modelled: whole
-//! broker disks lost, reassignments, transactions, consumers, the partition log's real
-//! storage (`crates/storage` has its own crash tests) and the client's network.
+//! (`crates/coordinator/tests/cluster_coordinators_simulation.rs`), the transaction
+//! coordinators on `__transaction_state` (`cluster_txn_simulation.rs`). Not modelled:
+//! reassignments, consumers, the partition log's real storage (`crates/storage` has its
+//! own crash tests) and the client's network.
 //!
 //! Faults: voters crash (losing, tearing or garbling what was not fsynced) and restart;
 //! a voter's disk starts failing its fsyncs, or fills up part way through a write, and
 //! the voter halts when its metadata log fails, as the server does, and restarts on a
 //! repaired disk with what was durable;
 //! brokers crash and restart as new incarnations, their logs keeping only what was
-//! durable; the network partitions (half the time the quorum leader alone, with some
+//! durable; in the runs of [`run_seed_losing_disks`] (not with an extension, whose
+//! checks assume no partition of its own loses acknowledged records) a broker also loses
+//! its whole disk, restarting empty at once or later, and registers as an unclean
+//! shutdown; the network partitions (half the time the quorum leader alone, with some
 //! brokers; brokers from each other too), heals, delays and loses messages.
 //!
 //! Invariants, checked after every step:
@@ -619,6 +623,28 @@ struct Broker {
     follower_epochs: BTreeMap<i32, i64>,
 }
 
+/// Whether brokers lose whole disks in a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disks {
+    Kept,
+    Lost,
+    /// The broken broker: lost, and a broker registers with the same incarnation id every
+    /// time it starts (as one that took it from its configuration would), so that the
+    /// controller takes a restart on an empty disk for the same process registering again:
+    /// its epoch, fencing state and place in the ISRs stay.
+    LostSameIncarnationId,
+}
+
+/// A replica whose broker lost its disk.
+#[derive(Debug, Clone, Copy)]
+struct DiskLoss {
+    /// The broker incarnation that starts on the empty disk.
+    incarnation: u64,
+    /// That incarnation registered and the partition's committed ISR no longer names the
+    /// broker: it rejoins only by catching up (and the loss is forgotten then).
+    left_isr: bool,
+}
+
 /// A partition: its topic id and index.
 pub type PartitionKey = (Uuid, i32);
 
@@ -644,6 +670,9 @@ struct Acked {
     partition: PartitionKey,
     offset: i64,
     write_id: u64,
+    /// No ISR member but the broker that lost its disk held it then, or every ISR and
+    /// ELR member has lost its disk since: gone, as nothing promised otherwise.
+    lost_with_disk: bool,
 }
 
 pub struct World {
@@ -669,6 +698,11 @@ pub struct World {
     next_request: u64,
     next_write_id: u64,
     acked: Vec<Acked>,
+    /// Whether whole broker disks are lost in this run ([`run_seed_losing_disks`]).
+    disks: Disks,
+    /// The replicas whose broker lost its disk and has not caught up since, by (node id,
+    /// partition).
+    disks_lost: BTreeMap<(i32, PartitionKey), DiskLoss>,
     /// Partitions that went through an unclean election (a leader outside the ISR and
     /// ELR, other than the last known leader): the data checks leave them, as Kafka gives
     /// up acknowledged writes there.
@@ -718,6 +752,13 @@ pub struct Stats {
     diverging_truncations: usize,
     /// ISR changes the controller refused.
     refused_isr_changes: usize,
+    /// Whole broker disks lost, and the acknowledged writes that went with them (held
+    /// by no ISR member that kept its disk).
+    disk_losses: usize,
+    writes_lost_with_disks: usize,
+    /// Partitions whose every ISR and ELR member lost its disk, or that elected a last
+    /// known leader that had lost its disk (their data is not checked since).
+    partitions_lost_with_disks: usize,
 }
 
 impl Stats {
@@ -735,6 +776,9 @@ impl Stats {
         self.last_known_leader_elections += other.last_known_leader_elections;
         self.diverging_truncations += other.diverging_truncations;
         self.refused_isr_changes += other.refused_isr_changes;
+        self.disk_losses += other.disk_losses;
+        self.writes_lost_with_disks += other.writes_lost_with_disks;
+        self.partitions_lost_with_disks += other.partitions_lost_with_disks;
     }
 }
 
@@ -792,7 +836,7 @@ impl World {
 }
 
 impl Sim {
-    fn new(seed: u64, brokers: usize, broken_glue: bool, extension: Option<Box<dyn Extension>>) -> Sim {
+    fn new(seed: u64, brokers: usize, broken_glue: bool, disks: Disks, extension: Option<Box<dyn Extension>>) -> Sim {
         // Even data topics keep unclean leader election on, so that they get a leader back
         // whatever happens; odd ones turn it off, and their data is checked throughout.
         let mut topics: Vec<TopicSpec> = (0..TOPICS)
@@ -853,6 +897,8 @@ impl Sim {
             next_request: 0,
             next_write_id: 0,
             acked: Vec::new(),
+            disks,
+            disks_lost: BTreeMap::new(),
             unclean: BTreeSet::new(),
             replica_epochs: BTreeMap::new(),
             leader_high_watermarks: BTreeMap::new(),
@@ -1008,6 +1054,25 @@ impl Sim {
         self.note(format!("crash broker {node_id}"));
     }
 
+    /// Broker `b` crashes (if up) and its disk is replaced by an empty one, as after a
+    /// disk failure or a lost volume: its logs are gone, and it registers again as an
+    /// unclean shutdown (it cannot name its previous broker epoch).
+    /// Half the time it starts again at once (a replaced volume under a restarting pod),
+    /// before its session expires: its registration is what takes it out of the ISRs.
+    fn lose_broker_disk(&self, b: usize) {
+        self.crash_broker(b);
+        let (node_id, at_once) = {
+            let mut w = self.lock();
+            w.lose_disk(b);
+            let at_once = w.rng.chance(500);
+            (w.brokers[b].node_id, at_once)
+        };
+        self.note(format!("broker {node_id} loses its disk"));
+        if at_once {
+            self.start_broker(b);
+        }
+    }
+
     /// Broker `b`'s metadata follower (as quorum_simulation's and follower.rs).
     async fn follow(self, b: usize, incarnation: u64) {
         loop {
@@ -1075,7 +1140,9 @@ impl Sim {
             let node_id = w.brokers[b].node_id;
             let mut id = [0u8; 16];
             id[..4].copy_from_slice(&node_id.to_be_bytes());
-            id[8..].copy_from_slice(&incarnation.to_be_bytes());
+            if w.disks != Disks::LostSameIncarnationId {
+                id[8..].copy_from_slice(&incarnation.to_be_bytes());
+            }
             (node_id, Uuid(id))
         };
         loop {
@@ -1329,6 +1396,10 @@ impl Sim {
                 };
                 self.note(what);
             }
+            22 if self.lock().disks != Disks::Kept => {
+                let b = self.lock().rng.below(brokers as u64) as usize;
+                self.lose_broker_disk(b);
+            }
             18..=19 => {
                 let what = {
                     let mut w = self.lock();
@@ -1550,7 +1621,7 @@ impl World {
     /// (a) and (c): what voter `i` applied since the last call is the common sequence,
     /// and at the end of every batch its leaders are active brokers in their ISR.
     fn take_applied(&mut self, i: usize, seed: u64) {
-        let World { voters, applied_at, records, images, stats, unclean, .. } = self;
+        let World { voters, applied_at, records, images, stats, unclean, disks_lost, .. } = self;
         let v = &mut voters[i];
         let who = format!("voter {}", v.node_id);
         let Some(events) = v.events.as_mut() else { return };
@@ -1575,7 +1646,16 @@ impl World {
                         if fresh {
                             stats.fencings +=
                                 after.brokers().filter(|b| b.fenced && !fenced_before.contains(&b.id)).count();
-                            note_partition_change(&images[&v.record_offset], &after, record, stats, unclean, seed);
+                            let lost = &*disks_lost;
+                            note_partition_change(
+                                &images[&v.record_offset],
+                                &after,
+                                record,
+                                stats,
+                                unclean,
+                                lost,
+                                seed,
+                            );
                         }
                         v.record_offset += 1;
                         image_reached(images, &after, seed, &who);
@@ -2007,7 +2087,7 @@ impl World {
         }
         self.stats.acked_writes += produce.write_ids.len();
         for (offset, &write_id) in (produce.first_offset..).zip(&produce.write_ids) {
-            self.acked.push(Acked { partition: key, offset, write_id });
+            self.acked.push(Acked { partition: key, offset, write_id, lost_with_disk: false });
         }
     }
 
@@ -2186,6 +2266,7 @@ impl World {
     /// agrees with its log below it; no acknowledged write is lost.
     fn check_replication(&mut self, seed: u64) {
         assert!(self.violations.is_empty(), "seed {seed}: {}", self.violations.join("; "));
+        self.note_disk_losses();
         let (_, latest) = self.images.last_key_value().expect("the empty image");
         let empty = Disk::default();
         for broker in self.brokers.iter().filter(|b| !b.tasks.is_empty()) {
@@ -2222,7 +2303,10 @@ impl World {
                 }
                 let members: BTreeSet<i32> =
                     replica.isr().iter().chain(committed.iter().flat_map(|c| &c.isr)).copied().collect();
-                for m in members.into_iter().filter(|&m| m != id) {
+                // A member that lost its disk is skipped until it has left the ISR and
+                // caught up.
+                let lost: Vec<i32> = members.iter().copied().filter(|&m| !self.kept_disk(m, key)).collect();
+                for m in members.into_iter().filter(|&m| m != id && !lost.contains(&m)) {
                     let disk = self.brokers[broker_index(m)].hosted.get(&key).map_or(&empty, |h| &h.disk);
                     if let Some(offset) = disk.first_difference(&hosted.disk, hw) {
                         panic!(
@@ -2239,23 +2323,109 @@ impl World {
     /// member of the committed ISR (or ELR, KIP-966) of its partition, unless the
     /// partition went through an unclean election, or the ISR and ELR are empty (its
     /// members came back from unclean shutdowns; the next election is unclean).
-    fn check_acked_writes_kept(&self, seed: u64) {
+    fn check_acked_writes_kept(&mut self, seed: u64) {
         let (_, latest) = self.images.last_key_value().expect("the empty image");
-        for a in self.acked.iter().filter(|a| !self.unclean.contains(&a.partition)) {
+        let mut lost = Vec::new();
+        for (k, a) in self.acked.iter().enumerate() {
+            if self.unclean.contains(&a.partition) || a.lost_with_disk {
+                continue;
+            }
             let p = latest.partition(a.partition.0, a.partition.1).expect("an acknowledged write's partition exists");
             let eligible: Vec<i32> = p.isr.iter().chain(&p.elr).copied().collect();
-            let holds = |m: &i32| {
-                self.brokers[broker_index(*m)].hosted.get(&a.partition).is_some_and(|h| {
-                    a.offset < h.disk.durable && h.disk.at(a.offset).is_some_and(|e| e.write_id == a.write_id)
-                })
-            };
+            let kept = eligible.iter().any(|&m| self.holds(m, a));
+            if !kept && !eligible.is_empty() && eligible.iter().all(|&m| !self.kept_disk(m, a.partition)) {
+                // Every ISR and ELR member lost its disk (an ISR change in flight can
+                // leave only such members): nothing promised the write survives.
+                lost.push(k);
+                continue;
+            }
             assert!(
-                eligible.is_empty() || eligible.iter().any(holds),
+                eligible.is_empty() || kept,
                 "seed {seed}: acknowledged write {} at offset {} of {:?} is on no ISR or ELR member's disk ({eligible:?})",
                 a.write_id,
                 a.offset,
                 a.partition
             );
+        }
+        for k in lost {
+            self.acked[k].lost_with_disk = true;
+            self.stats.writes_lost_with_disks += 1;
+        }
+    }
+
+    /// Whether broker `node`'s log of `key` holds the acknowledged write `a` durably, at
+    /// its offset.
+    fn holds(&self, node: i32, a: &Acked) -> bool {
+        self.brokers[broker_index(node)]
+            .hosted
+            .get(&a.partition)
+            .is_some_and(|h| a.offset < h.disk.durable && h.disk.at(a.offset).is_some_and(|e| e.write_id == a.write_id))
+    }
+
+    /// Whether broker `node` kept its disk for `key`: it never lost it, or it has left
+    /// the ISR since and rejoined it by catching up.
+    fn kept_disk(&self, node: i32, key: PartitionKey) -> bool {
+        !self.disks_lost.contains_key(&(node, key))
+    }
+
+    /// Broker `b` lost its disk (it is down): its logs are empty. Acknowledged writes no
+    /// other ISR member holds are gone with it.
+    fn lose_disk(&mut self, b: usize) {
+        self.stats.disk_losses += 1;
+        let id = self.brokers[b].node_id;
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        let lost: Vec<usize> = (0..self.acked.len())
+            .filter(|&k| {
+                let a = &self.acked[k];
+                let isr = latest.partition(a.partition.0, a.partition.1).map(|p| p.isr.clone()).unwrap_or_default();
+                !a.lost_with_disk && !isr.iter().any(|&m| m != id && self.holds(m, a))
+            })
+            .collect();
+        self.stats.writes_lost_with_disks += lost.len();
+        for k in lost {
+            self.acked[k].lost_with_disk = true;
+        }
+        let keys: Vec<PartitionKey> = self.brokers[b].hosted.keys().copied().collect();
+        let incarnation = self.brokers[b].incarnation;
+        for key in keys {
+            self.brokers[b].hosted.insert(key, Hosted::default());
+            self.disks_lost.insert((id, key), DiskLoss { incarnation, left_isr: false });
+        }
+    }
+
+    /// Notes when a broker that lost its disk has left a partition's ISR after it
+    /// registered again: from then on it rejoins only by catching up (an ISR change
+    /// naming its earlier incarnation's broker epoch is refused, KIP-903); before that, an
+    /// expansion proposed before the loss may still add it. And leaves out of the data
+    /// checks the partitions whose every ISR and ELR member lost its disk.
+    fn note_disk_losses(&mut self) {
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        let mut gone = Vec::new();
+        let brokers = &self.brokers;
+        self.disks_lost.retain(|&(node, key), loss| {
+            let broker = &brokers[broker_index(node)];
+            let registered =
+                !broker.tasks.is_empty() && broker.incarnation == loss.incarnation && broker.epoch.is_some();
+            let in_isr = latest.partition(key.0, key.1).is_some_and(|p| p.isr.contains(&node));
+            if !loss.left_isr && registered && !in_isr {
+                loss.left_isr = true;
+            }
+            // Back in the ISR after leaving it: caught up.
+            !(loss.left_isr && in_isr)
+        });
+        for t in latest.topics() {
+            for p in &t.partitions {
+                let key = (t.id, p.index);
+                let eligible: Vec<i32> = p.isr.iter().chain(&p.elr).copied().collect();
+                if !eligible.is_empty() && eligible.iter().all(|&m| !self.kept_disk(m, key)) {
+                    gone.push(key);
+                }
+            }
+        }
+        for key in gone {
+            if self.unclean.insert(key) {
+                self.stats.partitions_lost_with_disks += 1;
+            }
         }
     }
 
@@ -2263,7 +2433,7 @@ impl World {
     /// offset (unclean partitions excepted).
     fn check_acked_writes_everywhere(&self, seed: u64) {
         let (_, latest) = self.images.last_key_value().expect("the empty image");
-        for a in self.acked.iter().filter(|a| !self.unclean.contains(&a.partition)) {
+        for a in self.acked.iter().filter(|a| !self.unclean.contains(&a.partition) && !a.lost_with_disk) {
             let p = latest.partition(a.partition.0, a.partition.1).expect("an acknowledged write's partition exists");
             for &r in &p.replicas {
                 let entry = self.brokers[broker_index(r)].hosted.get(&a.partition).and_then(|h| h.disk.at(a.offset));
@@ -2324,6 +2494,7 @@ fn note_partition_change(
     record: &MetadataRecord,
     stats: &mut Stats,
     unclean: &mut BTreeSet<PartitionKey>,
+    disks_lost: &BTreeMap<(i32, PartitionKey), DiskLoss>,
     seed: u64,
 ) {
     let MetadataRecord::PartitionChange { topic_id, partition, .. } = record else { return };
@@ -2343,8 +2514,10 @@ fn note_partition_change(
     }
     // The last known leader (KIP-966) was the last member of the ISR: its broker shut
     // down uncleanly, but here it keeps every record it made durable, and an
-    // acknowledged write was durable on it. Any other unclean leader may lack them.
-    if b.last_known_elr == [a.leader] {
+    // acknowledged write was durable on it, unless it lost its disk and has not caught
+    // up since. Any other unclean leader may lack them.
+    let lost_disk = disks_lost.contains_key(&(a.leader, key));
+    if b.last_known_elr == [a.leader] && !lost_disk {
         stats.last_known_leader_elections += 1;
     } else if unclean.insert(key) {
         stats.unclean_elections += 1;
@@ -2365,9 +2538,26 @@ pub struct SeedOutcome {
 /// One seed of the simulation, with `extension` on the brokers (see [`Extension`]);
 /// `broken_glue`: the controller grants leases without confirming its leadership.
 pub fn run_seed(seed: u64, brokers: usize, broken_glue: bool, extension: Option<Box<dyn Extension>>) -> SeedOutcome {
+    run_seed_with(seed, brokers, broken_glue, Disks::Kept, extension)
+}
+
+/// One seed of the simulation in which brokers also lose whole disks (a fault the
+/// extensions' checks do not allow for: their partitions may lose acknowledged records
+/// then).
+pub fn run_seed_losing_disks(seed: u64, brokers: usize, disks: Disks) -> SeedOutcome {
+    run_seed_with(seed, brokers, false, disks, None)
+}
+
+fn run_seed_with(
+    seed: u64,
+    brokers: usize,
+    broken_glue: bool,
+    disks: Disks,
+    extension: Option<Box<dyn Extension>>,
+) -> SeedOutcome {
     let runtime = crate::sim::seeded_runtime(seed);
     runtime.block_on(async {
-        let sim = Sim::new(seed, brokers, broken_glue, extension);
+        let sim = Sim::new(seed, brokers, broken_glue, disks, extension);
         for i in 0..VOTERS {
             sim.start_voter(i).await;
         }
@@ -2419,6 +2609,26 @@ pub fn run_seed(seed: u64, brokers: usize, broken_glue: bool, extension: Option<
         sim.stop_all().await;
         outcome
     })
+}
+
+/// Runs the seeds (`default` of them unless `SIM_SEEDS` says otherwise) with whole broker
+/// disks lost as well ([`run_seed_losing_disks`]); over them, disks must have been lost
+/// while writes were acknowledged, or the checks checked little.
+pub fn run_seeds_losing_disks(brokers: usize, default: u64) {
+    let mut total = Stats::default();
+    for seed in osprey_protocol::wire::simulation_seeds(default) {
+        match std::panic::catch_unwind(|| run_seed_losing_disks(seed, brokers, Disks::Lost)) {
+            Ok(outcome) => total.add(&outcome.stats),
+            Err(e) => {
+                eprintln!("cluster simulation losing disks failed: {brokers} brokers, replay with SIM_SEED={seed}");
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+    assert!(total.disk_losses > 0 && total.acked_writes > 0, "no disk lost while writes were acknowledged: {total:?}");
+    if std::env::var("SIM_VERBOSE").is_ok() {
+        eprintln!("{brokers} brokers losing disks, over the seeds: {total:?}");
+    }
 }
 
 /// Runs the seeds (`default` of them unless `SIM_SEEDS` says otherwise), each with the
