@@ -80,6 +80,10 @@ MODES = {
                   produce_records=200_000, client_records=200_000, e2e_messages=2_000,
                   rate_msgs_per_s=1_000, rate_seconds=10.0, restart_log_bytes=1024 * MIB,
                   tool_timeout_s=600),
+    # The restart and cold-log read alone (issue 21's cold reads), Kafka against Osprey.
+    "cold": Sizes(reps=3, produce_matrix=(), produce_records=0, client_records=0, e2e_messages=0,
+                  rate_msgs_per_s=0, rate_seconds=0.0, restart_log_bytes=1024 * MIB, tool_timeout_s=600,
+                  variants=("kafka", "osprey")),
 }
 
 # Batching "tuned": bigger batches and a longer linger, as throughput guides suggest.
@@ -479,6 +483,9 @@ def run_session(opts, variant, rep, workdir):
     broker = make_broker(variant, workdir / f"{variant}-{rep}", opts)
     try:
         broker.start()
+        if opts.mode == "cold":
+            restart_and_consume_cold(opts, broker, figures)
+            return figures
         cpu_at_ready, _ = broker.usage()
         moved_bytes = produce_and_consume(opts, broker, figures)
         moved_bytes += librdkafka_workloads(opts, broker, figures)
@@ -677,6 +684,8 @@ def charts(figures, medians, out):
     variants = [v for v in VARIANTS if any(medians[(f, v)] is not None for f in figures)]
 
     def bars(selected, prefix, ylabel, title, path):
+        if not selected:  # the cold mode has no latency figures
+            return
         fig, ax = plt.subplots(figsize=(max(7, 1.4 * len(selected) + 2), 5.5))
         width = 0.8 / len(variants)
         for i, variant in enumerate(variants):
