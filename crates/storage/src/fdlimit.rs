@@ -241,12 +241,6 @@ impl<S: Storage> StorageFile for LimitedFile<S> {
         // One handle for the whole read, not one per partial read.
         self.file()?.read_exact_at(buf, pos)
     }
-
-    fn prefetch(&self, pos: u64, len: u64) {
-        if let Ok(file) = self.file() {
-            file.prefetch(pos, len);
-        }
-    }
 }
 
 #[cfg(test)]

@@ -52,11 +52,6 @@ pub trait StorageFile: Debug + Send + Sync + 'static {
     /// fdatasync: the file's data (and its size) are durable when this returns.
     fn sync_data(&self) -> io::Result<()>;
 
-    /// Asks for `len` bytes at `pos` to be read into the page cache in the background
-    /// (`posix_fadvise` WILLNEED), without waiting. A hint: it fails silently (the
-    /// simulated disk only records it).
-    fn prefetch(&self, _pos: u64, _len: u64) {}
-
     /// Reads exactly `buf.len()` bytes at `pos`, or fails with `UnexpectedEof`.
     fn read_exact_at(&self, mut buf: &mut [u8], mut pos: u64) -> io::Result<()> {
         while !buf.is_empty() {
@@ -150,11 +145,6 @@ impl StorageFile for File {
 
     fn sync_data(&self) -> io::Result<()> {
         File::sync_data(self)
-    }
-
-    fn prefetch(&self, pos: u64, len: u64) {
-        let advice = rustix::fs::Advice::WillNeed;
-        let _ = rustix::fs::fadvise(self, pos, std::num::NonZeroU64::new(len), advice);
     }
 }
 
@@ -272,8 +262,6 @@ struct SimFaults {
     renames_left: Option<u64>,
     /// fsyncs done (files and directories), for tests that count them.
     syncs: u64,
-    /// Read-ahead hints (`StorageFile::prefetch`): position and length, oldest first.
-    prefetches: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -364,14 +352,6 @@ impl SimStorage {
         let disk = lock(&self.disk);
         let n = lock(&disk.faults).syncs;
         n
-    }
-
-    /// The read-ahead hints given so far (position and length, in whichever file), oldest
-    /// first.
-    pub fn prefetches(&self) -> Vec<(u64, u64)> {
-        let disk = lock(&self.disk);
-        let hints = lock(&disk.faults).prefetches.clone();
-        hints
     }
 
     /// The names of the files directly in `dir` that a crash now would leave, sorted.
@@ -643,10 +623,6 @@ impl Storage for SimStorage {
 }
 
 impl StorageFile for SimFile {
-    fn prefetch(&self, pos: u64, len: u64) {
-        lock(&self.faults).prefetches.push((pos, len));
-    }
-
     fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
         let file = lock(&self.data);
         let start = (pos as usize).min(file.data.len());

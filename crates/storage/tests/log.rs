@@ -39,22 +39,6 @@ fn append_assigns_offsets_and_read_returns_the_stamped_bytes() {
     assert!(matches!(log.read(6, 100), Err(StorageError::OffsetOutOfRange { .. })));
 }
 
-/// A read asks the kernel to read ahead what follows it in the segment, so that a
-/// consumer's next fetch of a cold log finds it in the page cache.
-#[test]
-fn a_read_asks_for_what_follows_it_in_the_segment_to_be_read_ahead() {
-    let storage = SimStorage::new();
-    let log = sim_log(&storage, LogConfig::default());
-    for seed in 0..5 {
-        log.append(&mut batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
-    }
-    assert_eq!(split(&log.read(0, 2500).unwrap().records).len(), 2);
-    assert_eq!(storage.prefetches(), vec![(2000, 3000)], "the rest of the segment, after the two batches read");
-    // A read to the end of the segment leaves nothing to read ahead.
-    assert_eq!(split(&log.read(2, 1 << 20).unwrap().records).len(), 3);
-    assert_eq!(storage.prefetches().len(), 1);
-}
-
 #[test]
 fn read_returns_whole_batches_within_max_bytes_but_at_least_one() {
     let storage = SimStorage::new();

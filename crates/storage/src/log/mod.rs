@@ -77,10 +77,6 @@ const MAX_SNAPSHOT_BYTES: u64 = 256 << 20;
 /// and reopened on demand. With the active segment that bounds a log's descriptors to
 /// 1 + this (plus reads in flight), whatever its number of segments.
 pub const MAX_OPEN_SEALED_SEGMENTS: usize = 2;
-
-/// How far past a read the kernel is asked to read ahead ([`StorageFile::prefetch`]): a
-/// few of a consumer's fetches (1 MiB of a partition each by default).
-const PREFETCH_BYTES: u64 = 4 << 20;
 /// Suffix of segment files renamed for deletion outside the lock.
 const DELETED_SUFFIX: &str = ".deleted";
 
@@ -1345,14 +1341,6 @@ impl<F: StorageFile> SegmentView<F> {
             next_offset = Some(header.last_offset() + 1);
         }
         buf.truncate(used);
-        // A consumer's next fetch of this partition most likely reads on from here: the
-        // kernel reads it in while this one is answered (a cold log is read from the disk
-        // in the background instead of one fetch at a time).
-        let read_to = position + used as u64;
-        let ahead = self.size.saturating_sub(read_to).min(PREFETCH_BYTES);
-        if used > 0 && ahead > 0 {
-            self.file.prefetch(read_to, ahead);
-        }
         let next = next_offset.unwrap_or(i64::MIN);
         Ok((Bytes::from(buf), next))
     }
