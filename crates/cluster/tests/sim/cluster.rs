@@ -2385,7 +2385,13 @@ impl World {
         for k in lost {
             self.acked[k].lost_with_disk = true;
         }
-        let keys: Vec<PartitionKey> = self.brokers[b].hosted.keys().copied().collect();
+        // Its logs, and every partition it is a replica of (one it has not opened a log for
+        // yet may still name it in its ISR, from the partition's creation).
+        let (_, latest) = self.images.last_key_value().expect("the empty image");
+        let replica_of = latest
+            .topics()
+            .flat_map(|t| t.partitions.iter().filter(|p| p.replicas.contains(&id)).map(|p| (t.id, p.index)));
+        let keys: BTreeSet<PartitionKey> = self.brokers[b].hosted.keys().copied().chain(replica_of).collect();
         let incarnation = self.brokers[b].incarnation;
         for key in keys {
             self.brokers[b].hosted.insert(key, Hosted::default());
