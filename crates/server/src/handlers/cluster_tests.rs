@@ -771,3 +771,57 @@ async fn a_gap_left_by_batches_refused_before_the_leadership_landed_is_not_out_o
     // A gap no refusal here explains is out of order, as in Kafka.
     assert_eq!(send(6).await.error_code, ErrorCode::OUT_OF_ORDER_SEQUENCE_NUMBER.code());
 }
+
+/// A leader of a `__transaction_state` partition loads it only once the partition's high
+/// watermark has reached its log end (`transactions::load_partition`): a record above it
+/// may be one a later leader never has, and a prepared transaction found there would be
+/// completed with markers at once (`crates/coordinator/tests/cluster_txn_simulation.rs`,
+/// `a_new_coordinator_completes_no_transaction_its_high_watermark_has_not_passed`).
+#[tokio::test(flavor = "current_thread")]
+async fn transactions_load_only_once_the_state_partitions_records_are_committed() {
+    use crate::coordinator_leadership::LoadMode;
+    use osprey_coordinator::txn::{Output, ReplyId, TransactionCoordinator, TxnConfig};
+    const STATE: [u8; 16] = [9; 16];
+    let c = cluster("view-txn-load-waits");
+    let state = create_topic("__transaction_state", STATE, vec![vec![1, 2], vec![2, 1], vec![2, 1]]);
+    c.0.apply_records_for_test(&[state]);
+    let partition = c.0.replica_manager.partition(osprey_protocol::Uuid(STATE), 0).unwrap();
+    // A transactional id of partition 0, initialized by a coordinator of its own: its record,
+    // appended here as leader, fetched by no follower yet.
+    let id = (0..).map(|i| format!("txn-{i}")).find(|id| partition_for(id, INTERNAL_PARTITIONS) == 0).unwrap();
+    let config = TxnConfig { transaction_state_log_num_partitions: INTERNAL_PARTITIONS, ..TxnConfig::default() };
+    let mut own = TransactionCoordinator::new(config);
+    own.load(0, 0, Vec::new(), 0).unwrap();
+    let init = InitProducerIdRequest {
+        transactional_id: Some(id.clone()),
+        transaction_timeout_ms: 60_000,
+        ..Default::default()
+    };
+    own.init_producer_id(&init, 4, ReplyId(1), &mut || Ok(4000), 0);
+    let Some(Output::Persist { record, .. }) = own.poll_output() else { panic!("no persist") };
+    let _waiting = crate::partition::append_coordinator_records(&partition, 0, &c.0.flusher, &[record], None, "test")
+        .expect("appended as leader");
+    while partition.log.durable_end_offset() < 1 {
+        tokio::task::yield_now().await;
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    assert_eq!((partition.snapshot().high_watermark, partition.log.log_end_offset()), (0, 1));
+
+    let coordinator = |c: &Cleanup| {
+        c.0.transactions.call(&c.0, |t, _| (t.loading_epoch(0), t.loaded_epoch(0), t.transaction(&id).is_some()))
+    };
+    c.0.transactions.follow_partition(&c.0, 0, Some((partition.clone(), 0)), LoadMode::Now);
+    assert_eq!(coordinator(&c), (Some(0), None, false), "begun, waiting for the high watermark");
+    c.0.transactions.follow_partition(&c.0, 0, Some((partition.clone(), 0)), LoadMode::Now);
+    assert_eq!(coordinator(&c), (Some(0), None, false), "still waiting: nothing moved it");
+
+    // Broker 2 fetches the record, then comes back past it: the high watermark reaches 1.
+    let mut fetch = follower_fetch(2, 0, 12);
+    fetch.topics[0].topic = "__transaction_state".into();
+    assert_eq!(fetched(&c, fetch.clone(), 12).await.error_code, 0);
+    fetch.topics[0].partitions[0].fetch_offset = 1;
+    assert_eq!(fetched(&c, fetch, 12).await.error_code, 0);
+    assert_eq!(partition.snapshot().high_watermark, 1);
+    c.0.transactions.follow_partition(&c.0, 0, Some((partition.clone(), 0)), LoadMode::Now);
+    assert_eq!(coordinator(&c), (None, Some(0), true), "loaded, with the committed record");
+}
