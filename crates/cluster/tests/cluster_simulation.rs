@@ -8,7 +8,9 @@
 mod cluster;
 mod sim;
 
-use cluster::{run_seed, run_seed_losing_disks, run_seeds, run_seeds_losing_disks, Disks};
+use cluster::{
+    assert_caught, assert_seeds_replay, run_seed, run_seed_losing_disks, run_seeds, run_seeds_losing_disks, Disks,
+};
 
 #[test]
 fn controller_decisions_through_the_quorum_keep_leases_and_converge() {
@@ -33,28 +35,16 @@ fn acknowledged_writes_outlive_lost_disks_while_an_isr_member_keeps_its_own() {
 /// The lost-disk checks can fail: a broker that registers with the same incarnation id
 /// every time it starts keeps its place in the ISRs (and its leaderships) after losing
 /// its disk: an ISR member without the leader's records, or a leader with an empty log
-/// whose followers truncate the acknowledged writes away. Scans from `SIM_FIRST_SEED` (0) for the first seed that catches
-/// it.
+/// whose followers truncate the acknowledged writes away. Scans from `SIM_FIRST_SEED` (0)
+/// for the first seed that catches it.
 #[test]
 fn a_broker_reusing_its_incarnation_id_after_losing_its_disk_is_caught() {
-    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0u64);
-    for seed in first..first + 200 {
-        let failed = std::panic::catch_unwind(|| run_seed_losing_disks(seed, 3, Disks::LostSameIncarnationId));
-        if let Err(e) = failed {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            // Either check may see it first: the acknowledged write gone from every ISR
-            // member's disk, or an ISR member (the broker) without the leader's records.
-            let caught = message.contains("on no ISR or ELR member's disk") || message.contains("disagree");
-            assert!(caught, "seed {seed}: the broken broker failed otherwise: {message}");
-            eprintln!("the broken broker was caught at seed {seed} (from {first}): {message}");
-            return;
-        }
-    }
-    panic!("no seed from {first} caught a broker reusing its incarnation id after losing its disk");
+    // Either check may see it first: the acknowledged write gone from every ISR member's
+    // disk, or an ISR member (the broker) without the leader's records.
+    let caught = ["on no ISR or ELR member's disk", "disagree"];
+    assert_caught("a broker reusing its incarnation id after losing its disk", 0, 200, &caught, |seed| {
+        run_seed_losing_disks(seed, 3, Disks::LostSameIncarnationId);
+    });
 }
 
 /// Seeds that once failed, each for the defect its fix names. They replay exactly only
@@ -75,22 +65,9 @@ fn seeds_that_once_failed_pass() {
 /// confirming its leadership grants leases a newer controller does not honour.
 #[test]
 fn a_broken_controller_that_grants_leases_unconfirmed_is_caught() {
-    let seeds = osprey_protocol::wire::simulation_seeds(300);
-    let first = seeds.start;
-    for seed in seeds {
-        let failed = std::panic::catch_unwind(|| run_seed(seed, 3, true, None));
-        if let Err(e) = failed {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            assert!(message.contains("LEASE VIOLATED"), "seed {seed}: the broken glue failed otherwise: {message}");
-            eprintln!("the broken glue was caught at seed {seed} (from {first})");
-            return;
-        }
-    }
-    panic!("no seed from {first} caught a controller granting leases without confirming its leadership");
+    assert_caught("a controller granting leases unconfirmed", 0, 300, &["LEASE VIOLATED"], |seed| {
+        run_seed(seed, 3, true, None);
+    });
 }
 
 /// Two runs of a seed agree, event for event. Built with `--cfg tokio_unstable`
@@ -100,23 +77,5 @@ fn a_broken_controller_that_grants_leases_unconfirmed_is_caught() {
 /// by a step without changing any event or record.
 #[test]
 fn seeds_replay_identically() {
-    let seeds = osprey_protocol::wire::simulation_seeds(if sim::REPLAY_IS_EXACT { 8 } else { 1 });
-    for seed in seeds {
-        let first = run_seed(seed, 3, false, None);
-        let second = run_seed(seed, 3, false, None);
-        let diverge = first.trace.iter().zip(&second.trace).position(|(a, b)| a != b);
-        if let Some(i) = diverge {
-            let from = i.saturating_sub(3);
-            panic!(
-                "seed {seed}: the traces differ from event {i}:\n{:#?}\n{:#?}",
-                &first.trace[from..(i + 2).min(first.trace.len())],
-                &second.trace[from..(i + 2).min(second.trace.len())]
-            );
-        }
-        assert_eq!(first.trace, second.trace, "seed {seed}: the traces differ in length");
-        assert_eq!(first.records, second.records, "seed {seed}: the committed records differ between two runs");
-        if sim::REPLAY_IS_EXACT {
-            assert_eq!(first.stats, second.stats, "seed {seed}: the counts differ between two runs");
-        }
-    }
+    assert_seeds_replay(8, 3, || None);
 }

@@ -54,8 +54,9 @@ mod cluster;
 #[path = "../../cluster/tests/sim/mod.rs"]
 mod sim;
 
-use cluster::{broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World};
-use osprey_cluster::image::NO_LEADER;
+use cluster::{
+    assert_caught, assert_seeds_replay, broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World,
+};
 use osprey_cluster::replica::ReplicaState;
 use osprey_coordinator::group::{
     partition_for, GroupConfig, GroupCoordinator, Output, PartitionLoad, PersistId, Record, Replay, ReplyId, Response,
@@ -368,15 +369,11 @@ impl Coordinators {
         }
     }
 
-    /// The broker the client's FindCoordinator names for `group`: the leader of its
-    /// offsets partition in the metadata of a broker it asks (perhaps stale), if up.
+    /// The broker the client's FindCoordinator names for `group` ([`World::find_coordinator`]),
+    /// if it runs a coordinator.
     fn find_coordinator(&self, w: &mut World, group: usize) -> Option<usize> {
-        let up: Vec<usize> = (0..w.brokers()).filter(|&b| w.is_up(b)).collect();
-        let asked = *up.get(w.rng().below(up.len() as u64) as usize)?;
         let index = partition_for(&self.group_ids[group], OFFSETS_PARTITIONS);
-        let leader = w.image(asked).partition(self.topic, index)?.leader;
-        let b = (leader != NO_LEADER).then(|| broker_index(leader))?;
-        (b < w.brokers() && w.is_up(b) && self.coordinators[b].is_some()).then_some(b)
+        w.find_coordinator(self.topic, index).filter(|&b| self.coordinators[b].is_some())
     }
 
     /// The client commits new offsets for one or both partitions of a group.
@@ -696,40 +693,18 @@ fn group_coordinators_on_four_brokers() {
 /// the simulation changed.
 #[test]
 fn coordinators_that_answer_reads_unconfirmed_are_caught() {
-    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(120u64);
-    for seed in first..first + 300 {
+    let what = "coordinators answering reads without confirming their leadership";
+    assert_caught(what, 120, 300, &["COMMIT BACKWARDS", "DIRTY READ"], |seed| {
         let broken = Coordinators { confirm_reads: Confirm::Never, ..Coordinators::new() };
-        let failed = std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(broken))));
-        if let Err(e) = failed {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            let caught = message.contains("COMMIT BACKWARDS") || message.contains("DIRTY READ");
-            assert!(caught, "seed {seed}: the broken coordinators failed otherwise: {message}");
-            eprintln!("the unconfirmed reads were caught at seed {seed} (from {first})");
-            return;
-        }
-    }
-    panic!("no seed from {first} caught coordinators answering reads without confirming their leadership");
+        run_seed(seed, 3, false, Some(Box::new(broken)));
+    });
 }
 
 /// Two runs of a seed agree, event for event (see `cluster_simulation.rs`'s test of the
 /// same name for why only one seed, and no counts, without `--cfg tokio_unstable`).
 #[test]
 fn seeds_replay_identically() {
-    let seeds = osprey_protocol::wire::simulation_seeds(if sim::REPLAY_IS_EXACT { 4 } else { 1 });
-    for seed in seeds {
-        let first = run_seed(seed, 3, false, coordinators());
-        let second = run_seed(seed, 3, false, coordinators());
-        assert_eq!(first.trace, second.trace, "seed {seed}: the traces differ between two runs");
-        assert_eq!(first.records, second.records, "seed {seed}: the committed records differ between two runs");
-        if sim::REPLAY_IS_EXACT {
-            assert_eq!(first.stats, second.stats, "seed {seed}: the counts differ between two runs");
-            assert_eq!(first.extension, second.extension, "seed {seed}: the coordinators' counts differ");
-        }
-    }
+    assert_seeds_replay(4, 3, coordinators);
 }
 
 /// The shortest way for an OffsetFetch to go back, replayed step by step with the same
@@ -758,22 +733,10 @@ fn a_new_coordinator_answers_no_commit_its_high_watermark_has_not_passed() {
             }
         }
     }
-    use osprey_cluster::replica::{Assignment, ReplicaConfig, ReplicaState};
+    use osprey_cluster::replica::ReplicaState;
     use sim::replication::{self, Disk};
 
-    let config = |id: i32| ReplicaConfig {
-        local_id: id,
-        replica_lag_time_max_ms: 10_000,
-        min_insync_replicas: 1,
-        fsync_before_ack: true,
-    };
-    let assignment = |leader: i32, epoch: i32, isr: &[i32]| Assignment {
-        leader,
-        leader_epoch: epoch,
-        partition_epoch: epoch,
-        replicas: vec![1, 2, 3],
-        isr: isr.to_vec(),
-    };
+    let (config, assignment) = (replication::three_replica_config, replication::three_replica_assignment);
     let mut disks: [Disk; 3] = Default::default();
     let mut replicas: [Option<ReplicaState>; 3] = Default::default();
     let mut records: BTreeMap<u64, Vec<Record>> = BTreeMap::new();

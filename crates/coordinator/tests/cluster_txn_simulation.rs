@@ -62,7 +62,9 @@ mod cluster;
 #[path = "../../cluster/tests/sim/mod.rs"]
 mod sim;
 
-use cluster::{broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World};
+use cluster::{
+    assert_caught, assert_seeds_replay, broker_index, run_seed, run_seeds, Extension, PartitionKey, TopicSpec, World,
+};
 use osprey_cluster::image::NO_LEADER;
 use osprey_cluster::replica::ReplicaState;
 use osprey_coordinator::group::{partition_for, Record};
@@ -608,15 +610,11 @@ impl Transactions {
         state
     }
 
-    /// The broker the client's FindCoordinator names for `client`: the leader of its
-    /// state partition in the metadata of a broker it asks (perhaps stale), if up.
+    /// The broker the client's FindCoordinator names for `client`'s transactional id
+    /// ([`World::find_coordinator`]), if it runs a coordinator.
     fn find_coordinator(&self, w: &mut World, client: usize) -> Option<usize> {
-        let up: Vec<usize> = (0..w.brokers()).filter(|&b| w.is_up(b)).collect();
-        let asked = *up.get(w.rng().below(up.len() as u64) as usize)?;
         let index = partition_for(&self.clients[client].transactional_id, STATE_PARTITIONS);
-        let leader = w.image(asked).partition(self.state_topic, index)?.leader;
-        let b = (leader != NO_LEADER).then(|| broker_index(leader))?;
-        (b < w.brokers() && w.is_up(b) && self.coordinators[b].is_some()).then_some(b)
+        w.find_coordinator(self.state_topic, index).filter(|&b| self.coordinators[b].is_some())
     }
 
     /// The client's next request, if it has one to send: InitProducerId, a new
@@ -1148,40 +1146,18 @@ fn transaction_coordinators_on_four_brokers() {
 /// it.
 #[test]
 fn coordinators_that_acknowledge_unreplicated_persists_are_caught() {
-    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(0u64);
-    for seed in first..first + 300 {
+    let what = "coordinators acknowledging persists before they are replicated";
+    assert_caught(what, 0, 300, &["UNDONE", "TORN", "EPOCH NOT NEWER", "undecided"], |seed| {
         let broken = Transactions { persist_before_replicated: true, ..Transactions::new() };
-        let failed = std::panic::catch_unwind(|| run_seed(seed, 3, false, Some(Box::new(broken))));
-        if let Err(e) = failed {
-            let message = e
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_default();
-            let caught = ["UNDONE", "TORN", "EPOCH NOT NEWER", "undecided"].iter().any(|m| message.contains(m));
-            assert!(caught, "seed {seed}: the broken coordinators failed otherwise: {message}");
-            eprintln!("the early acknowledgements were caught at seed {seed} (from {first}): {message}");
-            return;
-        }
-    }
-    panic!("no seed from {first} caught coordinators acknowledging persists before they are replicated");
+        run_seed(seed, 3, false, Some(Box::new(broken)));
+    });
 }
 
 /// Two runs of a seed agree, event for event (see `cluster_simulation.rs`'s test of the
 /// same name for why only one seed, and no counts, without `--cfg tokio_unstable`).
 #[test]
 fn seeds_replay_identically() {
-    let seeds = osprey_protocol::wire::simulation_seeds(if sim::REPLAY_IS_EXACT { 4 } else { 1 });
-    for seed in seeds {
-        let first = run_seed(seed, 3, false, transactions());
-        let second = run_seed(seed, 3, false, transactions());
-        assert_eq!(first.trace, second.trace, "seed {seed}: the traces differ between two runs");
-        assert_eq!(first.records, second.records, "seed {seed}: the committed records differ between two runs");
-        if sim::REPLAY_IS_EXACT {
-            assert_eq!(first.stats, second.stats, "seed {seed}: the counts differ between two runs");
-            assert_eq!(first.extension, second.extension, "seed {seed}: the coordinators' counts differ");
-        }
-    }
+    assert_seeds_replay(4, 3, transactions);
 }
 
 /// Why a coordinator loads its partition only once the high watermark reached the log
@@ -1213,22 +1189,9 @@ fn a_new_coordinator_completes_no_transaction_its_high_watermark_has_not_passed(
         }
         eprintln!("HUNT: {uncommitted} loads of uncommitted records in the seeds that passed");
     }
-    use osprey_cluster::replica::{Assignment, ReplicaConfig};
     use sim::replication::{self, Disk};
 
-    let config = |id: i32| ReplicaConfig {
-        local_id: id,
-        replica_lag_time_max_ms: 10_000,
-        min_insync_replicas: 1,
-        fsync_before_ack: true,
-    };
-    let assignment = |leader: i32, epoch: i32, isr: &[i32]| Assignment {
-        leader,
-        leader_epoch: epoch,
-        partition_epoch: epoch,
-        replicas: vec![1, 2, 3],
-        isr: isr.to_vec(),
-    };
+    let (config, assignment) = (replication::three_replica_config, replication::three_replica_assignment);
     type Broker<'a> = (Option<ReplicaState>, &'a mut Disk);
     let txn_config = TxnConfig { transaction_state_log_num_partitions: 1, ..TxnConfig::default() };
     let mut disks: [Disk; 3] = Default::default();

@@ -1940,6 +1940,16 @@ impl World {
         &mut self.rng
     }
 
+    /// A client's FindCoordinator for a key of `(topic, index)`: the partition's leader in
+    /// the metadata of an up broker it asks (perhaps stale), if that leader is up.
+    pub fn find_coordinator(&mut self, topic: Uuid, index: i32) -> Option<usize> {
+        let up: Vec<usize> = (0..self.brokers()).filter(|&b| self.is_up(b)).collect();
+        let asked = *up.get(self.rng.below(up.len() as u64) as usize)?;
+        let leader = self.image(asked).partition(topic, index)?.leader;
+        let b = (leader != NO_LEADER).then(|| broker_index(leader))?;
+        (b < self.brokers() && self.is_up(b)).then_some(b)
+    }
+
     /// `n` write ids no one else uses, for the entries of an append.
     pub fn new_write_ids(&mut self, n: u64) -> Vec<u64> {
         let ids = (self.next_write_id..self.next_write_id + n).collect();
@@ -2615,6 +2625,58 @@ fn run_seed_with(
         sim.stop_all().await;
         outcome
     })
+}
+
+/// Two runs of each seed (`exact` of them when replay is exact, else one: see
+/// `cluster_simulation.rs`'s `seeds_replay_identically`) with `extension` agree, event for
+/// event, record for record, and counts too when replay is exact.
+pub fn assert_seeds_replay(exact: u64, brokers: usize, extension: impl Fn() -> Option<Box<dyn Extension>>) {
+    let seeds = osprey_protocol::wire::simulation_seeds(if crate::sim::REPLAY_IS_EXACT { exact } else { 1 });
+    for seed in seeds {
+        let first = run_seed(seed, brokers, false, extension());
+        let second = run_seed(seed, brokers, false, extension());
+        let diverge = first.trace.iter().zip(&second.trace).position(|(a, b)| a != b);
+        if let Some(i) = diverge {
+            let from = i.saturating_sub(3);
+            panic!(
+                "seed {seed}: the traces differ from event {i}:\n{:#?}\n{:#?}",
+                &first.trace[from..(i + 2).min(first.trace.len())],
+                &second.trace[from..(i + 2).min(second.trace.len())]
+            );
+        }
+        assert_eq!(first.trace, second.trace, "seed {seed}: the traces differ in length");
+        assert_eq!(first.records, second.records, "seed {seed}: the committed records differ between two runs");
+        if crate::sim::REPLAY_IS_EXACT {
+            assert_eq!(first.stats, second.stats, "seed {seed}: the counts differ between two runs");
+            assert_eq!(first.extension, second.extension, "seed {seed}: the extension's counts differ");
+        }
+    }
+}
+
+/// For the tests that show a check can fail: runs `seeds` seeds from `SIM_FIRST_SEED`
+/// (else `first`) of a broken variant until one fails, which must fail with a message
+/// containing one of `caught` (a check's finding, not some other breakage); panics if
+/// none fails. `what` names the broken variant.
+pub fn assert_caught(
+    what: &str,
+    first: u64,
+    seeds: u64,
+    caught: &[&str],
+    run: impl Fn(u64) + std::panic::RefUnwindSafe,
+) {
+    let first = std::env::var("SIM_FIRST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or(first);
+    for seed in first..first + seeds {
+        let Err(e) = std::panic::catch_unwind(|| run(seed)) else { continue };
+        let message = e
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default();
+        assert!(caught.iter().any(|c| message.contains(c)), "seed {seed}: {what} failed otherwise: {message}");
+        eprintln!("{what} was caught at seed {seed} (from {first}): {message}");
+        return;
+    }
+    panic!("no seed of {first}..{} caught {what}", first + seeds);
 }
 
 /// Runs the seeds (`default` of them unless `SIM_SEEDS` says otherwise) with whole broker

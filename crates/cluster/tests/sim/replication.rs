@@ -11,6 +11,18 @@ use osprey_cluster::replica::{AckLevel, Assignment, LocalLog, ReplicaConfig, Rep
 use osprey_protocol::ErrorCode;
 use osprey_storage::epoch::LeaderEpochCache;
 
+/// For step-by-step tests: broker `id`'s replica of a partition of three replicas (1, 2,
+/// 3), one in-sync replica enough, fsync before every acknowledgement.
+pub fn three_replica_config(id: i32) -> ReplicaConfig {
+    ReplicaConfig { local_id: id, replica_lag_time_max_ms: 10_000, min_insync_replicas: 1, fsync_before_ack: true }
+}
+
+/// For step-by-step tests: the assignment of a partition of replicas 1, 2 and 3 led by
+/// `leader` at `epoch` (the partition epoch too) with `isr`.
+pub fn three_replica_assignment(leader: i32, epoch: i32, isr: &[i32]) -> Assignment {
+    Assignment { leader, leader_epoch: epoch, partition_epoch: epoch, replicas: vec![1, 2, 3], isr: isr.to_vec() }
+}
+
 /// One record of a model log; its offset is its index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {
