@@ -131,87 +131,72 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         R::AlterConfigs(r) => alter_configs(access, r),
         R::IncrementalAlterConfigs(r) => incremental_alter_configs(access, r),
         R::DescribeCluster(r) => describe_cluster(access, r),
-        R::ElectLeaders(r) => match access.allows_cluster(op::ALTER) {
-            true => Gate::Handle(R::ElectLeaders(r), None),
-            false => {
-                let code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
-                let mut refused = crate::handlers::elect_leaders::failed(&r, code, Some(CLUSTER_DENIED.into()));
-                if version == 0 {
-                    // v0 has no top-level error: the partitions carry it.
-                    refused.error_code = 0;
-                }
-                refuse(ResponseBody::ElectLeaders(refused))
+        R::ElectLeaders(r) => on_cluster(access, op::ALTER, r, R::ElectLeaders, |r| {
+            let code = ErrorCode::CLUSTER_AUTHORIZATION_FAILED;
+            let mut refused = crate::handlers::elect_leaders::failed(r, code, Some(CLUSTER_DENIED.into()));
+            if version == 0 {
+                // v0 has no top-level error: the partitions carry it.
+                refused.error_code = 0;
             }
-        },
-        R::AlterPartitionReassignments(r) => match access.allows_cluster(op::ALTER) {
-            true => Gate::Handle(R::AlterPartitionReassignments(r), None),
-            false => refuse(ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
+            ResponseBody::ElectLeaders(refused)
+        }),
+        R::AlterPartitionReassignments(r) => on_cluster(access, op::ALTER, r, R::AlterPartitionReassignments, |_| {
+            ResponseBody::AlterPartitionReassignments(AlterPartitionReassignmentsResponse {
                 error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
                 error_message: Some(CLUSTER_DENIED.into()),
                 ..Default::default()
-            })),
-        },
-        R::ListPartitionReassignments(r) => match access.allows_cluster(op::DESCRIBE) {
-            true => Gate::Handle(R::ListPartitionReassignments(r), None),
-            false => refuse(ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
+            })
+        }),
+        R::ListPartitionReassignments(r) => on_cluster(access, op::DESCRIBE, r, R::ListPartitionReassignments, |_| {
+            ResponseBody::ListPartitionReassignments(ListPartitionReassignmentsResponse {
                 error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
                 error_message: Some(CLUSTER_DENIED.into()),
                 ..Default::default()
-            })),
-        },
-        R::DescribeLogDirs(r) => match access.allows_cluster(op::DESCRIBE) {
-            true => Gate::Handle(R::DescribeLogDirs(r), None),
-            false => refuse(ResponseBody::DescribeLogDirs(DescribeLogDirsResponse {
+            })
+        }),
+        R::DescribeLogDirs(r) => on_cluster(access, op::DESCRIBE, r, R::DescribeLogDirs, |_| {
+            ResponseBody::DescribeLogDirs(DescribeLogDirsResponse {
                 error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
                 ..Default::default()
-            })),
-        },
-        R::DescribeQuorum(r) => match access.allows_cluster(op::DESCRIBE) {
-            true => Gate::Handle(R::DescribeQuorum(r), None),
-            false => refuse(ResponseBody::DescribeQuorum(DescribeQuorumResponse {
+            })
+        }),
+        R::DescribeQuorum(r) => on_cluster(access, op::DESCRIBE, r, R::DescribeQuorum, |_| {
+            ResponseBody::DescribeQuorum(DescribeQuorumResponse {
                 error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
                 error_message: Some(CLUSTER_DENIED.into()),
                 ..Default::default()
-            })),
-        },
-        R::DescribeUserScramCredentials(r) => match access.allows_cluster(op::DESCRIBE) {
-            true => Gate::Handle(R::DescribeUserScramCredentials(r), None),
-            false => refuse(ResponseBody::DescribeUserScramCredentials(DescribeUserScramCredentialsResponse {
-                error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
-                error_message: Some(CLUSTER_DENIED.into()),
-                ..Default::default()
-            })),
-        },
-        R::AlterUserScramCredentials(r) => match access.allows_cluster(op::ALTER) {
-            true => Gate::Handle(R::AlterUserScramCredentials(r), None),
-            false => refuse(ResponseBody::AlterUserScramCredentials(crate::handlers::scram_credentials::failed(
-                &r,
-                ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                CLUSTER_DENIED,
-            ))),
-        },
+            })
+        }),
+        R::DescribeUserScramCredentials(r) => {
+            on_cluster(access, op::DESCRIBE, r, R::DescribeUserScramCredentials, |_| {
+                ResponseBody::DescribeUserScramCredentials(DescribeUserScramCredentialsResponse {
+                    error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
+                    error_message: Some(CLUSTER_DENIED.into()),
+                    ..Default::default()
+                })
+            })
+        }
+        R::AlterUserScramCredentials(r) => on_cluster(access, op::ALTER, r, R::AlterUserScramCredentials, |r| {
+            let refused =
+                crate::handlers::scram_credentials::failed(r, ErrorCode::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED);
+            ResponseBody::AlterUserScramCredentials(refused)
+        }),
         R::DescribeTopicPartitions(r) => describe_topic_partitions(access, r),
         R::DescribeProducers(r) => describe_producers(access, r),
         R::DescribeTransactions(r) => describe_transactions(access, r),
         R::ListTransactions(r) => list_transactions(access, r),
         // CreateAcls and DeleteAcls: ALTER on the cluster, on a broker and on a
         // controller's listener alike (DescribeAcls answers its refusal in its handler).
-        R::CreateAcls(r) => match access.allows_cluster(op::ALTER) {
-            true => Gate::Handle(R::CreateAcls(r), None),
-            false => refuse(ResponseBody::CreateAcls(crate::handlers::acls::create_failed(
-                &r,
-                ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                CLUSTER_DENIED,
-            ))),
-        },
-        R::DeleteAcls(r) => match access.allows_cluster(op::ALTER) {
-            true => Gate::Handle(R::DeleteAcls(r), None),
-            false => refuse(ResponseBody::DeleteAcls(crate::handlers::acls::delete_failed(
-                &r,
-                ErrorCode::CLUSTER_AUTHORIZATION_FAILED,
-                CLUSTER_DENIED,
-            ))),
-        },
+        R::CreateAcls(r) => on_cluster(access, op::ALTER, r, R::CreateAcls, |r| {
+            let refused =
+                crate::handlers::acls::create_failed(r, ErrorCode::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED);
+            ResponseBody::CreateAcls(refused)
+        }),
+        R::DeleteAcls(r) => on_cluster(access, op::ALTER, r, R::DeleteAcls, |r| {
+            let refused =
+                crate::handlers::acls::delete_failed(r, ErrorCode::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED);
+            ResponseBody::DeleteAcls(refused)
+        }),
         // ApiVersions, SASL, telemetry: open to every client, as in Kafka.
         other => Gate::Handle(other, None),
     }
@@ -219,6 +204,22 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
 
 fn refuse(body: ResponseBody) -> Gate {
     Gate::Refuse(body)
+}
+
+/// A request that needs `operation` on the cluster, whole: handled as it came (`body`
+/// puts it back in its enum), or refused with what `refused` answers it.
+fn on_cluster<T>(
+    access: &Access,
+    operation: i8,
+    request: T,
+    body: fn(T) -> RequestBody,
+    refused: impl FnOnce(&T) -> ResponseBody,
+) -> Gate {
+    if access.allows_cluster(operation) {
+        Gate::Handle(body(request), None)
+    } else {
+        refuse(refused(&request))
+    }
 }
 
 fn group_denied() -> i16 {
