@@ -3,10 +3,15 @@
 //! A request on the wire is `int32 size | header | body`; the size prefix belongs to the
 //! transport (the server reads it and checks it against `socket.request.max.bytes`
 //! before reading the frame), so everything here starts at the header.
+//!
+//! A response can also be encoded with its records left out
+//! ([`encode_response_leaving_out`]), for the server to send them from the log file.
 
 use crate::messages::ApiKey;
 pub use crate::messages::{RequestHeader, ResponseHeader};
-use crate::wire::{get_i16, DecodeError, EncodeError, Message};
+use crate::wire::{
+    get_i16, put_bytes, put_records_len, DecodeError, EncodeError, Message, RecordsMark, RecordsMarking,
+};
 use bytes::{Bytes, BytesMut};
 
 /// The header version of a request: 2 when the API version is flexible, else 1.
@@ -85,6 +90,81 @@ pub fn encode_response(
     let header = ResponseHeader { correlation_id, ..Default::default() };
     header.encode(buf, response_header_version(body.api_key(), api_version))?;
     body.encode(buf, api_version)
+}
+
+/// A records field left out of a response encoded by [`encode_response_leaving_out`]: the
+/// buffer holds its length prefix, and its `len` bytes go on the wire at `at`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordsGap {
+    /// The offset in the buffer (from its start, so counting anything written before the
+    /// response) at which the field's bytes belong: right after its length prefix.
+    pub at: usize,
+    /// The length the prefix declares: what the caller said it will send.
+    pub len: usize,
+    /// Which records field: the ordinal among the response's non-null records fields, in
+    /// encoding order, from 0.
+    pub field: usize,
+}
+
+/// Encodes a response as [`encode_response`] does, except for the records fields that
+/// `leave_out` chooses, so that their bytes can go from the log file to the socket without
+/// passing through this buffer (zero-copy fetch).
+///
+/// `leave_out(n, records)` is asked once for each non-null records field, `n` counting them
+/// in encoding order from 0. `Some(len)` leaves the field out: the buffer gets a length
+/// prefix declaring `len` bytes (which need not be `records.len()`: the caller sends what
+/// it said) and a [`RecordsGap`]. `None` writes the field as usual. Gaps come in increasing
+/// `at`; the response on the wire is `buf[..g0.at]`, g0's bytes, `buf[g0.at..g1.at]`, g1's
+/// bytes, ..., `buf[last.at..]`. A `len` its length prefix cannot declare is the error
+/// [`encode_response`] gives for records of that length; on any error `buf` holds a partial
+/// encoding, as [`encode_response`] would leave it.
+pub fn encode_response_leaving_out(
+    correlation_id: i32,
+    api_version: i16,
+    body: &crate::messages::ResponseBody,
+    buf: &mut BytesMut,
+    leave_out: &mut dyn FnMut(usize, &Bytes) -> Option<usize>,
+) -> Result<Vec<RecordsGap>, EncodeError> {
+    // The encoders only mark where records fields go (the decisions cannot be asked from
+    // inside them without a borrowed callback in a thread-local, which needs unsafe code);
+    // the guard's drop stops the marking even when encoding fails.
+    let marking = RecordsMarking::start();
+    encode_response(correlation_id, api_version, body, buf)?;
+    let marks = marking.finish();
+    put_records_back(buf, &marks, leave_out)
+}
+
+/// Puts the marked records fields into `buf`, each as `leave_out` decides: a length prefix
+/// and a gap, or the whole field.
+fn put_records_back(
+    buf: &mut BytesMut,
+    marks: &[RecordsMark],
+    leave_out: &mut dyn FnMut(usize, &Bytes) -> Option<usize>,
+) -> Result<Vec<RecordsGap>, EncodeError> {
+    let Some(first) = marks.first() else {
+        return Ok(Vec::new());
+    };
+    // What follows the first field moves right by the prefixes (and any records kept)
+    // put in front of it, so it is copied once more: only the response's own fields,
+    // small next to the records it frames.
+    let rest = buf.split_off(first.at).freeze();
+    // A length prefix takes at most 5 bytes (a compact u32 uvarint; an int32 takes 4).
+    buf.reserve(rest.len() + marks.len() * 5);
+    let mut copied = first.at;
+    let mut gaps = Vec::new();
+    for (field, mark) in marks.iter().enumerate() {
+        buf.extend_from_slice(&rest[copied - first.at..mark.at - first.at]);
+        copied = mark.at;
+        match leave_out(field, &mark.records) {
+            Some(len) => {
+                put_records_len(buf, len, mark.compact, mark.field)?;
+                gaps.push(RecordsGap { at: buf.len(), len, field });
+            }
+            None => put_bytes(buf, &mark.records, mark.compact, mark.field)?,
+        }
+    }
+    buf.extend_from_slice(&rest[copied - first.at..]);
+    Ok(gaps)
 }
 
 /// Reads a response header for a request of `api_key` at `api_version`.

@@ -3,7 +3,8 @@
 //! - [`messages`]: every request and response at every version, generated from
 //!   `protocol-specs/` by `osprey-codegen`; plus the internal-topic records and the
 //!   consumer protocol.
-//! - [`frame`]: request and response headers, and the rules choosing their versions.
+//! - [`frame`]: request and response headers, and the rules choosing their versions;
+//!   responses encoded with their records left out, for zero-copy fetch.
 //! - [`records`]: record batches (v2), their records, CRCs and compression.
 //! - [`wire`]: the primitive encodings, bounded so that no declared length or count is
 //!   trusted beyond the bytes actually present.

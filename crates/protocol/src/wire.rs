@@ -6,7 +6,9 @@
 //! claims a gigabyte costs nothing but an error.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::cell::RefCell;
 use std::fmt;
+use std::marker::PhantomData;
 
 /// Why bytes could not be decoded; `field` names the message and field (`Struct.field`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -322,6 +324,79 @@ pub fn put_bytes(buf: &mut BytesMut, b: &[u8], compact: bool, field: &'static st
     put_length(buf, b.len(), compact, true, field)?;
     buf.put_slice(b);
     Ok(())
+}
+
+/// Writes a `records` field: exactly as [`put_bytes`] does, unless this thread is encoding
+/// a response with its records left out (`frame::encode_response_leaving_out`), in which
+/// case it writes nothing and notes where the field goes.
+pub fn put_records(buf: &mut BytesMut, records: &Bytes, compact: bool, field: &'static str) -> Result<(), EncodeError> {
+    let marked = RECORDS_MARKS.with(|marks| match marks.borrow_mut().as_mut() {
+        Some(marks) => {
+            marks.push(RecordsMark { at: buf.len(), records: records.clone(), compact, field });
+            true
+        }
+        None => false,
+    });
+    if marked {
+        return Ok(());
+    }
+    put_bytes(buf, records, compact, field)
+}
+
+/// The length prefix of a records field holding `len` bytes, without the bytes.
+pub(crate) fn put_records_len(
+    buf: &mut BytesMut,
+    len: usize,
+    compact: bool,
+    field: &'static str,
+) -> Result<(), EncodeError> {
+    put_length(buf, len, compact, true, field)
+}
+
+/// A non-null records field that [`put_records`] left out of the buffer while marking.
+#[derive(Debug)]
+pub(crate) struct RecordsMark {
+    /// Where the field's length prefix and bytes belong in the buffer as it was written.
+    pub(crate) at: usize,
+    pub(crate) records: Bytes,
+    pub(crate) compact: bool,
+    pub(crate) field: &'static str,
+}
+
+thread_local! {
+    /// The records fields met so far by the encode that a [`RecordsMarking`] scopes, or
+    /// `None` outside one. A thread-local rather than a parameter so that the generated
+    /// encoders keep one signature: encoding is synchronous and runs no caller code, so
+    /// nothing else can run on this thread between the guard's start and its drop.
+    static RECORDS_MARKS: RefCell<Option<Vec<RecordsMark>>> = const { RefCell::new(None) };
+}
+
+/// While alive, [`put_records`] on this thread marks records fields instead of writing
+/// them. Dropping it (also on an encode's error path) turns marking off, so that no later
+/// encode on the thread leaves records out.
+#[derive(Debug)]
+pub(crate) struct RecordsMarking {
+    /// Not `Send`: the marks belong to the thread that started marking.
+    _this_thread: PhantomData<*const ()>,
+}
+
+impl RecordsMarking {
+    pub(crate) fn start() -> RecordsMarking {
+        let earlier = RECORDS_MARKS.with(|marks| marks.replace(Some(Vec::new())));
+        debug_assert!(earlier.is_none(), "records marking is not re-entrant");
+        RecordsMarking { _this_thread: PhantomData }
+    }
+
+    /// The records fields marked, in the order they were encoded.
+    pub(crate) fn finish(self) -> Vec<RecordsMark> {
+        RECORDS_MARKS.with(|marks| marks.borrow_mut().take()).unwrap_or_default()
+    }
+}
+
+impl Drop for RecordsMarking {
+    fn drop(&mut self) {
+        RECORDS_MARKS.with(|marks| marks.borrow_mut().take());
+    }
 }
 
 pub fn put_array_len(buf: &mut BytesMut, n: usize, compact: bool, field: &'static str) -> Result<(), EncodeError> {

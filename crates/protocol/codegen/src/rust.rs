@@ -414,7 +414,10 @@ fn encode_value(ty: &Type, v: &str, compact: &str, path: &str, nullable_cond: &s
         Type::Float64 => format!("buf.put_f64({v});"),
         Type::Uuid => format!("buf.put_slice(&{v}.0);"),
         Type::String => format!("put_string(buf, &{v}, {compact}, \"{path}\")?;"),
-        Type::Bytes | Type::Records => format!("put_bytes(buf, &{v}, {compact}, \"{path}\")?;"),
+        Type::Bytes => format!("put_bytes(buf, &{v}, {compact}, \"{path}\")?;"),
+        // Its own call, so that a response can be encoded with its records left out and
+        // sent from the log file instead (`frame::encode_response_leaving_out`).
+        Type::Records => format!("put_records(buf, &{v}, {compact}, \"{path}\")?;"),
         Type::Struct(_) => format!("{v}.write(buf, version)?;"),
         Type::Array(inner) => {
             let elem = encode_value(inner, "(*item)", compact, path, "false", false);

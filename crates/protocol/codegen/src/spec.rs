@@ -296,7 +296,32 @@ fn validate(msg: &Message) -> Result<(), String> {
             return Err(format!("{}: struct {name} of {} is never used", msg.file, msg.name));
         }
     }
+    for f in msg.fields.iter().chain(msg.structs.values().flat_map(|s| &s.fields)) {
+        // A tagged field is encoded into a scratch buffer and then copied into the message,
+        // so a records field inside one would be left out of a response
+        // (`frame::encode_response_leaving_out`) at a position in the scratch buffer, not in
+        // the response. No Kafka spec tags records; refuse one rather than misplace them.
+        if f.tag.is_some() && reaches_records(msg, &f.ty, &mut BTreeSet::new()) {
+            return Err(format!(
+                "{}:{}: {}.{}: records cannot be tagged or inside a tagged field",
+                msg.file, f.line, msg.name, f.name
+            ));
+        }
+    }
     Ok(())
+}
+
+/// Whether a value of `ty` holds a records field, directly or in a struct it contains.
+fn reaches_records<'m>(msg: &'m Message, ty: &'m Type, seen: &mut BTreeSet<&'m str>) -> bool {
+    match ty {
+        Type::Records => true,
+        Type::Array(inner) => reaches_records(msg, inner, seen),
+        Type::Struct(name) => {
+            seen.insert(name)
+                && msg.structs.get(name).is_some_and(|s| s.fields.iter().any(|f| reaches_records(msg, &f.ty, seen)))
+        }
+        _ => false,
+    }
 }
 
 fn check_fields(msg: &Message, fields: &[Field], referenced: &mut BTreeSet<String>) -> Result<(), String> {
@@ -426,6 +451,19 @@ message FooRequest kind=request api=7 versions=0-3 flexible=2+
         assert!(err.contains("Missing"), "{err}");
         let err = parse("t.spec", &SAMPLE.replace("  name string", "   name string")).unwrap_err();
         assert!(err.contains("two spaces"), "{err}");
+    }
+
+    #[test]
+    fn rejects_records_inside_a_tagged_field() {
+        let tagged_records =
+            SAMPLE.replace("tagged_thing int64 2+ tag=0 tagged=2+ default=-1", "blob records 2+ tag=0 tagged=2+");
+        let err = parse("t.spec", &tagged_records).unwrap_err();
+        assert!(err.contains("FooRequest.blob: records cannot be tagged"), "{err}");
+        let records_in_tagged_struct = SAMPLE
+            .replace("shared Shared 3+", "shared Shared 3+ tag=1 tagged=3+")
+            .replace("    x bool", "    x bool\n    blob records");
+        let err = parse("t.spec", &records_in_tagged_struct).unwrap_err();
+        assert!(err.contains("FooRequest.shared: records cannot be tagged"), "{err}");
     }
 
     #[test]
