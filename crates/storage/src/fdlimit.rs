@@ -4,7 +4,8 @@
 //! descriptor lives in a shared [`FdBudget`], a least-recently-used cache of at most
 //! `max_open` handles. An evicted file is reopened by path on its next use, so a broker
 //! with thousands of partitions, each with an active segment and some sealed ones, holds
-//! at most `max_open` segment descriptors (plus those pinned by operations in flight).
+//! at most `max_open` segment descriptors (plus those pinned by operations in flight,
+//! including located reads' [`FileChunk`](crate::FileChunk)s until they are dropped).
 //! Active segments are included: the cost of an eviction is one `open` on the next
 //! append or read of that partition.
 //!
@@ -241,6 +242,18 @@ impl<S: Storage> StorageFile for LimitedFile<S> {
         // One handle for the whole read, not one per partial read.
         self.file()?.read_exact_at(buf, pos)
     }
+
+    fn read_exact_at_into(&self, buf: &mut Vec<u8>, len: usize, pos: u64) -> io::Result<()> {
+        // The open file's own read, which may skip the zero-filling.
+        self.file()?.read_exact_at_into(buf, len, pos)
+    }
+
+    fn os_file(self: &Arc<Self>) -> io::Result<Option<Arc<std::fs::File>>> {
+        // The handle cached now (reopened if the budget closed it). The caller's `Arc`
+        // keeps its descriptor open after the budget evicts it, until dropped: responses
+        // in flight (a sendfile of this file) can take the process past `max_open`.
+        self.file()?.os_file()
+    }
 }
 
 #[cfg(test)]
@@ -269,5 +282,26 @@ mod tests {
         }
         drop(files);
         assert_eq!(storage.budget().open_count(), 0, "dropped files leave the cache");
+    }
+
+    #[test]
+    fn a_held_os_file_stays_readable_after_the_budget_closes_its_handle() {
+        let dir = std::env::temp_dir().join(format!("osprey-storage-fd-os-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let storage = FdLimited::new(crate::fs::StdStorage, FdBudget::new(1));
+        let first = Arc::new(storage.open(&dir.join("a"), true).unwrap());
+        first.write_all_at(b"held", 0).unwrap();
+        let os_file = first.os_file().unwrap().expect("a real file has an OS file");
+        // Evicts `first`'s handle from the budget of one.
+        let second = storage.open(&dir.join("b"), true).unwrap();
+        second.write_all_at(b"other", 0).unwrap();
+        assert_eq!(storage.budget().open_count(), 1);
+        let mut held = Vec::new();
+        os_file.read_exact_at_into(&mut held, 4, 0).unwrap();
+        assert_eq!(held, b"held");
+        let mut reopened = Vec::new();
+        first.read_exact_at_into(&mut reopened, 4, 0).unwrap();
+        assert_eq!(reopened, b"held", "the budget's handle is reopened for the file's own reads");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

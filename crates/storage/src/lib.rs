@@ -118,7 +118,9 @@ pub use durability::{set_fsync_observer, DurableCallback, Flushable, Flusher, Fs
 pub use error::{Result, StorageError};
 pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
-pub use log::{AppendInfo, LogOffsets, PartitionLog, PriorShutdown, ReadSlice, RetentionOutcome, TimestampOffset};
+pub use log::{
+    AppendInfo, FileChunk, LogOffsets, PartitionLog, PriorShutdown, ReadSlice, RetentionOutcome, TimestampOffset,
+};
 pub use producer::{CompletedTxn, ProducerStateTable, SequenceError};
 pub use recovery::{DamageKind, DamagedRange, RecoveryReport};
 pub use scrub::{ScrubCursor, ScrubFinding, ScrubStep};

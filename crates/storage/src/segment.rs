@@ -530,6 +530,30 @@ impl<F: StorageFile> Segment<F> {
         }
     }
 
+    /// For a read of whole batches of at most `max_bytes` from the first batch at or
+    /// after `from`, that stops before the first batch reaching `end_offset`: the
+    /// position of a batch that the read is sure to return, with every batch between
+    /// the first and it, so that a walk of their headers can start there. 0 if the index
+    /// knows none; a position before the read's first batch tells nothing either.
+    ///
+    /// Every batch before the last index entry at or below `from + max_bytes` ends
+    /// within the limit, and every batch before the last entry at or below `end_offset`
+    /// ends below it (entries are base offsets of batches, in order). Of the two, the
+    /// earlier entry bounds the batches known to be returned; the answer is the entry
+    /// before that, whose batch is one of them, so a walk from it learns the last
+    /// returned batch's own last offset (offsets can have gaps, from compaction or a
+    /// leader's compacted log copied by a follower, so the next entry's offset is not it).
+    pub fn known_included(&self, from: u64, max_bytes: u64, end_offset: i64) -> u64 {
+        let byte_limit = from.saturating_add(max_bytes);
+        let by_bytes = self.offset_index.partition_point(|e| u64::from(e.1) <= byte_limit);
+        let rel_end = end_offset.saturating_sub(self.base_offset);
+        let by_offset = self.offset_index.partition_point(|e| i64::from(e.0) <= rel_end);
+        match by_bytes.min(by_offset).checked_sub(2) {
+            Some(i) => u64::from(self.offset_index[i].1),
+            None => 0,
+        }
+    }
+
     /// Offset to start scanning from for the first batch with max timestamp >= `ts`:
     /// the last time index entry with a smaller timestamp, whose batches all precede it.
     pub fn time_lookup(&self, ts: i64) -> i64 {

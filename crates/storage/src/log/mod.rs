@@ -36,7 +36,10 @@ use crate::txn_index::{self, AbortedTxn};
 
 mod group_commit;
 mod loader;
+mod located;
 mod retention;
+
+pub use located::FileChunk;
 
 use loader::{insert_aborted, list_snapshots, load_producers, record_batch, remove_snapshot};
 
@@ -823,6 +826,38 @@ impl<S: Storage> PartitionLog<S> {
         end_offset: i64,
         min_one_batch: bool,
     ) -> Result<ReadSlice> {
+        let limits = ReadLimits { max_bytes, end_offset, min_one_batch };
+        Ok(self.read_whole_batches(fetch_offset, limits, None)?.0)
+    }
+
+    /// The same read as [`read_limited`](Self::read_limited) (the same batches, offsets
+    /// and errors), for a transport that can send file bytes with sendfile(2): if the
+    /// batches total at least `min_located_bytes` and the segment is an OS file, they
+    /// are not read but located, and returned as a [`FileChunk`] with `records` empty.
+    /// Otherwise `records` holds them and the chunk is `None`.
+    ///
+    /// Locating reads batch headers only, and few of them: the offset index tells which
+    /// batches the read is sure to return, and the walk of headers starts after them.
+    pub fn read_located(
+        &self,
+        fetch_offset: i64,
+        max_bytes: usize,
+        end_offset: i64,
+        min_one_batch: bool,
+        min_located_bytes: usize,
+    ) -> Result<(ReadSlice, Option<FileChunk>)> {
+        let limits = ReadLimits { max_bytes, end_offset, min_one_batch };
+        self.read_whole_batches(fetch_offset, limits, Some(min_located_bytes))
+    }
+
+    /// `read_limited`, and with `locate_from` the batches of at least that many bytes
+    /// located rather than read.
+    fn read_whole_batches(
+        &self,
+        fetch_offset: i64,
+        limits: ReadLimits,
+        locate_from: Option<usize>,
+    ) -> Result<(ReadSlice, Option<FileChunk>)> {
         let (views, mut slice) = {
             let mut s = lock(&self.state);
             let leo = s.log_end_offset();
@@ -847,29 +882,40 @@ impl<S: Storage> PartitionLog<S> {
                 (first..s.segments.len()).filter(|&i| s.segments[i].next_offset > fetch_offset).take(2).collect();
             let mut views = Vec::with_capacity(indexes.len());
             for i in indexes {
-                let position = s.segments[i].index_lookup(fetch_offset);
-                views.push(s.view(&self.storage, i, position)?);
+                let seg = &s.segments[i];
+                let position = seg.index_lookup(fetch_offset);
+                // From the index as it is now, under the lock, like the view's size.
+                let known_included = seg.known_included(position, limits.max_bytes as u64, limits.end_offset);
+                views.push((s.view(&self.storage, i, position)?, known_included));
             }
             (views, slice)
         };
-        if max_bytes == 0 && !min_one_batch {
-            return Ok(slice);
+        if limits.max_bytes == 0 && !limits.min_one_batch {
+            return Ok((slice, None));
         }
-        for view in views {
+        for (view, known_included) in views {
             let Some(first) = view.find(view.start_position, |h| h.last_offset() >= fetch_offset)? else {
                 continue;
             };
-            if first.header.last_offset() >= end_offset {
+            if first.header.last_offset() >= limits.end_offset {
                 break;
             }
-            let (records, next_offset) = view.read_batches(first.position, max_bytes, end_offset, min_one_batch)?;
-            if !records.is_empty() {
-                slice.records = records;
-                slice.next_offset = next_offset;
-            }
-            break;
+            let (batches, next_offset) = match locate_from {
+                Some(min_bytes) => view.locate_batches(first, &limits, known_included, min_bytes)?,
+                None => view.read_batches(first.position, &limits)?,
+            };
+            let chunk = match batches {
+                Batches::Read(records) if records.is_empty() => return Ok((slice, None)),
+                Batches::Read(records) => {
+                    slice.records = records;
+                    None
+                }
+                Batches::Located(chunk) => Some(chunk),
+            };
+            slice.next_offset = next_offset;
+            return Ok((slice, chunk));
         }
-        Ok(slice)
+        Ok((slice, None))
     }
 
     /// ListOffsets by timestamp: the first batch whose max timestamp is at least `ts`,
@@ -1266,6 +1312,30 @@ fn validate_batches(buf: &[u8], max_message_bytes: Option<u32>) -> Result<Vec<In
     Ok(incoming)
 }
 
+/// What a read may return, as its caller asked.
+#[derive(Debug, Clone, Copy)]
+struct ReadLimits {
+    max_bytes: usize,
+    /// No batch reaching this offset (the high watermark or LSO) is returned.
+    end_offset: i64,
+    /// A first batch larger than `max_bytes` is returned whole (Kafka's `minOneMessage`).
+    min_one_batch: bool,
+}
+
+/// The batches a read returns: copied into memory, or located in their segment file.
+enum Batches {
+    Read(Bytes),
+    Located(FileChunk),
+}
+
+/// The batches a walk of headers chose.
+struct Chosen {
+    /// Their bytes, from the first.
+    len: u64,
+    /// The offset after the last; `None` if none was chosen.
+    next_offset: Option<i64>,
+}
+
 /// What a reader needs of a segment, copied out under the lock so the reads themselves
 /// (pread) run without it.
 struct SegmentView<F> {
@@ -1302,47 +1372,69 @@ impl<F: StorageFile> SegmentView<F> {
 
     /// Reads whole batches from `position` (at least one), up to `max_bytes`, stopping
     /// before the first batch reaching `end_offset`. One pread in the common case.
-    fn read_batches(
+    fn read_batches(&self, position: u64, limits: &ReadLimits) -> Result<(Batches, i64)> {
+        let want = self.window(position, limits.max_bytes);
+        let mut buf = Vec::with_capacity(want as usize);
+        self.read_into(&mut buf, want, position)?;
+        let chosen = self.choose(position, want, limits, 0, |used| {
+            BatchHeader::parse(&buf[used as usize..]).map_err(|r| self.corrupt(position + used, r))
+        })?;
+        if chosen.len > want {
+            // The first batch is larger than max_bytes and returned whole: read its rest.
+            self.read_into(&mut buf, chosen.len - want, position + want)?;
+        }
+        buf.truncate(chosen.len as usize);
+        Ok((Batches::Read(Bytes::from(buf)), chosen.next_offset.unwrap_or(i64::MIN)))
+    }
+
+    /// Bytes from `position` a read of at most `max_bytes` may return: at least a header
+    /// (a read below that returns a batch of only a header), at most the segment's rest.
+    fn window(&self, position: u64, max_bytes: usize) -> u64 {
+        (max_bytes as u64).max(HEADER_LEN as u64).min(self.size - position)
+    }
+
+    /// The rules of a read, shared by the read that copies batches and the one that
+    /// locates them: from the batch at `position`, walking headers (`header_at` gives
+    /// the one `used` bytes on) from `from` bytes on, the batches that end within
+    /// `window` and below `limits.end_offset`, or the first alone if larger and
+    /// `limits.min_one_batch`. `from` must be a batch boundary that the rules reach.
+    fn choose(
         &self,
         position: u64,
-        max_bytes: usize,
-        end_offset: i64,
-        min_one_batch: bool,
-    ) -> Result<(Bytes, i64)> {
+        window: u64,
+        limits: &ReadLimits,
+        from: u64,
+        mut header_at: impl FnMut(u64) -> Result<BatchHeader>,
+    ) -> Result<Chosen> {
         let available = self.size - position;
-        let want = (max_bytes as u64).max(HEADER_LEN as u64).min(available) as usize;
-        let mut buf = vec![0u8; want];
-        self.file.read_exact_at(&mut buf, position).map_err(|e| StorageError::io("read", &self.path, e))?;
-        let mut used = 0usize;
+        let mut used = from;
         let mut next_offset = None;
-        while used + HEADER_LEN <= buf.len() {
-            let header = BatchHeader::parse(&buf[used..]).map_err(|r| self.corrupt(position + used as u64, r))?;
+        while used + HEADER_LEN as u64 <= window {
+            let header = header_at(used)?;
             let size = header.total_size();
-            if size > available - used as u64 {
-                return Err(self.corrupt(position + used as u64, batch::BatchError::BadLength(header.batch_length)));
+            if size > available - used {
+                return Err(self.corrupt(position + used, batch::BatchError::BadLength(header.batch_length)));
             }
-            if header.last_offset() >= end_offset {
+            if header.last_offset() >= limits.end_offset {
                 break;
             }
-            if used as u64 + size > buf.len() as u64 {
-                if used == 0 && min_one_batch {
+            if used + size > window {
+                if used == 0 && limits.min_one_batch {
                     // The first batch is larger than max_bytes: return it whole anyway.
-                    buf.resize(size as usize, 0);
-                    let tail = &mut buf[want..];
-                    self.file
-                        .read_exact_at(tail, position + want as u64)
-                        .map_err(|e| StorageError::io("read", &self.path, e))?;
-                    used = size as usize;
+                    used = size;
                     next_offset = Some(header.last_offset() + 1);
                 }
                 break;
             }
-            used += size as usize;
+            used += size;
             next_offset = Some(header.last_offset() + 1);
         }
-        buf.truncate(used);
-        let next = next_offset.unwrap_or(i64::MIN);
-        Ok((Bytes::from(buf), next))
+        Ok(Chosen { len: used, next_offset })
+    }
+
+    /// Appends `len` bytes at `position` to `buf`.
+    fn read_into(&self, buf: &mut Vec<u8>, len: u64, position: u64) -> Result<()> {
+        self.file.read_exact_at_into(buf, len as usize, position).map_err(|e| StorageError::io("read", &self.path, e))
     }
 
     fn corrupt(&self, position: u64, reason: batch::BatchError) -> StorageError {
