@@ -8,6 +8,7 @@ use crate::supported;
 use bytes::Bytes;
 use osprey_protocol::frame::{split_request, FrameError};
 use osprey_protocol::{ApiKey, RequestBody, RequestHeader, ResponseBody};
+use osprey_storage::FileChunk;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -15,6 +16,55 @@ use std::sync::Arc;
 
 /// A response that is not ready yet (waiting for fsync or for data to fetch).
 pub type Pending = Pin<Box<dyn Future<Output = ResponseBody> + Send>>;
+
+/// A response whose record bytes may be left in segment files for the connection's
+/// writer to send from there (a Fetch's): `chunks[n]`, when set, holds the bytes of the
+/// body's n-th non-null records field (in encoding order), which is itself empty.
+#[derive(Debug)]
+pub struct Answer {
+    pub body: ResponseBody,
+    pub chunks: Vec<Option<FileChunk>>,
+}
+
+impl From<ResponseBody> for Answer {
+    fn from(body: ResponseBody) -> Self {
+        Answer { body, chunks: Vec::new() }
+    }
+}
+
+impl Answer {
+    /// The record bytes the answer carries, in its body and in its chunks.
+    pub fn records_bytes(&self) -> usize {
+        let ResponseBody::Fetch(r) = &self.body else { return 0 };
+        let in_body: usize = r
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+            .sum();
+        in_body + self.chunks.iter().flatten().map(|c| c.len() as usize).sum::<usize>()
+    }
+
+    /// The body with every chunk read into its records field (for tests and callers
+    /// that need the bytes in memory; blocking reads).
+    #[cfg(test)]
+    pub fn into_body_read(self) -> ResponseBody {
+        let Answer { mut body, chunks } = self;
+        if let ResponseBody::Fetch(r) = &mut body {
+            let fields =
+                r.responses.iter_mut().flat_map(|t| t.partitions.iter_mut()).filter_map(|p| p.records.as_mut());
+            for (records, chunk) in fields.zip(chunks) {
+                if let Some(chunk) = chunk {
+                    *records = chunk.read().expect("chunk read back");
+                }
+            }
+        }
+        body
+    }
+}
+
+/// An [`Answer`] that is not ready yet.
+pub type PendingAnswer = Pin<Box<dyn Future<Output = Answer> + Send>>;
 
 /// What the connection does with a request.
 pub enum Reply {
@@ -28,6 +78,9 @@ pub enum Reply {
     /// controller write run on the blocking pool), so that a connection's requests still
     /// take effect in the order sent, as Kafka processes them one after another.
     Ordered(Pending),
+    /// Send this answer, with the record bytes it leaves in files, when it resolves (as
+    /// `Later`).
+    Records(PendingAnswer),
     /// Send nothing (acks=0 produce).
     Nothing,
     /// A protocol violation: close the connection (after earlier responses).
@@ -40,6 +93,7 @@ impl std::fmt::Debug for Reply {
             Reply::Now(_) => f.write_str("Now"),
             Reply::Later(_) => f.write_str("Later"),
             Reply::Ordered(_) => f.write_str("Ordered"),
+            Reply::Records(_) => f.write_str("Records"),
             Reply::Nothing => f.write_str("Nothing"),
             Reply::Close(why) => write!(f, "Close({why})"),
         }

@@ -33,6 +33,7 @@ pub mod replica_manager;
 pub mod replication;
 pub mod replies;
 pub mod sasl;
+pub mod send_file;
 pub mod supported;
 pub mod telemetry;
 #[cfg(test)]

@@ -26,9 +26,10 @@
 
 use crate::broker::Broker;
 use crate::config::SaslSettings;
-use crate::dispatch::{dispatch, Client, Reply};
+use crate::dispatch::{dispatch, Answer, Client, Reply};
 use crate::quota;
 use crate::sasl::{self, Authenticator, Session, SessionStep, Step};
+use crate::send_file::{write_answer, ResponseSink, WriteError};
 use crate::telemetry::{self, stages, stages::RequestTimes, InFlight};
 use crate::tls::{ListenerTls, ANONYMOUS};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -218,7 +219,8 @@ struct Queued {
 enum Outgoing {
     /// A response already framed (size prefix included).
     Frame(Bytes),
-    Later(crate::dispatch::Pending),
+    /// An answer still to come, with any record bytes it leaves in files.
+    Later(crate::dispatch::PendingAnswer),
     Nothing,
     Close(String),
 }
@@ -433,7 +435,7 @@ async fn connection<R, W>(
 ) -> io::Result<()>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin + Send + 'static,
+    W: ResponseSink,
 {
     let peer = client.peer;
     let (tx, rx) = mpsc::channel::<Queued>(broker.settings.max_inflight_per_connection.max(1));
@@ -548,14 +550,15 @@ where
                 }
                 Err(why) => Outgoing::Close(why),
             },
-            Reply::Later(pending) => Outgoing::Later(pending),
+            Reply::Later(pending) => Outgoing::Later(Box::pin(async move { Answer::from(pending.await) })),
+            Reply::Records(pending) => Outgoing::Later(pending),
             Reply::Ordered(pending) => {
                 let (done, effect) = oneshot::channel();
                 barrier = Some(effect);
                 Outgoing::Later(Box::pin(async move {
                     let body = pending.await;
                     let _ = done.send(());
-                    body
+                    Answer::from(body)
                 }))
             }
             Reply::Nothing => Outgoing::Nothing,
@@ -734,25 +737,28 @@ fn closed_mid_frame() -> io::Error {
     io::Error::new(io::ErrorKind::UnexpectedEof, "connection closed mid-frame")
 }
 
-async fn write_loop(mut wr: impl AsyncWrite + Unpin, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
+async fn write_loop(mut wr: impl ResponseSink, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
     let mut out = BytesMut::new();
     while let Some(mut q) = rx.recv().await {
         let written = match q.reply {
             Outgoing::Frame(frame) => wr.write_all(&frame).await.map(|()| frame.len()),
             Outgoing::Later(pending) => {
                 q.times.deferred_started();
-                let (body, remote) = stages::measured(pending).await;
+                let (answer, remote) = stages::measured(pending).await;
                 q.times.deferred_returned(remote);
-                if let Err(why) = encode_into(q.correlation_id, q.api_version, &body, &mut out) {
-                    tracing::error!(%peer, api = q.api_key.map(|k| k.name()), version = q.api_version, error = %why, "closing");
-                    break;
-                }
-                let written = wr.write_all(&out).await.map(|()| out.len());
+                let written = write_answer(&mut wr, q.correlation_id, q.api_version, &answer, &mut out).await;
                 if out.capacity() > RETAINED_WRITE_BUFFER_BYTES {
                     // One large fetch response must not pin its buffer for the connection's life.
                     out = BytesMut::new();
                 }
-                written
+                match written {
+                    Ok(bytes) => Ok(bytes),
+                    Err(WriteError::Io(e)) => Err(e),
+                    Err(WriteError::Encode(why)) => {
+                        tracing::error!(%peer, api = q.api_key.map(|k| k.name()), version = q.api_version, error = %why, "closing");
+                        break;
+                    }
+                }
             }
             Outgoing::Nothing => {
                 q.times.written();

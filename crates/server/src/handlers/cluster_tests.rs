@@ -46,6 +46,7 @@ async fn later(reply: Reply) -> ResponseBody {
     match reply {
         Reply::Now(body) => body,
         Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
+        Reply::Records(pending) => pending.await.into_body_read(),
         other => panic!("{other:?}"),
     }
 }

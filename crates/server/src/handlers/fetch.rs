@@ -13,7 +13,7 @@
 //! is answered with a diverging epoch when the log disagrees, so the fetcher truncates.
 
 use crate::broker::{now_ms, Broker};
-use crate::dispatch::Reply;
+use crate::dispatch::{Answer, Reply};
 use crate::fetch_session::{Begin, Context, PartitionFetch, PartitionKey, PartitionRead, Respond};
 use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
@@ -26,7 +26,7 @@ use osprey_protocol::messages::fetch_response::{
 };
 use osprey_protocol::messages::{FetchRequest, FetchResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
-use osprey_storage::StorageError;
+use osprey_storage::{FileChunk, StorageError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -47,6 +47,27 @@ struct Plan {
     partitions: Vec<PartitionPlan>,
     /// A follower's fetch: its broker id and broker epoch (-1 before v15).
     replica: Option<(i32, i64)>,
+    /// A partition's records at least this long stay in their segment file, for the
+    /// connection's writer to send from there ([`crate::send_file`]); shorter ones, and
+    /// every read on a TLS listener (whose bytes are encrypted in memory anyway), are
+    /// read into the response.
+    leave_in_file_bytes: usize,
+}
+
+/// One partition's answer: its response data, whose records are empty when they were
+/// left in `chunk`.
+struct PartitionAnswer {
+    data: PartitionData,
+    chunk: Option<FileChunk>,
+}
+
+impl PartitionAnswer {
+    fn records_bytes(&self) -> usize {
+        match &self.chunk {
+            Some(chunk) => chunk.len() as usize,
+            None => self.data.records.as_ref().map_or(0, |r| r.len()),
+        }
+    }
 }
 
 struct PartitionPlan {
@@ -173,8 +194,13 @@ pub fn handle(
         session,
         partitions,
         replica,
+        leave_in_file_bytes: if listener_uses_tls(broker, listener) { usize::MAX } else { crate::send_file::MIN_BYTES },
     };
-    Reply::Later(Box::pin(fetch(Arc::new(plan), req.max_wait_ms)))
+    Reply::Records(Box::pin(fetch(Arc::new(plan), req.max_wait_ms)))
+}
+
+fn listener_uses_tls(broker: &Broker, listener: &str) -> bool {
+    broker.settings.config.listeners.iter().any(|l| *l.name == *listener && l.security_protocol.uses_tls())
 }
 
 /// The topic a session's partition key names: by id from v13, else by name.
@@ -187,7 +213,7 @@ fn topic_of<'a>(image: &'a MetadataImage, key: &PartitionKey) -> Option<&'a Topi
 }
 
 /// Reads once, and answers at once or after a long poll.
-async fn fetch(plan: Arc<Plan>, max_wait_ms: i32) -> ResponseBody {
+async fn fetch(plan: Arc<Plan>, max_wait_ms: i32) -> Answer {
     let (reads, bytes, errors) = read_off_worker(&plan).await;
     // As Kafka: nothing to wait for (no partitions, e.g. a session's closing fetch) is
     // answered at once.
@@ -199,7 +225,7 @@ async fn fetch(plan: Arc<Plan>, max_wait_ms: i32) -> ResponseBody {
 
 /// Waits until a fetched partition's high watermark moves (then re-reads) or the wait
 /// runs out.
-async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
+async fn long_poll(plan: Arc<Plan>, wait: Duration) -> Answer {
     let deadline = tokio::time::Instant::now() + wait;
     let mut timed_out = false;
     loop {
@@ -238,7 +264,7 @@ async fn long_poll(plan: Arc<Plan>, wait: Duration) -> ResponseBody {
 }
 
 /// [`read`] on the blocking pool.
-async fn read_off_worker(plan: &Arc<Plan>) -> (Vec<PartitionData>, usize, bool) {
+async fn read_off_worker(plan: &Arc<Plan>) -> (Vec<PartitionAnswer>, usize, bool) {
     let plan = plan.clone();
     match tokio::task::spawn_blocking(move || read(&plan)).await {
         Ok(read) => read,
@@ -255,34 +281,35 @@ async fn read_off_worker(plan: &Arc<Plan>) -> (Vec<PartitionData>, usize, bool) 
 /// `partition_max_bytes` and what is left of the response's limit; the first partition
 /// with data returns its first batch even if that is larger, so a consumer always makes
 /// progress; once the limit is used up the remaining partitions return no records.
-fn read(plan: &Plan) -> (Vec<PartitionData>, usize, bool) {
+fn read(plan: &Plan) -> (Vec<PartitionAnswer>, usize, bool) {
     let mut reads = Vec::with_capacity(plan.partitions.len());
     let mut total = 0usize;
     let mut errors = false;
     for p in &plan.partitions {
         let left = plan.max_bytes.saturating_sub(total);
         let budget = (p.fetch.max_bytes.max(0) as usize).min(left);
-        let data = read_partition(p, budget, total == 0, plan.read_committed, plan.replica.is_some());
-        errors |= data.error_code != 0;
-        total += data.records.as_ref().map_or(0, |r| r.len());
-        reads.push(data);
+        let read = read_partition(plan, p, budget, total == 0);
+        errors |= read.data.error_code != 0;
+        total += read.records_bytes();
+        reads.push(read);
     }
     (reads, total, errors)
 }
 
 /// Builds the response: every partition of a full fetch, or those with news in an
 /// incremental one, grouped by topic in read order.
-fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
-    for (p, data) in plan.partitions.iter().zip(&reads) {
-        if let (Some(topic), true) = (&p.topic, data.error_code != ErrorCode::NONE.code()) {
+fn respond(plan: &Plan, reads: Vec<PartitionAnswer>) -> Answer {
+    for (p, read) in plan.partitions.iter().zip(&reads) {
+        if let (Some(topic), true) = (&p.topic, read.data.error_code != ErrorCode::NONE.code()) {
             telemetry::topic_fetch_failed(topic);
         }
     }
-    let summaries = plan.partitions.iter().zip(&reads).map(|(p, data)| {
+    let summaries = plan.partitions.iter().zip(&reads).map(|(p, answer)| {
+        let data = &answer.data;
         let read = PartitionRead {
             high_watermark: data.high_watermark,
             log_start_offset: data.log_start_offset,
-            records_bytes: data.records.as_ref().map_or(0, |r| r.len()),
+            records_bytes: answer.records_bytes(),
             error: data.error_code != 0,
         };
         (&p.key, &p.fetch, read)
@@ -292,15 +319,22 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
         Respond::Partitions { session_id, include } => (session_id, include),
         Respond::Error { code, session_id } => {
             telemetry::error_code(ApiKey::Fetch, code);
-            return ResponseBody::Fetch(FetchResponse { error_code: code.code(), session_id, ..Default::default() });
+            let body = ResponseBody::Fetch(FetchResponse { error_code: code.code(), session_id, ..Default::default() });
+            return Answer { body, chunks: Vec::new() };
         }
     };
     let mut resp = FetchResponse { session_id, ..Default::default() };
-    for ((p, data), included) in plan.partitions.iter().zip(reads).zip(include) {
+    // In the order the records fields are encoded: one per partition with records.
+    let mut chunks = Vec::new();
+    for ((p, read), included) in plan.partitions.iter().zip(reads).zip(include) {
         if !included {
             continue;
         }
-        let n = data.records.as_ref().map_or(0, |r| r.len());
+        let n = read.records_bytes();
+        let PartitionAnswer { data, chunk } = read;
+        if data.records.is_some() {
+            chunks.push(chunk);
+        }
         if let (Ok(partition), true) = (&p.partition, n > 0) {
             telemetry::bytes_out(&partition.topic, n as u64);
         }
@@ -319,7 +353,7 @@ fn respond(plan: &Plan, reads: Vec<PartitionData>) -> ResponseBody {
     if plan.version >= 16 {
         add_current_leaders(&plan.broker, &plan.listener, &mut resp);
     }
-    ResponseBody::Fetch(resp)
+    Answer { body: ResponseBody::Fetch(resp), chunks }
 }
 
 /// KIP-951, Fetch v16+: a partition answered NOT_LEADER_OR_FOLLOWER or
@@ -347,13 +381,21 @@ fn add_current_leaders(broker: &Broker, listener: &str, resp: &mut FetchResponse
         .collect();
 }
 
-fn read_partition(
+fn read_partition(plan: &Plan, p: &PartitionPlan, budget: usize, min_one_batch: bool) -> PartitionAnswer {
+    let mut chunk = None;
+    let data = read_partition_data(plan, p, budget, min_one_batch, &mut chunk);
+    PartitionAnswer { data, chunk }
+}
+
+/// A partition's response data; its records left in `chunk` when the plan says so.
+fn read_partition_data(
+    plan: &Plan,
     p: &PartitionPlan,
     budget: usize,
     min_one_batch: bool,
-    read_committed: bool,
-    follower: bool,
+    chunk: &mut Option<FileChunk>,
 ) -> PartitionData {
+    let (read_committed, follower) = (plan.read_committed, plan.replica.is_some());
     let mut data = PartitionData {
         partition_index: p.key.partition,
         high_watermark: -1,
@@ -408,8 +450,8 @@ fn read_partition(
         // Caught up (or past the bound but inside the log): nothing to read yet.
         return data;
     }
-    match log.read_limited(offset, budget, bound, min_one_batch) {
-        Ok(slice) => {
+    match log.read_located(offset, budget, bound, min_one_batch, plan.leave_in_file_bytes) {
+        Ok((slice, located)) => {
             data.log_start_offset = slice.log_start_offset;
             if read_committed {
                 // The consumer drops records of these producers from these offsets on
@@ -426,6 +468,7 @@ fn read_partition(
                 );
             }
             data.records = Some(slice.records);
+            *chunk = located;
             data
         }
         Err(StorageError::OffsetOutOfRange { .. }) => failed(data, ErrorCode::OFFSET_OUT_OF_RANGE),
@@ -485,7 +528,7 @@ mod tests {
         let body = runtime.block_on(async {
             match handle(&broker, req, 12, &DEFAULT_LISTENER.into(), None) {
                 Reply::Now(body) => body,
-                Reply::Later(pending) => pending.await,
+                Reply::Records(pending) => pending.await.into_body_read(),
                 other => panic!("{other:?}"),
             }
         });
@@ -494,6 +537,67 @@ mod tests {
         assert_eq!(data.error_code, 0);
         assert!(data.records.as_ref().is_some_and(|r| !r.is_empty()), "the record was read");
         assert!(blocking_threads.load(Ordering::SeqCst) > 0, "the read ran on the async worker");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn fetch_all(topic: &str) -> FetchRequest {
+        FetchRequest {
+            max_wait_ms: 0,
+            min_bytes: 1,
+            max_bytes: 1 << 20,
+            session_epoch: -1,
+            topics: vec![FetchTopic {
+                topic: topic.into(),
+                partitions: vec![FetchPartition { partition: 0, partition_max_bytes: 1 << 20, ..Default::default() }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    /// On a plain listener a fetch of more than `send_file::MIN_BYTES` leaves its records
+    /// in the segment file, for the writer to sendfile; on a TLS listener, whose bytes
+    /// are encrypted in memory anyway, it reads them into the response. Either way the
+    /// records are the log's.
+    #[test]
+    fn a_large_fetch_leaves_its_records_in_the_segment_file_except_on_a_tls_listener() {
+        let dir = std::env::temp_dir().join(format!("osprey-fetch-located-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+        let mut settings = crate::broker::Settings::single_node(addr, dir.clone());
+        let mut config = (*settings.config).clone();
+        config.listeners.push(crate::config::Listener {
+            name: "SECURE".into(),
+            security_protocol: crate::config::SecurityProtocol::Ssl,
+            host: "127.0.0.1".into(),
+            port: 0,
+        });
+        settings.config = Arc::new(config);
+        let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        let topic = broker.create_topic(&topic, false).unwrap();
+        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+        let value: bytes::Bytes = vec![7u8; 1024].into();
+        let records: Vec<Record> =
+            (0..100).map(|_| Record { key: b"k".to_vec().into(), value: Some(value.clone()) }).collect();
+        let durable = append_coordinator_records(&partition, -1, &broker.flusher, &records, None, "test").unwrap();
+        durable.blocking_recv().unwrap().unwrap();
+        let stored = partition.log.read(0, 1 << 20).unwrap().records;
+        assert!(stored.len() >= crate::send_file::MIN_BYTES);
+
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for (listener, leaves_in_file) in [(DEFAULT_LISTENER, true), ("SECURE", false)] {
+            let answer = runtime.block_on(async {
+                match handle(&broker, fetch_all("t"), 12, &listener.into(), None) {
+                    Reply::Records(pending) => pending.await,
+                    other => panic!("{other:?}"),
+                }
+            });
+            assert_eq!(answer.chunks.iter().flatten().count(), usize::from(leaves_in_file), "on {listener}");
+            assert_eq!(answer.records_bytes(), stored.len());
+            let ResponseBody::Fetch(resp) = answer.into_body_read() else { panic!("not a Fetch answer") };
+            assert_eq!(resp.responses[0].partitions[0].records.as_ref(), Some(&stored), "on {listener}");
+        }
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

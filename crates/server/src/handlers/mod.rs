@@ -68,6 +68,12 @@ fn finish_reply(reply: Reply, finish: Finish) -> Reply {
         Reply::Now(body) => Reply::Now(finish(body)),
         Reply::Later(pending) => Reply::Later(Box::pin(async move { finish(pending.await) })),
         Reply::Ordered(pending) => Reply::Ordered(Box::pin(async move { finish(pending.await) })),
+        // The chunks stay matched to their fields: a finish only appends partitions
+        // without records (refused ones).
+        Reply::Records(pending) => Reply::Records(Box::pin(async move {
+            let answer = pending.await;
+            crate::dispatch::Answer { body: finish(answer.body), chunks: answer.chunks }
+        })),
         other => other,
     }
 }
@@ -260,8 +266,9 @@ pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
         match then(&broker, ensured) {
             Reply::Now(body) => body,
             Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
-            // The callers answer a request, now or later; neither of these.
-            Reply::Nothing | Reply::Close(_) => std::future::pending().await,
+            // The callers answer a request, now or later; neither of these. (Records is
+            // a Fetch's, which needs no internal topic.)
+            Reply::Nothing | Reply::Close(_) | Reply::Records(_) => std::future::pending().await,
         }
     }))
 }

@@ -19,7 +19,7 @@ pub mod mutations;
 pub mod rate;
 
 use crate::broker::Broker;
-use crate::dispatch::Reply;
+use crate::dispatch::{Answer, Reply};
 use crate::telemetry;
 use osprey_cluster::client_quotas::{
     quota_user, ClientQuotasImage, CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, REQUEST_PERCENTAGE,
@@ -234,19 +234,19 @@ pub fn throttle(
             let broker = broker.clone();
             let principal = principal.clone();
             let mute = mute.clone();
-            map_body(reply, move |body| {
-                let bytes = fetched_bytes(&body) as f64;
+            map_answer(reply, move |answer| {
+                let bytes = answer.records_bytes() as f64;
                 let ms = record(&broker, &principal, QuotaType::Fetch, &metered.client_id, bytes).max(request_ms);
                 mute.extend(ms);
                 if ms == 0 {
-                    return body;
+                    return answer;
                 }
                 // A throttled Fetch is answered without its records, and their bytes are
                 // taken back off the consumer's rate, as Kafka's `handleFetchRequest`
                 // does: the consumer fetches them again once the throttle is over.
                 // Partitions, high watermarks and errors still go out.
                 unrecord(&broker, &principal, QuotaType::Fetch, &metered.client_id, bytes);
-                set_throttle_time(without_records(body), ms)
+                Answer { body: set_throttle_time(without_records(answer.body), ms), chunks: Vec::new() }
             })
         }
         _ => {
@@ -341,14 +341,21 @@ fn map_body(reply: Reply, f: impl FnOnce(ResponseBody) -> ResponseBody + Send + 
         Reply::Now(body) => Reply::Now(f(body)),
         Reply::Later(pending) => Reply::Later(Box::pin(async move { f(pending.await) })),
         Reply::Ordered(pending) => Reply::Ordered(Box::pin(async move { f(pending.await) })),
+        Reply::Records(pending) => Reply::Records(Box::pin(async move {
+            let Answer { body, chunks } = pending.await;
+            Answer { body: f(body), chunks }
+        })),
         other @ (Reply::Nothing | Reply::Close(_)) => other,
     }
 }
 
-/// The record bytes a Fetch response carries: what `consumer_byte_rate` measures.
-fn fetched_bytes(body: &ResponseBody) -> usize {
-    let ResponseBody::Fetch(r) = body else { return 0 };
-    r.responses.iter().flat_map(|t| t.partitions.iter()).map(|p| p.records.as_ref().map_or(0, |b| b.len())).sum()
+/// `reply` with `f` applied to its answer (record chunks included), now or once it
+/// resolves.
+fn map_answer(reply: Reply, f: impl FnOnce(Answer) -> Answer + Send + 'static) -> Reply {
+    match reply {
+        Reply::Records(pending) => Reply::Records(Box::pin(async move { f(pending.await) })),
+        other => map_body(other, move |body| f(Answer { body, chunks: Vec::new() }).body),
+    }
 }
 
 /// Sets the response's `throttle_time_ms` to at least `ms` (versions without the field

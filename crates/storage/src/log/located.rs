@@ -36,6 +36,12 @@ pub struct FileChunk {
 // A chunk is never empty: an empty read returns no chunk.
 #[allow(clippy::len_without_is_empty)]
 impl FileChunk {
+    /// `len` bytes of `file` from `position` (the log makes its own from reads; this is
+    /// for writers tested without a log).
+    pub fn new(file: Arc<File>, position: u64, len: u64) -> FileChunk {
+        FileChunk { file, position, len }
+    }
+
     /// The segment file, open while this handle is held.
     pub fn file(&self) -> &Arc<File> {
         &self.file
