@@ -63,6 +63,9 @@ class Sizes:
     restart_log_bytes: int
     tool_timeout_s: int
     variants: tuple = ("kafka", "osprey", "osprey-nofsync")
+    # Broker on CPU 0, every client (this script, Kafka's tools) on CPU 1: on two cores the
+    # load generators otherwise compete with the broker for its CPU.
+    pinned: bool = False
 
 
 MODES = {
@@ -80,6 +83,15 @@ MODES = {
                   produce_records=200_000, client_records=200_000, e2e_messages=2_000,
                   rate_msgs_per_s=1_000, rate_seconds=10.0, restart_log_bytes=1024 * MIB,
                   tool_timeout_s=600),
+    # The full run's workloads with the broker and the clients on separate cores.
+    "pinned": Sizes(reps=3,
+                    produce_matrix=tuple((acks, batching, partitions)
+                                         for acks in ("1", "all")
+                                         for batching in ("default", "tuned")
+                                         for partitions in (1, 8)),
+                    produce_records=200_000, client_records=200_000, e2e_messages=2_000,
+                    rate_msgs_per_s=1_000, rate_seconds=10.0, restart_log_bytes=1024 * MIB,
+                    tool_timeout_s=600, pinned=True),
     # The restart and cold-log read alone (issue 21's cold reads), Kafka against Osprey.
     "cold": Sizes(reps=3, produce_matrix=(), produce_records=0, client_records=0, e2e_messages=0,
                   rate_msgs_per_s=0, rate_seconds=0.0, restart_log_bytes=1024 * MIB, tool_timeout_s=600,
@@ -123,6 +135,7 @@ class Broker:
         self.data.mkdir(parents=True)
         self.proc = None
         self.bootstrap = f"127.0.0.1:{self.port}"
+        self.args_pinned = False
 
     def start(self, wait_topic=None):
         """Starts the process; returns (seconds until it accepts connections, seconds
@@ -130,7 +143,8 @@ class Broker:
         started = time.monotonic()
         with open(self.root / "broker.log", "ab") as log:
             self.proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=pin_to(BROKER_CPU) if self.args_pinned else None)
         LIVE.append(self.proc)
         listening_s = self.wait_ready(wait_topic, started)
         return listening_s, time.monotonic() - started
@@ -262,11 +276,23 @@ class OspreyBroker(Broker):
 
 def make_broker(variant, root, opts):
     if variant == "kafka":
-        return KafkaBroker(root, opts.kafka_lib)
-    if variant == "osprey":
-        return OspreyBroker(variant, root, opts.osprey_bin, [])
-    return OspreyBroker(variant, root, opts.osprey_bin,
-                        [f"log.flush.interval.messages={KAFKA_FLUSH_MESSAGES}"])
+        broker = KafkaBroker(root, opts.kafka_lib)
+    elif variant == "osprey":
+        broker = OspreyBroker(variant, root, opts.osprey_bin, [])
+    else:
+        broker = OspreyBroker(variant, root, opts.osprey_bin,
+                              [f"log.flush.interval.messages={KAFKA_FLUSH_MESSAGES}"])
+    broker.args_pinned = opts.sizes.pinned
+    return broker
+
+
+# Pinned runs: the broker's CPU, and the clients'.
+BROKER_CPU, CLIENT_CPU = 0, 1
+
+
+def pin_to(cpu):
+    """A preexec_fn that binds the child (and its threads) to one CPU."""
+    return lambda: os.sched_setaffinity(0, {cpu})
 
 
 def kill_all():
@@ -505,25 +531,40 @@ def produce_and_consume(opts, broker, figures):
     """Kafka's tools: the produce matrix, then a consume of the last topic, still in the
     page cache. Returns the record bytes moved."""
     sizes = opts.sizes
+    moved_mib = sizes.produce_records * RECORD_BYTES / MIB
     for acks, batching, partitions in sizes.produce_matrix:
         topic = f"produce-acks{acks}-{batching}-p{partitions}"
         create_topic(broker, topic, partitions)
-        figures[f"produce MiB/s, acks={acks}, {batching} batching, {partitions} partition(s)"] = \
-            producer_performance(opts, broker, topic, sizes.produce_records, acks, batching)
-    figures["consume MiB/s, warm log (ConsumerPerformance)"] = \
-        consumer_performance(opts, broker, topic, sizes.produce_records)
+        with_broker_cpu(opts, broker, figures,
+                        f"produce MiB/s, acks={acks}, {batching} batching, {partitions} partition(s)",
+                        moved_mib, lambda: producer_performance(opts, broker, topic, sizes.produce_records,
+                                                                acks, batching))
+    with_broker_cpu(opts, broker, figures, "consume MiB/s, warm log (ConsumerPerformance)", moved_mib,
+                    lambda: consumer_performance(opts, broker, topic, sizes.produce_records))
     return (len(sizes.produce_matrix) + 1) * sizes.produce_records * RECORD_BYTES
+
+
+def with_broker_cpu(opts, broker, figures, figure, moved_mib, workload):
+    """Records `figure` from `workload`; in a pinned run also the MiB it moved per second
+    of broker CPU: the throughput the broker would reach at 100% of its one core."""
+    cpu_before = broker.usage()[0]
+    figures[figure] = workload()
+    cpu_s = broker.usage()[0] - cpu_before
+    if opts.sizes.pinned and cpu_s > 0:
+        figures[f"{figure} at 100% of one broker core"] = moved_mib / cpu_s
 
 
 def librdkafka_workloads(opts, broker, figures):
     records = opts.sizes.client_records
+    moved_mib = records * RECORD_BYTES / MIB
     for acks in ("1", "all"):
         topic = f"client-acks{acks}"
         create_topic(broker, topic, 8)
         label = "acks=all, idempotent" if acks == "all" else "acks=1"
-        figures[f"librdkafka produce MiB/s, {label}, 8 partitions"] = \
-            librdkafka_produce(broker, topic, records, acks)
-    figures["librdkafka consume MiB/s, warm log"] = librdkafka_consume(broker, topic, records)
+        with_broker_cpu(opts, broker, figures, f"librdkafka produce MiB/s, {label}, 8 partitions", moved_mib,
+                        lambda: librdkafka_produce(broker, topic, records, acks))
+    with_broker_cpu(opts, broker, figures, "librdkafka consume MiB/s, warm log", moved_mib,
+                    lambda: librdkafka_consume(broker, topic, records))
     return 3 * records * RECORD_BYTES
 
 
@@ -629,6 +670,9 @@ def write_report(opts, runs, started_at, out):
         f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} ({opts.profile} build)",
         f"- Machine: {opts.machine}",
         f"- Note: {opts.note}" if opts.note else "- Note: none",
+        *([f"- Pinned: the broker on CPU {BROKER_CPU}, every client on CPU {CLIENT_CPU}; each "
+           "'at 100% of one broker core' figure is the MiB the workload moved per second of "
+           "broker CPU (user + system) it took."] if opts.sizes.pinned else []),
         f"- {opts.sizes.reps} repetition(s), brokers alternated "
         f"({' '.join(list(opts.sizes.variants) * min(opts.sizes.reps, 2))} ...), each on a fresh data "
         "directory on loopback; every figure is the median over the repetitions.",
@@ -748,6 +792,11 @@ def main():
         return report_from_raw(opts)
     if not (opts.kafka_lib and opts.osprey_bin and opts.workdir):
         parser.error("--kafka-lib, --osprey-bin and --workdir are needed to run")
+    if opts.sizes.pinned:
+        if not {BROKER_CPU, CLIENT_CPU} <= os.sched_getaffinity(0):
+            parser.error(f"a pinned run needs CPUs {BROKER_CPU} and {CLIENT_CPU}")
+        # Every client is this process or its child, and inherits the client CPU.
+        os.sched_setaffinity(0, {CLIENT_CPU})
     opts.revision, opts.machine = git_revision(), machine_description()
     # SIGTERM from a timeout or a CI stop takes the finally below, which kills the brokers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

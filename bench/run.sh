@@ -4,6 +4,7 @@
 #   bench/run.sh full [--note "what else ran"] [--reps N]   # by hand: figures in bench/results/
 #   bench/run.sh quick                                      # smoke test (scripts/test.sh): seconds
 #   bench/run.sh cold [--reps N]                            # the restart and cold-log read alone
+#   bench/run.sh pinned [--note TEXT] [--reps N]            # full's workloads, broker on CPU 0, clients on CPU 1
 #
 # Fetches the Kafka broker and tools from Maven Central (bench/pom.xml), builds osprey
 # (release for full; quick reuses the debug build that the tests already compiled),
@@ -21,7 +22,8 @@ case "$mode" in
     quick) profile=debug; out="$here/scratch/quick"; bound_s=300 ;;
     full) profile=release; out="$here/results"; bound_s=7200 ;;
     cold) profile=release; out="$here/results/cold"; bound_s=3600 ;;
-    *) echo "usage: bench/run.sh quick|full|cold [--note TEXT] [--reps N]" >&2; exit 2 ;;
+    pinned) profile=release; out="$here/results/pinned"; bound_s=7200 ;;
+    *) echo "usage: bench/run.sh quick|full|cold|pinned [--note TEXT] [--reps N]" >&2; exit 2 ;;
 esac
 
 if [ "$profile" = release ]; then
