@@ -37,6 +37,14 @@ const SHUTDOWN_CLOSE_LOGS: Duration = Duration::from_secs(30);
 const SHUTDOWN_BLOCKING_GRACE: Duration = Duration::from_secs(5);
 
 fn main() -> ExitCode {
+    // mimalloc asks for transparent huge pages on its regions (madvise), so every 2 MiB
+    // it touches became resident whole: a single broker after a short produce held 85-113
+    // MiB, 98 MiB of it huge pages, against 15 MiB with them off (2026-12-06, Linux 6.18,
+    // THP in madvise mode). Memory is what a small broker is for, so the process opts
+    // out, before anything is allocated in earnest; on kernels without the call it runs
+    // as before.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let (config, unknown) = match parse_command(std::env::args_os()) {
         Ok(Command::Serve { config, unknown }) => (config, unknown),
         Ok(Command::Format { config, unknown, cluster_id, ignore_formatted }) => {
