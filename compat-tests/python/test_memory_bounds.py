@@ -155,3 +155,12 @@ def test_pipelined_fetches_left_unread_are_bounded_per_connection(broker):
             assert records
     finally:
         s.close()
+
+
+def test_the_broker_runs_without_transparent_huge_pages(start_broker):
+    # Its allocator asks for huge pages on its regions; each 2 MiB touched would then be
+    # resident whole (98 MiB of huge pages after a short produce, before the opt-out).
+    broker = start_broker({})
+    status = open(f"/proc/{broker.proc.pid}/status").read()
+    enabled = [line.split()[1] for line in status.splitlines() if line.startswith("THP_enabled:")]
+    assert enabled == ["0"], f"THP_enabled in /proc/<broker>/status: {enabled}"
