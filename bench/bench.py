@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 
@@ -136,6 +137,7 @@ class Broker:
         self.proc = None
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.args_pinned = False
+        self.fsyncs = {}  # {produce figure: fsync statistics}, osprey only
 
     def start(self, wait_topic=None):
         """Starts the process; returns (seconds until it accepts connections, seconds
@@ -207,6 +209,24 @@ class Broker:
                 hwm = int(line.split()[1]) * 1024
         return cpu_s, hwm
 
+    def fsync_counters(self):
+        """(fsyncs, seconds spent in them) so far, from the broker's metrics; None for a
+        broker without them (Kafka)."""
+        port = getattr(self, "metrics_port", None)
+        if port is None:
+            return None
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            # The histogram's count and sum move with every fsync; osprey_fsyncs_total
+            # is refreshed every few seconds, less often than a short workload lasts.
+            if name in ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum"):
+                values[name] = float(value)
+        return (values.get("osprey_fsync_duration_seconds_count", 0.0),
+                values.get("osprey_fsync_duration_seconds_sum", 0.0))
+
     def log_tail(self):
         text = (self.root / "broker.log").read_text(errors="replace")
         return "\n".join(text.splitlines()[-20:])
@@ -263,12 +283,14 @@ class OspreyBroker(Broker):
     def __init__(self, variant, root, bin_path, overrides):
         super().__init__(variant, root, overrides)
         self.bin_path = bin_path
+        # On, as by default (on its own port): the fsync counts come from it.
+        self.metrics_port = free_port()
 
     def command(self):
         cmd = [str(self.bin_path),
                "--override", f"listeners=PLAINTEXT://127.0.0.1:{self.port}",
                "--override", f"log.dirs={self.data}",
-               "--override", "metrics.listener="]
+               "--override", f"metrics.listener=127.0.0.1:{self.metrics_port}"]
         for override in self.args:
             cmd += ["--override", override]
         return cmd
@@ -504,14 +526,16 @@ def evict_page_cache(directory):
 
 
 def run_session(opts, variant, rep, workdir):
-    """All workloads against one fresh broker; returns {figure: value}."""
+    """All workloads against one fresh broker; returns ({figure: value}, {workload: fsync
+    statistics}, the disk's own fsync rates measured before the broker started)."""
     figures = {}
     broker = make_broker(variant, workdir / f"{variant}-{rep}", opts)
+    disk = disk_fsync_rates(broker.root) if variant == "osprey" and opts.mode != "cold" else {}
     try:
         broker.start()
         if opts.mode == "cold":
             restart_and_consume_cold(opts, broker, figures)
-            return figures
+            return figures, {}, disk
         cpu_at_ready, _ = broker.usage()
         moved_bytes = produce_and_consume(opts, broker, figures)
         moved_bytes += librdkafka_workloads(opts, broker, figures)
@@ -524,8 +548,39 @@ def run_session(opts, variant, rep, workdir):
         broker.stop()
         kill_all()
         shutil.rmtree(broker.root, ignore_errors=True)
-    return figures
+    return figures, broker.fsyncs, disk
 
+
+def disk_fsync_rates(directory, seconds=2.0, block=16 * 1024):
+    """What the disk under `directory` does alone: fdatasyncs per second, each after a
+    `block`-byte append, from 1 and from 8 writers (threads, each on its own file, as
+    osprey fsyncs each partition's log on its own)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rates = {}
+    for writers in (1, 8):
+        counts = [0] * writers
+
+        def write(i):
+            path = directory / f"fsync-probe-{i}"
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            payload = os.urandom(block)
+            deadline = time.monotonic() + seconds
+            try:
+                while time.monotonic() < deadline:
+                    os.write(fd, payload)
+                    os.fdatasync(fd)
+                    counts[i] += 1
+            finally:
+                os.close(fd)
+                path.unlink()
+
+        threads = [threading.Thread(target=write, args=(i,)) for i in range(writers)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        rates[f"{writers} writer(s)"] = sum(counts) / seconds
+    return rates
 
 def produce_and_consume(opts, broker, figures):
     """Kafka's tools: the produce matrix, then a consume of the last topic, still in the
@@ -545,13 +600,20 @@ def produce_and_consume(opts, broker, figures):
 
 
 def with_broker_cpu(opts, broker, figures, figure, moved_mib, workload):
-    """Records `figure` from `workload`; in a pinned run also the MiB it moved per second
-    of broker CPU: the throughput the broker would reach at 100% of its one core."""
-    cpu_before = broker.usage()[0]
+    """Records `figure` (MiB/s) from `workload`; in a pinned run also the MiB it moved per
+    second of broker CPU: the throughput the broker would reach at 100% of its one core.
+    For osprey, the fsyncs the workload cost, in broker.fsyncs."""
+    cpu_before, fsyncs_before = broker.usage()[0], broker.fsync_counters()
     figures[figure] = workload()
     cpu_s = broker.usage()[0] - cpu_before
     if opts.sizes.pinned and cpu_s > 0:
         figures[f"{figure} at 100% of one broker core"] = moved_mib / cpu_s
+    if fsyncs_before is not None and figure.startswith("produce"):
+        count, spent_s = (after - before for after, before in zip(broker.fsync_counters(), fsyncs_before))
+        seconds = moved_mib / figures[figure]
+        broker.fsyncs[figure] = {"fsyncs per second": count / seconds,
+                                 "KiB per fsync": moved_mib * 1024 / count if count else None,
+                                 "mean fsync ms": spent_s * 1000 / count if count else None}
 
 
 def librdkafka_workloads(opts, broker, figures):
@@ -709,6 +771,7 @@ def write_report(opts, runs, started_at, out):
         lines.append(f"| {figure} ({better}) | {cell(figure, 'kafka')} | {cell(figure, 'osprey')} "
                      f"| {cell(figure, 'osprey-nofsync')} "
                      f"| {ratio(figure, 'osprey')} | {ratio(figure, 'osprey-nofsync')} |")
+    lines += fsync_section(runs)
     lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)", "",
               "Raw figures of every run: `raw.json`.", ""]
     (out / "README.md").write_text("\n".join(lines))
@@ -717,6 +780,33 @@ def write_report(opts, runs, started_at, out):
     (out / "raw.json").write_text(json.dumps({**meta, "runs": runs}, indent=1))
     charts(figures, medians, out)
     return medians
+
+
+def fsync_section(runs):
+    """What osprey's fsyncs cost in each produce workload (its default durability), next
+    to what the disk does alone, measured before each of those brokers started."""
+    runs = [run for run in runs if run.get("fsyncs") and run["variant"] == "osprey"]
+    if not runs:
+        return []
+    lines = ["", "## fsyncs of osprey at its default durability", "",
+             "Per produce workload, medians over the repetitions (from the broker's "
+             "`osprey_fsync_duration_seconds` histogram). The disk alone, "
+             "measured before each broker started: "]
+    disk = {}
+    for run in runs:
+        for writers, rate in run.get("disk fsyncs per second", {}).items():
+            disk.setdefault(writers, []).append(rate)
+    lines[-1] += "; ".join(f"{median_cell(rates)} fdatasyncs/s of 16 KiB appends from {writers}"
+                           for writers, rates in disk.items()) + "."
+    lines += ["", "| workload | fsyncs/s | KiB per fsync | mean fsync ms |", "|---|---|---|---|"]
+    for workload in dict.fromkeys(w for run in runs for w in run["fsyncs"]):
+        def column(name):
+            values = [run["fsyncs"][workload][name] for run in runs
+                      if workload in run["fsyncs"] and run["fsyncs"][workload][name] is not None]
+            return median_cell(values)
+        lines.append(f"| {workload} | {column('fsyncs per second')} | {column('KiB per fsync')} "
+                     f"| {column('mean fsync ms')} |")
+    return lines
 
 
 def charts(figures, medians, out):
@@ -810,12 +900,13 @@ def main():
             for variant in opts.sizes.variants:
                 began = time.monotonic()
                 try:
-                    figures = run_session(opts, variant, rep, workdir)
+                    figures, fsyncs, disk = run_session(opts, variant, rep, workdir)
                 except BenchError as e:
                     failures.append(f"{variant} rep {rep}: {e}")
                     print(f"bench: {variant} rep {rep} FAILED: {e}", file=sys.stderr, flush=True)
                     continue
-                runs.append({"variant": variant, "rep": rep, "figures": figures})
+                runs.append({"variant": variant, "rep": rep, "figures": figures,
+                             "fsyncs": fsyncs, "disk fsyncs per second": disk})
                 print(f"bench: {variant} rep {rep + 1}/{opts.sizes.reps} done in "
                       f"{time.monotonic() - began:.0f} s", flush=True)
     finally:
