@@ -160,7 +160,15 @@ fn send_some(socket: &OwnedFd, file: &std::fs::File, position: &mut u64, end: u6
             Ok(0) => {
                 // The segment was truncated under the response (a follower's log cut
                 // back after a leader change): its declared length cannot be met, and
-                // the connection must close rather than send a short frame.
+                // the connection must close rather than send a short frame. Rare and
+                // worth seeing: the client refetches, but a pattern means a log that
+                // keeps being cut under its readers.
+                metrics::counter!("osprey_fetch_sends_cut_short_total").increment(1);
+                tracing::warn!(
+                    sent_to = *position,
+                    declared_end = end,
+                    "a segment file was cut shorter while a fetch response sent it; closing the connection (the client fetches again)"
+                );
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
                     "segment file shorter than the fetch response declared (truncated while being sent)",

@@ -36,6 +36,7 @@
 //! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
 //! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
+//! | `osprey_fetch_sends_cut_short_total` | counter | | fetch responses whose records, sent from a segment file, found the file shorter than declared (truncated under them): the connection was closed |
 //! | `osprey_offline_partition_logs` | gauge | | partition logs held here that went offline after an I/O failure (fsync, roll, truncation); they refuse appends until restart |
 //! | `osprey_producer_ids_allocated_total` | counter | | producer ids handed out (idempotent and transactional) |
 //! | `osprey_txn_commits_total` | counter | | transactions committed (CompleteCommit durable) |
@@ -342,6 +343,10 @@ fn describe() {
     osprey_storage::set_fsync_observer(|took| histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64()));
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
+    describe_counter!(
+        "osprey_fetch_sends_cut_short_total",
+        "Fetch responses whose segment file was cut shorter while being sent (connection closed)."
+    );
     describe_gauge!(
         "osprey_offline_partition_logs",
         "Partition logs held here that went offline after an I/O failure (until restart)."
