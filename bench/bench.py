@@ -84,20 +84,13 @@ MODES = {
                   produce_records=200_000, client_records=200_000, e2e_messages=2_000,
                   rate_msgs_per_s=1_000, rate_seconds=10.0, restart_log_bytes=1024 * MIB,
                   tool_timeout_s=600),
-    # The full run's workloads with the broker and the clients on separate cores.
-    "pinned": Sizes(reps=3,
-                    produce_matrix=tuple((acks, batching, partitions)
-                                         for acks in ("1", "all")
-                                         for batching in ("default", "tuned")
-                                         for partitions in (1, 8)),
-                    produce_records=200_000, client_records=200_000, e2e_messages=2_000,
-                    rate_msgs_per_s=1_000, rate_seconds=10.0, restart_log_bytes=1024 * MIB,
-                    tool_timeout_s=600, pinned=True),
     # The restart and cold-log read alone (issue 21's cold reads), Kafka against Osprey.
     "cold": Sizes(reps=3, produce_matrix=(), produce_records=0, client_records=0, e2e_messages=0,
                   rate_msgs_per_s=0, rate_seconds=0.0, restart_log_bytes=1024 * MIB, tool_timeout_s=600,
                   variants=("kafka", "osprey")),
 }
+# The full run's workloads with the broker and the clients on separate cores.
+MODES["pinned"] = dataclasses.replace(MODES["full"], pinned=True)
 
 # Batching "tuned": bigger batches and a longer linger, as throughput guides suggest.
 BATCHING = {"default": [], "tuned": ["batch.size=262144", "linger.ms=20"]}
@@ -210,22 +203,9 @@ class Broker:
         return cpu_s, hwm
 
     def fsync_counters(self):
-        """(fsyncs, seconds spent in them) so far, from the broker's metrics; None for a
-        broker without them (Kafka)."""
-        port = getattr(self, "metrics_port", None)
-        if port is None:
-            return None
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-            text = r.read().decode()
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            # The histogram's count and sum move with every fsync; osprey_fsyncs_total
-            # is refreshed every few seconds, less often than a short workload lasts.
-            if name in ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum"):
-                values[name] = float(value)
-        return (values.get("osprey_fsync_duration_seconds_count", 0.0),
-                values.get("osprey_fsync_duration_seconds_sum", 0.0))
+        """(fsyncs, seconds spent in them) so far; None for a broker that does not count
+        them (Kafka, which does not fsync on the write path)."""
+        return None
 
     def log_tail(self):
         text = (self.root / "broker.log").read_text(errors="replace")
@@ -294,6 +274,19 @@ class OspreyBroker(Broker):
         for override in self.args:
             cmd += ["--override", override]
         return cmd
+
+    def fsync_counters(self):
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(" ")
+            # The histogram's count and sum move with every fsync; osprey_fsyncs_total
+            # is refreshed every few seconds, less often than a short workload lasts.
+            if name in ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum"):
+                values[name] = float(value)
+        return (values.get("osprey_fsync_duration_seconds_count", 0.0),
+                values.get("osprey_fsync_duration_seconds_sum", 0.0))
 
 
 def make_broker(variant, root, opts):
@@ -590,16 +583,16 @@ def produce_and_consume(opts, broker, figures):
     for acks, batching, partitions in sizes.produce_matrix:
         topic = f"produce-acks{acks}-{batching}-p{partitions}"
         create_topic(broker, topic, partitions)
-        with_broker_cpu(opts, broker, figures,
+        measured_workload(opts, broker, figures,
                         f"produce MiB/s, acks={acks}, {batching} batching, {partitions} partition(s)",
                         moved_mib, lambda: producer_performance(opts, broker, topic, sizes.produce_records,
                                                                 acks, batching))
-    with_broker_cpu(opts, broker, figures, "consume MiB/s, warm log (ConsumerPerformance)", moved_mib,
+    measured_workload(opts, broker, figures, "consume MiB/s, warm log (ConsumerPerformance)", moved_mib,
                     lambda: consumer_performance(opts, broker, topic, sizes.produce_records))
     return (len(sizes.produce_matrix) + 1) * sizes.produce_records * RECORD_BYTES
 
 
-def with_broker_cpu(opts, broker, figures, figure, moved_mib, workload):
+def measured_workload(opts, broker, figures, figure, moved_mib, workload):
     """Records `figure` (MiB/s) from `workload`; in a pinned run also the MiB it moved per
     second of broker CPU: the throughput the broker would reach at 100% of its one core.
     For osprey, the fsyncs the workload cost, in broker.fsyncs."""
@@ -623,9 +616,9 @@ def librdkafka_workloads(opts, broker, figures):
         topic = f"client-acks{acks}"
         create_topic(broker, topic, 8)
         label = "acks=all, idempotent" if acks == "all" else "acks=1"
-        with_broker_cpu(opts, broker, figures, f"librdkafka produce MiB/s, {label}, 8 partitions", moved_mib,
+        measured_workload(opts, broker, figures, f"librdkafka produce MiB/s, {label}, 8 partitions", moved_mib,
                         lambda: librdkafka_produce(broker, topic, records, acks))
-    with_broker_cpu(opts, broker, figures, "librdkafka consume MiB/s, warm log", moved_mib,
+    measured_workload(opts, broker, figures, "librdkafka consume MiB/s, warm log", moved_mib,
                     lambda: librdkafka_consume(broker, topic, records))
     return 3 * records * RECORD_BYTES
 
