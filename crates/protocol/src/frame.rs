@@ -144,18 +144,22 @@ fn put_records_back(
     let Some(first) = marks.first() else {
         return Ok(Vec::new());
     };
+    let decisions: Vec<Option<usize>> =
+        marks.iter().enumerate().map(|(field, mark)| leave_out(field, &mark.records)).collect();
     // What follows the first field moves right by the prefixes (and any records kept)
     // put in front of it, so it is copied once more: only the response's own fields,
-    // small next to the records it frames.
+    // small next to the records it frames. Reserved once, for all of it: grown by
+    // doubling instead, a response of many kept records would be copied again per step.
     let rest = buf.split_off(first.at).freeze();
+    let kept: usize = marks.iter().zip(&decisions).filter(|(_, d)| d.is_none()).map(|(m, _)| m.records.len()).sum();
     // A length prefix takes at most 5 bytes (a compact u32 uvarint; an int32 takes 4).
-    buf.reserve(rest.len() + marks.len() * 5);
+    buf.reserve(rest.len() + kept + marks.len() * 5);
     let mut copied = first.at;
     let mut gaps = Vec::new();
-    for (field, mark) in marks.iter().enumerate() {
+    for (field, (mark, decision)) in marks.iter().zip(decisions).enumerate() {
         buf.extend_from_slice(&rest[copied - first.at..mark.at - first.at]);
         copied = mark.at;
-        match leave_out(field, &mark.records) {
+        match decision {
             Some(len) => {
                 put_records_len(buf, len, mark.compact, mark.field)?;
                 gaps.push(RecordsGap { at: buf.len(), len, field });
