@@ -29,7 +29,7 @@ esac
 if [ "$profile" = release ]; then
     cargo build --release --locked -p osprey-server --bin osprey
 else
-    cargo build --locked -p osprey-server --bin osprey
+    "$here/../scripts/build-debug-osprey.sh"
 fi
 
 # shellcheck source=bench/setup.sh

@@ -10,8 +10,7 @@ root="$(cd "$here/.." && pwd)"
 maven_timeout_s="${JAVA_TESTS_TIMEOUT_S:-1500}"
 
 cd "$root"
-# Debug profile, so CI reuses what `cargo test` already compiled.
-cargo build -p osprey-server --bin osprey
+"$root/scripts/build-debug-osprey.sh"
 osprey_bin="${OSPREY_BIN:-$root/target/debug/osprey}"
 
 log="$(mktemp)"

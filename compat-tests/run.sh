@@ -11,8 +11,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 cd "$root"
 
-# Debug profile, so CI reuses what `cargo test` already compiled.
-cargo build -p osprey-server --bin osprey
+"$root/scripts/build-debug-osprey.sh"
 "$here/setup-venv.sh"
 # kcat where it can be installed (Debian's package); its tests skip, visibly, without it.
 if ! command -v kcat >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

@@ -13,8 +13,15 @@ cargo fmt --all -- --check
 step "cargo clippy (all targets, warnings are errors)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# CI builds once from a clean checkout: incremental compilation's caches would only take
+# disk (several GB), as would a second build of the dependencies for target/debug/osprey,
+# which `cargo test` builds for the server's integration tests and the later steps reuse
+# (scripts/build-debug-osprey.sh).
+export CARGO_INCREMENTAL=0
+
 step "cargo test (unit, property, golden, integration)"
 cargo test --workspace --locked
+export OSPREY_BUILT_BY_CARGO_TEST=1
 
 step "seeded simulations, optimised, with --cfg tokio_unstable (in target/simulate): 1,000 seeds of each from 3,000,000, then exact replay and the pinned seeds"
 # The flag lets the simulations seed Tokio's own generator (scripts/simulate.sh says why);
