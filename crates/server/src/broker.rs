@@ -1533,8 +1533,8 @@ mod tests {
         let dir = fresh_dir("delete-left");
         let broker = broker_with_topic(&dir);
         for p in broker.replica_manager.partitions() {
-            let mut batch = osprey_storage::batch::testing::build(Default::default());
-            p.log.append(&mut batch, 0, 0).unwrap();
+            let batch = osprey_storage::batch::testing::build(Default::default());
+            p.log.append(&batch, 0, 0).unwrap();
         }
         shutdown(&broker).unwrap();
         drop(broker);

@@ -597,11 +597,10 @@ pub fn append_coordinator_records(
         builder.append(now, Some(&r.key), r.value.as_deref(), &[]).map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
     }
     let batch = builder.build().map_err(|_| ErrorCode::UNKNOWN_SERVER_ERROR)?;
-    let mut bytes = batch.into_bytes_mut();
     // A coordinator that lost the partition's leadership (or whose load was overtaken by
     // a newer epoch) does not write as its coordinator.
     let expected = (coordinator_epoch >= 0).then_some(coordinator_epoch);
-    let appended = partition.append_as_leader(expected, |epoch| partition.log.append(&mut bytes, epoch, now))?;
+    let appended = partition.append_as_leader(expected, |epoch| partition.log.append(batch.as_bytes(), epoch, now))?;
     let info = appended.map_err(|e| {
         if let Some(unlogged) = COORDINATOR_APPEND_FAILURES_LOGGED.admit(REPEATED_FAILURE_LOG_INTERVAL) {
             tracing::error!(topic = %partition.topic, partition = partition.index, error = %e, unlogged, "{what} failed");
@@ -676,8 +675,8 @@ mod tests {
         for i in 0..records {
             builder.append(0, Some(format!("k{i}").as_bytes()), Some(b"v"), &[]).unwrap();
         }
-        let mut bytes = builder.build().unwrap().into_bytes_mut();
-        partition.log.append(&mut bytes, partition.leader_epoch(), 0).unwrap().last_offset
+        let batch = builder.build().unwrap();
+        partition.log.append(batch.as_bytes(), partition.leader_epoch(), 0).unwrap().last_offset
     }
 
     #[test]

@@ -27,8 +27,7 @@ fn main() {
             let template = template.clone();
             std::thread::spawn(move || {
                 for _ in 0..per_thread {
-                    let mut b = template.clone();
-                    let info = log.append(&mut b, 0, 0).expect("append");
+                    let info = log.append(&template, 0, 0).expect("append");
                     log.wait_for_ack(&info).expect("ack");
                 }
             })

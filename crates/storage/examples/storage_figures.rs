@@ -171,8 +171,7 @@ fn log_appends(dir: &Path, appenders: usize, window: Duration) -> (Rate, Vec<Dur
             std::thread::spawn(move || {
                 let mut latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    let mut b = template.clone();
-                    let info = log.append(&mut b, 0, 0).expect("append");
+                    let info = log.append(&template, 0, 0).expect("append");
                     let written = Instant::now();
                     log.wait_for_ack(&info).expect("ack");
                     latencies.push(written.elapsed());
@@ -226,7 +225,7 @@ fn recovery_scan(dir: &Path) -> (f64, f64) {
     let log = PartitionLog::open(StdStorage, dir, config.clone(), 0).expect("open");
     let template = build(BatchSpec { records: 10, body_len: BATCH_BYTES - 61, ..Default::default() });
     for _ in 0..(256 * 1024 * 1024 / BATCH_BYTES) {
-        log.append(&mut template.clone(), 0, 0).expect("append");
+        log.append(&template, 0, 0).expect("append");
     }
     log.flush().expect("flush");
     let size = log.size_bytes() as f64;

@@ -177,6 +177,21 @@ pub fn validate(buf: &[u8], max_total_size: u64) -> Result<BatchHeader, BatchErr
     Ok(header)
 }
 
+/// Bytes of a batch before its magic byte: base offset, batch length and partition
+/// leader epoch, the fields the CRC does not cover.
+pub const STAMPED_PREFIX_LEN: usize = OFF_MAGIC;
+
+/// The first [`STAMPED_PREFIX_LEN`] bytes of the batch `header` describes, with its
+/// (assigned) base offset and leader epoch: what [`stamp`] would write over them, for a
+/// writer that sends this prefix and the rest of the batch from where it is.
+pub fn stamped_prefix(header: &BatchHeader) -> [u8; STAMPED_PREFIX_LEN] {
+    let mut prefix = [0; STAMPED_PREFIX_LEN];
+    prefix[0..8].copy_from_slice(&header.base_offset.to_be_bytes());
+    prefix[8..OFF_PARTITION_LEADER_EPOCH].copy_from_slice(&header.batch_length.to_be_bytes());
+    prefix[OFF_PARTITION_LEADER_EPOCH..].copy_from_slice(&header.partition_leader_epoch.to_be_bytes());
+    prefix
+}
+
 /// Rewrites the fields the CRC does not cover.
 pub fn stamp(batch: &mut [u8], base_offset: i64, leader_epoch: i32) {
     batch[0..8].copy_from_slice(&base_offset.to_be_bytes());

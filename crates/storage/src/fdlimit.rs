@@ -226,6 +226,10 @@ impl<S: Storage> StorageFile for LimitedFile<S> {
         self.file()?.write_all_at(buf, pos)
     }
 
+    fn write_all_vectored_at(&self, pieces: &[&[u8]], pos: u64) -> io::Result<()> {
+        self.file()?.write_all_vectored_at(pieces, pos)
+    }
+
     fn len(&self) -> io::Result<u64> {
         self.file()?.len()
     }

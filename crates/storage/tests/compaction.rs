@@ -38,7 +38,7 @@ fn keyed(records: &[(&[u8], Option<&[u8]>)], ts: i64, compression: Compression) 
 }
 
 fn append<S: Storage>(log: &PartitionLog<S>, records: &[(&[u8], Option<&[u8]>)], ts: i64) -> i64 {
-    let info = log.append(&mut keyed(records, ts, Compression::None), 0, ts).unwrap();
+    let info = log.append(&keyed(records, ts, Compression::None), 0, ts).unwrap();
     log.wait_for_ack(&info).unwrap();
     log.update_high_watermark(info.last_offset + 1).unwrap();
     info.base_offset
@@ -199,7 +199,7 @@ fn delete_only_policy_never_compacts() {
 fn data_above_the_high_watermark_and_the_active_segment_are_not_cleaned() {
     let log = PartitionLog::open(SimStorage::new(), DIR, compact_config(), 0).unwrap();
     for _ in 0..30 {
-        let info = log.append(&mut keyed(&[(b"same", Some(b"value"))], 1000, Compression::None), 0, 0).unwrap();
+        let info = log.append(&keyed(&[(b"same", Some(b"value"))], 1000, Compression::None), 0, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
     }
     let outcome = log.clean(10_000, BIG_MAP).unwrap();
@@ -249,8 +249,8 @@ fn compressed_batches_are_rewritten_compressed_with_a_valid_crc() {
     for round in 0..6 {
         let v = format!("value-{round}").into_bytes();
         let batch = [(&b"a"[..], Some(&v[..])), (&b"b"[..], Some(&v[..])), (&b"c"[..], Some(&v[..]))];
-        let mut raw = keyed(&batch, 1000, Compression::Lz4);
-        let info = log.append(&mut raw, 0, 0).unwrap();
+        let raw = keyed(&batch, 1000, Compression::Lz4);
+        let info = log.append(&raw, 0, 0).unwrap();
         log.update_high_watermark(info.last_offset + 1).unwrap();
     }
     log.clean(10_000, BIG_MAP).unwrap();
@@ -273,7 +273,7 @@ fn records_without_a_key_are_dropped_as_kafka_does() {
     let mut b = BatchBuilder::new(Compression::None);
     b.append(1000, None, Some(b"no key"), &[]).unwrap();
     b.append(1000, Some(b"k"), Some(b"v"), &[]).unwrap();
-    let info = log.append(&mut b.build().unwrap().into_bytes().to_vec(), 0, 0).unwrap();
+    let info = log.append(&b.build().unwrap().into_bytes(), 0, 0).unwrap();
     log.update_high_watermark(info.last_offset + 1).unwrap();
     fill(&log, 2, 10);
     log.clean(10_000, BIG_MAP).unwrap();
@@ -286,7 +286,7 @@ fn producer_state_survives_when_its_last_batch_is_compacted_away() {
     let log = PartitionLog::open(storage.clone(), DIR, compact_config(), 0).unwrap();
     let mut b = BatchBuilder::new(Compression::None).producer(42, 3, 0);
     b.append(1000, Some(b"k"), Some(b"old"), &[]).unwrap();
-    let info = log.append(&mut b.build().unwrap().into_bytes().to_vec(), 0, 0).unwrap();
+    let info = log.append(&b.build().unwrap().into_bytes(), 0, 0).unwrap();
     log.update_high_watermark(info.last_offset + 1).unwrap();
     fill(&log, 1, 1); // key-0, not k
     for _ in 0..10 {
@@ -306,7 +306,7 @@ fn producer_state_survives_when_its_last_batch_is_compacted_away() {
     assert_eq!(state.batches.back().map(|b| (b.last_seq, b.last_offset)), Some((0, info.base_offset)));
     let mut retry = BatchBuilder::new(Compression::None).producer(42, 3, 0);
     retry.append(1000, Some(b"k"), Some(b"old"), &[]).unwrap();
-    let again = log.append(&mut retry.build().unwrap().into_bytes().to_vec(), 0, 0).unwrap();
+    let again = log.append(&retry.build().unwrap().into_bytes(), 0, 0).unwrap();
     assert!(again.duplicate, "a retry of the compacted batch is still recognised");
 }
 

@@ -58,7 +58,7 @@ fn append_acked(
     acked: &mut Vec<Acked>,
 ) {
     for seed in seeds {
-        let info = log.append(&mut batch(seed, 1, 500), 0, 0).unwrap();
+        let info = log.append(&batch(seed, 1, 500), 0, 0).unwrap();
         let bytes = stamped(batch(seed, 1, 500), info.base_offset, 0);
         appended.push((info.base_offset, bytes.clone()));
         log.wait_durable(info.last_offset).unwrap();
@@ -94,7 +94,7 @@ fn a_torn_crash_after_a_roll_keeps_every_acknowledged_record() {
         append_acked(&log, &storage, 0..7, &mut appended, &mut acked);
         // Unacknowledged appends after the last roll: their bytes and names may tear.
         for s in 7..9u64 {
-            let info = log.append(&mut batch(s, 1, 500), 0, 0).unwrap();
+            let info = log.append(&batch(s, 1, 500), 0, 0).unwrap();
             appended.push((info.base_offset, stamped(batch(s, 1, 500), info.base_offset, 0)));
         }
         let mode = if seed % 2 == 0 { CrashMode::TearAndGarble { seed } } else { CrashMode::TearUnsynced { seed } };
@@ -134,7 +134,7 @@ fn a_crash_at_any_step_of_a_leader_epoch_change_keeps_the_epoch_of_every_record(
     storage.record_crash_points();
     let mut acked_at = Vec::new();
     for (seed, epoch) in [(0u64, 1), (1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (6, 3)] {
-        let info = log.append(&mut batch(seed, 1, 500), epoch, 0).unwrap();
+        let info = log.append(&batch(seed, 1, 500), epoch, 0).unwrap();
         log.wait_durable(info.last_offset).unwrap();
         acked_at.push((info.base_offset, epoch, storage.crash_point_count()));
     }
@@ -245,7 +245,7 @@ fn a_roll_on_the_append_path_does_no_fsync_and_the_ack_waits_for_the_seal() {
     for seed in 4..12u64 {
         let segments = log.segment_count();
         let before = storage.sync_count();
-        let info = log.append(&mut batch(seed, 1, 500), 0, 0).unwrap();
+        let info = log.append(&batch(seed, 1, 500), 0, 0).unwrap();
         assert_eq!(storage.sync_count(), before, "append of {seed} fsynced");
         rolls += log.segment_count() - segments;
         appended.push((info.base_offset, stamped(batch(seed, 1, 500), info.base_offset, 0)));
@@ -272,7 +272,7 @@ fn a_torn_crash_before_a_deferred_seal_ends_the_log_at_the_tear_without_reportin
         // Unacknowledged appends across deferred rolls: the old segment's tail and the
         // new segments are neither fsynced nor sealed.
         for s in 4..11u64 {
-            let info = log.append(&mut batch(s, 1, 500), 0, 0).unwrap();
+            let info = log.append(&batch(s, 1, 500), 0, 0).unwrap();
             appended.push((info.base_offset, stamped(batch(s, 1, 500), info.base_offset, 0)));
         }
         let mode = if seed % 2 == 0 { CrashMode::TearAndGarble { seed } } else { CrashMode::TearUnsynced { seed } };

@@ -29,7 +29,7 @@ fn three_thousand_logs_read_and_written_stay_under_the_descriptor_budget() {
         let log = PartitionLog::open(storage.clone(), tmp.path().join(format!("t-{p}")), config.clone(), 0).unwrap();
         // Two sealed segments and an active one per partition.
         for seed in 0..3 {
-            log.append(&mut batch(seed, 1, 3000), 0, 0).unwrap();
+            log.append(&batch(seed, 1, 3000), 0, 0).unwrap();
         }
         logs.push(log);
         peak = peak.max(open_fds());

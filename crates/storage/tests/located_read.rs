@@ -97,11 +97,11 @@ fn build_log<S: Storage>(storage: S, dir: &Path, case: &LogCase) -> PartitionLog
     };
     let log = PartitionLog::open(storage, dir, config, 0).unwrap();
     for (seed, &(records, body, gap)) in case.batches.iter().enumerate() {
-        let mut b = batch(seed as u64, records, body);
+        let b = batch(seed as u64, records, body);
         if case.follower {
             log.append_as_follower(&stamped(b, log.log_end_offset() + gap, 0), 0).unwrap();
         } else {
-            log.append(&mut b, 0, 0).unwrap();
+            log.append(&b, 0, 0).unwrap();
         }
     }
     let leo = log.log_end_offset();
@@ -200,7 +200,7 @@ fn locating_a_megabyte_of_large_batches_reads_only_their_headers() {
     let config = LogConfig { segment_bytes: 8 << 20, flush_messages: Some(u64::MAX), ..LogConfig::default() };
     let log = PartitionLog::open(storage.clone(), tmp.path().join("t-0"), config, 0).unwrap();
     for seed in 0..100 {
-        log.append(&mut batch(seed, 1, 16 << 10), 0, 0).unwrap();
+        log.append(&batch(seed, 1, 16 << 10), 0, 0).unwrap();
     }
     let batch_bytes = (16 << 10) + 61;
     for (at, end, batches) in [(0, i64::MAX, (1 << 20) / batch_bytes), (7, 40, 33)] {

@@ -21,12 +21,12 @@ fn sim_log(storage: &SimStorage, config: LogConfig) -> PartitionLog<SimStorage> 
 fn append_assigns_offsets_and_read_returns_the_stamped_bytes() {
     let tmp = TempDir::new("append");
     let log = PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap();
-    let mut a = batch(1, 3, 100);
-    let info = log.append(&mut a, 5, 10).unwrap();
+    let a = batch(1, 3, 100);
+    let info = log.append(&a, 5, 10).unwrap();
     assert_eq!((info.base_offset, info.last_offset, info.records), (0, 2, 3));
     log.wait_for_ack(&info).unwrap();
-    let mut b = batch(2, 2, 50);
-    let info = log.append(&mut b, 5, 10).unwrap();
+    let b = batch(2, 2, 50);
+    let info = log.append(&b, 5, 10).unwrap();
     assert_eq!((info.base_offset, info.last_offset), (3, 4));
     assert_eq!(log.log_end_offset(), 5);
 
@@ -39,12 +39,38 @@ fn append_assigns_offsets_and_read_returns_the_stamped_bytes() {
     assert!(matches!(log.read(6, 100), Err(StorageError::OffsetOutOfRange { .. })));
 }
 
+/// A leader's append writes each batch with its offset and epoch stamped, and does not
+/// stamp them in the caller's buffer: the produce path hands the log the request's own
+/// bytes, which it does not copy.
+#[test]
+fn a_leader_append_stamps_what_it_writes_and_leaves_the_callers_bytes_alone() {
+    fn check<S: osprey_storage::Storage>(log: &PartitionLog<S>) {
+        log.append(&batch(9, 2, 10), 1, 10).unwrap();
+        let batches = [batch(1, 3, 100), batch(2, 1, 0), batch(3, 5, 4000)];
+        let sent = batches.concat();
+        let info = log.append(&sent, 7, 10).unwrap();
+        assert_eq!((info.base_offset, info.last_offset, info.batches), (2, 10, 3));
+        assert_eq!(sent, batches.concat(), "the caller's bytes are as they were");
+        let all = read_all(log);
+        let expected = vec![
+            (0, stamped(batch(9, 2, 10), 0, 1)),
+            (2, stamped(batches[0].clone(), 2, 7)),
+            (5, stamped(batches[1].clone(), 5, 7)),
+            (6, stamped(batches[2].clone(), 6, 7)),
+        ];
+        assert_eq!(all, expected);
+    }
+    let tmp = TempDir::new("append-unstamped");
+    check(&PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap());
+    check(&sim_log(&SimStorage::new(), LogConfig::default()));
+}
+
 #[test]
 fn read_returns_whole_batches_within_max_bytes_but_at_least_one() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
     for seed in 0..5 {
-        log.append(&mut batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
+        log.append(&batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
     }
     assert_eq!(split(&log.read(0, 2500).unwrap().records).len(), 2);
     let one = log.read(0, 10).unwrap();
@@ -60,7 +86,7 @@ fn read_limited_without_min_one_batch_never_exceeds_max_bytes() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
     for seed in 0..3 {
-        log.append(&mut batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
+        log.append(&batch(seed, 1, 939), 0, 0).unwrap(); // 1000 bytes each
     }
     // A fetch's later partitions: what fits, and nothing when the first batch does not.
     assert_eq!(split(&log.read_limited(0, 2500, i64::MAX, false).unwrap().records).len(), 2);
@@ -79,7 +105,7 @@ fn segments_roll_on_size_and_are_named_by_base_offset() {
     let tmp = TempDir::new("roll");
     let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
     for seed in 0..20 {
-        log.append(&mut batch(seed, 2, 939), 0, 0).unwrap();
+        log.append(&batch(seed, 2, 939), 0, 0).unwrap();
     }
     assert!(log.segment_count() >= 5);
     let mut names: Vec<String> =
@@ -97,10 +123,10 @@ fn segment_rolls_when_older_than_segment_ms() {
     let storage = SimStorage::new();
     let config = LogConfig { segment_ms: 1000, ..LogConfig::default() };
     let log = PartitionLog::open(storage.clone(), "/p", config, 0).unwrap();
-    log.append(&mut batch_at(1, 1, 10, 0), 0, 0).unwrap();
-    log.append(&mut batch_at(2, 1, 10, 500), 0, 500).unwrap();
+    log.append(&batch_at(1, 1, 10, 0), 0, 0).unwrap();
+    log.append(&batch_at(2, 1, 10, 500), 0, 500).unwrap();
     assert_eq!(log.segment_count(), 1);
-    log.append(&mut batch_at(3, 1, 10, 1500), 0, 1500).unwrap();
+    log.append(&batch_at(3, 1, 10, 1500), 0, 1500).unwrap();
     assert_eq!(log.segment_count(), 2);
 }
 
@@ -109,7 +135,7 @@ fn offset_for_timestamp_finds_first_batch_at_or_after_it() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, small_segments());
     for i in 0..30i64 {
-        log.append(&mut batch_at(i as u64, 2, 300, 1000 + i * 10), 0, 0).unwrap();
+        log.append(&batch_at(i as u64, 2, 300, 1000 + i * 10), 0, 0).unwrap();
     }
     let found = log.offset_for_timestamp(1095).unwrap().unwrap();
     assert_eq!((found.offset, found.timestamp), (20, 1100));
@@ -126,12 +152,12 @@ fn clean_reopen_keeps_everything_and_skips_the_scan() {
     {
         let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
         for seed in 0..15 {
-            let info = log.append(&mut batch(seed, 1, 700), 3, 0).unwrap();
+            let info = log.append(&batch(seed, 1, 700), 3, 0).unwrap();
             expected.push((info.base_offset, stamped(batch(seed, 1, 700), info.base_offset, 3)));
         }
         log.update_high_watermark(10).unwrap();
         log.close().unwrap();
-        assert!(log.append(&mut batch(98, 1, 10), 3, 0).is_err(), "nothing may follow the clean-shutdown marker");
+        assert!(log.append(&batch(98, 1, 10), 3, 0).is_err(), "nothing may follow the clean-shutdown marker");
     }
     assert!(tmp.path().join(".clean-shutdown").exists());
     let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
@@ -139,7 +165,7 @@ fn clean_reopen_keeps_everything_and_skips_the_scan() {
     assert_eq!(read_all(&log), expected);
     assert_eq!(log.high_watermark(), 10);
     assert_eq!(log.leader_epochs(), vec![(3, 0)]);
-    let info = log.append(&mut batch(99, 1, 10), 3, 0).unwrap();
+    let info = log.append(&batch(99, 1, 10), 3, 0).unwrap();
     assert_eq!(info.base_offset, 15);
 }
 
@@ -151,7 +177,7 @@ fn torn_unsynced_tail_is_cut_and_every_durable_batch_survives() {
         {
             let log = sim_log(&storage, small_segments());
             for i in 0..12u64 {
-                let info = log.append(&mut batch(i, 1, 500), 0, 0).unwrap();
+                let info = log.append(&batch(i, 1, 500), 0, 0).unwrap();
                 if i < 8 {
                     log.wait_durable(info.last_offset).unwrap();
                     durable.push((info.base_offset, stamped(batch(i, 1, 500), info.base_offset, 0)));
@@ -169,7 +195,7 @@ fn torn_unsynced_tail_is_cut_and_every_durable_batch_survives() {
             assert_eq!(bytes, &stamped(batch(i as u64, 1, 500), *offset, 0), "seed {seed}: garbage kept");
         }
         // The recovered log takes appends at its end.
-        let info = log.append(&mut batch(100, 1, 10), 0, 0).unwrap();
+        let info = log.append(&batch(100, 1, 10), 0, 0).unwrap();
         assert_eq!(info.base_offset, all.len() as i64);
     }
 }
@@ -180,7 +206,7 @@ fn garbage_in_the_last_segment_is_truncated_without_panic() {
     {
         let log = sim_log(&storage, LogConfig::default());
         for i in 0..5 {
-            log.append(&mut batch(i, 1, 100), 0, 0).unwrap();
+            log.append(&batch(i, 1, 100), 0, 0).unwrap();
         }
         log.flush().unwrap();
     }
@@ -209,13 +235,13 @@ fn garbage_in_the_last_segment_is_truncated_without_panic() {
 fn full_disk_fails_the_append_and_leaves_the_log_usable() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    let info = log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
+    let info = log.append(&batch(1, 1, 100), 0, 0).unwrap();
     log.wait_for_ack(&info).unwrap();
     storage.set_space_left(Some(50));
-    let err = log.append(&mut batch(2, 1, 100), 0, 0).unwrap_err();
+    let err = log.append(&batch(2, 1, 100), 0, 0).unwrap_err();
     assert!(err.is_kafka_storage_error(), "{err}");
     storage.set_space_left(None);
-    let info = log.append(&mut batch(3, 1, 100), 0, 0).unwrap();
+    let info = log.append(&batch(3, 1, 100), 0, 0).unwrap();
     assert_eq!(info.base_offset, 1);
     log.wait_for_ack(&info).unwrap();
     assert_eq!(read_all(&log), vec![(0, stamped(batch(1, 1, 100), 0, 0)), (1, stamped(batch(3, 1, 100), 1, 0))]);
@@ -231,50 +257,50 @@ fn full_disk_fails_the_append_and_leaves_the_log_usable() {
 fn batches_after_a_write_that_failed_on_a_full_disk_wait_for_its_retry() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    log.append(&mut idempotent(7, 0, 0, 2), 0, 0).unwrap();
+    log.append(&idempotent(7, 0, 0, 2), 0, 0).unwrap();
     storage.set_space_left(Some(10));
-    let err = log.append(&mut idempotent(7, 0, 2, 2), 0, 0).unwrap_err();
+    let err = log.append(&idempotent(7, 0, 2, 2), 0, 0).unwrap_err();
     assert!(matches!(err, StorageError::Io { .. }), "{err}");
     storage.set_space_left(None);
 
     // The next batch in flight, and another producer's, while the failed one is retried.
-    let err = log.append(&mut idempotent(7, 0, 4, 2), 0, 0).unwrap_err();
+    let err = log.append(&idempotent(7, 0, 4, 2), 0, 0).unwrap_err();
     assert!(
         matches!(err, StorageError::EarlierWriteFailed { producer_id: 7, first_seq: 4, failed_seq: 2 })
             && err.is_kafka_storage_error(),
         "{err}"
     );
-    assert_eq!(log.append(&mut idempotent(8, 0, 0, 1), 0, 0).unwrap().base_offset, 2);
+    assert_eq!(log.append(&idempotent(8, 0, 0, 1), 0, 0).unwrap().base_offset, 2);
     // A duplicate of a written batch is still recognised meanwhile.
-    assert!(log.append(&mut idempotent(7, 0, 0, 2), 0, 0).unwrap().duplicate);
+    assert!(log.append(&idempotent(7, 0, 0, 2), 0, 0).unwrap().duplicate);
 
     // The retry is written, and then the rest, once each.
-    assert_eq!(log.append(&mut idempotent(7, 0, 2, 2), 0, 0).unwrap().base_offset, 3);
-    assert_eq!(log.append(&mut idempotent(7, 0, 4, 2), 0, 0).unwrap().base_offset, 5);
+    assert_eq!(log.append(&idempotent(7, 0, 2, 2), 0, 0).unwrap().base_offset, 3);
+    assert_eq!(log.append(&idempotent(7, 0, 4, 2), 0, 0).unwrap().base_offset, 5);
     // Once the gap is filled, a real gap is out of order again.
-    let err = log.append(&mut idempotent(7, 0, 9, 1), 0, 0).unwrap_err();
+    let err = log.append(&idempotent(7, 0, 9, 1), 0, 0).unwrap_err();
     assert!(matches!(err, StorageError::Sequence(SequenceError::OutOfOrderSequence { .. })), "{err}");
 
     // A new producer epoch starts afresh: the failure of an older epoch explains nothing.
     storage.set_space_left(Some(10));
-    assert!(log.append(&mut idempotent(7, 0, 6, 1), 0, 0).is_err());
+    assert!(log.append(&idempotent(7, 0, 6, 1), 0, 0).is_err());
     storage.set_space_left(None);
-    assert_eq!(log.append(&mut idempotent(7, 1, 0, 1), 0, 0).unwrap().base_offset, 7);
+    assert_eq!(log.append(&idempotent(7, 1, 0, 1), 0, 0).unwrap().base_offset, 7);
 }
 
 #[test]
 fn failed_fsync_takes_the_log_offline_until_reopened() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    let info = log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
+    let info = log.append(&batch(1, 1, 100), 0, 0).unwrap();
     log.wait_for_ack(&info).unwrap();
     assert!(!log.is_offline());
     storage.set_fail_sync(true);
-    let info = log.append(&mut batch(2, 1, 100), 0, 0).unwrap();
+    let info = log.append(&batch(2, 1, 100), 0, 0).unwrap();
     let err = log.wait_for_ack(&info).unwrap_err();
     assert!(matches!(err, StorageError::LogOffline { .. }) && err.is_kafka_storage_error());
     assert!(log.is_offline(), "the broker reports it in osprey_offline_partition_logs");
-    assert!(log.append(&mut batch(3, 1, 100), 0, 0).is_err());
+    assert!(log.append(&batch(3, 1, 100), 0, 0).is_err());
     storage.set_fail_sync(false);
     drop(log);
     let log = sim_log(&storage.crash(CrashMode::LoseUnsynced), LogConfig::default());
@@ -287,17 +313,14 @@ fn invalid_batches_and_stale_epochs_are_rejected_without_writing() {
     let log = sim_log(&storage, LogConfig { max_message_bytes: 1000, ..LogConfig::default() });
     let mut bad = batch(1, 1, 100);
     bad[100] ^= 1;
-    assert!(matches!(log.append(&mut bad, 0, 0), Err(StorageError::InvalidBatch { .. })));
-    assert!(matches!(log.append(&mut [], 0, 0), Err(StorageError::InvalidBatch { .. })));
+    assert!(matches!(log.append(&bad, 0, 0), Err(StorageError::InvalidBatch { .. })));
+    assert!(matches!(log.append(&[], 0, 0), Err(StorageError::InvalidBatch { .. })));
     let mut two = batch(1, 1, 100);
     two.extend_from_slice(&batch(2, 1, 100)[..50]);
-    assert!(matches!(log.append(&mut two, 0, 0), Err(StorageError::InvalidBatch { position: 161, .. })));
-    assert!(matches!(log.append(&mut batch(1, 1, 2000), 0, 0), Err(StorageError::RecordBatchTooLarge { .. })));
-    log.append(&mut batch(1, 1, 10), 5, 0).unwrap();
-    assert!(matches!(
-        log.append(&mut batch(1, 1, 10), 4, 0),
-        Err(StorageError::StaleLeaderEpoch { epoch: 4, latest: 5 })
-    ));
+    assert!(matches!(log.append(&two, 0, 0), Err(StorageError::InvalidBatch { position: 161, .. })));
+    assert!(matches!(log.append(&batch(1, 1, 2000), 0, 0), Err(StorageError::RecordBatchTooLarge { .. })));
+    log.append(&batch(1, 1, 10), 5, 0).unwrap();
+    assert!(matches!(log.append(&batch(1, 1, 10), 4, 0), Err(StorageError::StaleLeaderEpoch { epoch: 4, latest: 5 })));
     assert_eq!(log.log_end_offset(), 1);
 }
 
@@ -306,10 +329,10 @@ fn leader_epoch_cache_is_persisted_and_answers_offset_for_leader_epoch() {
     let tmp = TempDir::new("epochs");
     {
         let log = PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap();
-        log.append(&mut batch(1, 2, 10), 1, 0).unwrap();
-        log.append(&mut batch(2, 3, 10), 3, 0).unwrap();
-        log.append(&mut batch(3, 1, 10), 3, 0).unwrap();
-        log.append(&mut batch(4, 4, 10), 6, 0).unwrap();
+        log.append(&batch(1, 2, 10), 1, 0).unwrap();
+        log.append(&batch(2, 3, 10), 3, 0).unwrap();
+        log.append(&batch(3, 1, 10), 3, 0).unwrap();
+        log.append(&batch(4, 4, 10), 6, 0).unwrap();
         log.flush().unwrap();
     }
     let text = std::fs::read_to_string(tmp.path().join("leader-epoch-checkpoint")).unwrap();
@@ -327,7 +350,7 @@ fn truncate_to_removes_later_segments_and_fixes_epochs_and_high_watermark() {
     let tmp = TempDir::new("truncate");
     let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
     for i in 0..20u64 {
-        log.append(&mut batch(i, 2, 900), (i / 10) as i32, 0).unwrap();
+        log.append(&batch(i, 2, 900), (i / 10) as i32, 0).unwrap();
     }
     log.update_high_watermark(40).unwrap();
     let segments = log.segment_count();
@@ -336,7 +359,7 @@ fn truncate_to_removes_later_segments_and_fixes_epochs_and_high_watermark() {
     assert_eq!(log.high_watermark(), 8);
     assert_eq!(log.leader_epochs(), vec![(0, 0)]);
     assert_eq!(read_all(&log).len(), 4);
-    let info = log.append(&mut batch(50, 1, 10), 2, 0).unwrap();
+    let info = log.append(&batch(50, 1, 10), 2, 0).unwrap();
     assert_eq!(info.base_offset, 8);
     log.wait_for_ack(&info).unwrap();
     drop(log);
@@ -354,7 +377,7 @@ fn truncating_at_the_log_end_drops_an_epoch_that_holds_no_record() {
     let tmp = TempDir::new("truncate-empty-epoch");
     let log = PartitionLog::open(StdStorage, tmp.path(), LogConfig::default(), 0).unwrap();
     for i in 0..3u64 {
-        log.append(&mut batch(i, 2, 10), 0, 0).unwrap();
+        log.append(&batch(i, 2, 10), 0, 0).unwrap();
     }
     log.assign_epoch_start(1).unwrap();
     assert_eq!(log.leader_epochs(), vec![(0, 0), (1, 6)]);
@@ -371,13 +394,13 @@ fn truncate_below_log_start_empties_the_log_and_restarts_there() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, small_segments());
     for i in 0..10 {
-        log.append(&mut batch(i, 1, 900), 0, 0).unwrap();
+        log.append(&batch(i, 1, 900), 0, 0).unwrap();
     }
     log.update_high_watermark(10).unwrap();
     log.delete_records_before(6).unwrap();
     assert_eq!(log.truncate_to(3).unwrap(), 3);
     assert_eq!((log.log_start_offset(), log.log_end_offset(), log.segment_count()), (3, 3, 1));
-    assert_eq!(log.append(&mut batch(1, 1, 10), 0, 0).unwrap().base_offset, 3);
+    assert_eq!(log.append(&batch(1, 1, 10), 0, 0).unwrap().base_offset, 3);
 }
 
 #[test]
@@ -385,7 +408,7 @@ fn truncate_fully_starts_an_empty_log_past_the_old_end_and_survives_a_reopen() {
     let tmp = TempDir::new("truncate-fully");
     let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
     for i in 0..6u64 {
-        let info = log.append(&mut batch(i, 2, 900), 1, 0).unwrap();
+        let info = log.append(&batch(i, 2, 900), 1, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
     }
     log.update_high_watermark(12).unwrap();
@@ -414,7 +437,7 @@ fn delete_records_moves_log_start_durably_and_retention_deletes_segments() {
     {
         let log = PartitionLog::open(StdStorage, tmp.path(), small_segments(), 0).unwrap();
         for i in 0..20u64 {
-            log.append(&mut batch(i, 1, 900), 0, 0).unwrap();
+            log.append(&batch(i, 1, 900), 0, 0).unwrap();
         }
         assert!(log.delete_records_before(5).is_err(), "beyond the high watermark");
         log.update_high_watermark(20).unwrap();
@@ -437,7 +460,7 @@ fn retention_by_bytes_and_time_keeps_unreplicated_data() {
     let config = LogConfig { retention_bytes: 8192, retention_ms: 1000, ..small_segments() };
     let log = sim_log(&storage, config);
     for i in 0..40i64 {
-        log.append(&mut batch_at(i as u64, 1, 900, i * 100), 0, 0).unwrap();
+        log.append(&batch_at(i as u64, 1, 900, i * 100), 0, 0).unwrap();
     }
     assert_eq!(log.retention_pass(0).unwrap().deleted_segments, 0, "nothing below the high watermark");
     log.update_high_watermark(40).unwrap();
@@ -456,7 +479,7 @@ fn retention_by_bytes_and_time_keeps_unreplicated_data() {
 fn high_watermark_only_moves_forward_within_the_log() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    log.append(&mut batch(1, 5, 10), 0, 0).unwrap();
+    log.append(&batch(1, 5, 10), 0, 0).unwrap();
     log.update_high_watermark(3).unwrap();
     assert!(matches!(log.update_high_watermark(2), Err(StorageError::InvalidHighWatermark { .. })));
     assert!(matches!(log.update_high_watermark(6), Err(StorageError::InvalidHighWatermark { .. })));
@@ -472,7 +495,7 @@ fn concurrent_appenders_share_fsyncs() {
             let log = log.clone();
             std::thread::spawn(move || {
                 for i in 0..40u64 {
-                    let info = log.append(&mut batch(t * 1000 + i, 1, 1000), 0, 0).unwrap();
+                    let info = log.append(&batch(t * 1000 + i, 1, 1000), 0, 0).unwrap();
                     log.wait_for_ack(&info).unwrap();
                     assert!(log.durable_end_offset() > info.last_offset);
                 }
@@ -495,7 +518,7 @@ fn on_durable_calls_back_from_the_flusher_thread() {
     let flusher = Flusher::new(2).unwrap();
     let (tx, rx) = mpsc::channel();
     for i in 0..10 {
-        let info = log.append(&mut batch(i, 1, 10), 0, 0).unwrap();
+        let info = log.append(&batch(i, 1, 10), 0, 0).unwrap();
         let tx = tx.clone();
         log.on_durable(info.last_offset, &flusher, Box::new(move |r| tx.send((info.last_offset, r.is_ok())).unwrap()));
     }
@@ -511,7 +534,7 @@ fn on_durable_calls_back_from_the_flusher_thread() {
 fn waiting_for_an_offset_not_yet_appended_is_an_error_not_a_hang() {
     let storage = SimStorage::new();
     let log = Arc::new(sim_log(&storage, LogConfig::default()));
-    log.append(&mut batch(1, 1, 10), 0, 0).unwrap();
+    log.append(&batch(1, 1, 10), 0, 0).unwrap();
     assert!(matches!(log.wait_durable(5), Err(StorageError::OffsetOutOfRange { .. })));
     let flusher = Flusher::new(1).unwrap();
     let (tx, rx) = mpsc::channel();
@@ -523,14 +546,14 @@ fn waiting_for_an_offset_not_yet_appended_is_an_error_not_a_hang() {
 fn truncation_discards_durability_of_removed_offsets() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    log.append(&mut batch(1, 1, 10), 0, 0).unwrap();
-    let info = log.append(&mut batch(2, 1, 10), 0, 0).unwrap();
+    log.append(&batch(1, 1, 10), 0, 0).unwrap();
+    let info = log.append(&batch(2, 1, 10), 0, 0).unwrap();
     log.wait_for_ack(&info).unwrap();
     assert_eq!(log.durable_end_offset(), 2);
     log.truncate_to(1).unwrap();
     assert_eq!(log.durable_end_offset(), 1);
     // Offset 1 now holds a different, not yet durable batch; waiting for it fsyncs again.
-    let info = log.append(&mut batch(3, 1, 10), 0, 0).unwrap();
+    let info = log.append(&batch(3, 1, 10), 0, 0).unwrap();
     assert_eq!(info.base_offset, 1);
     log.wait_durable(1).unwrap();
     let after = storage.crash(CrashMode::LoseUnsynced);
@@ -542,11 +565,11 @@ fn flush_messages_relaxes_ack_and_flushes_every_n_records() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig { flush_messages: Some(3), ..LogConfig::default() });
     for i in 0..2 {
-        let info = log.append(&mut batch(i, 1, 10), 0, 0).unwrap();
+        let info = log.append(&batch(i, 1, 10), 0, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
     }
     assert_eq!(log.durable_end_offset(), 0);
-    log.append(&mut batch(2, 1, 10), 0, 0).unwrap();
+    log.append(&batch(2, 1, 10), 0, 0).unwrap();
     assert_eq!(log.durable_end_offset(), 3);
 }
 
@@ -554,7 +577,7 @@ fn flush_messages_relaxes_ack_and_flushes_every_n_records() {
 fn flush_ms_flushes_when_due() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig { flush_ms: Some(100), ..LogConfig::default() });
-    log.append(&mut batch(1, 1, 10), 0, 1000).unwrap();
+    log.append(&batch(1, 1, 10), 0, 1000).unwrap();
     assert!(!log.flush_if_due(1050).unwrap());
     assert!(log.flush_if_due(1100).unwrap());
     assert_eq!(log.durable_end_offset(), 1);
@@ -566,7 +589,7 @@ fn log_append_time_stamps_the_broker_clock() {
     let config =
         LogConfig { message_timestamp_type: osprey_storage::TimestampType::LogAppendTime, ..LogConfig::default() };
     let log = sim_log(&storage, config);
-    let info = log.append(&mut batch_at(1, 1, 10, 5), 0, 777).unwrap();
+    let info = log.append(&batch_at(1, 1, 10, 5), 0, 777).unwrap();
     assert_eq!((info.log_append_time, info.max_timestamp), (777, 777));
     let stored = split(&log.read(0, 1000).unwrap().records);
     let h = osprey_storage::batch::validate(&stored[0].1, u64::MAX).unwrap();
@@ -577,19 +600,19 @@ fn log_append_time_stamps_the_broker_clock() {
 fn retried_idempotent_batch_returns_its_original_offsets_and_appends_nothing() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig::default());
-    log.append(&mut batch(1, 2, 10), 0, 0).unwrap();
-    let first = log.append(&mut idempotent(7, 1, 0, 3), 0, 0).unwrap();
-    log.append(&mut idempotent(7, 1, 3, 1), 0, 0).unwrap();
-    let retry = log.append(&mut idempotent(7, 1, 0, 3), 0, 0).unwrap();
+    log.append(&batch(1, 2, 10), 0, 0).unwrap();
+    let first = log.append(&idempotent(7, 1, 0, 3), 0, 0).unwrap();
+    log.append(&idempotent(7, 1, 3, 1), 0, 0).unwrap();
+    let retry = log.append(&idempotent(7, 1, 0, 3), 0, 0).unwrap();
     assert!(retry.duplicate);
     assert_eq!((retry.base_offset, retry.last_offset), (first.base_offset, first.last_offset));
     assert_eq!(log.log_end_offset(), 6);
     assert!(matches!(
-        log.append(&mut idempotent(7, 1, 9, 1), 0, 0),
+        log.append(&idempotent(7, 1, 9, 1), 0, 0),
         Err(StorageError::Sequence(osprey_storage::SequenceError::OutOfOrderSequence { .. }))
     ));
     assert!(matches!(
-        log.append(&mut idempotent(7, 0, 4, 1), 0, 0),
+        log.append(&idempotent(7, 0, 4, 1), 0, 0),
         Err(StorageError::Sequence(osprey_storage::SequenceError::InvalidProducerEpoch { .. }))
     ));
     assert_eq!(log.log_end_offset(), 6);
@@ -602,7 +625,7 @@ fn producer_state_survives_roll_clean_close_crash_and_truncation() {
     {
         let log = sim_log(&storage, config.clone());
         for seq in 0..30 {
-            let info = log.append(&mut idempotent(seq as i64 % 3, 1, seq / 3, 1), 0, 0).unwrap();
+            let info = log.append(&idempotent(seq as i64 % 3, 1, seq / 3, 1), 0, 0).unwrap();
             log.wait_for_ack(&info).unwrap();
         }
         assert!(log.segment_count() > 2);
@@ -613,26 +636,26 @@ fn producer_state_survives_roll_clean_close_crash_and_truncation() {
     let state = log.producer_state(2).unwrap();
     assert_eq!((state.epoch, state.batches.len(), state.batches.back().unwrap().last_seq), (1, 5, 9));
     // A retry of producer 0's last batch after reopen is still recognised.
-    assert!(log.append(&mut idempotent(0, 1, 9, 1), 0, 0).unwrap().duplicate);
-    let info = log.append(&mut idempotent(0, 1, 10, 1), 0, 0).unwrap();
+    assert!(log.append(&idempotent(0, 1, 9, 1), 0, 0).unwrap().duplicate);
+    let info = log.append(&idempotent(0, 1, 10, 1), 0, 0).unwrap();
     log.wait_for_ack(&info).unwrap();
     drop(log);
     // Unclean: rebuilt from the newest snapshot plus the log tail after it.
     let log = sim_log(&snapshots.crash(CrashMode::LoseUnsynced), config.clone());
     assert_eq!(log.producer_state(0).unwrap().batches.back().unwrap().last_seq, 10);
-    assert!(log.append(&mut idempotent(0, 1, 10, 1), 0, 0).unwrap().duplicate);
+    assert!(log.append(&idempotent(0, 1, 10, 1), 0, 0).unwrap().duplicate);
     // Truncation forgets the removed batches: the removed sequence is accepted again.
     log.truncate_to(20).unwrap();
     assert_eq!(log.producer_state(2).unwrap().batches.back().unwrap().last_seq, 5);
-    assert!(!log.append(&mut idempotent(2, 1, 6, 1), 0, 0).unwrap().duplicate);
+    assert!(!log.append(&idempotent(2, 1, 6, 1), 0, 0).unwrap().duplicate);
 }
 
 #[test]
 fn follower_append_keeps_leader_offsets_and_learns_epochs() {
     let leader = sim_log(&SimStorage::new(), LogConfig::default());
-    leader.append(&mut batch(1, 2, 10), 1, 0).unwrap();
-    leader.append(&mut batch(2, 3, 10), 3, 0).unwrap();
-    leader.append(&mut idempotent(9, 0, 0, 2), 3, 0).unwrap();
+    leader.append(&batch(1, 2, 10), 1, 0).unwrap();
+    leader.append(&batch(2, 3, 10), 3, 0).unwrap();
+    leader.append(&idempotent(9, 0, 0, 2), 3, 0).unwrap();
     let fetched = leader.read(0, 1 << 20).unwrap().records;
 
     let follower = PartitionLog::open(SimStorage::new(), "/f", LogConfig::default(), 0).unwrap();
@@ -673,7 +696,7 @@ fn truncating_into_a_gap_ends_the_log_at_the_truncation_offset() {
 fn retention_by_time_rolls_and_deletes_an_expired_active_segment() {
     let storage = SimStorage::new();
     let log = sim_log(&storage, LogConfig { retention_ms: 1000, ..LogConfig::default() });
-    log.append(&mut batch_at(1, 1, 10, 0), 0, 0).unwrap();
+    log.append(&batch_at(1, 1, 10, 0), 0, 0).unwrap();
     log.update_high_watermark(1).unwrap();
     let outcome = log.retention_pass(5000).unwrap();
     assert_eq!(outcome.deleted_segments, 1);
@@ -686,20 +709,20 @@ fn failed_fsync_while_sealing_a_segment_takes_the_log_offline() {
     let log = sim_log(&storage, LogConfig { segment_bytes: 1000, ..LogConfig::default() });
     // The first roll of a new log seals inline (it has no recovery point yet).
     for seed in [1, 2] {
-        let info = log.append(&mut batch(seed, 1, 800), 0, 0).unwrap();
+        let info = log.append(&batch(seed, 1, 800), 0, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
     }
-    log.append(&mut batch(3, 1, 100), 0, 0).unwrap(); // written, not yet durable
+    log.append(&batch(3, 1, 100), 0, 0).unwrap(); // written, not yet durable
     storage.set_fail_sync(true);
     // The roll does no fsync on the append path; the group commit that seals it fails.
-    let info = log.append(&mut batch(4, 1, 800), 0, 0).unwrap();
+    let info = log.append(&batch(4, 1, 800), 0, 0).unwrap();
     assert!(log.segment_count() >= 3);
     let err = log.wait_for_ack(&info).unwrap_err();
     assert!(matches!(err, StorageError::LogOffline { .. }) && err.is_kafka_storage_error(), "{err}");
     storage.set_fail_sync(false);
     // Without going offline the next group commit (new segment only) would vouch for
     // the unsynced batch 3 and the unsealed segment.
-    assert!(matches!(log.append(&mut batch(5, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
+    assert!(matches!(log.append(&batch(5, 1, 10), 0, 0), Err(StorageError::LogOffline { .. })));
     assert!(log.wait_durable(2).is_err());
 }
 
@@ -712,7 +735,7 @@ fn open_files_stay_bounded_however_many_segments_are_read() {
     {
         let log = sim_log(&storage, small_segments());
         for i in 0..60 {
-            log.append(&mut batch(i, 1, 900), 0, 0).unwrap();
+            log.append(&batch(i, 1, 900), 0, 0).unwrap();
         }
         assert!(log.segment_count() >= 15);
         assert!(open_logs(&storage) <= 1 + osprey_storage::log::MAX_OPEN_SEALED_SEGMENTS);
@@ -725,7 +748,7 @@ fn open_files_stay_bounded_however_many_segments_are_read() {
     assert!(open_logs(&storage) <= 1 + osprey_storage::log::MAX_OPEN_SEALED_SEGMENTS);
     // Truncating into a closed sealed segment reopens it as the active one.
     log.truncate_to(3).unwrap();
-    assert_eq!(log.append(&mut batch(100, 1, 10), 0, 0).unwrap().base_offset, 3);
+    assert_eq!(log.append(&batch(100, 1, 10), 0, 0).unwrap().base_offset, 3);
     assert_eq!(read_all(&log).len(), 4);
 }
 
@@ -734,16 +757,16 @@ fn idle_producers_expire_after_producer_id_expiration_ms() {
     let log = PartitionLog::open(SimStorage::new(), "/p", LogConfig::default(), 0).unwrap();
     let mut old = idempotent(1, 0, 0, 1);
     osprey_storage::batch::stamp_log_append_time(&mut old, 1_000);
-    log.append(&mut old, 0, 1_000).unwrap();
+    log.append(&old, 0, 1_000).unwrap();
     let mut recent = idempotent(2, 0, 0, 1);
     osprey_storage::batch::stamp_log_append_time(&mut recent, 50_000);
-    log.append(&mut recent, 0, 50_000).unwrap();
+    log.append(&recent, 0, 50_000).unwrap();
     assert_eq!(log.expire_producers(60_000, 59_001), 0, "producer 1 idle 59000 ms < 59001");
     assert_eq!(log.expire_producers(60_000, 59_000), 1);
     assert!(log.producer_state(1).is_none());
     assert!(log.producer_state(2).is_some());
     // An expired producer is unknown: any sequence is accepted again (KIP-360).
-    let info = log.append(&mut idempotent(1, 0, 7, 1), 0, 60_000).unwrap();
+    let info = log.append(&idempotent(1, 0, 7, 1), 0, 60_000).unwrap();
     assert!(!info.duplicate);
 }
 
@@ -752,7 +775,7 @@ fn written_and_closed(storage: &SimStorage) -> Vec<(i64, Vec<u8>)> {
     let log = sim_log(storage, small_segments());
     let mut expected = Vec::new();
     for seq in 0..12 {
-        let info = log.append(&mut idempotent(7, 0, seq, 1), 0, 0).unwrap();
+        let info = log.append(&idempotent(7, 0, seq, 1), 0, 0).unwrap();
         log.wait_durable(info.last_offset).unwrap();
         expected.push((info.base_offset, stamped(idempotent(7, 0, seq, 1), info.base_offset, 0)));
     }
@@ -779,7 +802,7 @@ fn closing_a_new_log_with_no_writes_fsyncs_at_most_once() {
     let log = sim_log(&storage, small_segments());
     assert!(log.opened_clean());
     assert_eq!((log.log_end_offset(), log.high_watermark()), (0, 0));
-    log.append(&mut batch(1, 1, 100), 0, 0).unwrap();
+    log.append(&batch(1, 1, 100), 0, 0).unwrap();
 }
 
 #[test]
@@ -820,7 +843,7 @@ fn a_log_written_then_closed_reopens_clean_with_its_data_producers_and_high_wate
     assert!(log.opened_clean());
     assert_eq!(log.high_watermark(), 12);
     // And an append after a clean open is closed with everything it changed.
-    let info = log.append(&mut idempotent(7, 0, 12, 1), 0, 0).unwrap();
+    let info = log.append(&idempotent(7, 0, 12, 1), 0, 0).unwrap();
     log.close().unwrap();
     let log = sim_log(&storage, small_segments());
     assert!(log.opened_clean());

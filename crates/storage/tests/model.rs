@@ -121,7 +121,7 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 }
                 let seed = m.next_seed;
                 m.next_seed += 1;
-                let info = log.append(&mut batch(seed, records, body), m.epoch, 0).unwrap();
+                let info = log.append(&batch(seed, records, body), m.epoch, 0).unwrap();
                 prop_assert_eq!(info.base_offset, m.leo());
                 m.batches.push((
                     info.base_offset,
@@ -142,13 +142,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                     m.batches.iter().rev().find_map(|b| b.3.filter(|x| x.0 == pid).map(|x| (b.0, b.1, x.1, x.2)));
                 match (retry, last) {
                     (true, Some((base, last_offset, seq, n))) if base >= m.log_start => {
-                        let info = log.append(&mut idempotent(pid, 0, seq, n), m.epoch, 0).unwrap();
+                        let info = log.append(&idempotent(pid, 0, seq, n), m.epoch, 0).unwrap();
                         prop_assert!(info.duplicate, "retry of {}/{} not recognised", pid, seq);
                         prop_assert_eq!((info.base_offset, info.last_offset), (base, last_offset));
                     }
                     _ => {
                         let seq = last.map_or(0, |l| l.2 + l.3);
-                        let info = log.append(&mut idempotent(pid, 0, seq, records), m.epoch, 0).unwrap();
+                        let info = log.append(&idempotent(pid, 0, seq, records), m.epoch, 0).unwrap();
                         prop_assert!(!info.duplicate);
                         prop_assert_eq!(info.base_offset, m.leo());
                         log.wait_for_ack(&info).unwrap();

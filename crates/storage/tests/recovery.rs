@@ -26,7 +26,7 @@ fn acknowledged_log(storage: &SimStorage) -> (Vec<(i64, Vec<u8>)>, Vec<PathBuf>)
     let log = open(storage);
     let mut acked = Vec::new();
     for i in 0..BATCHES {
-        let info = log.append(&mut batch(i, 1, 500), 0, 0).unwrap();
+        let info = log.append(&batch(i, 1, 500), 0, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
         acked.push((info.base_offset, stamped(batch(i, 1, 500), info.base_offset, 0)));
     }
@@ -92,7 +92,7 @@ fn truncated_older_segment_after_a_crash_keeps_every_later_segment() {
     let slice = log.read(lost_offset, 1 << 20).unwrap();
     assert_eq!(split(&slice.records)[0].0, base_of(&files[2]));
     // And the log takes appends at its old end.
-    assert_eq!(log.append(&mut batch(99, 1, 10), 0, 0).unwrap().base_offset, BATCHES as i64);
+    assert_eq!(log.append(&batch(99, 1, 10), 0, 0).unwrap().base_offset, BATCHES as i64);
 }
 
 #[test]
@@ -262,7 +262,7 @@ fn scrubber_reports_nothing_for_a_segment_truncated_and_rewritten_under_it() {
     // the scrubber's next position falls inside a new batch.
     log.truncate_to(acked[2].0).unwrap();
     for i in 0..30 {
-        let info = log.append(&mut batch(100 + i, 1, 333), 0, 0).unwrap();
+        let info = log.append(&batch(100 + i, 1, 333), 0, 0).unwrap();
         log.wait_for_ack(&info).unwrap();
     }
     loop {

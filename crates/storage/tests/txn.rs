@@ -23,7 +23,7 @@ fn txn_batch(pid: i64, epoch: i16, seq: i32, records: i32) -> Vec<u8> {
 
 /// Appends a transactional batch and moves the high watermark to the log end.
 fn produce(log: &PartitionLog<SimStorage>, pid: i64, seq: i32, records: i32) -> i64 {
-    let info = log.append(&mut txn_batch(pid, 0, seq, records), 0, 0).unwrap();
+    let info = log.append(&txn_batch(pid, 0, seq, records), 0, 0).unwrap();
     log.update_high_watermark(log.log_end_offset()).unwrap();
     info.base_offset
 }
@@ -37,7 +37,7 @@ fn end_txn(log: &PartitionLog<SimStorage>, pid: i64, commit: bool) -> i64 {
 #[test]
 fn committed_transaction_holds_the_lso_at_its_first_offset_until_the_marker() {
     let log = open(&SimStorage::new(), LogConfig::default());
-    log.append(&mut common::batch(0, 2, 16), 0, 0).unwrap();
+    log.append(&common::batch(0, 2, 16), 0, 0).unwrap();
     log.update_high_watermark(2).unwrap();
     assert_eq!(log.last_stable_offset(), 2, "no transaction: LSO is the HW");
     let first = produce(&log, 7, 0, 3);
@@ -58,8 +58,8 @@ fn committed_transaction_holds_the_lso_at_its_first_offset_until_the_marker() {
 #[test]
 fn lso_never_passes_the_high_watermark() {
     let log = open(&SimStorage::new(), LogConfig::default());
-    log.append(&mut common::batch(0, 4, 16), 0, 0).unwrap();
-    log.append(&mut txn_batch(7, 0, 0, 1), 0, 0).unwrap();
+    log.append(&common::batch(0, 4, 16), 0, 0).unwrap();
+    log.append(&txn_batch(7, 0, 0, 1), 0, 0).unwrap();
     log.update_high_watermark(1).unwrap();
     assert_eq!(log.last_stable_offset(), 1);
     assert_eq!(log.first_unstable_offset(), Some(4));
@@ -71,7 +71,7 @@ fn lso_never_passes_the_high_watermark() {
 fn lso_is_held_at_the_log_start_when_an_open_transaction_start_was_deleted() {
     let log = open(&SimStorage::new(), LogConfig::default());
     produce(&log, 7, 0, 1); // 0, stays open
-    log.append(&mut common::batch(0, 4, 16), 0, 0).unwrap(); // 1..=4
+    log.append(&common::batch(0, 4, 16), 0, 0).unwrap(); // 1..=4
     log.update_high_watermark(5).unwrap();
     assert_eq!(log.last_stable_offset(), 0);
     log.delete_records_before(3).unwrap();
@@ -81,10 +81,10 @@ fn lso_is_held_at_the_log_start_when_an_open_transaction_start_was_deleted() {
 #[test]
 fn aborted_transaction_is_listed_for_overlapping_ranges_only() {
     let log = open(&SimStorage::new(), LogConfig::default());
-    log.append(&mut common::batch(0, 2, 16), 0, 0).unwrap();
+    log.append(&common::batch(0, 2, 16), 0, 0).unwrap();
     let first = produce(&log, 7, 0, 3); // 2..=4
     let marker = end_txn(&log, 7, false); // 5
-    log.append(&mut common::batch(1, 4, 16), 0, 0).unwrap(); // 6..=9
+    log.append(&common::batch(1, 4, 16), 0, 0).unwrap(); // 6..=9
     log.update_high_watermark(10).unwrap();
     assert_eq!((first, marker), (2, 5));
     assert_eq!(log.last_stable_offset(), 10);
@@ -132,7 +132,7 @@ fn abort_entry_records_the_lso_left_by_other_open_transactions() {
 #[test]
 fn marker_from_a_fenced_epoch_is_refused() {
     let log = open(&SimStorage::new(), LogConfig::default());
-    log.append(&mut txn_batch(7, 2, 0, 1), 0, 0).unwrap();
+    log.append(&txn_batch(7, 2, 0, 1), 0, 0).unwrap();
     let err = log.append_marker(7, 1, 0, false, 0, 0).unwrap_err();
     assert!(matches!(err, StorageError::Sequence(SequenceError::InvalidProducerEpoch { .. })), "{err:?}");
     assert_eq!(log.first_unstable_offset(), Some(0));
@@ -141,7 +141,7 @@ fn marker_from_a_fenced_epoch_is_refused() {
 /// Two transactions: producer 1 aborted at 2..=5, producer 2 still open from 6.
 fn log_with_abort_and_open_txn(storage: &SimStorage, config: LogConfig) -> PartitionLog<SimStorage> {
     let log = open(storage, config);
-    log.append(&mut common::batch(0, 2, 16), 0, 0).unwrap();
+    log.append(&common::batch(0, 2, 16), 0, 0).unwrap();
     produce(&log, 1, 0, 3); // 2..=4
     end_txn(&log, 1, false); // 5
     produce(&log, 2, 0, 2); // 6..=7
@@ -250,7 +250,7 @@ fn retention_deleting_a_segment_deletes_its_aborted_entries() {
     produce(&log, 1, 0, 2);
     end_txn(&log, 1, false); // segment 0 holds this abort
     while log.segment_count() < 3 {
-        log.append(&mut common::batch(1, 1, 300), 0, 0).unwrap();
+        log.append(&common::batch(1, 1, 300), 0, 0).unwrap();
         log.update_high_watermark(log.log_end_offset()).unwrap();
     }
     let index = std::path::Path::new(DIR).join("00000000000000000000.txnindex");
@@ -316,7 +316,7 @@ fn one_offsets_snapshot_never_has_the_lso_above_the_high_watermark_under_concurr
             // watermark moved after each append, as produce and markers do.
             for seq in 0..3000 {
                 produce(&log, 7, seq, 1);
-                log.append(&mut common::batch(0, 1, 16), 0, 0).unwrap();
+                log.append(&common::batch(0, 1, 16), 0, 0).unwrap();
                 log.update_high_watermark(log.log_end_offset()).unwrap();
                 end_txn(&log, 7, seq % 2 == 0);
             }

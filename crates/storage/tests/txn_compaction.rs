@@ -32,7 +32,7 @@ fn open(storage: &SimStorage) -> Log {
 }
 
 fn append_and_commit(log: &Log, builder: BatchBuilder, ts: i64) -> i64 {
-    let info = log.append(&mut builder.build().unwrap().into_bytes().to_vec(), 0, ts).unwrap();
+    let info = log.append(&builder.build().unwrap().into_bytes(), 0, ts).unwrap();
     log.update_high_watermark(log.log_end_offset()).unwrap();
     info.base_offset
 }

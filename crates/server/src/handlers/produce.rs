@@ -417,9 +417,9 @@ impl Drop for DeferredAppend {
 
 /// Appends a batch that passed [`check_batch`] (and, if transactional, verification).
 fn append_checked(broker: &Broker, partition: &Arc<Partition>, records: Bytes, acks: i16) -> Outcome {
-    // The log stamps offsets and the leader epoch into the batch, so it needs its own copy.
-    let mut bytes = records.to_vec();
-    let appended = partition.append_as_leader(None, |epoch| partition.log.append(&mut bytes, epoch, now_ms()));
+    // The request's own bytes: the log writes them with the offsets and leader epoch it
+    // assigns in a prefix of its own, without copying the batch.
+    let appended = partition.append_as_leader(None, |epoch| partition.log.append(&records, epoch, now_ms()));
     let appended = match appended {
         Ok(appended) => appended,
         Err(code) => {

@@ -45,8 +45,8 @@ fn main() {
                         producer_id: id as i64,
                         ..Default::default()
                     };
-                    let mut b = build(spec);
-                    let info = log.append(&mut b, 0, 0).expect("append");
+                    let b = build(spec);
+                    let info = log.append(&b, 0, 0).expect("append");
                     log.wait_for_ack(&info).expect("fsync");
                     let mut out = std::io::stdout().lock();
                     writeln!(out, "{} {id}", info.base_offset).expect("stdout");

@@ -11,6 +11,7 @@
 //! covers all of them (group commit). Lock order is always `sealing`, then `state`, then
 //! `durability`.
 
+use std::borrow::Cow;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -321,6 +322,16 @@ struct Incoming {
     header: BatchHeader,
 }
 
+/// How appended batches reach the segment file.
+#[derive(Debug, Clone, Copy)]
+enum Written {
+    /// As they are in the buffer: a follower's, stamped by its leader.
+    AsTheyAre,
+    /// Each with its prefix stamped from its `Incoming` header (base offset and leader
+    /// epoch assigned here) and the rest from the buffer: a leader's.
+    Stamped,
+}
+
 impl<S: Storage> PartitionLog<S> {
     // ----- settings and close ---------------------------------------------------------
 
@@ -399,25 +410,29 @@ impl<S: Storage> PartitionLog<S> {
 
     /// Appends one or more v2 batches as leader in `leader_epoch`: validates them (length,
     /// magic, CRC, record count, `max.message.bytes`), assigns offsets from the log end
-    /// offset and stamps baseOffset and partitionLeaderEpoch in place (outside the CRC),
-    /// then writes them to the active segment, rolling it first if needed.
+    /// offset, then writes them to the active segment (rolling it first if needed) with
+    /// their baseOffset and partitionLeaderEpoch stamped (fields outside the CRC): each
+    /// batch's stamped 16-byte prefix and the rest of it from `batches`, which stays as it
+    /// was. Only under `message.timestamp.type=LogAppendTime`, whose stamp is inside the
+    /// CRC, are the batches copied to be stamped.
     ///
     /// On return the data is written but not necessarily durable: call
     /// [`wait_for_ack`](Self::wait_for_ack) (or [`on_durable`](Self::on_durable)) before
     /// acknowledging the producer. On an I/O error nothing of this append remains in the
     /// log (or, if even that cannot be ensured, the log goes offline).
-    pub fn append(&self, batches: &mut [u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
+    pub fn append(&self, batches: &[u8], leader_epoch: i32, now_ms: i64) -> Result<AppendInfo> {
         // Validation is CPU work on the caller's buffer: done before taking the lock.
         let incoming = validate_batches(batches, Some(self.config().max_message_bytes))?;
-        let log_append_time = match self.config().message_timestamp_type {
+        let (batches, log_append_time) = match self.config().message_timestamp_type {
             TimestampType::LogAppendTime => {
+                let mut copy = batches.to_vec();
                 for b in &incoming {
                     let end = b.position + b.header.total_size() as usize;
-                    batch::stamp_log_append_time(&mut batches[b.position..end], now_ms);
+                    batch::stamp_log_append_time(&mut copy[b.position..end], now_ms);
                 }
-                now_ms
+                (Cow::Owned(copy), now_ms)
             }
-            TimestampType::CreateTime => -1,
+            TimestampType::CreateTime => (Cow::Borrowed(batches), -1),
         };
 
         let state = lock(&self.state);
@@ -429,7 +444,7 @@ impl<S: Storage> PartitionLog<S> {
                 return Err(StorageError::StaleLeaderEpoch { epoch: leader_epoch, latest });
             }
         }
-        if let Some(original) = self.check_sequences(&state, batches, &incoming)? {
+        if let Some(original) = self.check_sequences(&state, &batches, &incoming)? {
             return Ok(AppendInfo {
                 base_offset: original.first_offset,
                 last_offset: original.last_offset,
@@ -446,8 +461,6 @@ impl<S: Storage> PartitionLog<S> {
         let mut next = state.log_end_offset();
         let mut stamped = Vec::with_capacity(incoming.len());
         for b in &incoming {
-            let end = b.position + b.header.total_size() as usize;
-            batch::stamp(&mut batches[b.position..end], next, leader_epoch);
             let mut header = b.header;
             header.base_offset = next;
             header.partition_leader_epoch = leader_epoch;
@@ -457,7 +470,7 @@ impl<S: Storage> PartitionLog<S> {
             next = header.last_offset() + 1;
             stamped.push(Incoming { position: b.position, header });
         }
-        let mut info = match self.write_batches(state, batches, &stamped, now_ms) {
+        let mut info = match self.write_batches(state, &batches, &stamped, Written::Stamped, now_ms) {
             Ok(info) => info,
             Err(e) => {
                 if e.is_kafka_storage_error() {
@@ -505,17 +518,19 @@ impl<S: Storage> PartitionLog<S> {
             }
             expected = b.header.last_offset() + 1;
         }
-        self.write_batches(state, batches, &incoming, now_ms)
+        self.write_batches(state, batches, &incoming, Written::AsTheyAre, now_ms)
     }
 
     /// The part of an append shared by leader and follower: roll if needed, record new
-    /// leader epochs (durably, before the data), write the batches (headers final), and
-    /// update indexes, producer state and flush accounting.
+    /// leader epochs (durably, before the data), write the batches (`written` says
+    /// whether their headers are final in `batches` or in `incoming`), and update indexes,
+    /// producer state and flush accounting.
     fn write_batches(
         &self,
         mut guard: MutexGuard<'_, LogState<S::File>>,
         batches: &[u8],
         incoming: &[Incoming],
+        written: Written,
         now_ms: i64,
     ) -> Result<AppendInfo> {
         let (Some(first), Some(last)) = (incoming.first(), incoming.last()) else {
@@ -550,7 +565,19 @@ impl<S: Storage> PartitionLog<S> {
         }
 
         let write_at = guard.active().size;
-        let written = guard.active().handle()?.write_all_at(batches, write_at);
+        let written = match written {
+            Written::AsTheyAre => guard.active().handle()?.write_all_at(batches, write_at),
+            Written::Stamped => {
+                let prefixes: Vec<_> = incoming.iter().map(|b| batch::stamped_prefix(&b.header)).collect();
+                let mut pieces = Vec::with_capacity(2 * incoming.len());
+                for (b, prefix) in incoming.iter().zip(&prefixes) {
+                    let end = b.position + b.header.total_size() as usize;
+                    pieces.push(&prefix[..]);
+                    pieces.push(&batches[b.position + batch::STAMPED_PREFIX_LEN..end]);
+                }
+                guard.active().handle()?.write_all_vectored_at(&pieces, write_at)
+            }
+        };
         if let Err(e) = written {
             let err = StorageError::io("write", &guard.active().path, e);
             let offline = self.undo_partial_write(&mut guard, write_at);
@@ -1062,8 +1089,7 @@ impl<S: Storage> PartitionLog<S> {
         let built = BatchBuilder::end_txn_marker(marker, producer_id, producer_epoch, now_ms)
             .and_then(|b| b.build())
             .map_err(|e| StorageError::io("build marker", &self.dir, std::io::Error::other(e.to_string())))?;
-        let mut bytes = built.as_bytes().to_vec();
-        self.append(&mut bytes, leader_epoch, now_ms)
+        self.append(built.as_bytes(), leader_epoch, now_ms)
     }
 
     /// A new leader epoch starts at the log end offset: this replica became the leader
@@ -1457,7 +1483,7 @@ mod tests {
     fn pending_callbacks_for_truncated_offsets_fail_with_truncated() {
         let log = PartitionLog::open(SimStorage::new(), "/p", LogConfig::default(), 0).unwrap();
         for seed in 0..3 {
-            log.append(&mut build(BatchSpec { seed, ..Default::default() }), 0, 0).unwrap();
+            log.append(&build(BatchSpec { seed, ..Default::default() }), 0, 0).unwrap();
         }
         let (tx, rx) = std::sync::mpsc::channel();
         for end in [1, 3] {
