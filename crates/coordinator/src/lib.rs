@@ -5,6 +5,8 @@
 //! - [`group`]: consumer groups, classic (JoinGroup / SyncGroup / Heartbeat) and KIP-848
 //!   (ConsumerGroupHeartbeat), their committed offsets and their `__consumer_offsets`
 //!   records.
+//! - [`share_state`]: the share coordinator, the durable state of share partitions
+//!   (KIP-932) and its `__share_group_state` records.
 //! - [`txn`]: transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) and their
 //!   `__transaction_state` records.
 //!
@@ -13,4 +15,5 @@
 //! drive them the same way with seeded schedules and check invariants at every step.
 
 pub mod group;
+pub mod share_state;
 pub mod txn;

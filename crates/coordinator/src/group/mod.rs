@@ -122,7 +122,7 @@ mod txn_offsets;
 
 pub use consumer::{ConsumerGroupState, TopicInfo, TopicsView};
 pub use ownership::PartitionLoad;
-pub use records::{partition_for, LoadError, LoadSummary, Record, Replay};
+pub use records::{java_string_hash_code, partition_for, LoadError, LoadSummary, Record, Replay};
 pub use state::GroupState;
 
 use bytes::Bytes;

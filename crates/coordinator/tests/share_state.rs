@@ -1,0 +1,295 @@
+//! The share coordinator (`osprey_coordinator::share_state`): durable share-partition
+//! state, one record in flight per key, writes combined meanwhile, fencing by leader and
+//! state epoch, and a log that replays to the same state.
+
+use osprey_coordinator::group::{PersistId, ReplyId};
+use osprey_coordinator::share_state::{
+    Output, ShareKey, ShareStateConfig, ShareStateCoordinator, StateBatch, StateRecord, WriteState,
+};
+use osprey_protocol::{ErrorCode, Uuid};
+use proptest::prelude::*;
+
+fn key(partition: i32) -> ShareKey {
+    ShareKey { group_id: "queue".into(), topic_id: Uuid([7; 16]), partition }
+}
+
+fn batch(first: i64, last: i64, state: i8, count: i16) -> StateBatch {
+    StateBatch { first_offset: first, last_offset: last, delivery_state: state, delivery_count: count }
+}
+
+fn write(leader_epoch: i32, start_offset: i64, batches: Vec<StateBatch>) -> WriteState {
+    WriteState { state_epoch: 0, leader_epoch, start_offset, delivery_complete_count: -1, batches }
+}
+
+/// Drains the outputs: the persists asked for and the answers given.
+#[derive(Debug, Default)]
+struct Drained {
+    persists: Vec<(PersistId, i32, StateRecord)>,
+    answers: Vec<(ReplyId, Result<(), ErrorCode>)>,
+}
+
+fn drain(c: &mut ShareStateCoordinator) -> Drained {
+    let mut out = Drained::default();
+    while let Some(o) = c.poll_output() {
+        match o {
+            Output::Persist { id, partition, record } => out.persists.push((id, partition, record)),
+            Output::Respond { reply, result } => out.answers.push((reply, result.map_err(|e| e.code))),
+        }
+    }
+    c.check_invariants();
+    out
+}
+
+/// A coordinator with `key(0)` initialised at start offset 0 and its snapshot durable.
+fn initialised() -> ShareStateCoordinator {
+    let mut c = ShareStateCoordinator::new(ShareStateConfig::default());
+    c.initialize(ReplyId(0), key(0), 0, 0, 1);
+    let d = drain(&mut c);
+    assert_eq!(d.persists.len(), 1);
+    c.persisted(d.persists[0].0, Ok(()), 2);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(0), Ok(()))]);
+    c
+}
+
+#[test]
+fn a_write_is_answered_once_its_record_is_durable_and_reads_see_it_only_then() {
+    let mut c = initialised();
+    c.write(ReplyId(1), key(0), write(3, 5, vec![batch(5, 9, 2, 1)]), 10);
+    let d = drain(&mut c);
+    assert!(d.answers.is_empty(), "not before it is durable");
+    let [(id, partition, StateRecord::Update(_, update))] = &d.persists[..] else { panic!("one update: {d:?}") };
+    assert_eq!(*partition, c.partition_of(&key(0)));
+    assert_eq!(update.batches, vec![batch(5, 9, 2, 1)]);
+    assert_eq!(c.read(&key(0), 3, 11).unwrap().start_offset, 0, "reads see the durable state");
+
+    c.persisted(*id, Ok(()), 12);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Ok(()))]);
+    let read = c.read(&key(0), 3, 13).unwrap();
+    assert_eq!((read.start_offset, read.batches), (5, vec![batch(5, 9, 2, 1)]));
+}
+
+#[test]
+fn writes_arriving_while_one_is_in_flight_share_the_next_record() {
+    let mut c = initialised();
+    c.write(ReplyId(1), key(0), write(1, -1, vec![batch(0, 4, 0, 1)]), 10);
+    let first = drain(&mut c).persists;
+    c.write(ReplyId(2), key(0), write(1, -1, vec![batch(0, 1, 2, 1)]), 11);
+    c.write(ReplyId(3), key(0), write(1, 2, vec![batch(3, 3, 4, 1)]), 12);
+    assert!(drain(&mut c).persists.is_empty(), "one record in flight per key");
+
+    c.persisted(first[0].0, Ok(()), 13);
+    let d = drain(&mut c);
+    assert_eq!(d.answers, vec![(ReplyId(1), Ok(()))]);
+    let [(id, _, StateRecord::Update(_, combined))] = &d.persists[..] else { panic!("one combined update: {d:?}") };
+    assert_eq!(combined.start_offset, 2);
+    assert_eq!(combined.batches, vec![batch(3, 3, 4, 1)], "offsets below the new start offset are gone");
+    c.persisted(*id, Ok(()), 14);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(2), Ok(())), (ReplyId(3), Ok(()))]);
+    let read = c.read(&key(0), 1, 15).unwrap();
+    assert_eq!((read.start_offset, read.batches), (2, vec![batch(2, 2, 0, 1), batch(3, 3, 4, 1), batch(4, 4, 0, 1)]));
+}
+
+#[test]
+fn a_failed_append_changes_nothing_and_its_writers_get_its_error() {
+    let mut c = initialised();
+    c.write(ReplyId(1), key(0), write(1, 3, vec![batch(3, 4, 2, 1)]), 10);
+    let d = drain(&mut c);
+    c.persisted(d.persists[0].0, Err(ErrorCode::KAFKA_STORAGE_ERROR), 11);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Err(ErrorCode::KAFKA_STORAGE_ERROR))]);
+    let read = c.read(&key(0), 1, 12).unwrap();
+    assert_eq!((read.start_offset, read.batches), (0, vec![]));
+}
+
+#[test]
+fn an_older_leader_or_state_epoch_is_fenced_as_soon_as_a_newer_one_has_spoken() {
+    let mut c = initialised();
+    // The new leader reads with epoch 5: at once, the old leader's writes are fenced.
+    c.read(&key(0), 5, 10).unwrap();
+    let epoch_record = drain(&mut c).persists;
+    assert!(matches!(&epoch_record[..], [(_, _, StateRecord::Update(_, u))] if u.leader_epoch == 5));
+    c.write(ReplyId(1), key(0), write(4, -1, vec![]), 11);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Err(ErrorCode::FENCED_LEADER_EPOCH))]);
+    assert_eq!(c.read(&key(0), 4, 12).unwrap_err().code, ErrorCode::FENCED_LEADER_EPOCH);
+
+    let mut stale = write(5, -1, vec![]);
+    stale.state_epoch = 0;
+    c.initialize(ReplyId(2), key(0), 1, 0, 13);
+    c.write(ReplyId(3), key(0), stale, 14);
+    let answers = drain(&mut c).answers;
+    assert!(answers.contains(&(ReplyId(3), Err(ErrorCode::FENCED_STATE_EPOCH))), "{answers:?}");
+}
+
+#[test]
+fn uninitialised_share_partitions_refuse_reads_and_writes() {
+    let mut c = ShareStateCoordinator::new(ShareStateConfig::default());
+    assert_eq!(c.read(&key(1), 0, 1).unwrap_err().code, ErrorCode::INVALID_REQUEST);
+    c.write(ReplyId(1), key(1), write(0, 0, vec![]), 1);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Err(ErrorCode::INVALID_REQUEST))]);
+    let summary = c.read_summary(&key(1));
+    assert_eq!((summary.start_offset, summary.leader_epoch), (-1, -1));
+    c.delete(ReplyId(2), key(1), 1);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(2), Ok(()))], "deleting nothing is done at once");
+}
+
+#[test]
+fn a_snapshot_follows_the_configured_number_of_updates() {
+    let config = ShareStateConfig { snapshot_update_records_per_snapshot: 2, ..ShareStateConfig::default() };
+    let mut c = ShareStateCoordinator::new(config);
+    c.initialize(ReplyId(0), key(0), 0, 0, 1);
+    let mut kinds = Vec::new();
+    let mut persists = drain(&mut c).persists;
+    for i in 0..4 {
+        let (id, _, record) = persists.remove(0);
+        kinds.push(matches!(record, StateRecord::Snapshot(..)));
+        c.persisted(id, Ok(()), 2 + i);
+        drain(&mut c);
+        c.write(ReplyId(1 + i as u64), key(0), write(0, -1, vec![batch(i, i, 2, 1)]), 2 + i);
+        persists = drain(&mut c).persists;
+    }
+    assert_eq!(kinds, vec![true, false, false, true]);
+}
+
+#[test]
+fn unloading_a_partition_answers_its_waiters_not_coordinator() {
+    let mut c = initialised();
+    c.write(ReplyId(1), key(0), write(0, -1, vec![]), 10);
+    let d = drain(&mut c);
+    let partition = c.partition_of(&key(0));
+    assert_eq!(c.unload_partition(partition), vec![d.persists[0].0]);
+    assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Err(ErrorCode::NOT_COORDINATOR))]);
+    assert!(c.state(&key(0)).is_none());
+}
+
+#[test]
+fn the_coordinator_key_and_partition_are_kafkas() {
+    // Kafka: Utils.abs("group:topicId:partition".hashCode()) % 50, topic id in base64.
+    let k = ShareKey { group_id: "g".into(), topic_id: Uuid([0; 16]), partition: 0 };
+    assert_eq!(k.coordinator_key(), "g:AAAAAAAAAAAAAAAAAAAAAA:0");
+    let expected = osprey_coordinator::group::java_string_hash_code("g:AAAAAAAAAAAAAAAAAAAAAA:0").unsigned_abs() % 50;
+    assert_eq!(osprey_coordinator::share_state::partition_for(&k, 50), expected as i32);
+}
+
+#[derive(Debug, Clone)]
+enum Step {
+    Initialize {
+        partition: i32,
+        start: i64,
+    },
+    Write {
+        partition: i32,
+        start: i64,
+        first: i64,
+        len: i64,
+        state: i8,
+        count: i16,
+    },
+    Read {
+        partition: i32,
+        leader_epoch: i32,
+    },
+    Delete {
+        partition: i32,
+    },
+    /// Report the oldest persist in flight, durable or failed.
+    Persist {
+        ok: bool,
+    },
+}
+
+fn steps() -> impl Strategy<Value = Vec<Step>> {
+    let step = prop_oneof![
+        1 => (0..2i32, -1..4i64).prop_map(|(partition, start)| Step::Initialize { partition, start }),
+        4 => (0..2i32, -1..30i64, 0..30i64, 0..5i64, prop::sample::select(vec![0i8, 2, 4]), 1..5i16).prop_map(
+            |(partition, start, first, len, state, count)| Step::Write { partition, start, first, len, state, count }
+        ),
+        1 => (0..2i32, 0..4i32).prop_map(|(partition, leader_epoch)| Step::Read { partition, leader_epoch }),
+        1 => (0..2i32).prop_map(|partition| Step::Delete { partition }),
+        5 => Just(Step::Persist { ok: true }),
+        1 => Just(Step::Persist { ok: false }),
+    ];
+    prop::collection::vec(step, 1..60)
+}
+
+proptest! {
+    /// Whatever the interleaving of writes, reads, deletes and appends (some failing),
+    /// the coordinator's state is what replaying its durable records gives: nothing
+    /// acknowledged is missing after a reload, nothing that failed is there.
+    #[test]
+    fn the_durable_log_replays_to_the_live_state(steps in steps()) {
+        let config = ShareStateConfig { snapshot_update_records_per_snapshot: 3, ..ShareStateConfig::default() };
+        let mut live = ShareStateCoordinator::new(config.clone());
+        let mut log: Vec<StateRecord> = Vec::new();
+        let mut in_flight: Vec<(PersistId, StateRecord)> = Vec::new();
+        let mut reply = 0u64;
+        let mut now = 0i64;
+        // What each held request asked, and per partition the batches of writes answered
+        // Ok since the last initialise or delete answered Ok.
+        let mut asked: std::collections::HashMap<u64, (i32, Option<StateBatch>)> = Default::default();
+        let mut acknowledged: [Vec<StateBatch>; 2] = Default::default();
+        let mut highest_start = [-1i64; 2];
+        for step in steps {
+            now += 1;
+            reply += 1;
+            match step {
+                Step::Initialize { partition, start } => {
+                    // A share partition's start offset only moves forward (or is -1: not known yet).
+                    let start = if start == -1 { -1 } else { start.max(highest_start[partition as usize]) };
+                    highest_start[partition as usize] = highest_start[partition as usize].max(start);
+                    asked.insert(reply, (partition, None));
+                    live.initialize(ReplyId(reply), key(partition), 0, start, now)
+                }
+                Step::Write { partition, start, first, len, state, count } => {
+                    let start = if start == -1 { -1 } else { start.max(highest_start[partition as usize]) };
+                    highest_start[partition as usize] = highest_start[partition as usize].max(start);
+                    let b = batch(first, first + len, state, count);
+                    asked.insert(reply, (partition, Some(b)));
+                    let w = WriteState { state_epoch: -1, leader_epoch: -1, start_offset: start, delivery_complete_count: -1, batches: vec![b] };
+                    live.write(ReplyId(reply), key(partition), w, now);
+                }
+                Step::Read { partition, leader_epoch } => { let _ = live.read(&key(partition), leader_epoch, now); }
+                Step::Delete { partition } => {
+                    asked.insert(reply, (partition, None));
+                    live.delete(ReplyId(reply), key(partition), now)
+                }
+                Step::Persist { ok } => {
+                    if !in_flight.is_empty() {
+                        let (id, record) = in_flight.remove(0);
+                        if ok { log.push(record); }
+                        live.persisted(id, if ok { Ok(()) } else { Err(ErrorCode::KAFKA_STORAGE_ERROR) }, now);
+                    }
+                }
+            }
+            let d = drain(&mut live);
+            in_flight.extend(d.persists.into_iter().map(|(id, _, record)| (id, record)));
+            for (ReplyId(r), result) in d.answers {
+                match (asked.remove(&r), result) {
+                    (Some((p, Some(b))), Ok(())) => acknowledged[p as usize].push(b),
+                    // A fresh state: the writes before it are gone.
+                    (Some((p, None)), Ok(())) => acknowledged[p as usize].clear(),
+                    _ => {}
+                }
+            }
+            // An acknowledged write is in the durable state: every offset it wrote, at or
+            // above the start offset, is at least as far along as it said.
+            for p in 0..2 {
+                let Some(state) = live.state(&key(p)) else {
+                    prop_assert!(acknowledged[p as usize].is_empty(), "acknowledged writes lost: {:?}", acknowledged[p as usize]);
+                    continue;
+                };
+                for b in &acknowledged[p as usize] {
+                    for offset in b.first_offset.max(state.start_offset)..=b.last_offset {
+                        let held = state.batches.iter().find(|h| h.first_offset <= offset && offset <= h.last_offset);
+                        let held = held.map(|h| (h.delivery_count, h.delivery_state));
+                        prop_assert!(held >= Some((b.delivery_count, b.delivery_state)), "offset {} of {:?}: {:?}", offset, b, held);
+                    }
+                }
+            }
+
+            let mut replayed = ShareStateCoordinator::new(config.clone());
+            for record in &log { replayed.replay(record); }
+            for p in 0..2 {
+                prop_assert_eq!(replayed.state(&key(p)), live.state(&key(p)), "partition {} after {:?}", p, log);
+            }
+        }
+    }
+}
