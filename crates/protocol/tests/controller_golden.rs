@@ -5,35 +5,19 @@
 //! must decode to exactly those values and re-encode to exactly Kafka's bytes, at every
 //! version.
 
-use bytes::{Bytes, BytesMut};
+mod kafka_golden;
+
+use kafka_golden::{A, B};
 use osprey_protocol::messages::{
     alter_partition_request, alter_partition_response, broker_registration_request, AllocateProducerIdsRequest,
     AllocateProducerIdsResponse, AlterPartitionRequest, AlterPartitionResponse, BrokerHeartbeatRequest,
     BrokerHeartbeatResponse, BrokerRegistrationRequest, BrokerRegistrationResponse,
 };
-use osprey_protocol::{Message, Uuid};
-use std::path::PathBuf;
-
-const A: Uuid = Uuid([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16]);
-const B: Uuid = Uuid([17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32]);
-
-fn kafka_bytes(name: &str, version: i16) -> Bytes {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/golden/kafka-controller")
-        .join(format!("{name}-v{version}.hex"));
-    let hex = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let hex = hex.trim();
-    (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex")).collect::<Vec<u8>>().into()
-}
+use osprey_protocol::Message;
 
 /// Kafka's bytes decode to `expected`, and `expected` encodes to Kafka's bytes.
 fn check<M: Message>(name: &str, version: i16, expected: M) {
-    let bytes = kafka_bytes(name, version);
-    let decoded = M::decode_exact(bytes.clone(), version).unwrap_or_else(|e| panic!("{name} v{version}: {e}"));
-    assert_eq!(decoded, expected, "{name} v{version}: decoded Kafka's bytes");
-    let mut out = BytesMut::new();
-    expected.encode(&mut out, version).unwrap_or_else(|e| panic!("{name} v{version}: {e}"));
-    assert_eq!(out.freeze(), bytes, "{name} v{version}: encoded differently from Kafka");
+    kafka_golden::check("kafka-controller", name, version, expected);
 }
 
 #[test]
