@@ -46,7 +46,7 @@ fn initialised() -> ShareStateCoordinator {
     c.initialize(ReplyId(0), key(0), 0, 0, 1);
     let d = drain(&mut c);
     assert_eq!(d.persists.len(), 1);
-    c.persisted(d.persists[0].0, Ok(()), 2);
+    c.persisted(d.persists[0].0, Ok(0), 2);
     assert_eq!(drain(&mut c).answers, vec![(ReplyId(0), Ok(()))]);
     c
 }
@@ -62,7 +62,7 @@ fn a_write_is_answered_once_its_record_is_durable_and_reads_see_it_only_then() {
     assert_eq!(update.batches, vec![batch(5, 9, 2, 1)]);
     assert_eq!(c.read(&key(0), 3, 11).unwrap().start_offset, 0, "reads see the durable state");
 
-    c.persisted(*id, Ok(()), 12);
+    c.persisted(*id, Ok(1), 12);
     assert_eq!(drain(&mut c).answers, vec![(ReplyId(1), Ok(()))]);
     let read = c.read(&key(0), 3, 13).unwrap();
     assert_eq!((read.start_offset, read.batches), (5, vec![batch(5, 9, 2, 1)]));
@@ -77,13 +77,13 @@ fn writes_arriving_while_one_is_in_flight_share_the_next_record() {
     c.write(ReplyId(3), key(0), write(1, 2, vec![batch(3, 3, 4, 1)]), 12);
     assert!(drain(&mut c).persists.is_empty(), "one record in flight per key");
 
-    c.persisted(first[0].0, Ok(()), 13);
+    c.persisted(first[0].0, Ok(1), 13);
     let d = drain(&mut c);
     assert_eq!(d.answers, vec![(ReplyId(1), Ok(()))]);
     let [(id, _, StateRecord::Update(_, combined))] = &d.persists[..] else { panic!("one combined update: {d:?}") };
     assert_eq!(combined.start_offset, 2);
     assert_eq!(combined.batches, vec![batch(3, 3, 4, 1)], "offsets below the new start offset are gone");
-    c.persisted(*id, Ok(()), 14);
+    c.persisted(*id, Ok(2), 14);
     assert_eq!(drain(&mut c).answers, vec![(ReplyId(2), Ok(())), (ReplyId(3), Ok(()))]);
     let read = c.read(&key(0), 1, 15).unwrap();
     assert_eq!((read.start_offset, read.batches), (2, vec![batch(2, 2, 0, 1), batch(3, 3, 4, 1), batch(4, 4, 0, 1)]));
@@ -141,7 +141,7 @@ fn a_snapshot_follows_the_configured_number_of_updates() {
     for i in 0..4 {
         let (id, _, record) = persists.remove(0);
         kinds.push(matches!(record, StateRecord::Snapshot(..)));
-        c.persisted(id, Ok(()), 2 + i);
+        c.persisted(id, Ok(i), 2 + i);
         drain(&mut c);
         c.write(ReplyId(1 + i as u64), key(0), write(0, -1, vec![batch(i, i, 2, 1)]), 2 + i);
         persists = drain(&mut c).persists;
@@ -254,8 +254,9 @@ proptest! {
                 Step::Persist { ok } => {
                     if !in_flight.is_empty() {
                         let (id, record) = in_flight.remove(0);
+                        let offset = log.len() as i64;
                         if ok { log.push(record); }
-                        live.persisted(id, if ok { Ok(()) } else { Err(ErrorCode::KAFKA_STORAGE_ERROR) }, now);
+                        live.persisted(id, if ok { Ok(offset) } else { Err(ErrorCode::KAFKA_STORAGE_ERROR) }, now);
                     }
                 }
             }
@@ -286,10 +287,128 @@ proptest! {
             }
 
             let mut replayed = ShareStateCoordinator::new(config.clone());
-            for record in &log { replayed.replay(record); }
+            for (offset, record) in log.iter().enumerate() { replayed.replay(offset as i64, record); }
             for p in 0..2 {
                 prop_assert_eq!(replayed.state(&key(p)), live.state(&key(p)), "partition {} after {:?}", p, log);
             }
+            // Records below a partition's redundant offset are not needed: the rest alone
+            // replays to the same state (what pruning `__share_group_state` relies on).
+            let mut pruned = ShareStateCoordinator::new(config.clone());
+            for (offset, record) in log.iter().enumerate() {
+                let partition = live.partition_of(record.key());
+                if live.redundant_offset(partition).is_some_and(|r| offset as i64 >= r) {
+                    pruned.replay(offset as i64, record);
+                }
+            }
+            for p in 0..2 {
+                prop_assert_eq!(pruned.state(&key(p)), live.state(&key(p)), "partition {} pruned at {:?}", p, live.redundant_offset(live.partition_of(&key(p))));
+            }
         }
     }
+}
+
+#[test]
+fn records_read_back_as_written() {
+    let state = osprey_coordinator::share_state::ShareState {
+        snapshot_epoch: 3,
+        state_epoch: 1,
+        leader_epoch: 7,
+        start_offset: 100,
+        delivery_complete_count: 4,
+        create_timestamp: 1_700_000_000_000,
+        write_timestamp: 1_700_000_000_500,
+        batches: vec![batch(100, 104, 2, 1), batch(105, 105, 4, 5)],
+    };
+    let update = osprey_coordinator::share_state::ShareUpdate {
+        snapshot_epoch: 3,
+        leader_epoch: -1,
+        start_offset: -1,
+        delivery_complete_count: -1,
+        batches: vec![batch(106, 110, 0, 2)],
+    };
+    for record in
+        [StateRecord::Snapshot(key(2), state), StateRecord::Update(key(2), update), StateRecord::Tombstone(key(2))]
+    {
+        let raw = record.to_record();
+        assert_eq!(StateRecord::from_record(raw.key, raw.value).unwrap(), Some(record));
+    }
+    let garbage = bytes::Bytes::from_static(&[0, 0, 0xff]);
+    assert!(StateRecord::from_record(garbage, None).is_err());
+    let unknown_type = bytes::Bytes::from_static(&[0, 9, 1, 2]);
+    assert_eq!(StateRecord::from_record(unknown_type, None).unwrap(), None);
+}
+
+/// The bytes Kafka 4.4's `ShareCoordinatorRecordSerde` writes for the records of
+/// `records_read_back_as_written`, printed by `tests/kafka/ShareStateRecords.java`
+/// (`javac -cp "<kafka 4.4 libs>/*" ShareStateRecords.java && java -cp "<libs>/*:." ShareStateRecords`).
+const KAFKA_SNAPSHOT: (&str, &str) = (
+    "0000000571756575650707070707070707070707070707070700000002",
+    "000000000003000000010000000700000000000000640000018bcfe568000000018bcfe569f4030000000000000064000000000000006802000100000000000000006900000000000000690400050001000400000004",
+);
+const KAFKA_UPDATE: (&str, &str) = (
+    "0001000571756575650707070707070707070707070707070700000002",
+    "000000000003ffffffffffffffffffffffff02000000000000006a000000000000006e0000020000",
+);
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn records_are_byte_for_byte_kafkas() {
+    let state = osprey_coordinator::share_state::ShareState {
+        snapshot_epoch: 3,
+        state_epoch: 1,
+        leader_epoch: 7,
+        start_offset: 100,
+        delivery_complete_count: 4,
+        create_timestamp: 1_700_000_000_000,
+        write_timestamp: 1_700_000_000_500,
+        batches: vec![batch(100, 104, 2, 1), batch(105, 105, 4, 5)],
+    };
+    let snapshot = StateRecord::Snapshot(key(2), state).to_record();
+    assert_eq!(
+        (hex(&snapshot.key), hex(snapshot.value.as_deref().unwrap())),
+        (KAFKA_SNAPSHOT.0.into(), KAFKA_SNAPSHOT.1.into())
+    );
+    let update = osprey_coordinator::share_state::ShareUpdate {
+        snapshot_epoch: 3,
+        leader_epoch: -1,
+        start_offset: -1,
+        delivery_complete_count: -1,
+        batches: vec![batch(106, 110, 0, 2)],
+    };
+    let update = StateRecord::Update(key(2), update).to_record();
+    assert_eq!(
+        (hex(&update.key), hex(update.value.as_deref().unwrap())),
+        (KAFKA_UPDATE.0.into(), KAFKA_UPDATE.1.into())
+    );
+}
+
+#[test]
+fn a_coordinator_following_leadership_serves_only_what_it_has_loaded() {
+    let mut c = ShareStateCoordinator::new(ShareStateConfig::default());
+    c.follow_leadership();
+    let p = c.partition_of(&key(0));
+    assert_eq!(c.serving_error(&key(0)), Some(ErrorCode::NOT_COORDINATOR));
+    c.begin_load(p, 4);
+    assert_eq!(c.serving_error(&key(0)), Some(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS));
+    let snapshot = osprey_coordinator::share_state::ShareState {
+        snapshot_epoch: 0,
+        state_epoch: 0,
+        leader_epoch: 2,
+        start_offset: 10,
+        delivery_complete_count: -1,
+        create_timestamp: 0,
+        write_timestamp: 0,
+        batches: vec![batch(10, 12, 2, 1)],
+    };
+    // A load for an epoch no longer being loaded is dropped.
+    assert!(!c.finish_load(p, 3, vec![(0, StateRecord::Snapshot(key(0), snapshot.clone()))]));
+    assert!(c.finish_load(p, 4, vec![(7, StateRecord::Snapshot(key(0), snapshot.clone()))]));
+    assert_eq!((c.serving_error(&key(0)), c.loaded_epoch(p)), (None, Some(4)));
+    assert_eq!(c.state(&key(0)), Some(&snapshot));
+    assert_eq!(c.redundant_offset(p), Some(7), "the snapshot at 7 holds everything before it");
+    assert!(c.unload_partition(p).is_empty());
+    assert_eq!((c.serving_error(&key(0)), c.state(&key(0))), (Some(ErrorCode::NOT_COORDINATOR), None));
 }

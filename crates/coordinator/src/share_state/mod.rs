@@ -34,10 +34,12 @@
 //! [`unload_partition`]: ShareStateCoordinator::unload_partition
 
 mod combine;
+mod records;
 
 pub use combine::combine;
+pub use records::StateLoadError;
 
-use crate::group::{java_string_hash_code, PersistId, ReplyId};
+use crate::group::{java_string_hash_code, PartitionLoad, PersistId, ReplyId};
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
@@ -197,6 +199,9 @@ struct Entry {
     state: Option<ShareState>,
     /// `ShareUpdate`s replayed since the last `ShareSnapshot`.
     updates_since_snapshot: u32,
+    /// The log offset from which this key's records are still needed: its latest
+    /// snapshot's (or its first record's, before any snapshot). `None` with no state.
+    needed_from: Option<i64>,
     /// The highest leader and state epochs seen, durable or not: fencing applies as soon
     /// as a newer leader has spoken, not only once its record is durable.
     fence_leader_epoch: i32,
@@ -239,6 +244,11 @@ pub struct ShareStateCoordinator {
     entries: HashMap<ShareKey, Entry>,
     /// Which entry each persist in flight belongs to.
     persists: BTreeMap<PersistId, ShareKey>,
+    /// The `__share_group_state` partitions served, once the server follows leadership
+    /// ([`ShareStateCoordinator::follow_leadership`]); `None`: every partition.
+    partitions: Option<BTreeMap<i32, PartitionLoad>>,
+    /// Per partition, the offset after the last record replayed.
+    log_ends: HashMap<i32, i64>,
     next_persist: u64,
     outputs: VecDeque<Output>,
 }
@@ -249,6 +259,8 @@ impl ShareStateCoordinator {
             config,
             entries: HashMap::new(),
             persists: BTreeMap::new(),
+            partitions: None,
+            log_ends: HashMap::new(),
             next_persist: 0,
             outputs: VecDeque::new(),
         }
@@ -344,14 +356,18 @@ impl ShareStateCoordinator {
         self.enqueue(key, Change::Delete, Some(reply), now_ms);
     }
 
-    /// The append of persist `id` is durable (`Ok`) or failed with `Err(code)`.
-    pub fn persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
+    /// The append of persist `id` is durable at log offset `Ok(offset)`, or failed with
+    /// `Err(code)`.
+    pub fn persisted(&mut self, id: PersistId, result: Result<i64, ErrorCode>, now_ms: i64) {
         let Some(key) = self.persists.remove(&id) else { return };
+        let partition = self.partition_of(&key);
         let Some(entry) = self.entries.get_mut(&key) else { return };
         let Some(in_flight) = entry.in_flight.take_if(|f| f.id == id) else { return };
         let answer = match result {
-            Ok(()) => {
-                apply(entry, &in_flight.record);
+            Ok(offset) => {
+                apply(entry, offset, &in_flight.record);
+                let end = self.log_ends.entry(partition).or_insert(0);
+                *end = (*end).max(offset + 1);
                 Ok(())
             }
             Err(code) => Err(StateError::new(code, format!("the share state append failed ({})", code.name()))),
@@ -362,10 +378,12 @@ impl ShareStateCoordinator {
         self.issue_next(&key, now_ms);
     }
 
-    /// Replays a record read back from `__share_group_state` (loading a partition).
-    pub fn replay(&mut self, record: &StateRecord) {
+    /// Replays the record at `offset` of `__share_group_state` (loading a partition).
+    pub fn replay(&mut self, offset: i64, record: &StateRecord) {
+        let end = self.log_ends.entry(self.partition_of(record.key())).or_insert(0);
+        *end = (*end).max(offset + 1);
         let entry = self.entries.entry(record.key().clone()).or_default();
-        apply(entry, record);
+        apply(entry, offset, record);
         if entry.state.is_none() && entry.in_flight.is_none() && entry.queued.is_empty() {
             self.entries.remove(record.key());
         }
@@ -375,6 +393,10 @@ impl ShareStateCoordinator {
     /// are dropped and their waiters answered NOT_COORDINATOR. Returns the persists still
     /// in flight there, which the server need not report any more.
     pub fn unload_partition(&mut self, partition: i32) -> Vec<PersistId> {
+        if let Some(partitions) = &mut self.partitions {
+            partitions.remove(&partition);
+        }
+        self.log_ends.remove(&partition);
         let keys: Vec<ShareKey> = self.entries.keys().filter(|k| self.partition_of(k) == partition).cloned().collect();
         let mut dropped = Vec::new();
         for key in keys {
@@ -399,6 +421,93 @@ impl ShareStateCoordinator {
     /// The durable state of `key`, if any.
     pub fn state(&self, key: &ShareKey) -> Option<&ShareState> {
         self.entries.get(key).and_then(|e| e.state.as_ref())
+    }
+
+    /// From now on, serve only the `__share_group_state` partitions handed over with
+    /// [`begin_load`](Self::begin_load) (a coordinator made with `new` serves them all).
+    pub fn follow_leadership(&mut self) {
+        let all: Vec<i32> = (0..self.config.state_topic_num_partitions).collect();
+        for partition in all {
+            self.unload_partition(partition);
+        }
+        self.partitions = Some(BTreeMap::new());
+    }
+
+    /// This broker became the leader of `partition` at leader epoch `epoch`: its keys
+    /// answer COORDINATOR_LOAD_IN_PROGRESS until [`finish_load`](Self::finish_load).
+    pub fn begin_load(&mut self, partition: i32, epoch: i32) -> Vec<PersistId> {
+        let dropped =
+            if self.partition_load(partition).is_some() { self.unload_partition(partition) } else { Vec::new() };
+        if let Some(partitions) = &mut self.partitions {
+            partitions.insert(partition, PartitionLoad::Loading { epoch });
+        }
+        dropped
+    }
+
+    /// The records of `partition`, with their offsets, read for the load begun at
+    /// `epoch`, oldest first. Returns false when that load is no longer wanted (the
+    /// partition was unloaded, or a newer epoch began loading): nothing is replayed.
+    pub fn finish_load(
+        &mut self,
+        partition: i32,
+        epoch: i32,
+        records: impl IntoIterator<Item = (i64, StateRecord)>,
+    ) -> bool {
+        if self.partition_load(partition) != Some(PartitionLoad::Loading { epoch }) {
+            return false;
+        }
+        for (offset, record) in records {
+            if self.partition_of(record.key()) == partition {
+                self.replay(offset, &record);
+            }
+        }
+        if let Some(partitions) = &mut self.partitions {
+            partitions.insert(partition, PartitionLoad::Loaded { epoch });
+        }
+        true
+    }
+
+    /// Where `partition` stands, if this coordinator follows leadership and holds it.
+    pub fn partition_load(&self, partition: i32) -> Option<PartitionLoad> {
+        self.partitions.as_ref()?.get(&partition).copied()
+    }
+
+    /// The leader epoch `partition` was loaded at; `None` when it is not served here
+    /// (`Some(-1)` when this coordinator serves every partition).
+    pub fn loaded_epoch(&self, partition: i32) -> Option<i32> {
+        match &self.partitions {
+            None => Some(-1),
+            Some(p) => match p.get(&partition) {
+                Some(PartitionLoad::Loaded { epoch }) => Some(*epoch),
+                _ => None,
+            },
+        }
+    }
+
+    /// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when `key`'s partition is not
+    /// served here (yet): the server answers it before calling in. `None` when served.
+    pub fn serving_error(&self, key: &ShareKey) -> Option<ErrorCode> {
+        let partitions = self.partitions.as_ref()?;
+        match partitions.get(&self.partition_of(key)) {
+            Some(PartitionLoad::Loaded { .. }) => None,
+            Some(PartitionLoad::Loading { .. }) => Some(ErrorCode::COORDINATOR_LOAD_IN_PROGRESS),
+            None => Some(ErrorCode::NOT_COORDINATOR),
+        }
+    }
+
+    /// The offset below which `partition`'s records are no longer needed (each key's
+    /// latest snapshot holds all before it): the server may delete records below it, as
+    /// Kafka prunes `__share_group_state` (its `lastRedundantOffset`). `None` when
+    /// nothing has been replayed there.
+    pub fn redundant_offset(&self, partition: i32) -> Option<i64> {
+        let end = *self.log_ends.get(&partition)?;
+        let needed = self
+            .entries
+            .iter()
+            .filter(|(key, _)| self.partition_of(key) == partition)
+            .filter_map(|(_, entry)| entry.needed_from)
+            .min();
+        Some(needed.unwrap_or(end))
     }
 
     /// Checks the coordinator's invariants (tests call it after every step).
@@ -619,16 +728,19 @@ fn record_for(
     Ok(Some(record))
 }
 
-/// Replays `record` onto `entry`'s durable state, as Kafka's shard does.
-fn apply(entry: &mut Entry, record: &StateRecord) {
+/// Replays `record`, at log offset `offset`, onto `entry`'s durable state, as Kafka's
+/// shard does.
+fn apply(entry: &mut Entry, offset: i64, record: &StateRecord) {
     match record {
         StateRecord::Snapshot(_, state) => {
+            entry.needed_from = Some(offset);
             entry.fence_leader_epoch = entry.fence_leader_epoch.max(state.leader_epoch);
             entry.fence_state_epoch = entry.fence_state_epoch.max(state.state_epoch);
             entry.state = Some(state.clone());
             entry.updates_since_snapshot = 0;
         }
         StateRecord::Update(_, update) => {
+            entry.needed_from.get_or_insert(offset);
             entry.fence_leader_epoch = entry.fence_leader_epoch.max(update.leader_epoch);
             entry.updates_since_snapshot += 1;
             let Some(state) = entry.state.as_mut() else {
@@ -657,6 +769,7 @@ fn apply(entry: &mut Entry, record: &StateRecord) {
             state.batches = combine(&state.batches, &update.batches, state.start_offset);
         }
         StateRecord::Tombstone(_) => {
+            entry.needed_from = None;
             entry.state = None;
             entry.updates_since_snapshot = 0;
         }
