@@ -7,6 +7,8 @@
 //!   records.
 //! - [`share_state`]: the share coordinator, the durable state of share partitions
 //!   (KIP-932) and its `__share_group_state` records.
+//! - [`share`]: a share partition's in-flight records on its leader (KIP-932 share
+//!   groups): acquisition, acknowledgement, lock expiry and the state it persists.
 //! - [`txn`]: transactions (InitProducerId, AddPartitionsToTxn, EndTxn, ...) and their
 //!   `__transaction_state` records.
 //!
@@ -15,5 +17,6 @@
 //! drive them the same way with seeded schedules and check invariants at every step.
 
 pub mod group;
+pub mod share;
 pub mod share_state;
 pub mod txn;
