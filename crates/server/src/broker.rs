@@ -119,6 +119,18 @@ impl Settings {
     }
 
     /// The transaction coordinator's settings, from the broker config (Kafka's keys).
+    /// The share coordinator's settings from the broker's.
+    pub fn share_state_config(&self) -> osprey_coordinator::share_state::ShareStateConfig {
+        let c = &self.config;
+        osprey_coordinator::share_state::ShareStateConfig {
+            state_topic_num_partitions: c.share_coordinator_state_topic_num_partitions.max(1),
+            snapshot_update_records_per_snapshot: u32::try_from(
+                c.share_coordinator_snapshot_update_records_per_snapshot,
+            )
+            .unwrap_or(0),
+        }
+    }
+
     pub fn txn_config(&self) -> osprey_coordinator::txn::TxnConfig {
         let c = &self.config;
         osprey_coordinator::txn::TxnConfig {
@@ -222,6 +234,8 @@ pub struct Broker {
     pub groups: Groups,
     /// The transaction coordinator and its `__transaction_state` plumbing.
     pub transactions: Transactions,
+    /// The share coordinator and its `__share_group_state` plumbing.
+    pub share_states: crate::share_states::ShareStates,
     /// Open segment and index files, shared by every partition log.
     fd_budget: Arc<FdBudget>,
     /// Held while an internal topic is created or its logs opened, so that two requests
@@ -491,6 +505,7 @@ impl Broker {
             stopping: tokio::sync::watch::channel(false).0,
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
             transactions: Transactions::new(settings.txn_config()),
+            share_states: crate::share_states::ShareStates::new(settings.share_state_config()),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             internal_topics: Mutex::new(()),
             internal_topics_in_background: Mutex::new(BTreeSet::new()),

@@ -84,6 +84,10 @@ fn follow_locked(broker: &Arc<Broker>, mode: LoadMode) {
     for (index, led) in led_partitions(broker, TRANSACTION_STATE_TOPIC_NAME, partitions) {
         broker.transactions.follow_partition(broker, index, led, mode);
     }
+    let partitions = broker.share_states.num_partitions();
+    for (index, led) in led_partitions(broker, crate::share_states::SHARE_STATE_TOPIC, partitions) {
+        broker.share_states.follow_partition(broker, index, led, mode);
+    }
 }
 
 /// For each partition index the coordinator uses (`0..num_partitions`), whether it is led

@@ -34,6 +34,7 @@ pub mod replication;
 pub mod replies;
 pub mod sasl;
 pub mod send_file;
+pub mod share_states;
 pub mod supported;
 pub mod telemetry;
 #[cfg(test)]

@@ -587,6 +587,19 @@ pub fn append_coordinator_records(
     producer: Option<(i64, i16)>,
     what: &str,
 ) -> Result<Acknowledgement, ErrorCode> {
+    append_coordinator_records_at(partition, coordinator_epoch, flusher, records, producer, what).map(|(_, ack)| ack)
+}
+
+/// [`append_coordinator_records`], also giving the offset of the last record appended
+/// (a coordinator that tracks where its records are: the share coordinator's pruning).
+pub fn append_coordinator_records_at(
+    partition: &Arc<Partition>,
+    coordinator_epoch: i32,
+    flusher: &Flusher,
+    records: &[osprey_coordinator::group::Record],
+    producer: Option<(i64, i16)>,
+    what: &str,
+) -> Result<(i64, Acknowledgement), ErrorCode> {
     use osprey_protocol::records::{BatchBuilder, Compression};
     let now = crate::broker::now_ms();
     let mut builder = BatchBuilder::new(Compression::None);
@@ -611,7 +624,7 @@ pub fn append_coordinator_records(
             ErrorCode::UNKNOWN_SERVER_ERROR
         }
     })?;
-    Ok(partition.acknowledged(info.last_offset, flusher))
+    Ok((info.last_offset, partition.acknowledged(info.last_offset, flusher)))
 }
 
 #[cfg(test)]

@@ -180,7 +180,8 @@ log.segment.bytes=1073741824
 log.retention.check.interval.ms=300000
 ";
     let (c, unknown) = resolve(file, &[]);
-    assert_eq!(unknown, ["share.coordinator.state.topic.min.isr", "share.coordinator.state.topic.replication.factor",]);
+    assert!(unknown.is_empty(), "{unknown:?}");
+    assert_eq!((c.share_coordinator_state_topic_replication_factor, c.share_coordinator_state_topic_min_isr), (1, 1));
     assert_eq!(c.cluster.bootstrap_servers, [("localhost".to_string(), 9093)]);
     assert_eq!(c.cluster.beyond_this_node(1), None, "the bootstrap server is this node's own controller listener");
     assert_eq!(c.listeners.len(), 2);

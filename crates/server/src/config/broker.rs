@@ -324,6 +324,16 @@ pub struct BrokerConfig {
     pub group_max_size: i32,
     /// `osprey.transaction.version`.
     pub transaction_version: i16,
+    /// `share.coordinator.state.topic.num.partitions`.
+    pub share_coordinator_state_topic_num_partitions: i32,
+    /// `share.coordinator.state.topic.replication.factor`.
+    pub share_coordinator_state_topic_replication_factor: i16,
+    /// `share.coordinator.state.topic.min.isr`.
+    pub share_coordinator_state_topic_min_isr: i16,
+    /// `share.coordinator.state.topic.segment.bytes`.
+    pub share_coordinator_state_topic_segment_bytes: i32,
+    /// `share.coordinator.snapshot.update.records.per.snapshot`.
+    pub share_coordinator_snapshot_update_records_per_snapshot: i32,
     /// `transaction.state.log.num.partitions`.
     pub transaction_state_log_num_partitions: i32,
     /// `transaction.state.log.replication.factor`.
@@ -805,6 +815,12 @@ impl BrokerConfig {
             group_consumer_regex_max_compiled_bytes: r.i32("osprey.group.consumer.regex.max.compiled.bytes"),
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
+            share_coordinator_state_topic_num_partitions: r.i32("share.coordinator.state.topic.num.partitions"),
+            share_coordinator_state_topic_replication_factor: r.i16("share.coordinator.state.topic.replication.factor"),
+            share_coordinator_state_topic_min_isr: r.i16("share.coordinator.state.topic.min.isr"),
+            share_coordinator_state_topic_segment_bytes: r.i32("share.coordinator.state.topic.segment.bytes"),
+            share_coordinator_snapshot_update_records_per_snapshot: r
+                .i32("share.coordinator.snapshot.update.records.per.snapshot"),
             transaction_state_log_num_partitions: r.i32("transaction.state.log.num.partitions"),
             transaction_state_log_replication_factor: r.i16("transaction.state.log.replication.factor"),
             transaction_state_log_min_isr: r.i32("transaction.state.log.min.isr"),
