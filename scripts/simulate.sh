@@ -33,6 +33,7 @@ simulations=(
     osprey-coordinator:cluster_txn_simulation
     osprey-coordinator:group_simulation
     osprey-coordinator:group_consumer_simulation
+    osprey-coordinator:group_share_simulation
     osprey-coordinator:group_txn_offsets_simulation
     osprey-coordinator:txn_simulation
 )

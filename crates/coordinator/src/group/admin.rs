@@ -40,6 +40,7 @@ impl GroupCoordinator {
             })
             .collect();
         groups.extend(self.listed_consumer_groups(states, types, api_version));
+        groups.extend(self.listed_share_groups(states, types, api_version));
         ListGroupsResponse { groups, ..Default::default() }
     }
 
@@ -68,7 +69,12 @@ impl GroupCoordinator {
             described.group_state = GroupState::Dead.name().to_string();
             if api_version >= 6 {
                 described.error_code = ErrorCode::GROUP_ID_NOT_FOUND.code();
-                described.error_message = Some(format!("Group {group_id} not found."));
+                // Kafka's `classicGroup(groupId)` on a group of another type.
+                described.error_message = Some(if self.is_share_group(group_id) {
+                    format!("Group {group_id} is not a classic group.")
+                } else {
+                    format!("Group {group_id} not found.")
+                });
             }
             return described;
         };
@@ -107,8 +113,12 @@ impl GroupCoordinator {
                 continue;
             }
             // A consumer group (KIP-848) goes only when it has no members; its offsets
-            // live in the classic entry below.
-            let consumer_tombstones = match self.take_empty_consumer_group(group_id) {
+            // live in the classic entry below. A share group (KIP-932) has none.
+            let taken = self.take_empty_share_group(group_id).and_then(|share| match share {
+                Some(tombstones) => Ok(Some(tombstones)),
+                None => self.take_empty_consumer_group(group_id),
+            });
+            let consumer_tombstones = match taken {
                 Ok(tombstones) => tombstones,
                 Err(error) => {
                     batch.results.push(DeletableGroupResult {
@@ -216,6 +226,8 @@ impl GroupCoordinator {
                 }
             }
         }
-        group_ids.len() + self.unload_consumer_groups(partition, num_partitions)
+        group_ids.len()
+            + self.unload_consumer_groups(partition, num_partitions)
+            + self.unload_share_groups(partition, num_partitions)
     }
 }

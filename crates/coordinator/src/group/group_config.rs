@@ -3,8 +3,11 @@
 //! set with IncrementalAlterConfigs, kept in the metadata log, and read by the
 //! coordinator on each ConsumerGroupHeartbeat of the group.
 //!
-//! Kafka 4.x also has `share.*` and `streams.*` group configs; Osprey has neither share
-//! nor streams groups, so those names are unknown here.
+//! Share groups (KIP-932) have their own: `share.session.timeout.ms` and
+//! `share.heartbeat.interval.ms` override the broker's `group.share.*` settings in the
+//! group coordinator; `share.record.lock.duration.ms`, `share.delivery.count.limit`,
+//! `share.auto.offset.reset` and `share.isolation.level` are read by the share partitions
+//! ([`ShareGroupSettings`]). Kafka's `streams.*` group configs are unknown here.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +15,29 @@ use std::collections::BTreeMap;
 pub const CONSUMER_SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
 /// `consumer.heartbeat.interval.ms`: the group's `group.consumer.heartbeat.interval.ms`.
 pub const CONSUMER_HEARTBEAT_INTERVAL_MS: &str = "consumer.heartbeat.interval.ms";
+/// `share.session.timeout.ms`: the group's `group.share.session.timeout.ms`.
+pub const SHARE_SESSION_TIMEOUT_MS: &str = "share.session.timeout.ms";
+/// `share.heartbeat.interval.ms`: the group's `group.share.heartbeat.interval.ms`.
+pub const SHARE_HEARTBEAT_INTERVAL_MS: &str = "share.heartbeat.interval.ms";
+/// `share.record.lock.duration.ms`: how long a share consumer holds an acquired record.
+pub const SHARE_RECORD_LOCK_DURATION_MS: &str = "share.record.lock.duration.ms";
+/// `share.delivery.count.limit`: deliveries of a record before it is archived.
+pub const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
+/// `share.auto.offset.reset`: `latest` (default), `earliest` or `by_duration:<ISO-8601>`.
+pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
+/// `share.isolation.level`: `read_uncommitted` (default) or `read_committed`.
+pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
 /// Every group config name Osprey knows, in the order DescribeConfigs lists them.
-pub const GROUP_CONFIG_NAMES: [&str; 2] = [CONSUMER_HEARTBEAT_INTERVAL_MS, CONSUMER_SESSION_TIMEOUT_MS];
+pub const GROUP_CONFIG_NAMES: [&str; 8] = [
+    CONSUMER_HEARTBEAT_INTERVAL_MS,
+    CONSUMER_SESSION_TIMEOUT_MS,
+    SHARE_AUTO_OFFSET_RESET,
+    SHARE_DELIVERY_COUNT_LIMIT,
+    SHARE_HEARTBEAT_INTERVAL_MS,
+    SHARE_ISOLATION_LEVEL,
+    SHARE_RECORD_LOCK_DURATION_MS,
+    SHARE_SESSION_TIMEOUT_MS,
+];
 
 /// A consumer group's settings where its configs override the broker's.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -34,6 +58,175 @@ impl ConsumerGroupOverrides {
     }
 }
 
+/// A share group's settings where its configs override the broker's: the first two are
+/// the group coordinator's, the rest the share partitions'.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ShareGroupOverrides {
+    pub session_timeout_ms: Option<i32>,
+    pub heartbeat_interval_ms: Option<i32>,
+    pub record_lock_duration_ms: Option<i32>,
+    pub delivery_count_limit: Option<i32>,
+    pub auto_offset_reset: Option<ShareAutoOffsetReset>,
+    pub isolation_level: Option<ShareIsolationLevel>,
+}
+
+impl ShareGroupOverrides {
+    /// From a group's stored configs (validated when set; a value that does not parse is
+    /// ignored rather than trusted).
+    pub fn from_configs(configs: &BTreeMap<String, String>) -> ShareGroupOverrides {
+        let int = |key: &str| configs.get(key).and_then(|v| v.trim().parse::<i32>().ok());
+        ShareGroupOverrides {
+            session_timeout_ms: int(SHARE_SESSION_TIMEOUT_MS),
+            heartbeat_interval_ms: int(SHARE_HEARTBEAT_INTERVAL_MS),
+            record_lock_duration_ms: int(SHARE_RECORD_LOCK_DURATION_MS),
+            delivery_count_limit: int(SHARE_DELIVERY_COUNT_LIMIT),
+            auto_offset_reset: configs.get(SHARE_AUTO_OFFSET_RESET).and_then(|v| ShareAutoOffsetReset::parse(v).ok()),
+            isolation_level: configs.get(SHARE_ISOLATION_LEVEL).and_then(|v| ShareIsolationLevel::parse(v).ok()),
+        }
+    }
+}
+
+/// Kafka's `ShareGroupAutoOffsetResetStrategy`: where a share partition starts when the
+/// share coordinator has no state for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareAutoOffsetReset {
+    Earliest,
+    Latest,
+    /// `by_duration:<ISO-8601 duration>`: the first record at or after now minus this.
+    ByDurationMs(i64),
+}
+
+impl ShareAutoOffsetReset {
+    /// Parses Kafka's spellings (case-insensitive); the error is Kafka's message.
+    pub fn parse(value: &str) -> Result<ShareAutoOffsetReset, String> {
+        let lower = value.trim().to_ascii_lowercase();
+        match lower.as_str() {
+            "earliest" => return Ok(ShareAutoOffsetReset::Earliest),
+            "latest" => return Ok(ShareAutoOffsetReset::Latest),
+            _ => {}
+        }
+        let invalid = || format!("Invalid value {value} for configuration {SHARE_AUTO_OFFSET_RESET}");
+        let duration = lower.strip_prefix("by_duration:").ok_or_else(invalid)?;
+        iso8601_duration_ms(duration).map(ShareAutoOffsetReset::ByDurationMs).ok_or_else(invalid)
+    }
+}
+
+/// `share.isolation.level`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShareIsolationLevel {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+impl ShareIsolationLevel {
+    pub fn parse(value: &str) -> Result<ShareIsolationLevel, String> {
+        match value.trim().to_ascii_lowercase().as_str() {
+            "read_uncommitted" => Ok(ShareIsolationLevel::ReadUncommitted),
+            "read_committed" => Ok(ShareIsolationLevel::ReadCommitted),
+            _ => Err(format!("Invalid value {value} for configuration {SHARE_ISOLATION_LEVEL}")),
+        }
+    }
+}
+
+/// What a share partition of a group runs with: the group's configs over the broker's
+/// defaults (Kafka's `GroupConfigManager` / `ShareGroupConfigProvider`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupSettings {
+    pub record_lock_duration_ms: i32,
+    pub delivery_count_limit: i32,
+    pub auto_offset_reset: ShareAutoOffsetReset,
+    pub isolation_level: ShareIsolationLevel,
+}
+
+impl Default for ShareGroupSettings {
+    /// Kafka's broker defaults: `group.share.record.lock.duration.ms` 30000,
+    /// `group.share.delivery.count.limit` 5, `latest`, `read_uncommitted`.
+    fn default() -> Self {
+        ShareGroupSettings {
+            record_lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            auto_offset_reset: ShareAutoOffsetReset::Latest,
+            isolation_level: ShareIsolationLevel::ReadUncommitted,
+        }
+    }
+}
+
+impl ShareGroupSettings {
+    /// `broker` (the broker's settings) with the group's `overrides` applied.
+    pub fn with_overrides(broker: ShareGroupSettings, overrides: &ShareGroupOverrides) -> ShareGroupSettings {
+        ShareGroupSettings {
+            record_lock_duration_ms: overrides.record_lock_duration_ms.unwrap_or(broker.record_lock_duration_ms),
+            delivery_count_limit: overrides.delivery_count_limit.unwrap_or(broker.delivery_count_limit),
+            auto_offset_reset: overrides.auto_offset_reset.unwrap_or(broker.auto_offset_reset),
+            isolation_level: overrides.isolation_level.unwrap_or(broker.isolation_level),
+        }
+    }
+}
+
+/// The broker's bounds for share group configs (Kafka's `group.share.{min,max}.*`), with
+/// Kafka's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareGroupConfigBounds {
+    pub session_timeout_ms: i32,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub min_heartbeat_interval_ms: i32,
+    pub max_heartbeat_interval_ms: i32,
+    pub min_record_lock_duration_ms: i32,
+    pub max_record_lock_duration_ms: i32,
+    pub min_delivery_count_limit: i32,
+    pub max_delivery_count_limit: i32,
+}
+
+impl Default for ShareGroupConfigBounds {
+    fn default() -> Self {
+        ShareGroupConfigBounds {
+            session_timeout_ms: 45_000,
+            min_session_timeout_ms: 45_000,
+            max_session_timeout_ms: 60_000,
+            heartbeat_interval_ms: 5_000,
+            min_heartbeat_interval_ms: 5_000,
+            max_heartbeat_interval_ms: 15_000,
+            min_record_lock_duration_ms: 15_000,
+            max_record_lock_duration_ms: 60_000,
+            min_delivery_count_limit: 2,
+            max_delivery_count_limit: 10,
+        }
+    }
+}
+
+/// An ISO-8601 duration (`PnDTnHnMn.nS`, Java's `Duration.parse`) in milliseconds; `None`
+/// if malformed or negative.
+fn iso8601_duration_ms(text: &str) -> Option<i64> {
+    let rest = text.strip_prefix('p')?;
+    let (days, time) = match rest.split_once('t') {
+        Some((days, time)) => (days, Some(time)),
+        None => (rest, None),
+    };
+    let mut total_ms: i64 = 0;
+    if !days.is_empty() {
+        let n: i64 = days.strip_suffix('d')?.parse().ok()?;
+        total_ms = total_ms.checked_add(n.checked_mul(86_400_000)?)?;
+    }
+    if let Some(mut time) = time {
+        if time.is_empty() {
+            return None;
+        }
+        for (unit, ms) in [('h', 3_600_000.0), ('m', 60_000.0), ('s', 1_000.0)] {
+            if let Some(at) = time.find(unit) {
+                let n: f64 = time[..at].parse().ok()?;
+                total_ms = total_ms.checked_add((n * ms) as i64)?;
+                time = &time[at + 1..];
+            }
+        }
+        if !time.is_empty() {
+            return None;
+        }
+    }
+    (total_ms >= 0).then_some(total_ms)
+}
+
 /// The broker's bounds and defaults group configs are checked against (Kafka's
 /// `group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +243,27 @@ pub struct GroupConfigBounds {
 /// Every name must be a group config, every value an integer within the broker's
 /// bounds, and the heartbeat interval below the session timeout. The error is Kafka's
 /// message for INVALID_CONFIG.
+///
+/// Share group configs are checked against Kafka's default share bounds
+/// ([`ShareGroupConfigBounds::default`]).
 pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) -> Result<(), String> {
+    let share = ShareGroupConfigBounds::default();
     for (name, value) in configs {
         let (min, max) = match name.as_str() {
             CONSUMER_SESSION_TIMEOUT_MS => (bounds.min_session_timeout_ms, bounds.max_session_timeout_ms),
             CONSUMER_HEARTBEAT_INTERVAL_MS => (bounds.min_heartbeat_interval_ms, bounds.max_heartbeat_interval_ms),
+            SHARE_SESSION_TIMEOUT_MS => (share.min_session_timeout_ms, share.max_session_timeout_ms),
+            SHARE_HEARTBEAT_INTERVAL_MS => (share.min_heartbeat_interval_ms, share.max_heartbeat_interval_ms),
+            SHARE_RECORD_LOCK_DURATION_MS => (share.min_record_lock_duration_ms, share.max_record_lock_duration_ms),
+            SHARE_DELIVERY_COUNT_LIMIT => (share.min_delivery_count_limit, share.max_delivery_count_limit),
+            SHARE_AUTO_OFFSET_RESET => {
+                ShareAutoOffsetReset::parse(value)?;
+                continue;
+            }
+            SHARE_ISOLATION_LEVEL => {
+                ShareIsolationLevel::parse(value)?;
+                continue;
+            }
             _ => return Err(format!("Unknown group config name: {name}")),
         };
         let parsed: i32 = value
@@ -73,6 +282,12 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
     let heartbeat = overrides.heartbeat_interval_ms.unwrap_or(bounds.heartbeat_interval_ms);
     if heartbeat >= session {
         return Err(format!("{CONSUMER_HEARTBEAT_INTERVAL_MS} must be less than {CONSUMER_SESSION_TIMEOUT_MS}"));
+    }
+    let overrides = ShareGroupOverrides::from_configs(configs);
+    let session = overrides.session_timeout_ms.unwrap_or(share.session_timeout_ms);
+    let heartbeat = overrides.heartbeat_interval_ms.unwrap_or(share.heartbeat_interval_ms);
+    if heartbeat >= session {
+        return Err(format!("{SHARE_HEARTBEAT_INTERVAL_MS} must be less than {SHARE_SESSION_TIMEOUT_MS}"));
     }
     Ok(())
 }
@@ -112,12 +327,41 @@ mod tests {
             (CONSUMER_SESSION_TIMEOUT_MS, "60001", "less than or equal to 60000"),
             (CONSUMER_HEARTBEAT_INTERVAL_MS, "4999", "greater than or equal to 5000"),
             (CONSUMER_HEARTBEAT_INTERVAL_MS, "soon", "Not a number"),
-            ("share.session.timeout.ms", "45000", "Unknown group config name"),
+            (SHARE_SESSION_TIMEOUT_MS, "44999", "greater than or equal to 45000"),
+            (SHARE_RECORD_LOCK_DURATION_MS, "60001", "less than or equal to 60000"),
+            (SHARE_DELIVERY_COUNT_LIMIT, "1", "greater than or equal to 2"),
+            (SHARE_AUTO_OFFSET_RESET, "none", "Invalid value"),
+            (SHARE_ISOLATION_LEVEL, "serializable", "Invalid value"),
+            ("streams.session.timeout.ms", "45000", "Unknown group config name"),
         ];
         for (name, value, why) in refused {
             let error = validate(&configs(&[(name, value)]), &BOUNDS).unwrap_err();
             assert!(error.contains(why), "{name}={value}: {error}");
         }
+    }
+
+    #[test]
+    fn share_configs_are_read_back_over_the_broker_defaults() {
+        let c = configs(&[
+            (SHARE_SESSION_TIMEOUT_MS, "50000"),
+            (SHARE_RECORD_LOCK_DURATION_MS, "20000"),
+            (SHARE_AUTO_OFFSET_RESET, "by_duration:PT1H30M"),
+            (SHARE_ISOLATION_LEVEL, "read_committed"),
+        ]);
+        assert_eq!(validate(&c, &BOUNDS), Ok(()));
+        let overrides = ShareGroupOverrides::from_configs(&c);
+        assert_eq!(overrides.session_timeout_ms, Some(50_000));
+        let settings = ShareGroupSettings::with_overrides(ShareGroupSettings::default(), &overrides);
+        assert_eq!(settings.record_lock_duration_ms, 20_000);
+        assert_eq!(settings.delivery_count_limit, 5);
+        assert_eq!(settings.auto_offset_reset, ShareAutoOffsetReset::ByDurationMs(5_400_000));
+        assert_eq!(settings.isolation_level, ShareIsolationLevel::ReadCommitted);
+        assert_eq!(ShareAutoOffsetReset::parse("EARLIEST"), Ok(ShareAutoOffsetReset::Earliest));
+        assert_eq!(
+            ShareAutoOffsetReset::parse("by_duration:P1DT0.5S"),
+            Ok(ShareAutoOffsetReset::ByDurationMs(86_400_500))
+        );
+        assert!(ShareAutoOffsetReset::parse("by_duration:-PT1S").is_err());
     }
 
     #[test]

@@ -22,7 +22,8 @@ impl GroupCoordinator {
                 self.pending_persists.len()
             ));
         }
-        self.check_consumer_invariants()
+        self.check_consumer_invariants()?;
+        self.check_share_invariants()
     }
 
     fn check_group(&self, group: &Group) -> Result<(), String> {

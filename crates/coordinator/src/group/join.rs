@@ -52,6 +52,10 @@ impl GroupCoordinator {
         if let Some(error) = self.serving_error(&request.group_id) {
             return self.respond_join(held, join_error(api_version, member_id, error));
         }
+        if self.is_share_group(&request.group_id) {
+            // Kafka's `classicGroupJoin`: a group of another type that is no consumer group.
+            return self.respond_join(held, join_error(api_version, "", ErrorCode::INCONSISTENT_GROUP_PROTOCOL));
+        }
         if self.consumer_group_blocks_classic_join(&request.group_id) {
             // No online migration from the consumer protocol (KIP-848) to the classic one.
             let error = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;

@@ -50,6 +50,7 @@
 //! - KIP-848 consumer groups (ConsumerGroupHeartbeat, ConsumerGroupDescribe, and the
 //!   member-epoch checks of OffsetCommit / OffsetFetch) live in the same coordinator:
 //!   see [`consumer`] for their part of this protocol.
+//! - KIP-932 share groups (ShareGroupHeartbeat, ShareGroupDescribe) too: see [`share`].
 //! - [`check_invariants`] checks the coordinator's internal invariants (tests run it after
 //!   every step; a debug server may too).
 //!
@@ -115,6 +116,7 @@ mod ownership;
 mod persist_order;
 mod rebalance;
 pub mod records;
+pub mod share;
 mod state;
 mod sync;
 mod timers;
@@ -123,13 +125,14 @@ mod txn_offsets;
 pub use consumer::{ConsumerGroupState, TopicInfo, TopicsView};
 pub use ownership::PartitionLoad;
 pub use records::{java_string_hash_code, partition_for, LoadError, LoadSummary, Record, Replay};
+pub use share::{ShareGroup, ShareGroupState};
 pub use state::GroupState;
 
 use bytes::Bytes;
 use member_id::MemberIdGenerator;
 use osprey_protocol::messages::{
     ConsumerGroupHeartbeatResponse, DeleteGroupsResponse, JoinGroupResponse, OffsetCommitResponse,
-    OffsetDeleteResponse, SyncGroupResponse, TxnOffsetCommitResponse,
+    OffsetDeleteResponse, ShareGroupHeartbeatResponse, SyncGroupResponse, TxnOffsetCommitResponse,
 };
 use state::Group;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -168,6 +171,7 @@ pub enum Response {
     OffsetDelete(OffsetDeleteResponse),
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     TxnOffsetCommit(TxnOffsetCommitResponse),
+    ShareGroupHeartbeat(ShareGroupHeartbeatResponse),
 }
 
 /// The coordinator's settings, with Kafka's names and defaults.
@@ -205,6 +209,12 @@ pub struct GroupConfig {
     /// `osprey.group.consumer.regex.max.compiled.bytes`: the most memory one compiled
     /// SubscribedTopicRegex may take (a larger one is INVALID_REGULAR_EXPRESSION).
     pub consumer_group_regex_max_compiled_bytes: usize,
+    /// `group.share.session.timeout.ms`
+    pub share_group_session_timeout_ms: i32,
+    /// `group.share.heartbeat.interval.ms`
+    pub share_group_heartbeat_interval_ms: i32,
+    /// `group.share.max.size`
+    pub share_group_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -224,6 +234,9 @@ impl Default for GroupConfig {
             consumer_group_max_size: i32::MAX as usize,
             consumer_group_regex_max_patterns: 100,
             consumer_group_regex_max_compiled_bytes: 1 << 20,
+            share_group_session_timeout_ms: 45_000,
+            share_group_heartbeat_interval_ms: 5_000,
+            share_group_max_size: 200,
         }
     }
 }
@@ -243,6 +256,8 @@ pub struct GroupCoordinator {
     /// KIP-848 consumer groups; their committed offsets live in `groups`, in an entry
     /// without members.
     consumer_groups: BTreeMap<String, consumer::ConsumerGroup>,
+    /// KIP-932 share groups; they have no committed offsets here.
+    share_groups: BTreeMap<String, share::ShareGroup>,
     outputs: VecDeque<Output>,
     pending_persists: HashMap<PersistId, records::Continuation>,
     /// Each group's persists in issue order, so that completions apply in that order.
@@ -268,6 +283,7 @@ impl GroupCoordinator {
             config,
             groups: BTreeMap::new(),
             consumer_groups: BTreeMap::new(),
+            share_groups: BTreeMap::new(),
             outputs: VecDeque::new(),
             pending_persists: HashMap::new(),
             persist_order: Default::default(),
@@ -305,9 +321,12 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.members.iter().map(|m| m.member_id.clone()).collect()).unwrap_or_default()
     }
 
-    /// How many members `group_id` has, a classic group or a KIP-848 consumer group; 0 for
-    /// a group the coordinator does not know.
+    /// How many members `group_id` has, a classic group, a KIP-848 consumer group or a
+    /// share group; 0 for a group the coordinator does not know.
     pub fn member_count(&self, group_id: &str) -> usize {
+        if let Some(share) = self.share_groups.get(group_id) {
+            return share.members.len();
+        }
         match self.consumer_groups.get(group_id) {
             Some(consumer) => consumer.members.len(),
             None => self.groups.get(group_id).map_or(0, |g| g.members.len()),

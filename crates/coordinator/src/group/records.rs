@@ -144,6 +144,8 @@ pub struct LoadSummary {
     pub skipped: usize,
     /// KIP-848 consumer groups.
     pub consumer_groups: usize,
+    /// KIP-932 share groups.
+    pub share_groups: usize,
     /// Offsets of transactions still open at the end of the log, left pending.
     pub pending_txn_offsets: usize,
 }
@@ -167,6 +169,8 @@ enum Key {
     Group(String),
     /// A KIP-848 consumer group record: its key version and the key after it.
     Consumer(i16, Bytes),
+    /// A KIP-932 share group record: its key version and the key after it.
+    Share(i16, Bytes),
     Other,
 }
 
@@ -185,6 +189,7 @@ fn decode_key(mut key: Bytes) -> Result<Key, LoadError> {
             Ok(Key::Group(k.group))
         }
         v if super::consumer::records::is_consumer_group_key(v) => Ok(Key::Consumer(v, key)),
+        v if super::share::records::is_share_group_key(v) => Ok(Key::Share(v, key)),
         _ => Ok(Key::Other),
     }
 }
@@ -340,6 +345,8 @@ pub(super) enum Continuation {
         reply: super::ReplyId,
         response: Box<osprey_protocol::messages::ConsumerGroupHeartbeatResponse>,
     },
+    /// A ShareGroupHeartbeat: answered once its records are durable.
+    ShareGroupHeartbeat { reply: super::ReplyId, response: Box<osprey_protocol::messages::ShareGroupHeartbeatResponse> },
     /// Nothing waits (an Empty group's metadata, expired offsets).
     Nothing,
 }
@@ -381,6 +388,7 @@ impl GroupCoordinator {
         let mut groups: BTreeMap<String, Option<GroupMetadataValue>> = BTreeMap::new();
         let mut summary = LoadSummary::default();
         let mut consumer_groups = BTreeMap::new();
+        let mut share_groups = BTreeMap::new();
         for item in items {
             let (record, producer_id) = match item {
                 Replay::Record(record) => (record, None),
@@ -409,6 +417,9 @@ impl GroupCoordinator {
                 }
                 Key::Consumer(version, key) => {
                     super::consumer::records::replay(&mut consumer_groups, version, key, record.value)?
+                }
+                Key::Share(version, key) => {
+                    super::share::records::replay(&mut share_groups, version, key, record.value)?
                 }
                 Key::Other => summary.skipped += 1,
             }
@@ -439,6 +450,7 @@ impl GroupCoordinator {
         summary.groups = loaded.len();
         self.groups.extend(loaded);
         summary.consumer_groups = self.loaded_consumer_groups(consumer_groups, now_ms);
+        summary.share_groups = self.loaded_share_groups(share_groups, now_ms);
         Ok(summary)
     }
 
@@ -475,6 +487,9 @@ impl GroupCoordinator {
             }
             Continuation::ConsumerGroupHeartbeat { reply, response } => {
                 self.consumer_heartbeat_persisted(reply, *response, result)
+            }
+            Continuation::ShareGroupHeartbeat { reply, response } => {
+                self.share_heartbeat_persisted(reply, *response, result)
             }
             Continuation::Nothing => {}
         }

@@ -12,6 +12,7 @@ impl GroupCoordinator {
             self.with_group(&group_id, |this, group| this.tick_group(group, now_ms));
         }
         self.tick_consumer_groups(now_ms);
+        self.tick_share_groups(now_ms);
         if self.next_offset_cleanup_ms.is_none_or(|at| at <= now_ms) {
             self.next_offset_cleanup_ms = Some(now_ms + self.config.offsets_retention_check_interval_ms);
             self.cleanup_group_metadata(now_ms);
@@ -26,7 +27,11 @@ impl GroupCoordinator {
             let join = g.join_timer.map(|t| t.deadline_ms());
             members.chain(pending).chain(join).chain(g.pending_sync_deadline_ms)
         });
-        group_deadlines.chain(self.next_offset_cleanup_ms).chain(self.consumer_next_deadline()).min()
+        group_deadlines
+            .chain(self.next_offset_cleanup_ms)
+            .chain(self.consumer_next_deadline())
+            .chain(self.share_next_deadline())
+            .min()
     }
 
     fn tick_group(&mut self, group: &mut Group, now_ms: i64) {

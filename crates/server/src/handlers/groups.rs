@@ -31,6 +31,7 @@ pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
             Ok(Response::OffsetDelete(r)) => ResponseBody::OffsetDelete(r),
             Ok(Response::ConsumerGroupHeartbeat(r)) => ResponseBody::ConsumerGroupHeartbeat(r),
             Ok(Response::TxnOffsetCommit(r)) => ResponseBody::TxnOffsetCommit(r),
+            Ok(Response::ShareGroupHeartbeat(r)) => ResponseBody::ShareGroupHeartbeat(r),
             Err(_) => fallback,
         }
     }))

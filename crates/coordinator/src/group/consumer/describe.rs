@@ -50,7 +50,8 @@ impl GroupCoordinator {
             return DescribedGroup { group_id: group_id.to_string(), error_code: error.code(), ..Default::default() };
         }
         let Some(group) = self.consumer_groups.get(group_id) else {
-            let message = if self.groups.get(group_id).is_some_and(|g| !g.members.is_empty()) {
+            let other_type = self.groups.get(group_id).is_some_and(|g| !g.members.is_empty());
+            let message = if other_type || self.is_share_group(group_id) {
                 format!("Group {group_id} is not a consumer group.")
             } else {
                 format!("Group {group_id} not found.")

@@ -185,6 +185,13 @@ impl GroupCoordinator {
             if let Some(error) = self.serving_error(&request.group_id) {
                 return Err(serving(error));
             }
+            if self.is_share_group(&request.group_id) {
+                let group_id = &request.group_id;
+                return Err(reject(
+                    ErrorCode::GROUP_ID_NOT_FOUND,
+                    format!("Group {group_id} is not a consumer group."),
+                ));
+            }
             if matches!(request.member_epoch, LEAVE_GROUP_MEMBER_EPOCH | LEAVE_GROUP_STATIC_MEMBER_EPOCH) {
                 self.consumer_group_leave(request, &mut records)
             } else {

@@ -61,6 +61,10 @@ impl GroupCoordinator {
         api_version: i16,
         now_ms: i64,
     ) -> Option<Result<(), ErrorCode>> {
+        if self.is_share_group(&request.group_id) {
+            // Kafka's `ShareGroup.validateOffsetCommit`: share groups commit no offsets.
+            return Some(Err(ErrorCode::GROUP_ID_NOT_FOUND));
+        }
         let group = self.consumer_groups.get(&request.group_id)?;
         let epoch = request.generation_id_or_member_epoch;
         let result = if epoch < 0 && group.members.is_empty() {
@@ -92,6 +96,10 @@ impl GroupCoordinator {
         member_id: Option<&str>,
         member_epoch: i32,
     ) -> Result<(), ErrorCode> {
+        if self.is_share_group(group_id) {
+            // Kafka's `ShareGroup.validateOffsetFetch`.
+            return Err(ErrorCode::GROUP_ID_NOT_FOUND);
+        }
         let Some(group) = self.consumer_groups.get(group_id) else { return Ok(()) };
         let Some(member_id) = member_id else {
             return if member_epoch < 0 { Ok(()) } else { Err(ErrorCode::UNKNOWN_MEMBER_ID) };

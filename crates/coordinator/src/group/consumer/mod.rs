@@ -62,7 +62,7 @@ mod reconcile;
 pub(crate) mod records;
 mod subscription_regex;
 
-use crate::group::group_config::ConsumerGroupOverrides;
+use crate::group::group_config::{ConsumerGroupOverrides, ShareGroupOverrides};
 use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -88,6 +88,10 @@ pub trait TopicsView {
     /// cluster metadata with the topics); none unless the view has group configs.
     fn consumer_group_overrides(&self, _group_id: &str) -> ConsumerGroupOverrides {
         ConsumerGroupOverrides::default()
+    }
+    /// A share group's configs where they override the broker's.
+    fn share_group_overrides(&self, _group_id: &str) -> ShareGroupOverrides {
+        ShareGroupOverrides::default()
     }
 }
 
@@ -146,6 +150,9 @@ impl TopicsView for osprey_cluster::MetadataImage {
     }
     fn consumer_group_overrides(&self, group_id: &str) -> ConsumerGroupOverrides {
         self.group_configs(group_id).map(ConsumerGroupOverrides::from_configs).unwrap_or_default()
+    }
+    fn share_group_overrides(&self, group_id: &str) -> ShareGroupOverrides {
+        self.group_configs(group_id).map(ShareGroupOverrides::from_configs).unwrap_or_default()
     }
 }
 
