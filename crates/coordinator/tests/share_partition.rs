@@ -23,7 +23,7 @@ fn acquire_locks_new_records_for_the_member_until_the_lock_duration() {
     let log = log(0, 10, 5);
     let got = fetch(&mut sp, "a", 1_000, &log, 500);
     assert_eq!(got.records, vec![records(0, 9, 1)]);
-    assert_eq!(got.count, 10);
+    assert_eq!((got.count, got.next_fetch_offset), (10, 10));
     let view = sp.record_state(3).unwrap();
     assert_eq!((view.state, view.delivery_count, view.owner), (Acquired, 1, Some("a")));
     assert_eq!(view.lock_deadline_ms, Some(1_000 + LOCK_MS));
@@ -267,6 +267,7 @@ fn max_records_is_soft_in_batch_optimized_mode_and_exact_in_record_limit_mode() 
     let mut sp = fresh(config(), 0);
     let got = fetch_with(&mut sp, "a", 0, &log, 7, ShareAcquireMode::RecordLimit, i32::MAX);
     assert_eq!(got.records, vec![records(0, 6, 1)]);
+    assert_eq!(got.next_fetch_offset, 7);
     assert_eq!(state(&sp, 8), (Available, 0));
     assert_eq!(sp.next_fetch_offset(), 7);
     let got = fetch_with(&mut sp, "b", 0, &log, 2, ShareAcquireMode::RecordLimit, i32::MAX);
@@ -436,11 +437,8 @@ fn to_persisted_round_trips_and_records_in_transition_persist_as_before() {
     ack_durably(&mut sp, "a", 0, 5, 6, Accept);
     let _in_flight = ack(&mut sp, "a", 0, 7, 7, Reject).unwrap().unwrap();
     let snapshot = sp.to_persisted();
-    let states: Vec<(i64, i64, i8, i16)> = snapshot
-        .batches
-        .iter()
-        .map(|b| (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count))
-        .collect();
+    let states: Vec<(i64, i64, i8, i16)> =
+        snapshot.batches.iter().map(|b| (b.first_offset, b.last_offset, b.delivery_state, b.delivery_count)).collect();
     assert_eq!(states, vec![(0, 4, 0, 1), (5, 6, 2, 1), (7, 9, 0, 1)]);
     let reloaded = SharePartition::load(config(), 7, &as_read(&snapshot), None).unwrap();
     assert_eq!(reloaded.to_persisted(), snapshot);

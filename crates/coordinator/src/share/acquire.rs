@@ -108,6 +108,9 @@ pub struct Acquired {
     pub records: Vec<AcquiredRecords>,
     /// Records acquired.
     pub count: i64,
+    /// Where the next fetch should read from ([`SharePartition::next_fetch_offset`] after
+    /// this acquisition): the first AVAILABLE record, or the end offset.
+    pub next_fetch_offset: i64,
 }
 
 /// One acquisition in progress.
@@ -144,17 +147,24 @@ impl SharePartition {
     /// strictly here: a log batch crossing it is acquired up to it (Kafka acquires the
     /// whole batch, overshooting by less than a batch).
     pub fn acquire(&mut self, member: &str, now_ms: i64, request: &AcquireRequest<'_>) -> Acquired {
+        let records = self.acquire_records(member, now_ms, request);
+        self.advance_start_offset();
+        let count = records.iter().map(|r| r.last_offset - r.first_offset + 1).sum();
+        Acquired { records, count, next_fetch_offset: self.next_fetch_offset() }
+    }
+
+    fn acquire_records(&mut self, member: &str, now_ms: i64, request: &AcquireRequest<'_>) -> Vec<AcquiredRecords> {
         let batches = readable_batches(request);
         let (Some(first_batch), Some(last_batch)) = (batches.first(), batches.last()) else {
-            return Acquired::default();
+            return Vec::new();
         };
         if request.max_records <= 0 {
-            return Acquired::default();
+            return Vec::new();
         }
         let Some((last_to_acquire, max)) =
             self.acquire_limits(request.fetch_offset, i64::from(request.max_records), last_batch.last_offset)
         else {
-            return Acquired::default();
+            return Vec::new();
         };
         let base = first_batch.first_offset;
         self.archive_stale(request.fetch_offset, base);
@@ -175,9 +185,7 @@ impl SharePartition {
             self.archive_acquired(&aborted);
             records = without_ranges(records, &aborted);
         }
-        self.advance_start_offset();
-        let count = records.iter().map(|r| r.last_offset - r.first_offset + 1).sum();
-        Acquired { records, count }
+        records
     }
 
     /// The last offset and the number of records an acquisition may take, bounded by the

@@ -97,7 +97,8 @@ impl SharePartition {
     /// The full durable view of the partition, what a snapshot write holds: every offset
     /// from the start offset, ACQUIRED records as AVAILABLE with their delivery count (the
     /// delivery happened) and records in transition as they were before it (their write
-    /// is not known to be durable). Its batches replace the share coordinator's.
+    /// is not known to be durable). As a write it covers every offset from the start
+    /// offset; the share coordinator combines it with what it holds, as any write.
     pub fn to_persisted(&self) -> WriteState {
         let mut state_batches = Vec::new();
         let mut complete = 0i64;
