@@ -277,8 +277,10 @@ def test_promtool_finds_nothing_to_lint_in_the_metrics(broker):
         c.subscribe(["linted"])
         clients.consume_exactly(c, 20)
         c.commit(offsets=[TopicPartition("linted", 0, 20)], asynchronous=False)
-        # The partition and group gauges refresh every 5 s; the consumer is a member then.
-        scrape_until(broker, lambda s: value(s, "osprey_group_members", group="linted-group") == 1)
+        # The partition and group gauges refresh every 5 s: one refresh may show the
+        # member before its commit, so wait for both.
+        scrape_until(broker, lambda s: value(s, "osprey_group_members", group="linted-group") == 1
+                     and value(s, "osprey_consumer_committed_offset", group="linted-group", topic="linted") == 20)
         with urllib.request.urlopen(broker.metrics_url, timeout=10) as r:
             text = r.read()
     finally:

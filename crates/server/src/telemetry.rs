@@ -141,8 +141,12 @@ impl std::fmt::Debug for Telemetry {
 }
 
 impl Telemetry {
-    /// From the next refresh on, the partition and group gauges of `broker` are exported.
+    /// The partition and group gauges of `broker` are exported from now on: refreshed
+    /// once at once (what recovery found when the logs were opened is there from the
+    /// first scrape, not only after the first periodic refresh), then with the others.
     pub fn serve_broker(&self, broker: Arc<Broker>) {
+        refresh_partition_gauges(&broker);
+        refresh_group_gauges(&broker);
         let _ = self.broker.set(broker);
     }
 }
