@@ -233,7 +233,7 @@ fn persist(broker: &Arc<Broker>, index: i32, append: GroupAppend) -> Result<(), 
     let what = "writing to __consumer_offsets";
     let epoch = append.epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
     let durable =
-        append_coordinator_records(&partition, epoch, &broker.flusher, &append.records, append.producer, what)?;
+        append_coordinator_records(&partition, epoch, &broker.flusher, &append.records, append.producer, what)?.1;
     let broker = broker.clone();
     let id = append.id;
     tokio::spawn(async move {

@@ -575,24 +575,12 @@ pub fn coordinator_append_result(
     }
 }
 
-/// Appends coordinator records (`__consumer_offsets`, `__transaction_state`) as one
-/// uncompressed batch, transactional for `producer` if given (no sequence: coordinator
-/// writes are not sequence-checked, as in Kafka), and returns the durability wait. `what`
-/// names the write in the error log.
+/// Appends coordinator records (`__consumer_offsets`, `__transaction_state`,
+/// `__share_group_state`) as one uncompressed batch, transactional for `producer` if given
+/// (no sequence: coordinator writes are not sequence-checked, as in Kafka), and returns
+/// the offset of the last record and the durability wait. `what` names the write in the
+/// error log.
 pub fn append_coordinator_records(
-    partition: &Arc<Partition>,
-    coordinator_epoch: i32,
-    flusher: &Flusher,
-    records: &[osprey_coordinator::group::Record],
-    producer: Option<(i64, i16)>,
-    what: &str,
-) -> Result<Acknowledgement, ErrorCode> {
-    append_coordinator_records_at(partition, coordinator_epoch, flusher, records, producer, what).map(|(_, ack)| ack)
-}
-
-/// [`append_coordinator_records`], also giving the offset of the last record appended
-/// (a coordinator that tracks where its records are: the share coordinator's pruning).
-pub fn append_coordinator_records_at(
     partition: &Arc<Partition>,
     coordinator_epoch: i32,
     flusher: &Flusher,

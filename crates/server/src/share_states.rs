@@ -13,7 +13,7 @@
 use crate::broker::{internal_replication, now_ms, Broker};
 use crate::coordinator_appends::AppendQueues;
 use crate::coordinator_leadership::{Led, LoadMode, LoadRetries};
-use crate::partition::{append_coordinator_records_at, coordinator_append_result, Partition};
+use crate::partition::{append_coordinator_records, coordinator_append_result, Partition};
 use crate::replies::Replies;
 use osprey_cluster::NewTopic;
 use osprey_coordinator::group::{PartitionLoad, PersistId, ReplyId};
@@ -235,7 +235,7 @@ fn persist(broker: &Arc<Broker>, index: i32, append: StateAppend) -> Result<(), 
     let epoch = append.epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
     let what = "writing to __share_group_state";
     let records = [append.record.to_record()];
-    let (offset, durable) = append_coordinator_records_at(&partition, epoch, &broker.flusher, &records, None, what)?;
+    let (offset, durable) = append_coordinator_records(&partition, epoch, &broker.flusher, &records, None, what)?;
     let broker = broker.clone();
     let id = append.id;
     tokio::spawn(async move {

@@ -541,7 +541,7 @@ fn persist(
     let epoch = epoch.ok_or(ErrorCode::NOT_COORDINATOR)?;
     let what = "writing to __transaction_state";
     let records = std::slice::from_ref(record);
-    let durable = append_coordinator_records(&partition, epoch, &broker.flusher, records, None, what)?;
+    let (_, durable) = append_coordinator_records(&partition, epoch, &broker.flusher, records, None, what)?;
     let broker = broker.clone();
     tokio::spawn(async move {
         let result = coordinator_append_result(durable.await);

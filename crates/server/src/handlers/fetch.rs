@@ -509,7 +509,8 @@ mod tests {
         let topic = broker.create_topic(&topic, false).unwrap();
         let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
         let record = Record { key: b"k".to_vec().into(), value: Some(b"v".to_vec().into()) };
-        let durable = append_coordinator_records(&partition, -1, &broker.flusher, &[record], None, "test").unwrap();
+        let (_, durable) =
+            append_coordinator_records(&partition, -1, &broker.flusher, &[record], None, "test").unwrap();
         durable.blocking_recv().unwrap().unwrap();
 
         let (runtime, blocking_threads) = crate::test_support::counting_runtime();
@@ -580,7 +581,7 @@ mod tests {
         let value: bytes::Bytes = vec![7u8; 1024].into();
         let records: Vec<Record> =
             (0..100).map(|_| Record { key: b"k".to_vec().into(), value: Some(value.clone()) }).collect();
-        let durable = append_coordinator_records(&partition, -1, &broker.flusher, &records, None, "test").unwrap();
+        let (_, durable) = append_coordinator_records(&partition, -1, &broker.flusher, &records, None, "test").unwrap();
         durable.blocking_recv().unwrap().unwrap();
         let stored = partition.log.read(0, 1 << 20).unwrap().records;
         assert!(stored.len() >= crate::send_file::MIN_BYTES);
