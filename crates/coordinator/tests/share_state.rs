@@ -307,9 +307,10 @@ proptest! {
     }
 }
 
-#[test]
-fn records_read_back_as_written() {
-    let state = osprey_coordinator::share_state::ShareState {
+/// The snapshot of `records_read_back_as_written` and `records_are_byte_for_byte_kafkas`
+/// (Kafka's bytes for it are in `KAFKA_SNAPSHOT`).
+fn sample_snapshot() -> osprey_coordinator::share_state::ShareState {
+    osprey_coordinator::share_state::ShareState {
         snapshot_epoch: 3,
         state_epoch: 1,
         leader_epoch: 7,
@@ -318,14 +319,24 @@ fn records_read_back_as_written() {
         create_timestamp: 1_700_000_000_000,
         write_timestamp: 1_700_000_000_500,
         batches: vec![batch(100, 104, 2, 1), batch(105, 105, 4, 5)],
-    };
-    let update = osprey_coordinator::share_state::ShareUpdate {
+    }
+}
+
+/// The update of the same two tests (Kafka's bytes in `KAFKA_UPDATE`).
+fn sample_update() -> osprey_coordinator::share_state::ShareUpdate {
+    osprey_coordinator::share_state::ShareUpdate {
         snapshot_epoch: 3,
         leader_epoch: -1,
         start_offset: -1,
         delivery_complete_count: -1,
         batches: vec![batch(106, 110, 0, 2)],
-    };
+    }
+}
+
+#[test]
+fn records_read_back_as_written() {
+    let state = sample_snapshot();
+    let update = sample_update();
     for record in
         [StateRecord::Snapshot(key(2), state), StateRecord::Update(key(2), update), StateRecord::Tombstone(key(2))]
     {
@@ -356,28 +367,13 @@ fn hex(bytes: &[u8]) -> String {
 
 #[test]
 fn records_are_byte_for_byte_kafkas() {
-    let state = osprey_coordinator::share_state::ShareState {
-        snapshot_epoch: 3,
-        state_epoch: 1,
-        leader_epoch: 7,
-        start_offset: 100,
-        delivery_complete_count: 4,
-        create_timestamp: 1_700_000_000_000,
-        write_timestamp: 1_700_000_000_500,
-        batches: vec![batch(100, 104, 2, 1), batch(105, 105, 4, 5)],
-    };
+    let state = sample_snapshot();
     let snapshot = StateRecord::Snapshot(key(2), state).to_record();
     assert_eq!(
         (hex(&snapshot.key), hex(snapshot.value.as_deref().unwrap())),
         (KAFKA_SNAPSHOT.0.into(), KAFKA_SNAPSHOT.1.into())
     );
-    let update = osprey_coordinator::share_state::ShareUpdate {
-        snapshot_epoch: 3,
-        leader_epoch: -1,
-        start_offset: -1,
-        delivery_complete_count: -1,
-        batches: vec![batch(106, 110, 0, 2)],
-    };
+    let update = sample_update();
     let update = StateRecord::Update(key(2), update).to_record();
     assert_eq!(
         (hex(&update.key), hex(update.value.as_deref().unwrap())),
