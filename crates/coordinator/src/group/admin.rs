@@ -1,5 +1,7 @@
 //! ListGroups v0-5, DescribeGroups v0-6 and DeleteGroups v0-2.
 
+use super::consumer::CONSUMER_GROUP_TYPE;
+use super::share::SHARE_GROUP_TYPE;
 use super::state::GroupState;
 use super::{records, GroupCoordinator, ReplyId, Response};
 use bytes::Bytes;
@@ -8,6 +10,7 @@ use osprey_protocol::messages::describe_groups_response::{DescribedGroup, Descri
 use osprey_protocol::messages::list_groups_response::ListedGroup;
 use osprey_protocol::messages::{DeleteGroupsResponse, DescribeGroupsResponse, ListGroupsResponse};
 use osprey_protocol::ErrorCode;
+use std::collections::BTreeMap;
 
 /// The group type ListGroups v5 reports for every group here.
 const CLASSIC_GROUP_TYPE: &str = "classic";
@@ -20,11 +23,36 @@ pub(super) struct DeleteBatch {
     outstanding: usize,
 }
 
+/// Whether a ListGroups filter lets `value` through: case-insensitively, empty means all.
+fn wanted(filter: &[String], value: &str) -> bool {
+    filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
+}
+
+/// The ListGroups rows of the groups of one modern type (KIP-848 consumer groups, KIP-932
+/// share groups), given as their ids and state names: the group type is their protocol
+/// type too.
+fn listed_modern_groups<'a>(
+    groups: impl Iterator<Item = (&'a String, &'static str)>,
+    group_type: &str,
+    states: &[String],
+    types: &[String],
+    api_version: i16,
+) -> Vec<ListedGroup> {
+    groups
+        .filter(|(_, state)| wanted(states, state) && wanted(types, group_type))
+        .map(|(group_id, state)| ListedGroup {
+            group_id: group_id.clone(),
+            protocol_type: group_type.to_string(),
+            group_state: if api_version >= 4 { state.to_string() } else { String::new() },
+            group_type: if api_version >= 5 { group_type.to_string() } else { String::new() },
+            ..Default::default()
+        })
+        .collect()
+}
+
 impl GroupCoordinator {
     /// ListGroups; `states` and `types` filter case-insensitively, empty means all.
     pub fn list_groups(&self, states: &[String], types: &[String], api_version: i16) -> ListGroupsResponse {
-        let wanted =
-            |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
         let mut groups: Vec<ListedGroup> = self
             .groups
             .values()
@@ -39,8 +67,10 @@ impl GroupCoordinator {
                 ..Default::default()
             })
             .collect();
-        groups.extend(self.listed_consumer_groups(states, types, api_version));
-        groups.extend(self.listed_share_groups(states, types, api_version));
+        let consumer_groups = self.consumer_groups.values().map(|g| (&g.group_id, g.state().name()));
+        groups.extend(listed_modern_groups(consumer_groups, CONSUMER_GROUP_TYPE, states, types, api_version));
+        let share_groups = self.share_groups.values().map(|g| (&g.group_id, g.state().name()));
+        groups.extend(listed_modern_groups(share_groups, SHARE_GROUP_TYPE, states, types, api_version));
         ListGroupsResponse { groups, ..Default::default() }
     }
 
@@ -227,7 +257,15 @@ impl GroupCoordinator {
             }
         }
         group_ids.len()
-            + self.unload_consumer_groups(partition, num_partitions)
-            + self.unload_share_groups(partition, num_partitions)
+            + drop_groups_of_partition(&mut self.consumer_groups, partition, num_partitions)
+            + drop_groups_of_partition(&mut self.share_groups, partition, num_partitions)
     }
+}
+
+/// Drops the KIP-848 consumer groups or the KIP-932 share groups of an unloaded
+/// `__consumer_offsets` partition; how many.
+fn drop_groups_of_partition<G>(groups: &mut BTreeMap<String, G>, partition: i32, num_partitions: i32) -> usize {
+    let before = groups.len();
+    groups.retain(|id, _| super::partition_for(id, num_partitions) != partition);
+    before - groups.len()
 }

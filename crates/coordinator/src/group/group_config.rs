@@ -50,7 +50,7 @@ impl ConsumerGroupOverrides {
     /// From a group's stored configs (validated when they were set; a value that does
     /// not parse is ignored rather than trusted).
     pub fn from_configs(configs: &BTreeMap<String, String>) -> ConsumerGroupOverrides {
-        let int = |key: &str| configs.get(key).and_then(|v| v.trim().parse::<i32>().ok());
+        let int = |key| int_config(configs, key);
         ConsumerGroupOverrides {
             session_timeout_ms: int(CONSUMER_SESSION_TIMEOUT_MS),
             heartbeat_interval_ms: int(CONSUMER_HEARTBEAT_INTERVAL_MS),
@@ -74,7 +74,7 @@ impl ShareGroupOverrides {
     /// From a group's stored configs (validated when set; a value that does not parse is
     /// ignored rather than trusted).
     pub fn from_configs(configs: &BTreeMap<String, String>) -> ShareGroupOverrides {
-        let int = |key: &str| configs.get(key).and_then(|v| v.trim().parse::<i32>().ok());
+        let int = |key| int_config(configs, key);
         ShareGroupOverrides {
             session_timeout_ms: int(SHARE_SESSION_TIMEOUT_MS),
             heartbeat_interval_ms: int(SHARE_HEARTBEAT_INTERVAL_MS),
@@ -278,16 +278,31 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
         }
     }
     let overrides = ConsumerGroupOverrides::from_configs(configs);
-    let session = overrides.session_timeout_ms.unwrap_or(bounds.session_timeout_ms);
-    let heartbeat = overrides.heartbeat_interval_ms.unwrap_or(bounds.heartbeat_interval_ms);
-    if heartbeat >= session {
-        return Err(format!("{CONSUMER_HEARTBEAT_INTERVAL_MS} must be less than {CONSUMER_SESSION_TIMEOUT_MS}"));
-    }
+    check_heartbeat_below_session(
+        (CONSUMER_HEARTBEAT_INTERVAL_MS, overrides.heartbeat_interval_ms.unwrap_or(bounds.heartbeat_interval_ms)),
+        (CONSUMER_SESSION_TIMEOUT_MS, overrides.session_timeout_ms.unwrap_or(bounds.session_timeout_ms)),
+    )?;
     let overrides = ShareGroupOverrides::from_configs(configs);
-    let session = overrides.session_timeout_ms.unwrap_or(share.session_timeout_ms);
-    let heartbeat = overrides.heartbeat_interval_ms.unwrap_or(share.heartbeat_interval_ms);
-    if heartbeat >= session {
-        return Err(format!("{SHARE_HEARTBEAT_INTERVAL_MS} must be less than {SHARE_SESSION_TIMEOUT_MS}"));
+    check_heartbeat_below_session(
+        (SHARE_HEARTBEAT_INTERVAL_MS, overrides.heartbeat_interval_ms.unwrap_or(share.heartbeat_interval_ms)),
+        (SHARE_SESSION_TIMEOUT_MS, overrides.session_timeout_ms.unwrap_or(share.session_timeout_ms)),
+    )
+}
+
+/// The integer config `key` of a group's stored configs (validated when they were set; a
+/// value that does not parse is ignored rather than trusted).
+fn int_config(configs: &BTreeMap<String, String>, key: &str) -> Option<i32> {
+    configs.get(key).and_then(|v| v.trim().parse::<i32>().ok())
+}
+
+/// A group's heartbeat interval must stay below its session timeout (the group's
+/// configs, or the broker's where the group has none); each given with its config name.
+fn check_heartbeat_below_session(
+    (heartbeat_name, heartbeat_ms): (&str, i32),
+    (session_name, session_ms): (&str, i32),
+) -> Result<(), String> {
+    if heartbeat_ms >= session_ms {
+        return Err(format!("{heartbeat_name} must be less than {session_name}"));
     }
     Ok(())
 }

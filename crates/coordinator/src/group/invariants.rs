@@ -104,3 +104,20 @@ impl GroupCoordinator {
         })
     }
 }
+
+/// The first invariants of a KIP-848 consumer group and of a KIP-932 share group: filed
+/// under its own id (`named`), its target assignment's epoch not ahead of the group's.
+pub(super) fn check_id_and_epochs(
+    filed_under: &str,
+    named: &str,
+    group_epoch: i32,
+    assignment_epoch: i32,
+) -> Result<(), String> {
+    if filed_under != named {
+        return Err(format!("filed under {filed_under} but named {named}"));
+    }
+    if assignment_epoch > group_epoch {
+        return Err(format!("assignment epoch {assignment_epoch} > group epoch {group_epoch}"));
+    }
+    Ok(())
+}

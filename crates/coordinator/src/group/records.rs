@@ -43,12 +43,19 @@ const OFFSET_COMMIT_VALUE_VERSION_WITH_EXPIRY: i16 = 1;
 const GROUP_METADATA_KEY_VERSION: i16 = 2;
 const GROUP_METADATA_VALUE_VERSION: i16 = 3;
 
-fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
+/// `message` prefixed by `version` as Kafka's coordinators write their records' keys and
+/// values (the prefix of a `__share_group_state` key is its record type).
+pub(crate) fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
     let mut buf = BytesMut::new();
     buf.put_i16(version);
-    // The structs are built here from validated state; an encode failure is a bug.
+    // The structs are built here from the coordinator's state; an encode failure is a bug.
     message.encode(&mut buf, version).expect("internal record encodes");
     buf.freeze()
+}
+
+/// A record value at version 0, as the KIP-848 and KIP-932 group records are written.
+pub(crate) fn value_v0<M: Message>(message: &M) -> Option<Bytes> {
+    Some(versioned(message, 0))
 }
 
 pub(super) fn offset_commit_key(group_id: &str, tp: &TopicPartition) -> Bytes {
@@ -174,18 +181,23 @@ enum Key {
     Other,
 }
 
-fn decode_key(mut key: Bytes) -> Result<Key, LoadError> {
+/// Decodes a key struct of `version`, the key's prefix already read.
+pub(crate) fn decode_key<M: Message>(key: Bytes, version: i16) -> Result<M, LoadError> {
+    M::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))
+}
+
+fn classify_key(mut key: Bytes) -> Result<Key, LoadError> {
     if key.len() < 2 {
         return Err(LoadError("key shorter than its version".into()));
     }
     let version = key.get_i16();
     match version {
         0 | 1 => {
-            let k = OffsetCommitKey::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))?;
+            let k: OffsetCommitKey = decode_key(key, version)?;
             Ok(Key::Offset(k.group, (k.topic, k.partition)))
         }
         2 => {
-            let k = GroupMetadataKey::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))?;
+            let k: GroupMetadataKey = decode_key(key, version)?;
             Ok(Key::Group(k.group))
         }
         v if super::consumer::records::is_consumer_group_key(v) => Ok(Key::Consumer(v, key)),
@@ -196,7 +208,7 @@ fn decode_key(mut key: Bytes) -> Result<Key, LoadError> {
 
 /// Decodes a versioned value; a version newer than ours is read as our newest (KIP-915:
 /// later versions only add tagged fields).
-fn decode_value<M: Message>(mut value: Bytes) -> Result<M, LoadError> {
+pub(crate) fn decode_value<M: Message>(mut value: Bytes) -> Result<M, LoadError> {
     if value.len() < 2 {
         return Err(LoadError(format!("{} shorter than its version", M::NAME)));
     }
@@ -400,7 +412,7 @@ impl GroupCoordinator {
                     continue;
                 }
             };
-            match decode_key(record.key)? {
+            match classify_key(record.key)? {
                 Key::Offset(group_id, tp) => match record.value {
                     Some(value) => {
                         let offset =
@@ -486,11 +498,9 @@ impl GroupCoordinator {
                 self.respond(reply, super::Response::OffsetDelete(response));
             }
             Continuation::ConsumerGroupHeartbeat { reply, response } => {
-                self.consumer_heartbeat_persisted(reply, *response, result)
+                self.heartbeat_persisted(reply, *response, result)
             }
-            Continuation::ShareGroupHeartbeat { reply, response } => {
-                self.share_heartbeat_persisted(reply, *response, result)
-            }
+            Continuation::ShareGroupHeartbeat { reply, response } => self.heartbeat_persisted(reply, *response, result),
             Continuation::Nothing => {}
         }
     }

@@ -240,6 +240,12 @@ impl Group {
         self.members.len() == self.num_awaiting_join() && self.pending_members.is_empty()
     }
 
+    /// Whether the classic group is in use (members, or a state other than Empty): a
+    /// consumer or share group loaded under its id gives way to it.
+    pub fn is_in_use(&self) -> bool {
+        !self.members.is_empty() || self.state != GroupState::Empty
+    }
+
     pub fn is_consumer_group(&self) -> bool {
         self.protocol_type.as_deref() == Some("consumer")
     }

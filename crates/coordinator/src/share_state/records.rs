@@ -3,8 +3,9 @@
 //! value prefixed by its version (0). A tombstone is a `ShareSnapshotKey` with no value.
 
 use super::{ShareKey, ShareState, ShareUpdate, StateBatch, StateRecord};
+use crate::group::records::versioned;
 use crate::group::Record;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, Bytes};
 use osprey_protocol::messages::share_snapshot_value::StateBatch as SnapshotBatch;
 use osprey_protocol::messages::share_update_value::StateBatch as UpdateBatch;
 use osprey_protocol::messages::{ShareSnapshotKey, ShareSnapshotValue, ShareUpdateKey, ShareUpdateValue};
@@ -153,16 +154,9 @@ fn batch(first_offset: i64, last_offset: i64, delivery_state: i8, delivery_count
     StateBatch { first_offset, last_offset, delivery_state, delivery_count }
 }
 
-fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    // The structs are built here from the coordinator's state; an encode failure is a bug.
-    message.encode(&mut buf, version).expect("internal record encodes");
-    buf.freeze()
-}
-
 /// Decodes a versioned value; a version newer than ours is read as our newest (later
-/// versions only add tagged fields).
+/// versions only add tagged fields). Not `group::records::decode_value`: that one refuses
+/// a version older than ours, this one reads it as our oldest.
 fn decode_value<M: Message>(mut value: Bytes) -> Result<M, StateLoadError> {
     if value.len() < 2 {
         return Err(StateLoadError(format!("{} shorter than its version", M::NAME)));

@@ -1,12 +1,11 @@
-//! ConsumerGroupDescribe v0-1 and the consumer groups' part of ListGroups.
+//! ConsumerGroupDescribe v0-1 (ListGroups lists consumer groups in `admin.rs`).
 
-use super::{Assignment, ConsumerGroup, ConsumerGroupState, CONSUMER_GROUP_TYPE, MEMBER_TYPE_CONSUMER};
+use super::{Assignment, ConsumerGroup, ConsumerGroupState, MEMBER_TYPE_CONSUMER};
 use crate::group::GroupCoordinator;
 use osprey_protocol::messages::consumer_group_describe_response::{
     Assignment as DescribedAssignment, DescribedGroup, Member as DescribedMember,
     TopicPartitions as DescribedTopicPartitions,
 };
-use osprey_protocol::messages::list_groups_response::ListedGroup;
 use osprey_protocol::messages::ConsumerGroupDescribeResponse;
 use osprey_protocol::ErrorCode;
 
@@ -14,29 +13,6 @@ impl GroupCoordinator {
     /// The state of consumer group `group_id`, if there is one.
     pub fn consumer_group_state(&self, group_id: &str) -> Option<ConsumerGroupState> {
         self.consumer_groups.get(group_id).map(ConsumerGroup::state)
-    }
-
-    /// The consumer groups as ListGroups shows them (type "consumer"); `states` and
-    /// `types` filter case-insensitively, empty means all.
-    pub(in crate::group) fn listed_consumer_groups(
-        &self,
-        states: &[String],
-        types: &[String],
-        api_version: i16,
-    ) -> Vec<ListedGroup> {
-        let wanted =
-            |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
-        self.consumer_groups
-            .values()
-            .filter(|g| wanted(states, g.state().name()) && wanted(types, CONSUMER_GROUP_TYPE))
-            .map(|g| ListedGroup {
-                group_id: g.group_id.clone(),
-                protocol_type: CONSUMER_GROUP_TYPE.to_string(),
-                group_state: if api_version >= 4 { g.state().name().to_string() } else { String::new() },
-                group_type: if api_version >= 5 { CONSUMER_GROUP_TYPE.to_string() } else { String::new() },
-                ..Default::default()
-            })
-            .collect()
     }
 
     /// ConsumerGroupDescribe v0-1. `authorized_operations` is left for the server to fill.

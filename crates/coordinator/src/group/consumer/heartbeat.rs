@@ -15,21 +15,41 @@ use osprey_protocol::messages::{ConsumerGroupHeartbeatRequest, ConsumerGroupHear
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::{BTreeMap, BTreeSet};
 
-/// A heartbeat's failure: the error code and Kafka's message.
-struct Rejection {
-    code: i16,
-    message: String,
+/// A heartbeat's failure (ConsumerGroupHeartbeat's or ShareGroupHeartbeat's): the error
+/// code and Kafka's message.
+pub(in crate::group) struct Rejection {
+    pub(in crate::group) code: i16,
+    pub(in crate::group) message: String,
 }
 
-fn reject(error: ErrorCode, message: impl Into<String>) -> Rejection {
+pub(in crate::group) fn reject(error: ErrorCode, message: impl Into<String>) -> Rejection {
     Rejection { code: error.code(), message: message.into() }
 }
 
-fn error_response(rejection: Rejection) -> ConsumerGroupHeartbeatResponse {
-    ConsumerGroupHeartbeatResponse {
-        error_code: rejection.code,
-        error_message: Some(rejection.message),
-        ..Default::default()
+/// The response of a KIP-848 ConsumerGroupHeartbeat or a KIP-932 ShareGroupHeartbeat, as
+/// [`GroupCoordinator::answer_heartbeat`] sends it.
+pub(in crate::group) trait HeartbeatResponse: Sized {
+    /// The response to a heartbeat that failed with `rejection`.
+    fn rejected(rejection: Rejection) -> Self;
+    /// The response as the coordinator answers it.
+    fn into_response(self) -> Response;
+    /// What answers the response for `reply` once the heartbeat's records are durable.
+    fn after_persist(self, reply: ReplyId) -> Continuation;
+}
+
+impl HeartbeatResponse for ConsumerGroupHeartbeatResponse {
+    fn rejected(rejection: Rejection) -> Self {
+        ConsumerGroupHeartbeatResponse {
+            error_code: rejection.code,
+            error_message: Some(rejection.message),
+            ..Default::default()
+        }
+    }
+    fn into_response(self) -> Response {
+        Response::ConsumerGroupHeartbeat(self)
+    }
+    fn after_persist(self, reply: ReplyId) -> Continuation {
+        Continuation::ConsumerGroupHeartbeat { reply, response: Box::new(self) }
     }
 }
 
@@ -205,29 +225,40 @@ impl GroupCoordinator {
                 )
             }
         });
+        self.answer_heartbeat(&request.group_id, reply, result, records);
+    }
+
+    /// Answers a heartbeat of `group_id` for `reply`: at once when it failed or changed
+    /// nothing, else once its `records` are durable.
+    pub(in crate::group) fn answer_heartbeat<R: HeartbeatResponse>(
+        &mut self,
+        group_id: &str,
+        reply: ReplyId,
+        result: Result<R, Rejection>,
+        records: Vec<Record>,
+    ) {
         let response = match result {
             Ok(response) => response,
-            Err(rejection) => return self.respond(reply, Response::ConsumerGroupHeartbeat(error_response(rejection))),
+            Err(rejection) => return self.respond(reply, R::rejected(rejection).into_response()),
         };
         if records.is_empty() {
-            return self.respond(reply, Response::ConsumerGroupHeartbeat(response));
+            return self.respond(reply, response.into_response());
         }
-        let then = Continuation::ConsumerGroupHeartbeat { reply, response: Box::new(response) };
-        self.persist(&request.group_id, records, then);
+        self.persist(group_id, records, response.after_persist(reply));
     }
 
     /// The records of a heartbeat are durable, or failed with `error`.
-    pub(in crate::group) fn consumer_heartbeat_persisted(
+    pub(in crate::group) fn heartbeat_persisted<R: HeartbeatResponse>(
         &mut self,
         reply: ReplyId,
-        response: ConsumerGroupHeartbeatResponse,
+        response: R,
         result: Result<(), ErrorCode>,
     ) {
         let response = match result {
             Ok(()) => response,
-            Err(error) => error_response(reject(error, error.name())),
+            Err(error) => R::rejected(reject(error, error.name())),
         };
-        self.respond(reply, Response::ConsumerGroupHeartbeat(response));
+        self.respond(reply, response.into_response());
     }
 
     /// Kafka's `consumerGroupLeave`: epoch -1 removes the member (its partitions are

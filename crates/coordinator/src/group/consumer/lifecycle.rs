@@ -5,8 +5,9 @@
 use super::heartbeat::fence_member;
 use super::records;
 use super::{ConsumerGroup, MemberState};
+use crate::group::invariants::check_id_and_epochs;
 use crate::group::records::{Continuation, Record};
-use crate::group::state::GroupState;
+use crate::group::state::Group;
 use crate::group::GroupCoordinator;
 use osprey_protocol::messages::OffsetCommitRequest;
 use osprey_protocol::{ErrorCode, Uuid};
@@ -140,13 +141,6 @@ impl GroupCoordinator {
         Ok(Some(tombstones))
     }
 
-    /// Drops the consumer groups of an unloaded `__consumer_offsets` partition.
-    pub(in crate::group) fn unload_consumer_groups(&mut self, partition: i32, num_partitions: i32) -> usize {
-        let before = self.consumer_groups.len();
-        self.consumer_groups.retain(|id, _| crate::group::partition_for(id, num_partitions) != partition);
-        before - self.consumer_groups.len()
-    }
-
     /// Adds groups replayed by `load`: sessions (and pending revocations) restart now.
     /// Records Kafka could not have written are repaired rather than trusted, so that the
     /// invariants hold whatever the log holds; a classic group with members keeps its id.
@@ -158,9 +152,7 @@ impl GroupCoordinator {
         let session_timeout_ms = i64::from(self.config.consumer_group_session_timeout_ms);
         let mut count = 0;
         for (group_id, mut group) in groups {
-            let classic_in_use =
-                self.groups.get(&group_id).is_some_and(|g| !g.members.is_empty() || g.state != GroupState::Empty);
-            if classic_in_use {
+            if self.groups.get(&group_id).is_some_and(Group::is_in_use) {
                 continue;
             }
             count += 1;
@@ -182,19 +174,11 @@ impl GroupCoordinator {
     pub(in crate::group) fn check_consumer_invariants(&self) -> Result<(), String> {
         for (group_id, group) in &self.consumer_groups {
             let fail = |e: String| Err(format!("consumer group {group_id} ({:?}): {e}", group.state()));
-            if *group_id != group.group_id {
-                return fail(format!("filed under {group_id} but named {}", group.group_id));
+            if let Err(e) = check_id_and_epochs(group_id, &group.group_id, group.group_epoch, group.assignment_epoch) {
+                return fail(e);
             }
-            if group.assignment_epoch > group.group_epoch {
-                return fail(format!(
-                    "assignment epoch {} > group epoch {}",
-                    group.assignment_epoch, group.group_epoch
-                ));
-            }
-            if let Some(classic) = self.groups.get(group_id) {
-                if !classic.members.is_empty() || classic.state != GroupState::Empty {
-                    return fail("also a classic group with members".into());
-                }
+            if self.groups.get(group_id).is_some_and(Group::is_in_use) {
+                return fail("also a classic group with members".into());
             }
             let mut owners: BTreeMap<(Uuid, i32), &str> = BTreeMap::new();
             let mut instances = BTreeSet::new();

@@ -56,7 +56,7 @@
 
 pub mod assignor;
 mod describe;
-mod heartbeat;
+pub(in crate::group) mod heartbeat;
 mod lifecycle;
 mod reconcile;
 pub(crate) mod records;
@@ -164,7 +164,7 @@ pub const LEAVE_GROUP_STATIC_MEMBER_EPOCH: i32 = -2;
 /// Kafka's INVALID_REGULAR_EXPRESSION; newer than the error codes of the protocol crate.
 pub const INVALID_REGULAR_EXPRESSION: i16 = 128;
 /// The protocol type and ListGroups v5 group type of a consumer group.
-const CONSUMER_GROUP_TYPE: &str = "consumer";
+pub(in crate::group) const CONSUMER_GROUP_TYPE: &str = "consumer";
 /// ConsumerGroupDescribe v1's `member_type` of a member using the consumer protocol.
 const MEMBER_TYPE_CONSUMER: i8 = 1;
 

@@ -8,8 +8,8 @@
 //! written at version 0; a `None` value is a tombstone.
 
 use super::{Assignment, ConsumerGroup, ConsumerMember, MemberState, TopicInfo};
-use crate::group::records::{LoadError, Record};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use crate::group::records::{decode_key, decode_value, value_v0, versioned, LoadError, Record};
+use bytes::Bytes;
 use osprey_protocol::messages::consumer_group_current_member_assignment_value::TopicPartitions as CurrentTopicPartitions;
 use osprey_protocol::messages::consumer_group_partition_metadata_value::{PartitionMetadata, TopicMetadata};
 use osprey_protocol::messages::consumer_group_target_assignment_member_value::TopicPartition as TargetTopicPartition;
@@ -20,7 +20,6 @@ use osprey_protocol::messages::{
     ConsumerGroupTargetAssignmentMemberKey, ConsumerGroupTargetAssignmentMemberValue,
     ConsumerGroupTargetAssignmentMetadataKey, ConsumerGroupTargetAssignmentMetadataValue,
 };
-use osprey_protocol::Message;
 use std::collections::BTreeMap;
 
 pub(crate) const GROUP_METADATA_KEY_VERSION: i16 = 3;
@@ -34,18 +33,6 @@ pub(crate) const REGULAR_EXPRESSION_KEY_VERSION: i16 = 16;
 /// Whether a key version belongs to a KIP-848 consumer group record.
 pub(crate) fn is_consumer_group_key(version: i16) -> bool {
     matches!(version, 3..=8 | 16)
-}
-
-fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    // The structs are built here from validated state; an encode failure is a bug.
-    message.encode(&mut buf, version).expect("internal record encodes");
-    buf.freeze()
-}
-
-fn value<M: Message>(message: &M) -> Option<Bytes> {
-    Some(versioned(message, 0))
 }
 
 fn group_key(group_id: &str, version: i16) -> Bytes {
@@ -71,7 +58,7 @@ fn member_key(group_id: &str, member_id: &str, version: i16) -> Bytes {
 /// ConsumerGroupMetadata: the group epoch.
 pub(super) fn group_epoch_record(group_id: &str, epoch: i32) -> Record {
     let v = ConsumerGroupMetadataValue { epoch, ..Default::default() };
-    Record { key: group_key(group_id, GROUP_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, GROUP_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ConsumerGroupPartitionMetadata: the subscribed topics' ids and partition counts.
@@ -90,7 +77,7 @@ pub(super) fn subscription_metadata_record(group_id: &str, metadata: &BTreeMap<S
         })
         .collect();
     let v = ConsumerGroupPartitionMetadataValue { topics, ..Default::default() };
-    Record { key: group_key(group_id, PARTITION_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, PARTITION_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ConsumerGroupMemberMetadata: the member's subscription and client.
@@ -106,13 +93,13 @@ pub(super) fn member_metadata_record(group_id: &str, m: &ConsumerMember) -> Reco
         server_assignor: m.server_assignor.clone(),
         ..Default::default()
     };
-    Record { key: member_key(group_id, &m.member_id, MEMBER_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, &m.member_id, MEMBER_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ConsumerGroupTargetAssignmentMetadata: the epoch of the target assignment.
 pub(super) fn target_epoch_record(group_id: &str, epoch: i32) -> Record {
     let v = ConsumerGroupTargetAssignmentMetadataValue { assignment_epoch: epoch, ..Default::default() };
-    Record { key: group_key(group_id, TARGET_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, TARGET_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ConsumerGroupTargetAssignmentMember: one member's target.
@@ -126,7 +113,7 @@ pub(super) fn target_member_record(group_id: &str, member_id: &str, target: &Ass
         })
         .collect();
     let v = ConsumerGroupTargetAssignmentMemberValue { topic_partitions, ..Default::default() };
-    Record { key: member_key(group_id, member_id, TARGET_MEMBER_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, member_id, TARGET_MEMBER_KEY_VERSION), value: value_v0(&v) }
 }
 
 fn current_partitions(a: &Assignment) -> Vec<CurrentTopicPartitions> {
@@ -149,7 +136,7 @@ pub(super) fn current_assignment_record(group_id: &str, m: &ConsumerMember) -> R
         partitions_pending_revocation: current_partitions(&m.partitions_pending_revocation),
         ..Default::default()
     };
-    Record { key: member_key(group_id, &m.member_id, CURRENT_ASSIGNMENT_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, &m.member_id, CURRENT_ASSIGNMENT_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// The three tombstones of a member leaving (Kafka's `removeMember`).
@@ -166,20 +153,6 @@ pub(super) fn group_tombstones(group: &ConsumerGroup) -> Vec<Record> {
         records.push(Record { key: group_key(&group.group_id, version), value: None });
     }
     records
-}
-
-/// Decodes a versioned value; a version newer than ours is read as our newest (KIP-915:
-/// later versions only add tagged fields).
-fn decode_value<M: Message>(mut value: Bytes) -> Result<M, LoadError> {
-    if value.len() < 2 {
-        return Err(LoadError(format!("{} shorter than its version", M::NAME)));
-    }
-    let version = value.get_i16().min(M::VERSIONS.1);
-    M::decode(&mut value, version).map_err(|e| LoadError(e.to_string()))
-}
-
-fn decode_key<M: Message>(key: Bytes, version: i16) -> Result<M, LoadError> {
-    M::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))
 }
 
 /// Replays one KIP-848 record (its key without the version prefix) into `groups`, as
@@ -280,8 +253,10 @@ pub(crate) fn replay(
                 m.previous_member_epoch = v.previous_member_epoch;
                 m.state = MemberState::from_value(v.state)
                     .ok_or_else(|| LoadError(format!("unknown member state {}", v.state)))?;
-                m.assigned_partitions = to_assignment(v.assigned_partitions);
-                m.partitions_pending_revocation = to_assignment(v.partitions_pending_revocation);
+                let topics =
+                    |topics: Vec<CurrentTopicPartitions>| topics.into_iter().map(|t| (t.topic_id, t.partitions));
+                m.assigned_partitions = assignment_from(topics(v.assigned_partitions));
+                m.partitions_pending_revocation = assignment_from(topics(v.partitions_pending_revocation));
             } else if let Some(g) = groups.get_mut(&k.group_id) {
                 // Kafka resets the member's assignment; the member itself goes with its
                 // metadata tombstone, which follows.
@@ -324,11 +299,13 @@ fn existing<'a>(
     }
 }
 
-fn to_assignment(partitions: Vec<CurrentTopicPartitions>) -> Assignment {
+/// An assignment read from a record's topics and partitions (a topic may appear twice;
+/// one without partitions is left out).
+pub(crate) fn assignment_from(topics: impl IntoIterator<Item = (osprey_protocol::Uuid, Vec<i32>)>) -> Assignment {
     let mut assignment = Assignment::new();
-    for t in partitions {
-        if !t.partitions.is_empty() {
-            assignment.entry(t.topic_id).or_default().extend(t.partitions);
+    for (topic, partitions) in topics {
+        if !partitions.is_empty() {
+            assignment.entry(topic).or_default().extend(partitions);
         }
     }
     assignment

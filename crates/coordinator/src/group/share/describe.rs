@@ -1,9 +1,8 @@
-//! ShareGroupDescribe v1 and the share groups' part of ListGroups.
+//! ShareGroupDescribe v1 (ListGroups lists share groups in `admin.rs`).
 
-use super::{ShareGroup, ShareGroupState, SHARE_GROUP_TYPE, SIMPLE_ASSIGNOR_NAME};
+use super::{ShareGroup, ShareGroupState, SIMPLE_ASSIGNOR_NAME};
 use crate::group::consumer::Assignment;
 use crate::group::GroupCoordinator;
-use osprey_protocol::messages::list_groups_response::ListedGroup;
 use osprey_protocol::messages::share_group_describe_response::{
     Assignment as DescribedAssignment, DescribedGroup, Member as DescribedMember,
     TopicPartitions as DescribedTopicPartitions,
@@ -20,29 +19,6 @@ impl GroupCoordinator {
     /// Share group `group_id` as the coordinator holds it (for tests and debugging).
     pub fn share_group(&self, group_id: &str) -> Option<&ShareGroup> {
         self.share_groups.get(group_id)
-    }
-
-    /// The share groups as ListGroups shows them (type "share"); `states` and `types`
-    /// filter case-insensitively, empty means all.
-    pub(in crate::group) fn listed_share_groups(
-        &self,
-        states: &[String],
-        types: &[String],
-        api_version: i16,
-    ) -> Vec<ListedGroup> {
-        let wanted =
-            |filter: &[String], value: &str| filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value));
-        self.share_groups
-            .values()
-            .filter(|g| wanted(states, g.state().name()) && wanted(types, SHARE_GROUP_TYPE))
-            .map(|g| ListedGroup {
-                group_id: g.group_id.clone(),
-                protocol_type: SHARE_GROUP_TYPE.to_string(),
-                group_state: if api_version >= 4 { g.state().name().to_string() } else { String::new() },
-                group_type: if api_version >= 5 { SHARE_GROUP_TYPE.to_string() } else { String::new() },
-                ..Default::default()
-            })
-            .collect()
     }
 
     /// ShareGroupDescribe v1. `authorized_operations` is left for the server to fill.

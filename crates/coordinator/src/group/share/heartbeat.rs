@@ -6,6 +6,7 @@ use super::assignor::{self, MemberSpec};
 use super::metadata_hash::{group_hash, topic_hash};
 use super::records;
 use super::{ShareGroup, ShareMember, StateTopic, LEAVE_GROUP_MEMBER_EPOCH};
+use crate::group::consumer::heartbeat::{reject, HeartbeatResponse, Rejection};
 use crate::group::consumer::{Assignment, TopicsView};
 use crate::group::records::{Continuation, Record};
 use crate::group::{GroupCoordinator, ReplyId, Response};
@@ -15,24 +16,6 @@ use osprey_protocol::messages::share_group_heartbeat_response::{
 use osprey_protocol::messages::{ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse};
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::{BTreeMap, BTreeSet};
-
-/// A heartbeat's failure: the error code and Kafka's message.
-pub(super) struct Rejection {
-    code: ErrorCode,
-    message: String,
-}
-
-fn reject(code: ErrorCode, message: impl Into<String>) -> Rejection {
-    Rejection { code, message: message.into() }
-}
-
-fn error_response(rejection: Rejection) -> ShareGroupHeartbeatResponse {
-    ShareGroupHeartbeatResponse {
-        error_code: rejection.code.code(),
-        error_message: Some(rejection.message),
-        ..Default::default()
-    }
-}
 
 /// Kafka's `throwIfShareGroupHeartbeatRequestIsInvalid`. The member id is the client's
 /// (a UUID it generates, KIP-932); Kafka checks only that it is not blank.
@@ -99,6 +82,22 @@ fn response_assignment(assignment: &Assignment) -> ResponseAssignment {
     }
 }
 
+impl HeartbeatResponse for ShareGroupHeartbeatResponse {
+    fn rejected(rejection: Rejection) -> Self {
+        ShareGroupHeartbeatResponse {
+            error_code: rejection.code,
+            error_message: Some(rejection.message),
+            ..Default::default()
+        }
+    }
+    fn into_response(self) -> Response {
+        Response::ShareGroupHeartbeat(self)
+    }
+    fn after_persist(self, reply: ReplyId) -> Continuation {
+        Continuation::ShareGroupHeartbeat { reply, response: Box::new(self) }
+    }
+}
+
 impl GroupCoordinator {
     /// A ShareGroupHeartbeat request (v1) from `client_id` at `client_host`. The answer
     /// comes as [`crate::group::Output::Respond`] for `reply`: at once when nothing
@@ -124,29 +123,7 @@ impl GroupCoordinator {
                 self.share_group_join_or_heartbeat(request, (client_id, client_host), topics, &mut records, now_ms)
             }
         });
-        let response = match result {
-            Ok(response) => response,
-            Err(rejection) => return self.respond(reply, Response::ShareGroupHeartbeat(error_response(rejection))),
-        };
-        if records.is_empty() {
-            return self.respond(reply, Response::ShareGroupHeartbeat(response));
-        }
-        let then = Continuation::ShareGroupHeartbeat { reply, response: Box::new(response) };
-        self.persist(&request.group_id, records, then);
-    }
-
-    /// The records of a share heartbeat are durable, or failed with `error`.
-    pub(in crate::group) fn share_heartbeat_persisted(
-        &mut self,
-        reply: ReplyId,
-        response: ShareGroupHeartbeatResponse,
-        result: Result<(), ErrorCode>,
-    ) {
-        let response = match result {
-            Ok(()) => response,
-            Err(error) => error_response(reject(error, error.name())),
-        };
-        self.respond(reply, Response::ShareGroupHeartbeat(response));
+        self.answer_heartbeat(&request.group_id, reply, result, records);
     }
 
     /// The error for `group_id` when it is no share group: Kafka's `shareGroup` /

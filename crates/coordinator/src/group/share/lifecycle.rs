@@ -7,8 +7,9 @@ use super::records;
 use super::{ShareGroup, ShareGroupState};
 use crate::group::consumer::TopicsView;
 use crate::group::group_config::ShareGroupSettings;
+use crate::group::invariants::check_id_and_epochs;
 use crate::group::records::{Continuation, Record};
-use crate::group::state::GroupState;
+use crate::group::state::Group;
 use crate::group::GroupCoordinator;
 use osprey_protocol::{ErrorCode, Uuid};
 use std::collections::{BTreeMap, BTreeSet};
@@ -74,13 +75,6 @@ impl GroupCoordinator {
         Ok(Some(tombstones))
     }
 
-    /// Drops the share groups of an unloaded `__consumer_offsets` partition.
-    pub(in crate::group) fn unload_share_groups(&mut self, partition: i32, num_partitions: i32) -> usize {
-        let before = self.share_groups.len();
-        self.share_groups.retain(|id, _| crate::group::partition_for(id, num_partitions) != partition);
-        before - self.share_groups.len()
-    }
-
     /// Adds groups replayed by `load`: sessions restart now. Records Kafka could not have
     /// written are repaired rather than trusted; a group id held by a classic group with
     /// members or a consumer group stays theirs.
@@ -88,9 +82,8 @@ impl GroupCoordinator {
         let session_timeout_ms = i64::from(self.config.share_group_session_timeout_ms);
         let mut count = 0;
         for (group_id, mut group) in groups {
-            let classic_in_use =
-                self.groups.get(&group_id).is_some_and(|g| !g.members.is_empty() || g.state != GroupState::Empty);
-            if classic_in_use || self.consumer_groups.contains_key(&group_id) {
+            if self.groups.get(&group_id).is_some_and(Group::is_in_use) || self.consumer_groups.contains_key(&group_id)
+            {
                 continue;
             }
             // A share group has no offsets in the classic entry; an empty one (Kafka
@@ -112,14 +105,8 @@ impl GroupCoordinator {
     pub(in crate::group) fn check_share_invariants(&self) -> Result<(), String> {
         for (group_id, group) in &self.share_groups {
             let fail = |e: String| Err(format!("share group {group_id} ({:?}): {e}", group.state()));
-            if *group_id != group.group_id {
-                return fail(format!("filed under {group_id} but named {}", group.group_id));
-            }
-            if group.assignment_epoch > group.group_epoch {
-                return fail(format!(
-                    "assignment epoch {} > group epoch {}",
-                    group.assignment_epoch, group.group_epoch
-                ));
+            if let Err(e) = check_id_and_epochs(group_id, &group.group_id, group.group_epoch, group.assignment_epoch) {
+                return fail(e);
             }
             if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
                 return fail("also a classic or consumer group".into());

@@ -9,9 +9,10 @@
 //! ShareGroupMetadataValue): a load skips it.
 
 use super::{ShareGroup, ShareMember, StatePartitionMetadata, StateTopic};
+use crate::group::consumer::records::assignment_from;
 use crate::group::consumer::Assignment;
-use crate::group::records::{LoadError, Record};
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use crate::group::records::{decode_key, decode_value, value_v0, versioned, LoadError, Record};
+use bytes::Bytes;
 use osprey_protocol::messages::share_group_current_member_assignment_value::TopicPartitions as CurrentTopicPartitions;
 use osprey_protocol::messages::share_group_state_partition_metadata_value::{TopicInfo, TopicPartitionsInfo};
 use osprey_protocol::messages::share_group_target_assignment_member_value::TopicPartition as TargetTopicPartition;
@@ -21,7 +22,6 @@ use osprey_protocol::messages::{
     ShareGroupStatePartitionMetadataValue, ShareGroupTargetAssignmentMemberKey, ShareGroupTargetAssignmentMemberValue,
     ShareGroupTargetAssignmentMetadataKey, ShareGroupTargetAssignmentMetadataValue,
 };
-use osprey_protocol::Message;
 use std::collections::BTreeMap;
 
 /// ShareGroupPartitionMetadata, written by Kafka 4.0 only.
@@ -38,18 +38,6 @@ const MEMBER_STATE_STABLE: i8 = 0;
 /// Whether a key version belongs to a share group record.
 pub(crate) fn is_share_group_key(version: i16) -> bool {
     (PARTITION_METADATA_KEY_VERSION..=STATE_PARTITION_METADATA_KEY_VERSION).contains(&version)
-}
-
-fn versioned<M: Message>(message: &M, version: i16) -> Bytes {
-    let mut buf = BytesMut::new();
-    buf.put_i16(version);
-    // The structs are built here from validated state; an encode failure is a bug.
-    message.encode(&mut buf, version).expect("internal record encodes");
-    buf.freeze()
-}
-
-fn value<M: Message>(message: &M) -> Option<Bytes> {
-    Some(versioned(message, 0))
 }
 
 fn group_key(group_id: &str, version: i16) -> Bytes {
@@ -73,7 +61,7 @@ fn member_key(group_id: &str, member_id: &str, version: i16) -> Bytes {
 /// ShareGroupMetadata: the group epoch and the metadata hash of its topics.
 pub(super) fn group_epoch_record(group_id: &str, epoch: i32, metadata_hash: i64) -> Record {
     let v = ShareGroupMetadataValue { epoch, metadata_hash, ..Default::default() };
-    Record { key: group_key(group_id, GROUP_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, GROUP_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ShareGroupMemberMetadata: the member's client and subscription (names sorted, as
@@ -86,13 +74,13 @@ pub(super) fn member_metadata_record(group_id: &str, m: &ShareMember) -> Record 
         subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
         ..Default::default()
     };
-    Record { key: member_key(group_id, &m.member_id, MEMBER_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, &m.member_id, MEMBER_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ShareGroupTargetAssignmentMetadata: the epoch of the target assignment.
 pub(super) fn target_epoch_record(group_id: &str, epoch: i32) -> Record {
     let v = ShareGroupTargetAssignmentMetadataValue { assignment_epoch: epoch, ..Default::default() };
-    Record { key: group_key(group_id, TARGET_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, TARGET_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ShareGroupTargetAssignmentMember: one member's target.
@@ -106,7 +94,7 @@ pub(super) fn target_member_record(group_id: &str, member_id: &str, target: &Ass
         })
         .collect();
     let v = ShareGroupTargetAssignmentMemberValue { topic_partitions, ..Default::default() };
-    Record { key: member_key(group_id, member_id, TARGET_MEMBER_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, member_id, TARGET_MEMBER_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ShareGroupCurrentMemberAssignment: the member's epochs and partitions.
@@ -126,7 +114,7 @@ pub(super) fn current_assignment_record(group_id: &str, m: &ShareMember) -> Reco
             .collect(),
         ..Default::default()
     };
-    Record { key: member_key(group_id, &m.member_id, CURRENT_ASSIGNMENT_KEY_VERSION), value: value(&v) }
+    Record { key: member_key(group_id, &m.member_id, CURRENT_ASSIGNMENT_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// ShareGroupStatePartitionMetadata: which partitions' share state exists.
@@ -152,7 +140,7 @@ pub(super) fn state_partition_metadata_record(group_id: &str, metadata: &StatePa
             .collect(),
         ..Default::default()
     };
-    Record { key: group_key(group_id, STATE_PARTITION_METADATA_KEY_VERSION), value: value(&v) }
+    Record { key: group_key(group_id, STATE_PARTITION_METADATA_KEY_VERSION), value: value_v0(&v) }
 }
 
 /// The three tombstones of a member leaving (Kafka's `shareGroupFenceMember`).
@@ -177,36 +165,12 @@ pub(super) fn group_tombstones(group: &ShareGroup) -> Vec<Record> {
     records
 }
 
-/// Decodes a versioned value; a version newer than ours is read as our newest (KIP-915:
-/// later versions only add tagged fields).
-fn decode_value<M: Message>(mut value: Bytes) -> Result<M, LoadError> {
-    if value.len() < 2 {
-        return Err(LoadError(format!("{} shorter than its version", M::NAME)));
-    }
-    let version = value.get_i16().min(M::VERSIONS.1);
-    M::decode(&mut value, version).map_err(|e| LoadError(e.to_string()))
-}
-
-fn decode_key<M: Message>(key: Bytes, version: i16) -> Result<M, LoadError> {
-    M::decode_exact(key, version).map_err(|e| LoadError(e.to_string()))
-}
-
 fn group<'a>(groups: &'a mut BTreeMap<String, ShareGroup>, group_id: &str) -> &'a mut ShareGroup {
     groups.entry(group_id.to_string()).or_insert_with(|| ShareGroup::new(group_id))
 }
 
 fn member<'a>(groups: &'a mut BTreeMap<String, ShareGroup>, group_id: &str, member_id: &str) -> &'a mut ShareMember {
     group(groups, group_id).members.entry(member_id.to_string()).or_insert_with(|| ShareMember::new(member_id))
-}
-
-fn to_assignment(topics: impl IntoIterator<Item = (osprey_protocol::Uuid, Vec<i32>)>) -> Assignment {
-    let mut assignment = Assignment::new();
-    for (topic, partitions) in topics {
-        if !partitions.is_empty() {
-            assignment.entry(topic).or_default().extend(partitions);
-        }
-    }
-    assignment
 }
 
 fn state_topics(topics: Vec<TopicPartitionsInfo>) -> BTreeMap<osprey_protocol::Uuid, StateTopic> {
@@ -276,7 +240,7 @@ pub(crate) fn replay(
             match value {
                 Some(v) => {
                     let v: ShareGroupTargetAssignmentMemberValue = decode_value(v)?;
-                    let target = to_assignment(v.topic_partitions.into_iter().map(|t| (t.topic_id, t.partitions)));
+                    let target = assignment_from(v.topic_partitions.into_iter().map(|t| (t.topic_id, t.partitions)));
                     group(groups, &k.group_id).target.insert(k.member_id, target);
                 }
                 None => {
@@ -295,7 +259,7 @@ pub(crate) fn replay(
                     m.member_epoch = v.member_epoch;
                     m.previous_member_epoch = v.previous_member_epoch;
                     m.assigned_partitions =
-                        to_assignment(v.assigned_partitions.into_iter().map(|t| (t.topic_id, t.partitions)));
+                        assignment_from(v.assigned_partitions.into_iter().map(|t| (t.topic_id, t.partitions)));
                 }
                 None => {
                     // Kafka resets the member's assignment; the member goes with its
