@@ -154,13 +154,8 @@ fn batch(first_offset: i64, last_offset: i64, delivery_state: i8, delivery_count
     StateBatch { first_offset, last_offset, delivery_state, delivery_count }
 }
 
-/// Decodes a versioned value; a version newer than ours is read as our newest (later
-/// versions only add tagged fields). Not `group::records::decode_value`: that one refuses
-/// a version older than ours, this one reads it as our oldest.
-fn decode_value<M: Message>(mut value: Bytes) -> Result<M, StateLoadError> {
-    if value.len() < 2 {
-        return Err(StateLoadError(format!("{} shorter than its version", M::NAME)));
-    }
-    let version = value.get_i16().clamp(M::VERSIONS.0, M::VERSIONS.1);
-    M::decode(&mut value, version).map_err(|e| StateLoadError(e.to_string()))
+/// A versioned value, as the group coordinator's records are read (a newer version as our
+/// newest, a negative one refused).
+fn decode_value<M: Message>(value: Bytes) -> Result<M, StateLoadError> {
+    crate::group::records::decode_value(value).map_err(|e| StateLoadError(e.0))
 }
