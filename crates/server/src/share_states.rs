@@ -151,17 +151,22 @@ impl ShareStates {
 }
 
 /// Reads `__share_group_state` partition `index` to its log end and hands its records to
-/// the coordinator for the load begun at `epoch`. The read is made under the lock: the
-/// coordinator's own appends to a partition start only once it is loaded, so nothing
-/// can be appended between the read and the replay.
+/// the coordinator for the load begun at `epoch`. The bulk is read without the
+/// coordinator lock (a large partition must not stall every other share partition's
+/// writes); what was appended meanwhile is read under it, so nothing falls between the
+/// read and the replay.
 fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Partition) {
     let started = Instant::now();
     let states = &broker.share_states;
+    let bulk = read_records(partition, partition.log.log_start_offset());
     let mut inner = states.lock();
     if inner.coordinator.partition_load(index) != Some(PartitionLoad::Loading { epoch }) {
         return;
     }
-    let read = read_records(partition);
+    let read = bulk.and_then(|(mut records, next)| {
+        records.extend(read_records(partition, next)?.0);
+        Ok(records)
+    });
     let loaded = match read {
         Ok(records) => {
             let count = records.len();
@@ -190,12 +195,13 @@ fn load_partition(broker: &Arc<Broker>, index: i32, epoch: i32, partition: &Part
     }
 }
 
-/// Every record of `partition`'s log with its offset, oldest first.
-fn read_records(partition: &Partition) -> Result<Vec<(i64, StateRecord)>, StateLoadError> {
+/// The records of `partition`'s log from offset `from` to its end, with their offsets,
+/// oldest first, and the offset after the last one read.
+fn read_records(partition: &Partition, from: i64) -> Result<(Vec<(i64, StateRecord)>, i64), StateLoadError> {
     let log = &partition.log;
     let in_log = |e: &dyn std::fmt::Display| StateLoadError(format!("{}: {e}", log.dir().display()));
     let mut out = Vec::new();
-    let mut offset = log.log_start_offset();
+    let mut offset = from.max(log.log_start_offset());
     let end = log.log_end_offset();
     while offset < end {
         let slice = log.read_bounded(offset, 1024 * 1024, end).map_err(|e| in_log(&e))?;
@@ -218,7 +224,7 @@ fn read_records(partition: &Partition) -> Result<Vec<(i64, StateRecord)>, StateL
         }
         offset = slice.next_offset;
     }
-    Ok(out)
+    Ok((out, offset))
 }
 
 /// Appends one persist of the coordinator (on its queue's runner, the lock released); a
