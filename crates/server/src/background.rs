@@ -1,5 +1,6 @@
 //! Work off the request path: retention passes, time-based flushes (`flush.ms`), the
-//! group and transaction coordinators' timers, and the scrubber.
+//! group and transaction coordinators' timers, share groups' acquisition locks, and the
+//! scrubber.
 
 use crate::broker::{now_ms, Broker};
 use metrics::counter;
@@ -81,6 +82,7 @@ fn spawn_coordinator_timers(broker: Arc<Broker>, mut stopped: watch::Receiver<bo
                     broker.coordinators_follow_if_idle();
                     broker.groups.tick(&broker);
                     broker.transactions.tick(&broker);
+                    broker.share_partitions.tick(&broker);
                 }
             }
         }

@@ -236,6 +236,8 @@ pub struct Broker {
     pub transactions: Transactions,
     /// The share coordinator and its `__share_group_state` plumbing.
     pub share_states: crate::share_states::ShareStates,
+    /// The share partitions led here and the share sessions of the consumers fetching them.
+    pub share_partitions: crate::share_partitions::SharePartitions,
     /// Open segment and index files, shared by every partition log.
     fd_budget: Arc<FdBudget>,
     /// Held while an internal topic is created or its logs opened, so that two requests
@@ -506,6 +508,7 @@ impl Broker {
             groups: Groups::new(settings.group_config(), settings.offsets_topic_num_partitions),
             transactions: Transactions::new(settings.txn_config()),
             share_states: crate::share_states::ShareStates::new(settings.share_state_config()),
+            share_partitions: crate::share_partitions::SharePartitions::default(),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             internal_topics: Mutex::new(()),
             internal_topics_in_background: Mutex::new(BTreeSet::new()),

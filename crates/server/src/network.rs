@@ -588,6 +588,9 @@ where
     };
     drop(tx);
     let _ = writer.await;
+    // A share session opened on this connection ends with it, releasing its records.
+    let connection = crate::share_sessions::ConnectionKey { listener: client.listener.clone(), peer };
+    broker.share_partitions.disconnected(&broker, &connection);
     result
 }
 

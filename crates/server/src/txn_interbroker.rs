@@ -73,7 +73,7 @@ pub fn coordinator_route(broker: &Broker, transactional_id: &str) -> Coordinator
 }
 
 /// How to reach the node leading something: here, there, or nowhere.
-fn route_to(broker: &Broker, image: &MetadataImage, leader: i32) -> CoordinatorRoute {
+pub fn route_to(broker: &Broker, image: &MetadataImage, leader: i32) -> CoordinatorRoute {
     if leader == broker.settings.node_id || image.brokers().next().is_none() {
         // A single node has no registrations: everything it holds is led here.
         return CoordinatorRoute::Local;

@@ -80,35 +80,20 @@ impl ShareGroupOverrides {
             heartbeat_interval_ms: int(SHARE_HEARTBEAT_INTERVAL_MS),
             record_lock_duration_ms: int(SHARE_RECORD_LOCK_DURATION_MS),
             delivery_count_limit: int(SHARE_DELIVERY_COUNT_LIMIT),
-            auto_offset_reset: configs.get(SHARE_AUTO_OFFSET_RESET).and_then(|v| ShareAutoOffsetReset::parse(v).ok()),
+            auto_offset_reset: configs.get(SHARE_AUTO_OFFSET_RESET).and_then(|v| ShareAutoOffsetReset::parse(v)),
             isolation_level: configs.get(SHARE_ISOLATION_LEVEL).and_then(|v| ShareIsolationLevel::parse(v).ok()),
         }
     }
 }
 
-/// Kafka's `ShareGroupAutoOffsetResetStrategy`: where a share partition starts when the
-/// share coordinator has no state for it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ShareAutoOffsetReset {
-    Earliest,
-    Latest,
-    /// `by_duration:<ISO-8601 duration>`: the first record at or after now minus this.
-    ByDurationMs(i64),
-}
+/// Kafka's `ShareGroupAutoOffsetResetStrategy`: the share partition's own type, one
+/// parser for both.
+pub use crate::share::ShareAutoOffsetReset;
 
-impl ShareAutoOffsetReset {
-    /// Parses Kafka's spellings (case-insensitive); the error is Kafka's message.
-    pub fn parse(value: &str) -> Result<ShareAutoOffsetReset, String> {
-        let lower = value.trim().to_ascii_lowercase();
-        match lower.as_str() {
-            "earliest" => return Ok(ShareAutoOffsetReset::Earliest),
-            "latest" => return Ok(ShareAutoOffsetReset::Latest),
-            _ => {}
-        }
-        let invalid = || format!("Invalid value {value} for configuration {SHARE_AUTO_OFFSET_RESET}");
-        let duration = lower.strip_prefix("by_duration:").ok_or_else(invalid)?;
-        iso8601_duration_ms(duration).map(ShareAutoOffsetReset::ByDurationMs).ok_or_else(invalid)
-    }
+/// `share.auto.offset.reset` checked as a group config: Kafka's message when invalid.
+fn validate_auto_offset_reset(value: &str) -> Result<ShareAutoOffsetReset, String> {
+    ShareAutoOffsetReset::parse(value)
+        .ok_or_else(|| format!("Invalid value {value} for configuration {SHARE_AUTO_OFFSET_RESET}"))
 }
 
 /// `share.isolation.level`.
@@ -196,37 +181,6 @@ impl Default for ShareGroupConfigBounds {
     }
 }
 
-/// An ISO-8601 duration (`PnDTnHnMn.nS`, Java's `Duration.parse`) in milliseconds; `None`
-/// if malformed or negative.
-fn iso8601_duration_ms(text: &str) -> Option<i64> {
-    let rest = text.strip_prefix('p')?;
-    let (days, time) = match rest.split_once('t') {
-        Some((days, time)) => (days, Some(time)),
-        None => (rest, None),
-    };
-    let mut total_ms: i64 = 0;
-    if !days.is_empty() {
-        let n: i64 = days.strip_suffix('d')?.parse().ok()?;
-        total_ms = total_ms.checked_add(n.checked_mul(86_400_000)?)?;
-    }
-    if let Some(mut time) = time {
-        if time.is_empty() {
-            return None;
-        }
-        for (unit, ms) in [('h', 3_600_000.0), ('m', 60_000.0), ('s', 1_000.0)] {
-            if let Some(at) = time.find(unit) {
-                let n: f64 = time[..at].parse().ok()?;
-                total_ms = total_ms.checked_add((n * ms) as i64)?;
-                time = &time[at + 1..];
-            }
-        }
-        if !time.is_empty() {
-            return None;
-        }
-    }
-    (total_ms >= 0).then_some(total_ms)
-}
-
 /// The broker's bounds and defaults group configs are checked against (Kafka's
 /// `group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,7 +211,7 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
             SHARE_RECORD_LOCK_DURATION_MS => (share.min_record_lock_duration_ms, share.max_record_lock_duration_ms),
             SHARE_DELIVERY_COUNT_LIMIT => (share.min_delivery_count_limit, share.max_delivery_count_limit),
             SHARE_AUTO_OFFSET_RESET => {
-                ShareAutoOffsetReset::parse(value)?;
+                validate_auto_offset_reset(value)?;
                 continue;
             }
             SHARE_ISOLATION_LEVEL => {
@@ -369,14 +323,14 @@ mod tests {
         let settings = ShareGroupSettings::with_overrides(ShareGroupSettings::default(), &overrides);
         assert_eq!(settings.record_lock_duration_ms, 20_000);
         assert_eq!(settings.delivery_count_limit, 5);
-        assert_eq!(settings.auto_offset_reset, ShareAutoOffsetReset::ByDurationMs(5_400_000));
+        assert_eq!(settings.auto_offset_reset, ShareAutoOffsetReset::ByDuration { duration_ms: 5_400_000 });
         assert_eq!(settings.isolation_level, ShareIsolationLevel::ReadCommitted);
-        assert_eq!(ShareAutoOffsetReset::parse("EARLIEST"), Ok(ShareAutoOffsetReset::Earliest));
+        assert_eq!(validate_auto_offset_reset("EARLIEST"), Ok(ShareAutoOffsetReset::Earliest));
         assert_eq!(
-            ShareAutoOffsetReset::parse("by_duration:P1DT0.5S"),
-            Ok(ShareAutoOffsetReset::ByDurationMs(86_400_500))
+            validate_auto_offset_reset("by_duration:P1DT0.5S"),
+            Ok(ShareAutoOffsetReset::ByDuration { duration_ms: 86_400_500 })
         );
-        assert!(ShareAutoOffsetReset::parse("by_duration:-PT1S").is_err());
+        assert!(validate_auto_offset_reset("by_duration:-PT1S").is_err());
     }
 
     #[test]

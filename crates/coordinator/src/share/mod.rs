@@ -115,6 +115,13 @@ impl SharePartition {
         &self.config
     }
 
+    /// Takes a new `record_lock_duration_ms` (the group's `share.record.lock.duration.ms`
+    /// changed), for acquisitions and renewals from now on; locks held keep their deadline.
+    /// The other settings hold from load to unload, as the machine's invariants rely on them.
+    pub fn set_record_lock_duration_ms(&mut self, record_lock_duration_ms: i64) {
+        self.config.record_lock_duration_ms = record_lock_duration_ms;
+    }
+
     /// SPSO: every record below it is ACKNOWLEDGED or ARCHIVED.
     pub fn start_offset(&self) -> i64 {
         self.start_offset

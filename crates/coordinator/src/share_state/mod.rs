@@ -280,6 +280,10 @@ impl ShareStateCoordinator {
     /// share partition resolves `share.auto.offset.reset` when it first loads), replacing
     /// whatever was there. FENCED_STATE_EPOCH when a newer state epoch has been seen.
     pub fn initialize(&mut self, reply: ReplyId, key: ShareKey, state_epoch: i32, start_offset: i64, now_ms: i64) {
+        if let Err(e) = self.check_serving(&key) {
+            self.respond(reply, Err(e));
+            return;
+        }
         let entry = self.entries.entry(key.clone()).or_default();
         if state_epoch != -1 && entry.fence_state_epoch > state_epoch {
             let message = format!("state epoch {state_epoch} is older than {}", entry.fence_state_epoch);
@@ -292,7 +296,7 @@ impl ShareStateCoordinator {
 
     /// WriteShareGroupState for one share partition: answered once durable.
     pub fn write(&mut self, reply: ReplyId, key: ShareKey, write: WriteState, now_ms: i64) {
-        if let Err(e) = self.check_write(&key, &write) {
+        if let Err(e) = self.check_serving(&key).and_then(|()| self.check_write(&key, &write)) {
             self.respond(reply, Err(e));
             return;
         }
@@ -305,6 +309,7 @@ impl ShareStateCoordinator {
     /// records that epoch (fencing the older leader's writes at once, and durably once
     /// its record is appended).
     pub fn read(&mut self, key: &ShareKey, leader_epoch: i32, now_ms: i64) -> Result<ReadState, StateError> {
+        self.check_serving(key)?;
         let entry = self.initialised(key, "read")?;
         let Some(state) = entry.state.as_ref() else {
             // Initialising: reads see durable state only.
@@ -347,6 +352,10 @@ impl ShareStateCoordinator {
     /// DeleteShareGroupState: a tombstone for `key` (answered at once when it has no
     /// state).
     pub fn delete(&mut self, reply: ReplyId, key: ShareKey, now_ms: i64) {
+        if let Err(e) = self.check_serving(&key) {
+            self.respond(reply, Err(e));
+            return;
+        }
         let known =
             self.entries.get(&key).is_some_and(|e| e.state.is_some() || e.in_flight.is_some() || !e.queued.is_empty());
         if !known {
@@ -540,6 +549,19 @@ impl ShareStateCoordinator {
         }
     }
 
+    /// NOT_COORDINATOR or COORDINATOR_LOAD_IN_PROGRESS when `key`'s partition is not
+    /// served from here now ([`Self::serving_error`]), as Kafka's coordinator runtime
+    /// answers before its shard sees the request.
+    fn check_serving(&self, key: &ShareKey) -> Result<(), StateError> {
+        match self.serving_error(key) {
+            Some(code) => Err(StateError::new(
+                code,
+                format!("{}: this broker is not the share coordinator of the share partition now", code.name()),
+            )),
+            None => Ok(()),
+        }
+    }
+
     fn check_write(&self, key: &ShareKey, write: &WriteState) -> Result<(), StateError> {
         let entry = self.initialised(key, "write")?;
         if write.leader_epoch != -1 && entry.fence_leader_epoch > write.leader_epoch {
@@ -628,8 +650,9 @@ impl ShareStateCoordinator {
 }
 
 /// A second write to the same key before the first was issued: one write with both
-/// (batches combined, the later start offset and epochs).
-fn merge_writes(earlier: &mut WriteState, later: WriteState) {
+/// (batches combined, the later start offset and epochs). Also what a share partition
+/// leader uses to send the writes queued behind one in flight as one request.
+pub fn merge_writes(earlier: &mut WriteState, later: WriteState) {
     let start = earlier.start_offset.max(later.start_offset);
     earlier.batches = combine(&earlier.batches, &later.batches, start);
     earlier.start_offset = start;

@@ -324,6 +324,14 @@ pub struct BrokerConfig {
     pub group_max_size: i32,
     /// `osprey.transaction.version`.
     pub transaction_version: i16,
+    /// `group.share.record.lock.duration.ms`.
+    pub group_share_record_lock_duration_ms: i32,
+    /// `group.share.delivery.count.limit`.
+    pub group_share_delivery_count_limit: i32,
+    /// `group.share.partition.max.record.locks`.
+    pub group_share_partition_max_record_locks: i32,
+    /// `group.share.max.share.sessions`.
+    pub group_share_max_share_sessions: i32,
     /// `share.coordinator.state.topic.num.partitions`.
     pub share_coordinator_state_topic_num_partitions: i32,
     /// `share.coordinator.state.topic.replication.factor`.
@@ -815,6 +823,10 @@ impl BrokerConfig {
             group_consumer_regex_max_compiled_bytes: r.i32("osprey.group.consumer.regex.max.compiled.bytes"),
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
+            group_share_record_lock_duration_ms: r.i32("group.share.record.lock.duration.ms"),
+            group_share_delivery_count_limit: r.i32("group.share.delivery.count.limit"),
+            group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
+            group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
             share_coordinator_state_topic_num_partitions: r.i32("share.coordinator.state.topic.num.partitions"),
             share_coordinator_state_topic_replication_factor: r.i16("share.coordinator.state.topic.replication.factor"),
             share_coordinator_state_topic_min_isr: r.i16("share.coordinator.state.topic.min.isr"),

@@ -29,6 +29,7 @@ pub mod offset_for_leader_epoch;
 pub mod partition_reassignments;
 pub mod produce;
 pub mod scram_credentials;
+pub mod share_fetch;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
@@ -180,6 +181,12 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
             groups::consumer_heartbeat(broker, body, version, &client_id, &client_host(), access)
         }
         RequestBody::ConsumerGroupDescribe(body) => Reply::Now(groups::consumer_describe(broker, body)),
+        RequestBody::ShareFetch(body) => {
+            share_fetch::handle_fetch(broker, body, version, client, Access::if_enabled(broker, client))
+        }
+        RequestBody::ShareAcknowledge(body) => {
+            share_fetch::handle_acknowledge(broker, body, Access::if_enabled(broker, client))
+        }
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
         RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => {

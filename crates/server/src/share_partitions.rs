@@ -1,0 +1,590 @@
+//! The share partitions this broker leads (Kafka's `SharePartitionManager`): for each
+//! share group and topic partition led here, the [`SharePartition`] state machine
+//! (`osprey_coordinator::share`), loaded from the share coordinator when first fetched
+//! (`crate::share_persister`), with the acknowledgements and releases it makes written
+//! back there before they are answered.
+//!
+//! - **Load.** The first ShareFetch of a share partition reads its state at the
+//!   partition's leader epoch; a partition never initialised is initialised first (Kafka's
+//!   group coordinator does this at the heartbeat; here the leader does it on first use,
+//!   with the same start offset, -1). A state with no start offset starts where the
+//!   group's `share.auto.offset.reset` says (earliest: the log start; latest: the high
+//!   watermark; by_duration: the first batch at or after the time), and that start is
+//!   written at once, so it is fixed for good (a restart does not resolve `latest` again).
+//!   A leader epoch change loads the partition again.
+//! - **Acquisition** (ShareFetch): one fetch at a time per share partition reads the log
+//!   from the machine's next fetch offset (up to the high watermark, or the last stable
+//!   offset for `read_committed`) and acquires what it read; the response carries the
+//!   batches holding acquired records. Acquisitions are not written (as in Kafka: a
+//!   restart makes acquired records available again).
+//! - **Writes** (acknowledgements, releases, lock expiry): one write in flight per share
+//!   partition, those arriving meanwhile merged into the next (a group commit), so they
+//!   reach the share coordinator in order. An acknowledgement is answered once its write
+//!   is durable; a failed write rolls it back.
+//! - **Lock expiry**: the coordinators' timer (`background.rs`, every 100 ms; Kafka's
+//!   shortest lock is 1 s) expires acquisition locks and drops share partitions this
+//!   broker no longer leads.
+//!
+//! Waiting ShareFetches are woken by appends (the high watermark) and by records made
+//! available again (releases, expiry): [`SharePartitions::available`].
+
+use crate::broker::{now_ms, Broker};
+use crate::partition::Partition;
+use crate::share_persister::{self, PersisterClients};
+use crate::share_sessions::{ConnectionKey, ShareSessions};
+use bytes::{Bytes, BytesMut};
+use osprey_coordinator::group::group_config::{ShareGroupOverrides, ShareIsolationLevel};
+use osprey_coordinator::share::{
+    AbortedTransaction, AcknowledgeError, AcknowledgementBatch, AcquireRequest, AcquiredRecords, ControlMarker,
+    Isolation, LogBatch, ShareAcquireMode, ShareAutoOffsetReset, ShareConfig, SharePartition, StateWrite, WriteId,
+};
+use osprey_coordinator::share_state::{merge_writes, ShareKey, StateError, WriteState};
+use osprey_protocol::records::{Batches, ControlRecordType};
+use osprey_protocol::ErrorCode;
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::sync::{oneshot, watch};
+
+/// A share partition failed: Kafka's error code and message for its answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareError {
+    pub code: ErrorCode,
+    pub message: String,
+}
+
+impl From<StateError> for ShareError {
+    fn from(e: StateError) -> Self {
+        ShareError { code: e.code, message: e.message }
+    }
+}
+
+impl From<AcknowledgeError> for ShareError {
+    fn from(e: AcknowledgeError) -> Self {
+        ShareError { code: e.error_code(), message: e.to_string() }
+    }
+}
+
+impl ShareError {
+    fn new(code: ErrorCode, message: impl Into<String>) -> ShareError {
+        ShareError { code, message: message.into() }
+    }
+}
+
+/// What the server keeps of share groups on the partition leaders.
+#[derive(Debug)]
+pub struct SharePartitions {
+    cells: Mutex<HashMap<ShareKey, Arc<Cell>>>,
+    sessions: Mutex<ShareSessions>,
+    persister: PersisterClients,
+    /// Bumped whenever records become available again (released, expired): waiting
+    /// ShareFetches look again.
+    available: watch::Sender<u64>,
+}
+
+impl Default for SharePartitions {
+    fn default() -> Self {
+        SharePartitions {
+            cells: Mutex::default(),
+            sessions: Mutex::default(),
+            persister: PersisterClients::default(),
+            available: watch::channel(0).0,
+        }
+    }
+}
+
+/// One share partition's place: loaded at most once at a time.
+#[derive(Debug, Default)]
+struct Cell {
+    slot: tokio::sync::Mutex<Option<Arc<Slot>>>,
+}
+
+/// A loaded share partition.
+#[derive(Debug)]
+pub struct Slot {
+    key: ShareKey,
+    partition: Arc<Partition>,
+    leader_epoch: i32,
+    /// One acquisition at a time: from choosing where to read to acquiring what was read.
+    fetch: tokio::sync::Mutex<()>,
+    inner: Mutex<SlotInner>,
+}
+
+#[derive(Debug)]
+struct SlotInner {
+    machine: SharePartition,
+    queued: VecDeque<QueuedWrite>,
+    writing: bool,
+}
+
+#[derive(Debug)]
+struct QueuedWrite {
+    id: WriteId,
+    state: WriteState,
+    reply: Option<oneshot::Sender<Result<(), StateError>>>,
+}
+
+/// What one partition of a ShareFetch acquired.
+#[derive(Debug, Default)]
+pub struct Fetched {
+    /// The log batches holding the acquired records.
+    pub records: Bytes,
+    pub acquired: Vec<AcquiredRecords>,
+    pub count: i64,
+}
+
+/// A ShareFetch's limits, per request.
+#[derive(Debug, Clone, Copy)]
+pub struct FetchLimits {
+    pub max_bytes: usize,
+    pub max_records: i32,
+    pub batch_size: i32,
+    pub mode: ShareAcquireMode,
+    /// The first partition with data returns a whole first batch even if larger.
+    pub min_one_batch: bool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl SharePartitions {
+    pub fn persister_clients(&self) -> &PersisterClients {
+        &self.persister
+    }
+
+    pub fn sessions(&self) -> MutexGuard<'_, ShareSessions> {
+        lock(&self.sessions)
+    }
+
+    /// A receiver that changes whenever records become available again.
+    pub fn watch_available(&self) -> watch::Receiver<u64> {
+        self.available.subscribe()
+    }
+
+    fn records_available(&self) {
+        self.available.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// The loaded share partition of `key` on `partition` (this broker's leader replica),
+    /// loading it first when needed.
+    pub async fn slot(
+        &self,
+        broker: &Arc<Broker>,
+        key: &ShareKey,
+        partition: &Arc<Partition>,
+    ) -> Result<Arc<Slot>, ShareError> {
+        let cell = lock(&self.cells).entry(key.clone()).or_default().clone();
+        let mut slot = cell.slot.lock().await;
+        let epoch = partition.leader_epoch();
+        if !partition.is_leader() {
+            *slot = None;
+            return Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "this broker does not lead the partition"));
+        }
+        if let Some(s) = slot.as_ref() {
+            if s.leader_epoch == epoch && Arc::ptr_eq(&s.partition, partition) {
+                return Ok(s.clone());
+            }
+        }
+        *slot = None;
+        let loaded = Arc::new(load(broker, key, partition, epoch).await?);
+        *slot = Some(loaded.clone());
+        Ok(loaded)
+    }
+
+    /// The loaded share partitions of `group_id`.
+    fn loaded_of_group(&self, group_id: &str) -> Vec<Arc<Slot>> {
+        let cells: Vec<Arc<Cell>> =
+            lock(&self.cells).iter().filter(|(k, _)| k.group_id == group_id).map(|(_, c)| c.clone()).collect();
+        cells.iter().filter_map(|c| c.slot.try_lock().ok().and_then(|s| s.clone())).collect()
+    }
+
+    /// Releases every record `member_id` holds in `group_id`'s share partitions here (its
+    /// share session closed).
+    pub fn release_member(&self, broker: &Arc<Broker>, group_id: &str, member_id: &str) {
+        let mut released = false;
+        for slot in self.loaded_of_group(group_id) {
+            let write = lock(&slot.inner).machine.release_member(member_id);
+            if let Some(write) = write {
+                released = true;
+                slot.enqueue(broker, write, None);
+            }
+        }
+        if released {
+            tracing::debug!(group = group_id, member = member_id, "share session closed: acquired records released");
+        }
+    }
+
+    /// The connection `connection` closed: its share session ends and its member's
+    /// records are released.
+    pub fn disconnected(&self, broker: &Arc<Broker>, connection: &ConnectionKey) {
+        let closed = self.sessions().disconnected(connection);
+        if let Some((group_id, member_id)) = closed {
+            self.release_member(broker, &group_id, &member_id);
+        }
+    }
+
+    /// Expires acquisition locks and forgets share partitions no longer led here at the
+    /// epoch they were loaded at.
+    pub fn tick(&self, broker: &Arc<Broker>) {
+        let now = now_ms();
+        let cells: Vec<(ShareKey, Arc<Cell>)> = lock(&self.cells).iter().map(|(k, c)| (k.clone(), c.clone())).collect();
+        let mut expired = false;
+        for (key, cell) in cells {
+            let Ok(mut guard) = cell.slot.try_lock() else { continue };
+            let Some(slot) = guard.clone() else {
+                drop(guard);
+                let mut cells = lock(&self.cells);
+                if cells.get(&key).is_some_and(|c| Arc::ptr_eq(c, &cell) && Arc::strong_count(c) == 2) {
+                    cells.remove(&key);
+                }
+                continue;
+            };
+            if !slot.partition.leads_at(slot.leader_epoch) {
+                *guard = None;
+                continue;
+            }
+            drop(guard);
+            let write = {
+                let mut inner = lock(&slot.inner);
+                match inner.machine.next_deadline() {
+                    Some(at) if at <= now => inner.machine.tick(now),
+                    _ => None,
+                }
+            };
+            if let Some(write) = write {
+                expired = true;
+                slot.enqueue(broker, write, None);
+            }
+        }
+        if expired {
+            self.records_available();
+        }
+    }
+}
+
+/// The group's settings in force: the broker's `group.share.*`, overridden by the group's
+/// configs.
+pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAutoOffsetReset, ShareIsolationLevel) {
+    let c = broker.config();
+    let image = broker.image();
+    let overrides = image.group_configs(group_id).map(ShareGroupOverrides::from_configs).unwrap_or_default();
+    let config = ShareConfig {
+        record_lock_duration_ms: i64::from(
+            overrides.record_lock_duration_ms.unwrap_or(c.group_share_record_lock_duration_ms),
+        ),
+        delivery_count_limit: i16::try_from(
+            overrides.delivery_count_limit.unwrap_or(c.group_share_delivery_count_limit),
+        )
+        .unwrap_or(i16::MAX),
+        partition_max_record_locks: c.group_share_partition_max_record_locks,
+    };
+    let reset = overrides.auto_offset_reset.unwrap_or_default();
+    let isolation = overrides.isolation_level.unwrap_or(ShareIsolationLevel::ReadUncommitted);
+    (config, reset, isolation)
+}
+
+/// Loads `key`'s state from its share coordinator, for the leader at `epoch`.
+async fn load(
+    broker: &Arc<Broker>,
+    key: &ShareKey,
+    partition: &Arc<Partition>,
+    epoch: i32,
+) -> Result<Slot, ShareError> {
+    let read = match share_persister::read(broker, key, epoch).await {
+        Err(e) if e.code == ErrorCode::INVALID_REQUEST => {
+            // Never initialised: do it now, with no start offset yet.
+            share_persister::initialize(broker, key, 0, -1).await?;
+            share_persister::read(broker, key, epoch).await?
+        }
+        other => other?,
+    };
+    let (config, reset, _) = share_settings(broker, &key.group_id);
+    let reset_offset = if read.start_offset == -1 { Some(reset_offset(partition, reset)?) } else { None };
+    let machine = SharePartition::load(config, epoch, &read, reset_offset).map_err(|e| {
+        tracing::error!(group = key.group_id, topic = %partition.topic, partition = key.partition, error = %e, "share partition state does not load");
+        ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, e.to_string())
+    })?;
+    if let Some(start) = reset_offset {
+        // Fix the start offset, so that `latest` is resolved once.
+        let write = WriteState {
+            state_epoch: machine.state_epoch(),
+            leader_epoch: epoch,
+            start_offset: start,
+            delivery_complete_count: 0,
+            batches: Vec::new(),
+        };
+        share_persister::write(broker, key, &write).await?;
+    }
+    tracing::info!(
+        group = key.group_id,
+        topic = %partition.topic,
+        partition = key.partition,
+        leader_epoch = epoch,
+        start_offset = machine.start_offset(),
+        in_flight = machine.in_flight_records(),
+        "share partition loaded"
+    );
+    Ok(Slot {
+        key: key.clone(),
+        partition: partition.clone(),
+        leader_epoch: epoch,
+        fetch: tokio::sync::Mutex::new(()),
+        inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false }),
+    })
+}
+
+/// Where a share partition with no state starts.
+fn reset_offset(partition: &Partition, reset: ShareAutoOffsetReset) -> Result<i64, ShareError> {
+    let log = &partition.log;
+    let high_watermark = partition.snapshot().high_watermark;
+    Ok(match reset {
+        ShareAutoOffsetReset::Earliest => log.log_start_offset(),
+        ShareAutoOffsetReset::Latest => high_watermark,
+        ShareAutoOffsetReset::ByDuration { duration_ms } => {
+            let found = log
+                .offset_for_timestamp(now_ms().saturating_sub(duration_ms))
+                .map_err(|e| ShareError::new(ErrorCode::KAFKA_STORAGE_ERROR, e.to_string()))?;
+            found.map_or(high_watermark, |t| t.offset.min(high_watermark))
+        }
+    })
+}
+
+impl Slot {
+    pub fn key(&self) -> &ShareKey {
+        &self.key
+    }
+
+    pub fn partition(&self) -> &Arc<Partition> {
+        &self.partition
+    }
+
+    /// Acquires for `member_id` what the log holds past the machine's next fetch offset.
+    pub async fn acquire(
+        self: &Arc<Self>,
+        broker: &Arc<Broker>,
+        member_id: &str,
+        limits: FetchLimits,
+    ) -> Result<Fetched, ShareError> {
+        let _one_at_a_time = self.fetch.lock().await;
+        if !self.partition.leads_at(self.leader_epoch) {
+            return Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "leadership moved"));
+        }
+        let (config, _, isolation) = share_settings(broker, &self.key.group_id);
+        let fetch_offset = {
+            let mut inner = lock(&self.inner);
+            inner.machine.set_record_lock_duration_ms(config.record_lock_duration_ms);
+            if !inner.machine.can_acquire_records() {
+                return Ok(Fetched::default());
+            }
+            inner.machine.next_fetch_offset()
+        };
+        let snapshot = self.partition.snapshot();
+        let read_committed = isolation == ShareIsolationLevel::ReadCommitted;
+        let bound = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
+        if fetch_offset >= bound {
+            return Ok(Fetched::default());
+        }
+        let partition = self.partition.clone();
+        let read =
+            tokio::task::spawn_blocking(move || read_log(&partition, fetch_offset, bound, limits, read_committed))
+                .await
+                .map_err(|_| ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "read interrupted"))??;
+        if read.batches.is_empty() {
+            return Ok(Fetched::default());
+        }
+        let isolation = match read_committed {
+            true => Isolation::ReadCommitted {
+                last_stable_offset: snapshot.last_stable_offset,
+                aborted_transactions: &read.aborted,
+            },
+            false => Isolation::ReadUncommitted,
+        };
+        let request = AcquireRequest {
+            fetch_offset,
+            batches: &read.batches,
+            max_records: limits.max_records,
+            batch_size: limits.batch_size,
+            mode: limits.mode,
+            isolation,
+        };
+        let acquired = lock(&self.inner).machine.acquire(member_id, now_ms(), &request);
+        if acquired.records.is_empty() {
+            return Ok(Fetched::default());
+        }
+        let records = slice_batches(&read.records, &acquired.records);
+        Ok(Fetched { records, acquired: acquired.records, count: acquired.count })
+    }
+
+    /// Acknowledges `batches` for `member_id`: answered once the write is durable.
+    pub async fn acknowledge(
+        self: &Arc<Self>,
+        broker: &Arc<Broker>,
+        member_id: &str,
+        batches: &[AcknowledgementBatch],
+    ) -> Result<(), ShareError> {
+        let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
+        let Some(write) = write else { return Ok(()) };
+        let (tx, rx) = oneshot::channel();
+        self.enqueue(broker, write, Some(tx));
+        match rx.await {
+            Ok(result) => result.map_err(ShareError::from),
+            Err(_) => Err(ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "the share state write was dropped")),
+        }
+    }
+
+    /// The acquisition lock the group's records get now.
+    pub fn record_lock_duration_ms(&self) -> i64 {
+        lock(&self.inner).machine.config().record_lock_duration_ms
+    }
+
+    /// Queues `write`, starting the writer when none runs.
+    fn enqueue(
+        self: &Arc<Self>,
+        broker: &Arc<Broker>,
+        write: StateWrite,
+        reply: Option<oneshot::Sender<Result<(), StateError>>>,
+    ) {
+        let start = {
+            let mut inner = lock(&self.inner);
+            inner.queued.push_back(QueuedWrite { id: write.id, state: write.state, reply });
+            !std::mem::replace(&mut inner.writing, true)
+        };
+        if start {
+            let (slot, broker) = (self.clone(), broker.clone());
+            tokio::spawn(async move { slot.write_queued(&broker).await });
+        }
+    }
+
+    /// Sends what is queued, merged, one write at a time, until nothing is left.
+    async fn write_queued(self: Arc<Self>, broker: &Arc<Broker>) {
+        loop {
+            let queued: Vec<QueuedWrite> = {
+                let mut inner = lock(&self.inner);
+                if inner.queued.is_empty() {
+                    inner.writing = false;
+                    return;
+                }
+                inner.queued.drain(..).collect()
+            };
+            let mut merged: Option<WriteState> = None;
+            for q in &queued {
+                match &mut merged {
+                    None => merged = Some(q.state.clone()),
+                    Some(m) => merge_writes(m, q.state.clone()),
+                }
+            }
+            let merged = merged.expect("queue was not empty");
+            let result = share_persister::write(broker, &self.key, &merged).await;
+            if let Err(e) = &result {
+                tracing::warn!(group = self.key.group_id, topic = %self.partition.topic, partition = self.key.partition, error = e.code.name(), message = e.message, "share state write failed; the acknowledgements it carried are rolled back");
+            }
+            {
+                let mut inner = lock(&self.inner);
+                for q in &queued {
+                    inner.machine.write_completed(q.id, result.is_ok());
+                }
+            }
+            broker.share_partitions.records_available();
+            for q in queued {
+                if let Some(reply) = q.reply {
+                    let _ = reply.send(result.clone());
+                }
+            }
+        }
+    }
+}
+
+/// What a share fetch read of the log.
+struct LogRead {
+    records: Bytes,
+    batches: Vec<LogBatch>,
+    aborted: Vec<AbortedTransaction>,
+}
+
+fn read_log(
+    partition: &Partition,
+    from: i64,
+    bound: i64,
+    limits: FetchLimits,
+    read_committed: bool,
+) -> Result<LogRead, ShareError> {
+    let log = &partition.log;
+    let slice = match log.read_limited(from, limits.max_bytes, bound, limits.min_one_batch) {
+        Ok(slice) => slice,
+        Err(osprey_storage::StorageError::OffsetOutOfRange { .. }) => {
+            return Err(ShareError::new(
+                ErrorCode::OFFSET_OUT_OF_RANGE,
+                format!("offset {from} is no longer in the log"),
+            ));
+        }
+        Err(e) => {
+            tracing::error!(topic = %partition.topic, error = %e, "share fetch read failed");
+            let code = if e.is_kafka_storage_error() {
+                ErrorCode::KAFKA_STORAGE_ERROR
+            } else {
+                ErrorCode::UNKNOWN_SERVER_ERROR
+            };
+            return Err(ShareError::new(code, e.to_string()));
+        }
+    };
+    let mut batches = Vec::new();
+    for batch in Batches::new(slice.records.clone()) {
+        let Ok(batch) = batch else { break };
+        let control = if batch.is_control() {
+            let marker = batch
+                .records(1 << 20)
+                .ok()
+                .and_then(|mut records| records.next())
+                .and_then(|r| r.ok())
+                .and_then(|r| r.key)
+                .and_then(|key| ControlRecordType::from_key(&key).ok());
+            match marker {
+                Some(ControlRecordType::Commit) => Some(ControlMarker::Commit),
+                _ => Some(ControlMarker::Abort),
+            }
+        } else {
+            None
+        };
+        batches.push(LogBatch {
+            first_offset: batch.base_offset(),
+            last_offset: batch.last_offset(),
+            producer_id: batch.producer_id(),
+            is_transactional: batch.is_transactional(),
+            control,
+        });
+    }
+    let aborted = if read_committed {
+        log.aborted_transactions(from, slice.next_offset)
+            .into_iter()
+            .map(|(producer_id, first_offset)| AbortedTransaction { producer_id, first_offset })
+            .collect()
+    } else {
+        Vec::new()
+    };
+    Ok(LogRead { records: slice.records, batches, aborted })
+}
+
+/// The batches of `records` that hold any acquired offset, in order (Kafka's
+/// `maybeSliceFetchRecords`).
+fn slice_batches(records: &Bytes, acquired: &[AcquiredRecords]) -> Bytes {
+    let mut out = BytesMut::new();
+    let mut kept_all = true;
+    let mut kept = Vec::new();
+    for batch in Batches::new(records.clone()) {
+        let Ok(batch) = batch else { break };
+        let (first, last) = (batch.base_offset(), batch.last_offset());
+        let holds = acquired.iter().any(|a| a.first_offset <= last && a.last_offset >= first);
+        if holds {
+            kept.push(batch.into_bytes());
+        } else {
+            kept_all = false;
+        }
+    }
+    if kept_all && !kept.is_empty() {
+        return records.clone();
+    }
+    for b in kept {
+        out.extend_from_slice(&b);
+    }
+    out.freeze()
+}
