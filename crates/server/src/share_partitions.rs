@@ -253,12 +253,14 @@ impl SharePartitions {
             };
             if let Some(write) = write {
                 expired = true;
+                crate::telemetry::share_lock_expiry();
                 slot.enqueue(broker, write, None);
             }
         }
         if expired {
             self.records_available();
         }
+        crate::telemetry::share_sessions(self.sessions().open_sessions());
     }
 }
 
@@ -411,6 +413,7 @@ impl Slot {
         if acquired.records.is_empty() {
             return Ok(Fetched::default());
         }
+        crate::telemetry::share_records_acquired(acquired.count);
         let records = slice_batches(&read.records, &acquired.records);
         Ok(Fetched { records, acquired: acquired.records, count: acquired.count })
     }
@@ -422,14 +425,19 @@ impl Slot {
         member_id: &str,
         batches: &[AcknowledgementBatch],
     ) -> Result<(), ShareError> {
-        let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
-        let Some(write) = write else { return Ok(()) };
-        let (tx, rx) = oneshot::channel();
-        self.enqueue(broker, write, Some(tx));
-        match rx.await {
-            Ok(result) => result.map_err(ShareError::from),
-            Err(_) => Err(ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "the share state write was dropped")),
+        let result = async {
+            let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
+            let Some(write) = write else { return Ok(()) };
+            let (tx, rx) = oneshot::channel();
+            self.enqueue(broker, write, Some(tx));
+            match rx.await {
+                Ok(result) => result.map_err(ShareError::from),
+                Err(_) => Err(ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "the share state write was dropped")),
+            }
         }
+        .await;
+        crate::telemetry::share_acknowledgement(result.as_ref().map_or_else(|e| e.code.name(), |()| "ok"));
+        result
     }
 
     /// The acquisition lock the group's records get now.
@@ -475,6 +483,7 @@ impl Slot {
             }
             let merged = merged.expect("queue was not empty");
             let result = share_persister::write(broker, &self.key, &merged).await;
+            crate::telemetry::share_state_write(result.as_ref().map_or_else(|e| e.code.name(), |()| "ok"));
             if let Err(e) = &result {
                 tracing::warn!(group = self.key.group_id, topic = %self.partition.topic, partition = self.key.partition, error = e.code.name(), message = e.message, "share state write failed; the acknowledgements it carried are rolled back");
             }

@@ -20,10 +20,10 @@ use osprey_coordinator::share_state::{
     partition_for, ReadState, ShareKey, StateBatch, StateError, StateSummary, WriteState,
 };
 use osprey_protocol::messages::{
-    initialize_share_group_state_request as init_req, read_share_group_state_request as read_req,
-    read_share_group_state_summary_request as summary_req, write_share_group_state_request as write_req,
-    InitializeShareGroupStateRequest, ReadShareGroupStateRequest, ReadShareGroupStateSummaryRequest,
-    WriteShareGroupStateRequest,
+    delete_share_group_state_request as delete_req, initialize_share_group_state_request as init_req,
+    read_share_group_state_request as read_req, read_share_group_state_summary_request as summary_req,
+    write_share_group_state_request as write_req, DeleteShareGroupStateRequest, InitializeShareGroupStateRequest,
+    ReadShareGroupStateRequest, ReadShareGroupStateSummaryRequest, WriteShareGroupStateRequest,
 };
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use std::sync::{Arc, OnceLock};
@@ -185,6 +185,39 @@ pub async fn write(broker: &Arc<Broker>, key: &ShareKey, write: &WriteState) -> 
                 };
                 let p = r.results.into_iter().flat_map(|t| t.partitions).find(|p| p.partition == key.partition);
                 let p = p.ok_or_else(|| missing("WriteShareGroupState"))?;
+                check(p.error_code, p.error_message)
+            }
+        }
+    })
+    .await
+}
+
+/// DeleteShareGroupState: `key`'s state removed (a tombstone; nothing to do when it has
+/// none).
+pub async fn delete(broker: &Arc<Broker>, key: &ShareKey) -> Result<(), StateError> {
+    with_retries(broker, key, "delete", |route| async move {
+        match route {
+            Route::Local => {
+                let k = key.clone();
+                let rx = broker.share_states.call_later(broker, |c, reply, now| c.delete(reply, k, now));
+                rx.await.unwrap_or_else(|_| Err(coordinator_gone()))
+            }
+            Route::Remote(node, address) => {
+                let request = DeleteShareGroupStateRequest {
+                    group_id: key.group_id.clone(),
+                    topics: vec![delete_req::DeleteStateData {
+                        topic_id: key.topic_id,
+                        partitions: vec![delete_req::PartitionData { partition: key.partition, ..Default::default() }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                };
+                let response = send(broker, node, address, RequestBody::DeleteShareGroupState(request)).await?;
+                let ResponseBody::DeleteShareGroupState(r) = response else {
+                    return Err(unexpected("DeleteShareGroupState"));
+                };
+                let p = r.results.into_iter().flat_map(|t| t.partitions).find(|p| p.partition == key.partition);
+                let p = p.ok_or_else(|| missing("DeleteShareGroupState"))?;
                 check(p.error_code, p.error_message)
             }
         }

@@ -396,6 +396,20 @@ fn describe() {
     describe_gauge!("osprey_leader_partitions", "Partitions this broker leads.");
     describe_gauge!("osprey_fetch_sessions", "Incremental fetch sessions (KIP-227) this broker holds.");
     describe_counter!("osprey_fetch_requests_total", "Fetch requests served, by session kind.");
+    describe_counter!(
+        "osprey_share_records_acquired_total",
+        "Records acquired by share consumers (deliveries, redeliveries included)."
+    );
+    describe_counter!("osprey_share_acknowledgements_total", "Share acknowledgement batches applied, by outcome.");
+    describe_counter!(
+        "osprey_share_state_writes_total",
+        "Share partition state writes to the share coordinator, by result."
+    );
+    describe_counter!(
+        "osprey_share_lock_expiries_total",
+        "Ticks on which acquisition locks expired and records became available again."
+    );
+    describe_gauge!("osprey_share_sessions", "Open share sessions on this broker.");
     describe_gauge!(
         "osprey_under_replicated_partitions",
         "Partitions led here whose ISR is smaller than their replicas."
@@ -549,6 +563,31 @@ fn refresh_replication_gauges(broker: &Broker) {
 /// A Fetch served: without a session, opening one (full) or in one (incremental).
 pub fn fetch_served(session: &'static str) {
     counter!("osprey_fetch_requests_total", "session" => session).increment(1);
+}
+
+/// `count` records acquired by a share consumer.
+pub fn share_records_acquired(count: i64) {
+    counter!("osprey_share_records_acquired_total").increment(count.max(0) as u64);
+}
+
+/// A share acknowledgement applied (`ok`) or refused (the error's name).
+pub fn share_acknowledgement(outcome: &'static str) {
+    counter!("osprey_share_acknowledgements_total", "outcome" => outcome).increment(1);
+}
+
+/// A share state write completed: `ok` or the error's name.
+pub fn share_state_write(result: &'static str) {
+    counter!("osprey_share_state_writes_total", "result" => result).increment(1);
+}
+
+/// Acquisition locks expired on a share partition.
+pub fn share_lock_expiry() {
+    counter!("osprey_share_lock_expiries_total").increment(1);
+}
+
+/// Share sessions open now.
+pub fn share_sessions(open: usize) {
+    gauge!("osprey_share_sessions").set(open as f64);
 }
 
 /// The leader's ISR changed (AlterPartition committed): expanded or shrunk.
