@@ -89,12 +89,26 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
             })),
         },
         R::ConsumerGroupHeartbeat(r) => consumer_group_heartbeat(access, r),
+        R::ShareGroupHeartbeat(r) => share_group_heartbeat(access, r),
         R::OffsetCommit(r) => offset_commit(access, r),
         R::OffsetFetch(r) => offset_fetch(access, r, version),
         R::OffsetDelete(r) => offset_delete(access, r),
         R::FindCoordinator(r) => find_coordinator(access, r, version),
         R::DescribeGroups(r) => describe_groups(access, r),
-        R::ConsumerGroupDescribe(r) => consumer_group_describe(access, r),
+        R::ConsumerGroupDescribe(r) => {
+            let operations = r.include_authorized_operations;
+            describe_modern_groups(access, R::ConsumerGroupDescribe(r), operations, |answer| match answer {
+                ResponseBody::ConsumerGroupDescribe(a) => Some(&mut a.groups),
+                _ => None,
+            })
+        }
+        R::ShareGroupDescribe(r) => {
+            let operations = r.include_authorized_operations;
+            describe_modern_groups(access, R::ShareGroupDescribe(r), operations, |answer| match answer {
+                ResponseBody::ShareGroupDescribe(a) => Some(&mut a.groups),
+                _ => None,
+            })
+        }
         R::ListGroups(r) => list_groups(access, r),
         R::DeleteGroups(r) => delete_groups(access, r),
         R::InitProducerId(r) => init_producer_id(access, r),
@@ -547,15 +561,22 @@ fn offset_commit(access: &Access, mut r: OffsetCommitRequest) -> Gate {
     )
 }
 
-/// ConsumerGroupHeartbeat: READ on the group, and DESCRIBE on every subscribed topic
-/// named (else TOPIC_AUTHORIZATION_FAILED, as Kafka answers a member subscribing to a
-/// topic it may not see).
-fn consumer_group_heartbeat(access: &Access, r: ConsumerGroupHeartbeatRequest) -> Gate {
-    let code = if !access.allows(kind::GROUP, &r.group_id, op::READ) {
-        ErrorCode::GROUP_AUTHORIZATION_FAILED
-    } else if r.subscribed_topic_names.iter().flatten().any(|topic| !access.allows(kind::TOPIC, topic, op::DESCRIBE)) {
-        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+/// Why a member's heartbeat (ConsumerGroupHeartbeat, ShareGroupHeartbeat) is refused, if
+/// it is: READ on the group, and DESCRIBE on every subscribed topic named (else
+/// TOPIC_AUTHORIZATION_FAILED, as Kafka answers a member subscribing to a topic it may
+/// not see).
+fn heartbeat_refusal(access: &Access, group_id: &str, subscribed_topic_names: Option<&[String]>) -> Option<ErrorCode> {
+    if !access.allows(kind::GROUP, group_id, op::READ) {
+        Some(ErrorCode::GROUP_AUTHORIZATION_FAILED)
+    } else if subscribed_topic_names.into_iter().flatten().any(|t| !access.allows(kind::TOPIC, t, op::DESCRIBE)) {
+        Some(ErrorCode::TOPIC_AUTHORIZATION_FAILED)
     } else {
+        None
+    }
+}
+
+fn consumer_group_heartbeat(access: &Access, r: ConsumerGroupHeartbeatRequest) -> Gate {
+    let Some(code) = heartbeat_refusal(access, &r.group_id, r.subscribed_topic_names.as_deref()) else {
         return Gate::Handle(RequestBody::ConsumerGroupHeartbeat(r), None);
     };
     refuse(ResponseBody::ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse {
@@ -564,6 +585,18 @@ fn consumer_group_heartbeat(access: &Access, r: ConsumerGroupHeartbeatRequest) -
         member_id: None,
         member_epoch: -1,
         assignment: None,
+        ..Default::default()
+    }))
+}
+
+/// ShareGroupHeartbeat: as [`heartbeat_refusal`]; the refusal carries only its error
+/// code, as Kafka's.
+fn share_group_heartbeat(access: &Access, r: ShareGroupHeartbeatRequest) -> Gate {
+    let Some(code) = heartbeat_refusal(access, &r.group_id, r.subscribed_topic_names.as_deref()) else {
+        return Gate::Handle(RequestBody::ShareGroupHeartbeat(r), None);
+    };
+    refuse(ResponseBody::ShareGroupHeartbeat(ShareGroupHeartbeatResponse {
+        error_code: code.code(),
         ..Default::default()
     }))
 }
@@ -763,30 +796,79 @@ fn describe_groups(access: &Access, r: DescribeGroupsRequest) -> Gate {
     )
 }
 
-fn consumer_group_describe(access: &Access, r: ConsumerGroupDescribeRequest) -> Gate {
-    let access = access.clone();
-    let operations = r.include_authorized_operations;
-    Gate::Handle(
-        RequestBody::ConsumerGroupDescribe(r),
-        finish(move |answer| match answer {
-            ResponseBody::ConsumerGroupDescribe(mut a) => {
-                for g in &mut a.groups {
-                    if !access.allows(kind::GROUP, &g.group_id, op::DESCRIBE) {
-                        *g = consumer_group_describe_response::DescribedGroup {
-                            group_id: std::mem::take(&mut g.group_id),
-                            error_code: group_denied(),
-                            error_message: None,
-                            authorized_operations: authorized_operations::NOT_REQUESTED,
-                            ..Default::default()
-                        };
-                    } else if operations {
-                        g.authorized_operations =
-                            access.authorized_operations(kind::GROUP, &g.group_id, authorized_operations::GROUP);
-                    }
-                }
-                ResponseBody::ConsumerGroupDescribe(a)
+/// ConsumerGroupDescribe and ShareGroupDescribe: DESCRIBE on each group, answered
+/// GROUP_AUTHORIZATION_FAILED in its place; `authorized_operations` from the authorizer;
+/// and a group whose members are assigned a topic the client may not DESCRIBE is
+/// answered TOPIC_AUTHORIZATION_FAILED without its members, as Kafka hides topics from
+/// clients not allowed to see them.
+fn described_modern_groups<G: DescribedModernGroup>(access: &Access, groups: &mut [G], operations: bool) {
+    for g in groups {
+        if !access.allows(kind::GROUP, g.group_id(), op::DESCRIBE) {
+            *g = G::refused(g.group_id().to_string(), ErrorCode::GROUP_AUTHORIZATION_FAILED, None);
+            continue;
+        }
+        if g.error_code() != ErrorCode::NONE.code() {
+            continue;
+        }
+        if g.assigned_topic_names().any(|t| !access.allows(kind::TOPIC, t, op::DESCRIBE)) {
+            let message = "The group has described topic(s) that the client is not authorized to describe.";
+            *g = G::refused(g.group_id().to_string(), ErrorCode::TOPIC_AUTHORIZATION_FAILED, Some(message.into()));
+        } else if operations {
+            let all = authorized_operations::GROUP;
+            g.set_authorized_operations(access.authorized_operations(kind::GROUP, g.group_id(), all));
+        }
+    }
+}
+
+/// A group of a ConsumerGroupDescribe or ShareGroupDescribe answer, as
+/// [`described_modern_groups`] reads and rewrites it.
+trait DescribedModernGroup: authorized_operations::DescribedGroup {
+    /// The topics of the members' assignments (current and target).
+    fn assigned_topic_names(&self) -> impl Iterator<Item = &str>;
+    /// The group answered with only its id and this error.
+    fn refused(group_id: String, code: ErrorCode, message: Option<String>) -> Self;
+}
+
+macro_rules! described_modern_group {
+    ($module:ident, [$($assignment:ident),+]) => {
+        impl DescribedModernGroup for $module::DescribedGroup {
+            fn assigned_topic_names(&self) -> impl Iterator<Item = &str> {
+                self.members
+                    .iter()
+                    .flat_map(|m| [$(&m.$assignment),+])
+                    .flat_map(|a| a.topic_partitions.iter().map(|tp| tp.topic_name.as_str()))
             }
-            other => other,
+            fn refused(group_id: String, code: ErrorCode, error_message: Option<String>) -> Self {
+                $module::DescribedGroup {
+                    group_id,
+                    error_code: code.code(),
+                    error_message,
+                    authorized_operations: authorized_operations::NOT_REQUESTED,
+                    ..Default::default()
+                }
+            }
+        }
+    };
+}
+described_modern_group!(consumer_group_describe_response, [assignment, target_assignment]);
+described_modern_group!(share_group_describe_response, [assignment]);
+
+/// `request` (a ConsumerGroupDescribe or ShareGroupDescribe asking for authorized
+/// operations or not), its answer's `groups` finished by [`described_modern_groups`].
+fn describe_modern_groups<G: DescribedModernGroup + 'static>(
+    access: &Access,
+    request: RequestBody,
+    operations: bool,
+    groups: fn(&mut ResponseBody) -> Option<&mut Vec<G>>,
+) -> Gate {
+    let access = access.clone();
+    Gate::Handle(
+        request,
+        finish(move |mut answer| {
+            if let Some(groups) = groups(&mut answer) {
+                described_modern_groups(&access, groups, operations);
+            }
+            answer
         }),
     )
 }
@@ -1552,6 +1634,105 @@ mod tests {
         let reader = access("User:alice", &[(kind::GROUP, "g", op::READ)]);
         let join = RequestBody::JoinGroup(JoinGroupRequest { group_id: "g".into(), ..Default::default() });
         assert!(matches!(gate(&reader, join, 5), Gate::Handle(_, None)));
+    }
+
+    #[test]
+    fn a_share_member_needs_read_on_its_group_and_describe_on_its_topics() {
+        let heartbeat = |topics: &[&str]| {
+            RequestBody::ShareGroupHeartbeat(ShareGroupHeartbeatRequest {
+                group_id: "g".into(),
+                member_id: "m".into(),
+                subscribed_topic_names: Some(topics.iter().map(|t| t.to_string()).collect()),
+                ..Default::default()
+            })
+        };
+        let refusal = |alice: &Access, topics: &[&str]| match gate(alice, heartbeat(topics), 1) {
+            Gate::Refuse(ResponseBody::ShareGroupHeartbeat(r)) => Some(r),
+            Gate::Handle(RequestBody::ShareGroupHeartbeat(_), None) => None,
+            other => panic!("{other:?}"),
+        };
+        let nobody = access("User:alice", &[(kind::TOPIC, "a", op::DESCRIBE)]);
+        let refused = refusal(&nobody, &["a"]).unwrap();
+        // Only the error code, as Kafka's getErrorResponse.
+        let expected = ShareGroupHeartbeatResponse { error_code: group_denied(), ..Default::default() };
+        assert_eq!(refused, expected);
+        let member = access("User:alice", &[(kind::GROUP, "g", op::READ), (kind::TOPIC, "a", op::DESCRIBE)]);
+        let refused = refusal(&member, &["a", "b"]).unwrap();
+        assert_eq!(refused.error_code, ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
+        assert!(refusal(&member, &["a"]).is_none());
+    }
+
+    /// A group the client may not DESCRIBE is refused in its place; one whose members are
+    /// assigned a topic it may not DESCRIBE is answered without them; the rest get their
+    /// authorized operations. The same for consumer groups, whose target assignments count.
+    #[test]
+    fn described_share_and_consumer_groups_hide_groups_and_topics_the_client_may_not_see() {
+        let alice = access(
+            "User:alice",
+            &[(kind::GROUP, "mine", op::READ), (kind::GROUP, "hiding", op::DESCRIBE), (kind::TOPIC, "a", op::READ)],
+        );
+        let request = |ids: &[&str]| ids.iter().map(|id| id.to_string()).collect::<Vec<_>>();
+        let share = RequestBody::ShareGroupDescribe(ShareGroupDescribeRequest {
+            group_ids: request(&["mine", "hiding", "theirs"]),
+            include_authorized_operations: true,
+            ..Default::default()
+        });
+        let Gate::Handle(_, Some(finish)) = gate(&alice, share, 1) else { panic!() };
+        let share_group = |id: &str, topic: &str| {
+            use share_group_describe_response::{Assignment, DescribedGroup, Member, TopicPartitions};
+            let tp = TopicPartitions { topic_name: topic.into(), partitions: vec![0], ..Default::default() };
+            let member = Member {
+                assignment: Assignment { topic_partitions: vec![tp], ..Default::default() },
+                ..Default::default()
+            };
+            DescribedGroup {
+                group_id: id.into(),
+                group_state: "Stable".into(),
+                members: vec![member],
+                ..Default::default()
+            }
+        };
+        let answer = finish(ResponseBody::ShareGroupDescribe(ShareGroupDescribeResponse {
+            groups: vec![share_group("mine", "a"), share_group("hiding", "b"), share_group("theirs", "a")],
+            ..Default::default()
+        }));
+        let ResponseBody::ShareGroupDescribe(answer) = answer else { panic!() };
+        let seen: Vec<_> = answer
+            .groups
+            .iter()
+            .map(|g| (g.group_id.as_str(), g.error_code, g.members.len(), g.authorized_operations))
+            .collect();
+        let topic_denied = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+        let not_requested = authorized_operations::NOT_REQUESTED;
+        let read_describe = (1 << op::READ) | (1 << op::DESCRIBE);
+        assert_eq!(
+            seen,
+            [
+                ("mine", 0, 1, read_describe),
+                ("hiding", topic_denied, 0, not_requested),
+                ("theirs", group_denied(), 0, not_requested)
+            ]
+        );
+        assert_eq!(
+            answer.groups[1].error_message.as_deref(),
+            Some("The group has described topic(s) that the client is not authorized to describe.")
+        );
+
+        let consumer = RequestBody::ConsumerGroupDescribe(ConsumerGroupDescribeRequest {
+            group_ids: request(&["mine"]),
+            ..Default::default()
+        });
+        let Gate::Handle(_, Some(finish)) = gate(&alice, consumer, 1) else { panic!() };
+        use consumer_group_describe_response::{Assignment, DescribedGroup, Member, TopicPartitions};
+        let tp = TopicPartitions { topic_name: "b".into(), partitions: vec![0], ..Default::default() };
+        let target = Assignment { topic_partitions: vec![tp], ..Default::default() };
+        let member = Member { target_assignment: target, ..Default::default() };
+        let answer = finish(ResponseBody::ConsumerGroupDescribe(ConsumerGroupDescribeResponse {
+            groups: vec![DescribedGroup { group_id: "mine".into(), members: vec![member], ..Default::default() }],
+            ..Default::default()
+        }));
+        let ResponseBody::ConsumerGroupDescribe(answer) = answer else { panic!() };
+        assert_eq!((answer.groups[0].error_code, answer.groups[0].members.len()), (topic_denied, 0));
     }
 
     #[test]

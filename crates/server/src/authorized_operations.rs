@@ -44,6 +44,40 @@ pub fn if_requested(requested: bool, all: i32) -> i32 {
     }
 }
 
+/// A group of a describe answer (DescribeGroups, ConsumerGroupDescribe,
+/// ShareGroupDescribe), as the operations fields are filled in.
+pub trait DescribedGroup {
+    fn group_id(&self) -> &str;
+    fn error_code(&self) -> i16;
+    fn set_authorized_operations(&mut self, operations: i32);
+}
+
+macro_rules! described_group {
+    ($($module:ident),+) => {$(
+        impl DescribedGroup for osprey_protocol::messages::$module::DescribedGroup {
+            fn group_id(&self) -> &str {
+                &self.group_id
+            }
+            fn error_code(&self) -> i16 {
+                self.error_code
+            }
+            fn set_authorized_operations(&mut self, operations: i32) {
+                self.authorized_operations = operations;
+            }
+        }
+    )+};
+}
+described_group!(describe_groups_response, consumer_group_describe_response, share_group_describe_response);
+
+/// Each group described without error gets every group operation when the client asked
+/// (`requested`), else "not provided".
+pub fn set_for_groups<G: DescribedGroup>(groups: &mut [G], requested: bool) {
+    let operations = if_requested(requested, GROUP);
+    for group in groups.iter_mut().filter(|g| g.error_code() == 0) {
+        group.set_authorized_operations(operations);
+    }
+}
+
 /// Kafka's `Utils.to32BitField`: bit `code` set for each operation.
 const fn bits(operations: &[u8]) -> i32 {
     let mut field = 0i32;

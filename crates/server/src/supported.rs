@@ -66,6 +66,9 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeTopicPartitions, 0, 0),
     (ApiKey::ConsumerGroupHeartbeat, 0, 1),
     (ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Answered UNSUPPORTED_VERSION while `share.version` is 0, as Kafka lists them then too.
+    (ApiKey::ShareGroupHeartbeat, 1, 1),
+    (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),
@@ -77,6 +80,16 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
 
 /// The highest `transaction.version` feature level this broker implements.
 pub const MAX_TRANSACTION_VERSION: i16 = 2;
+
+/// The highest `share.version` feature level this broker implements: 1, share groups
+/// (KIP-932).
+pub const MAX_SHARE_VERSION: i16 = 1;
+
+/// Whether share groups are on: the finalized `share.version` (`osprey.share.version`)
+/// is 1 or more (Kafka's `ShareVersion.supportsShareGroups`).
+pub fn share_groups_enabled(share_version: i16) -> bool {
+    share_version >= 1
+}
 
 /// The advertised range of `key`, if the broker serves it, with transaction version 2.
 pub fn advertised(key: ApiKey) -> Option<(i16, i16)> {

@@ -2,8 +2,11 @@
 //! a cluster, and runtimes that count where work runs.
 
 use crate::broker::{Broker, Settings};
+use crate::config::BrokerConfig;
+use crate::dispatch::{Client, Reply, Request};
 use osprey_cluster::image::NO_LEADER;
 use osprey_cluster::{BrokerListener, MetadataRecord};
+use osprey_protocol::{ApiKey, RequestBody, RequestHeader, ResponseBody};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -11,11 +14,37 @@ use std::sync::Arc;
 /// A single-node broker on a fresh data directory named for the test (removed first),
 /// listening nowhere yet: its address is a port 0 binding's.
 pub fn broker_in(name: &str) -> (Arc<Broker>, PathBuf) {
+    broker_with_config(name, |_| {})
+}
+
+/// As [`broker_in`], with its static configuration changed by `configure` first.
+pub fn broker_with_config(name: &str, configure: impl FnOnce(&mut BrokerConfig)) -> (Arc<Broker>, PathBuf) {
     let dir = std::env::temp_dir().join(format!("osprey-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let broker = Broker::open(Settings::single_node(addr, dir.clone()), Box::new(|_: &str, _: &str| Ok(()))).unwrap();
+    let mut settings = Settings::single_node(addr, dir.clone());
+    let mut config = (*settings.config).clone();
+    configure(&mut config);
+    settings.config = Arc::new(config);
+    let broker = Broker::open(settings, Box::new(|_: &str, _: &str| Ok(()))).unwrap();
     (broker, dir)
+}
+
+/// `body` handled as a request of `api_key` v`version` from an anonymous client on the
+/// default listener (authorization included, when the broker has an authorizer), and
+/// its answer once it comes.
+pub async fn answer(broker: &Arc<Broker>, api_key: ApiKey, version: i16, body: RequestBody) -> ResponseBody {
+    let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
+    let client = Client {
+        peer: "127.0.0.1:1".parse().unwrap(),
+        listener: crate::broker::DEFAULT_LISTENER.into(),
+        principal: crate::tls::ANONYMOUS.into(),
+    };
+    match crate::handlers::handle(broker, Request { api_key, header, body }, &client) {
+        Reply::Now(body) => body,
+        Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
+        other => panic!("{other:?}"),
+    }
 }
 
 /// A current-thread runtime: it runs its tasks on the thread that blocks on it, so any

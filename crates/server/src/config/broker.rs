@@ -332,6 +332,8 @@ pub struct BrokerConfig {
     pub group_share_partition_max_record_locks: i32,
     /// `group.share.max.share.sessions`.
     pub group_share_max_share_sessions: i32,
+    /// `osprey.share.version`.
+    pub share_version: i16,
     /// `share.coordinator.state.topic.num.partitions`.
     pub share_coordinator_state_topic_num_partitions: i32,
     /// `share.coordinator.state.topic.replication.factor`.
@@ -827,6 +829,7 @@ impl BrokerConfig {
             group_share_delivery_count_limit: r.i32("group.share.delivery.count.limit"),
             group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
             group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
+            share_version: r.i16("osprey.share.version"),
             share_coordinator_state_topic_num_partitions: r.i32("share.coordinator.state.topic.num.partitions"),
             share_coordinator_state_topic_replication_factor: r.i16("share.coordinator.state.topic.replication.factor"),
             share_coordinator_state_topic_min_isr: r.i16("share.coordinator.state.topic.min.isr"),

@@ -1,10 +1,10 @@
 //! ApiVersions: the truthful table of what this broker serves (see `supported.rs`), and
 //! from v3 the features (KIP-584) with the levels this broker implements; among them
 //! `transaction.version`, which tells clients whether to use transaction version 2
-//! (KIP-890 part 2).
+//! (KIP-890 part 2), and `share.version`, whether share groups (KIP-932) are on.
 
 use crate::broker::Broker;
-use crate::supported::{advertised_at, ADVERTISED, MAX_TRANSACTION_VERSION};
+use crate::supported::{advertised_at, ADVERTISED, MAX_SHARE_VERSION, MAX_TRANSACTION_VERSION};
 use osprey_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use osprey_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -25,7 +25,7 @@ struct Feature {
     finalized: i16,
 }
 
-fn features(transaction_version: i16) -> [Feature; 7] {
+fn features(transaction_version: i16, share_version: i16) -> [Feature; 7] {
     let fixed = |name, level| Feature { name, min: level, max: level, finalized: level };
     [
         fixed("metadata.version", METADATA_VERSION_4_2_IV1),
@@ -37,8 +37,9 @@ fn features(transaction_version: i16) -> [Feature; 7] {
         Feature { name: "transaction.version", min: 1, max: MAX_TRANSACTION_VERSION, finalized: transaction_version },
         // Eligible leader replicas (KIP-966), on as in a new Kafka 4.4 cluster.
         Feature { name: "eligible.leader.replicas.version", min: 0, max: 1, finalized: 1 },
-        // Not implemented: share groups (KIP-932), streams groups (KIP-1071).
-        fixed("share.version", 0),
+        // `osprey.share.version` turns share groups (KIP-932) on (1) or off (0).
+        Feature { name: "share.version", min: 0, max: MAX_SHARE_VERSION, finalized: share_version },
+        // Not implemented: streams groups (KIP-1071).
         fixed("streams.version", 0),
     ]
 }
@@ -70,7 +71,7 @@ pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> Respon
         }
     }
     let transaction_version = broker.settings.transaction_version;
-    let features = features(transaction_version);
+    let features = features(transaction_version, broker.settings.config.share_version);
     ResponseBody::ApiVersions(ApiVersionsResponse {
         api_keys: table(transaction_version),
         // Before v4 a supported range starting at 0 broke clients (KAFKA-17011), so
@@ -146,6 +147,30 @@ pub fn invalid_request(why: &str) -> ResponseBody {
 #[cfg(test)]
 mod tests {
     use super::software_name_or_version_ok as ok;
+    use super::*;
+    use crate::test_support::broker_with_config;
+
+    /// `share.version` is supported from 0 to 1 and finalized at `osprey.share.version`
+    /// (listed only above 0); the share-group APIs are listed either way, as Kafka lists them.
+    #[test]
+    fn share_version_is_finalized_at_the_configured_level() {
+        for level in [0, 1] {
+            let (broker, dir) = broker_with_config(&format!("api-versions-share-{level}"), |c| c.share_version = level);
+            let req = ApiVersionsRequest {
+                client_software_name: "test".into(),
+                client_software_version: "1".into(),
+                ..Default::default()
+            };
+            let ResponseBody::ApiVersions(resp) = handle(&broker, &req, 4) else { panic!() };
+            let supported = resp.supported_features.iter().find(|f| f.name == "share.version").unwrap();
+            assert_eq!((supported.min_version, supported.max_version), (0, 1));
+            let finalized = resp.finalized_features.iter().find(|f| f.name == "share.version");
+            assert_eq!(finalized.map(|f| f.max_version_level), (level > 0).then_some(level));
+            let heartbeat = resp.api_keys.iter().find(|k| k.api_key == ApiKey::ShareGroupHeartbeat as i16).unwrap();
+            assert_eq!((heartbeat.min_version, heartbeat.max_version), (1, 1));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 
     #[test]
     fn software_names_as_kafka_checks_them() {

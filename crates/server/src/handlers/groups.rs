@@ -4,7 +4,7 @@
 //! Offsets have their own files (`offset_commit.rs`, `offset_fetch.rs`).
 
 use crate::access::Access;
-use crate::authorized_operations::{self, if_requested};
+use crate::authorized_operations;
 use crate::broker::Broker;
 use crate::dispatch::Reply;
 use osprey_coordinator::group::{Response, TopicInfo, TopicsView};
@@ -73,10 +73,7 @@ pub fn list(broker: &Arc<Broker>, req: ListGroupsRequest, version: i16) -> Respo
 pub fn describe(broker: &Arc<Broker>, req: DescribeGroupsRequest, version: i16) -> ResponseBody {
     let mut resp = broker.groups.call(broker, |c, _| c.describe_groups(&req.groups, version));
     if version >= 3 {
-        let operations = if_requested(req.include_authorized_operations, authorized_operations::GROUP);
-        for group in resp.groups.iter_mut().filter(|g| g.error_code == ErrorCode::NONE.code()) {
-            group.authorized_operations = operations;
-        }
+        authorized_operations::set_for_groups(&mut resp.groups, req.include_authorized_operations);
     }
     ResponseBody::DescribeGroups(resp)
 }
@@ -157,9 +154,6 @@ impl TopicsView for DescribableTopics<'_> {
 /// error when asked.
 pub fn consumer_describe(broker: &Arc<Broker>, req: ConsumerGroupDescribeRequest) -> ResponseBody {
     let mut resp = broker.groups.call(broker, |c, _| c.consumer_group_describe(&req.group_ids));
-    let operations = if_requested(req.include_authorized_operations, authorized_operations::GROUP);
-    for group in resp.groups.iter_mut().filter(|g| g.error_code == ErrorCode::NONE.code()) {
-        group.authorized_operations = operations;
-    }
+    authorized_operations::set_for_groups(&mut resp.groups, req.include_authorized_operations);
     ResponseBody::ConsumerGroupDescribe(resp)
 }

@@ -30,6 +30,7 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod scram_credentials;
 pub mod share_fetch;
+pub mod share_groups;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
@@ -46,6 +47,9 @@ use std::sync::Arc;
 /// first, on the blocking pool, as Kafka creates them on first use; the request is
 /// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
+    if let Some(answer) = share_groups::refused_while_disabled(broker, &request.body) {
+        return Reply::Now(answer);
+    }
     let access = Access::of(broker, client);
     if !access.enabled() {
         return handle_allowed(broker, request, client);
@@ -103,7 +107,8 @@ fn internal_topic_of(body: &RequestBody) -> Option<(&'static str, Ensure)> {
         | RequestBody::OffsetCommit(_)
         | RequestBody::DeleteGroups(_)
         | RequestBody::OffsetDelete(_)
-        | RequestBody::ConsumerGroupHeartbeat(_) => Some(offsets),
+        | RequestBody::ConsumerGroupHeartbeat(_)
+        | RequestBody::ShareGroupHeartbeat(_) => Some(offsets),
         // AddOffsetsToTxn and TxnOffsetCommit create `__consumer_offsets` themselves.
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => Some(state),
         RequestBody::AddPartitionsToTxn(_)
@@ -187,6 +192,8 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         RequestBody::ShareAcknowledge(body) => {
             share_fetch::handle_acknowledge(broker, body, Access::if_enabled(broker, client))
         }
+        RequestBody::ShareGroupHeartbeat(body) => share_groups::heartbeat(broker, body, &client_id, &client_host()),
+        RequestBody::ShareGroupDescribe(body) => Reply::Now(share_groups::describe(broker, body)),
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
         RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => {
@@ -283,29 +290,16 @@ pub(crate) fn after_creating_internal_topic<E: Send + 'static>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::broker::{Settings, DEFAULT_LISTENER};
+    use crate::broker::Settings;
+    use crate::test_support::answer;
     use osprey_cluster::NewTopic;
     use osprey_protocol::messages::{alter_configs_request, incremental_alter_configs_request};
     use osprey_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest};
-    use osprey_protocol::{ApiKey, RequestHeader};
+    use osprey_protocol::ApiKey;
     use std::sync::Mutex;
     use std::thread::ThreadId;
 
     const RESOURCE_TOPIC: i8 = 2;
-
-    async fn answer(broker: &Arc<Broker>, api_key: ApiKey, version: i16, body: RequestBody) -> ResponseBody {
-        let header = RequestHeader { request_api_version: version, ..RequestHeader::default() };
-        let client = Client {
-            peer: "127.0.0.1:1".parse().unwrap(),
-            listener: DEFAULT_LISTENER.into(),
-            principal: crate::tls::ANONYMOUS.into(),
-        };
-        match handle(broker, Request { api_key, header, body }, &client) {
-            Reply::Now(body) => body,
-            Reply::Later(pending) | Reply::Ordered(pending) => pending.await,
-            other => panic!("{other:?}"),
-        }
-    }
 
     /// The broker's topic-config validator runs inside the controller's write: the
     /// threads it ran on are the threads the controller writes ran on.

@@ -421,6 +421,8 @@ fn set_throttle_time(mut body: ResponseBody, ms: u64) -> ResponseBody {
         ListTransactions,
         ConsumerGroupHeartbeat,
         ConsumerGroupDescribe,
+        ShareGroupHeartbeat,
+        ShareGroupDescribe,
         GetTelemetrySubscriptions,
         PushTelemetry,
         DescribeTopicPartitions,
