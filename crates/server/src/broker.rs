@@ -836,15 +836,7 @@ impl Broker {
 
     /// The broker settings group configs are checked against and default to.
     pub fn group_config_bounds(&self) -> group_config::GroupConfigBounds {
-        let c = &self.settings.config;
-        group_config::GroupConfigBounds {
-            session_timeout_ms: c.group_consumer_session_timeout_ms,
-            min_session_timeout_ms: c.group_consumer_min_session_timeout_ms,
-            max_session_timeout_ms: c.group_consumer_max_session_timeout_ms,
-            heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
-            min_heartbeat_interval_ms: c.group_consumer_min_heartbeat_interval_ms,
-            max_heartbeat_interval_ms: c.group_consumer_max_heartbeat_interval_ms,
-        }
+        self.settings.config.group_config_bounds()
     }
 
     /// Applies a topic's current configs to its open partition logs.

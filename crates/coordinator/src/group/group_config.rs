@@ -166,19 +166,24 @@ pub struct ShareGroupConfigBounds {
 
 impl Default for ShareGroupConfigBounds {
     fn default() -> Self {
-        ShareGroupConfigBounds {
-            session_timeout_ms: 45_000,
-            min_session_timeout_ms: 45_000,
-            max_session_timeout_ms: 60_000,
-            heartbeat_interval_ms: 5_000,
-            min_heartbeat_interval_ms: 5_000,
-            max_heartbeat_interval_ms: 15_000,
-            min_record_lock_duration_ms: 15_000,
-            max_record_lock_duration_ms: 60_000,
-            min_delivery_count_limit: 2,
-            max_delivery_count_limit: 10,
-        }
+        ShareGroupConfigBounds::KAFKA_DEFAULTS
     }
+}
+
+impl ShareGroupConfigBounds {
+    /// Kafka's defaults of `group.share.*` bounds.
+    pub const KAFKA_DEFAULTS: ShareGroupConfigBounds = ShareGroupConfigBounds {
+        session_timeout_ms: 45_000,
+        min_session_timeout_ms: 45_000,
+        max_session_timeout_ms: 60_000,
+        heartbeat_interval_ms: 5_000,
+        min_heartbeat_interval_ms: 5_000,
+        max_heartbeat_interval_ms: 15_000,
+        min_record_lock_duration_ms: 15_000,
+        max_record_lock_duration_ms: 60_000,
+        min_delivery_count_limit: 2,
+        max_delivery_count_limit: 10,
+    };
 }
 
 /// The broker's bounds and defaults group configs are checked against (Kafka's
@@ -191,6 +196,8 @@ pub struct GroupConfigBounds {
     pub heartbeat_interval_ms: i32,
     pub min_heartbeat_interval_ms: i32,
     pub max_heartbeat_interval_ms: i32,
+    /// The bounds of share group configs.
+    pub share: ShareGroupConfigBounds,
 }
 
 /// Kafka's `GroupConfig.validate`: `configs` is the group's whole set after the change.
@@ -201,7 +208,7 @@ pub struct GroupConfigBounds {
 /// Share group configs are checked against Kafka's default share bounds
 /// ([`ShareGroupConfigBounds::default`]).
 pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) -> Result<(), String> {
-    let share = ShareGroupConfigBounds::default();
+    let share = &bounds.share;
     for (name, value) in configs {
         let (min, max) = match name.as_str() {
             CONSUMER_SESSION_TIMEOUT_MS => (bounds.min_session_timeout_ms, bounds.max_session_timeout_ms),
@@ -272,6 +279,7 @@ mod tests {
         heartbeat_interval_ms: 5_000,
         min_heartbeat_interval_ms: 5_000,
         max_heartbeat_interval_ms: 15_000,
+        share: ShareGroupConfigBounds::KAFKA_DEFAULTS,
     };
 
     fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {

@@ -326,6 +326,10 @@ pub struct BrokerConfig {
     pub transaction_version: i16,
     /// `group.share.record.lock.duration.ms`.
     pub group_share_record_lock_duration_ms: i32,
+    /// `group.share.min.record.lock.duration.ms`.
+    pub group_share_min_record_lock_duration_ms: i32,
+    /// `group.share.max.record.lock.duration.ms`.
+    pub group_share_max_record_lock_duration_ms: i32,
     /// `group.share.delivery.count.limit`.
     pub group_share_delivery_count_limit: i32,
     /// `group.share.partition.max.record.locks`.
@@ -546,6 +550,11 @@ impl BrokerConfig {
             heartbeat_interval_ms: self.group_consumer_heartbeat_interval_ms,
             min_heartbeat_interval_ms: self.group_consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms: self.group_consumer_max_heartbeat_interval_ms,
+            share: osprey_coordinator::group::group_config::ShareGroupConfigBounds {
+                min_record_lock_duration_ms: self.group_share_min_record_lock_duration_ms,
+                max_record_lock_duration_ms: self.group_share_max_record_lock_duration_ms,
+                ..Default::default()
+            },
         }
     }
 
@@ -826,6 +835,8 @@ impl BrokerConfig {
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
             group_share_record_lock_duration_ms: r.i32("group.share.record.lock.duration.ms"),
+            group_share_min_record_lock_duration_ms: r.i32("group.share.min.record.lock.duration.ms"),
+            group_share_max_record_lock_duration_ms: r.i32("group.share.max.record.lock.duration.ms"),
             group_share_delivery_count_limit: r.i32("group.share.delivery.count.limit"),
             group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
             group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
