@@ -715,7 +715,30 @@ fn offset_fetch(access: &Access, mut r: OffsetFetchRequest, version: i16) -> Gat
 }
 
 /// FindCoordinator: DESCRIBE on the group (key type 0) or the transactional id (1).
+/// Share coordinators (2), which brokers look up for their share partitions, need
+/// CLUSTER_ACTION: without it the whole request is answered CLUSTER_AUTHORIZATION_FAILED,
+/// as Kafka's `authorizeClusterOperation` throws (before v6 the handler answers them
+/// INVALID_REQUEST, unasked, as Kafka does).
 fn find_coordinator(access: &Access, mut r: FindCoordinatorRequest, version: i16) -> Gate {
+    use crate::handlers::find_coordinator::{FIRST_SHARE_VERSION, KEY_TYPE_SHARE};
+    if r.key_type == KEY_TYPE_SHARE {
+        if version < FIRST_SHARE_VERSION || r.coordinator_keys.is_empty() || access.allows_cluster(op::CLUSTER_ACTION) {
+            return Gate::Handle(RequestBody::FindCoordinator(r), None);
+        }
+        let coordinators = r
+            .coordinator_keys
+            .into_iter()
+            .map(|key| find_coordinator_response::Coordinator {
+                key,
+                node_id: -1,
+                port: -1,
+                error_code: ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code(),
+                error_message: Some(CLUSTER_DENIED.into()),
+                ..Default::default()
+            })
+            .collect();
+        return refuse(ResponseBody::FindCoordinator(FindCoordinatorResponse { coordinators, ..Default::default() }));
+    }
     let (resource_type, code) = match r.key_type {
         1 => (kind::TRANSACTIONAL_ID, ErrorCode::TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
         _ => (kind::GROUP, ErrorCode::GROUP_AUTHORIZATION_FAILED),
@@ -1634,6 +1657,27 @@ mod tests {
         let reader = access("User:alice", &[(kind::GROUP, "g", op::READ)]);
         let join = RequestBody::JoinGroup(JoinGroupRequest { group_id: "g".into(), ..Default::default() });
         assert!(matches!(gate(&reader, join, 5), Gate::Handle(_, None)));
+    }
+
+    /// Share coordinators are the brokers' to look up: CLUSTER_ACTION from v6, where the
+    /// key type exists; the handler answers older versions.
+    #[test]
+    fn share_coordinator_lookups_need_cluster_action() {
+        let find = || {
+            RequestBody::FindCoordinator(FindCoordinatorRequest {
+                key_type: 2,
+                coordinator_keys: vec!["g:AAAAAAAAAAAAAAAAAAAAAA:0".into(), "h:AAAAAAAAAAAAAAAAAAAAAA:1".into()],
+                ..Default::default()
+            })
+        };
+        let alice = access("User:alice", &[(kind::GROUP, "g", op::ALL)]);
+        let Gate::Refuse(ResponseBody::FindCoordinator(refused)) = gate(&alice, find(), 6) else { panic!() };
+        let codes: Vec<_> = refused.coordinators.iter().map(|c| (c.key.as_str(), c.error_code, c.node_id)).collect();
+        let denied = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code();
+        assert_eq!(codes, [("g:AAAAAAAAAAAAAAAAAAAAAA:0", denied, -1), ("h:AAAAAAAAAAAAAAAAAAAAAA:1", denied, -1)]);
+        assert!(matches!(gate(&alice, find(), 5), Gate::Handle(_, None)), "INVALID_REQUEST, the handler's");
+        let broker = access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)]);
+        assert!(matches!(gate(&broker, find(), 6), Gate::Handle(_, None)));
     }
 
     #[test]

@@ -523,6 +523,31 @@ fn find_coordinator_answers_the_live_leader_of_the_keys_partition() {
 }
 
 #[test]
+fn find_coordinator_names_the_leader_of_a_share_keys_state_partition() {
+    use crate::share_states::SHARE_STATE_TOPIC;
+    use osprey_coordinator::share_state::ShareKey;
+    let c = cluster("view-find-share-coordinator");
+    let partitions = c.0.share_states.num_partitions();
+    // Even partitions of __share_group_state led by broker 2, odd ones here.
+    let replicas = (0..partitions).map(|p| if p % 2 == 0 { vec![2, 1] } else { vec![1, 2] }).collect();
+    c.0.apply_records_for_test(&[create_topic(SHARE_STATE_TOPIC, [11; 16], replicas)]);
+    let key_on = |parity: i32| {
+        let key =
+            |i: i32| ShareKey { group_id: format!("g{i}"), topic_id: osprey_protocol::Uuid(TOPIC_T), partition: 0 };
+        let key = (0..).map(key).find(|k| osprey_coordinator::share_state::partition_for(k, partitions) % 2 == parity);
+        key.unwrap().coordinator_key()
+    };
+    let req =
+        FindCoordinatorRequest { key_type: 2, coordinator_keys: vec![key_on(0), key_on(1)], ..Default::default() };
+    let ResponseBody::FindCoordinator(resp) = find_coordinator::handle(&c.0, req, 6, DEFAULT_LISTENER) else {
+        panic!()
+    };
+    let found: Vec<_> = resp.coordinators.into_iter().map(|c| (c.error_code, c.node_id, c.host, c.port)).collect();
+    let port = advertised_port(&c.0);
+    assert_eq!(found, [(0, 2, "b2.example".to_string(), 9092), (0, 1, "127.0.0.1".to_string(), port)]);
+}
+
+#[test]
 fn describe_configs_of_another_broker_is_refused_as_kafka_does() {
     let c = cluster("view-describe-configs");
     let describe = |name: &str| {
