@@ -514,3 +514,26 @@ fn stale_available_records_missing_from_the_log_are_archived() {
     assert_eq!(offsets, vec![(5, 2), (6, 2), (7, 2), (8, 2), (9, 2)]);
     assert_eq!(sp.start_offset(), 5);
 }
+
+/// Retention (or DeleteRecords) moved the log start past records in flight: they are
+/// archived whatever their state, the start offset follows, and a write carries it.
+#[test]
+fn a_log_start_past_records_in_flight_archives_them_and_moves_the_start_offset() {
+    let mut sp = fresh(config(), 0);
+    let log = log(0, 10, 5);
+    fetch(&mut sp, "a", 0, &log, 500);
+    assert_eq!(sp.log_start_moved(0), None, "the log start did not pass the start offset");
+    let write = sp.log_start_moved(7).expect("the start offset moved");
+    assert_eq!(write.state.start_offset, 7);
+    assert_eq!((sp.start_offset(), sp.end_offset()), (7, 10));
+    assert_eq!(sp.record_state(6), None, "below the start offset");
+    assert_eq!(state(&sp, 7), (Acquired, 1), "records past the log start keep their state");
+    sp.check_invariants().unwrap();
+    // An acknowledgement of records that left the log is past history: nothing to change.
+    sp.write_completed(write.id, true);
+    // Past everything in flight: the partition starts afresh at the log start.
+    let write = sp.log_start_moved(20).expect("moved again");
+    assert_eq!((sp.start_offset(), sp.end_offset(), sp.next_fetch_offset()), (20, 20, 20));
+    assert_eq!(write.state.start_offset, 20);
+    sp.check_invariants().unwrap();
+}

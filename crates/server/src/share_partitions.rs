@@ -390,7 +390,22 @@ impl Slot {
         let read =
             tokio::task::spawn_blocking(move || read_log(&partition, fetch_offset, bound, limits, read_committed))
                 .await
-                .map_err(|_| ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "read interrupted"))??;
+                .map_err(|_| ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "read interrupted"))?;
+        let read = match read {
+            Err(e) if e.code == ErrorCode::OFFSET_OUT_OF_RANGE => {
+                // The log start passed records in flight (retention, DeleteRecords): they
+                // are gone; the share partition moves on, and the client fetches again
+                // (as Kafka's `ShareFetchUtils.processFetchResponse`).
+                let log_start = self.partition.log.log_start_offset();
+                let write = lock(&self.inner).machine.log_start_moved(log_start);
+                if let Some(write) = write {
+                    tracing::info!(group = self.key.group_id, topic = %self.partition.topic, partition = self.key.partition, log_start_offset = log_start, "share partition start offset moved to the log start: earlier records were deleted before their delivery completed");
+                    self.enqueue(broker, write, None);
+                }
+                return Ok(Fetched::default());
+            }
+            other => other?,
+        };
         if read.batches.is_empty() {
             return Ok(Fetched::default());
         }

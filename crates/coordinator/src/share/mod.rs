@@ -205,6 +205,38 @@ impl SharePartition {
         }
     }
 
+    /// The log's start moved to `log_start_offset` past records in flight (retention,
+    /// DeleteRecords): Kafka's `updateCacheAndOffsets`. The records below it are gone from
+    /// the log and are never delivered: whatever their state, they are ARCHIVED at once
+    /// (an acquisition or a transition on them is void; a write waiting for them completes
+    /// without effect on them), and the start offset moves to the log start at least.
+    /// The write to persist the new start offset, when it moved.
+    pub fn log_start_moved(&mut self, log_start_offset: i64) -> Option<StateWrite> {
+        if log_start_offset <= self.start_offset {
+            return None;
+        }
+        for batch in self.cache.values_mut() {
+            batch.update_range(
+                batch.first_offset,
+                log_start_offset - 1,
+                |_| true,
+                |_, _, s| {
+                    s.state = RecordState::Archived;
+                    s.lock = None;
+                    s.pending = None;
+                },
+            );
+        }
+        self.advance_start_offset();
+        if self.start_offset < log_start_offset {
+            // Past every record in flight: nothing is cached below the log start now.
+            self.start_offset = log_start_offset;
+            self.end_offset = self.end_offset.max(log_start_offset);
+        }
+        let id = self.take_write_id();
+        Some(self.state_write(id, Vec::new()))
+    }
+
     fn take_write_id(&mut self) -> WriteId {
         self.next_write_id += 1;
         WriteId(self.next_write_id)

@@ -471,6 +471,36 @@ mod tests {
         }
     }
 
+    fn acknowledge_request(
+        member: &str,
+        epoch: i32,
+        topic: Uuid,
+        first: i64,
+        last: i64,
+        ack_type: i8,
+    ) -> ShareAcknowledgeRequest {
+        ShareAcknowledgeRequest {
+            group_id: Some("g".into()),
+            member_id: Some(member.into()),
+            share_session_epoch: epoch,
+            topics: vec![ack_req::AcknowledgeTopic {
+                topic_id: topic,
+                partitions: vec![ack_req::AcknowledgePartition {
+                    partition_index: 0,
+                    acknowledgement_batches: vec![ack_req::AcknowledgementBatch {
+                        first_offset: first,
+                        last_offset: last,
+                        acknowledge_types: vec![ack_type],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
     async fn answer(reply: Reply) -> ResponseBody {
         match reply {
             Reply::Now(body) => body,
@@ -529,26 +559,7 @@ mod tests {
         assert_eq!(a2.responses[0].partitions[0].acknowledge_error_code, 0, "{a2:?}");
         // One range per log batch (each record is a batch of its own here), as Kafka reports them.
         assert_eq!(acquired(&a2), vec![(2, 2, 2), (3, 3, 2)], "released records come back, delivered a second time");
-        let ack = ShareAcknowledgeRequest {
-            group_id: Some("g".into()),
-            member_id: Some("b".into()),
-            share_session_epoch: 1,
-            topics: vec![ack_req::AcknowledgeTopic {
-                topic_id: topic,
-                partitions: vec![ack_req::AcknowledgePartition {
-                    partition_index: 0,
-                    acknowledgement_batches: vec![ack_req::AcknowledgementBatch {
-                        first_offset: 4,
-                        last_offset: 9,
-                        acknowledge_types: vec![1],
-                        ..Default::default()
-                    }],
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
+        let ack = acknowledge_request("b", 1, topic, 4, 9, 1);
         let ResponseBody::ShareAcknowledge(acked) = answer(handle_acknowledge(&broker, ack.clone(), None)).await else {
             panic!()
         };
@@ -569,6 +580,34 @@ mod tests {
         wait.max_wait_ms = 30_000;
         let b2 = share_fetch(&broker, wait, 2).await;
         assert_eq!(acquired(&b2), vec![(2, 2, 2), (3, 3, 2)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// DeleteRecords moved the log start past records in flight: the share partition moves
+    /// on to the log start instead of failing every fetch with OFFSET_OUT_OF_RANGE.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_log_start_past_the_share_start_offset_moves_the_share_partition_on() {
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-log-start", 10)).await.unwrap();
+        earliest(&broker, "g");
+        let mut req = fetch_request("a", 0, topic, vec![]);
+        req.max_records = 2;
+        req.share_acquire_mode = 1;
+        assert_eq!(acquired(&share_fetch(&broker, req, 1).await), vec![(0, 1, 1)]);
+        // Releasing 0-1 makes the next fetch read from offset 0 again, which is gone now.
+        let ResponseBody::ShareAcknowledge(released) =
+            answer(handle_acknowledge(&broker, acknowledge_request("a", 1, topic, 0, 1, 2), None)).await
+        else {
+            panic!()
+        };
+        assert_eq!(released.responses[0].partitions[0].error_code, 0);
+        let partition = broker.replica_manager.partition(topic, 0).unwrap();
+        partition.log.delete_records_before(5).unwrap();
+        let mut wait = fetch_request("b", 0, topic, vec![]);
+        wait.max_wait_ms = 30_000;
+        let got = share_fetch(&broker, wait, 2).await;
+        assert_eq!(got.responses[0].partitions[0].error_code, 0, "{got:?}");
+        assert_eq!(acquired(&got), vec![(5, 9, 1)], "from the new log start");
         let _ = std::fs::remove_dir_all(&dir);
     }
 
