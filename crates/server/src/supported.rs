@@ -69,6 +69,8 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     // Answered UNSUPPORTED_VERSION while `share.version` is 0, as Kafka lists them then too.
     (ApiKey::ShareGroupHeartbeat, 1, 1),
     (ApiKey::ShareGroupDescribe, 1, 1),
+    (ApiKey::ShareFetch, 1, 2),
+    (ApiKey::ShareAcknowledge, 1, 2),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTransactions, 0, 0),
     (ApiKey::ListTransactions, 0, 2),

@@ -92,41 +92,95 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
     let image = broker.image();
     let overrides = image.group_configs(group);
     let bounds = broker.group_config_bounds();
-    let entry = |name: &'static str, broker_key: &'static str, broker_value: i32, documentation: &'static str| {
-        let broker_synonym = ConfigSynonym {
-            name: broker_key,
-            value: Some(broker_value.to_string()),
-            source: broker.config().source_of(broker_key),
-        };
+    let config = broker.config();
+    // (name, the broker setting it defaults to when there is one, the default, its type).
+    let entry = |name: &'static str,
+                 broker_key: Option<&'static str>,
+                 default: String,
+                 config_type: ConfigType,
+                 documentation: &'static str| {
         let set = overrides.and_then(|o| o.get(name)).cloned();
         let mut synonyms = Vec::new();
         if let Some(v) = &set {
             synonyms.push(ConfigSynonym { name, value: Some(v.clone()), source: ConfigSource::GroupConfig });
         }
-        synonyms.push(broker_synonym);
+        if let Some(broker_key) = broker_key {
+            let source = config.source_of(broker_key);
+            synonyms.push(ConfigSynonym { name: broker_key, value: Some(default.clone()), source });
+        }
         ConfigEntry {
             name,
-            value: Some(set.clone().unwrap_or_else(|| broker_value.to_string())),
+            value: Some(set.clone().unwrap_or(default)),
             source: if set.is_some() { ConfigSource::GroupConfig } else { ConfigSource::DefaultConfig },
             is_sensitive: false,
             read_only: false,
-            config_type: ConfigType::Int,
+            config_type,
             documentation,
             synonyms,
         }
     };
+    let share = osprey_coordinator::group::group_config::ShareGroupSettings::default();
+    let coordinator = broker.settings.group_config();
     Ok(vec![
         entry(
             group_config::CONSUMER_HEARTBEAT_INTERVAL_MS,
-            "group.consumer.heartbeat.interval.ms",
-            bounds.heartbeat_interval_ms,
+            Some("group.consumer.heartbeat.interval.ms"),
+            bounds.heartbeat_interval_ms.to_string(),
+            ConfigType::Int,
             "The heartbeat interval given to this group's members.",
         ),
         entry(
             group_config::CONSUMER_SESSION_TIMEOUT_MS,
-            "group.consumer.session.timeout.ms",
-            bounds.session_timeout_ms,
+            Some("group.consumer.session.timeout.ms"),
+            bounds.session_timeout_ms.to_string(),
+            ConfigType::Int,
             "The timeout to detect client failures of this group's members.",
+        ),
+        entry(
+            group_config::SHARE_AUTO_OFFSET_RESET,
+            None,
+            "latest".into(),
+            ConfigType::String,
+            "Where a share group with no state starts on a partition: earliest, latest or by_duration:<ISO-8601 duration>.",
+        ),
+        entry(
+            group_config::SHARE_DELIVERY_COUNT_LIMIT,
+            Some("group.share.delivery.count.limit"),
+            config.group_share_delivery_count_limit.to_string(),
+            ConfigType::Int,
+            "Deliveries of a record after which it is archived instead of delivered again.",
+        ),
+        entry(
+            group_config::SHARE_HEARTBEAT_INTERVAL_MS,
+            None,
+            coordinator.share_group_heartbeat_interval_ms.to_string(),
+            ConfigType::Int,
+            "The heartbeat interval given to this share group's members.",
+        ),
+        entry(
+            group_config::SHARE_ISOLATION_LEVEL,
+            None,
+            if share.isolation_level == group_config::ShareIsolationLevel::ReadCommitted {
+                "read_committed".into()
+            } else {
+                "read_uncommitted".into()
+            },
+            ConfigType::String,
+            "Whether a share group reads records of transactions not yet committed: read_uncommitted or read_committed.",
+        ),
+        entry(
+            group_config::SHARE_RECORD_LOCK_DURATION_MS,
+            Some("group.share.record.lock.duration.ms"),
+            config.group_share_record_lock_duration_ms.to_string(),
+            ConfigType::Int,
+            "How long a record acquired by a share consumer stays locked to it.",
+        ),
+        entry(
+            group_config::SHARE_SESSION_TIMEOUT_MS,
+            None,
+            coordinator.share_group_session_timeout_ms.to_string(),
+            ConfigType::Int,
+            "The timeout to detect client failures of this share group's members.",
         ),
     ])
 }

@@ -12,7 +12,8 @@ use crate::dispatch::Reply;
 use crate::handlers::groups::later;
 use osprey_protocol::messages::share_group_describe_response::DescribedGroup;
 use osprey_protocol::messages::{
-    ShareGroupDescribeRequest, ShareGroupDescribeResponse, ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
+    ShareAcknowledgeResponse, ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
+    ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use std::sync::Arc;
@@ -36,6 +37,13 @@ pub fn refused_while_disabled(broker: &Broker, body: &RequestBody) -> Option<Res
                 .iter()
                 .map(|id| DescribedGroup { group_id: id.clone(), error_code: code.code(), ..Default::default() })
                 .collect(),
+            ..Default::default()
+        })),
+        RequestBody::ShareFetch(_) => {
+            Some(ResponseBody::ShareFetch(ShareFetchResponse { error_code: code.code(), ..Default::default() }))
+        }
+        RequestBody::ShareAcknowledge(_) => Some(ResponseBody::ShareAcknowledge(ShareAcknowledgeResponse {
+            error_code: code.code(),
             ..Default::default()
         })),
         _ => None,
