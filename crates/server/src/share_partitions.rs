@@ -42,8 +42,14 @@ use osprey_coordinator::share_state::{merge_writes, ShareKey, StateError, WriteS
 use osprey_protocol::records::{Batches, ControlRecordType};
 use osprey_protocol::ErrorCode;
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{oneshot, watch};
+
+/// A loaded share partition that nobody used this long, with no record acquired and no
+/// write waiting, is unloaded (its state is all in the share coordinator; the next fetch
+/// loads it again): what bounds the share partitions held here by those in use.
+pub const IDLE_UNLOAD_MS: i64 = 10 * 60 * 1000;
 
 /// A share partition failed: Kafka's error code and message for its answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +110,8 @@ pub struct Slot {
     key: ShareKey,
     partition: Arc<Partition>,
     leader_epoch: i32,
+    /// When a fetch or an acknowledgement last used it.
+    last_used_ms: AtomicI64,
     /// One acquisition at a time: from choosing where to read to acquiring what was read.
     fetch: tokio::sync::Mutex<()>,
     inner: Mutex<SlotInner>,
@@ -243,14 +251,22 @@ impl SharePartitions {
                 *guard = None;
                 continue;
             }
-            drop(guard);
-            let write = {
+            let (write, idle) = {
                 let mut inner = lock(&slot.inner);
-                match inner.machine.next_deadline() {
-                    Some(at) if at <= now => inner.machine.tick(now),
-                    _ => None,
+                let deadline = inner.machine.next_deadline();
+                let quiet = deadline.is_none() && inner.queued.is_empty() && !inner.writing;
+                let idle = quiet && now - slot.last_used_ms.load(Ordering::Relaxed) > IDLE_UNLOAD_MS;
+                match deadline {
+                    Some(at) if at <= now => (inner.machine.tick(now), false),
+                    _ => (None, idle),
                 }
             };
+            if idle {
+                *guard = None;
+                tracing::debug!(group = key.group_id, partition = key.partition, "idle share partition unloaded");
+                continue;
+            }
+            drop(guard);
             if let Some(write) = write {
                 expired = true;
                 crate::telemetry::share_lock_expiry();
@@ -330,6 +346,7 @@ async fn load(
         key: key.clone(),
         partition: partition.clone(),
         leader_epoch: epoch,
+        last_used_ms: AtomicI64::new(now_ms()),
         fetch: tokio::sync::Mutex::new(()),
         inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false }),
     })
@@ -368,6 +385,7 @@ impl Slot {
         limits: FetchLimits,
     ) -> Result<Fetched, ShareError> {
         let _one_at_a_time = self.fetch.lock().await;
+        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
         if !self.partition.leads_at(self.leader_epoch) {
             return Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "leadership moved"));
         }
@@ -440,6 +458,7 @@ impl Slot {
         member_id: &str,
         batches: &[AcknowledgementBatch],
     ) -> Result<(), ShareError> {
+        self.last_used_ms.store(now_ms(), Ordering::Relaxed);
         let result = async {
             let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
             let Some(write) = write else { return Ok(()) };
