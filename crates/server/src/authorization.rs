@@ -11,6 +11,7 @@
 
 use crate::access::{kind, op, Access};
 use crate::authorized_operations;
+use crate::handlers::share_state::StateRequest;
 use osprey_cluster::MetadataImage;
 use osprey_protocol::messages::*;
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody, Uuid};
@@ -196,6 +197,11 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
             ResponseBody::AlterUserScramCredentials(refused)
         }),
         R::DescribeTopicPartitions(r) => describe_topic_partitions(access, r),
+        R::InitializeShareGroupState(r) => share_state_request(access, r, R::InitializeShareGroupState),
+        R::ReadShareGroupState(r) => share_state_request(access, r, R::ReadShareGroupState),
+        R::WriteShareGroupState(r) => share_state_request(access, r, R::WriteShareGroupState),
+        R::DeleteShareGroupState(r) => share_state_request(access, r, R::DeleteShareGroupState),
+        R::ReadShareGroupStateSummary(r) => share_state_request(access, r, R::ReadShareGroupStateSummary),
         R::DescribeProducers(r) => describe_producers(access, r),
         R::DescribeTransactions(r) => describe_transactions(access, r),
         R::ListTransactions(r) => list_transactions(access, r),
@@ -234,6 +240,14 @@ fn on_cluster<T>(
     } else {
         refuse(refused(&request))
     }
+}
+
+/// The share-group state APIs, which only brokers send: CLUSTER_ACTION, else every share
+/// partition CLUSTER_AUTHORIZATION_FAILED (Kafka's `toGlobalErrorResponse`).
+fn share_state_request<R: StateRequest>(access: &Access, r: R, body: fn(R) -> RequestBody) -> Gate {
+    on_cluster(access, op::CLUSTER_ACTION, r, body, |r| {
+        r.failed(ErrorCode::CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
+    })
 }
 
 fn group_denied() -> i16 {
@@ -1678,6 +1692,35 @@ mod tests {
         assert!(matches!(gate(&alice, find(), 5), Gate::Handle(_, None)), "INVALID_REQUEST, the handler's");
         let broker = access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)]);
         assert!(matches!(gate(&broker, find(), 6), Gate::Handle(_, None)));
+    }
+
+    /// The share-group state APIs are the brokers': CLUSTER_ACTION, else every share
+    /// partition CLUSTER_AUTHORIZATION_FAILED with Kafka's message.
+    #[test]
+    fn share_state_requests_need_cluster_action() {
+        use write_share_group_state_request::{PartitionData, WriteStateData};
+        let write = || {
+            let partitions = vec![
+                PartitionData { partition: 0, ..Default::default() },
+                PartitionData { partition: 1, ..Default::default() },
+            ];
+            RequestBody::WriteShareGroupState(WriteShareGroupStateRequest {
+                group_id: "g".into(),
+                topics: vec![WriteStateData { topic_id: Uuid([1; 16]), partitions, ..Default::default() }],
+                ..Default::default()
+            })
+        };
+        let alice = access("User:alice", &[(kind::GROUP, "g", op::ALL)]);
+        let Gate::Refuse(ResponseBody::WriteShareGroupState(refused)) = gate(&alice, write(), 1) else { panic!() };
+        let answered: Vec<_> = refused.results[0]
+            .partitions
+            .iter()
+            .map(|p| (p.partition, p.error_code, p.error_message.as_deref()))
+            .collect();
+        let denied = ErrorCode::CLUSTER_AUTHORIZATION_FAILED.code();
+        assert_eq!(answered, [(0, denied, Some(CLUSTER_DENIED)), (1, denied, Some(CLUSTER_DENIED))]);
+        let broker = access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)]);
+        assert!(matches!(gate(&broker, write(), 1), Gate::Handle(_, None)));
     }
 
     #[test]

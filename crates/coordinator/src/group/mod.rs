@@ -378,8 +378,10 @@ impl GroupCoordinator {
 }
 
 /// Maps an append error to the error the client gets, as Kafka's
-/// `appendGroupMetadataErrorToResponseError`.
-fn append_error_to_response(error: osprey_protocol::ErrorCode) -> osprey_protocol::ErrorCode {
+/// `appendGroupMetadataErrorToResponseError` (and, for the errors an append here can
+/// give, its coordinator runtime's `CoordinatorOperationExceptionHelper`, which the share
+/// coordinator uses too).
+pub(crate) fn append_error_to_response(error: osprey_protocol::ErrorCode) -> osprey_protocol::ErrorCode {
     use osprey_protocol::ErrorCode as E;
     match error {
         E::UNKNOWN_TOPIC_OR_PARTITION | E::NOT_ENOUGH_REPLICAS | E::NOT_ENOUGH_REPLICAS_AFTER_APPEND => {

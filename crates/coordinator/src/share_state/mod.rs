@@ -78,6 +78,35 @@ pub struct StateBatch {
     pub delivery_count: i16,
 }
 
+/// The state batches of WriteShareGroupState and ReadShareGroupState as the protocol
+/// carries them, to and from [`StateBatch`].
+macro_rules! wire_state_batch {
+    ($($module:ident),+) => {$(
+        impl From<&osprey_protocol::messages::$module::StateBatch> for StateBatch {
+            fn from(b: &osprey_protocol::messages::$module::StateBatch) -> StateBatch {
+                StateBatch {
+                    first_offset: b.first_offset,
+                    last_offset: b.last_offset,
+                    delivery_state: b.delivery_state,
+                    delivery_count: b.delivery_count,
+                }
+            }
+        }
+        impl From<&StateBatch> for osprey_protocol::messages::$module::StateBatch {
+            fn from(b: &StateBatch) -> Self {
+                Self {
+                    first_offset: b.first_offset,
+                    last_offset: b.last_offset,
+                    delivery_state: b.delivery_state,
+                    delivery_count: b.delivery_count,
+                    ..Default::default()
+                }
+            }
+        }
+    )+};
+}
+wire_state_batch!(write_share_group_state_request, read_share_group_state_response);
+
 /// A share partition's durable state (a `ShareSnapshotValue`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShareState {
@@ -379,7 +408,12 @@ impl ShareStateCoordinator {
                 *end = (*end).max(offset + 1);
                 Ok(())
             }
-            Err(code) => Err(StateError::new(code, format!("the share state append failed ({})", code.name()))),
+            // As Kafka's share coordinator answers a failed write: a moved leader or a
+            // failed disk is NOT_COORDINATOR, too few replicas COORDINATOR_NOT_AVAILABLE.
+            Err(code) => Err(StateError::new(
+                crate::group::append_error_to_response(code),
+                format!("the share state append failed ({})", code.name()),
+            )),
         };
         for reply in in_flight.waiters {
             self.respond(reply, answer.clone());

@@ -31,6 +31,7 @@ pub mod produce;
 pub mod scram_credentials;
 pub mod share_fetch;
 pub mod share_groups;
+pub mod share_state;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
@@ -194,6 +195,11 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         }
         RequestBody::ShareGroupHeartbeat(body) => share_groups::heartbeat(broker, body, &client_id, &client_host()),
         RequestBody::ShareGroupDescribe(body) => Reply::Now(share_groups::describe(broker, body)),
+        RequestBody::InitializeShareGroupState(body) => share_state::initialize(broker, body),
+        RequestBody::ReadShareGroupState(body) => Reply::Now(share_state::read(broker, body)),
+        RequestBody::WriteShareGroupState(body) => share_state::write(broker, body),
+        RequestBody::DeleteShareGroupState(body) => share_state::delete(broker, body),
+        RequestBody::ReadShareGroupStateSummary(body) => Reply::Now(share_state::read_summary(broker, body)),
         RequestBody::OffsetCommit(body) => offset_commit::handle(broker, body, version),
         RequestBody::OffsetFetch(body) => Reply::Now(offset_fetch::handle(broker, body, version)),
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => {
