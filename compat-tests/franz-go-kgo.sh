@@ -26,6 +26,9 @@ GO_TEST_TIMEOUT="${GO_TEST_TIMEOUT:-10m}"
 # Tests known to fail against Osprey, each with its cause. Empty: every test that
 # passes against Kafka 4.4 must pass here.
 EXPECTED_FAILURES=(
+    # AlterShareGroupOffsets / DescribeShareGroupOffsets / DeleteShareGroupOffsets (API
+    # keys 90-92) are not served yet (issue 20); the other four share-group tests pass.
+    TestShareGroupOffsetsAdmin
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
 # 0 failed, 4 skipped: the first two below and the SCRAM tests (added below when no
@@ -39,13 +42,6 @@ EXPECTED_SKIPS=(
     # franz-go's own Kafka run sets one up that the baseline above leaves out. The SCRAM
     # tests run against the SASL_PLAINTEXT listener started below.
     TestOAuthAuth
-    # Share groups (KIP-932: ShareFetch v2, ShareAcknowledge v2), which Kafka 4.4 has
-    # and Osprey does not yet; these five pass against Kafka.
-    TestShareGroup
-    TestShareGroupETL
-    TestShareGroupAckOnClose
-    TestShareGroupOffsetsAdmin
-    TestConsumeRegexShareSkipsInternal
 )
 
 run_regex="${1:-.}"

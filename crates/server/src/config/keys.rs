@@ -607,7 +607,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Segment size of __share_group_state."),
     ConfigKey::new("share.coordinator.snapshot.update.records.per.snapshot", Int, Some("500"), Between(0, 500), G::Groups,
         "How many share-state updates of one share partition are written between two full snapshots of it."),
-    ConfigKey::new("osprey.share.version", Short, Some("0"), Between(0, 1), G::Groups,
+    ConfigKey::new("osprey.share.version", Short, Some("1"), Between(0, 1), G::Groups,
         "The finalized share.version feature: 1 enables share groups (KIP-932) as a new Kafka 4.4 cluster has them; at 0 the share-group APIs are answered UNSUPPORTED_VERSION, as Kafka does with the feature off."),
     // Transactions
     ConfigKey::new("osprey.transaction.version", Short, Some("2"), Between(1, 2), G::Transactions,
