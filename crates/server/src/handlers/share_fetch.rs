@@ -62,8 +62,25 @@ pub fn handle_fetch(
     };
     let group_id = req.group_id.clone().unwrap_or_default();
     let member_id = req.member_id.clone().unwrap_or_default();
-    if group_id.is_empty() || member_id.is_empty() {
-        return top_error(ErrorCode::INVALID_REQUEST, "a share fetch needs a group id and a member id".into());
+    if !member_id_is_valid(&member_id) {
+        return top_error(ErrorCode::INVALID_REQUEST, INVALID_MEMBER_ID.into());
+    }
+    // ShareFetch v2: a request that only renews locks fetches nothing, and says so.
+    let renew_only = version >= 2 && req.is_renew_ack;
+    if renew_only {
+        let message: String = [
+            (req.max_bytes, "maxBytes"),
+            (req.min_bytes, "minBytes"),
+            (req.max_records, "maxRecords"),
+            (req.max_wait_ms, "maxWaitMs"),
+        ]
+        .iter()
+        .filter(|(value, _)| *value != 0)
+        .map(|(_, name)| format!("{name} must be set to 0,"))
+        .collect();
+        if !message.is_empty() {
+            return top_error(ErrorCode::INVALID_REQUEST, format!("{message}if isRenewAck is true."));
+        }
     }
     if let Some(access) = &access {
         if !access.allows(kind::GROUP, &group_id, op::READ) {
@@ -117,8 +134,9 @@ pub fn handle_fetch(
             outcomes.entry(tp).or_default().acknowledge_error = result.err();
         }
         let (full, partitions) = match context {
-            FetchContext::Full { partitions } => (true, partitions),
-            FetchContext::Incremental { partitions } => (false, partitions),
+            FetchContext::Full { partitions } if !renew_only => (true, partitions),
+            FetchContext::Incremental { partitions } if !renew_only => (false, partitions),
+            FetchContext::Full { .. } | FetchContext::Incremental { .. } => (false, Vec::new()),
             FetchContext::Final => {
                 broker.share_partitions.sessions().close(&group_id, &member_id);
                 broker.share_partitions.release_member(&broker, &group_id, &member_id);
@@ -187,6 +205,14 @@ pub fn handle_fetch(
             .collect();
         ResponseBody::ShareFetch(resp)
     }))
+}
+
+/// Kafka's answer to a member id that is empty or longer than a UUID's text.
+const INVALID_MEMBER_ID: &str = "Invalid member id in the request.";
+
+/// Kafka's `isMemberIdValid`: present, not empty, at most 36 characters.
+fn member_id_is_valid(member_id: &str) -> bool {
+    !member_id.is_empty() && member_id.chars().count() <= 36
 }
 
 /// Whether the request acknowledged anything on `tp` (its outcome is answered even when
@@ -351,8 +377,8 @@ pub fn handle_acknowledge(broker: &Arc<Broker>, req: ShareAcknowledgeRequest, ac
     };
     let group_id = req.group_id.clone().unwrap_or_default();
     let member_id = req.member_id.clone().unwrap_or_default();
-    if group_id.is_empty() || member_id.is_empty() {
-        return top_error(ErrorCode::INVALID_REQUEST, "a share acknowledge needs a group id and a member id".into());
+    if !member_id_is_valid(&member_id) {
+        return top_error(ErrorCode::INVALID_REQUEST, INVALID_MEMBER_ID.into());
     }
     if let Some(access) = &access {
         if !access.allows(kind::GROUP, &group_id, op::READ) {
@@ -622,6 +648,34 @@ mod tests {
         assert_eq!(share_fetch(&broker, fetch_request("a", 0, topic, vec![]), 1).await.error_code, 0);
         let r = share_fetch(&broker, fetch_request("a", 5, topic, vec![]), 1).await;
         assert_eq!(r.error_code, ErrorCode::INVALID_SHARE_SESSION_EPOCH.code());
+        let r = share_fetch(&broker, fetch_request(&"m".repeat(37), 0, topic, vec![]), 1).await;
+        assert_eq!(r.error_code, ErrorCode::INVALID_REQUEST.code(), "a member id longer than a UUID's text");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// ShareFetch v2 with IsRenewAck: it renews and fetches nothing; its limits must be 0.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_renewing_fetch_fetches_nothing_and_must_ask_for_nothing() {
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-renew", 4)).await.unwrap();
+        earliest(&broker, "g");
+        let mut first = fetch_request("a", 0, topic, vec![]);
+        first.max_records = 2;
+        first.share_acquire_mode = 1;
+        assert_eq!(acquired(&share_fetch(&broker, first, 1).await), vec![(0, 1, 1)]);
+        let mut renew = fetch_request("a", 1, topic, vec![accept(0, 1, 4)]);
+        renew.is_renew_ack = true;
+        let refused = share_fetch(&broker, renew.clone(), 1).await;
+        assert_eq!(refused.error_code, ErrorCode::INVALID_REQUEST.code());
+        assert_eq!(
+            refused.error_message.as_deref(),
+            Some("maxBytes must be set to 0,minBytes must be set to 0,maxRecords must be set to 0,if isRenewAck is true.")
+        );
+        (renew.max_bytes, renew.min_bytes, renew.max_records, renew.max_wait_ms) = (0, 0, 0, 0);
+        let renewed = share_fetch(&broker, renew, 1).await;
+        assert_eq!(renewed.error_code, 0, "{renewed:?}");
+        assert_eq!(renewed.responses[0].partitions[0].acknowledge_error_code, 0);
+        assert!(acquired(&renewed).is_empty(), "a renewing fetch acquires nothing");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
