@@ -551,6 +551,18 @@ mod tests {
             .collect()
     }
 
+    /// A broker with `n` records in `t`, group `g` starting at the earliest, and member
+    /// `a` holding records 0-1 (its session at epoch 1).
+    async fn a_holds_the_first_two(name: &'static str, n: usize) -> (Arc<Broker>, std::path::PathBuf, Uuid) {
+        let (broker, dir, topic) = tokio::task::spawn_blocking(move || broker_with_records(name, n)).await.unwrap();
+        earliest(&broker, "g");
+        let mut first = fetch_request("a", 0, topic, vec![]);
+        first.max_records = 2;
+        first.share_acquire_mode = 1; // record limit: exactly 2
+        assert_eq!(acquired(&share_fetch(&broker, first, 1).await), vec![(0, 1, 1)]);
+        (broker, dir, topic)
+    }
+
     fn accept(first: i64, last: i64, ack_type: i8) -> fetch_req::AcknowledgementBatch {
         fetch_req::AcknowledgementBatch {
             first_offset: first,
@@ -613,13 +625,7 @@ mod tests {
     /// on to the log start instead of failing every fetch with OFFSET_OUT_OF_RANGE.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_log_start_past_the_share_start_offset_moves_the_share_partition_on() {
-        let (broker, dir, topic) =
-            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-log-start", 10)).await.unwrap();
-        earliest(&broker, "g");
-        let mut req = fetch_request("a", 0, topic, vec![]);
-        req.max_records = 2;
-        req.share_acquire_mode = 1;
-        assert_eq!(acquired(&share_fetch(&broker, req, 1).await), vec![(0, 1, 1)]);
+        let (broker, dir, topic) = a_holds_the_first_two("share-fetch-log-start", 10).await;
         // Releasing 0-1 makes the next fetch read from offset 0 again, which is gone now.
         let ResponseBody::ShareAcknowledge(released) =
             answer(handle_acknowledge(&broker, acknowledge_request("a", 1, topic, 0, 1, 2), None)).await
@@ -656,13 +662,7 @@ mod tests {
     /// ShareFetch v2 with IsRenewAck: it renews and fetches nothing; its limits must be 0.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_renewing_fetch_fetches_nothing_and_must_ask_for_nothing() {
-        let (broker, dir, topic) =
-            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-renew", 4)).await.unwrap();
-        earliest(&broker, "g");
-        let mut first = fetch_request("a", 0, topic, vec![]);
-        first.max_records = 2;
-        first.share_acquire_mode = 1;
-        assert_eq!(acquired(&share_fetch(&broker, first, 1).await), vec![(0, 1, 1)]);
+        let (broker, dir, topic) = a_holds_the_first_two("share-fetch-renew", 4).await;
         let mut renew = fetch_request("a", 1, topic, vec![accept(0, 1, 4)]);
         renew.is_renew_ack = true;
         let refused = share_fetch(&broker, renew.clone(), 1).await;
