@@ -11,6 +11,7 @@
 
 use crate::access::{kind, op, Access};
 use crate::authorized_operations;
+use crate::handlers::share_group_offsets::RefusedWhole;
 use crate::handlers::share_state::StateRequest;
 use osprey_cluster::MetadataImage;
 use osprey_protocol::messages::*;
@@ -44,6 +45,7 @@ impl std::fmt::Debug for Gate {
 /// Kafka's messages for the authorization errors (`Errors.*.message()`).
 const TOPIC_DENIED: &str = "Topic authorization failed.";
 const CLUSTER_DENIED: &str = "Cluster authorization failed.";
+const GROUP_DENIED: &str = "Group authorization failed.";
 
 /// Kafka's `ConfigResource.Type` codes.
 const CONFIG_TOPIC: i8 = 2;
@@ -111,6 +113,9 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
             })
         }
         R::ListGroups(r) => list_groups(access, r),
+        R::DescribeShareGroupOffsets(r) => describe_share_group_offsets(access, r),
+        R::AlterShareGroupOffsets(r) => alter_share_group_offsets(access, r),
+        R::DeleteShareGroupOffsets(r) => delete_share_group_offsets(access, r),
         R::DeleteGroups(r) => delete_groups(access, r),
         R::InitProducerId(r) => init_producer_id(access, r),
         R::AddPartitionsToTxn(r) => add_partitions_to_txn(access, r, version),
@@ -905,6 +910,169 @@ fn describe_modern_groups<G: DescribedModernGroup + 'static>(
             if let Some(groups) = groups(&mut answer) {
                 described_modern_groups(&access, groups, operations);
             }
+            answer
+        }),
+    )
+}
+
+/// DescribeShareGroupOffsets: DESCRIBE on each group (GROUP_AUTHORIZATION_FAILED in its
+/// place); of a group's topics, one named that the client may not DESCRIBE is answered
+/// TOPIC_AUTHORIZATION_FAILED with start offset -1, and of all a group's topics only those
+/// it may DESCRIBE are listed, as Kafka.
+fn describe_share_group_offsets(access: &Access, mut r: DescribeShareGroupOffsetsRequest) -> Gate {
+    use describe_share_group_offsets_response::{
+        DescribeShareGroupOffsetsResponseGroup as Group, DescribeShareGroupOffsetsResponsePartition as Partition,
+        DescribeShareGroupOffsetsResponseTopic as Topic,
+    };
+    let (mut kept, refused) =
+        split(std::mem::take(&mut r.groups), |g| access.allows(kind::GROUP, &g.group_id, op::DESCRIBE));
+    let refused: Vec<Group> = refused
+        .into_iter()
+        .map(|g| Group { group_id: g.group_id, error_code: group_denied(), ..Default::default() })
+        .collect();
+    let mut refused_topics: Vec<(String, Vec<Topic>)> = Vec::new();
+    let mut listing_all = BTreeSet::new();
+    for g in &mut kept {
+        let Some(topics) = &mut g.topics else {
+            listing_all.insert(g.group_id.clone());
+            continue;
+        };
+        let (allowed, denied) =
+            split(std::mem::take(topics), |t| access.allows(kind::TOPIC, &t.topic_name, op::DESCRIBE));
+        *topics = allowed;
+        let denied: Vec<Topic> = denied
+            .into_iter()
+            .map(|t| Topic {
+                topic_name: t.topic_name,
+                partitions: t
+                    .partitions
+                    .iter()
+                    .map(|&partition_index| Partition {
+                        partition_index,
+                        start_offset: -1,
+                        error_code: ErrorCode::TOPIC_AUTHORIZATION_FAILED.code(),
+                        error_message: Some(TOPIC_DENIED.into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+                ..Default::default()
+            })
+            .collect();
+        if !denied.is_empty() {
+            refused_topics.push((g.group_id.clone(), denied));
+        }
+    }
+    r.groups = kept;
+    if refused.is_empty() && refused_topics.is_empty() && listing_all.is_empty() {
+        return Gate::Handle(RequestBody::DescribeShareGroupOffsets(r), None);
+    }
+    let access = access.clone();
+    Gate::Handle(
+        RequestBody::DescribeShareGroupOffsets(r),
+        finish(move |answer| match answer {
+            ResponseBody::DescribeShareGroupOffsets(mut a) => {
+                for g in &mut a.groups {
+                    if listing_all.contains(&g.group_id) {
+                        g.topics.retain(|t| access.allows_quietly(kind::TOPIC, &t.topic_name, op::DESCRIBE));
+                    }
+                    if g.error_code != ErrorCode::NONE.code() {
+                        continue;
+                    }
+                    if let Some(i) = refused_topics.iter().position(|(id, _)| *id == g.group_id) {
+                        g.topics.extend(refused_topics.swap_remove(i).1);
+                    }
+                }
+                a.groups.extend(refused);
+                ResponseBody::DescribeShareGroupOffsets(a)
+            }
+            other => other,
+        }),
+    )
+}
+
+/// AlterShareGroupOffsets: READ on the group, else refused whole; a topic the client may
+/// not READ is answered TOPIC_AUTHORIZATION_FAILED on each of its partitions, beside
+/// the others unless the group's answer is an error, as Kafka.
+fn alter_share_group_offsets(access: &Access, mut r: AlterShareGroupOffsetsRequest) -> Gate {
+    use alter_share_group_offsets_response::{
+        AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
+    };
+    if !access.allows(kind::GROUP, &r.group_id, op::READ) {
+        let refused = AlterShareGroupOffsetsResponse::refused(ErrorCode::GROUP_AUTHORIZATION_FAILED, GROUP_DENIED);
+        return refuse(ResponseBody::AlterShareGroupOffsets(refused));
+    }
+    let (kept, refused) = split(std::mem::take(&mut r.topics), |t| access.allows(kind::TOPIC, &t.topic_name, op::READ));
+    r.topics = kept;
+    let refused: Vec<AlterShareGroupOffsetsResponseTopic> = refused
+        .into_iter()
+        .map(|t| AlterShareGroupOffsetsResponseTopic {
+            topic_id: access.image().topic(&t.topic_name).map_or(Uuid::ZERO, |i| i.id),
+            partitions: t
+                .partitions
+                .iter()
+                .map(|p| AlterShareGroupOffsetsResponsePartition {
+                    partition_index: p.partition_index,
+                    error_code: ErrorCode::TOPIC_AUTHORIZATION_FAILED.code(),
+                    error_message: Some(TOPIC_DENIED.into()),
+                    ..Default::default()
+                })
+                .collect(),
+            topic_name: t.topic_name,
+            ..Default::default()
+        })
+        .collect();
+    handle_adding_refused(RequestBody::AlterShareGroupOffsets(r), refused, |answer, refused| {
+        if let ResponseBody::AlterShareGroupOffsets(a) = answer {
+            if a.error_code == ErrorCode::NONE.code() {
+                a.responses.extend(refused);
+            }
+        }
+    })
+}
+
+/// DeleteShareGroupOffsets: DELETE on the group, else refused whole; a topic the client
+/// may not READ is answered TOPIC_AUTHORIZATION_FAILED, beside the others unless the
+/// group's answer is an error, as Kafka.
+fn delete_share_group_offsets(access: &Access, mut r: DeleteShareGroupOffsetsRequest) -> Gate {
+    use delete_share_group_offsets_response::DeleteShareGroupOffsetsResponseTopic;
+    if !access.allows(kind::GROUP, &r.group_id, op::DELETE) {
+        let refused = DeleteShareGroupOffsetsResponse::refused(ErrorCode::GROUP_AUTHORIZATION_FAILED, GROUP_DENIED);
+        return refuse(ResponseBody::DeleteShareGroupOffsets(refused));
+    }
+    let (kept, refused) = split(std::mem::take(&mut r.topics), |t| access.allows(kind::TOPIC, &t.topic_name, op::READ));
+    r.topics = kept;
+    let refused: Vec<DeleteShareGroupOffsetsResponseTopic> = refused
+        .into_iter()
+        .map(|t| DeleteShareGroupOffsetsResponseTopic {
+            topic_name: t.topic_name,
+            error_code: ErrorCode::TOPIC_AUTHORIZATION_FAILED.code(),
+            error_message: Some(TOPIC_DENIED.into()),
+            ..Default::default()
+        })
+        .collect();
+    handle_adding_refused(RequestBody::DeleteShareGroupOffsets(r), refused, |answer, refused| {
+        if let ResponseBody::DeleteShareGroupOffsets(a) = answer {
+            if a.error_code == ErrorCode::NONE.code() {
+                a.responses.splice(0..0, refused);
+            }
+        }
+    })
+}
+
+/// `request` handled, and unless `refused` is empty, `add` puts the refused resources'
+/// answers into its answer.
+fn handle_adding_refused<T: Send + 'static>(
+    request: RequestBody,
+    refused: Vec<T>,
+    add: fn(&mut ResponseBody, Vec<T>),
+) -> Gate {
+    if refused.is_empty() {
+        return Gate::Handle(request, None);
+    }
+    Gate::Handle(
+        request,
+        finish(move |mut answer| {
+            add(&mut answer, refused);
             answer
         }),
     )
@@ -1721,6 +1889,141 @@ mod tests {
         assert_eq!(answered, [(0, denied, Some(CLUSTER_DENIED)), (1, denied, Some(CLUSTER_DENIED))]);
         let broker = access("User:alice", &[(kind::CLUSTER, osprey_cluster::acl::CLUSTER_NAME, op::CLUSTER_ACTION)]);
         assert!(matches!(gate(&broker, write(), 1), Gate::Handle(_, None)));
+    }
+
+    /// DescribeShareGroupOffsets: a group the client may not describe is refused in its
+    /// place, a topic it names but may not describe is answered TOPIC_AUTHORIZATION_FAILED
+    /// beside the others, and of all a group's topics only the describable are listed.
+    #[test]
+    fn share_group_offsets_show_only_what_the_client_may_describe() {
+        use describe_share_group_offsets_request::{
+            DescribeShareGroupOffsetsRequestGroup, DescribeShareGroupOffsetsRequestTopic,
+        };
+        use describe_share_group_offsets_response::{
+            DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponseTopic,
+        };
+        let alice = access(
+            "User:alice",
+            &[
+                (kind::GROUP, "named", op::DESCRIBE),
+                (kind::GROUP, "all", op::DESCRIBE),
+                (kind::TOPIC, "a", op::DESCRIBE),
+            ],
+        );
+        let topic = |name: &str| DescribeShareGroupOffsetsRequestTopic {
+            topic_name: name.into(),
+            partitions: vec![0],
+            ..Default::default()
+        };
+        let group = |id: &str, topics: Option<Vec<DescribeShareGroupOffsetsRequestTopic>>| {
+            DescribeShareGroupOffsetsRequestGroup { group_id: id.into(), topics, ..Default::default() }
+        };
+        let req = DescribeShareGroupOffsetsRequest {
+            groups: vec![group("named", Some(vec![topic("a"), topic("b")])), group("all", None), group("theirs", None)],
+            ..Default::default()
+        };
+        let Gate::Handle(RequestBody::DescribeShareGroupOffsets(narrowed), Some(finish)) =
+            gate(&alice, RequestBody::DescribeShareGroupOffsets(req), 1)
+        else {
+            panic!()
+        };
+        let asked: Vec<_> =
+            narrowed.groups.iter().map(|g| (g.group_id.as_str(), g.topics.as_ref().map(Vec::len))).collect();
+        assert_eq!(asked, [("named", Some(1)), ("all", None)]);
+        let described =
+            |name: &str| DescribeShareGroupOffsetsResponseTopic { topic_name: name.into(), ..Default::default() };
+        let answered = |id: &str, topics: Vec<DescribeShareGroupOffsetsResponseTopic>| {
+            DescribeShareGroupOffsetsResponseGroup { group_id: id.into(), topics, ..Default::default() }
+        };
+        let answer = finish(ResponseBody::DescribeShareGroupOffsets(DescribeShareGroupOffsetsResponse {
+            groups: vec![
+                answered("named", vec![described("a")]),
+                answered("all", vec![described("a"), described("b")]),
+            ],
+            ..Default::default()
+        }));
+        let ResponseBody::DescribeShareGroupOffsets(answer) = answer else { panic!() };
+        let seen: Vec<_> = answer
+            .groups
+            .iter()
+            .map(|g| {
+                let topics: Vec<_> = g
+                    .topics
+                    .iter()
+                    .map(|t| (t.topic_name.as_str(), t.partitions.first().map(|p| p.error_code)))
+                    .collect();
+                (g.group_id.as_str(), g.error_code, topics)
+            })
+            .collect();
+        let denied = ErrorCode::TOPIC_AUTHORIZATION_FAILED.code();
+        assert_eq!(
+            seen,
+            [
+                ("named", 0, vec![("a", None), ("b", Some(denied))]),
+                ("all", 0, vec![("a", None)]),
+                ("theirs", group_denied(), vec![]),
+            ]
+        );
+    }
+
+    /// Alter needs READ on the group (else refused whole), Delete DELETE; a topic the
+    /// client may not READ is answered TOPIC_AUTHORIZATION_FAILED unless the answer is a
+    /// group error.
+    #[test]
+    fn altering_and_deleting_share_group_offsets_need_the_group_and_its_topics() {
+        use alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic;
+        use delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic;
+        let alter = || {
+            let topic =
+                |name: &str| AlterShareGroupOffsetsRequestTopic { topic_name: name.into(), ..Default::default() };
+            RequestBody::AlterShareGroupOffsets(AlterShareGroupOffsetsRequest {
+                group_id: "g".into(),
+                topics: vec![topic("a"), topic("b")],
+                ..Default::default()
+            })
+        };
+        let delete = || {
+            let topic =
+                |name: &str| DeleteShareGroupOffsetsRequestTopic { topic_name: name.into(), ..Default::default() };
+            RequestBody::DeleteShareGroupOffsets(DeleteShareGroupOffsetsRequest {
+                group_id: "g".into(),
+                topics: vec![topic("a"), topic("b")],
+                ..Default::default()
+            })
+        };
+        let reader = access("User:alice", &[(kind::GROUP, "g", op::READ), (kind::TOPIC, "a", op::READ)]);
+        let Gate::Refuse(ResponseBody::DeleteShareGroupOffsets(refused)) = gate(&reader, delete(), 0) else { panic!() };
+        assert_eq!((refused.error_code, refused.error_message.as_deref()), (group_denied(), Some(GROUP_DENIED)));
+        let Gate::Handle(RequestBody::AlterShareGroupOffsets(narrowed), Some(finish)) = gate(&reader, alter(), 0)
+        else {
+            panic!()
+        };
+        assert_eq!(narrowed.topics.len(), 1);
+        let ResponseBody::AlterShareGroupOffsets(answer) =
+            finish(ResponseBody::AlterShareGroupOffsets(Default::default()))
+        else {
+            panic!()
+        };
+        assert_eq!(answer.responses[0].topic_name, "b");
+        assert_eq!(answer.responses[0].topic_id, Uuid([2; 16]), "the topic's id, as the metadata has it");
+
+        let deleter = access("User:alice", &[(kind::GROUP, "g", op::DELETE), (kind::TOPIC, "a", op::READ)]);
+        let Gate::Handle(_, Some(finish)) = gate(&deleter, delete(), 0) else { panic!() };
+        let ResponseBody::DeleteShareGroupOffsets(answer) =
+            finish(ResponseBody::DeleteShareGroupOffsets(Default::default()))
+        else {
+            panic!()
+        };
+        let codes: Vec<_> = answer.responses.iter().map(|t| (t.topic_name.as_str(), t.error_code)).collect();
+        assert_eq!(codes, [("b", ErrorCode::TOPIC_AUTHORIZATION_FAILED.code())]);
+        let Gate::Handle(_, Some(finish)) = gate(&deleter, delete(), 0) else { panic!() };
+        let non_empty =
+            DeleteShareGroupOffsetsResponse { error_code: ErrorCode::NON_EMPTY_GROUP.code(), ..Default::default() };
+        let ResponseBody::DeleteShareGroupOffsets(answer) = finish(ResponseBody::DeleteShareGroupOffsets(non_empty))
+        else {
+            panic!()
+        };
+        assert!(answer.responses.is_empty(), "a group error is the whole answer, as Kafka's");
     }
 
     #[test]

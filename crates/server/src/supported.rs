@@ -71,6 +71,10 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ShareGroupDescribe, 1, 1),
     (ApiKey::ShareFetch, 1, 2),
     (ApiKey::ShareAcknowledge, 1, 2),
+    // Share groups' offsets (`kafka-share-groups.sh`), behind share.version as the above.
+    (ApiKey::DescribeShareGroupOffsets, 0, 1),
+    (ApiKey::AlterShareGroupOffsets, 0, 0),
+    (ApiKey::DeleteShareGroupOffsets, 0, 0),
     // Broker to broker: share partitions' leaders and group coordinators to the share
     // coordinator (handlers/share_state.rs). Not behind share.version, as in Kafka.
     (ApiKey::InitializeShareGroupState, 0, 0),

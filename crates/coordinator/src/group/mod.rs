@@ -172,6 +172,9 @@ pub enum Response {
     ConsumerGroupHeartbeat(ConsumerGroupHeartbeatResponse),
     TxnOffsetCommit(TxnOffsetCommitResponse),
     ShareGroupHeartbeat(ShareGroupHeartbeatResponse),
+    /// A step of DescribeShareGroupOffsets, AlterShareGroupOffsets or
+    /// DeleteShareGroupOffsets, which the server completes ([`share::ShareOffsetsStep`]).
+    ShareGroupOffsets(share::ShareOffsetsStep),
 }
 
 /// The coordinator's settings, with Kafka's names and defaults.

@@ -359,6 +359,8 @@ pub(super) enum Continuation {
     },
     /// A ShareGroupHeartbeat: answered once its records are durable.
     ShareGroupHeartbeat { reply: super::ReplyId, response: Box<osprey_protocol::messages::ShareGroupHeartbeatResponse> },
+    /// A step of the share-group offsets APIs: answered once its record is durable.
+    ShareGroupOffsets { reply: super::ReplyId, step: super::share::ShareOffsetsStep },
     /// Nothing waits (an Empty group's metadata, expired offsets).
     Nothing,
 }
@@ -501,6 +503,7 @@ impl GroupCoordinator {
                 self.heartbeat_persisted(reply, *response, result)
             }
             Continuation::ShareGroupHeartbeat { reply, response } => self.heartbeat_persisted(reply, *response, result),
+            Continuation::ShareGroupOffsets { reply, step } => self.share_offsets_persisted(reply, step, result),
             Continuation::Nothing => {}
         }
     }

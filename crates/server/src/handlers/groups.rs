@@ -32,7 +32,9 @@ pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
             Ok(Response::ConsumerGroupHeartbeat(r)) => ResponseBody::ConsumerGroupHeartbeat(r),
             Ok(Response::TxnOffsetCommit(r)) => ResponseBody::TxnOffsetCommit(r),
             Ok(Response::ShareGroupHeartbeat(r)) => ResponseBody::ShareGroupHeartbeat(r),
-            Err(_) => fallback,
+            // A step of the share-group offsets APIs answers no request by itself
+            // (`share_group_offsets.rs` awaits those).
+            Ok(Response::ShareGroupOffsets(_)) | Err(_) => fallback,
         }
     }))
 }

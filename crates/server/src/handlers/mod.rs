@@ -30,6 +30,7 @@ pub mod partition_reassignments;
 pub mod produce;
 pub mod scram_credentials;
 pub mod share_fetch;
+pub mod share_group_offsets;
 pub mod share_groups;
 pub mod share_state;
 pub mod telemetry_subscriptions;
@@ -195,6 +196,9 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         }
         RequestBody::ShareGroupHeartbeat(body) => share_groups::heartbeat(broker, body, &client_id, &client_host()),
         RequestBody::ShareGroupDescribe(body) => Reply::Now(share_groups::describe(broker, body)),
+        RequestBody::DescribeShareGroupOffsets(body) => share_group_offsets::describe(broker, body),
+        RequestBody::AlterShareGroupOffsets(body) => share_group_offsets::alter(broker, body),
+        RequestBody::DeleteShareGroupOffsets(body) => share_group_offsets::delete(broker, body),
         RequestBody::InitializeShareGroupState(body) => share_state::initialize(broker, body),
         RequestBody::ReadShareGroupState(body) => Reply::Now(share_state::read(broker, body)),
         RequestBody::WriteShareGroupState(body) => share_state::write(broker, body),

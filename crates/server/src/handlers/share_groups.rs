@@ -10,13 +10,19 @@ use crate::authorized_operations;
 use crate::broker::Broker;
 use crate::dispatch::Reply;
 use crate::handlers::groups::later;
+use crate::handlers::share_group_offsets::RefusedWhole;
+use osprey_protocol::messages::describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup;
 use osprey_protocol::messages::share_group_describe_response::DescribedGroup;
 use osprey_protocol::messages::{
+    AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsResponse, DescribeShareGroupOffsetsResponse,
     ShareAcknowledgeResponse, ShareFetchResponse, ShareGroupDescribeRequest, ShareGroupDescribeResponse,
     ShareGroupHeartbeatRequest, ShareGroupHeartbeatResponse,
 };
 use osprey_protocol::{ErrorCode, RequestBody, ResponseBody};
 use std::sync::Arc;
+
+/// Kafka's message for UNSUPPORTED_VERSION.
+const UNSUPPORTED_VERSION_MESSAGE: &str = "The version of API is not supported.";
 
 /// The answer to a share-group request while share groups are off (`share.version` 0):
 /// UNSUPPORTED_VERSION, as Kafka's `getErrorResponse` builds it. `None` for any other
@@ -46,6 +52,22 @@ pub fn refused_while_disabled(broker: &Broker, body: &RequestBody) -> Option<Res
             error_code: code.code(),
             ..Default::default()
         })),
+        // Each group refused, with the code alone; Alter and Delete whole, worded.
+        RequestBody::DescribeShareGroupOffsets(r) => {
+            let groups = r.groups.iter().map(|g| DescribeShareGroupOffsetsResponseGroup {
+                group_id: g.group_id.clone(),
+                error_code: code.code(),
+                ..Default::default()
+            });
+            let answer = DescribeShareGroupOffsetsResponse { groups: groups.collect(), ..Default::default() };
+            Some(ResponseBody::DescribeShareGroupOffsets(answer))
+        }
+        RequestBody::AlterShareGroupOffsets(_) => Some(ResponseBody::AlterShareGroupOffsets(
+            AlterShareGroupOffsetsResponse::refused(code, UNSUPPORTED_VERSION_MESSAGE),
+        )),
+        RequestBody::DeleteShareGroupOffsets(_) => Some(ResponseBody::DeleteShareGroupOffsets(
+            DeleteShareGroupOffsetsResponse::refused(code, UNSUPPORTED_VERSION_MESSAGE),
+        )),
         _ => None,
     }
 }

@@ -59,7 +59,7 @@ pub const MAX_STATE_BATCHES_PER_WRITE: usize = 20_000;
 /// Kafka's `Errors` messages for the errors these APIs word themselves.
 const NOT_COORDINATOR_MESSAGE: &str = "This is not the correct coordinator.";
 const LOADING_MESSAGE: &str = "The coordinator is loading and hence can't process requests.";
-const UNKNOWN_PARTITION_MESSAGE: &str = "This server does not host this topic-partition.";
+pub(crate) const UNKNOWN_PARTITION_MESSAGE: &str = "This server does not host this topic-partition.";
 const NEGATIVE_PARTITION_MESSAGE: &str = "The partition id cannot be a negative number.";
 
 /// InitializeShareGroupState: each share partition's state made fresh at its state epoch

@@ -128,7 +128,7 @@ impl GroupCoordinator {
 
     /// The error for `group_id` when it is no share group: Kafka's `shareGroup` /
     /// `getOrMaybeCreateShareGroup`.
-    fn not_a_share_group(&self, group_id: &str, missing: &str) -> Rejection {
+    pub(super) fn not_a_share_group(&self, group_id: &str, missing: &str) -> Rejection {
         if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
             reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Group {group_id} is not a share group."))
         } else {

@@ -54,6 +54,7 @@ mod describe;
 mod heartbeat;
 mod lifecycle;
 mod metadata_hash;
+mod offsets;
 pub(crate) mod records;
 
 use crate::group::consumer::{Assignment, TopicInfo};
@@ -61,6 +62,7 @@ use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet};
 
 pub use metadata_hash::{group_hash, topic_hash};
+pub use offsets::{NamedTopic, ShareOffsetsStep};
 
 /// The member epoch of a heartbeat that leaves the group.
 pub const LEAVE_GROUP_MEMBER_EPOCH: i32 = -1;
