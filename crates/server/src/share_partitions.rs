@@ -42,7 +42,7 @@ use osprey_coordinator::share_state::{merge_writes, ShareKey, StateError, WriteS
 use osprey_protocol::records::{Batches, ControlRecordType};
 use osprey_protocol::ErrorCode;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::sync::{oneshot, watch};
 
@@ -112,6 +112,10 @@ pub struct Slot {
     leader_epoch: i32,
     /// When a fetch or an acknowledgement last used it.
     last_used_ms: AtomicI64,
+    /// The share coordinator refused a write as from a stale state or leader (the group's
+    /// offsets were altered or deleted, or another leader took over): what is held here is
+    /// not the durable state any more, and the next fetch loads it again.
+    fenced: AtomicBool,
     /// One acquisition at a time: from choosing where to read to acquiring what was read.
     fetch: tokio::sync::Mutex<()>,
     inner: Mutex<SlotInner>,
@@ -189,7 +193,7 @@ impl SharePartitions {
             return Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "this broker does not lead the partition"));
         }
         if let Some(s) = slot.as_ref() {
-            if s.leader_epoch == epoch && Arc::ptr_eq(&s.partition, partition) {
+            if s.leader_epoch == epoch && Arc::ptr_eq(&s.partition, partition) && !s.fenced.load(Ordering::Relaxed) {
                 return Ok(s.clone());
             }
         }
@@ -206,9 +210,33 @@ impl SharePartitions {
         cells.iter().filter_map(|c| c.slot.try_lock().ok().and_then(|s| s.clone())).collect()
     }
 
+    /// The member's share session ended (its last request, epoch -1): its records are
+    /// released, and when it was the group's last session here, the group's share
+    /// partitions are unloaded (Kafka's `onGroupEmpty`): an empty group's offsets may be
+    /// altered or deleted (AlterShareGroupOffsets, DeleteShareGroupOffsets), and the next
+    /// fetch must load what the share coordinator has then.
+    pub fn end_session(&self, broker: &Arc<Broker>, group_id: &str, member_id: &str) {
+        self.sessions().close(group_id, member_id);
+        self.session_ended(broker, group_id, member_id);
+    }
+
+    fn session_ended(&self, broker: &Arc<Broker>, group_id: &str, member_id: &str) {
+        self.release_member(broker, group_id, member_id);
+        if self.sessions().group_has_sessions(group_id) {
+            return;
+        }
+        let cells: Vec<Arc<Cell>> =
+            lock(&self.cells).iter().filter(|(k, _)| k.group_id == group_id).map(|(_, c)| c.clone()).collect();
+        for cell in cells {
+            if let Ok(mut slot) = cell.slot.try_lock() {
+                *slot = None;
+            }
+        }
+    }
+
     /// Releases every record `member_id` holds in `group_id`'s share partitions here (its
     /// share session closed).
-    pub fn release_member(&self, broker: &Arc<Broker>, group_id: &str, member_id: &str) {
+    fn release_member(&self, broker: &Arc<Broker>, group_id: &str, member_id: &str) {
         let mut released = false;
         for slot in self.loaded_of_group(group_id) {
             let write = lock(&slot.inner).machine.release_member(member_id);
@@ -227,7 +255,7 @@ impl SharePartitions {
     pub fn disconnected(&self, broker: &Arc<Broker>, connection: &ConnectionKey) {
         let closed = self.sessions().disconnected(connection);
         if let Some((group_id, member_id)) = closed {
-            self.release_member(broker, &group_id, &member_id);
+            self.session_ended(broker, &group_id, &member_id);
         }
     }
 
@@ -347,6 +375,7 @@ async fn load(
         partition: partition.clone(),
         leader_epoch: epoch,
         last_used_ms: AtomicI64::new(now_ms()),
+        fenced: AtomicBool::new(false),
         fetch: tokio::sync::Mutex::new(()),
         inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false }),
     })
@@ -519,6 +548,12 @@ impl Slot {
             let result = share_persister::write(broker, &self.key, &merged).await;
             crate::telemetry::share_state_write(result.as_ref().map_or_else(|e| e.code.name(), |()| "ok"));
             if let Err(e) = &result {
+                if matches!(
+                    e.code,
+                    ErrorCode::FENCED_STATE_EPOCH | ErrorCode::FENCED_LEADER_EPOCH | ErrorCode::INVALID_REQUEST
+                ) {
+                    self.fenced.store(true, Ordering::Relaxed);
+                }
                 tracing::warn!(group = self.key.group_id, topic = %self.partition.topic, partition = self.key.partition, error = e.code.name(), message = e.message, "share state write failed; the acknowledgements it carried are rolled back");
             }
             {

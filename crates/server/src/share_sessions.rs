@@ -176,6 +176,11 @@ impl ShareSessions {
         Some(key)
     }
 
+    /// Whether any member of `group_id` has a session here.
+    pub fn group_has_sessions(&self, group_id: &str) -> bool {
+        self.sessions.keys().any(|(group, _)| group == group_id)
+    }
+
     /// Open sessions.
     pub fn open_sessions(&self) -> usize {
         self.sessions.len()

@@ -7,7 +7,9 @@ use crate::access::Access;
 use crate::authorized_operations;
 use crate::broker::Broker;
 use crate::dispatch::Reply;
-use osprey_coordinator::group::{Response, TopicInfo, TopicsView};
+use osprey_coordinator::group::{Response, ShareGroupState, TopicInfo, TopicsView};
+use osprey_coordinator::share_state::ShareKey;
+use osprey_protocol::messages::delete_groups_response::DeletableGroupResult;
 use osprey_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupHeartbeatRequest, ConsumerGroupHeartbeatResponse, DeleteGroupsRequest,
     DeleteGroupsResponse, DescribeGroupsRequest, HeartbeatRequest, JoinGroupRequest, JoinGroupResponse,
@@ -80,9 +82,68 @@ pub fn describe(broker: &Arc<Broker>, req: DescribeGroupsRequest, version: i16) 
     ResponseBody::DescribeGroups(resp)
 }
 
+/// DeleteGroups. An empty share group's share partitions' state is deleted from the share
+/// coordinators first, as Kafka's `GroupCoordinatorService.deleteGroups` does (a share
+/// group's state outlives it otherwise, and a group of the same name would start from
+/// it); a group whose state cannot be deleted is not deleted, and is answered with the
+/// share coordinator's error.
 pub fn delete(broker: &Arc<Broker>, req: DeleteGroupsRequest) -> Reply {
-    let rx = broker.groups.call_later(broker, |c, reply, _| c.delete_groups(&req.groups_names, reply));
-    later(rx, ResponseBody::DeleteGroups(DeleteGroupsResponse::default()))
+    let share_states: Vec<(String, Vec<ShareKey>)> = broker.groups.call(broker, |c, _| {
+        req.groups_names
+            .iter()
+            .filter(|g| c.share_group_state(g) == Some(ShareGroupState::Empty))
+            .map(|g| {
+                let partitions = c.share_group_initialized_partitions(g).unwrap_or_default();
+                let keys = partitions
+                    .into_iter()
+                    .flat_map(|(topic_id, topic)| {
+                        topic.partitions.into_iter().map(move |partition| ShareKey {
+                            group_id: g.clone(),
+                            topic_id,
+                            partition,
+                        })
+                    })
+                    .collect();
+                (g.clone(), keys)
+            })
+            .collect()
+    });
+    if share_states.iter().all(|(_, keys)| keys.is_empty()) {
+        let rx = broker.groups.call_later(broker, |c, reply, _| c.delete_groups(&req.groups_names, reply));
+        return later(rx, ResponseBody::DeleteGroups(DeleteGroupsResponse::default()));
+    }
+    let broker = broker.clone();
+    Reply::Later(Box::pin(async move {
+        let mut refused = Vec::new();
+        for (group_id, keys) in share_states {
+            for key in keys {
+                if let Err(e) = crate::share_persister::delete(&broker, &key).await {
+                    tracing::warn!(
+                        group = group_id,
+                        partition = key.partition,
+                        error = e.code.name(),
+                        message = e.message,
+                        "share group not deleted: its share state could not be deleted"
+                    );
+                    refused.push(DeletableGroupResult {
+                        group_id: group_id.clone(),
+                        error_code: e.code.code(),
+                        ..Default::default()
+                    });
+                    break;
+                }
+            }
+        }
+        let names: Vec<String> =
+            req.groups_names.into_iter().filter(|g| !refused.iter().any(|r| &r.group_id == g)).collect();
+        let rx = broker.groups.call_later(&broker, |c, reply, _| c.delete_groups(&names, reply));
+        let mut resp = match crate::telemetry::stages::remote_wait(rx).await {
+            Ok(Response::DeleteGroups(resp)) => resp,
+            _ => DeleteGroupsResponse::default(),
+        };
+        resp.results.extend(refused);
+        ResponseBody::DeleteGroups(resp)
+    }))
 }
 
 pub fn delete_offsets(broker: &Arc<Broker>, req: OffsetDeleteRequest) -> Reply {

@@ -138,8 +138,7 @@ pub fn handle_fetch(
             FetchContext::Incremental { partitions } if !renew_only => (false, partitions),
             FetchContext::Full { .. } | FetchContext::Incremental { .. } => (false, Vec::new()),
             FetchContext::Final => {
-                broker.share_partitions.sessions().close(&group_id, &member_id);
-                broker.share_partitions.release_member(&broker, &group_id, &member_id);
+                broker.share_partitions.end_session(&broker, &group_id, &member_id);
                 (false, Vec::new())
             }
         };
@@ -418,8 +417,7 @@ pub fn handle_acknowledge(broker: &Arc<Broker>, req: ShareAcknowledgeRequest, ac
             resp.responses.push(topic);
         }
         if closing {
-            broker.share_partitions.sessions().close(&group_id, &member_id);
-            broker.share_partitions.release_member(&broker, &group_id, &member_id);
+            broker.share_partitions.end_session(&broker, &group_id, &member_id);
         }
         let lock_ms = share_settings(&broker, &group_id).0.record_lock_duration_ms;
         resp.acquisition_lock_timeout_ms = i32::try_from(lock_ms).unwrap_or(i32::MAX);

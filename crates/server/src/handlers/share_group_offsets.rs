@@ -532,6 +532,30 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// DeleteGroups of an empty share group deletes its share partitions' state first, as
+    /// Kafka does: a group of the same name later starts afresh, not where this one stopped.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deleting_a_share_group_deletes_its_share_state() {
+        let (broker, dir, t) = broker("share-group-delete").await;
+        let key = ShareKey { group_id: "queue".into(), topic_id: t, partition: 0 };
+        share_persister::initialize(&broker, &key, 0, 5).await.unwrap();
+        let delete_group = || {
+            let req = osprey_protocol::messages::DeleteGroupsRequest {
+                groups_names: vec!["queue".into()],
+                ..Default::default()
+            };
+            answer(&broker, ApiKey::DeleteGroups, 2, RequestBody::DeleteGroups(req))
+        };
+        let ResponseBody::DeleteGroups(refused) = delete_group().await else { panic!() };
+        assert_eq!(refused.results[0].error_code, ErrorCode::NON_EMPTY_GROUP.code(), "{refused:?}");
+        assert_eq!(share_persister::read_summary(&broker, &key, 0).await.unwrap().start_offset, 5, "kept");
+        assert_eq!(heartbeat(&broker, -1, None).await, 0);
+        let ResponseBody::DeleteGroups(deleted) = delete_group().await else { panic!() };
+        assert_eq!(deleted.results[0].error_code, 0, "{deleted:?}");
+        assert_eq!(share_persister::read_summary(&broker, &key, 0).await.unwrap().start_offset, -1, "deleted");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `share.version` 0: Kafka's UNSUPPORTED_VERSION, per group for Describe.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn share_group_offsets_are_unsupported_while_share_version_is_0() {
