@@ -155,6 +155,41 @@ fn a_single_node_is_its_only_broker_and_controller() {
     assert_eq!((resp.controller_id, resp.brokers.len(), resp.brokers[0].broker_id), (1, 1, 1));
 }
 
+/// A Metadata request naming a coordinator's missing internal topic creates it as the
+/// coordinator does (Kafka's `AutoTopicCreationManager`): its coordinator's partition
+/// count and configs, not the topic defaults (num.partitions 1), which would leave every
+/// key hashing to another partition without a coordinator for good. Another topic gets
+/// the defaults.
+#[test]
+fn metadata_creates_a_coordinators_internal_topic_as_the_coordinator_does() {
+    let (broker, dir) = broker_in("view-auto-create-internal");
+    let _cleanup = Cleanup(broker.clone(), dir);
+    let names = ["__consumer_offsets", "__transaction_state", "__share_group_state", "plain"];
+    let topics = names
+        .iter()
+        .map(|n| metadata_request::MetadataRequestTopic { name: Some(n.to_string()), ..Default::default() })
+        .collect();
+    let req = MetadataRequest { topics: Some(topics), allow_auto_topic_creation: true, ..Default::default() };
+    let ResponseBody::Metadata(resp) = metadata::handle(&broker, req, 12, DEFAULT_LISTENER) else { panic!() };
+    let created: Vec<_> =
+        resp.topics.iter().map(|t| (t.name.clone().unwrap(), t.error_code, t.partitions.len())).collect();
+    let count = |n: i32| usize::try_from(n).unwrap();
+    assert_eq!(
+        created,
+        [
+            ("__consumer_offsets".to_string(), 0, count(broker.settings.offsets_topic_num_partitions)),
+            ("__transaction_state".to_string(), 0, count(broker.settings.config.transaction_state_log_num_partitions)),
+            ("__share_group_state".to_string(), 0, count(broker.share_states.num_partitions())),
+            ("plain".to_string(), 0, 1),
+        ]
+    );
+    assert!(created.iter().take(3).all(|(_, _, partitions)| *partitions > 1), "the defaults are above one partition");
+    let cleanup_policy = |name: &str| broker.image().topic(name).unwrap().configs.get("cleanup.policy").cloned();
+    assert_eq!(cleanup_policy("__consumer_offsets").as_deref(), Some("compact"));
+    assert_eq!(cleanup_policy("__share_group_state").as_deref(), Some("delete"));
+    assert_eq!(cleanup_policy("plain"), None);
+}
+
 /// (node id, host, port) of each broker a Metadata answer lists.
 fn endpoints(resp: &MetadataResponse) -> Vec<(i32, String, i32)> {
     resp.brokers.iter().map(|b| (b.node_id, b.host.clone(), b.port)).collect()

@@ -59,6 +59,16 @@ fn internal_topic(key_type: i8) -> Option<(&'static str, InternalTopicEnsure)> {
     }
 }
 
+/// What makes `name` ready when it is the internal topic of a coordinator: a Metadata
+/// request naming it creates it as the coordinator would, as Kafka's
+/// `AutoTopicCreationManager` does.
+pub fn ensure_of_internal_topic(name: &str) -> Option<InternalTopicEnsure> {
+    [KEY_TYPE_GROUP, KEY_TYPE_TRANSACTION, KEY_TYPE_SHARE]
+        .into_iter()
+        .filter_map(internal_topic)
+        .find_map(|(topic, ensure)| (topic == name).then_some(ensure))
+}
+
 /// The internal topic made ready, or started in the background in a cluster (module doc).
 fn ensure(broker: &Arc<Broker>, key_type: i8) -> Result<(), ErrorCode> {
     match internal_topic(key_type) {

@@ -1,7 +1,8 @@
 //! Metadata: live brokers, topics (by name or id), partitions with leaders and epochs,
 //! as the metadata image has them (`metadata_cache`); creates
 //! missing topics when both the request and `auto.create.topics.enable` allow it (such a
-//! request is answered from the blocking pool: `creates_topics`).
+//! request is answered from the blocking pool: `creates_topics`), a coordinator's
+//! internal topic as its coordinator does (`find_coordinator::ensure_of_internal_topic`).
 
 use crate::authorized_operations::{self, if_requested};
 use crate::broker::Broker;
@@ -117,6 +118,14 @@ fn brokers(cache: &MetadataCache) -> Vec<MetadataResponseBroker> {
 }
 
 fn create(broker: &Arc<Broker>, name: &str) -> Result<TopicImage, ErrorCode> {
+    // A coordinator's topic is created as the coordinator needs it, as Kafka's
+    // AutoTopicCreationManager does: with the broker's topic defaults (one partition),
+    // every key hashing to another partition would have no coordinator, for good.
+    if let Some(ensure) = super::find_coordinator::ensure_of_internal_topic(name) {
+        // A failure is logged by `ensure`; the client asks again.
+        ensure(broker).map_err(|_| ErrorCode::LEADER_NOT_AVAILABLE)?;
+        return broker.image().topic(name).cloned().ok_or(ErrorCode::LEADER_NOT_AVAILABLE);
+    }
     let topic = NewTopic { name: name.to_string(), num_partitions: -1, replication_factor: -1, ..Default::default() };
     match broker.create_topic(&topic, false) {
         Ok(t) => Ok(t),
