@@ -192,7 +192,7 @@ mod tests {
             assert_eq!(ErrorCode::from_code(e.code()), Some(e));
             assert_eq!(e.code(), i as i16 - 1, "{} is out of sequence", e.name());
         }
-        assert_eq!(ErrorCode::from_code(130), None);
+        assert_eq!(ErrorCode::from_code(134), None);
         assert_eq!(ErrorCode::NOT_LEADER_OR_FOLLOWER.code(), 6);
         assert_eq!(ErrorCode::INVALID_RECORD.name(), "INVALID_RECORD");
     }
