@@ -34,6 +34,7 @@ simulations=(
     osprey-coordinator:group_simulation
     osprey-coordinator:group_consumer_simulation
     osprey-coordinator:group_share_simulation
+    osprey-coordinator:group_streams_simulation
     osprey-coordinator:group_txn_offsets_simulation
     osprey-coordinator:share_partition_simulation
     osprey-coordinator:txn_simulation

@@ -201,6 +201,7 @@ impl Sim {
                 Response::TxnOffsetCommit(r) => ("txn-commit", r.topics[0].partitions[0].error_code),
                 Response::ShareGroupHeartbeat(r) => ("share-heartbeat", r.error_code),
                 Response::ShareGroupOffsets(_) => ("share-offsets", 0),
+                Response::StreamsGroupHeartbeat(a) => ("streams-heartbeat", a.response.error_code),
             };
             *self.seen.entry(kind).or_default() += 1;
             if let Response::JoinGroup(join) = response {

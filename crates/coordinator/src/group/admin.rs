@@ -3,6 +3,7 @@
 use super::consumer::CONSUMER_GROUP_TYPE;
 use super::share::SHARE_GROUP_TYPE;
 use super::state::GroupState;
+use super::streams::STREAMS_GROUP_TYPE;
 use super::{records, GroupCoordinator, ReplyId, Response};
 use bytes::Bytes;
 use osprey_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -28,19 +29,23 @@ fn wanted(filter: &[String], value: &str) -> bool {
     filter.is_empty() || filter.iter().any(|f| f.eq_ignore_ascii_case(value))
 }
 
+/// A group of a modern type as ListGroups sees it: its id, its state as listed, and the
+/// name its state filter matches (Kafka's `toLowerCaseString`: a streams group's
+/// NotReady is filtered as "not_ready").
+type ModernGroupRow<'a> = (&'a String, &'static str, &'static str);
+
 /// The ListGroups rows of the groups of one modern type (KIP-848 consumer groups, KIP-932
-/// share groups), given as their ids and state names: the group type is their protocol
-/// type too.
+/// share groups, KIP-1071 streams groups): the group type is their protocol type too.
 fn listed_modern_groups<'a>(
-    groups: impl Iterator<Item = (&'a String, &'static str)>,
+    groups: impl Iterator<Item = ModernGroupRow<'a>>,
     group_type: &str,
     states: &[String],
     types: &[String],
     api_version: i16,
 ) -> Vec<ListedGroup> {
     groups
-        .filter(|(_, state)| wanted(states, state) && wanted(types, group_type))
-        .map(|(group_id, state)| ListedGroup {
+        .filter(|(_, _, filtered_as)| wanted(states, filtered_as) && wanted(types, group_type))
+        .map(|(group_id, state, _)| ListedGroup {
             group_id: group_id.clone(),
             protocol_type: group_type.to_string(),
             group_state: if api_version >= 4 { state.to_string() } else { String::new() },
@@ -56,8 +61,10 @@ impl GroupCoordinator {
         let mut groups: Vec<ListedGroup> = self
             .groups
             .values()
-            // A consumer group's offsets-only entry is listed as the consumer group.
-            .filter(|g| !self.consumer_groups.contains_key(&g.group_id))
+            // A consumer or streams group's offsets-only entry is listed as that group.
+            .filter(|g| {
+                !self.consumer_groups.contains_key(&g.group_id) && !self.streams_groups.contains_key(&g.group_id)
+            })
             .filter(|g| wanted(states, g.state.name()) && wanted(types, CLASSIC_GROUP_TYPE))
             .map(|g| ListedGroup {
                 group_id: g.group_id.clone(),
@@ -67,10 +74,13 @@ impl GroupCoordinator {
                 ..Default::default()
             })
             .collect();
-        let consumer_groups = self.consumer_groups.values().map(|g| (&g.group_id, g.state().name()));
+        let consumer_groups = self.consumer_groups.values().map(|g| (&g.group_id, g.state().name(), g.state().name()));
         groups.extend(listed_modern_groups(consumer_groups, CONSUMER_GROUP_TYPE, states, types, api_version));
-        let share_groups = self.share_groups.values().map(|g| (&g.group_id, g.state().name()));
+        let share_groups = self.share_groups.values().map(|g| (&g.group_id, g.state().name(), g.state().name()));
         groups.extend(listed_modern_groups(share_groups, SHARE_GROUP_TYPE, states, types, api_version));
+        let streams_groups =
+            self.streams_groups.values().map(|g| (&g.group_id, g.state().name(), g.state().filter_name()));
+        groups.extend(listed_modern_groups(streams_groups, STREAMS_GROUP_TYPE, states, types, api_version));
         ListGroupsResponse { groups, ..Default::default() }
     }
 
@@ -95,12 +105,14 @@ impl GroupCoordinator {
             described.error_code = error.code();
             return described;
         }
-        let Some(group) = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead)) else {
+        // A streams group's offsets-only entry is no classic group.
+        let classic = self.groups.get(group_id).filter(|g| !g.is(GroupState::Dead) && !self.is_streams_group(group_id));
+        let Some(group) = classic else {
             described.group_state = GroupState::Dead.name().to_string();
             if api_version >= 6 {
                 described.error_code = ErrorCode::GROUP_ID_NOT_FOUND.code();
                 // Kafka's `classicGroup(groupId)` on a group of another type.
-                described.error_message = Some(if self.is_share_group(group_id) {
+                described.error_message = Some(if self.is_share_group(group_id) || self.is_streams_group(group_id) {
                     format!("Group {group_id} is not a classic group.")
                 } else {
                     format!("Group {group_id} not found.")
@@ -142,12 +154,19 @@ impl GroupCoordinator {
                 batch.results.push(result);
                 continue;
             }
-            // A consumer group (KIP-848) goes only when it has no members; its offsets
-            // live in the classic entry below. A share group (KIP-932) has none.
-            let taken = self.take_empty_share_group(group_id).and_then(|share| match share {
-                Some(tombstones) => Ok(Some(tombstones)),
-                None => self.take_empty_consumer_group(group_id),
-            });
+            // A consumer group (KIP-848) or a streams group (KIP-1071) goes only when it
+            // has no members; its offsets live in the classic entry below. A share group
+            // (KIP-932) has none.
+            let taken = self
+                .take_empty_share_group(group_id)
+                .and_then(|share| match share {
+                    Some(tombstones) => Ok(Some(tombstones)),
+                    None => self.take_empty_consumer_group(group_id),
+                })
+                .and_then(|consumer| match consumer {
+                    Some(tombstones) => Ok(Some(tombstones)),
+                    None => self.take_empty_streams_group(group_id),
+                });
             let consumer_tombstones = match taken {
                 Ok(tombstones) => tombstones,
                 Err(error) => {
@@ -201,6 +220,24 @@ impl GroupCoordinator {
             return self.respond(reply, Response::DeleteGroups(response));
         }
         self.delete_batches.insert(batch_id, batch);
+    }
+
+    /// An empty classic group gives way to a consumer or streams group taking its id
+    /// (Kafka's `maybeDeleteEmptyClassicGroup`): its metadata goes, with a tombstone when
+    /// it ever ran a protocol, while its committed offsets and open transactions' offsets
+    /// stay in the entry, where the new group keeps its offsets. The records to write
+    /// first; none when there is no such group.
+    pub(super) fn convert_empty_classic_group(&mut self, group_id: &str, now_ms: i64) -> Vec<records::Record> {
+        let Some(classic) = self.groups.get_mut(group_id) else { return Vec::new() };
+        if classic.protocol_type.is_none() && classic.generation_id == 0 {
+            return Vec::new();
+        }
+        let mut fresh = super::state::Group::new(group_id, now_ms);
+        fresh.offsets = std::mem::take(&mut classic.offsets);
+        fresh.pending_offset_commits = std::mem::take(&mut classic.pending_offset_commits);
+        fresh.pending_txn_offsets = std::mem::take(&mut classic.pending_txn_offsets);
+        *classic = fresh;
+        vec![records::group_tombstone(group_id)]
     }
 
     pub(super) fn delete_group_persisted(&mut self, batch_id: u64, group_id: &str, result: Result<(), ErrorCode>) {
@@ -259,10 +296,11 @@ impl GroupCoordinator {
         group_ids.len()
             + drop_groups_of_partition(&mut self.consumer_groups, partition, num_partitions)
             + drop_groups_of_partition(&mut self.share_groups, partition, num_partitions)
+            + drop_groups_of_partition(&mut self.streams_groups, partition, num_partitions)
     }
 }
 
-/// Drops the KIP-848 consumer groups or the KIP-932 share groups of an unloaded
+/// Drops the KIP-848 consumer groups, KIP-932 share groups or KIP-1071 streams groups of an unloaded
 /// `__consumer_offsets` partition; how many.
 fn drop_groups_of_partition<G>(groups: &mut BTreeMap<String, G>, partition: i32, num_partitions: i32) -> usize {
     let before = groups.len();

@@ -7,7 +7,13 @@
 //! `share.heartbeat.interval.ms` override the broker's `group.share.*` settings in the
 //! group coordinator; `share.record.lock.duration.ms`, `share.delivery.count.limit`,
 //! `share.auto.offset.reset` and `share.isolation.level` are read by the share partitions
-//! ([`ShareGroupSettings`]). Kafka's `streams.*` group configs are unknown here.
+//! ([`ShareGroupSettings`]).
+//!
+//! Streams groups (KIP-1071): `streams.session.timeout.ms`, `streams.heartbeat.interval.ms`
+//! and `streams.num.standby.replicas` override `group.streams.*`. Kafka 4.4's other
+//! `streams.*` group configs (initial rebalance delay, assignment interval, warm-up
+//! replicas, rack-aware tags, assignor name...) are unknown here: the broker's settings
+//! apply to every streams group.
 
 use std::collections::BTreeMap;
 
@@ -27,8 +33,14 @@ pub const SHARE_DELIVERY_COUNT_LIMIT: &str = "share.delivery.count.limit";
 pub const SHARE_AUTO_OFFSET_RESET: &str = "share.auto.offset.reset";
 /// `share.isolation.level`: `read_uncommitted` (default) or `read_committed`.
 pub const SHARE_ISOLATION_LEVEL: &str = "share.isolation.level";
+/// `streams.session.timeout.ms`: the group's `group.streams.session.timeout.ms`.
+pub const STREAMS_SESSION_TIMEOUT_MS: &str = "streams.session.timeout.ms";
+/// `streams.heartbeat.interval.ms`: the group's `group.streams.heartbeat.interval.ms`.
+pub const STREAMS_HEARTBEAT_INTERVAL_MS: &str = "streams.heartbeat.interval.ms";
+/// `streams.num.standby.replicas`: the group's `group.streams.num.standby.replicas`.
+pub const STREAMS_NUM_STANDBY_REPLICAS: &str = "streams.num.standby.replicas";
 /// Every group config name Osprey knows, in the order DescribeConfigs lists them.
-pub const GROUP_CONFIG_NAMES: [&str; 8] = [
+pub const GROUP_CONFIG_NAMES: [&str; 11] = [
     CONSUMER_HEARTBEAT_INTERVAL_MS,
     CONSUMER_SESSION_TIMEOUT_MS,
     SHARE_AUTO_OFFSET_RESET,
@@ -37,6 +49,9 @@ pub const GROUP_CONFIG_NAMES: [&str; 8] = [
     SHARE_ISOLATION_LEVEL,
     SHARE_RECORD_LOCK_DURATION_MS,
     SHARE_SESSION_TIMEOUT_MS,
+    STREAMS_HEARTBEAT_INTERVAL_MS,
+    STREAMS_NUM_STANDBY_REPLICAS,
+    STREAMS_SESSION_TIMEOUT_MS,
 ];
 
 /// A consumer group's settings where its configs override the broker's.
@@ -82,6 +97,27 @@ impl ShareGroupOverrides {
             delivery_count_limit: int(SHARE_DELIVERY_COUNT_LIMIT),
             auto_offset_reset: configs.get(SHARE_AUTO_OFFSET_RESET).and_then(|v| ShareAutoOffsetReset::parse(v)),
             isolation_level: configs.get(SHARE_ISOLATION_LEVEL).and_then(|v| ShareIsolationLevel::parse(v).ok()),
+        }
+    }
+}
+
+/// A streams group's settings where its configs override the broker's.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StreamsGroupOverrides {
+    pub session_timeout_ms: Option<i32>,
+    pub heartbeat_interval_ms: Option<i32>,
+    pub num_standby_replicas: Option<i32>,
+}
+
+impl StreamsGroupOverrides {
+    /// From a group's stored configs (validated when set; a value that does not parse is
+    /// ignored rather than trusted).
+    pub fn from_configs(configs: &BTreeMap<String, String>) -> StreamsGroupOverrides {
+        let int = |key| int_config(configs, key);
+        StreamsGroupOverrides {
+            session_timeout_ms: int(STREAMS_SESSION_TIMEOUT_MS),
+            heartbeat_interval_ms: int(STREAMS_HEARTBEAT_INTERVAL_MS),
+            num_standby_replicas: int(STREAMS_NUM_STANDBY_REPLICAS),
         }
     }
 }
@@ -186,6 +222,40 @@ impl ShareGroupConfigBounds {
     };
 }
 
+/// The broker's bounds for streams group configs (Kafka's `group.streams.*`), with
+/// Kafka's defaults.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamsGroupConfigBounds {
+    pub session_timeout_ms: i32,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub min_heartbeat_interval_ms: i32,
+    pub max_heartbeat_interval_ms: i32,
+    pub num_standby_replicas: i32,
+    pub max_standby_replicas: i32,
+}
+
+impl Default for StreamsGroupConfigBounds {
+    fn default() -> Self {
+        StreamsGroupConfigBounds::KAFKA_DEFAULTS
+    }
+}
+
+impl StreamsGroupConfigBounds {
+    /// Kafka's defaults of the `group.streams.*` bounds.
+    pub const KAFKA_DEFAULTS: StreamsGroupConfigBounds = StreamsGroupConfigBounds {
+        session_timeout_ms: 45_000,
+        min_session_timeout_ms: 45_000,
+        max_session_timeout_ms: 60_000,
+        heartbeat_interval_ms: 5_000,
+        min_heartbeat_interval_ms: 5_000,
+        max_heartbeat_interval_ms: 15_000,
+        num_standby_replicas: 0,
+        max_standby_replicas: 2,
+    };
+}
+
 /// The broker's bounds and defaults group configs are checked against (Kafka's
 /// `group.consumer.{min,max}.{session.timeout,heartbeat.interval}.ms`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -198,6 +268,8 @@ pub struct GroupConfigBounds {
     pub max_heartbeat_interval_ms: i32,
     /// The bounds of share group configs.
     pub share: ShareGroupConfigBounds,
+    /// The bounds of streams group configs.
+    pub streams: StreamsGroupConfigBounds,
 }
 
 /// Kafka's `GroupConfig.validate`: `configs` is the group's whole set after the change.
@@ -209,6 +281,7 @@ pub struct GroupConfigBounds {
 /// ([`ShareGroupConfigBounds::default`]).
 pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) -> Result<(), String> {
     let share = &bounds.share;
+    let streams = &bounds.streams;
     for (name, value) in configs {
         let (min, max) = match name.as_str() {
             CONSUMER_SESSION_TIMEOUT_MS => (bounds.min_session_timeout_ms, bounds.max_session_timeout_ms),
@@ -217,6 +290,9 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
             SHARE_HEARTBEAT_INTERVAL_MS => (share.min_heartbeat_interval_ms, share.max_heartbeat_interval_ms),
             SHARE_RECORD_LOCK_DURATION_MS => (share.min_record_lock_duration_ms, share.max_record_lock_duration_ms),
             SHARE_DELIVERY_COUNT_LIMIT => (share.min_delivery_count_limit, share.max_delivery_count_limit),
+            STREAMS_SESSION_TIMEOUT_MS => (streams.min_session_timeout_ms, streams.max_session_timeout_ms),
+            STREAMS_HEARTBEAT_INTERVAL_MS => (streams.min_heartbeat_interval_ms, streams.max_heartbeat_interval_ms),
+            STREAMS_NUM_STANDBY_REPLICAS => (0, streams.max_standby_replicas),
             SHARE_AUTO_OFFSET_RESET => {
                 validate_auto_offset_reset(value)?;
                 continue;
@@ -247,6 +323,11 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
     check_heartbeat_below_session(
         (SHARE_HEARTBEAT_INTERVAL_MS, overrides.heartbeat_interval_ms.unwrap_or(share.heartbeat_interval_ms)),
         (SHARE_SESSION_TIMEOUT_MS, overrides.session_timeout_ms.unwrap_or(share.session_timeout_ms)),
+    )?;
+    let overrides = StreamsGroupOverrides::from_configs(configs);
+    check_heartbeat_below_session(
+        (STREAMS_HEARTBEAT_INTERVAL_MS, overrides.heartbeat_interval_ms.unwrap_or(streams.heartbeat_interval_ms)),
+        (STREAMS_SESSION_TIMEOUT_MS, overrides.session_timeout_ms.unwrap_or(streams.session_timeout_ms)),
     )
 }
 
@@ -280,6 +361,7 @@ mod tests {
         min_heartbeat_interval_ms: 5_000,
         max_heartbeat_interval_ms: 15_000,
         share: ShareGroupConfigBounds::KAFKA_DEFAULTS,
+        streams: StreamsGroupConfigBounds::KAFKA_DEFAULTS,
     };
 
     fn configs(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -309,7 +391,10 @@ mod tests {
             (SHARE_DELIVERY_COUNT_LIMIT, "1", "greater than or equal to 2"),
             (SHARE_AUTO_OFFSET_RESET, "none", "Invalid value"),
             (SHARE_ISOLATION_LEVEL, "serializable", "Invalid value"),
-            ("streams.session.timeout.ms", "45000", "Unknown group config name"),
+            ("streams.initial.rebalance.delay.ms", "0", "Unknown group config name"),
+            (STREAMS_SESSION_TIMEOUT_MS, "30000", "must be greater than or equal to 45000"),
+            (STREAMS_NUM_STANDBY_REPLICAS, "3", "must be less than or equal to 2"),
+            (STREAMS_NUM_STANDBY_REPLICAS, "-1", "must be greater than or equal to 0"),
         ];
         for (name, value, why) in refused {
             let error = validate(&configs(&[(name, value)]), &BOUNDS).unwrap_err();

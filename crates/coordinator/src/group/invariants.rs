@@ -23,7 +23,8 @@ impl GroupCoordinator {
             ));
         }
         self.check_consumer_invariants()?;
-        self.check_share_invariants()
+        self.check_share_invariants()?;
+        self.check_streams_invariants()
     }
 
     fn check_group(&self, group: &Group) -> Result<(), String> {

@@ -56,8 +56,11 @@ impl GroupCoordinator {
             // Kafka's `classicGroupJoin`: a group of another type that is no consumer group.
             return self.respond_join(held, join_error(api_version, "", ErrorCode::INCONSISTENT_GROUP_PROTOCOL));
         }
-        if self.consumer_group_blocks_classic_join(&request.group_id) {
-            // No online migration from the consumer protocol (KIP-848) to the classic one.
+        if self.consumer_group_blocks_classic_join(&request.group_id)
+            || self.streams_group_blocks_classic_join(&request.group_id)
+        {
+            // No online migration from the consumer protocol (KIP-848), or the streams
+            // protocol (KIP-1071), to the classic one.
             let error = ErrorCode::INCONSISTENT_GROUP_PROTOCOL;
             return self.respond_join(held, join_error(api_version, member_id, error));
         }

@@ -51,6 +51,8 @@
 //!   member-epoch checks of OffsetCommit / OffsetFetch) live in the same coordinator:
 //!   see [`consumer`] for their part of this protocol.
 //! - KIP-932 share groups (ShareGroupHeartbeat, ShareGroupDescribe) too: see [`share`].
+//! - KIP-1071 streams groups (StreamsGroupHeartbeat, StreamsGroupDescribe) too: see
+//!   [`streams`].
 //! - [`check_invariants`] checks the coordinator's internal invariants (tests run it after
 //!   every step; a debug server may too).
 //!
@@ -111,6 +113,7 @@ mod invariants;
 mod join;
 mod leave;
 mod member_id;
+pub mod metadata_hash;
 mod offsets;
 mod ownership;
 mod persist_order;
@@ -118,6 +121,7 @@ mod rebalance;
 pub mod records;
 pub mod share;
 mod state;
+pub mod streams;
 mod sync;
 mod timers;
 mod txn_offsets;
@@ -127,6 +131,7 @@ pub use ownership::PartitionLoad;
 pub use records::{java_string_hash_code, partition_for, LoadError, LoadSummary, Record, Replay};
 pub use share::{ShareGroup, ShareGroupState};
 pub use state::GroupState;
+pub use streams::{StreamsGroup, StreamsGroupState, StreamsHeartbeatAnswer};
 
 use bytes::Bytes;
 use member_id::MemberIdGenerator;
@@ -175,6 +180,8 @@ pub enum Response {
     /// A step of DescribeShareGroupOffsets, AlterShareGroupOffsets or
     /// DeleteShareGroupOffsets, which the server completes ([`share::ShareOffsetsStep`]).
     ShareGroupOffsets(share::ShareOffsetsStep),
+    /// With the internal topics the server is to create.
+    StreamsGroupHeartbeat(Box<StreamsHeartbeatAnswer>),
 }
 
 /// The coordinator's settings, with Kafka's names and defaults.
@@ -218,6 +225,24 @@ pub struct GroupConfig {
     pub share_group_heartbeat_interval_ms: i32,
     /// `group.share.max.size`
     pub share_group_max_size: usize,
+    /// `group.streams.session.timeout.ms`
+    pub streams_group_session_timeout_ms: i32,
+    /// `group.streams.heartbeat.interval.ms`
+    pub streams_group_heartbeat_interval_ms: i32,
+    /// `group.streams.max.size`
+    pub streams_group_max_size: usize,
+    /// `group.streams.num.standby.replicas`
+    pub streams_group_num_standby_replicas: i32,
+    /// `group.streams.initial.rebalance.delay.ms`: how long a new streams group's first
+    /// assignment waits for more members.
+    pub streams_group_initial_rebalance_delay_ms: i32,
+    /// `group.streams.assignment.interval.ms`: the least time between two target
+    /// assignments of a streams group.
+    pub streams_group_assignment_interval_ms: i32,
+    /// `group.streams.task.offset.interval.ms`, told to members.
+    pub streams_group_task_offset_interval_ms: i32,
+    /// `group.streams.acceptable.recovery.lag`, told to members.
+    pub streams_group_acceptable_recovery_lag: i64,
 }
 
 impl Default for GroupConfig {
@@ -240,6 +265,14 @@ impl Default for GroupConfig {
             share_group_session_timeout_ms: 45_000,
             share_group_heartbeat_interval_ms: 5_000,
             share_group_max_size: 200,
+            streams_group_session_timeout_ms: 45_000,
+            streams_group_heartbeat_interval_ms: 5_000,
+            streams_group_max_size: i32::MAX as usize,
+            streams_group_num_standby_replicas: 0,
+            streams_group_initial_rebalance_delay_ms: 3_000,
+            streams_group_assignment_interval_ms: 1_000,
+            streams_group_task_offset_interval_ms: 60_000,
+            streams_group_acceptable_recovery_lag: 10_000,
         }
     }
 }
@@ -261,6 +294,9 @@ pub struct GroupCoordinator {
     consumer_groups: BTreeMap<String, consumer::ConsumerGroup>,
     /// KIP-932 share groups; they have no committed offsets here.
     share_groups: BTreeMap<String, share::ShareGroup>,
+    /// KIP-1071 streams groups; their committed offsets live in `groups`, in an entry
+    /// without members.
+    streams_groups: BTreeMap<String, streams::StreamsGroup>,
     outputs: VecDeque<Output>,
     pending_persists: HashMap<PersistId, records::Continuation>,
     /// Each group's persists in issue order, so that completions apply in that order.
@@ -287,6 +323,7 @@ impl GroupCoordinator {
             groups: BTreeMap::new(),
             consumer_groups: BTreeMap::new(),
             share_groups: BTreeMap::new(),
+            streams_groups: BTreeMap::new(),
             outputs: VecDeque::new(),
             pending_persists: HashMap::new(),
             persist_order: Default::default(),
@@ -324,11 +361,14 @@ impl GroupCoordinator {
         self.groups.get(group_id).map(|g| g.members.iter().map(|m| m.member_id.clone()).collect()).unwrap_or_default()
     }
 
-    /// How many members `group_id` has, a classic group, a KIP-848 consumer group or a
-    /// share group; 0 for a group the coordinator does not know.
+    /// How many members `group_id` has, a classic group, a KIP-848 consumer group, a
+    /// share group or a streams group; 0 for a group the coordinator does not know.
     pub fn member_count(&self, group_id: &str) -> usize {
         if let Some(share) = self.share_groups.get(group_id) {
             return share.members.len();
+        }
+        if let Some(streams) = self.streams_groups.get(group_id) {
+            return streams.members.len();
         }
         match self.consumer_groups.get(group_id) {
             Some(consumer) => consumer.members.len(),

@@ -2,6 +2,7 @@
 
 use super::rebalance::schedule_session;
 use super::state::{CommittedOffset, Group, GroupState, TopicPartition};
+use super::streams::StreamsCommitter;
 use super::sync::validate_current_member;
 use super::{records, GroupCoordinator, ReplyId, Response};
 use osprey_protocol::messages::offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
@@ -58,9 +59,23 @@ impl GroupCoordinator {
             return self.answer_commit(commit, Err(error));
         }
         let instance_id = if api_version >= 7 { request.group_instance_id.as_deref() } else { None };
+        let streams_committer = StreamsCommitter {
+            member_id: &request.member_id,
+            instance_id,
+            member_epoch: request.generation_id_or_member_epoch,
+            transactional: false,
+            api_version,
+        };
+        let committed =
+            request.topics.iter().flat_map(|t| t.partitions.iter().map(|p| (t.name.as_str(), p.partition_index)));
         let validation = match self.validate_consumer_group_commit(request, api_version, now_ms) {
             Some(result) => result,
-            None => self.validate_commit(request, instance_id, now_ms),
+            None => {
+                match self.validate_streams_group_commit(&request.group_id, &streams_committer, committed, now_ms) {
+                    Some(result) => result,
+                    None => self.validate_commit(request, instance_id, now_ms),
+                }
+            }
         };
         if let Err(error) = validation {
             return self.answer_commit(commit, Err(error));

@@ -153,6 +153,8 @@ pub struct LoadSummary {
     pub consumer_groups: usize,
     /// KIP-932 share groups.
     pub share_groups: usize,
+    /// KIP-1071 streams groups.
+    pub streams_groups: usize,
     /// Offsets of transactions still open at the end of the log, left pending.
     pub pending_txn_offsets: usize,
 }
@@ -178,6 +180,8 @@ enum Key {
     Consumer(i16, Bytes),
     /// A KIP-932 share group record: its key version and the key after it.
     Share(i16, Bytes),
+    /// A KIP-1071 streams group record: its key version and the key after it.
+    Streams(i16, Bytes),
     Other,
 }
 
@@ -202,6 +206,7 @@ fn classify_key(mut key: Bytes) -> Result<Key, LoadError> {
         }
         v if super::consumer::records::is_consumer_group_key(v) => Ok(Key::Consumer(v, key)),
         v if super::share::records::is_share_group_key(v) => Ok(Key::Share(v, key)),
+        v if super::streams::records::is_streams_group_key(v) => Ok(Key::Streams(v, key)),
         _ => Ok(Key::Other),
     }
 }
@@ -359,6 +364,8 @@ pub(super) enum Continuation {
     },
     /// A ShareGroupHeartbeat: answered once its records are durable.
     ShareGroupHeartbeat { reply: super::ReplyId, response: Box<osprey_protocol::messages::ShareGroupHeartbeatResponse> },
+    /// A StreamsGroupHeartbeat: answered once its records are durable.
+    StreamsGroupHeartbeat { reply: super::ReplyId, answer: Box<super::streams::StreamsHeartbeatAnswer> },
     /// A step of the share-group offsets APIs: answered once its record is durable.
     ShareGroupOffsets { reply: super::ReplyId, step: super::share::ShareOffsetsStep },
     /// Nothing waits (an Empty group's metadata, expired offsets).
@@ -403,6 +410,7 @@ impl GroupCoordinator {
         let mut summary = LoadSummary::default();
         let mut consumer_groups = BTreeMap::new();
         let mut share_groups = BTreeMap::new();
+        let mut streams_groups = BTreeMap::new();
         for item in items {
             let (record, producer_id) = match item {
                 Replay::Record(record) => (record, None),
@@ -435,6 +443,9 @@ impl GroupCoordinator {
                 Key::Share(version, key) => {
                     super::share::records::replay(&mut share_groups, version, key, record.value)?
                 }
+                Key::Streams(version, key) => {
+                    super::streams::records::replay(&mut streams_groups, version, key, record.value)?
+                }
                 Key::Other => summary.skipped += 1,
             }
         }
@@ -465,6 +476,7 @@ impl GroupCoordinator {
         self.groups.extend(loaded);
         summary.consumer_groups = self.loaded_consumer_groups(consumer_groups, now_ms);
         summary.share_groups = self.loaded_share_groups(share_groups, now_ms);
+        summary.streams_groups = self.loaded_streams_groups(streams_groups, now_ms);
         Ok(summary)
     }
 
@@ -503,6 +515,7 @@ impl GroupCoordinator {
                 self.heartbeat_persisted(reply, *response, result)
             }
             Continuation::ShareGroupHeartbeat { reply, response } => self.heartbeat_persisted(reply, *response, result),
+            Continuation::StreamsGroupHeartbeat { reply, answer } => self.heartbeat_persisted(reply, *answer, result),
             Continuation::ShareGroupOffsets { reply, step } => self.share_offsets_persisted(reply, step, result),
             Continuation::Nothing => {}
         }

@@ -13,6 +13,7 @@ impl GroupCoordinator {
         }
         self.tick_consumer_groups(now_ms);
         self.tick_share_groups(now_ms);
+        self.tick_streams_groups(now_ms);
         if self.next_offset_cleanup_ms.is_none_or(|at| at <= now_ms) {
             self.next_offset_cleanup_ms = Some(now_ms + self.config.offsets_retention_check_interval_ms);
             self.cleanup_group_metadata(now_ms);
@@ -31,6 +32,7 @@ impl GroupCoordinator {
             .chain(self.next_offset_cleanup_ms)
             .chain(self.consumer_next_deadline())
             .chain(self.share_next_deadline())
+            .chain(self.streams_next_deadline())
             .min()
     }
 
@@ -94,9 +96,11 @@ impl GroupCoordinator {
         let retention_ms = self.config.offsets_retention_ms();
         let group_ids: Vec<String> = self.groups.keys().cloned().collect();
         for group_id in group_ids {
-            if self.consumer_groups.get(&group_id).is_some_and(|g| !g.members.is_empty()) {
-                // A consumer group's offsets are kept while it has members (they live in
-                // an offsets-only entry here, which would otherwise expire them).
+            if self.consumer_groups.get(&group_id).is_some_and(|g| !g.members.is_empty())
+                || self.streams_groups.get(&group_id).is_some_and(|g| !g.members.is_empty())
+            {
+                // A consumer or streams group's offsets are kept while it has members (they
+                // live in an offsets-only entry here, which would otherwise expire them).
                 continue;
             }
             let Some(group) = self.groups.get_mut(&group_id) else { continue };

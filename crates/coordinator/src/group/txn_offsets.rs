@@ -8,6 +8,7 @@
 //! offsets or its ABORT marker drops them.
 
 use super::state::{CommittedOffset, Group, GroupState, TopicPartition};
+use super::streams::StreamsCommitter;
 use super::sync::validate_current_member;
 use super::{records, GroupCoordinator, ReplyId, Response};
 use osprey_protocol::messages::txn_offset_commit_response::{
@@ -95,7 +96,12 @@ impl GroupCoordinator {
         } else {
             Committer { generation_id: -1, member_id: "", instance_id: None }
         };
-        if let Err(error) = self.validate_txn_commit(&request.group_id, &committer, now_ms) {
+        let committed: Vec<(&str, i32)> = request
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| (t.name.as_str(), p.partition_index)))
+            .collect();
+        if let Err(error) = self.validate_txn_commit(&request.group_id, &committer, &committed, now_ms) {
             return self.answer_txn_commit(commit, Err(error));
         }
         let group_id = request.group_id.clone();
@@ -145,7 +151,13 @@ impl GroupCoordinator {
     /// group's own checks. Unlike OffsetCommit, a transactional commit needs no member of
     /// a non-empty group when it names none (TxnOffsetCommit v0-2 cannot), is not refused
     /// during CompletingRebalance and does not count as a heartbeat.
-    fn validate_txn_commit(&mut self, group_id: &str, committer: &Committer, now_ms: i64) -> Result<(), ErrorCode> {
+    fn validate_txn_commit(
+        &mut self,
+        group_id: &str,
+        committer: &Committer,
+        committed: &[(&str, i32)],
+        now_ms: i64,
+    ) -> Result<(), ErrorCode> {
         // Kafka's `isValidGroupId` for TxnOffsetCommit: the group id may not be empty.
         if group_id.is_empty() {
             return Err(ErrorCode::INVALID_GROUP_ID);
@@ -154,6 +166,18 @@ impl GroupCoordinator {
             return Err(error);
         }
         if let Some(result) = self.validate_consumer_group_txn_commit(group_id, committer, now_ms) {
+            return result;
+        }
+        let streams_committer = StreamsCommitter {
+            member_id: committer.member_id,
+            instance_id: committer.instance_id,
+            member_epoch: committer.generation_id,
+            transactional: true,
+            api_version: 0,
+        };
+        if let Some(result) =
+            self.validate_streams_group_commit(group_id, &streams_committer, committed.iter().copied(), now_ms)
+        {
             return result;
         }
         if !self.groups.contains_key(group_id) {

@@ -555,6 +555,7 @@ impl BrokerConfig {
                 max_record_lock_duration_ms: self.group_share_max_record_lock_duration_ms,
                 ..Default::default()
             },
+            streams: Default::default(),
         }
     }
 

@@ -34,9 +34,10 @@ pub fn later(rx: oneshot::Receiver<Response>, fallback: ResponseBody) -> Reply {
             Ok(Response::ConsumerGroupHeartbeat(r)) => ResponseBody::ConsumerGroupHeartbeat(r),
             Ok(Response::TxnOffsetCommit(r)) => ResponseBody::TxnOffsetCommit(r),
             Ok(Response::ShareGroupHeartbeat(r)) => ResponseBody::ShareGroupHeartbeat(r),
-            // A step of the share-group offsets APIs answers no request by itself
-            // (`share_group_offsets.rs` awaits those).
-            Ok(Response::ShareGroupOffsets(_)) | Err(_) => fallback,
+            // A step of the share-group offsets APIs, or a StreamsGroupHeartbeat's answer
+            // with its internal topics to create, answers no request by itself
+            // (`share_group_offsets.rs` and `streams_groups.rs` await those).
+            Ok(Response::ShareGroupOffsets(_)) | Ok(Response::StreamsGroupHeartbeat(_)) | Err(_) => fallback,
         }
     }))
 }

@@ -27,7 +27,7 @@ impl GroupCoordinator {
         }
         let Some(group) = self.consumer_groups.get(group_id) else {
             let other_type = self.groups.get(group_id).is_some_and(|g| !g.members.is_empty());
-            let message = if other_type || self.is_share_group(group_id) {
+            let message = if other_type || self.is_share_group(group_id) || self.is_streams_group(group_id) {
                 format!("Group {group_id} is not a consumer group.")
             } else {
                 format!("Group {group_id} not found.")

@@ -205,7 +205,7 @@ impl GroupCoordinator {
             if let Some(error) = self.serving_error(&request.group_id) {
                 return Err(serving(error));
             }
-            if self.is_share_group(&request.group_id) {
+            if self.is_share_group(&request.group_id) || self.is_streams_group(&request.group_id) {
                 let group_id = &request.group_id;
                 return Err(reject(
                     ErrorCode::GROUP_ID_NOT_FOUND,
@@ -327,7 +327,6 @@ impl GroupCoordinator {
         let joining = request.member_epoch == 0;
         // A classic group with members is not ours to take over (no online upgrade); an
         // empty one (offsets only, or a finished classic group) becomes a consumer group.
-        let mut convert_classic = false;
         if !self.consumer_groups.contains_key(group_id) {
             if let Some(classic) = self.groups.get(group_id) {
                 let in_use = !classic.members.is_empty() || !classic.pending_members.is_empty();
@@ -337,7 +336,6 @@ impl GroupCoordinator {
                         format!("Group {group_id} is not a consumer group."),
                     ));
                 }
-                convert_classic = classic.protocol_type.is_some() || classic.generation_id > 0;
             } else if !joining {
                 return Err(reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Consumer group {group_id} not found.")));
             }
@@ -354,8 +352,8 @@ impl GroupCoordinator {
                 return Err(rejection);
             }
         };
-        if convert_classic {
-            self.reset_classic_group(group_id, now_ms, records);
+        if !existed {
+            records.extend(self.convert_empty_classic_group(group_id, now_ms));
         }
         let response = self.update_member(&mut group, request, api_version, client, topics, resolved, records, now_ms);
         self.consumer_groups.insert(group_id.to_string(), group);
@@ -421,19 +419,6 @@ impl GroupCoordinator {
         }
         check_member_epoch(old, epoch, owned.as_ref())?;
         Ok(Resolved { previous: old.clone(), base: old.clone(), replaced: None })
-    }
-
-    /// An empty classic group becomes a consumer group: its metadata goes (a tombstone),
-    /// its committed offsets and open transactions' offsets stay.
-    fn reset_classic_group(&mut self, group_id: &str, now_ms: i64, records: &mut Vec<Record>) {
-        if let Some(classic) = self.groups.get_mut(group_id) {
-            let mut fresh = crate::group::state::Group::new(group_id, now_ms);
-            fresh.offsets = std::mem::take(&mut classic.offsets);
-            fresh.pending_offset_commits = std::mem::take(&mut classic.pending_offset_commits);
-            fresh.pending_txn_offsets = std::mem::take(&mut classic.pending_txn_offsets);
-            *classic = fresh;
-            records.push(crate::group::records::group_tombstone(group_id));
-        }
     }
 
     /// Steps 1-3 of Kafka's `consumerGroupHeartbeat` once the member is known: update the

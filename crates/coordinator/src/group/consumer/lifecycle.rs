@@ -86,7 +86,8 @@ impl GroupCoordinator {
     }
 
     /// OffsetFetch v9+ names the member and its epoch (Kafka's
-    /// `ConsumerGroup.validateOffsetFetch`): for a consumer group, a named member must
+    /// `ConsumerGroup.validateOffsetFetch`, and `StreamsGroup`'s alike): for a consumer or
+    /// streams group, a named member must
     /// exist (UNKNOWN_MEMBER_ID) at that epoch (STALE_MEMBER_EPOCH); a request without a
     /// member id and a negative epoch (admin tools, older clients) is accepted. Other
     /// groups are not checked here. The server calls this before
@@ -101,15 +102,11 @@ impl GroupCoordinator {
             // Kafka's `ShareGroup.validateOffsetFetch`.
             return Err(ErrorCode::GROUP_ID_NOT_FOUND);
         }
-        let Some(group) = self.consumer_groups.get(group_id) else { return Ok(()) };
-        let Some(member_id) = member_id else {
-            return if member_epoch < 0 { Ok(()) } else { Err(ErrorCode::UNKNOWN_MEMBER_ID) };
-        };
-        match group.members.get(member_id) {
-            None => Err(ErrorCode::UNKNOWN_MEMBER_ID),
-            Some(member) if member.member_epoch != member_epoch => Err(ErrorCode::STALE_MEMBER_EPOCH),
-            Some(_) => Ok(()),
+        if let Some(result) = self.validate_streams_group_fetch(group_id, member_id, member_epoch) {
+            return result;
         }
+        let Some(group) = self.consumer_groups.get(group_id) else { return Ok(()) };
+        validate_fetching_member(|id| group.members.get(id).map(|m| m.member_epoch), member_id, member_epoch)
     }
 
     /// A classic JoinGroup for `group_id`: INCONSISTENT_GROUP_PROTOCOL while a consumer
@@ -217,6 +214,24 @@ impl GroupCoordinator {
             }
         }
         Ok(())
+    }
+}
+
+/// Kafka's `validateOffsetFetch` of a consumer or streams group: a fetch without a member
+/// id and with a negative epoch (admin tools, older clients) is accepted; a named member
+/// must exist (`epoch_of` gives its epoch) at that epoch.
+pub(in crate::group) fn validate_fetching_member(
+    epoch_of: impl Fn(&str) -> Option<i32>,
+    member_id: Option<&str>,
+    member_epoch: i32,
+) -> Result<(), ErrorCode> {
+    let Some(member_id) = member_id else {
+        return if member_epoch < 0 { Ok(()) } else { Err(ErrorCode::UNKNOWN_MEMBER_ID) };
+    };
+    match epoch_of(member_id) {
+        None => Err(ErrorCode::UNKNOWN_MEMBER_ID),
+        Some(epoch) if epoch != member_epoch => Err(ErrorCode::STALE_MEMBER_EPOCH),
+        Some(_) => Ok(()),
     }
 }
 

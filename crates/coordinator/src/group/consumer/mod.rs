@@ -57,12 +57,12 @@
 pub mod assignor;
 mod describe;
 pub(in crate::group) mod heartbeat;
-mod lifecycle;
+pub(in crate::group) mod lifecycle;
 mod reconcile;
 pub(crate) mod records;
 mod subscription_regex;
 
-use crate::group::group_config::{ConsumerGroupOverrides, ShareGroupOverrides};
+use crate::group::group_config::{ConsumerGroupOverrides, ShareGroupOverrides, StreamsGroupOverrides};
 use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -92,6 +92,10 @@ pub trait TopicsView {
     /// A share group's configs where they override the broker's.
     fn share_group_overrides(&self, _group_id: &str) -> ShareGroupOverrides {
         ShareGroupOverrides::default()
+    }
+    /// A streams group's configs where they override the broker's.
+    fn streams_group_overrides(&self, _group_id: &str) -> StreamsGroupOverrides {
+        StreamsGroupOverrides::default()
     }
 }
 
@@ -153,6 +157,9 @@ impl TopicsView for osprey_cluster::MetadataImage {
     }
     fn share_group_overrides(&self, group_id: &str) -> ShareGroupOverrides {
         self.group_configs(group_id).map(ShareGroupOverrides::from_configs).unwrap_or_default()
+    }
+    fn streams_group_overrides(&self, group_id: &str) -> StreamsGroupOverrides {
+        self.group_configs(group_id).map(StreamsGroupOverrides::from_configs).unwrap_or_default()
     }
 }
 

@@ -33,7 +33,10 @@ impl GroupCoordinator {
         }
         let Some(group) = self.share_groups.get(group_id) else {
             // Kafka's `shareGroup(groupId, committedOffset)`.
-            let message = if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
+            let other = self.groups.contains_key(group_id)
+                || self.consumer_groups.contains_key(group_id)
+                || self.is_streams_group(group_id);
+            let message = if other {
                 format!("Group {group_id} is not a share group.")
             } else {
                 format!("Group {group_id} not found.")

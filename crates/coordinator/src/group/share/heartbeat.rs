@@ -3,11 +3,11 @@
 //! assignment and reconciliation steps they run.
 
 use super::assignor::{self, MemberSpec};
-use super::metadata_hash::{group_hash, topic_hash};
 use super::records;
 use super::{ShareGroup, ShareMember, StateTopic, LEAVE_GROUP_MEMBER_EPOCH};
 use crate::group::consumer::heartbeat::{reject, HeartbeatResponse, Rejection};
 use crate::group::consumer::{Assignment, TopicsView};
+use crate::group::metadata_hash::{group_hash, topic_hash};
 use crate::group::records::{Continuation, Record};
 use crate::group::{GroupCoordinator, ReplyId, Response};
 use osprey_protocol::messages::share_group_heartbeat_response::{
@@ -129,7 +129,10 @@ impl GroupCoordinator {
     /// The error for `group_id` when it is no share group: Kafka's `shareGroup` /
     /// `getOrMaybeCreateShareGroup`.
     pub(super) fn not_a_share_group(&self, group_id: &str, missing: &str) -> Rejection {
-        if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
+        if self.groups.contains_key(group_id)
+            || self.consumer_groups.contains_key(group_id)
+            || self.is_streams_group(group_id)
+        {
             reject(ErrorCode::GROUP_ID_NOT_FOUND, format!("Group {group_id} is not a share group."))
         } else {
             reject(ErrorCode::GROUP_ID_NOT_FOUND, missing.to_string())
@@ -175,7 +178,10 @@ impl GroupCoordinator {
             // No conversion between group types, as Kafka: an existing classic (even
             // offsets only) or consumer group keeps its id.
             let rejection = self.not_a_share_group(group_id, &format!("Share group {group_id} not found."));
-            if !joining || self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
+            let other = self.groups.contains_key(group_id)
+                || self.consumer_groups.contains_key(group_id)
+                || self.is_streams_group(group_id);
+            if !joining || other {
                 return Err(rejection);
             }
         }

@@ -108,8 +108,11 @@ impl GroupCoordinator {
             if let Err(e) = check_id_and_epochs(group_id, &group.group_id, group.group_epoch, group.assignment_epoch) {
                 return fail(e);
             }
-            if self.groups.contains_key(group_id) || self.consumer_groups.contains_key(group_id) {
-                return fail("also a classic or consumer group".into());
+            if self.groups.contains_key(group_id)
+                || self.consumer_groups.contains_key(group_id)
+                || self.is_streams_group(group_id)
+            {
+                return fail("also a classic, consumer or streams group".into());
             }
             if group.target.keys().any(|id| !group.members.contains_key(id)) {
                 return fail("target assignment of a non-member".into());

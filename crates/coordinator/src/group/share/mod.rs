@@ -53,7 +53,6 @@ pub mod assignor;
 mod describe;
 mod heartbeat;
 mod lifecycle;
-mod metadata_hash;
 mod offsets;
 pub(crate) mod records;
 
@@ -61,7 +60,7 @@ use crate::group::consumer::{Assignment, TopicInfo};
 use osprey_protocol::Uuid;
 use std::collections::{BTreeMap, BTreeSet};
 
-pub use metadata_hash::{group_hash, topic_hash};
+pub use crate::group::metadata_hash::{group_hash, topic_hash};
 pub use offsets::{NamedTopic, ShareOffsetsStep};
 
 /// The member epoch of a heartbeat that leaves the group.

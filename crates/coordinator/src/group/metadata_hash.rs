@@ -1,8 +1,9 @@
 //! Kafka's metadata hash of a group's subscribed topics (KIP-1101,
 //! `Utils.computeTopicHash` / `computeGroupHash`): XXH3-64 over the bytes hash4j's
-//! `HashStream64` streams. The hash is stored in ShareGroupMetadataValue; a group whose
-//! stored hash differs from the topics' bumps its epoch, so Osprey computes it exactly as
-//! Kafka does (checked against hash4j in the tests below).
+//! `HashStream64` streams. The hash is stored in ShareGroupMetadataValue and
+//! StreamsGroupMetadataValue; a group whose stored hash differs from the topics' bumps its
+//! epoch, so Osprey computes it exactly as Kafka does (checked against hash4j in the tests
+//! below).
 
 use crate::group::consumer::TopicInfo;
 use twox_hash::XxHash3_64;
