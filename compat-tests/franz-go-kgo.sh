@@ -26,9 +26,6 @@ GO_TEST_TIMEOUT="${GO_TEST_TIMEOUT:-10m}"
 # Tests known to fail against Osprey, each with its cause. Empty: every test that
 # passes against Kafka 4.4 must pass here.
 EXPECTED_FAILURES=(
-    # AlterShareGroupOffsets / DescribeShareGroupOffsets / DeleteShareGroupOffsets (API
-    # keys 90-92) are not served yet (issue 20); the other four share-group tests pass.
-    TestShareGroupOffsetsAdmin
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
 # 0 failed, 4 skipped: the first two below and the SCRAM tests (added below when no

@@ -30,8 +30,10 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 /// Attempts of one call while the coordinator is moving or loading (Kafka's persister
-/// also gives up after a bounded number of retries).
-pub const MAX_ATTEMPTS: u32 = 10;
+/// also gives up after a bounded number of retries): about 16 s of back-offs, longer
+/// than the default `broker.session.timeout.ms` (9 s) after which a dead coordinator's
+/// partitions move, so an acknowledgement waits out a coordinator's failover.
+pub const MAX_ATTEMPTS: u32 = 20;
 /// The first back-off between attempts; it doubles up to [`MAX_BACKOFF`].
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_millis(1000);
@@ -43,6 +45,11 @@ pub struct PersisterClients {
 }
 
 impl PersisterClients {
+    /// The connection to broker `node` at `address`.
+    pub fn client(&self, broker: &Broker, node: i32, address: NodeAddress) -> crate::interbroker::NodeClient {
+        self.get(broker).client(node, address)
+    }
+
     fn get(&self, broker: &Broker) -> &NodeClients {
         self.clients.get_or_init(|| {
             let mut config = ClientConfig::new(format!("share-persister-{}", broker.settings.node_id));
@@ -363,7 +370,7 @@ async fn send(
     body: RequestBody,
 ) -> Result<ResponseBody, StateError> {
     let api = body.api_key();
-    let client = broker.share_partitions.persister_clients().get(broker).client(node, address);
+    let client = broker.share_partitions.persister_clients().client(broker, node, address);
     match client.send(body).await {
         Ok(response) => Ok(response.body),
         Err(e @ ClientError::Unsupported { .. })

@@ -714,9 +714,12 @@ fn record_for(
             ShareState {
                 snapshot_epoch: current.map_or(0, |s| s.snapshot_epoch + 1),
                 state_epoch,
-                leader_epoch: -1,
+                // As Kafka's `ShareGroupOffset.fromRequest(InitializeShareGroupState...)`:
+                // leader epoch 0, and no records done at a known start offset (so the
+                // group's lag is known: DescribeShareGroupOffsets v1).
+                leader_epoch: 0,
                 start_offset,
-                delivery_complete_count: -1,
+                delivery_complete_count: if start_offset == -1 { -1 } else { 0 },
                 create_timestamp: now_ms,
                 write_timestamp: now_ms,
                 batches: Vec::new(),

@@ -25,7 +25,7 @@ use crate::handlers::share_state::UNKNOWN_PARTITION_MESSAGE;
 use crate::share_persister;
 use osprey_coordinator::group::share::{NamedTopic, ShareOffsetsStep, StateTopic};
 use osprey_coordinator::group::{ReplyId, Response};
-use osprey_coordinator::share_state::ShareKey;
+use osprey_coordinator::share_state::{ShareKey, StateSummary};
 use osprey_protocol::messages::alter_share_group_offsets_response::{
     AlterShareGroupOffsetsResponsePartition, AlterShareGroupOffsetsResponseTopic,
 };
@@ -35,10 +35,13 @@ use osprey_protocol::messages::describe_share_group_offsets_response::{
     DescribeShareGroupOffsetsResponseGroup, DescribeShareGroupOffsetsResponsePartition,
     DescribeShareGroupOffsetsResponseTopic,
 };
+use osprey_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use osprey_protocol::messages::ListOffsetsRequest;
 use osprey_protocol::messages::{
     AlterShareGroupOffsetsRequest, AlterShareGroupOffsetsResponse, DeleteShareGroupOffsetsRequest,
     DeleteShareGroupOffsetsResponse, DescribeShareGroupOffsetsRequest, DescribeShareGroupOffsetsResponse,
 };
+use osprey_protocol::RequestBody;
 use osprey_protocol::{ErrorCode, ResponseBody, Uuid};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -111,7 +114,14 @@ async fn describe_group(
         let summaries = keys
             .map(|key| {
                 let broker = broker.clone();
-                tokio::spawn(async move { (key.partition, share_persister::read_summary(&broker, &key, 0).await) })
+                tokio::spawn(async move {
+                    let summary = share_persister::read_summary(&broker, &key, 0).await;
+                    let lag = match &summary {
+                        Ok(s) => lag(&broker, &key, s).await,
+                        Err(_) => Ok(NO_LAG),
+                    };
+                    (key.partition, summary, lag)
+                })
             })
             .collect::<Vec<_>>();
         reads.push((topic_name, topic_id, summaries));
@@ -119,17 +129,26 @@ async fn describe_group(
     for (topic_name, topic_id, summaries) in reads {
         let mut partitions = Vec::with_capacity(summaries.len());
         for summary in summaries {
-            let Ok((partition_index, summary)) = summary.await else { continue };
+            let Ok((partition_index, summary, lag)) = summary.await else { continue };
             let (start_offset, leader_epoch) = match summary {
                 Ok(s) => (s.start_offset, s.leader_epoch),
                 Err(_) => (NO_START_OFFSET, NO_LEADER_EPOCH),
             };
-            partitions.push(DescribeShareGroupOffsetsResponsePartition {
+            let mut partition = DescribeShareGroupOffsetsResponsePartition {
                 partition_index,
                 start_offset,
                 leader_epoch,
                 ..Default::default()
-            });
+            };
+            match lag {
+                Ok(lag) => partition.lag = lag,
+                // Kafka answers the partition with the error of its offset lookup.
+                Err(code) => {
+                    partition.error_code = code.code();
+                    partition.error_message = Some(code.name().to_string());
+                }
+            }
+            partitions.push(partition);
         }
         answer.topics.push(DescribeShareGroupOffsetsResponseTopic {
             topic_name,
@@ -139,6 +158,52 @@ async fn describe_group(
         });
     }
     answer
+}
+
+/// DescribeShareGroupOffsets v1's `Lag` when not known.
+const NO_LAG: i64 = -1;
+
+/// A share partition's lag as Kafka 4.4 computes it (KIP-1226): the partition's latest
+/// offset (its high watermark) less the start offset, less the records at or after it that
+/// are done with (`DeliveryCompleteCount`); not known (-1) without a start offset or that
+/// count. The high watermark is this broker's when it leads the partition, else its
+/// leader's (ListOffsets, latest).
+async fn lag(broker: &Arc<Broker>, key: &ShareKey, s: &StateSummary) -> Result<i64, ErrorCode> {
+    if s.start_offset == NO_START_OFFSET || s.delivery_complete_count == -1 {
+        return Ok(NO_LAG);
+    }
+    let latest = latest_offset(broker, key.topic_id, key.partition).await?;
+    Ok(latest - s.start_offset - i64::from(s.delivery_complete_count))
+}
+
+/// The high watermark of a topic partition, from its leader.
+async fn latest_offset(broker: &Arc<Broker>, topic_id: Uuid, partition: i32) -> Result<i64, ErrorCode> {
+    if let Some(p) = broker.replica_manager.partition(topic_id, partition) {
+        return Ok(p.snapshot().high_watermark);
+    }
+    let image = broker.image();
+    let topic = image.topic_by_id(topic_id).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?;
+    let leader = image.partition(topic_id, partition).ok_or(ErrorCode::UNKNOWN_TOPIC_OR_PARTITION)?.leader;
+    let address =
+        crate::txn_interbroker::inter_broker_address(broker, &image, leader).ok_or(ErrorCode::LEADER_NOT_AVAILABLE)?;
+    let request = ListOffsetsRequest {
+        replica_id: -1,
+        topics: vec![ListOffsetsTopic {
+            name: topic.name.clone(),
+            partitions: vec![ListOffsetsPartition { partition_index: partition, timestamp: -1, ..Default::default() }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    let client = broker.share_partitions.persister_clients().client(broker, leader, address);
+    let response = client.send(RequestBody::ListOffsets(request)).await.map_err(|_| ErrorCode::NETWORK_EXCEPTION)?;
+    let ResponseBody::ListOffsets(r) = response.body else { return Err(ErrorCode::UNKNOWN_SERVER_ERROR) };
+    let p = r.topics.into_iter().flat_map(|t| t.partitions).find(|p| p.partition_index == partition);
+    let p = p.ok_or(ErrorCode::UNKNOWN_SERVER_ERROR)?;
+    match ErrorCode::from_code(p.error_code).unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR) {
+        ErrorCode::NONE => Ok(p.offset),
+        code => Err(code),
+    }
 }
 
 /// AlterShareGroupOffsets: the start offsets of an empty share group's partitions set.

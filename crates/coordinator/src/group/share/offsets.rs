@@ -60,6 +60,15 @@ impl GroupCoordinator {
         topics: &BTreeMap<Uuid, StateTopic>,
         reply: ReplyId,
     ) {
+        // A group id no group uses yet becomes an empty share group, as Kafka's
+        // `getOrMaybeCreatePersistedShareGroup` makes it: offsets may be set before the
+        // first member joins (kafka-share-groups.sh --reset-offsets on a new group).
+        let unused = !self.share_groups.contains_key(group_id)
+            && !self.groups.contains_key(group_id)
+            && !self.consumer_groups.contains_key(group_id);
+        if unused && self.serving_error(group_id).is_none() {
+            self.share_groups.insert(group_id.to_string(), super::ShareGroup::new(group_id));
+        }
         let group = match self.empty_share_group(group_id) {
             Ok(group) => group,
             Err(rejected) => return self.refuse_share_offsets(reply, rejected),
