@@ -126,6 +126,11 @@ struct SlotInner {
     machine: SharePartition,
     queued: VecDeque<QueuedWrite>,
     writing: bool,
+    /// No acquisition lock expires before this (`i64::MAX`: none is held): the timer
+    /// looks at the machine's locks only then, so a tick costs one comparison per share
+    /// partition rather than a walk of its records. Acquisitions bring it forward; a
+    /// look at the locks sets it to the earliest one left.
+    next_lock_check_ms: i64,
 }
 
 #[derive(Debug)]
@@ -281,12 +286,18 @@ impl SharePartitions {
             }
             let (write, idle) = {
                 let mut inner = lock(&slot.inner);
-                let deadline = inner.machine.next_deadline();
-                let quiet = deadline.is_none() && inner.queued.is_empty() && !inner.writing;
-                let idle = quiet && now - slot.last_used_ms.load(Ordering::Relaxed) > IDLE_UNLOAD_MS;
-                match deadline {
-                    Some(at) if at <= now => (inner.machine.tick(now), false),
-                    _ => (None, idle),
+                let idle_for = now - slot.last_used_ms.load(Ordering::Relaxed);
+                if inner.next_lock_check_ms <= now || idle_for > IDLE_UNLOAD_MS {
+                    let write = match inner.machine.next_deadline() {
+                        Some(at) if at <= now => inner.machine.tick(now),
+                        _ => None,
+                    };
+                    let next = inner.machine.next_deadline();
+                    inner.next_lock_check_ms = next.unwrap_or(i64::MAX);
+                    let quiet = next.is_none() && write.is_none() && inner.queued.is_empty() && !inner.writing;
+                    (write, quiet && idle_for > IDLE_UNLOAD_MS)
+                } else {
+                    (None, false)
                 }
             };
             if idle {
@@ -377,7 +388,7 @@ async fn load(
         last_used_ms: AtomicI64::new(now_ms()),
         fenced: AtomicBool::new(false),
         fetch: tokio::sync::Mutex::new(()),
-        inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false }),
+        inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false, next_lock_check_ms: i64::MAX }),
     })
 }
 
@@ -471,7 +482,16 @@ impl Slot {
             mode: limits.mode,
             isolation,
         };
-        let acquired = lock(&self.inner).machine.acquire(member_id, now_ms(), &request);
+        let acquired = {
+            let mut inner = lock(&self.inner);
+            let now = now_ms();
+            let acquired = inner.machine.acquire(member_id, now, &request);
+            if !acquired.records.is_empty() {
+                let deadline = now.saturating_add(inner.machine.config().record_lock_duration_ms);
+                inner.next_lock_check_ms = inner.next_lock_check_ms.min(deadline);
+            }
+            acquired
+        };
         if acquired.records.is_empty() {
             return Ok(Fetched::default());
         }
@@ -560,6 +580,10 @@ impl Slot {
                 let mut inner = lock(&self.inner);
                 for q in &queued {
                     inner.machine.write_completed(q.id, result.is_ok());
+                }
+                if result.is_err() {
+                    // Rolled back: locks are held again, with their old deadlines.
+                    inner.next_lock_check_ms = i64::MIN;
                 }
             }
             broker.share_partitions.records_available();
