@@ -93,6 +93,7 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
         },
         R::ConsumerGroupHeartbeat(r) => consumer_group_heartbeat(access, r),
         R::ShareGroupHeartbeat(r) => share_group_heartbeat(access, r),
+        R::StreamsGroupHeartbeat(r) => streams_group_heartbeat(access, r),
         R::OffsetCommit(r) => offset_commit(access, r),
         R::OffsetFetch(r) => offset_fetch(access, r, version),
         R::OffsetDelete(r) => offset_delete(access, r),
@@ -109,6 +110,13 @@ pub fn gate(access: &Access, body: RequestBody, version: i16) -> Gate {
             let operations = r.include_authorized_operations;
             describe_modern_groups(access, R::ShareGroupDescribe(r), operations, |answer| match answer {
                 ResponseBody::ShareGroupDescribe(a) => Some(&mut a.groups),
+                _ => None,
+            })
+        }
+        R::StreamsGroupDescribe(r) => {
+            let operations = r.include_authorized_operations;
+            describe_modern_groups(access, R::StreamsGroupDescribe(r), operations, |answer| match answer {
+                ResponseBody::StreamsGroupDescribe(a) => Some(&mut a.groups),
                 _ => None,
             })
         }
@@ -620,6 +628,25 @@ fn share_group_heartbeat(access: &Access, r: ShareGroupHeartbeatRequest) -> Gate
     }))
 }
 
+/// StreamsGroupHeartbeat (Kafka's `handleStreamsGroupHeartbeat`): READ on the group, and
+/// DESCRIBE on every topic a joining member's topology names (its source, repartition
+/// and changelog topics), else TOPIC_AUTHORIZATION_FAILED. The refusal carries only its
+/// error code, as Kafka's.
+fn streams_group_heartbeat(access: &Access, r: StreamsGroupHeartbeatRequest) -> Gate {
+    let code = if !access.allows(kind::GROUP, &r.group_id, op::READ) {
+        ErrorCode::GROUP_AUTHORIZATION_FAILED
+    } else if crate::handlers::streams_groups::topology_topics(&r).any(|t| !access.allows(kind::TOPIC, t, op::DESCRIBE))
+    {
+        ErrorCode::TOPIC_AUTHORIZATION_FAILED
+    } else {
+        return Gate::Handle(RequestBody::StreamsGroupHeartbeat(r), None);
+    };
+    refuse(ResponseBody::StreamsGroupHeartbeat(StreamsGroupHeartbeatResponse {
+        error_code: code.code(),
+        ..Default::default()
+    }))
+}
+
 /// OffsetDelete: DELETE on the group (GROUP_AUTHORIZATION_FAILED), READ on each topic.
 fn offset_delete(access: &Access, mut r: OffsetDeleteRequest) -> Gate {
     use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
@@ -853,7 +880,7 @@ fn described_modern_groups<G: DescribedModernGroup>(access: &Access, groups: &mu
             continue;
         }
         if g.assigned_topic_names().any(|t| !access.allows(kind::TOPIC, t, op::DESCRIBE)) {
-            let message = "The group has described topic(s) that the client is not authorized to describe.";
+            let message = G::UNAUTHORIZED_TOPICS;
             *g = G::refused(g.group_id().to_string(), ErrorCode::TOPIC_AUTHORIZATION_FAILED, Some(message.into()));
         } else if operations {
             let all = authorized_operations::GROUP;
@@ -865,7 +892,11 @@ fn described_modern_groups<G: DescribedModernGroup>(access: &Access, groups: &mu
 /// A group of a ConsumerGroupDescribe or ShareGroupDescribe answer, as
 /// [`described_modern_groups`] reads and rewrites it.
 trait DescribedModernGroup: authorized_operations::DescribedGroup {
-    /// The topics of the members' assignments (current and target).
+    /// Kafka's message for a group using a topic the client may not describe.
+    const UNAUTHORIZED_TOPICS: &'static str =
+        "The group has described topic(s) that the client is not authorized to describe.";
+    /// The topics of the members' assignments (current and target); a streams group's
+    /// are its topology's.
     fn assigned_topic_names(&self) -> impl Iterator<Item = &str>;
     /// The group answered with only its id and this error.
     fn refused(group_id: String, code: ErrorCode, message: Option<String>) -> Self;
@@ -894,6 +925,27 @@ macro_rules! described_modern_group {
 }
 described_modern_group!(consumer_group_describe_response, [assignment, target_assignment]);
 described_modern_group!(share_group_describe_response, [assignment]);
+
+impl DescribedModernGroup for streams_group_describe_response::DescribedGroup {
+    const UNAUTHORIZED_TOPICS: &'static str =
+        "The described group uses topics that the client is not authorized to describe.";
+    fn assigned_topic_names(&self) -> impl Iterator<Item = &str> {
+        self.topology.iter().flat_map(|t| t.subtopologies.iter().flatten()).flat_map(|s| {
+            let sinks = s.repartition_sink_topics.iter().map(String::as_str);
+            let internal = s.repartition_source_topics.iter().chain(&s.state_changelog_topics).map(|t| t.name.as_str());
+            s.source_topics.iter().map(String::as_str).chain(sinks).chain(internal)
+        })
+    }
+    fn refused(group_id: String, code: ErrorCode, error_message: Option<String>) -> Self {
+        streams_group_describe_response::DescribedGroup {
+            group_id,
+            error_code: code.code(),
+            error_message,
+            authorized_operations: authorized_operations::NOT_REQUESTED,
+            ..Default::default()
+        }
+    }
+}
 
 /// `request` (a ConsumerGroupDescribe or ShareGroupDescribe asking for authorized
 /// operations or not), its answer's `groups` finished by [`described_modern_groups`].
@@ -2050,6 +2102,66 @@ mod tests {
         let refused = refusal(&member, &["a", "b"]).unwrap();
         assert_eq!(refused.error_code, ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
         assert!(refusal(&member, &["a"]).is_none());
+    }
+
+    /// A streams member needs READ on its group and DESCRIBE on every topic its topology
+    /// names (source, repartition and changelog topics); a described streams group whose
+    /// topology uses a topic the client may not DESCRIBE is answered without it.
+    #[test]
+    fn a_streams_member_needs_read_on_its_group_and_describe_on_its_topology() {
+        use streams_group_heartbeat_request::{Subtopology, TopicInfo, Topology};
+        let heartbeat = |changelog: &str| {
+            RequestBody::StreamsGroupHeartbeat(StreamsGroupHeartbeatRequest {
+                group_id: "app".into(),
+                member_id: "m".into(),
+                topology: Some(Topology {
+                    subtopologies: vec![Subtopology {
+                        source_topics: vec!["a".into()],
+                        state_changelog_topics: vec![TopicInfo { name: changelog.into(), ..Default::default() }],
+                        ..Default::default()
+                    }],
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+        };
+        let refusal = |alice: &Access, changelog: &str| match gate(alice, heartbeat(changelog), 1) {
+            Gate::Refuse(ResponseBody::StreamsGroupHeartbeat(r)) => Some(r.error_code),
+            Gate::Handle(RequestBody::StreamsGroupHeartbeat(_), None) => None,
+            other => panic!("{other:?}"),
+        };
+        let reader = [(kind::GROUP, "app", op::READ), (kind::TOPIC, "a", op::DESCRIBE)];
+        assert_eq!(refusal(&access("User:alice", &reader[1..]), "a"), Some(group_denied()));
+        let alice = access("User:alice", &reader);
+        assert_eq!(refusal(&alice, "b"), Some(ErrorCode::TOPIC_AUTHORIZATION_FAILED.code()));
+        assert_eq!(refusal(&alice, "a"), None);
+
+        use streams_group_describe_response::{
+            DescribedGroup, Subtopology as Described, Topology as DescribedTopology,
+        };
+        let group = |id: &str, topic: &str| DescribedGroup {
+            group_id: id.into(),
+            topology: Some(DescribedTopology {
+                subtopologies: Some(vec![Described { source_topics: vec![topic.into()], ..Default::default() }]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let alice = access("User:alice", &[(kind::GROUP, "app", op::DESCRIBE), (kind::TOPIC, "a", op::DESCRIBE)]);
+        let request = StreamsGroupDescribeRequest { group_ids: vec!["app".into()], ..Default::default() };
+        let Gate::Handle(_, Some(finish)) = gate(&alice, RequestBody::StreamsGroupDescribe(request), 1) else {
+            panic!()
+        };
+        let answer = StreamsGroupDescribeResponse { groups: vec![group("app", "b")], ..Default::default() };
+        let ResponseBody::StreamsGroupDescribe(answer) = finish(ResponseBody::StreamsGroupDescribe(answer)) else {
+            panic!()
+        };
+        assert_eq!(answer.groups[0].error_code, ErrorCode::TOPIC_AUTHORIZATION_FAILED.code());
+        assert_eq!(
+            answer.groups[0].error_message.as_deref(),
+            Some("The described group uses topics that the client is not authorized to describe.")
+        );
+        assert_eq!(answer.groups[0].topology, None);
     }
 
     /// A group the client may not DESCRIBE is refused in its place; one whose members are

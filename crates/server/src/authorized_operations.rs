@@ -67,7 +67,12 @@ macro_rules! described_group {
         }
     )+};
 }
-described_group!(describe_groups_response, consumer_group_describe_response, share_group_describe_response);
+described_group!(
+    describe_groups_response,
+    consumer_group_describe_response,
+    share_group_describe_response,
+    streams_group_describe_response
+);
 
 /// Each group described without error gets every group operation when the client asked
 /// (`requested`), else "not provided".

@@ -114,6 +114,14 @@ impl Settings {
             consumer_group_max_size: c.group_consumer_max_size.max(1) as usize,
             consumer_group_regex_max_patterns: c.group_consumer_regex_max_patterns.max(1) as usize,
             consumer_group_regex_max_compiled_bytes: c.group_consumer_regex_max_compiled_bytes.max(1024) as usize,
+            streams_group_session_timeout_ms: c.group_streams.session_timeout_ms,
+            streams_group_heartbeat_interval_ms: c.group_streams.heartbeat_interval_ms,
+            streams_group_max_size: c.group_streams.max_size.max(1) as usize,
+            streams_group_num_standby_replicas: c.group_streams.num_standby_replicas,
+            streams_group_initial_rebalance_delay_ms: c.group_streams.initial_rebalance_delay_ms,
+            streams_group_assignment_interval_ms: c.group_streams.assignment_interval_ms,
+            streams_group_task_offset_interval_ms: c.group_streams.task_offset_interval_ms,
+            streams_group_acceptable_recovery_lag: c.group_streams.acceptable_recovery_lag,
             ..Default::default()
         }
     }
@@ -238,6 +246,8 @@ pub struct Broker {
     pub share_states: crate::share_states::ShareStates,
     /// The share partitions led here and the share sessions of the consumers fetching them.
     pub share_partitions: crate::share_partitions::SharePartitions,
+    /// The streams groups' internal topics being created (KIP-1071).
+    pub streams_topics: crate::handlers::streams_groups::StreamsTopicCreations,
     /// Open segment and index files, shared by every partition log.
     fd_budget: Arc<FdBudget>,
     /// Held while an internal topic is created or its logs opened, so that two requests
@@ -509,6 +519,7 @@ impl Broker {
             transactions: Transactions::new(settings.txn_config()),
             share_states: crate::share_states::ShareStates::new(settings.share_state_config()),
             share_partitions: crate::share_partitions::SharePartitions::default(),
+            streams_topics: Default::default(),
             fd_budget: FdBudget::new(open_file_budget(settings.config.log_max_open_files)),
             internal_topics: Mutex::new(()),
             internal_topics_in_background: Mutex::new(BTreeSet::new()),

@@ -98,6 +98,16 @@ pub const MAX_TRANSACTION_VERSION: i16 = 2;
 /// (KIP-932).
 pub const MAX_SHARE_VERSION: i16 = 1;
 
+/// The highest `streams.version` feature level this broker implements: 1, streams groups
+/// (KIP-1071).
+pub const MAX_STREAMS_VERSION: i16 = 1;
+
+/// Whether streams groups are on: the finalized `streams.version`
+/// (`osprey.streams.version`) is 1 or more (Kafka's `StreamsVersion.streamsGroupSupported`).
+pub fn streams_groups_enabled(streams_version: i16) -> bool {
+    streams_version >= 1
+}
+
 /// Whether share groups are on: the finalized `share.version` (`osprey.share.version`)
 /// is 1 or more (Kafka's `ShareVersion.supportsShareGroups`).
 pub fn share_groups_enabled(share_version: i16) -> bool {

@@ -338,6 +338,10 @@ pub struct BrokerConfig {
     pub group_share_max_share_sessions: i32,
     /// `osprey.share.version`.
     pub share_version: i16,
+    /// The streams group settings (`group.streams.*`, KIP-1071).
+    pub group_streams: GroupStreamsConfig,
+    /// `osprey.streams.version`.
+    pub streams_version: i16,
     /// `share.coordinator.state.topic.num.partitions`.
     pub share_coordinator_state_topic_num_partitions: i32,
     /// `share.coordinator.state.topic.replication.factor`.
@@ -555,7 +559,16 @@ impl BrokerConfig {
                 max_record_lock_duration_ms: self.group_share_max_record_lock_duration_ms,
                 ..Default::default()
             },
-            streams: Default::default(),
+            streams: osprey_coordinator::group::group_config::StreamsGroupConfigBounds {
+                session_timeout_ms: self.group_streams.session_timeout_ms,
+                min_session_timeout_ms: self.group_streams.min_session_timeout_ms,
+                max_session_timeout_ms: self.group_streams.max_session_timeout_ms,
+                heartbeat_interval_ms: self.group_streams.heartbeat_interval_ms,
+                min_heartbeat_interval_ms: self.group_streams.min_heartbeat_interval_ms,
+                max_heartbeat_interval_ms: self.group_streams.max_heartbeat_interval_ms,
+                num_standby_replicas: self.group_streams.num_standby_replicas,
+                max_standby_replicas: self.group_streams.max_standby_replicas,
+            },
         }
     }
 
@@ -842,6 +855,22 @@ impl BrokerConfig {
             group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
             group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
             share_version: r.i16("osprey.share.version"),
+            group_streams: GroupStreamsConfig {
+                session_timeout_ms: r.i32("group.streams.session.timeout.ms"),
+                min_session_timeout_ms: r.i32("group.streams.min.session.timeout.ms"),
+                max_session_timeout_ms: r.i32("group.streams.max.session.timeout.ms"),
+                heartbeat_interval_ms: r.i32("group.streams.heartbeat.interval.ms"),
+                min_heartbeat_interval_ms: r.i32("group.streams.min.heartbeat.interval.ms"),
+                max_heartbeat_interval_ms: r.i32("group.streams.max.heartbeat.interval.ms"),
+                max_size: r.i32("group.streams.max.size"),
+                num_standby_replicas: r.i32("group.streams.num.standby.replicas"),
+                max_standby_replicas: r.i32("group.streams.max.standby.replicas"),
+                initial_rebalance_delay_ms: r.i32("group.streams.initial.rebalance.delay.ms"),
+                assignment_interval_ms: r.i32("group.streams.assignment.interval.ms"),
+                task_offset_interval_ms: r.i32("group.streams.task.offset.interval.ms"),
+                acceptable_recovery_lag: r.i64("group.streams.acceptable.recovery.lag"),
+            },
+            streams_version: r.i16("osprey.streams.version"),
             share_coordinator_state_topic_num_partitions: r.i32("share.coordinator.state.topic.num.partitions"),
             share_coordinator_state_topic_replication_factor: r.i16("share.coordinator.state.topic.replication.factor"),
             share_coordinator_state_topic_min_isr: r.i16("share.coordinator.state.topic.min.isr"),
@@ -1399,7 +1428,64 @@ fn check_quorum_rules(
     Ok(())
 }
 
+/// The `group.streams.*` keys (Kafka's `GroupCoordinatorConfig` for streams groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupStreamsConfig {
+    pub session_timeout_ms: i32,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub min_heartbeat_interval_ms: i32,
+    pub max_heartbeat_interval_ms: i32,
+    pub max_size: i32,
+    pub num_standby_replicas: i32,
+    pub max_standby_replicas: i32,
+    pub initial_rebalance_delay_ms: i32,
+    pub assignment_interval_ms: i32,
+    pub task_offset_interval_ms: i32,
+    pub acceptable_recovery_lag: i64,
+}
+
+/// Kafka's `verifyStreamsGroupConfigs`: each default within its bounds, the heartbeat
+/// below the session.
+fn check_streams_group_keys(r: &Resolver<'_>, s: &GroupStreamsConfig) -> Result<(), ConfigError> {
+    let within = |key: &str, value: i32, (min_key, min): (&str, i32), (max_key, max): (&str, i32)| {
+        if value < min {
+            return Err(r.entry(key).invalid(format!("at least {min_key} ({min})")));
+        }
+        if value > max {
+            return Err(r.entry(key).invalid(format!("at most {max_key} ({max})")));
+        }
+        Ok(())
+    };
+    within(
+        "group.streams.session.timeout.ms",
+        s.session_timeout_ms,
+        ("group.streams.min.session.timeout.ms", s.min_session_timeout_ms),
+        ("group.streams.max.session.timeout.ms", s.max_session_timeout_ms),
+    )?;
+    within(
+        "group.streams.heartbeat.interval.ms",
+        s.heartbeat_interval_ms,
+        ("group.streams.min.heartbeat.interval.ms", s.min_heartbeat_interval_ms),
+        ("group.streams.max.heartbeat.interval.ms", s.max_heartbeat_interval_ms),
+    )?;
+    within(
+        "group.streams.num.standby.replicas",
+        s.num_standby_replicas,
+        ("0", 0),
+        ("group.streams.max.standby.replicas", s.max_standby_replicas),
+    )?;
+    if s.heartbeat_interval_ms >= s.session_timeout_ms {
+        return Err(r
+            .entry("group.streams.heartbeat.interval.ms")
+            .invalid(format!("less than group.streams.session.timeout.ms ({})", s.session_timeout_ms)));
+    }
+    Ok(())
+}
+
 fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
+    check_streams_group_keys(r, &c.group_streams)?;
     if c.group_consumer_min_session_timeout_ms > c.group_consumer_max_session_timeout_ms {
         return Err(r.entry("group.consumer.min.session.timeout.ms").invalid(format!(
             "at most group.consumer.max.session.timeout.ms ({})",

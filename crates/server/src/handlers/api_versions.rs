@@ -1,10 +1,11 @@
 //! ApiVersions: the truthful table of what this broker serves (see `supported.rs`), and
 //! from v3 the features (KIP-584) with the levels this broker implements; among them
 //! `transaction.version`, which tells clients whether to use transaction version 2
-//! (KIP-890 part 2), and `share.version`, whether share groups (KIP-932) are on.
+//! (KIP-890 part 2), `share.version`, whether share groups (KIP-932) are on, and
+//! `streams.version`, whether streams groups (KIP-1071) are.
 
 use crate::broker::Broker;
-use crate::supported::{advertised_at, ADVERTISED, MAX_SHARE_VERSION, MAX_TRANSACTION_VERSION};
+use crate::supported::{advertised_at, ADVERTISED, MAX_SHARE_VERSION, MAX_STREAMS_VERSION, MAX_TRANSACTION_VERSION};
 use osprey_protocol::messages::api_versions_response::{ApiVersion, FinalizedFeatureKey, SupportedFeatureKey};
 use osprey_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse};
 use osprey_protocol::{ApiKey, ErrorCode, ResponseBody};
@@ -25,7 +26,7 @@ struct Feature {
     finalized: i16,
 }
 
-fn features(transaction_version: i16, share_version: i16) -> [Feature; 7] {
+fn features(transaction_version: i16, share_version: i16, streams_version: i16) -> [Feature; 7] {
     let fixed = |name, level| Feature { name, min: level, max: level, finalized: level };
     [
         fixed("metadata.version", METADATA_VERSION_4_2_IV1),
@@ -39,8 +40,8 @@ fn features(transaction_version: i16, share_version: i16) -> [Feature; 7] {
         Feature { name: "eligible.leader.replicas.version", min: 0, max: 1, finalized: 1 },
         // `osprey.share.version` turns share groups (KIP-932) on (1) or off (0).
         Feature { name: "share.version", min: 0, max: MAX_SHARE_VERSION, finalized: share_version },
-        // Not implemented: streams groups (KIP-1071).
-        fixed("streams.version", 0),
+        // `osprey.streams.version` turns streams groups (KIP-1071) on (1) or off (0).
+        Feature { name: "streams.version", min: 0, max: MAX_STREAMS_VERSION, finalized: streams_version },
     ]
 }
 
@@ -71,7 +72,8 @@ pub fn handle(broker: &Broker, req: &ApiVersionsRequest, version: i16) -> Respon
         }
     }
     let transaction_version = broker.settings.transaction_version;
-    let features = features(transaction_version, broker.settings.config.share_version);
+    let config = &broker.settings.config;
+    let features = features(transaction_version, config.share_version, config.streams_version);
     ResponseBody::ApiVersions(ApiVersionsResponse {
         api_keys: table(transaction_version),
         // Before v4 a supported range starting at 0 broke clients (KAFKA-17011), so
@@ -168,6 +170,27 @@ mod tests {
             assert_eq!(finalized.map(|f| f.max_version_level), (level > 0).then_some(level));
             let heartbeat = resp.api_keys.iter().find(|k| k.api_key == ApiKey::ShareGroupHeartbeat as i16).unwrap();
             assert_eq!((heartbeat.min_version, heartbeat.max_version), (1, 1));
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
+    /// `streams.version` likewise: supported 0 to 1, finalized at `osprey.streams.version`
+    /// (1, as a new Kafka 4.4 cluster), listed only above 0.
+    #[test]
+    fn streams_version_is_finalized_at_the_configured_level() {
+        for level in [0, 1] {
+            let (broker, dir) =
+                broker_with_config(&format!("api-versions-streams-{level}"), |c| c.streams_version = level);
+            let req = ApiVersionsRequest {
+                client_software_name: "test".into(),
+                client_software_version: "1".into(),
+                ..Default::default()
+            };
+            let ResponseBody::ApiVersions(resp) = handle(&broker, &req, 4) else { panic!() };
+            let supported = resp.supported_features.iter().find(|f| f.name == "streams.version").unwrap();
+            assert_eq!((supported.min_version, supported.max_version), (0, 1));
+            let finalized = resp.finalized_features.iter().find(|f| f.name == "streams.version");
+            assert_eq!(finalized.map(|f| f.max_version_level), (level > 0).then_some(level));
             let _ = std::fs::remove_dir_all(&dir);
         }
     }

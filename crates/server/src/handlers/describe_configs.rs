@@ -182,6 +182,27 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
             ConfigType::Int,
             "The timeout to detect client failures of this share group's members.",
         ),
+        entry(
+            group_config::STREAMS_HEARTBEAT_INTERVAL_MS,
+            Some("group.streams.heartbeat.interval.ms"),
+            config.group_streams.heartbeat_interval_ms.to_string(),
+            ConfigType::Int,
+            "The heartbeat interval given to this streams group's members.",
+        ),
+        entry(
+            group_config::STREAMS_NUM_STANDBY_REPLICAS,
+            Some("group.streams.num.standby.replicas"),
+            config.group_streams.num_standby_replicas.to_string(),
+            ConfigType::Int,
+            "The number of standby replicas for each task of this streams group.",
+        ),
+        entry(
+            group_config::STREAMS_SESSION_TIMEOUT_MS,
+            Some("group.streams.session.timeout.ms"),
+            config.group_streams.session_timeout_ms.to_string(),
+            ConfigType::Int,
+            "The timeout to detect client failures of this streams group's members.",
+        ),
     ])
 }
 

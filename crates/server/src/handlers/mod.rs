@@ -33,6 +33,7 @@ pub mod share_fetch;
 pub mod share_group_offsets;
 pub mod share_groups;
 pub mod share_state;
+pub mod streams_groups;
 pub mod telemetry_subscriptions;
 pub mod transactions;
 
@@ -50,6 +51,9 @@ use std::sync::Arc;
 /// then handled as usual (answered with the coordinator's error if creating failed).
 pub fn handle(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
     if let Some(answer) = share_groups::refused_while_disabled(broker, &request.body) {
+        return Reply::Now(answer);
+    }
+    if let Some(answer) = streams_groups::refused_while_disabled(broker, &request.body) {
         return Reply::Now(answer);
     }
     let access = Access::of(broker, client);
@@ -110,7 +114,8 @@ fn internal_topic_of(body: &RequestBody) -> Option<(&'static str, Ensure)> {
         | RequestBody::DeleteGroups(_)
         | RequestBody::OffsetDelete(_)
         | RequestBody::ConsumerGroupHeartbeat(_)
-        | RequestBody::ShareGroupHeartbeat(_) => Some(offsets),
+        | RequestBody::ShareGroupHeartbeat(_)
+        | RequestBody::StreamsGroupHeartbeat(_) => Some(offsets),
         // AddOffsetsToTxn and TxnOffsetCommit create `__consumer_offsets` themselves.
         RequestBody::InitProducerId(body) if body.transactional_id.is_some() => Some(state),
         RequestBody::AddPartitionsToTxn(_)
@@ -196,6 +201,10 @@ fn route(broker: &Arc<Broker>, request: Request, client: &Client) -> Reply {
         }
         RequestBody::ShareGroupHeartbeat(body) => share_groups::heartbeat(broker, body, &client_id, &client_host()),
         RequestBody::ShareGroupDescribe(body) => Reply::Now(share_groups::describe(broker, body)),
+        RequestBody::StreamsGroupHeartbeat(body) => {
+            streams_groups::heartbeat(broker, body, client, &client_id, &client_host())
+        }
+        RequestBody::StreamsGroupDescribe(body) => Reply::Now(streams_groups::describe(broker, body)),
         RequestBody::DescribeShareGroupOffsets(body) => share_group_offsets::describe(broker, body),
         RequestBody::AlterShareGroupOffsets(body) => share_group_offsets::alter(broker, body),
         RequestBody::DeleteShareGroupOffsets(body) => share_group_offsets::delete(broker, body),
