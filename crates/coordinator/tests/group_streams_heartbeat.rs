@@ -28,7 +28,8 @@ fn the_first_member_records_the_topology_and_the_group_waits_for_its_topics() {
     // No input topic: the group is NotReady and says which source topics are missing.
     let answer = a.heartbeat(&mut h);
     assert_eq!(answer.response.error_code, 0, "{:?}", answer.response.error_message);
-    assert_eq!(answer.response.member_epoch, 1);
+    // A new group is at epoch 1 in Kafka 4.4; the first member's join bumps it to 2.
+    assert_eq!(answer.response.member_epoch, 2);
     assert_eq!(status_codes(&answer.response), [code(Status::MissingSourceTopics)]);
     assert_eq!(
         answer.response.status.as_ref().unwrap()[0].status_detail,
@@ -135,6 +136,7 @@ fn unknown_members_wrong_epochs_and_other_topologies_are_refused() {
     let mut h = Harness::word_count(2);
     let mut stranger = Client::new("x", "p");
     stranger.epoch = 3;
+    stranger.joined = true;
     let answer = h.send(&stranger.request());
     assert_eq!(answer.response.error_code, ErrorCode::GROUP_ID_NOT_FOUND.code());
     assert_eq!(answer.response.error_message.as_deref(), Some(format!("Streams group {GROUP} not found.").as_str()));
@@ -468,8 +470,16 @@ fn the_first_assignment_of_a_new_group_waits_for_more_members() {
     let answer = a.heartbeat(&mut h);
     let delayed = code(Status::AssignmentDelayed);
     assert!(status_codes(&answer.response).contains(&delayed));
+    // The member reconciles to the initial target assignment epoch 1 with nothing, as in
+    // Kafka 4.4: with epoch 0 its next heartbeat (no rebalance timeout, no topology, as
+    // a Java client sends it once joined) would be an invalid join.
+    assert_eq!(answer.response.member_epoch, 1);
+    let answer = a.heartbeat(&mut h);
+    assert_eq!(answer.response.error_code, 0, "{:?}", answer.response.error_message);
+    assert_eq!(h.coordinator.streams_group_state(GROUP), Some(StreamsGroupState::Assigning));
     let mut b = Client::new("b", "p2");
     let answer = b.heartbeat(&mut h);
+    assert_eq!(answer.response.member_epoch, 1);
     let detail = &answer.response.status.as_ref().unwrap().iter().find(|s| s.status_code == delayed).unwrap();
     assert_eq!(detail.status_detail, "Assignment delayed due to the configured initial rebalance delay.");
     assert_eq!(count(&a.active) + count(&b.active), 0);

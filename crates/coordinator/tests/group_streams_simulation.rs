@@ -91,7 +91,7 @@ impl Sim {
                 let i = self.pick();
                 let mut request = self.clients[i].request();
                 let omit_owned = self.rng.chance(6);
-                if omit_owned && request.member_epoch != 0 {
+                if omit_owned && self.clients[i].joined {
                     request.active_tasks = None;
                     request.standby_tasks = None;
                     request.warmup_tasks = None;
@@ -146,11 +146,12 @@ impl Sim {
             self.h.coordinator.streams_group(GROUP).map(|g| g.members.keys().cloned().collect()).unwrap_or_default();
         let mut gone = Vec::new();
         for client in &mut self.clients {
-            if client.epoch != 0 && !known.contains(&client.member_id) {
+            if client.joined && !known.contains(&client.member_id) {
                 gone.push(client.member_id.clone());
                 // A fenced member's client stops processing: Kafka Streams closes its
                 // tasks as lost when its heartbeat is refused.
                 client.epoch = 0;
+                client.joined = false;
                 client.active.clear();
                 client.standby.clear();
                 client.warmup.clear();

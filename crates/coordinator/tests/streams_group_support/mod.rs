@@ -213,6 +213,9 @@ pub struct Client {
     pub warmup: Tasks,
     pub endpoint_epoch: i32,
     pub rebalance_timeout_ms: i32,
+    /// Whether a join was answered: as the Java client's JOINING state, not the epoch,
+    /// decides whether the next request is a join (topology, rebalance timeout).
+    pub joined: bool,
 }
 
 impl Client {
@@ -227,13 +230,15 @@ impl Client {
             warmup: Tasks::new(),
             endpoint_epoch: -1,
             rebalance_timeout_ms: 300_000,
+            joined: false,
         }
     }
 
     /// The request this client sends next: a join (epoch 0) carries the topology and the
-    /// process, a heartbeat its owned tasks.
+    /// process, a heartbeat its owned tasks (a member answered with epoch 0 sends epoch 0
+    /// without them, which Kafka refuses, as the Java client would).
     pub fn request(&self) -> StreamsGroupHeartbeatRequest {
-        let joining = self.epoch == 0;
+        let joining = !self.joined;
         let ids = |tasks: &Tasks| {
             tasks
                 .iter()
@@ -264,12 +269,14 @@ impl Client {
         if response.error_code != 0 {
             // Fenced or unknown: abandon everything and rejoin.
             self.epoch = 0;
+            self.joined = false;
             self.active.clear();
             self.standby.clear();
             self.warmup.clear();
             return;
         }
         self.epoch = response.member_epoch;
+        self.joined = true;
         self.endpoint_epoch = response.endpoint_information_epoch;
         let tasks = |ids: &Vec<osprey_protocol::messages::streams_group_heartbeat_response::TaskIds>| -> Tasks {
             ids.iter().map(|t| (t.subtopology_id.clone(), t.partitions.iter().copied().collect())).collect()

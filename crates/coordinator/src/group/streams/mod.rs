@@ -435,13 +435,17 @@ impl StreamsGroup {
     pub(crate) fn new(group_id: &str) -> StreamsGroup {
         StreamsGroup {
             group_id: group_id.to_string(),
-            group_epoch: 0,
+            // Kafka 4.4 starts a group at epoch 1 and its target assignment at epoch 1
+            // (`TargetAssignmentMetadata.INITIAL`): a member that joins while the initial
+            // rebalance delay holds the first assignment back reconciles to epoch 1, not
+            // to 0, which a client could only send again as a join.
+            group_epoch: 1,
             metadata_hash: 0,
             validated_topology_epoch: -1,
             last_assignment_configs: BTreeMap::new(),
             stored_description_topology_epoch: -1,
             failed_description_topology_epoch: -1,
-            assignment_epoch: 0,
+            assignment_epoch: 1,
             assignment_timestamp_ms: 0,
             members: BTreeMap::new(),
             target: BTreeMap::new(),
