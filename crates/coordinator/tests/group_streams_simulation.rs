@@ -190,7 +190,15 @@ impl Sim {
 
     /// Every client heartbeats, with time passing, until nothing changes; then the group
     /// is Stable and every task is run by exactly one member.
+    /// The group's records reload as the group is (what is not persisted aside).
+    fn check_reload(&self) {
+        let live = self.h.coordinator.streams_group(GROUP).map(|g| g.durable());
+        let reloaded = self.h.reloaded();
+        assert_eq!(reloaded.streams_group(GROUP).map(|g| g.durable()), live, "the group reloaded from its records");
+    }
+
     fn settle_and_check(&mut self) {
+        self.check_reload();
         // The silent members' sessions (45 s) run out while the others heartbeat.
         for _ in 0..2 {
             self.heartbeat_all();
@@ -261,6 +269,9 @@ fn streams_group_simulation() {
                     println!("{seed} {step}: {what}");
                 }
                 sim.check();
+                if step % 10 == 9 {
+                    sim.check_reload();
+                }
                 if step % 50 == 49 {
                     sim.settle_and_check();
                 }
