@@ -75,6 +75,9 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeShareGroupOffsets, 0, 1),
     (ApiKey::AlterShareGroupOffsets, 0, 0),
     (ApiKey::DeleteShareGroupOffsets, 0, 0),
+    // Streams groups (KIP-1071), answered UNSUPPORTED_VERSION while `streams.version` is 0.
+    (ApiKey::StreamsGroupHeartbeat, 0, 1),
+    (ApiKey::StreamsGroupDescribe, 0, 1),
     // Broker to broker: share partitions' leaders and group coordinators to the share
     // coordinator (handlers/share_state.rs). Not behind share.version, as in Kafka.
     (ApiKey::InitializeShareGroupState, 0, 0),
