@@ -42,7 +42,7 @@ class ClusterToolsTest {
 
     @Test
     void java_client_api_versions_is_answered_at_its_own_version_5() throws Exception {
-        Map<String, Long> before = requestsByVersion("ApiVersions");
+        Map<String, Long> before = BROKER.requestsByVersion("ApiVersions");
         try (Admin admin = Admin.create(BROKER.clientProps())) {
             admin.describeCluster().clusterId().get(30, TimeUnit.SECONDS);
             // A second connection, to the node the metadata named: ApiVersions v5 then
@@ -50,7 +50,7 @@ class ClusterToolsTest {
             admin.describeCluster().nodes().get(30, TimeUnit.SECONDS);
             admin.listTopics().names().get(30, TimeUnit.SECONDS);
         }
-        Map<String, Long> after = requestsByVersion("ApiVersions");
+        Map<String, Long> after = BROKER.requestsByVersion("ApiVersions");
         Map<String, Long> sent = new HashMap<>();
         after.forEach((version, count) -> {
             long delta = count - before.getOrDefault(version, 0L);
@@ -80,7 +80,7 @@ class ClusterToolsTest {
             assertEquals(Set.of(AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
                     AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
                     AclOperation.ALTER_CONFIGS), topicOps);
-            assertTrue(requestsByVersion("DescribeTopicPartitions").values().stream().mapToLong(Long::longValue).sum() > 0,
+            assertTrue(BROKER.requestsByVersion("DescribeTopicPartitions").values().stream().mapToLong(Long::longValue).sum() > 0,
                     "the Admin described the topic without DescribeTopicPartitions");
 
             Set<AclOperation> clusterOps = admin.describeCluster(
@@ -159,17 +159,5 @@ class ClusterToolsTest {
         assertEquals("Error while executing ACL command: "
                         + "org.apache.kafka.common.errors.SecurityDisabledException: " + message,
                 result.stdoutLines().get(0), result.describe());
-    }
-
-    /** {@code osprey_requests_total} of {@code api}, by version label. */
-    private static Map<String, Long> requestsByVersion(String api) {
-        Pattern requests = Pattern.compile("^osprey_requests_total\\{(?=[^}]*api=\"" + api
-                + "\")[^}]*version=\"(\\d+)\"[^}]*\\} (\\d+)$", Pattern.MULTILINE);
-        Map<String, Long> counts = new HashMap<>();
-        Matcher m = requests.matcher(BROKER.metrics());
-        while (m.find()) {
-            counts.merge(m.group(1), Long.parseLong(m.group(2)), Long::sum);
-        }
-        return counts;
     }
 }

@@ -190,6 +190,18 @@ public final class OspreyBroker implements BeforeAllCallback, AfterAllCallback, 
         }
     }
 
+    /** {@code osprey_requests_total} of {@code api} (its name, as "ApiVersions"), by version label. */
+    public Map<String, Long> requestsByVersion(String api) {
+        Pattern requests = Pattern.compile("^osprey_requests_total\\{(?=[^}]*api=\"" + api
+                + "\")[^}]*version=\"(\\d+)\"[^}]*\\} (\\d+)$", Pattern.MULTILINE);
+        Map<String, Long> counts = new HashMap<>();
+        Matcher m = requests.matcher(metrics());
+        while (m.find()) {
+            counts.merge(m.group(1), Long.parseLong(m.group(2)), Long::sum);
+        }
+        return counts;
+    }
+
     /** ApiVersions v0 over a raw socket: api key to {min, max}. */
     public Map<Short, short[]> apiVersions() {
         byte[] clientId = "osprey-compat".getBytes(StandardCharsets.UTF_8);

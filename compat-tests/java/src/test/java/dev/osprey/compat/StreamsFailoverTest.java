@@ -1,7 +1,6 @@
 package dev.osprey.compat;
 
 import static org.junit.jupiter.api.Assertions.assertEquals;
-import static org.junit.jupiter.api.Assertions.fail;
 
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -15,18 +14,12 @@ import java.util.Random;
 import java.util.TreeMap;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
-import java.util.stream.IntStream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
-import org.apache.kafka.common.TopicPartition;
-import org.apache.kafka.common.serialization.LongDeserializer;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsConfig;
@@ -148,45 +141,7 @@ class StreamsFailoverTest {
         batch.forEach((word, n) -> expected.merge(word, n, Long::sum));
     }
 
-    /**
-     * The last count of each word in the output topic, read read_committed from the
-     * beginning: until it equals {@code expected} (within {@code timeout}), or, with no
-     * expectation, up to the high watermarks.
-     */
     private static Map<String, Long> latestCounts(String output, Map<String, Long> expected, Duration timeout) {
-        List<TopicPartition> tps = IntStream.range(0, PARTITIONS).mapToObj(p -> new TopicPartition(output, p)).toList();
-        Properties props = CLUSTER.clientProps();
-        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "5000");
-        Map<String, Long> latest = new TreeMap<>();
-        try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(props, new StringDeserializer(), new LongDeserializer())) {
-            c.assign(tps);
-            c.seekToBeginning(tps);
-            if (expected == null) {
-                Map<TopicPartition, Long> highWatermarks;
-                try (KafkaConsumer<String, Long> u =
-                        new KafkaConsumer<>(CLUSTER.clientProps(), new StringDeserializer(), new LongDeserializer())) {
-                    highWatermarks = u.endOffsets(tps, CLIENT_TIMEOUT);
-                }
-                long deadline = System.nanoTime() + OspreyCluster.WAIT.toNanos();
-                while (tps.stream().anyMatch(tp -> c.position(tp, CLIENT_TIMEOUT) < highWatermarks.get(tp))) {
-                    if (System.nanoTime() > deadline) {
-                        fail("read_committed consumer of " + output + " not at the high watermarks " + highWatermarks
-                                + " within " + OspreyCluster.WAIT + ": a transaction left open");
-                    }
-                    c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
-                }
-                return latest;
-            }
-            long deadline = System.nanoTime() + timeout.toNanos();
-            while (!latest.equals(expected)) {
-                if (System.nanoTime() > deadline) {
-                    fail("within " + timeout + " the committed counts did not reach the expected ones; differing "
-                            + "words (first 20): " + WordCount.differences(expected, latest));
-                }
-                c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
-            }
-            return latest;
-        }
+        return WordCount.latestCounts(CLUSTER.clientProps(), output, PARTITIONS, expected, timeout, OspreyCluster.WAIT);
     }
 }

@@ -51,14 +51,11 @@ import org.apache.kafka.clients.admin.StreamsGroupDescription;
 import org.apache.kafka.clients.admin.StreamsGroupMemberAssignment;
 import org.apache.kafka.clients.admin.StreamsGroupMemberDescription;
 import org.apache.kafka.clients.admin.StreamsGroupSubtopologyDescription;
-import org.apache.kafka.clients.consumer.ConsumerConfig;
-import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.GroupState;
-import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.errors.GroupIdNotFoundException;
 import org.apache.kafka.common.message.StreamsGroupDescribeRequestData;
@@ -74,8 +71,6 @@ import org.apache.kafka.common.requests.StreamsGroupDescribeRequest;
 import org.apache.kafka.common.requests.StreamsGroupDescribeResponse;
 import org.apache.kafka.common.requests.StreamsGroupHeartbeatRequest;
 import org.apache.kafka.common.requests.StreamsGroupHeartbeatResponse;
-import org.apache.kafka.common.serialization.LongDeserializer;
-import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsConfig;
@@ -709,46 +704,8 @@ class StreamsGroupProtocolTest {
         }
     }
 
-    /**
-     * The last count of each word in the output topic, read read_committed from the
-     * beginning: until it equals {@code expected} (within {@code timeout}), or, with no
-     * expectation, up to the high watermarks.
-     */
     private static Map<String, Long> latestCounts(String output, Map<String, Long> expected, Duration timeout) {
-        List<TopicPartition> tps = IntStream.range(0, PARTITIONS).mapToObj(p -> new TopicPartition(output, p)).toList();
-        Properties props = clientProps();
-        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
-        props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "5000");
-        Map<String, Long> latest = new TreeMap<>();
-        try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(props, new StringDeserializer(), new LongDeserializer())) {
-            c.assign(tps);
-            c.seekToBeginning(tps);
-            if (expected == null) {
-                Map<TopicPartition, Long> highWatermarks;
-                try (KafkaConsumer<String, Long> u =
-                        new KafkaConsumer<>(clientProps(), new StringDeserializer(), new LongDeserializer())) {
-                    highWatermarks = u.endOffsets(tps, CLIENT_TIMEOUT);
-                }
-                long deadline = System.nanoTime() + WAIT.toNanos();
-                while (tps.stream().anyMatch(tp -> c.position(tp, CLIENT_TIMEOUT) < highWatermarks.get(tp))) {
-                    if (System.nanoTime() > deadline) {
-                        fail("read_committed consumer of " + output + " not at the high watermarks " + highWatermarks
-                                + " within " + WAIT + ": a transaction left open");
-                    }
-                    c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
-                }
-                return latest;
-            }
-            long deadline = System.nanoTime() + timeout.toNanos();
-            while (!latest.equals(expected)) {
-                if (System.nanoTime() > deadline) {
-                    fail("within " + timeout + " the committed counts did not reach the expected ones; differing "
-                            + "words (first 20): " + WordCount.differences(expected, latest));
-                }
-                c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
-            }
-            return latest;
-        }
+        return WordCount.latestCounts(clientProps(), output, PARTITIONS, expected, timeout, WAIT);
     }
 
     private static void restartBroker() throws Exception {
@@ -778,19 +735,9 @@ class StreamsGroupProtocolTest {
         return String.format("%.1f s %s", (System.nanoTime() - started) / 1e9, what);
     }
 
-    /** {@code osprey_requests_total} of {@code api}, by version label (osprey only). */
+    /** The broker's requests of {@code api} by version (osprey only: Kafka's are not read). */
     private static Map<String, Long> requestsByVersion(String api) {
-        if (!KAFKA_BOOTSTRAP.isEmpty()) {
-            return Map.of();
-        }
-        Pattern requests = Pattern.compile("^osprey_requests_total\\{(?=[^}]*api=\"" + api
-                + "\")[^}]*version=\"(\\d+)\"[^}]*\\} (\\d+)$", Pattern.MULTILINE);
-        Map<String, Long> counts = new HashMap<>();
-        Matcher m = requests.matcher(BROKER.metrics());
-        while (m.find()) {
-            counts.merge(m.group(1), Long.parseLong(m.group(2)), Long::sum);
-        }
-        return counts;
+        return KAFKA_BOOTSTRAP.isEmpty() ? BROKER.requestsByVersion(api) : Map.of();
     }
 
     private static Map<String, Long> delta(Map<String, Long> before, Map<String, Long> after) {

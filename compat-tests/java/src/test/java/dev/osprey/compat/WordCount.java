@@ -10,6 +10,12 @@ import java.util.Map;
 import java.util.Properties;
 import java.util.Random;
 import java.util.TreeMap;
+import java.util.stream.IntStream;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.serialization.LongDeserializer;
+import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.streams.KafkaStreams;
 import org.apache.kafka.streams.StreamsBuilder;
@@ -66,6 +72,52 @@ final class WordCount {
                 fail("Streams is " + streams.state() + " after " + transitions + ", not RUNNING, within " + wait);
             }
             Thread.sleep(50);
+        }
+    }
+
+    /**
+     * The last count of each word in {@code output} (its partitions 0 to {@code partitions}
+     * - 1), read read_committed from the beginning with the {@code client} settings: until
+     * it equals {@code expected} (within {@code timeout}), or, with no expectation, up to
+     * the high watermarks (within {@code wait}: a transaction left open never gets there).
+     */
+    static Map<String, Long> latestCounts(Properties client, String output, int partitions, Map<String, Long> expected,
+            Duration timeout, Duration wait) {
+        Duration clientTimeout = Duration.ofSeconds(30);
+        List<TopicPartition> tps = IntStream.range(0, partitions).mapToObj(p -> new TopicPartition(output, p)).toList();
+        Properties props = new Properties();
+        props.putAll(client);
+        props.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        props.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, "5000");
+        Map<String, Long> latest = new TreeMap<>();
+        try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(props, new StringDeserializer(), new LongDeserializer())) {
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            if (expected == null) {
+                Map<TopicPartition, Long> highWatermarks;
+                try (KafkaConsumer<String, Long> u =
+                        new KafkaConsumer<>(client, new StringDeserializer(), new LongDeserializer())) {
+                    highWatermarks = u.endOffsets(tps, clientTimeout);
+                }
+                long deadline = System.nanoTime() + wait.toNanos();
+                while (tps.stream().anyMatch(tp -> c.position(tp, clientTimeout) < highWatermarks.get(tp))) {
+                    if (System.nanoTime() > deadline) {
+                        fail("read_committed consumer of " + output + " not at the high watermarks " + highWatermarks
+                                + " within " + wait + ": a transaction left open");
+                    }
+                    c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
+                }
+                return latest;
+            }
+            long deadline = System.nanoTime() + timeout.toNanos();
+            while (!latest.equals(expected)) {
+                if (System.nanoTime() > deadline) {
+                    fail("within " + timeout + " the committed counts did not reach the expected ones; differing "
+                            + "words (first 20): " + differences(expected, latest));
+                }
+                c.poll(Duration.ofMillis(200)).forEach(r -> latest.put(r.key(), r.value()));
+            }
+            return latest;
         }
     }
 
