@@ -272,23 +272,14 @@ impl GroupCoordinator {
         let Some(group) = self.consumer_groups.get_mut(group_id) else {
             return Err(self.group_not_found(group_id));
         };
-        let member_id = match request.instance_id.as_deref() {
-            None => {
-                if !group.members.contains_key(&request.member_id) {
-                    return Err(unknown_member(&request.member_id, group_id));
-                }
-                request.member_id.clone()
-            }
-            Some(instance_id) => {
-                let Some(member) = group.static_member(instance_id) else {
-                    return Err(reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Instance id {instance_id} is unknown.")));
-                };
-                if member.member_id != request.member_id {
-                    return Err(fenced_instance(instance_id, &member.member_id, &request.member_id));
-                }
-                member.member_id.clone()
-            }
-        };
+        let instance_id = request.instance_id.as_deref();
+        let member_id = leaving_member_id(
+            group_id,
+            &request.member_id,
+            instance_id,
+            group.members.contains_key(&request.member_id),
+            instance_id.and_then(|i| group.static_member(i)).map(|m| m.member_id.as_str()),
+        )?;
         if request.member_epoch == LEAVE_GROUP_STATIC_MEMBER_EPOCH {
             let member = group.members.get_mut(&member_id).expect("checked above");
             member.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
@@ -620,11 +611,31 @@ fn check_pattern_count(
     })
 }
 
-fn unknown_member(member_id: &str, group_id: &str) -> Rejection {
+/// The member a leave (epoch -1 or -2) names, as Kafka's consumer and streams group
+/// leaves find it: a dynamic member by its id (UNKNOWN_MEMBER_ID if absent), a static one
+/// by its instance id, which must still be that member's (else FENCED_INSTANCE_ID).
+pub(in crate::group) fn leaving_member_id(
+    group_id: &str,
+    member_id: &str,
+    instance_id: Option<&str>,
+    is_member: bool,
+    static_member_id: Option<&str>,
+) -> Result<String, Rejection> {
+    let Some(instance_id) = instance_id else {
+        return if is_member { Ok(member_id.to_string()) } else { Err(unknown_member(member_id, group_id)) };
+    };
+    match static_member_id {
+        None => Err(reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Instance id {instance_id} is unknown."))),
+        Some(owner) if owner != member_id => Err(fenced_instance(instance_id, owner, member_id)),
+        Some(owner) => Ok(owner.to_string()),
+    }
+}
+
+pub(in crate::group) fn unknown_member(member_id: &str, group_id: &str) -> Rejection {
     reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Member {member_id} is not a member of group {group_id}."))
 }
 
-fn fenced_instance(instance_id: &str, known: &str, received: &str) -> Rejection {
+pub(in crate::group) fn fenced_instance(instance_id: &str, known: &str, received: &str) -> Rejection {
     reject(
         ErrorCode::FENCED_INSTANCE_ID,
         format!("Static member {received} with instance id {instance_id} was fenced by member {known}."),

@@ -7,7 +7,9 @@ use super::reconcile::{self, TaskOwners};
 use super::topology::{self, ConfiguredTopology, InternalTopic, InvalidTopology, Status};
 use super::{records, AssignedTasks, Endpoint, StreamsGroup, StreamsMember, StreamsTopology, Tasks, TasksTuple};
 use super::{LEAVE_GROUP_MEMBER_EPOCH, LEAVE_GROUP_STATIC_MEMBER_EPOCH, NUM_STANDBY_REPLICAS};
-use crate::group::consumer::heartbeat::{reject, HeartbeatResponse, Rejection};
+use crate::group::consumer::heartbeat::{
+    fenced_instance, leaving_member_id, reject, unknown_member, HeartbeatResponse, Rejection,
+};
 use crate::group::consumer::TopicsView;
 use crate::group::metadata_hash::{group_hash, topic_hash};
 use crate::group::records::{Continuation, Record};
@@ -367,23 +369,14 @@ impl GroupCoordinator {
         if request.shutdown_application {
             group.shutdown_requested_by.get_or_insert_with(|| request.member_id.clone());
         }
-        let member_id = match request.instance_id.as_deref() {
-            None => {
-                if !group.members.contains_key(&request.member_id) {
-                    return Err(unknown_member(&request.member_id, group_id));
-                }
-                request.member_id.clone()
-            }
-            Some(instance_id) => {
-                let Some(member) = group.static_member(instance_id) else {
-                    return Err(reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Instance id {instance_id} is unknown.")));
-                };
-                if member.member_id != request.member_id {
-                    return Err(fenced_instance(instance_id, &member.member_id, &request.member_id));
-                }
-                member.member_id.clone()
-            }
-        };
+        let instance_id = request.instance_id.as_deref();
+        let member_id = leaving_member_id(
+            group_id,
+            &request.member_id,
+            instance_id,
+            group.members.contains_key(&request.member_id),
+            instance_id.and_then(|i| group.static_member(i)).map(|m| m.member_id.as_str()),
+        )?;
         let answer = |member_epoch| StreamsHeartbeatAnswer {
             response: StreamsGroupHeartbeatResponse {
                 member_id: request.member_id.clone(),
@@ -884,17 +877,6 @@ fn replace_static_member(group: &mut StreamsGroup, old_id: &str, member: &Stream
     records.push(records::current_assignment_record(&group_id, member));
     group.target.insert(member.member_id.clone(), target);
     group.members.insert(member.member_id.clone(), member.clone());
-}
-
-fn unknown_member(member_id: &str, group_id: &str) -> Rejection {
-    reject(ErrorCode::UNKNOWN_MEMBER_ID, format!("Member {member_id} is not a member of group {group_id}."))
-}
-
-fn fenced_instance(instance_id: &str, owner: &str, member_id: &str) -> Rejection {
-    reject(
-        ErrorCode::FENCED_INSTANCE_ID,
-        format!("Static member {member_id} with instance id {instance_id} was fenced by member {owner}."),
-    )
 }
 
 fn invalid_topology(error: InvalidTopology) -> Rejection {
