@@ -123,13 +123,18 @@ impl ShareSessions {
                 if session.epoch != epoch {
                     return Err(ErrorCode::INVALID_SHARE_SESSION_EPOCH);
                 }
+                // As Kafka's `ShareSession.update`: the request's partitions join first, then
+                // the forgotten ones leave, so a partition named only for its
+                // acknowledgements and forgotten in the same request is not fetched (the
+                // client would drop what it acquired, and the records would come back only
+                // at their lock's expiry, one delivery count further).
                 let mut partitions = session.partitions.clone();
-                partitions.retain(|p| !forgotten.contains(p));
                 for p in requested {
                     if !partitions.contains(p) {
                         partitions.push(*p);
                     }
                 }
+                partitions.retain(|p| !forgotten.contains(p));
                 if partitions.len() > MAX_PARTITIONS_PER_SESSION {
                     return Err(ErrorCode::INVALID_REQUEST);
                 }
@@ -230,6 +235,17 @@ mod tests {
             Err(ErrorCode::SHARE_SESSION_NOT_FOUND)
         );
         assert_eq!(s.begin_acknowledge("g", "m", -1), Err(ErrorCode::SHARE_SESSION_NOT_FOUND));
+    }
+
+    /// A partition named (for its acknowledgements) and forgotten in one request leaves the
+    /// session: the request's partitions join before the forgotten ones leave, as in Kafka
+    /// (franz-go acknowledges a revoked partition so).
+    #[test]
+    fn a_partition_named_and_forgotten_in_one_request_is_not_fetched() {
+        let mut s = ShareSessions::default();
+        s.begin_fetch("g", "m", 0, &[(T, 0), (T, 1)], &[], false, connection(1), 10).unwrap();
+        let next = s.begin_fetch("g", "m", 1, &[(T, 1), (T, 2)], &[(T, 1), (T, 2)], true, connection(1), 10);
+        assert_eq!(next, Ok(FetchContext::Incremental { partitions: vec![(T, 0)] }));
     }
 
     #[test]
