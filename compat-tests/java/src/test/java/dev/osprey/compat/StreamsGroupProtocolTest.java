@@ -102,8 +102,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  * <p>{@code -Dcompat.kafka.bootstrap=HOST:PORT} runs the tests against that broker
  * instead, to prove them against Kafka itself (a Kafka 4.4 node formatted with
  * {@code --feature streams.version=1}); {@code -Dcompat.kafka.restart=COMMAND} is then the
- * shell command that kills that node with SIGKILL and returns once it is started again.
- * Osprey is started but not used.
+ * shell command that kills that node with SIGKILL and returns once it is started again
+ * ({@code compat-tests/java/kafka-node.sh} does both). Osprey is started but not used.
  */
 @Timeout(value = 420, unit = TimeUnit.SECONDS)
 class StreamsGroupProtocolTest {
