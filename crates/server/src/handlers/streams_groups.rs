@@ -378,7 +378,9 @@ mod tests {
     async fn a_member_joins_its_internal_topics_are_created_and_it_gets_every_task() {
         let (broker, dir) = broker("streams-groups-join", 1);
         let joined = heartbeat(&broker, 0, Some(topology(CHANGELOG))).await;
-        assert_eq!((joined.error_code, joined.member_epoch), (0, 1), "{:?}", joined.error_message);
+        // A new group is at epoch 1 (Kafka 4.4's initial epoch); the first member's join
+        // bumps it.
+        assert_eq!((joined.error_code, joined.member_epoch), (0, 2), "{:?}", joined.error_message);
         let statuses: Vec<i8> = joined.status.iter().flatten().map(|s| s.status_code).collect();
         assert_eq!(statuses, [Status::MissingInternalTopics.code()]);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -389,7 +391,7 @@ mod tests {
         let changelog = broker.image().topic(CHANGELOG).unwrap().clone();
         assert_eq!(changelog.partitions.len(), 3);
         assert_eq!(changelog.configs.get("cleanup.policy").map(String::as_str), Some("compact"));
-        let beat = heartbeat(&broker, 1, None).await;
+        let beat = heartbeat(&broker, joined.member_epoch, None).await;
         assert_eq!(beat.error_code, 0);
         let active: Vec<(String, Vec<i32>)> =
             beat.active_tasks.unwrap().into_iter().map(|t| (t.subtopology_id, t.partitions)).collect();
