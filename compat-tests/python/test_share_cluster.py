@@ -51,7 +51,7 @@ from cluster import WAIT_S, listed_brokers, partition_states, skip_without_kafka
 from kafka_cluster import KafkaNode, against_kafka
 from test_coordinator_failover import CLUSTER_CONFIG, admin, bootstrap, create, leaders, start_three, three_nodes, \
     wait_in_sync
-from test_share_groups import check_deadline, commit, set_group_configs, share_consumer
+from test_share_groups import check_deadline, commit, set_group_configs, share_consumer, until_every_record_and_consumer
 
 # Kafka's three JVMs take minutes to start and stop on a small machine.
 pytestmark = pytest.mark.timeout(900 if against_kafka() else 300)
@@ -377,20 +377,9 @@ def test_three_consumers_accept_every_record_once_with_share_coordinators_on_oth
     consumers = [share_consumer(bootstrap(three), group, topic) for _ in range(3)]
     ledger = Ledger()
     try:
-        deadline = time.monotonic() + DELIVERY_WAIT_S
-        while True:
-            delivered_to = {who for who, _, _, _ in ledger.log}
-            if set(ledger.offsets()) >= set(produced) and len(delivered_to) == len(consumers):
-                break
-            check_deadline(deadline, lambda: (
-                f"not within {DELIVERY_WAIT_S}s: {len(set(ledger.offsets()) & set(produced))} of {len(produced)} "
-                f"records delivered, to consumers {sorted(delivered_to)} of 0-{len(consumers) - 1}"))
-            if set(ledger.offsets()) >= set(produced):
-                # Everything went to the consumers that joined first; more records, for
-                # the one the group has not given anything yet.
-                produced.update(produce(three, topic, range(len(produced), len(produced) + 300)))
-            for who, c in enumerate(consumers):
-                accept_strictly(c, who, ledger)
+        more = lambda n: produce(three, topic, range(n, n + 300))
+        accept = lambda who, c: accept_strictly(c, who, ledger)
+        until_every_record_and_consumer(produced, consumers, ledger, more, accept, DELIVERY_WAIT_S)
     finally:
         for c in consumers:
             c.close()

@@ -244,6 +244,26 @@ def assert_nothing_more_delivered(target, group: str, topic: str, consumer: Shar
 # ----- tests ------------------------------------------------------------------------------
 
 
+def until_every_record_and_consumer(produced, consumers, deliveries, more, step, wait_s=DELIVERY_WAIT_S):
+    """Runs `step(who, consumer)` for each consumer, round after round, until every record
+    of `produced` ({offset: value}) is among `deliveries` (its `.log` and `.offsets()`) and
+    every consumer got some. When the records all went to the consumers that joined first,
+    `more(n)` produces more (from value n on) for the others and they join `produced`.
+    Fails after `wait_s`."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        delivered_to = {who for who, _, _, _ in deliveries.log}
+        if set(deliveries.offsets()) >= set(produced) and len(delivered_to) == len(consumers):
+            return
+        check_deadline(deadline, lambda: (
+            f"not within {wait_s}s: {len(set(deliveries.offsets()) & set(produced))} of "
+            f"{len(produced)} records delivered, to consumers {sorted(delivered_to)} of 0-{len(consumers) - 1}"))
+        if set(deliveries.offsets()) >= set(produced):
+            produced.update(more(len(produced)))
+        for who, c in enumerate(consumers):
+            step(who, c)
+
+
 def test_three_consumers_share_one_partition_and_each_record_is_accepted_once(target):
     topic = group = "share-three"
     clients.create_topic(target, topic, partitions=1)
@@ -251,26 +271,17 @@ def test_three_consumers_share_one_partition_and_each_record_is_accepted_once(ta
     produced = produce(target, topic, range(3000))
     consumers = [share_consumer(target, group, topic) for _ in range(3)]
     deliveries = Deliveries()
+    def accept_all(who, c):
+        batch = poll(c)
+        for m in batch:
+            deliveries.add(who, m)
+            c.acknowledge(m, AcknowledgeType.ACCEPT)
+        if batch:
+            commit(c)
+
     try:
-        deadline = time.monotonic() + DELIVERY_WAIT_S
-        while True:
-            delivered_to = {who for who, _, _, _ in deliveries.log}
-            if set(deliveries.offsets()) >= set(produced) and len(delivered_to) == len(consumers):
-                break
-            check_deadline(deadline, lambda: (
-                f"not within {DELIVERY_WAIT_S}s: {len(set(deliveries.offsets()) & set(produced))} of "
-                f"{len(produced)} records delivered, to consumers {sorted(delivered_to)} of 0-{len(consumers) - 1}"))
-            if set(deliveries.offsets()) >= set(produced):
-                # Everything went to the consumers that joined first; more records, for
-                # the one the group has not given anything yet.
-                produced.update(produce(target, topic, range(len(produced), len(produced) + 300)))
-            for who, c in enumerate(consumers):
-                batch = poll(c)
-                for m in batch:
-                    deliveries.add(who, m)
-                    c.acknowledge(m, AcknowledgeType.ACCEPT)
-                if batch:
-                    commit(c)
+        more = lambda n: produce(target, topic, range(n, n + 300))
+        until_every_record_and_consumer(produced, consumers, deliveries, more, accept_all)
     finally:
         for c in consumers:
             c.close()
