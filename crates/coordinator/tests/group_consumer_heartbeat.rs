@@ -35,25 +35,25 @@ fn three_members_converge_to_a_balanced_target_through_revocations() {
     let mut a = Client::new("member-a-0000000000001", &["t1", "t2"]);
     let first = h.heartbeat(&mut a);
     // The first member gets everything at once: nobody else owns anything.
-    assert_eq!((first.member_epoch, a.count()), (1, 9));
+    assert_eq!((first.member_epoch, a.count()), (2, 9));
     assert_eq!(first.heartbeat_interval_ms, 5_000);
     let mut clients = vec![a, Client::new("member-b-0000000000002", &["t1", "t2"])];
     let joined = h.heartbeat(&mut clients[1]);
-    // b joins at group epoch 2, but a still owns everything: b waits (unreleased).
-    assert_eq!(joined.member_epoch, 2);
+    // b joins at group epoch 3, but a still owns everything: b waits (unreleased).
+    assert_eq!(joined.member_epoch, 3);
     assert_eq!(clients[1].count(), 0);
     // a is asked to revoke: its answer omits what moves, and its epoch stays until it
     // has revoked.
     let revoking = h.heartbeat(&mut clients[0]);
-    assert_eq!(revoking.member_epoch, 1);
+    assert_eq!(revoking.member_epoch, 2);
     assert!(clients[0].count() < 9);
     // It reports the revocation and advances.
-    assert_eq!(h.heartbeat(&mut clients[0]).member_epoch, 2);
+    assert_eq!(h.heartbeat(&mut clients[0]).member_epoch, 3);
     clients.push(Client::new("member-c-0000000000003", &["t1", "t2"]));
     h.converge(&mut clients);
     let counts: Vec<usize> = clients.iter().map(Client::count).collect();
     assert_eq!(counts, vec![3, 3, 3]);
-    assert!(clients.iter().all(|c| c.epoch == 3));
+    assert!(clients.iter().all(|c| c.epoch == 4));
     assert_eq!(h.coordinator.consumer_group_state(GROUP), Some(ConsumerGroupState::Stable));
     let all: BTreeSet<(osprey_protocol::Uuid, i32)> =
         clients.iter().flat_map(|c| c.owned.iter().flat_map(|(t, ps)| ps.iter().map(|p| (*t, *p)))).collect();
@@ -88,7 +88,7 @@ fn a_member_leaving_frees_its_partitions() {
     let counts: Vec<usize> = clients.iter().map(Client::count).collect();
     assert_eq!(counts.iter().sum::<usize>(), 9);
     assert!(counts.iter().all(|&n| n == 4 || n == 5), "{counts:?}");
-    assert!(clients.iter().all(|c| c.epoch == 4));
+    assert!(clients.iter().all(|c| c.epoch == 5));
     // Heartbeats of the departed member are unknown.
     let mut stale = clients[0].request();
     stale.member_id = "member-c-0000000000003".into();
@@ -142,10 +142,10 @@ fn a_member_that_does_not_revoke_within_its_rebalance_timeout_is_fenced() {
 #[test]
 fn fenced_member_epochs() {
     let mut h = Harness::new();
-    // a goes 1 -> 2 through a revocation, so its previous epoch is 1.
+    // a goes 2 -> 3 through a revocation, so its previous epoch is 2.
     let mut clients = three_converged_prefix(&mut h, 2);
     let epoch = clients[0].epoch;
-    assert_eq!(epoch, 2);
+    assert_eq!(epoch, 3);
     let mut ahead = clients[0].request();
     ahead.member_epoch = epoch + 1;
     assert_eq!(h.send(&ahead).error_code, code(ErrorCode::FENCED_MEMBER_EPOCH));
@@ -230,7 +230,7 @@ fn static_member_leaving_for_good_bumps_the_epoch() {
     assert_eq!(h.send(&leave).error_code, 0);
     let described = h.coordinator.consumer_group_describe(&[GROUP.to_string()]);
     assert_eq!(described.groups[0].group_state, "Empty");
-    assert_eq!(described.groups[0].group_epoch, 2);
+    assert_eq!(described.groups[0].group_epoch, 3);
 }
 
 #[test]
@@ -281,7 +281,7 @@ fn version_0_joins_get_a_member_id_from_the_coordinator() {
     assert_eq!(response.error_code, 0);
     let id = response.member_id.unwrap();
     assert_eq!(id.len(), 22);
-    assert_eq!(response.member_epoch, 1);
+    assert_eq!(response.member_epoch, 2);
 }
 
 #[test]
@@ -344,7 +344,7 @@ fn describe_reports_members_assignments_and_unknown_groups() {
     let _clients = three_converged(&mut h);
     let described = h.coordinator.consumer_group_describe(&[GROUP.to_string(), "nope".to_string()]);
     let g = &described.groups[0];
-    assert_eq!((g.error_code, g.group_state.as_str(), g.group_epoch, g.assignment_epoch), (0, "Stable", 3, 3));
+    assert_eq!((g.error_code, g.group_state.as_str(), g.group_epoch, g.assignment_epoch), (0, "Stable", 4, 4));
     assert_eq!(g.assignor_name, "uniform");
     assert_eq!(g.members.len(), 3);
     for m in &g.members {

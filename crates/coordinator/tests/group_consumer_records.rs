@@ -41,7 +41,7 @@ fn a_first_join_writes_kafkas_records_in_kafkas_order() {
     assert_eq!(ConsumerGroupMetadataKey::decode_exact(key, 3).unwrap().group_id, GROUP);
     let mut value = epoch.value.clone().unwrap();
     assert_eq!(value.get_i16(), 0);
-    assert_eq!(ConsumerGroupMetadataValue::decode(&mut value, 0).unwrap().epoch, 1);
+    assert_eq!(ConsumerGroupMetadataValue::decode(&mut value, 0).unwrap().epoch, 2);
 }
 
 #[test]

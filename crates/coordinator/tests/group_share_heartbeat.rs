@@ -18,14 +18,14 @@ fn a_member_joins_with_its_own_id_and_gets_every_partition() {
     let r = h.heartbeat("member-a", 0, Some(&["orders"]));
     assert_eq!(r.error_code, 0);
     assert_eq!(r.member_id.as_deref(), Some("member-a"));
-    assert_eq!(r.member_epoch, 1);
+    assert_eq!(r.member_epoch, 2);
     assert_eq!(r.heartbeat_interval_ms, 5_000);
     assert_eq!(assigned(&r), Some([(topic_id(1), [0, 1, 2].into())].into()));
     // A plain heartbeat at its epoch: nothing changed, no assignment in the answer.
-    let r = h.heartbeat("member-a", 1, None);
-    assert_eq!((r.error_code, r.member_epoch, r.assignment), (0, 1, None));
+    let r = h.heartbeat("member-a", 2, None);
+    assert_eq!((r.error_code, r.member_epoch, r.assignment), (0, 2, None));
     // A full request (subscription set) gets the assignment again.
-    let r = h.heartbeat("member-a", 1, Some(&["orders"]));
+    let r = h.heartbeat("member-a", 2, Some(&["orders"]));
     assert_eq!(assigned(&r), Some([(topic_id(1), [0, 1, 2].into())].into()));
 }
 
@@ -56,13 +56,13 @@ fn unknown_members_and_wrong_epochs_are_refused() {
     h.join("a", &["orders"]);
     let r = h.heartbeat("b", 1, None);
     assert_eq!(r.error_code, ErrorCode::UNKNOWN_MEMBER_ID.code());
-    let r = h.heartbeat("a", 2, None);
+    let r = h.heartbeat("a", 3, None);
     assert_eq!(r.error_code, ErrorCode::FENCED_MEMBER_EPOCH.code());
     h.join("b", &["orders"]);
-    // a is at epoch 1, the group at 2: a's next heartbeat moves it to 2 ...
-    assert_eq!(h.heartbeat("a", 1, None).member_epoch, 2);
+    // a is at epoch 2, the group at 3: a's next heartbeat moves it to 3 ...
+    assert_eq!(h.heartbeat("a", 2, None).member_epoch, 3);
     // ... and its previous epoch (a lost response) is still accepted, an older one not.
-    assert_eq!(h.heartbeat("a", 1, None).error_code, 0);
+    assert_eq!(h.heartbeat("a", 2, None).error_code, 0);
     assert_eq!(h.heartbeat("a", 0, Some(&["orders"])).error_code, ErrorCode::FENCED_MEMBER_EPOCH.code());
 }
 
@@ -71,8 +71,8 @@ fn fewer_members_than_partitions_spread_them_and_more_members_share_them() {
     let mut h = Harness::with_topics(&[("orders", 1, 4)]);
     h.join("a", &["orders"]);
     h.join("b", &["orders"]);
-    let a = assigned(&h.heartbeat("a", 1, None)).unwrap();
-    let b = assigned(&h.heartbeat("b", 2, Some(&["orders"]))).unwrap();
+    let a = assigned(&h.heartbeat("a", 2, None)).unwrap();
+    let b = assigned(&h.heartbeat("b", 3, Some(&["orders"]))).unwrap();
     assert_eq!((count_partitions(&a), count_partitions(&b)), (2, 2));
     assert!(a[&topic_id(1)].is_disjoint(&b[&topic_id(1)]));
     // Nine members for four partitions: each partition to ceil(9/4) = 3 members.
@@ -100,13 +100,13 @@ fn fewer_members_than_partitions_spread_them_and_more_members_share_them() {
 fn a_topic_created_or_grown_later_is_assigned_at_the_next_heartbeat() {
     let mut h = Harness::with_topics(&[]);
     let r = h.heartbeat("a", 0, Some(&["orders"]));
-    assert_eq!((r.member_epoch, assigned(&r)), (1, Some(Assignment::new())));
+    assert_eq!((r.member_epoch, assigned(&r)), (2, Some(Assignment::new())));
     h.set_topic("orders", 1, 2);
-    let r = h.heartbeat("a", 1, None);
-    assert_eq!((r.member_epoch, assigned(&r)), (2, Some([(topic_id(1), [0, 1].into())].into())));
-    h.set_topic("orders", 1, 3);
     let r = h.heartbeat("a", 2, None);
-    assert_eq!((r.member_epoch, assigned(&r)), (3, Some([(topic_id(1), [0, 1, 2].into())].into())));
+    assert_eq!((r.member_epoch, assigned(&r)), (3, Some([(topic_id(1), [0, 1].into())].into())));
+    h.set_topic("orders", 1, 3);
+    let r = h.heartbeat("a", 3, None);
+    assert_eq!((r.member_epoch, assigned(&r)), (4, Some([(topic_id(1), [0, 1, 2].into())].into())));
     let state = &h.coordinator.share_group(GROUP).unwrap().state_metadata;
     assert_eq!(state.initialized[&topic_id(1)].partitions, [0, 1, 2].into());
 }
@@ -118,7 +118,7 @@ fn leaving_and_session_expiry_fence_the_member_and_bump_the_epoch() {
     h.join("b", &["orders"]);
     let r = h.heartbeat("a", -1, None);
     assert_eq!((r.error_code, r.member_id.as_deref(), r.member_epoch), (0, Some("a"), -1));
-    assert_eq!(h.coordinator.share_group(GROUP).unwrap().group_epoch, 3);
+    assert_eq!(h.coordinator.share_group(GROUP).unwrap().group_epoch, 4);
     assert_eq!(h.heartbeat("a", -1, None).error_code, ErrorCode::UNKNOWN_MEMBER_ID.code());
     // b is fenced once group.share.session.timeout.ms passes without a heartbeat.
     assert_eq!(h.coordinator.next_deadline().map(|d| d - h.now), Some(45_000));
@@ -151,7 +151,7 @@ fn group_share_max_size_refuses_new_members() {
     let r = h.heartbeat("b", 0, Some(&["orders"]));
     assert_eq!(r.error_code, ErrorCode::GROUP_MAX_SIZE_REACHED.code());
     assert_eq!(r.error_message.as_deref(), Some("The share group has reached its maximum capacity of 1 members."));
-    assert_eq!(h.heartbeat("a", 1, None).error_code, 0);
+    assert_eq!(h.heartbeat("a", 2, None).error_code, 0);
 }
 
 #[test]
@@ -160,8 +160,8 @@ fn the_records_reload_into_the_same_group() {
     h.join("a", &["orders", "payments"]);
     h.join("b", &["orders"]);
     h.join("c", &["payments"]);
-    h.heartbeat("a", 1, None);
-    h.heartbeat("b", 2, Some(&["orders", "payments"]));
+    h.heartbeat("a", 2, None);
+    h.heartbeat("b", 3, Some(&["orders", "payments"]));
     h.heartbeat("c", -1, None);
     let live = h.coordinator.share_group(GROUP).unwrap().durable();
     let reloaded = h.reloaded();
@@ -182,9 +182,9 @@ fn describe_names_topics_and_list_shows_share_groups() {
     let described = h.coordinator.share_group_describe(&[GROUP.into(), "nope".into()]);
     let g = &described.groups[0];
     assert_eq!((g.error_code, g.group_state.as_str(), g.assignor_name.as_str()), (0, "Stable", "simple"));
-    assert_eq!((g.group_epoch, g.assignment_epoch), (1, 1));
+    assert_eq!((g.group_epoch, g.assignment_epoch), (2, 2));
     let m = &g.members[0];
-    assert_eq!((m.member_id.as_str(), m.member_epoch, m.client_id.as_str()), ("a", 1, "client"));
+    assert_eq!((m.member_id.as_str(), m.member_epoch, m.client_id.as_str()), ("a", 2, "client"));
     assert_eq!(m.assignment.topic_partitions[0].topic_name, "orders");
     assert_eq!(m.assignment.topic_partitions[0].partitions, vec![0, 1]);
     assert_eq!(described.groups[1].error_code, ErrorCode::GROUP_ID_NOT_FOUND.code());

@@ -48,7 +48,7 @@ fn a_share_groups_offsets_are_altered_and_deleted_only_while_it_is_empty() {
     // A group id nobody uses becomes an empty share group whose offsets are set (Kafka:
     // kafka-share-groups.sh --reset-offsets before the first member joins).
     let begun = step(&mut h, |c, r| c.begin_share_group_offsets_alter("unknown", &topics(&[0]), r));
-    assert_eq!(begun, ShareOffsetsStep::AlterBegun { state_epoch: 0 });
+    assert_eq!(begun, ShareOffsetsStep::AlterBegun { state_epoch: 1 });
     assert_eq!(h.coordinator.share_group_state("unknown"), Some(osprey_coordinator::group::ShareGroupState::Empty));
 
     assert_eq!(h.heartbeat("a", -1, None).error_code, 0);

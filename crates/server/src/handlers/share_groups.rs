@@ -148,18 +148,18 @@ mod tests {
     async fn a_share_member_joins_gets_the_partitions_and_is_described() {
         let (broker, dir) = broker("share-groups-join", 1);
         let joined = heartbeat(&broker, 0, Some(&["t"])).await;
-        assert_eq!((joined.error_code, joined.member_id.as_deref(), joined.member_epoch), (0, Some("member-a"), 1));
+        assert_eq!((joined.error_code, joined.member_id.as_deref(), joined.member_epoch), (0, Some("member-a"), 2));
         let t = broker.image().topic("t").unwrap().id;
         let assignment = joined.assignment.expect("the first answer carries the assignment");
         let assigned: Vec<_> =
             assignment.topic_partitions.iter().map(|tp| (tp.topic_id, tp.partitions.clone())).collect();
         assert_eq!(assigned, [(t, vec![0, 1])]);
         assert!(broker.image().topic(crate::groups::OFFSETS_TOPIC).is_some(), "the group's records need it");
-        assert_eq!(heartbeat(&broker, 1, None).await.error_code, 0);
+        assert_eq!(heartbeat(&broker, 2, None).await.error_code, 0);
 
         let described = describe(&broker, &["queue", "missing"], false).await;
         let queue = &described.groups[0];
-        assert_eq!((queue.error_code, queue.group_state.as_str(), queue.group_epoch), (0, "Stable", 1));
+        assert_eq!((queue.error_code, queue.group_state.as_str(), queue.group_epoch), (0, "Stable", 2));
         assert_eq!(queue.members[0].member_id, "member-a");
         assert_eq!(queue.authorized_operations, authorized_operations::NOT_REQUESTED);
         assert_eq!(described.groups[1].error_code, ErrorCode::GROUP_ID_NOT_FOUND.code());

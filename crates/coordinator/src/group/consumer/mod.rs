@@ -330,8 +330,11 @@ impl ConsumerGroup {
     pub fn new(group_id: &str) -> ConsumerGroup {
         ConsumerGroup {
             group_id: group_id.to_string(),
-            group_epoch: 0,
-            assignment_epoch: 0,
+            // Kafka 4.4 starts a group at epoch 1 and its target assignment at epoch 1
+            // (ModernGroup's constructor, `TargetAssignmentMetadata.INITIAL`): the first
+            // member's join makes it 2.
+            group_epoch: 1,
+            assignment_epoch: 1,
             members: BTreeMap::new(),
             target: BTreeMap::new(),
             subscription_metadata: BTreeMap::new(),

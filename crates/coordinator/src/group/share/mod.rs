@@ -171,9 +171,11 @@ impl ShareGroup {
     pub(crate) fn new(group_id: &str) -> ShareGroup {
         ShareGroup {
             group_id: group_id.to_string(),
-            group_epoch: 0,
+            // As a consumer group, and as in Kafka 4.4 (ModernGroup): epoch 1 before any
+            // member joins, so the first member's join makes it 2.
+            group_epoch: 1,
             metadata_hash: 0,
-            assignment_epoch: 0,
+            assignment_epoch: 1,
             members: BTreeMap::new(),
             target: BTreeMap::new(),
             state_metadata: StatePartitionMetadata::default(),
