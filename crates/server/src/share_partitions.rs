@@ -289,7 +289,11 @@ impl SharePartitions {
                 let idle_for = now - slot.last_used_ms.load(Ordering::Relaxed);
                 if inner.next_lock_check_ms <= now || idle_for > IDLE_UNLOAD_MS {
                     let write = match inner.machine.next_deadline() {
-                        Some(at) if at <= now => inner.machine.tick(now),
+                        Some(at) if at <= now => {
+                            // An expiry archives at the delivery count limit in force now.
+                            inner.machine.set_config(share_settings(broker, &key.group_id).0);
+                            inner.machine.tick(now)
+                        }
                         _ => None,
                     };
                     let next = inner.machine.next_deadline();
@@ -320,7 +324,9 @@ impl SharePartitions {
 }
 
 /// The group's settings in force: the broker's `group.share.*`, overridden by the group's
-/// configs.
+/// configs. Read at each use of a loaded share partition (an acquisition, an
+/// acknowledgement, a lock expiry), as Kafka's `SharePartition` reads its group's config
+/// through `ShareGroupConfigProvider`, so that a change applies at once.
 pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAutoOffsetReset, ShareIsolationLevel) {
     let c = broker.config();
     let image = broker.image();
@@ -333,7 +339,10 @@ pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAut
             overrides.delivery_count_limit.unwrap_or(c.group_share_delivery_count_limit),
         )
         .unwrap_or(i16::MAX),
-        partition_max_record_locks: c.group_share_partition_max_record_locks,
+        partition_max_record_locks: overrides
+            .partition_max_record_locks
+            .unwrap_or(c.group_share_partition_max_record_locks),
+        renew_acknowledge_enabled: overrides.renew_acknowledge_enabled.unwrap_or(true),
     };
     let reset = overrides.auto_offset_reset.unwrap_or_default();
     let isolation = overrides.isolation_level.unwrap_or(ShareIsolationLevel::ReadUncommitted);
@@ -432,7 +441,7 @@ impl Slot {
         let (config, _, isolation) = share_settings(broker, &self.key.group_id);
         let fetch_offset = {
             let mut inner = lock(&self.inner);
-            inner.machine.set_record_lock_duration_ms(config.record_lock_duration_ms);
+            inner.machine.set_config(config);
             if !inner.machine.can_acquire_records() {
                 return Ok(Fetched::default());
             }
@@ -508,8 +517,13 @@ impl Slot {
         batches: &[AcknowledgementBatch],
     ) -> Result<(), ShareError> {
         self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        let config = share_settings(broker, &self.key.group_id).0;
         let result = async {
-            let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
+            let write = {
+                let mut inner = lock(&self.inner);
+                inner.machine.set_config(config);
+                inner.machine.acknowledge(member_id, now_ms(), batches)?
+            };
             let Some(write) = write else { return Ok(()) };
             let (tx, rx) = oneshot::channel();
             self.enqueue(broker, write, Some(tx));
