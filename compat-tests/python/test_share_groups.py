@@ -15,7 +15,8 @@ acknowledged ACCEPT, RELEASE or REJECT and the acknowledgements are committed wi
 - `share.auto.offset.reset`: latest by default (a new group skips what the partition
   held before it), earliest as a group config (everything from the log start);
 - `share.delivery.count.limit` (group config): a record released at every delivery is
-  delivered that many times and then archived, never delivered again;
+  delivered that many times and then archived, never delivered again; lowered while the
+  records are in flight, it applies at their next release;
 - kill -9 of the broker: records accepted before the kill are never delivered again
   after the restart, records acquired but not acknowledged are delivered (none lost).
 
@@ -430,6 +431,28 @@ def test_records_released_at_every_delivery_are_archived_after_the_delivery_coun
                 f"every record delivered {limit} times", deliveries)
         assert {o: deliveries.counts_of(o) for o in produced} == {o: list(range(1, limit + 1)) for o in produced}
         # Released a third time, each record was archived rather than made available.
+        assert_nothing_more_delivered(target, group, topic, consumer=c)
+    finally:
+        c.close()
+
+
+def test_a_lowered_delivery_count_limit_applies_to_the_share_partition_in_use(target):
+    """`share.delivery.count.limit` lowered while the group's share partition is loaded and
+    its records in flight: Kafka reads the limit at each release, so the records are
+    archived at the new limit, not at the one in force when they were first delivered."""
+    topic = group = "share-limit-lowered"
+    clients.create_topic(target, topic, partitions=1)
+    set_group_configs(target, group, {"share.auto.offset.reset": "earliest"})
+    produced = produce(target, topic, range(10))
+    c = share_consumer(target, group, topic)
+    try:
+        deliveries = Deliveries()
+        delivered = lambda n: lambda: all(len(deliveries.counts_of(o)) >= n for o in produced)
+        consume(c, lambda m: AcknowledgeType.RELEASE, delivered(2), "every record delivered twice", deliveries)
+        set_group_configs(target, group, {"share.delivery.count.limit": 3})
+        consume(c, lambda m: AcknowledgeType.RELEASE, delivered(3), "every record delivered three times", deliveries)
+        assert {o: deliveries.counts_of(o) for o in produced} == {o: [1, 2, 3] for o in produced}
+        # Released at the third delivery, under the default limit (5) they would come back.
         assert_nothing_more_delivered(target, group, topic, consumer=c)
     finally:
         c.close()

@@ -98,6 +98,52 @@ fn lock_expiry_at_the_delivery_limit_archives() {
     assert_eq!(write.state.start_offset, 5);
 }
 
+/// A group config change applies to the loaded partition at once, as Kafka's
+/// `SharePartition` reads the group's config at each use: a lowered delivery count limit
+/// archives at the next release; a record AVAILABLE at the new limit is delivered once
+/// more and archived after (Kafka's `InFlightState.tryUpdateState` archives only on the
+/// way to AVAILABLE); a lowered window stops new acquisitions.
+#[test]
+fn a_group_config_change_applies_to_the_loaded_partition() {
+    let mut sp = fresh(config(), 0);
+    let log = log(0, 10, 5);
+    for delivery in 1..=2 {
+        fetch(&mut sp, "a", 0, &log, 500);
+        assert_eq!(state(&sp, 9), (Acquired, delivery));
+        ack_durably(&mut sp, "a", 0, 0, 9, Release);
+    }
+    sp.set_config(ShareConfig { delivery_count_limit: 2, partition_max_record_locks: 5, ..config() });
+    assert_eq!(state(&sp, 0), (Available, 2), "nothing changes until the records are used");
+    // Often-delivered records go one batch at a time (throttled as the new limit says).
+    for (first, last) in [(0, 4), (5, 9)] {
+        fetch(&mut sp, "a", 0, &log, 500);
+        assert_eq!(state(&sp, first), (Acquired, 3), "delivered once more");
+        let write = ack(&mut sp, "a", 0, first, last, Release).unwrap().unwrap();
+        assert_eq!(write.state.batches[0].delivery_state, Archived.id(), "released at the lowered limit");
+        sp.write_completed(write.id, true);
+        sp.check_invariants().unwrap();
+    }
+    let more = self::log(10, 20, 5);
+    assert_eq!(fetch(&mut sp, "a", 0, &more, 500).records, vec![records(10, 14, 1)], "the lowered window");
+    assert!(!sp.can_acquire_records());
+    sp.check_invariants().unwrap();
+}
+
+/// `share.renew.acknowledge.enable` false: RENEW is refused with INVALID_RECORD_STATE
+/// (Kafka: "Renewing acquisition locks is not enabled for the group.") and the lock is not
+/// extended.
+#[test]
+fn renew_is_refused_while_the_group_disables_it() {
+    let mut sp = fresh(ShareConfig { renew_acknowledge_enabled: false, ..config() }, 0);
+    let log = log(0, 10, 10);
+    fetch(&mut sp, "a", 0, &log, 500);
+    let err = ack(&mut sp, "a", 20_000, 0, 9, Renew).unwrap_err();
+    assert_eq!(err.error_code(), ErrorCode::INVALID_RECORD_STATE);
+    assert_eq!(sp.record_state(0).unwrap().lock_deadline_ms, Some(LOCK_MS));
+    sp.set_config(config());
+    assert_eq!(ack(&mut sp, "a", 20_000, 0, 9, Renew).unwrap(), None);
+}
+
 #[test]
 fn reject_archives_and_the_start_offset_moves_past_it() {
     let mut sp = fresh(config(), 0);

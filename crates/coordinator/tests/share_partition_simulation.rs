@@ -9,7 +9,9 @@
 //! Kafka's session close). At the end every member accepts everything: every record is
 //! then acknowledged exactly once, or archived for a reason the members gave (REJECT, GAP,
 //! the delivery limit), or was aborted. Seeds where members always accept and nothing
-//! fails see every record delivered and acknowledged exactly once.
+//! fails see every record delivered and acknowledged exactly once. Now and then the
+//! group's configs change (delivery count limit, window, RENEW allowed), taken by the
+//! loaded partition at once as Kafka takes them.
 //!
 //! A failure prints its seed; `SIM_SEED=n` replays it, `SIM_TRACE=1` prints every step.
 
@@ -36,6 +38,11 @@ struct Sim {
     rng: Rng,
     now: i64,
     config: ShareConfig,
+    /// The largest delivery count limit the group had: a record acquired before the limit
+    /// was lowered keeps its count.
+    largest_delivery_count_limit: i16,
+    /// The highest delivery count each offset was delivered with, over every leader.
+    highest_count: BTreeMap<i64, i16>,
     sp: SharePartition,
     store: Store,
     log: Vec<LogBatch>,
@@ -71,6 +78,7 @@ impl Sim {
             record_lock_duration_ms: LOCK_MS,
             delivery_count_limit: 2 + rng.below(5) as i16,
             partition_max_record_locks: 8 + rng.below(56) as i32,
+            renew_acknowledge_enabled: true,
         };
         let all_accept = seed.is_multiple_of(4);
         let read_committed = seed.is_multiple_of(3);
@@ -79,6 +87,8 @@ impl Sim {
         Sim {
             rng,
             now: 0,
+            largest_delivery_count_limit: config.delivery_count_limit,
+            highest_count: BTreeMap::new(),
             config,
             sp,
             store,
@@ -133,6 +143,7 @@ impl Sim {
             }
             12 if !self.all_accept && self.rng.below(3) == 0 => self.leave(c),
             13 if !self.all_accept && self.rng.below(25) == 0 => self.restart(),
+            14 if !self.all_accept && self.rng.below(10) == 0 => self.change_config(),
             _ => self.now += self.rng.below(500) as i64,
         }
         self.settle_writes();
@@ -216,7 +227,7 @@ impl Sim {
     }
 
     fn delivered_record(&mut self, c: usize, offset: i64, count: i16) {
-        let limit = self.config.delivery_count_limit;
+        let limit = self.largest_delivery_count_limit;
         assert!((1..=limit).contains(&count), "offset {offset} delivered with count {count}, limit {limit}");
         assert!(!self.aborted_offsets.contains(&offset), "offset {offset} of an aborted transaction delivered");
         assert_ne!(
@@ -231,8 +242,10 @@ impl Sim {
             assert!(count > last || repeat_ok, "offset {offset} delivered with count {count} after {last}");
         }
         self.last_count.insert(offset, count);
+        let highest = self.highest_count.entry(offset).or_insert(count);
+        *highest = (*highest).max(count);
         *self.delivered.entry(offset).or_insert(0) += 1;
-        if count == limit {
+        if count >= self.config.delivery_count_limit {
             self.saw("last delivery");
             self.archivable.insert(offset);
         }
@@ -390,6 +403,24 @@ impl Sim {
             }
             self.writes.push_back(write);
         }
+    }
+
+    /// The group's configs change (IncrementalAlterConfigs): the loaded partition takes
+    /// them at once. Records delivered as often as a lowered limit may now be archived at
+    /// their release or expiry.
+    fn change_config(&mut self) {
+        self.saw("config changed");
+        self.config = ShareConfig {
+            delivery_count_limit: 2 + self.rng.below(5) as i16,
+            partition_max_record_locks: 8 + self.rng.below(56) as i32,
+            renew_acknowledge_enabled: self.rng.below(2) == 0,
+            ..self.config.clone()
+        };
+        let limit = self.config.delivery_count_limit;
+        self.largest_delivery_count_limit = self.largest_delivery_count_limit.max(limit);
+        let last_deliveries = self.highest_count.iter().filter(|(_, &count)| count >= limit).map(|(&offset, _)| offset);
+        self.archivable.extend(last_deliveries);
+        self.sp.set_config(self.config.clone());
     }
 
     /// Writes complete in the order issued: durable and reported, or failed.
@@ -559,6 +590,7 @@ fn random_members_never_break_invariants_or_lose_records() {
             "restart",
             "last delivery",
             "window full",
+            "config changed",
         ] {
             assert!(seen.get(wanted).copied().unwrap_or(0) > 0, "never saw {wanted:?}");
         }

@@ -12,11 +12,15 @@
 //!   watermark; by_duration: the first batch at or after the time), and that start is
 //!   written at once, so it is fixed for good (a restart does not resolve `latest` again).
 //!   A leader epoch change loads the partition again.
-//! - **Acquisition** (ShareFetch): one fetch at a time per share partition reads the log
+//! - **Acquisition** (ShareFetch): a fetch takes the share partition's fetch lock if it is
+//!   free ([`Slot::try_lock_for_fetch`], Kafka's `maybeAcquireFetchLock`), reads the log
 //!   from the machine's next fetch offset (up to the high watermark, or the last stable
-//!   offset for `read_committed`) and acquires what it read; the response carries the
-//!   batches holding acquired records. Acquisitions are not written (as in Kafka: a
-//!   restart makes acquired records available again).
+//!   offset for `read_committed`), and either acquires what it read or, short of its
+//!   MinBytes, lets go and waits; the response carries the batches holding acquired
+//!   records. Acquisitions are not written (as in Kafka: a restart makes acquired records
+//!   available again).
+//! - **Group configs** are read at each acquisition, acknowledgement and lock expiry, so a
+//!   change applies to loaded share partitions at once, as in Kafka.
 //! - **Writes** (acknowledgements, releases, lock expiry): one write in flight per share
 //!   partition, those arriving meanwhile merged into the next (a group commit), so they
 //!   reach the share coordinator in order. An acknowledgement is answered once its write
@@ -25,8 +29,9 @@
 //!   shortest lock is 1 s) expires acquisition locks and drops share partitions this
 //!   broker no longer leads.
 //!
-//! Waiting ShareFetches are woken by appends (the high watermark) and by records made
-//! available again (releases, expiry): [`SharePartitions::available`].
+//! Waiting ShareFetches are woken by appends (the high watermark), by records made
+//! available again (releases, expiry) and by a fetch lock they found held being released:
+//! [`SharePartitions::available`].
 
 use crate::broker::{now_ms, Broker};
 use crate::partition::Partition;
@@ -116,8 +121,11 @@ pub struct Slot {
     /// offsets were altered or deleted, or another leader took over): what is held here is
     /// not the durable state any more, and the next fetch loads it again.
     fenced: AtomicBool,
-    /// One acquisition at a time: from choosing where to read to acquiring what was read.
-    fetch: tokio::sync::Mutex<()>,
+    /// Kafka's fetch lock: one fetch at a time, from choosing where to read to acquiring
+    /// what was read ([`FetchLock`]).
+    fetch: Arc<tokio::sync::Mutex<()>>,
+    /// A fetch found the fetch lock held: its release wakes waiting fetches.
+    fetch_contended: AtomicBool,
     inner: Mutex<SlotInner>,
 }
 
@@ -147,17 +155,6 @@ pub struct Fetched {
     pub records: Bytes,
     pub acquired: Vec<AcquiredRecords>,
     pub count: i64,
-}
-
-/// A ShareFetch's limits, per request.
-#[derive(Debug, Clone, Copy)]
-pub struct FetchLimits {
-    pub max_bytes: usize,
-    pub max_records: i32,
-    pub batch_size: i32,
-    pub mode: ShareAcquireMode,
-    /// The first partition with data returns a whole first batch even if larger.
-    pub min_one_batch: bool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -289,7 +286,11 @@ impl SharePartitions {
                 let idle_for = now - slot.last_used_ms.load(Ordering::Relaxed);
                 if inner.next_lock_check_ms <= now || idle_for > IDLE_UNLOAD_MS {
                     let write = match inner.machine.next_deadline() {
-                        Some(at) if at <= now => inner.machine.tick(now),
+                        Some(at) if at <= now => {
+                            // An expiry archives at the delivery count limit in force now.
+                            inner.machine.set_config(share_settings(broker, &key.group_id).0);
+                            inner.machine.tick(now)
+                        }
                         _ => None,
                     };
                     let next = inner.machine.next_deadline();
@@ -320,7 +321,9 @@ impl SharePartitions {
 }
 
 /// The group's settings in force: the broker's `group.share.*`, overridden by the group's
-/// configs.
+/// configs. Read at each use of a loaded share partition (an acquisition, an
+/// acknowledgement, a lock expiry), as Kafka's `SharePartition` reads its group's config
+/// through `ShareGroupConfigProvider`, so that a change applies at once.
 pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAutoOffsetReset, ShareIsolationLevel) {
     let c = broker.config();
     let image = broker.image();
@@ -333,7 +336,10 @@ pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAut
             overrides.delivery_count_limit.unwrap_or(c.group_share_delivery_count_limit),
         )
         .unwrap_or(i16::MAX),
-        partition_max_record_locks: c.group_share_partition_max_record_locks,
+        partition_max_record_locks: overrides
+            .partition_max_record_locks
+            .unwrap_or(c.group_share_partition_max_record_locks),
+        renew_acknowledge_enabled: overrides.renew_acknowledge_enabled.unwrap_or(true),
     };
     let reset = overrides.auto_offset_reset.unwrap_or_default();
     let isolation = overrides.isolation_level.unwrap_or(ShareIsolationLevel::ReadUncommitted);
@@ -387,7 +393,8 @@ async fn load(
         leader_epoch: epoch,
         last_used_ms: AtomicI64::new(now_ms()),
         fenced: AtomicBool::new(false),
-        fetch: tokio::sync::Mutex::new(()),
+        fetch: Arc::default(),
+        fetch_contended: AtomicBool::new(false),
         inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false, next_lock_check_ms: i64::MAX }),
     })
 }
@@ -417,87 +424,31 @@ impl Slot {
         &self.partition
     }
 
-    /// Acquires for `member_id` what the log holds past the machine's next fetch offset.
-    pub async fn acquire(
-        self: &Arc<Self>,
-        broker: &Arc<Broker>,
-        member_id: &str,
-        limits: FetchLimits,
-    ) -> Result<Fetched, ShareError> {
-        let _one_at_a_time = self.fetch.lock().await;
+    /// Kafka's `SharePartition.maybeAcquireFetchLock` and `canAcquireRecords`, as
+    /// `DelayedShareFetch.acquirablePartitions` asks them: the share partition's fetch lock
+    /// if no other fetch holds it, and only when it can acquire anything (there are
+    /// records to deliver again, or the in-flight window has room). The group's settings
+    /// in force are taken first. A fetch that finds the lock held is woken when it is
+    /// released.
+    pub fn try_lock_for_fetch(self: &Arc<Self>, broker: &Arc<Broker>) -> Option<FetchLock> {
+        let Ok(guard) = self.fetch.clone().try_lock_owned() else {
+            self.fetch_contended.store(true, Ordering::Relaxed);
+            return None;
+        };
         self.last_used_ms.store(now_ms(), Ordering::Relaxed);
-        if !self.partition.leads_at(self.leader_epoch) {
-            return Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "leadership moved"));
+        if self.fenced.load(Ordering::Relaxed) {
+            return None;
         }
-        let (config, _, isolation) = share_settings(broker, &self.key.group_id);
+        let config = share_settings(broker, &self.key.group_id).0;
         let fetch_offset = {
             let mut inner = lock(&self.inner);
-            inner.machine.set_record_lock_duration_ms(config.record_lock_duration_ms);
+            inner.machine.set_config(config);
             if !inner.machine.can_acquire_records() {
-                return Ok(Fetched::default());
+                return None;
             }
             inner.machine.next_fetch_offset()
         };
-        let snapshot = self.partition.snapshot();
-        let read_committed = isolation == ShareIsolationLevel::ReadCommitted;
-        let bound = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
-        if fetch_offset >= bound {
-            return Ok(Fetched::default());
-        }
-        let partition = self.partition.clone();
-        let read =
-            tokio::task::spawn_blocking(move || read_log(&partition, fetch_offset, bound, limits, read_committed))
-                .await
-                .map_err(|_| ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "read interrupted"))?;
-        let read = match read {
-            Err(e) if e.code == ErrorCode::OFFSET_OUT_OF_RANGE => {
-                // The log start passed records in flight (retention, DeleteRecords): they
-                // are gone; the share partition moves on, and the client fetches again
-                // (as Kafka's `ShareFetchUtils.processFetchResponse`).
-                let log_start = self.partition.log.log_start_offset();
-                let write = lock(&self.inner).machine.log_start_moved(log_start);
-                if let Some(write) = write {
-                    tracing::info!(group = self.key.group_id, topic = %self.partition.topic, partition = self.key.partition, log_start_offset = log_start, "share partition start offset moved to the log start: earlier records were deleted before their delivery completed");
-                    self.enqueue(broker, write, None);
-                }
-                return Ok(Fetched::default());
-            }
-            other => other?,
-        };
-        if read.batches.is_empty() {
-            return Ok(Fetched::default());
-        }
-        let isolation = match read_committed {
-            true => Isolation::ReadCommitted {
-                last_stable_offset: snapshot.last_stable_offset,
-                aborted_transactions: &read.aborted,
-            },
-            false => Isolation::ReadUncommitted,
-        };
-        let request = AcquireRequest {
-            fetch_offset,
-            batches: &read.batches,
-            max_records: limits.max_records,
-            batch_size: limits.batch_size,
-            mode: limits.mode,
-            isolation,
-        };
-        let acquired = {
-            let mut inner = lock(&self.inner);
-            let now = now_ms();
-            let acquired = inner.machine.acquire(member_id, now, &request);
-            if !acquired.records.is_empty() {
-                let deadline = now.saturating_add(inner.machine.config().record_lock_duration_ms);
-                inner.next_lock_check_ms = inner.next_lock_check_ms.min(deadline);
-            }
-            acquired
-        };
-        if acquired.records.is_empty() {
-            return Ok(Fetched::default());
-        }
-        crate::telemetry::share_records_acquired(acquired.count);
-        let records = slice_batches(&read.records, &acquired.records);
-        Ok(Fetched { records, acquired: acquired.records, count: acquired.count })
+        Some(FetchLock { slot: self.clone(), guard: Some(guard), broker: broker.clone(), fetch_offset })
     }
 
     /// Acknowledges `batches` for `member_id`: answered once the write is durable.
@@ -508,8 +459,13 @@ impl Slot {
         batches: &[AcknowledgementBatch],
     ) -> Result<(), ShareError> {
         self.last_used_ms.store(now_ms(), Ordering::Relaxed);
+        let config = share_settings(broker, &self.key.group_id).0;
         let result = async {
-            let write = lock(&self.inner).machine.acknowledge(member_id, now_ms(), batches)?;
+            let write = {
+                let mut inner = lock(&self.inner);
+                inner.machine.set_config(config);
+                inner.machine.acknowledge(member_id, now_ms(), batches)?
+            };
             let Some(write) = write else { return Ok(()) };
             let (tx, rx) = oneshot::channel();
             self.enqueue(broker, write, Some(tx));
@@ -596,7 +552,167 @@ impl Slot {
     }
 }
 
+/// A share partition's fetch lock, held by one ShareFetch from choosing where to read
+/// until it acquired what it read or gave up (Kafka's `DelayedShareFetch` holding the
+/// share partition's fetch lock from `tryComplete` to `onComplete`).
+#[derive(Debug)]
+pub struct FetchLock {
+    slot: Arc<Slot>,
+    /// Taken on drop before waiting fetches are woken.
+    guard: Option<tokio::sync::OwnedMutexGuard<()>>,
+    broker: Arc<Broker>,
+    fetch_offset: i64,
+}
+
+impl Drop for FetchLock {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        if self.slot.fetch_contended.swap(false, Ordering::Relaxed) {
+            self.broker.share_partitions.records_available();
+        }
+    }
+}
+
+impl FetchLock {
+    /// Reads the log from the share partition's next fetch offset (up to the high
+    /// watermark, or the last stable offset for `read_committed`): at most `max_bytes`,
+    /// but a whole first batch when `min_one_batch` (Kafka's `readFromLog`).
+    pub async fn read(self, max_bytes: usize, min_one_batch: bool) -> FetchRead {
+        let slot = self.slot.clone();
+        if !slot.partition.leads_at(slot.leader_epoch) {
+            let failed = Err(ShareError::new(ErrorCode::NOT_LEADER_OR_FOLLOWER, "leadership moved"));
+            return FetchRead { lock: self, outcome: failed, last_stable_offset: -1, read_committed: false };
+        }
+        let isolation = share_settings(&self.broker, &slot.key.group_id).2;
+        let read_committed = isolation == ShareIsolationLevel::ReadCommitted;
+        let snapshot = slot.partition.snapshot();
+        let bound = if read_committed { snapshot.last_stable_offset } else { snapshot.high_watermark };
+        let fetch_offset = self.fetch_offset;
+        let outcome = if fetch_offset > bound {
+            // Past the end (the log was truncated under it): answered at once, as Kafka's
+            // `isMinBytesSatisfied` does for a fetch offset past the end offset.
+            Ok(ReadOutcome::PastTheEnd)
+        } else if fetch_offset == bound {
+            Ok(ReadOutcome::Read(None))
+        } else {
+            let partition = slot.partition.clone();
+            let read = tokio::task::spawn_blocking(move || {
+                read_log(&partition, fetch_offset, bound, max_bytes, min_one_batch, read_committed)
+            })
+            .await
+            .unwrap_or_else(|_| Err(ShareError::new(ErrorCode::UNKNOWN_SERVER_ERROR, "read interrupted")));
+            match read {
+                Ok(read) => Ok(ReadOutcome::Read(Some(read))),
+                Err(e) if e.code == ErrorCode::OFFSET_OUT_OF_RANGE => Ok(ReadOutcome::OffsetOutOfRange),
+                Err(e) => Err(e),
+            }
+        };
+        FetchRead { lock: self, outcome, last_stable_offset: snapshot.last_stable_offset, read_committed }
+    }
+}
+
+/// What a ShareFetch read of one share partition, under its fetch lock, waiting to be
+/// acquired or given up.
+#[derive(Debug)]
+pub struct FetchRead {
+    lock: FetchLock,
+    outcome: Result<ReadOutcome, ShareError>,
+    last_stable_offset: i64,
+    read_committed: bool,
+}
+
+#[derive(Debug)]
+enum ReadOutcome {
+    /// The log from the fetch offset (None: nothing past it yet).
+    Read(Option<LogRead>),
+    /// The fetch offset is past the log's end.
+    PastTheEnd,
+    /// The log start passed the fetch offset (retention, DeleteRecords).
+    OffsetOutOfRange,
+}
+
+impl FetchRead {
+    /// The record bytes read.
+    pub fn bytes(&self) -> usize {
+        match &self.outcome {
+            Ok(ReadOutcome::Read(Some(read))) => read.records.len(),
+            _ => 0,
+        }
+    }
+
+    /// Whether the fetch is answered now whatever it read: a read that failed (Kafka's
+    /// `anyPartitionHasLogReadError`) or a fetch offset past the end.
+    pub fn completes_the_fetch(&self) -> bool {
+        !matches!(self.outcome, Ok(ReadOutcome::Read(_)))
+    }
+
+    /// Acquires for `member_id` what was read, at most `max_records` (Kafka's
+    /// `ShareFetchUtils.processFetchResponse` and `SharePartition.acquire`), then releases
+    /// the fetch lock.
+    pub fn acquire(
+        self,
+        member_id: &str,
+        max_records: i32,
+        batch_size: i32,
+        mode: ShareAcquireMode,
+    ) -> Result<Fetched, ShareError> {
+        let slot = &self.lock.slot;
+        let read = match self.outcome {
+            Err(e) => return Err(e),
+            Ok(ReadOutcome::Read(Some(read))) => read,
+            Ok(ReadOutcome::Read(None) | ReadOutcome::PastTheEnd) => return Ok(Fetched::default()),
+            Ok(ReadOutcome::OffsetOutOfRange) => {
+                // The records in flight there are gone; the share partition moves on to the
+                // log start, and the client fetches again (as Kafka's
+                // `ShareFetchUtils.processFetchResponse`).
+                let log_start = slot.partition.log.log_start_offset();
+                let write = lock(&slot.inner).machine.log_start_moved(log_start);
+                if let Some(write) = write {
+                    tracing::info!(group = slot.key.group_id, topic = %slot.partition.topic, partition = slot.key.partition, log_start_offset = log_start, "share partition start offset moved to the log start: earlier records were deleted before their delivery completed");
+                    slot.enqueue(&self.lock.broker, write, None);
+                }
+                return Ok(Fetched::default());
+            }
+        };
+        if read.batches.is_empty() || max_records <= 0 {
+            return Ok(Fetched::default());
+        }
+        let isolation = match self.read_committed {
+            true => Isolation::ReadCommitted {
+                last_stable_offset: self.last_stable_offset,
+                aborted_transactions: &read.aborted,
+            },
+            false => Isolation::ReadUncommitted,
+        };
+        let request = AcquireRequest {
+            fetch_offset: self.lock.fetch_offset,
+            batches: &read.batches,
+            max_records,
+            batch_size,
+            mode,
+            isolation,
+        };
+        let acquired = {
+            let mut inner = lock(&slot.inner);
+            let now = now_ms();
+            let acquired = inner.machine.acquire(member_id, now, &request);
+            if !acquired.records.is_empty() {
+                let deadline = now.saturating_add(inner.machine.config().record_lock_duration_ms);
+                inner.next_lock_check_ms = inner.next_lock_check_ms.min(deadline);
+            }
+            acquired
+        };
+        if acquired.records.is_empty() {
+            return Ok(Fetched::default());
+        }
+        crate::telemetry::share_records_acquired(acquired.count);
+        let records = slice_batches(&read.records, &acquired.records);
+        Ok(Fetched { records, acquired: acquired.records, count: acquired.count })
+    }
+}
+
 /// What a share fetch read of the log.
+#[derive(Debug)]
 struct LogRead {
     records: Bytes,
     batches: Vec<LogBatch>,
@@ -607,11 +723,12 @@ fn read_log(
     partition: &Partition,
     from: i64,
     bound: i64,
-    limits: FetchLimits,
+    max_bytes: usize,
+    min_one_batch: bool,
     read_committed: bool,
 ) -> Result<LogRead, ShareError> {
     let log = &partition.log;
-    let slice = match log.read_limited(from, limits.max_bytes, bound, limits.min_one_batch) {
+    let slice = match log.read_limited(from, max_bytes, bound, min_one_batch) {
         Ok(slice) => slice,
         Err(osprey_storage::StorageError::OffsetOutOfRange { .. }) => {
             return Err(ShareError::new(

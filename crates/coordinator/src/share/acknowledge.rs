@@ -96,21 +96,34 @@ struct Ack<'a> {
     write: WriteId,
     lock_deadline_ms: i64,
     delivery_count_limit: i16,
+    renew_enabled: bool,
     changes: Vec<StateBatch>,
 }
 
 impl Ack<'_> {
-    /// Applies `ack_type` to the ACQUIRED state of `first..=last`.
-    fn apply(&mut self, first: i64, last: i64, s: &mut InFlightState, ack_type: AcknowledgeType) {
+    /// Applies `ack_type` to the ACQUIRED state of `first..=last`. A RENEW while the
+    /// group's `share.renew.acknowledge.enable` is false is refused, as Kafka refuses it
+    /// once the records are found acquired by the member.
+    fn apply(
+        &mut self,
+        first: i64,
+        last: i64,
+        s: &mut InFlightState,
+        ack_type: AcknowledgeType,
+    ) -> Result<(), AcknowledgeError> {
         if ack_type == AcknowledgeType::Renew {
+            if !self.renew_enabled {
+                return Err(InvalidRecordState("renewing acquisition locks is not enabled for the group"));
+            }
             if let Some(lock) = &mut s.lock {
                 lock.deadline_ms = self.lock_deadline_ms;
             }
-            return;
+            return Ok(());
         }
         let target = ack_type.target(s.delivery_count, self.delivery_count_limit);
         s.start_transition(self.write, target, s.delivery_count);
         push_coalesced(&mut self.changes, first, last, target, s.delivery_count);
+        Ok(())
     }
 }
 
@@ -137,6 +150,7 @@ impl SharePartition {
             write: WriteId(self.next_write_id + 1),
             lock_deadline_ms: now_ms.saturating_add(self.config.record_lock_duration_ms),
             delivery_count_limit: self.config.delivery_count_limit,
+            renew_enabled: self.config.renew_acknowledge_enabled,
             changes: Vec::new(),
         };
         if let Err(e) = batches.iter().try_for_each(|batch| self.acknowledge_batch(&mut ack, batch)) {
@@ -254,8 +268,7 @@ impl SharePartition {
         if let (States::Whole(s), true, false, false) =
             (&mut in_flight.states, full_match, per_offset_types, start_within)
         {
-            ack.apply(in_flight.first_offset, in_flight.last_offset, s, types[0]);
-            return Ok(());
+            return ack.apply(in_flight.first_offset, in_flight.last_offset, s, types[0]);
         }
         let first_offset = in_flight.first_offset;
         let from = batch.first_offset.max(start_offset).max(first_offset);
@@ -270,7 +283,7 @@ impl SharePartition {
                 return Err(InvalidRecordState("the member is not the owner of the offset"));
             }
             let ack_type = if per_offset_types { types[(offset - batch.first_offset) as usize] } else { types[0] };
-            ack.apply(offset, offset, s, ack_type);
+            ack.apply(offset, offset, s, ack_type)?;
         }
         Ok(())
     }

@@ -15,11 +15,19 @@ pub struct ShareConfig {
     /// `group.share.partition.max.record.locks` (default 2000 since Kafka 4.1, range
     /// 100..=10000): the in-flight window, `end_offset - start_offset`.
     pub partition_max_record_locks: i32,
+    /// The group's `share.renew.acknowledge.enable` (default true): whether RENEW
+    /// acknowledgements (KIP-1222) are taken.
+    pub renew_acknowledge_enabled: bool,
 }
 
 impl Default for ShareConfig {
     fn default() -> Self {
-        ShareConfig { record_lock_duration_ms: 30_000, delivery_count_limit: 5, partition_max_record_locks: 2000 }
+        ShareConfig {
+            record_lock_duration_ms: 30_000,
+            delivery_count_limit: 5,
+            partition_max_record_locks: 2000,
+            renew_acknowledge_enabled: true,
+        }
     }
 }
 

@@ -55,14 +55,14 @@ impl SharePartition {
                 return Err(format!("start offset {start} not moved past a {:?} record", view.state));
             }
         }
-        if end - start > self.config.max_record_locks() && end != self.loaded_end_offset {
-            return Err(format!("{} records in flight, window {}", end - start, self.config.max_record_locks()));
+        if end - start > self.largest_window && end != self.loaded_end_offset {
+            return Err(format!("{} records in flight, window {}", end - start, self.largest_window));
         }
         Ok(())
     }
 
     fn check_state(&self, from: i64, to: i64, s: &InFlightState) -> Result<(), String> {
-        let limit = self.config.delivery_count_limit;
+        let limit = self.largest_delivery_count_limit;
         let at = || format!("offsets {from}-{to} ({:?}, delivery count {})", s.state, s.delivery_count);
         if (s.state == RecordState::Acquired) != s.lock.is_some() {
             return Err(format!("{}: lock {:?}", at(), s.lock));

@@ -106,6 +106,11 @@ pub struct SharePartition {
     /// The end offset right after load: a persisted state larger than the window is
     /// loaded as is, and only acquisitions past it are held to the window.
     loaded_end_offset: i64,
+    /// The largest delivery count limit and window in force since load: records acquired
+    /// or released under a larger setting keep their delivery counts and stay in flight
+    /// when the group's setting is lowered, and the invariants are checked against these.
+    largest_delivery_count_limit: i16,
+    largest_window: i64,
     next_write_id: u64,
 }
 
@@ -115,11 +120,17 @@ impl SharePartition {
         &self.config
     }
 
-    /// Takes a new `record_lock_duration_ms` (the group's `share.record.lock.duration.ms`
-    /// changed), for acquisitions and renewals from now on; locks held keep their deadline.
-    /// The other settings hold from load to unload, as the machine's invariants rely on them.
-    pub fn set_record_lock_duration_ms(&mut self, record_lock_duration_ms: i64) {
-        self.config.record_lock_duration_ms = record_lock_duration_ms;
+    /// Takes the group's settings in force now (a group config changed), as Kafka's
+    /// `SharePartition` reads them from the group's config at each use: the lock duration
+    /// for acquisitions and renewals from now on (locks held keep their deadline); the
+    /// delivery count limit for the next acquisition, release or lock expiry (a record
+    /// already AVAILABLE at or past a lowered limit is delivered once more and archived
+    /// after, as in Kafka); the window for the next acquisition (records in flight beyond
+    /// a lowered window stay); whether RENEW is taken for the next acknowledgement.
+    pub fn set_config(&mut self, config: ShareConfig) {
+        self.largest_delivery_count_limit = self.largest_delivery_count_limit.max(config.delivery_count_limit);
+        self.largest_window = self.largest_window.max(config.max_record_locks());
+        self.config = config;
     }
 
     /// SPSO: every record below it is ACKNOWLEDGED or ARCHIVED.

@@ -80,6 +80,7 @@ impl SharePartition {
             cache.insert(b.first_offset, InFlightBatch::whole(b.first_offset, b.last_offset, in_flight));
             next = b.last_offset + 1;
         }
+        let (largest_delivery_count_limit, largest_window) = (config.delivery_count_limit, config.max_record_locks());
         let mut partition = SharePartition {
             config,
             leader_epoch,
@@ -88,6 +89,8 @@ impl SharePartition {
             end_offset: next,
             cache,
             loaded_end_offset: next,
+            largest_delivery_count_limit,
+            largest_window,
             next_write_id: 0,
         };
         partition.advance_start_offset();

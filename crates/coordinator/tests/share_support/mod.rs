@@ -12,7 +12,12 @@ use osprey_coordinator::share_state::combine;
 pub const LOCK_MS: i64 = 30_000;
 
 pub fn config() -> ShareConfig {
-    ShareConfig { record_lock_duration_ms: LOCK_MS, delivery_count_limit: 5, partition_max_record_locks: 2000 }
+    ShareConfig {
+        record_lock_duration_ms: LOCK_MS,
+        delivery_count_limit: 5,
+        partition_max_record_locks: 2000,
+        ..Default::default()
+    }
 }
 
 /// A partition with no persisted state, starting at `start` (share.auto.offset.reset).

@@ -82,6 +82,11 @@ fn entries(broker: &Broker, resource_type: i8, name: &str) -> Result<Vec<ConfigE
     }
 }
 
+/// Kafka's `group.share.assignment.interval.ms` default, what a share group's
+/// `share.assignment.interval.ms` shows when not set (the broker has no such setting here:
+/// share assignments are not spaced out, see `group_config`).
+const SHARE_ASSIGNMENT_INTERVAL_MS_DEFAULT: i32 = 1000;
+
 /// A group's configs: its override where it has one (source GROUP_CONFIG), else the
 /// broker's setting (Kafka's `ConfigHelper` for a GROUP resource). The group need not
 /// exist, as in Kafka.
@@ -137,6 +142,13 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
             "The timeout to detect client failures of this group's members.",
         ),
         entry(
+            group_config::SHARE_ASSIGNMENT_INTERVAL_MS,
+            None,
+            SHARE_ASSIGNMENT_INTERVAL_MS_DEFAULT.to_string(),
+            ConfigType::Int,
+            "The interval between assignment updates for a share group.",
+        ),
+        entry(
             group_config::SHARE_AUTO_OFFSET_RESET,
             None,
             "latest".into(),
@@ -169,11 +181,25 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
             "Whether a share group reads records of transactions not yet committed: read_uncommitted or read_committed.",
         ),
         entry(
+            group_config::SHARE_PARTITION_MAX_RECORD_LOCKS,
+            Some("group.share.partition.max.record.locks"),
+            config.group_share_partition_max_record_locks.to_string(),
+            ConfigType::Int,
+            "Share-group record lock limit per share-partition.",
+        ),
+        entry(
             group_config::SHARE_RECORD_LOCK_DURATION_MS,
             Some("group.share.record.lock.duration.ms"),
             config.group_share_record_lock_duration_ms.to_string(),
             ConfigType::Int,
             "How long a record acquired by a share consumer stays locked to it.",
+        ),
+        entry(
+            group_config::SHARE_RENEW_ACKNOWLEDGE_ENABLE,
+            None,
+            "true".into(),
+            ConfigType::Boolean,
+            "Whether the renew acknowledge type is enabled for the share group.",
         ),
         entry(
             group_config::SHARE_SESSION_TIMEOUT_MS,

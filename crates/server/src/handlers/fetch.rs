@@ -232,34 +232,58 @@ async fn long_poll(plan: Arc<Plan>, wait: Duration) -> Answer {
         // Watch first, then read: a high watermark that moves after the read wakes the
         // wait. (Reading first would miss one that moved in between, and the fetch would
         // sit out its whole max.wait.ms with data waiting.)
-        let mut watchers = JoinSet::new();
+        let mut wakeups = Wakeups::default();
         for p in &plan.partitions {
             if let Ok(partition) = &p.partition {
                 // A follower waits for appends; a consumer for what it may read.
-                let mut rx = if plan.replica.is_some() {
+                wakeups.watch(if plan.replica.is_some() {
                     partition.watch_log_end_offset()
                 } else {
                     partition.watch_high_watermark()
-                };
-                watchers.spawn(async move { rx.changed().await.is_ok() });
+                });
             }
         }
         let (reads, bytes, errors) = read_off_worker(&plan).await;
         if timed_out || bytes >= plan.min_bytes.max(1) || errors {
             return respond(&plan, reads);
         }
-        let stopping = plan.broker.stopping();
-        // Parked (Kafka's DelayedFetch): the request's remote time, not its local work.
-        timed_out = remote_wait(async {
+        timed_out = wakeups.park(&plan.broker, deadline).await;
+    }
+}
+
+/// What wakes a parked fetch (the watch keys of Kafka's fetch purgatories, for Fetch's
+/// `DelayedFetch` and ShareFetch's `DelayedShareFetch`): a change of any value watched.
+/// A fetch watches first, then looks, and parks if what it saw is not enough: a change
+/// after the look wakes it.
+#[derive(Default)]
+pub(crate) struct Wakeups {
+    watchers: JoinSet<()>,
+}
+
+impl Wakeups {
+    /// Wakes the parked fetch when `value` changes from what it holds now.
+    pub(crate) fn watch<T: Send + Sync + 'static>(&mut self, mut value: tokio::sync::watch::Receiver<T>) {
+        value.borrow_and_update();
+        self.watchers.spawn(async move {
+            let _ = value.changed().await;
+        });
+    }
+
+    /// Parks until a watched value changes (false: look again), or `deadline` passes or
+    /// the broker stops (true: answer with what there is). Parked time is the request's
+    /// remote time, not its local work.
+    pub(crate) async fn park(mut self, broker: &Broker, deadline: tokio::time::Instant) -> bool {
+        let stopping = broker.stopping();
+        remote_wait(async {
             tokio::select! {
                 // An empty set resolves at once; only wait on it when something is watched.
-                Some(_) = watchers.join_next(), if !watchers.is_empty() => false,
+                Some(_) = self.watchers.join_next(), if !self.watchers.is_empty() => false,
                 _ = tokio::time::sleep_until(deadline) => true,
                 // Shutting down: answer parked fetches now rather than at their deadline.
                 _ = stopping => true,
             }
         })
-        .await;
+        .await
     }
 }
 

@@ -7,11 +7,15 @@
 //!   each topic (TOPIC_AUTHORIZATION_FAILED for its partitions).
 //! - A ShareFetch's acknowledgements are applied first, each partition's outcome in its
 //!   `AcknowledgeErrorCode`, answered once durable. Then the session's partitions are
-//!   fetched: records acquired for the member, the batches holding them in `Records`, the
-//!   ranges in `AcquiredRecords`. With nothing to acquire the fetch waits up to
-//!   `MaxWaitMs` for appends or records made available again; it answers as soon as
-//!   anything is acquired (`MinBytes` is not waited for: acquired records are locked, and
-//!   holding them while waiting for more only delays them).
+//!   fetched ([`fetch`], Kafka's `DelayedShareFetch`): records acquired for the member, the
+//!   batches holding them in `Records`, the ranges in `AcquiredRecords`. The fetch waits
+//!   until `MinBytes` can be read past the share partitions' next fetch offsets, or
+//!   `MaxWaitMs`, holding no record meanwhile; then it acquires, up to `MaxRecords` in
+//!   all, from the session's partitions in an order rotated by the session epoch.
+//!   While it waits it holds no share partition's fetch lock, so other members' fetches
+//!   and every acknowledgement go on; the same connection's later requests take effect
+//!   after it, in order (the connection's writer runs their answers one after the other),
+//!   as Kafka processes a connection's requests one at a time.
 //! - A new session's answer lists every partition; a later one only those with records,
 //!   an error or an acknowledgement outcome.
 //! - Epoch -1 ends the session after its acknowledgements, releasing what the member
@@ -20,9 +24,10 @@
 use crate::access::{kind, op, Access};
 use crate::broker::Broker;
 use crate::dispatch::{Client, Reply};
+use crate::handlers::fetch::Wakeups;
 use crate::metadata_cache::MetadataCache;
 use crate::partition::Partition;
-use crate::share_partitions::{share_settings, FetchLimits, ShareError, Slot};
+use crate::share_partitions::{share_settings, FetchRead, ShareError, Slot};
 use crate::share_sessions::{ConnectionKey, FetchContext, TopicIdPartition};
 use osprey_coordinator::share::{AcknowledgementBatch, ShareAcquireMode};
 use osprey_coordinator::share_state::ShareKey;
@@ -35,7 +40,6 @@ use osprey_protocol::{ErrorCode, ResponseBody, Uuid};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::task::JoinSet;
 
 /// One partition's outcome, before the response is laid out.
 #[derive(Debug, Default)]
@@ -116,16 +120,20 @@ pub fn handle_fetch(
         Ok(context) => context,
         Err(code) => return top_error(code, format!("share session of member {member_id}: {}", code.name())),
     };
-    let limits = FetchLimits {
-        max_bytes: req.max_bytes.clamp(0, broker.config().fetch_max_bytes.max(0)) as usize,
-        max_records: if version >= 1 && req.max_records > 0 { req.max_records } else { 500 },
-        batch_size: if version >= 1 { req.batch_size } else { 0 },
+    // As Kafka's `handleFetchFromShareFetchRequest`: MaxBytes at most `fetch.max.bytes`,
+    // MinBytes at most that.
+    let max_bytes = req.max_bytes.clamp(0, broker.config().fetch_max_bytes.max(0));
+    let limits = Limits {
+        max_bytes: max_bytes as usize,
+        min_bytes: req.min_bytes.clamp(0, max_bytes) as usize,
+        max_wait: Duration::from_millis(req.max_wait_ms.max(0) as u64),
+        max_records: req.max_records,
+        batch_size: req.batch_size,
         mode: ShareAcquireMode::from_id(req.share_acquire_mode).unwrap_or_default(),
-        min_one_batch: true,
     };
     let broker = broker.clone();
     let listener = client.listener.clone();
-    let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64);
+    let session_epoch = req.share_session_epoch;
     Reply::Later(Box::pin(async move {
         let mut outcomes: BTreeMap<TopicIdPartition, Outcome> = BTreeMap::new();
         let key = |tp: TopicIdPartition| ShareKey { group_id: group_id.clone(), topic_id: tp.0, partition: tp.1 };
@@ -142,7 +150,8 @@ pub fn handle_fetch(
                 (false, Vec::new())
             }
         };
-        fetch(&broker, access.as_ref(), &group_id, &member_id, &partitions, limits, max_wait, &mut outcomes).await;
+        let who = (group_id.as_str(), member_id.as_str());
+        fetch(&broker, access.as_ref(), who, &partitions, session_epoch, limits, &mut outcomes).await;
         let lock_ms = share_settings(&broker, &group_id).0.record_lock_duration_ms;
         let mut resp = ShareFetchResponse {
             acquisition_lock_timeout_ms: i32::try_from(lock_ms).unwrap_or(i32::MAX),
@@ -276,94 +285,140 @@ async fn acknowledge(
     slot.acknowledge(broker, member_id, batches).await
 }
 
-/// Acquires for the member on `partitions`, waiting up to `max_wait` while nothing can be
-/// acquired.
-#[allow(clippy::too_many_arguments)]
+/// A ShareFetch's limits, as Kafka's `FetchParams` and `ShareFetch` carry them.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    max_bytes: usize,
+    min_bytes: usize,
+    max_wait: Duration,
+    /// What the whole request may acquire (Kafka's `maxFetchRecords`).
+    max_records: i32,
+    batch_size: i32,
+    mode: ShareAcquireMode,
+}
+
+/// Fetches for the member on the session's `partitions`, as Kafka's `SharePartitionManager`
+/// and `DelayedShareFetch` do:
+///
+/// - Partitions whose topic is unknown, not readable or without the partition are
+///   answered with their error; the others are rotated by the session epoch
+///   ([`rotate`]) and their share partitions loaded. When every one fails, the fetch is
+///   answered at once.
+/// - Then, each time it looks (at first, and whenever an append, a release or a lock
+///   expiry wakes it): the share partitions whose fetch lock is free and that can acquire
+///   anything are read from their next fetch offset, each at most MaxBytes over their
+///   number. The fetch completes when what was read reaches MinBytes, when a read failed,
+///   or at MaxWaitMs; it then acquires from what it read, in order, up to MaxRecords for
+///   the whole request (BatchSize and the acquire mode shape the ranges). Otherwise it
+///   lets go of the share partitions, acquiring nothing, and parks until woken
+///   ([`Wakeups`], as Fetch parks).
 async fn fetch(
     broker: &Arc<Broker>,
     access: Option<&Access>,
-    group_id: &str,
-    member_id: &str,
+    (group_id, member_id): (&str, &str),
     partitions: &[TopicIdPartition],
-    limits: FetchLimits,
-    max_wait: Duration,
+    session_epoch: i32,
+    limits: Limits,
     outcomes: &mut BTreeMap<TopicIdPartition, Outcome>,
 ) {
-    if partitions.is_empty() {
+    let mut interested = Vec::new();
+    for &tp in partitions {
+        match leader(broker, access, tp.0, tp.1) {
+            Err(e) if e.code != ErrorCode::NOT_LEADER_OR_FOLLOWER => outcomes.entry(tp).or_default().error = Some(e),
+            _ => interested.push(tp),
+        }
+    }
+    let mut slots = Vec::new();
+    for tp in rotate(interested, session_epoch) {
+        let key = ShareKey { group_id: group_id.to_string(), topic_id: tp.0, partition: tp.1 };
+        match slot(broker, access, &key).await {
+            Ok(slot) => slots.push((tp, slot)),
+            Err(e) => outcomes.entry(tp).or_default().error = Some(e),
+        }
+    }
+    if slots.is_empty() {
         return;
     }
-    let deadline = tokio::time::Instant::now() + max_wait;
+    let deadline = tokio::time::Instant::now() + limits.max_wait;
+    let mut timed_out = false;
     loop {
-        // Watch first, then look: what changes after the look wakes the wait.
-        let mut watchers = JoinSet::new();
-        let mut available = broker.share_partitions.watch_available();
-        available.borrow_and_update();
-        watchers.spawn(async move { available.changed().await.is_ok() });
-        let mut acquired = 0i64;
-        let mut bytes = 0usize;
-        let mut errors = false;
-        for &tp in partitions {
-            let key = ShareKey { group_id: group_id.to_string(), topic_id: tp.0, partition: tp.1 };
-            let outcome = outcomes.entry(tp).or_default();
-            let slot = match slot(broker, access, &key).await {
-                Ok(slot) => slot,
-                Err(e) => {
-                    errors = true;
-                    outcome.error = Some(e);
-                    continue;
-                }
-            };
-            let mut hw = slot.partition().watch_high_watermark();
-            watchers.spawn(async move { hw.changed().await.is_ok() });
-            let left = FetchLimits {
-                max_bytes: limits.max_bytes.saturating_sub(bytes),
-                max_records: limits.max_records.saturating_sub(i32::try_from(acquired).unwrap_or(i32::MAX)),
-                min_one_batch: bytes == 0,
-                ..limits
-            };
-            if left.max_records <= 0 {
-                continue;
-            }
-            match slot.acquire(broker, member_id, left).await {
-                Ok(fetched) => {
-                    acquired += fetched.count;
-                    bytes += fetched.records.len();
-                    if fetched.count > 0 {
-                        outcome.records = Some(fetched.records);
-                        outcome.acquired = fetched
-                            .acquired
-                            .iter()
-                            .map(|a| fetch_resp::AcquiredRecords {
-                                first_offset: a.first_offset,
-                                last_offset: a.last_offset,
-                                delivery_count: a.delivery_count,
-                                ..Default::default()
-                            })
-                            .collect();
-                    }
-                }
-                Err(e) => {
-                    errors = true;
-                    outcome.error = Some(e);
-                }
-            }
+        let mut wakeups = Wakeups::default();
+        wakeups.watch(broker.share_partitions.watch_available());
+        for (_, slot) in &slots {
+            wakeups.watch(slot.partition().watch_high_watermark());
         }
-        if acquired > 0 || errors || tokio::time::Instant::now() >= deadline {
+        let locked: Vec<_> =
+            slots.iter().filter_map(|(tp, slot)| slot.try_lock_for_fetch(broker).map(|lock| (*tp, lock))).collect();
+        if !locked.is_empty() {
+            let partition_max_bytes = limits.max_bytes / locked.len();
+            let mut reads: Vec<(TopicIdPartition, FetchRead)> = Vec::with_capacity(locked.len());
+            let mut bytes_left = limits.max_bytes;
+            for (tp, lock) in locked {
+                // Kafka's `readFromLog`: the first partition with data returns a whole batch
+                // even if larger, so that the consumer makes progress.
+                let min_one_batch = reads.iter().all(|(_, r)| r.bytes() == 0);
+                let read = lock.read(partition_max_bytes.min(bytes_left), min_one_batch).await;
+                bytes_left = bytes_left.saturating_sub(read.bytes());
+                reads.push((tp, read));
+            }
+            // Kafka's `isMinBytesSatisfied`: each partition counts at most its share of
+            // MaxBytes.
+            let bytes: usize = reads.iter().map(|(_, r)| r.bytes().min(partition_max_bytes)).sum();
+            if timed_out || bytes >= limits.min_bytes || reads.iter().any(|(_, r)| r.completes_the_fetch()) {
+                acquire(member_id, reads, limits, outcomes);
+                return;
+            }
+        } else if timed_out {
             return;
         }
-        let stopping = broker.stopping();
-        let timed_out = crate::telemetry::stages::remote_wait(async {
-            tokio::select! {
-                Some(_) = watchers.join_next() => false,
-                _ = tokio::time::sleep_until(deadline) => true,
-                _ = stopping => true,
+        timed_out = wakeups.park(broker, deadline).await;
+    }
+}
+
+/// Acquires from what the fetch read, in order, the request's MaxRecords shared among
+/// its partitions (Kafka's `ShareFetchUtils.processFetchResponse`).
+fn acquire(
+    member_id: &str,
+    reads: Vec<(TopicIdPartition, FetchRead)>,
+    limits: Limits,
+    outcomes: &mut BTreeMap<TopicIdPartition, Outcome>,
+) {
+    let mut acquired = 0i64;
+    for (tp, read) in reads {
+        let max_records = i64::from(limits.max_records).saturating_sub(acquired);
+        let max_records = i32::try_from(max_records).unwrap_or(0);
+        let outcome = outcomes.entry(tp).or_default();
+        match read.acquire(member_id, max_records, limits.batch_size, limits.mode) {
+            Ok(fetched) if fetched.count > 0 => {
+                acquired += fetched.count;
+                outcome.records = Some(fetched.records);
+                outcome.acquired = fetched
+                    .acquired
+                    .iter()
+                    .map(|a| fetch_resp::AcquiredRecords {
+                        first_offset: a.first_offset,
+                        last_offset: a.last_offset,
+                        delivery_count: a.delivery_count,
+                        ..Default::default()
+                    })
+                    .collect();
             }
-        })
-        .await;
-        if timed_out {
-            return;
+            Ok(_) => {}
+            Err(e) => outcome.error = Some(e),
         }
     }
+}
+
+/// Kafka's `PartitionRotateStrategy` (round robin): the session's partitions moved left
+/// by the request's session epoch, modulo their number, so that each partition in turn is
+/// fetched first and none is starved of MaxRecords and MaxBytes. The initial and final
+/// epochs (0, -1) do not rotate.
+fn rotate(mut partitions: Vec<TopicIdPartition>, session_epoch: i32) -> Vec<TopicIdPartition> {
+    if partitions.len() > 1 && session_epoch >= 1 {
+        let by = session_epoch as usize % partitions.len();
+        partitions.rotate_left(by);
+    }
+    partitions
 }
 
 pub fn handle_acknowledge(broker: &Arc<Broker>, req: ShareAcknowledgeRequest, access: Option<Access>) -> Reply {
@@ -445,26 +500,44 @@ mod tests {
 
     /// A broker with topic `t` (one partition) holding `n` records, one per batch.
     fn broker_with_records(name: &str, n: usize) -> (Arc<Broker>, std::path::PathBuf, Uuid) {
+        broker_with_partitions(name, 1, n)
+    }
+
+    /// A broker with topic `t` of `partitions` partitions, each holding `n` records, one
+    /// per batch.
+    fn broker_with_partitions(name: &str, partitions: i32, n: usize) -> (Arc<Broker>, std::path::PathBuf, Uuid) {
         let (broker, dir) = crate::test_support::broker_in(name);
-        let topic = NewTopic { name: "t".into(), num_partitions: 1, replication_factor: 1, ..Default::default() };
+        let topic =
+            NewTopic { name: "t".into(), num_partitions: partitions, replication_factor: 1, ..Default::default() };
         let topic = broker.create_topic(&topic, false).unwrap();
-        let partition = broker.replica_manager.partition(topic.id, 0).unwrap();
+        for index in 0..partitions {
+            append(&broker, topic.id, index, n);
+        }
+        (broker, dir, topic.id)
+    }
+
+    /// Appends `n` records, one per batch, to partition `index` of `topic`.
+    fn append(broker: &Arc<Broker>, topic: Uuid, index: i32, n: usize) {
+        let partition = broker.replica_manager.partition(topic, index).unwrap();
         for i in 0..n {
             let record = Record { key: format!("k{i}").into_bytes().into(), value: Some(b"v".to_vec().into()) };
             let (_, durable) =
                 append_coordinator_records(&partition, -1, &broker.flusher, &[record], None, "test").unwrap();
             durable.blocking_recv().unwrap().unwrap();
         }
-        (broker, dir, topic.id)
+    }
+
+    fn set_group_config(broker: &Arc<Broker>, group: &str, key: &str, value: &str) {
+        let record = osprey_cluster::MetadataRecord::SetGroupConfig {
+            group: group.into(),
+            key: key.into(),
+            value: Some(value.into()),
+        };
+        broker.apply_records_for_test(&[record]);
     }
 
     fn earliest(broker: &Arc<Broker>, group: &str) {
-        let record = osprey_cluster::MetadataRecord::SetGroupConfig {
-            group: group.into(),
-            key: "share.auto.offset.reset".into(),
-            value: Some("earliest".into()),
-        };
-        broker.apply_records_for_test(&[record]);
+        set_group_config(broker, group, "share.auto.offset.reset", "earliest");
     }
 
     fn fetch_request(
@@ -635,8 +708,13 @@ mod tests {
         partition.log.delete_records_before(5).unwrap();
         let mut wait = fetch_request("b", 0, topic, vec![]);
         wait.max_wait_ms = 30_000;
+        // As Kafka: the read past the log start answers at once, empty and without an error,
+        // and the client fetches again.
+        let moved = share_fetch(&broker, wait.clone(), 2).await;
+        assert_eq!(moved.responses[0].partitions[0].error_code, 0, "{moved:?}");
+        assert!(acquired(&moved).is_empty(), "{moved:?}");
+        wait.share_session_epoch = 1;
         let got = share_fetch(&broker, wait, 2).await;
-        assert_eq!(got.responses[0].partitions[0].error_code, 0, "{got:?}");
         assert_eq!(acquired(&got), vec![(5, 9, 1)], "from the new log start");
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -674,6 +752,102 @@ mod tests {
         assert_eq!(renewed.error_code, 0, "{renewed:?}");
         assert_eq!(renewed.responses[0].partitions[0].acknowledge_error_code, 0);
         assert!(acquired(&renewed).is_empty(), "a renewing fetch acquires nothing");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Kafka's `DelayedShareFetch`: a fetch that can read fewer than MinBytes waits,
+    /// acquiring nothing meanwhile, and completes once appends bring MinBytes, with every
+    /// record there is then (not the first record alone, as it would at once).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_waits_for_min_bytes_and_completes_on_new_data() {
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-min-bytes", 1)).await.unwrap();
+        earliest(&broker, "g");
+        let one_batch = broker.replica_manager.partition(topic, 0).unwrap().log.read(0, 1 << 20).unwrap().records;
+        let mut req = fetch_request("a", 0, topic, vec![]);
+        req.min_bytes = i32::try_from(one_batch.len() * 3).unwrap();
+        req.max_wait_ms = 60_000;
+        let waiting = {
+            let broker = broker.clone();
+            tokio::spawn(async move { share_fetch(&broker, req, 1).await })
+        };
+        // Whenever it looks, it finds one batch: less than MinBytes.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "answered before MinBytes or MaxWaitMs");
+        let b = broker.clone();
+        tokio::task::spawn_blocking(move || append(&b, topic, 0, 2)).await.unwrap();
+        let got = waiting.await.unwrap();
+        assert_eq!(got.error_code, 0, "{got:?}");
+        assert_eq!(acquired(&got), vec![(0, 2, 1)], "all three, once MinBytes was there");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A fetch that never reaches MinBytes answers at MaxWaitMs with what it can acquire
+    /// then (Kafka's `onComplete` at expiry).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_fetch_below_min_bytes_acquires_what_there_is_at_max_wait() {
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-max-wait", 2)).await.unwrap();
+        earliest(&broker, "g");
+        let mut req = fetch_request("a", 0, topic, vec![]);
+        req.min_bytes = 1 << 20;
+        req.max_wait_ms = 200;
+        let got = share_fetch(&broker, req, 1).await;
+        assert_eq!(got.error_code, 0, "{got:?}");
+        assert_eq!(acquired(&got), vec![(0, 1, 1)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Kafka's `PartitionRotateStrategy`: the session's partitions are fetched in an order
+    /// moved left by the session epoch, so with MaxRecords 1 each fetch takes its record
+    /// from the next partition in turn.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_session_partitions_are_rotated_by_the_session_epoch() {
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_partitions("share-fetch-rotation", 3, 4)).await.unwrap();
+        earliest(&broker, "g");
+        let mut partitions_fetched_first = Vec::new();
+        for epoch in 0..5 {
+            let mut req = fetch_request("a", epoch, topic, vec![]);
+            req.topics[0].partitions = (0..3)
+                .map(|partition_index| fetch_req::FetchPartition { partition_index, ..Default::default() })
+                .collect();
+            (req.max_records, req.share_acquire_mode) = (1, 1);
+            let got = share_fetch(&broker, req, 1).await;
+            let with_records: Vec<i32> = got.responses[0]
+                .partitions
+                .iter()
+                .filter(|p| !p.acquired_records.is_empty())
+                .map(|p| p.partition_index)
+                .collect();
+            partitions_fetched_first.extend(with_records);
+        }
+        assert_eq!(partitions_fetched_first, vec![0, 1, 2, 0, 1]);
+        assert_eq!(rotate(vec![(topic, 0), (topic, 1), (topic, 2)], 2), vec![(topic, 2), (topic, 0), (topic, 1)]);
+        assert_eq!(rotate(vec![(topic, 0), (topic, 1)], -1), vec![(topic, 0), (topic, 1)]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A change of the group's `share.delivery.count.limit` applies to the loaded share
+    /// partition at its next release (not at its next load), and
+    /// `share.renew.acknowledge.enable` false refuses RENEW, as in Kafka.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_config_change_applies_to_the_loaded_share_partition() {
+        let (broker, dir, topic) = a_holds_the_first_two("share-fetch-config-change", 2).await;
+        set_group_config(&broker, "g", "share.renew.acknowledge.enable", "false");
+        let mut renew = fetch_request("a", 1, topic, vec![accept(0, 1, 4)]);
+        (renew.max_bytes, renew.min_bytes, renew.max_records, renew.max_wait_ms, renew.is_renew_ack) =
+            (0, 0, 0, 0, true);
+        let refused = share_fetch(&broker, renew, 1).await;
+        assert_eq!(refused.responses[0].partitions[0].acknowledge_error_code, ErrorCode::INVALID_RECORD_STATE.code());
+        // Released at the first delivery: delivered again, with count 2.
+        let again = share_fetch(&broker, fetch_request("a", 2, topic, vec![accept(0, 1, 2)]), 1).await;
+        assert_eq!(acquired(&again), vec![(0, 1, 2)]);
+        set_group_config(&broker, "g", "share.delivery.count.limit", "2");
+        // Released at the new limit: archived, not delivered a third time.
+        let done = share_fetch(&broker, fetch_request("a", 3, topic, vec![accept(0, 1, 2)]), 1).await;
+        assert_eq!(done.responses[0].partitions[0].acknowledge_error_code, 0, "{done:?}");
+        assert!(acquired(&done).is_empty(), "archived at the lowered limit: {done:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
