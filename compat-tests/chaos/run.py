@@ -514,6 +514,7 @@ class ShareMember(Workload):
         self.rng = random.Random(f"{seed}-{name}")
         self.tally, self.release, self.reject, self.instance_s = tally, release, reject, instance_s
         self.instances = 0
+        self.committed_last = False  # the last round committed acknowledgements
 
     def run(self):
         while not self.halt.is_set():
@@ -524,11 +525,18 @@ class ShareMember(Workload):
             c, instance = opened
             until = time.monotonic() + (self.rng.uniform(*self.instance_s) if self.instance_s else float("inf"))
             try:
-                while not self.halt.is_set() and time.monotonic() < until:
+                while not self.halt.is_set() and not self._time_to_close(until):
                     if not self._round(c, instance):
                         break
             finally:
                 self._close(c, instance)
+
+    def _time_to_close(self, until: float) -> bool:
+        """Past `until`, just after a commit: a poll that found nothing leaves a fetch in
+        flight, whose records the broker would acquire for nobody (their delivery count
+        raised unseen) if the consumer closed then; unless nothing came for SHARE_QUIET_S."""
+        now = time.monotonic()
+        return now >= until and (self.committed_last or now >= until + SHARE_QUIET_S)
 
     def _open(self):
         self.instances += 1
@@ -572,6 +580,7 @@ class ShareMember(Workload):
             self.errors.append(f"{instance} poll: {e}")
             return False
         got = [m for m in batch if m.error() is None]
+        self.committed_last = bool(got)
         if not got:
             return True
         op = self.history.invoke(self.process, "share_poll", {"group": SHARE_GROUP, "instance": instance})
