@@ -33,6 +33,18 @@ Operations (`f`) and their values:
   partition, offset], ...], final?: true}`; the one marked `final` is read after the run.
 - `final_read`: a whole partition read after the faults healed. Ok `{topic, partition,
   isolation, high_watermark, records: [[offset, key, value], ...]}`.
+- `share_open`: a share consumer instance (KIP-932) created and subscribed. Invoke
+  `{group, instance}`. Every record an instance is given was acquired after this
+  invocation (the client fetches only once it exists), whatever it buffered; that is the
+  time a delivery is compared with confirmations at.
+- `share_poll`: records a share consumer instance was given. Ok `{group, instance,
+  records: [[topic, partition, offset, key, value, delivery_count], ...]}`.
+- `share_ack`: a share consumer's commit_sync of its explicit acknowledgements. Invoke
+  `{group, instance, acks: [[topic, partition, offset, "ACCEPT"|"RELEASE"|"REJECT",
+  delivery_count], ...]}`; ok `{results: [[topic, partition, error|null], ...]}`, the
+  client's result per partition. An acknowledgement is confirmed when the commit
+  returned ok with a null result for its partition; any other outcome (an error, no
+  result, an exception, no answer) may or may not have taken effect.
 
 What is checked:
 
@@ -47,6 +59,28 @@ What is checked:
 - Consumer groups with manual commits: a partition's committed offset never goes back
   (an observation that ended before another started is never larger than it); every
   record below the final committed offset was delivered to some member (skipped).
+- Share groups (KIP-932), per record (topic, partition, offset), no stronger than Kafka
+  promises. An acknowledgement is answered once it is durable (KIP-932: the share-partition
+  leader writes the state with WriteShareGroupState before it answers), so a confirmed
+  ACCEPT or REJECT is final; one whose answer was lost may or may not have taken effect.
+  Acquisition is not persisted and "the delivery count cannot be relied upon to be precise
+  in all situations" (KIP-932): after a leader change a record acquired but not
+  acknowledged is delivered again with its last persisted count, so counts may repeat or
+  drop back to what was last acknowledged. Hence:
+  - no record's ACCEPT or REJECT is confirmed twice (share_accepted_twice);
+  - no record whose ACCEPT or REJECT was confirmed is delivered to a consumer instance
+    opened after that confirmation returned (share_redelivered); an instance opened
+    earlier may hand out a record it acquired before, stale;
+  - a record whose RELEASE of its delivery with count n was confirmed is not delivered,
+    to an instance opened after that, with a count of n or less; no count is below 1
+    (share_count_backwards);
+  - every record of a share topic in the final read was, by the end of the drain that
+    follows the heal, delivered and acknowledged ACCEPT or REJECT by someone (confirmed
+    or not), or delivered with a count of at least the delivery count limit (meta
+    `share_delivery_count_limit`), after which the broker archives it
+    (share_unaccounted). This assumes the broker's count of a record exceeds the highest
+    one a client saw by less than the limit's margin: an acquisition whose answer no
+    client read (a consumer closed with a fetch in flight) raises the count unseen.
 """
 
 import argparse
@@ -57,10 +91,15 @@ from collections import defaultdict
 # How many examples of each kind of finding the verdict prints.
 EXAMPLES = 10
 
+SHARE_VIOLATIONS = ("share_accepted_twice", "share_redelivered", "share_count_backwards", "share_unaccounted")
 VIOLATIONS = ("lost", "duplicated", "divergent", "reordered", "phantom", "aborted_read", "lost_commit",
-              "partial_txn", "commit_backwards", "skipped", "incomplete")
-# The kinds that unclean leader election may cause by design: counted, not violations.
-UNCLEAN_LOSSES = ("lost", "divergent")
+              "partial_txn", "commit_backwards", "skipped", "incomplete") + SHARE_VIOLATIONS
+# The kinds that unclean leader election may cause by design: counted, not violations
+# (an unclean leader of a `__share_group_state` partition loses acknowledgements too).
+UNCLEAN_LOSSES = ("lost", "divergent") + SHARE_VIOLATIONS
+# Kafka's default `share.delivery.count.limit`, when the history does not say.
+SHARE_DELIVERY_COUNT_LIMIT = 5
+TERMINAL_ACKS = ("ACCEPT", "REJECT")
 
 
 class Result:
@@ -139,6 +178,7 @@ def check(events) -> Result:
     _check_sends(h, result)
     _check_transactions(h, result)
     _check_groups(h, result)
+    _check_share_groups(h, result)
     return result
 
 
@@ -215,6 +255,10 @@ class _History:
                 iso = op.value.get("isolation", "read_uncommitted")
                 for t, p, o, k, v in op.value.get("records", []):
                     yield t, p, o, k, v, iso, op
+        for op in self.by_f["share_poll"]:
+            if op.ok:
+                for t, p, o, k, v, _count in op.value.get("records", []):
+                    yield t, p, o, k, v, "read_uncommitted", op
         for op in self.final.values():
             v = op.value
             for o, k, val in v["records"]:
@@ -417,6 +461,113 @@ def _check_groups(h: _History, result: Result):
             o, k, v = skipped[0]
             result.add("skipped", f"group {g} {t}-{p}: committed up to {upto} but {len(skipped)} records below it "
                                   f"were never delivered to a member, first {k}={v} at offset {o}")
+
+
+class _ShareRecord:
+    """What happened to one record in a share group: its deliveries (delivery count, when
+    the instance that got it opened, the poll) and its acknowledgements (type, count,
+    confirmed, the commit)."""
+
+    __slots__ = ("deliveries", "acks")
+
+    def __init__(self):
+        self.deliveries = []
+        self.acks = []
+
+    def confirmed(self, *types):
+        return [(kind, count, op) for kind, count, confirmed, op in self.acks if confirmed and kind in types]
+
+    def sent(self, *types):
+        return [(kind, count, op) for kind, count, _confirmed, op in self.acks if kind in types]
+
+
+def _share_records(h: _History) -> dict:
+    """(topic, partition, offset) -> its _ShareRecord, from the share consumers' polls and
+    commits."""
+    opened = {op.invoke["instance"]: op.invoke_time for op in h.by_f["share_open"]}
+    records = defaultdict(_ShareRecord)
+    for op in h.by_f["share_poll"]:
+        if op.ok:
+            since = opened.get(op.value.get("instance"))
+            for t, p, o, _k, _v, count in op.value.get("records", []):
+                records[(t, p, o)].deliveries.append((count, since, op))
+    for op in h.by_f["share_ack"]:
+        results = {(t, p): error for t, p, error in op.value.get("results", [])} if op.ok else {}
+        for t, p, o, kind, count in op.invoke.get("acks", []):
+            confirmed = (t, p) in results and results[(t, p)] is None
+            records[(t, p, o)].acks.append((kind, count, confirmed, op))
+    return records
+
+
+def _check_share_groups(h: _History, result: Result):
+    records = _share_records(h)
+    limit = h.meta.get("share_delivery_count_limit", SHARE_DELIVERY_COUNT_LIMIT)
+    result.counts["share_deliveries"] = sum(len(r.deliveries) for r in records.values())
+    result.counts["share_acks_confirmed"] = sum(1 for r in records.values() for a in r.acks if a[2])
+    result.counts["share_acks_unconfirmed"] = sum(1 for r in records.values() for a in r.acks if not a[2])
+    for (t, p, o), r in sorted(records.items()):
+        where = f"{t}-{p}@{o}"
+        done = sorted(r.confirmed(*TERMINAL_ACKS), key=lambda a: a[2].time)
+        if len(done) > 1:
+            result.add("share_accepted_twice", f"{where}: {done[0][0]} of delivery {done[0][1]} confirmed "
+                                               f"({done[0][2].where()}) and again {done[1][0]} of delivery "
+                                               f"{done[1][1]} ({done[1][2].where()}){h.fault_near(done[1][2].time)}")
+        if done:
+            confirmed_at = done[0][2].time
+            later = [d for d in r.deliveries if d[1] is not None and d[1] > confirmed_at]
+            if later:
+                count, since, op = later[0]
+                result.add("share_redelivered", f"{where}: {done[0][0]} confirmed ({done[0][2].where()}), then "
+                                                f"delivered with count {count} to {op.value.get('instance')} "
+                                                f"opened at {since:.3f} ({op.where()}){h.fault_near(op.time)}")
+        _check_share_counts(h, result, where, r)
+    _check_share_accounted(h, result, records, limit)
+
+
+def _check_share_counts(h: _History, result: Result, where: str, r: _ShareRecord):
+    """Delivery counts of one record: at least 1, and above the count of a RELEASE whose
+    confirmation returned before the instance delivering it opened."""
+    released = r.confirmed("RELEASE")
+    for count, since, op in r.deliveries:
+        if count is None or count < 1:
+            result.add("share_count_backwards", f"{where}: delivered with count {count} ({op.where()})")
+            return
+        for _kind, n, ack in released:
+            if since is not None and since > ack.time and count <= n:
+                result.add("share_count_backwards", f"{where}: RELEASE of delivery {n} confirmed "
+                                                    f"({ack.where()}), then delivered with count {count} to "
+                                                    f"{op.value.get('instance')} opened at {since:.3f} "
+                                                    f"({op.where()}){h.fault_near(op.time)}")
+                return
+
+
+def _check_share_accounted(h: _History, result: Result, records: dict, limit: int):
+    """Every record of a share topic read at the end was accepted, rejected or delivered
+    up to the delivery count limit (archived) by the end of the drain."""
+    topics = h.meta.get("share_topics") or []
+    for t in topics:
+        partitions = sorted(p for (tt, p, iso) in h.final if tt == t and iso == "read_uncommitted")
+        if not partitions:
+            result.add("incomplete", f"share topic {t} was consumed but never read at the end")
+            continue
+        for p in partitions:
+            for o, k, v in h.final_records(t, p):
+                r = records.get((t, p, o))
+                result.counts["share_records"] += 1
+                if r is not None and r.confirmed("ACCEPT"):
+                    result.counts["share_accepted"] += 1
+                elif r is not None and r.confirmed("REJECT"):
+                    result.counts["share_rejected"] += 1
+                elif r is not None and r.sent(*TERMINAL_ACKS):
+                    result.counts["share_done_unconfirmed"] += 1
+                elif r is not None and max(count or 0 for count, _, _ in r.deliveries) >= limit:
+                    result.counts["share_archived_at_limit"] += 1
+                else:
+                    seen = sorted(count for count, _, _ in r.deliveries) if r is not None else []
+                    acks = [f"{kind} {count} {'ok' if ok else 'unconfirmed'}" for kind, count, ok, _ in r.acks] if r else []
+                    result.add("share_unaccounted", f"{t}-{p}@{o}: {k}={v} neither accepted nor rejected nor "
+                                                    f"delivered {limit} times by the end: delivered with counts "
+                                                    f"{seen or 'never'}, acknowledged {acks or 'never'}")
 
 
 def main(argv=None) -> int:

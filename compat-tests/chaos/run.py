@@ -11,10 +11,17 @@ the same fault schedule again:
     compat-tests/chaos/run.py quick                    # the CI seeds, a few minutes
     compat-tests/chaos/run.py long --rounds 1000       # many runs, a markdown report
     compat-tests/chaos/run.py run --unsafe --seed 1    # relaxed fsync + power loss of every node
+    compat-tests/chaos/run.py run --share --seed 7     # with a share group (KIP-932)
 
 Workloads: idempotent acks=all producers (per-key sequence numbers in the values), a
 transactional producer committing and aborting, a consumer group committing manually,
-a read_uncommitted and a read_committed reader, a probe of the group's committed offsets.
+a read_uncommitted and a read_committed reader, a probe of the group's committed offsets,
+and with `--share` a share group (KIP-932): two members with explicit acknowledgement
+(mostly ACCEPT, some RELEASE and REJECT, each poll's acknowledgements committed with
+commit_sync, every delivery and each partition's commit result recorded; a member opens a
+new consumer every 8-16 s) on a topic of its own fed by an idempotent producer, and after
+the heal a sentinel per partition and a drain by new members until every record is
+accepted, rejected or delivered up to the delivery count limit.
 
 Faults: `kill` (SIGKILL, restart after a hold), `pause` (SIGSTOP longer than the broker
 session and replica lag timeouts, then SIGCONT), `rolling` (SIGTERM and restart, node by
@@ -49,8 +56,10 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 sys.path.insert(0, str(HERE))
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition  # noqa: E402
-from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
+from confluent_kafka import OFFSET_BEGINNING, AcknowledgeType, Consumer, KafkaError, KafkaException, Producer, \
+    ShareConsumer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic, \
+    ResourceType  # noqa: E402
 
 import checker  # noqa: E402
 from cluster import Cluster, Node, fill_with_ballast, listed_brokers, partition_states  # noqa: E402
@@ -59,6 +68,9 @@ from conftest import REPO_ROOT, osprey_bin  # noqa: E402
 TOPIC = "chaos"
 TXN_TOPIC = "chaos-txn"
 GROUP = "chaos-group"
+SHARE_TOPIC = "chaos-share"
+SHARE_GROUP = "chaos-share-group"
+SHARE_STATE_TOPIC = "__share_group_state"
 PARTITIONS = 3
 QUICK_SEEDS = (1, 2, 3)
 FAULTS = ("kill", "pause", "rolling", "killall")
@@ -82,7 +94,24 @@ BROKER_CONFIG = {
     "unclean.leader.election.enable": "false",
     "unclean.leader.election.interval.ms": 1000,
     "auto.leader.rebalance.enable": "false",
+    # Lets the share group lock records for less than Kafka's 15 s minimum (SHARE_GROUP_CONFIG).
+    "group.share.min.record.lock.duration.ms": 1000,
 }
+# The share group's configs, set before its first member joins: every record from the
+# log start; a lock shorter than a fault, so records held by a member that cannot reach
+# their leader come back within the run; Kafka's default delivery count limit, written
+# into the history for the checker.
+SHARE_DELIVERY_COUNT_LIMIT = 5
+SHARE_GROUP_CONFIG = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": 5000,
+                      "share.delivery.count.limit": SHARE_DELIVERY_COUNT_LIMIT}
+# How share members acknowledge: RELEASE and REJECT this often, ACCEPT otherwise.
+SHARE_RELEASE, SHARE_REJECT = 0.10, 0.03
+# A member closes its consumer and opens a new one this often (seconds, drawn).
+SHARE_INSTANCE_S = (8.0, 16.0)
+# After the heal, fresh members accept until every record of the share topic is
+# accounted for and nothing came for SHARE_QUIET_S, or SHARE_DRAIN_S passed.
+SHARE_DRAIN_S = 120.0
+SHARE_QUIET_S = 3.0
 # Kafka's own fsync setting: acknowledged once in the page cache of every ISR member.
 RELAXED_FSYNC = {"log.flush.interval.messages": 9223372036854775807}
 PAUSE_S = (4.0, 9.0)
@@ -101,6 +130,10 @@ COMMON = {"broker.address.family": "v4", "socket.timeout.ms": 10000, "log_level"
 # debug contexts to producers.log in the seed's directory (why an epoch was bumped, what
 # each ProduceResponse said). Off by default: it is large.
 PRODUCER_DEBUG = os.environ.get("OSPREY_CHAOS_PRODUCER_DEBUG", "")
+# OSPREY_CHAOS_SHARE_DEBUG=cgrp,fetch: the share consumers log librdkafka's debug contexts
+# to share-consumers.log in the seed's directory (which broker each fetched from, what each
+# ShareFetch answered). Off by default: it is large.
+SHARE_DEBUG = os.environ.get("OSPREY_CHAOS_SHARE_DEBUG", "")
 
 
 
@@ -174,11 +207,11 @@ class Workload(threading.Thread):
         self.halt.set()
 
 
-def producer_debug_log(history) -> logging.Logger:
-    """One logger for every producer of a run, writing next to its history."""
-    log = logging.getLogger(f"chaos-producers-{history.path}")
+def producer_debug_log(history, name: str = "producers") -> logging.Logger:
+    """One logger for every producer (or share consumer) of a run, writing next to its history."""
+    log = logging.getLogger(f"chaos-{name}-{history.path}")
     if not log.handlers:
-        handler = logging.FileHandler(history.path.parent / "producers.log")
+        handler = logging.FileHandler(history.path.parent / f"{name}.log")
         handler.setFormatter(logging.Formatter("%(created).3f %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.DEBUG)
@@ -199,11 +232,11 @@ def where_stuck(thread: threading.Thread) -> str:
 
 class IdempotentProducer(Workload):
     """acks=all, enable.idempotence; key `<name>-k<j>` carries `<key>:<n>` with n its
-    per-key sequence number, about `rate` messages a second."""
+    per-key sequence number, about `rate` messages a second to `topic`."""
 
-    def __init__(self, name, history, bootstrap, keys: int = 6, rate: float = 50.0):
+    def __init__(self, name, history, bootstrap, keys: int = 6, rate: float = 50.0, topic: str = TOPIC):
         super().__init__(name, history, bootstrap)
-        self.keys, self.rate = keys, rate
+        self.keys, self.rate, self.topic = keys, rate, topic
         self.sequence = 0
 
     def _producer(self):
@@ -229,9 +262,9 @@ class IdempotentProducer(Workload):
                 p, fatal = self._producer()
             key = f"{self.process}-k{self.sequence % self.keys}"
             value = f"{key}:{self.sequence // self.keys}"
-            op = self.history.invoke(self.process, "send", {"topic": TOPIC, "key": key, "value": value})
+            op = self.history.invoke(self.process, "send", {"topic": self.topic, "key": key, "value": value})
             try:
-                p.produce(TOPIC, key=key.encode(), value=value.encode(), on_delivery=self._callback(op))
+                p.produce(self.topic, key=key.encode(), value=value.encode(), on_delivery=self._callback(op))
                 self.sequence += 1
             except (BufferError, KafkaException) as e:
                 self.history.complete(op, "fail", self.process, "send", {"error": str(e)})
@@ -430,6 +463,177 @@ class Reader(Workload):
                     "records": [[m.topic(), m.partition(), m.offset(), m.key().decode(), m.value().decode()]
                                 for m in got]})
         c.close()
+
+
+class ShareTally:
+    """What the share members did to each record of the share topic, as far as the drain
+    needs it to know when to stop: the highest delivery count seen and whether an
+    ACCEPT or REJECT was sent (confirmed or not), by (partition, offset). The checker
+    decides from the history; this mirrors its rule for records accounted for."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.max_count = {}
+        self.done = set()
+        self.last_delivery = time.monotonic()
+
+    def delivered(self, where, count: int):
+        with self.lock:
+            self.max_count[where] = max(self.max_count.get(where, 0), count or 0)
+            self.last_delivery = time.monotonic()
+
+    def acknowledged(self, where, kind: str):
+        if kind in ("ACCEPT", "REJECT"):
+            with self.lock:
+                self.done.add(where)
+
+    def unaccounted(self, universe) -> list:
+        with self.lock:
+            return [w for w in universe
+                    if w not in self.done and self.max_count.get(w, 0) < SHARE_DELIVERY_COUNT_LIMIT]
+
+    def quiet_for(self) -> float:
+        with self.lock:
+            return time.monotonic() - self.last_delivery
+
+
+ACK_NAMES = {AcknowledgeType.ACCEPT: "ACCEPT", AcknowledgeType.RELEASE: "RELEASE", AcknowledgeType.REJECT: "REJECT"}
+
+
+class ShareMember(Workload):
+    """A share group member (KIP-932) on SHARE_TOPIC with explicit acknowledgement: each
+    record ACCEPT, or RELEASE or REJECT as often as `release` and `reject` say (drawn from
+    the seed), each poll's acknowledgements committed with commit_sync and the result of
+    each partition recorded. Every `instance_s` (drawn) the consumer is closed, after a
+    commit, and a new one opened: whatever an instance is given was acquired after it
+    opened, which is what the checker compares deliveries with confirmations by."""
+
+    def __init__(self, name, history, bootstrap, seed: int, tally: ShareTally, release: float = SHARE_RELEASE,
+                 reject: float = SHARE_REJECT, instance_s=SHARE_INSTANCE_S):
+        super().__init__(name, history, bootstrap)
+        self.rng = random.Random(f"{seed}-{name}")
+        self.tally, self.release, self.reject, self.instance_s = tally, release, reject, instance_s
+        self.instances = 0
+        self.committed_last = False  # the last round committed acknowledgements
+
+    def run(self):
+        while not self.halt.is_set():
+            opened = self._open()
+            if opened is None:
+                self.halt.wait(1.0)
+                continue
+            c, instance = opened
+            until = time.monotonic() + (self.rng.uniform(*self.instance_s) if self.instance_s else float("inf"))
+            try:
+                while not self.halt.is_set() and not self._time_to_close(until):
+                    if not self._round(c, instance):
+                        break
+            finally:
+                self._close(c, instance)
+
+    def _time_to_close(self, until: float) -> bool:
+        """Past `until`, just after a commit: a poll that found nothing leaves a fetch in
+        flight, whose records the broker would acquire for nobody (their delivery count
+        raised unseen) if the consumer closed then; unless nothing came for SHARE_QUIET_S."""
+        now = time.monotonic()
+        return now >= until and (self.committed_last or now >= until + SHARE_QUIET_S)
+
+    def _open(self):
+        self.instances += 1
+        instance = f"{self.process}#{self.instances}"
+        op = self.history.invoke(self.process, "share_open", {"group": SHARE_GROUP, "instance": instance})
+        try:
+            config = dict(COMMON, **{"bootstrap.servers": self.bootstrap, "group.id": SHARE_GROUP,
+                                     "share.acknowledgement.mode": "explicit", "max.poll.records": 50})
+            if SHARE_DEBUG:
+                config.update({"debug": SHARE_DEBUG, "log_level": 7,
+                               "logger": producer_debug_log(self.history, "share-consumers")})
+            c = ShareConsumer(config)
+            c.subscribe([SHARE_TOPIC])
+        except KafkaException as e:
+            self.history.complete(op, "fail", self.process, "share_open", {"error": str(e)})
+            self.errors.append(f"{instance}: {e}")
+            return None
+        self.history.complete(op, "ok", self.process, "share_open", {"instance": instance})
+        return c, instance
+
+    def _close(self, c, instance):
+        try:
+            c.close()
+        except Exception as e:  # noqa: BLE001 - a close that failed only ends the instance
+            self.errors.append(f"{instance} close: {e}")
+
+    def _decide(self):
+        x = self.rng.random()
+        if x < self.reject:
+            return AcknowledgeType.REJECT
+        if x < self.reject + self.release:
+            return AcknowledgeType.RELEASE
+        return AcknowledgeType.ACCEPT
+
+    def _round(self, c, instance) -> bool:
+        """One poll, its acknowledgements and their commit; False when the instance must
+        be replaced (it refused to poll)."""
+        try:
+            batch = list(c.poll(0.5))
+        except Exception as e:  # noqa: BLE001 - KafkaException, IllegalStateException: a new instance
+            self.errors.append(f"{instance} poll: {e}")
+            return False
+        got = [m for m in batch if m.error() is None]
+        self.committed_last = bool(got)
+        if not got:
+            return True
+        op = self.history.invoke(self.process, "share_poll", {"group": SHARE_GROUP, "instance": instance})
+        self.history.complete(op, "ok", self.process, "share_poll", {
+            "group": SHARE_GROUP, "instance": instance,
+            "records": [[m.topic(), m.partition(), m.offset(), m.key().decode(), m.value().decode(),
+                         m.delivery_count()] for m in got]})
+        acks = []
+        refused = False
+        for m in got:
+            self.tally.delivered((m.partition(), m.offset()), m.delivery_count())
+            kind = self._decide()
+            try:
+                c.acknowledge(m, kind)
+            except Exception as e:  # noqa: BLE001 - the rest unacknowledged: a new instance
+                self.errors.append(f"{instance} acknowledge {m.partition()}@{m.offset()}: {e}")
+                refused = True
+                break
+            acks.append([m.topic(), m.partition(), m.offset(), ACK_NAMES[kind], m.delivery_count()])
+        if acks:
+            self._commit(c, instance, acks)
+        return not refused
+
+    def _commit(self, c, instance, acks):
+        op = self.history.invoke(self.process, "share_ack", {"group": SHARE_GROUP, "instance": instance,
+                                                             "acks": acks})
+        for _t, p, o, kind, _count in acks:
+            self.tally.acknowledged((p, o), kind)
+        try:
+            results = c.commit_sync(30)
+        except Exception as e:  # noqa: BLE001 - unknown outcome: may or may not have taken effect
+            self.history.complete(op, "info", self.process, "share_ack", {"error": str(e)})
+            return
+        self.history.complete(op, "ok", self.process, "share_ack", {
+            "results": [[tp.topic, tp.partition, None if e is None else str(e)] for tp, e in results.items()]})
+
+
+def set_group_configs(bootstrap: str, group: str, configs: dict, timeout: float = 60.0):
+    """IncrementalAlterConfigs SET on the GROUP resource, then DescribeConfigs until every
+    value is reported (a share partition initialised before would use the old ones)."""
+    admin = AdminClient(dict(COMMON, **{"bootstrap.servers": bootstrap}))
+    entries = [ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
+    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
+    admin.incremental_alter_configs([resource], request_timeout=30)[resource].result(timeout=60)
+    want = {k: str(v) for k, v in configs.items()}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        described = admin.describe_configs([ConfigResource(ResourceType.GROUP, group)], request_timeout=30)
+        got = {name: e.value for name, e in next(iter(described.values())).result(timeout=60).items()}
+        if all(got.get(k) == v for k, v in want.items()):
+            return
+        time.sleep(0.2)
+    raise RuntimeError(f"group {group} configs {want} not applied within {timeout:.0f} s")
 
 
 # ----- the cluster and its faults -------------------------------------------------------
@@ -670,6 +874,8 @@ class Run:
         self.problems = []  # liveness, process and replica findings, outside the history's checks
         self.filled = set()  # nodes whose disk a fulldisk round filled since their last start
         self.final_read_marks = []
+        self.share_tally = ShareTally()
+        self.share_records = set()  # (partition, offset) of every record the share topic's final read found
         extra = dict(BROKER_CONFIG)
         if args.unsafe:
             extra.update(RELAXED_FSYNC)
@@ -696,6 +902,8 @@ class Run:
         flags = [f"--seed {self.seed}", f"--rounds {a.rounds}", f"--nodes {a.nodes}", f"--faults {','.join(a.faults)}",
                  f"--producers {a.producers}", "--transactions" if a.transactions else "--no-transactions",
                  "--groups" if a.groups else "--no-groups"]
+        if a.share:
+            flags.append("--share")
         if a.unsafe:
             flags.append("--unsafe")
         if a.unclean:
@@ -710,6 +918,9 @@ class Run:
         self.history.meta(seed=self.seed, unclean=self.args.unclean, unsafe=self.args.unsafe,
                           nodes=len(self.nodes), schedule=self.schedule, replay=self.replay_command(),
                           started=now_utc(), binary=str(osprey_bin()))
+        if self.args.share:
+            self.history.meta(share_topics=[SHARE_TOPIC], share_group=SHARE_GROUP,
+                              share_delivery_count_limit=SHARE_DELIVERY_COUNT_LIMIT)
         try:
             self.cluster.start()
             self.wait_healthy("the cluster forms", topics=())
@@ -724,7 +935,11 @@ class Run:
             self.stop_workloads(workloads)
             self.heal()
             self.wait_healthy("the cluster heals")
+            if self.args.share:
+                self.produce_share_sentinels()
             self.final_reads()
+            if self.args.share:
+                self.share_drain()
         finally:
             self.shutdown()
         self.history.close()
@@ -739,6 +954,8 @@ class Run:
             self.problems.append("the transactional producer committed no transaction")
         if self.args.groups and result.counts["commits"] == 0:
             self.problems.append("the consumer group committed no offset")
+        if self.args.share and result.counts["share_accepted"] == 0:
+            self.problems.append("the share group accepted no record")
         for p in self.problems:
             print(f"  problem: {p}")
         return result
@@ -773,14 +990,28 @@ class Run:
         admin = AdminClient(dict(COMMON, **{"bootstrap.servers": self.cluster.bootstrap()}))
         rf = min(3, len(self.nodes))
         topics = [NewTopic(t, PARTITIONS, rf, config={"min.insync.replicas": str(min(2, rf))})
-                  for t in (TOPIC, TXN_TOPIC)]
+                  for t in self.data_topics()]
         for name, future in admin.create_topics(topics, operation_timeout=30).items():
             future.result(timeout=60)
+
+    def data_topics(self):
+        """The topics the workloads write, each read whole at the end."""
+        return (TOPIC, TXN_TOPIC) + ((SHARE_TOPIC,) if self.args.share else ())
+
+    def healthy_topics(self):
+        """The topics whose every partition must have a leader and every replica in sync
+        for the cluster to count as recovered: with share groups, the share coordinators'
+        `__share_group_state` too (naming it in Metadata creates it, as Kafka does)."""
+        return self.data_topics() + ((SHARE_STATE_TOPIC,) if self.args.share else ())
 
     def start_workloads(self):
         b = self.cluster.bootstrap()
         h = self.history
         workloads = [IdempotentProducer(f"producer-{i}", h, b) for i in range(self.args.producers)]
+        if self.args.share:
+            set_group_configs(b, SHARE_GROUP, SHARE_GROUP_CONFIG)
+            workloads.append(IdempotentProducer("share-producer", h, b, rate=20.0, topic=SHARE_TOPIC))
+            workloads += [ShareMember(f"share-{i}", h, b, self.seed, self.share_tally) for i in range(2)]
         if self.args.transactions:
             workloads.append(TransactionalProducer("txn-0", h, b, self.seed))
         if self.args.groups:
@@ -890,10 +1121,11 @@ class Run:
             n.proc = None
             n.start()
 
-    def wait_healthy(self, what: str, topics=(TOPIC, TXN_TOPIC), timeout: float = RECOVER_S):
+    def wait_healthy(self, what: str, topics=None, timeout: float = RECOVER_S):
         """Until every node lists every broker and every partition of `topics` has a
         leader and all replicas in sync on every node. A timeout is a finding, not an
         exception: the run goes on and the final reads say what survived."""
+        topics = self.healthy_topics() if topics is None else topics
         want = {n.node_id for n in self.nodes}
         rf = min(3, len(self.nodes))
         deadline = time.monotonic() + timeout
@@ -930,15 +1162,18 @@ class Run:
 
     def final_reads(self):
         b = self.cluster.bootstrap()
-        stable = wait_stable_watermarks(b, (TOPIC, TXN_TOPIC))
+        stable = wait_stable_watermarks(b, self.data_topics())
         if not stable:
             self.problems.append("the high watermarks did not settle before the final reads")
-        for topic, isolation in ((TOPIC, "read_uncommitted"), (TXN_TOPIC, "read_uncommitted"),
-                                 (TXN_TOPIC, "read_committed")):
+        reads = [(t, "read_uncommitted") for t in self.data_topics()] + [(TXN_TOPIC, "read_committed")]
+        for topic, isolation in reads:
             for p in range(PARTITIONS):
                 mark = final_read(b, self.history, topic, p, isolation, self.problems)
+                offsets = mark.pop("offsets") if mark else []
                 if mark and isolation == "read_uncommitted":
                     self.final_read_marks.append(mark)
+                if topic == SHARE_TOPIC:
+                    self.share_records.update((p, o) for o in offsets)
         if self.args.groups:
             c = Consumer(dict(COMMON, **{"bootstrap.servers": b, "group.id": GROUP, "enable.auto.commit": False}))
             for _ in range(10):
@@ -948,6 +1183,52 @@ class Run:
             else:
                 self.problems.append("the group's committed offsets could not be read at the end")
             c.close()
+
+    def produce_share_sentinels(self):
+        """After the heal, a last record on each partition of the share topic (acks=all,
+        recorded as sends): the drain is not over before it accepted all of them, so every
+        partition was fetched past everything produced during the run (a share partition
+        hands out its available records from the lowest offset up)."""
+        p = Producer(dict(COMMON, **{"bootstrap.servers": self.cluster.bootstrap(), "acks": "all",
+                                     "enable.idempotence": True, "message.timeout.ms": 60000}))
+        for partition in range(PARTITIONS):
+            key = f"sentinel-{partition}"
+            value = f"{key}:0"
+            op = self.history.invoke("share-sentinel", "send", {"topic": SHARE_TOPIC, "key": key, "value": value})
+
+            def done(err, msg, op=op):
+                if err is None:
+                    self.history.complete(op, "ok", "share-sentinel", "send",
+                                          {"partition": msg.partition(), "offset": msg.offset()})
+                else:
+                    self.history.complete(op, "fail", "share-sentinel", "send", {"error": err.str()})
+
+            p.produce(SHARE_TOPIC, key=key.encode(), value=value.encode(), partition=partition, on_delivery=done)
+        if p.flush(90):
+            self.problems.append("the share topic's sentinels were not acknowledged within 90 s")
+
+    def share_drain(self):
+        """After the heal, the sentinels and the final reads: two new share members accept
+        whatever they are given, until every record the share topic's final read found
+        (the sentinels included) is accounted for (accepted or rejected, or delivered up
+        to the delivery count limit) and nothing came for SHARE_QUIET_S, or SHARE_DRAIN_S
+        passed. They open after every earlier acknowledgement returned, so a record whose
+        ACCEPT was confirmed and yet is delivered to them is a lost acknowledgement; the
+        checker finds it in the history, and what is still unaccounted for at the end."""
+        b = self.cluster.bootstrap()
+        drain = [ShareMember(f"drain-{i}", self.history, b, self.seed, self.share_tally, release=0.0, reject=0.0,
+                             instance_s=None) for i in range(2)]
+        started = time.monotonic()
+        for w in drain:
+            w.start()
+        deadline = started + SHARE_DRAIN_S
+        while time.monotonic() < deadline:
+            if not self.share_tally.unaccounted(self.share_records) and self.share_tally.quiet_for() >= SHARE_QUIET_S:
+                break
+            time.sleep(0.5)
+        missing = self.share_tally.unaccounted(self.share_records)
+        self.history.fault("share-drain", took_s=round(time.monotonic() - started, 1), unaccounted=len(missing))
+        self.stop_workloads(drain)
 
 
 def batch_headers(partition_dir: Path):
@@ -1077,7 +1358,7 @@ def final_read(bootstrap, history, topic, partition, isolation, problems, timeou
         history.complete(op, "ok", process, "final_read", {
             "topic": topic, "partition": partition, "isolation": isolation, "log_start": low,
             "high_watermark": high, "records": records})
-        return {"topic": topic, "partition": partition, "high_watermark": high}
+        return {"topic": topic, "partition": partition, "high_watermark": high, "offsets": [r[0] for r in records]}
     except (KafkaException, TimeoutError) as e:
         history.complete(op, "fail", process, "final_read", {"error": str(e)})
         problems.append(f"final read of {topic}-{partition} ({isolation}) failed: {e}")
@@ -1139,8 +1420,11 @@ def git_commit() -> str:
 
 def long_config(args) -> dict:
     """What must be the same for runs to be added up in one ledger."""
-    return {"nodes": args.nodes, "rounds": args.rounds, "faults": sorted(args.faults), "producers": args.producers,
-            "transactions": args.transactions, "groups": args.groups, "unclean": args.unclean, "unsafe": args.unsafe}
+    config = {"nodes": args.nodes, "rounds": args.rounds, "faults": sorted(args.faults), "producers": args.producers,
+              "transactions": args.transactions, "groups": args.groups, "unclean": args.unclean, "unsafe": args.unsafe}
+    if args.share:  # absent otherwise: the ledgers kept before share groups were tested still add up
+        config["share"] = True
+    return config
 
 
 def ledger_entry(args, seed: int, result, run, took: float, commit: str) -> dict:
@@ -1215,8 +1499,9 @@ def report(args, entries, path: Path):
     command = (f"compat-tests/chaos/run.py long --rounds-total {args.rounds_total} --rounds {args.rounds} "
                f"--first-seed {args.first_seed} --nodes {args.nodes} --faults {','.join(args.faults)} "
                f"--producers {args.producers}" + ("" if args.transactions else " --no-transactions")
-               + ("" if args.groups else " --no-groups") + (" --unclean" if args.unclean else "")
-               + (" --unsafe" if args.unsafe else ""))
+               + ("" if args.groups else " --no-groups") + (" --share" if args.share else "")
+               + (" --unclean" if args.unclean else "")
+               + (" --unsafe" if args.unsafe else "") + ledger_flags(args))
     lines = [
         "# Chaos runs (issue 17)",
         "",
@@ -1246,6 +1531,7 @@ def report(args, entries, path: Path):
         f"{totals.get('found_lost_commit', 0)} / {totals.get('found_partial_txn', 0)} |",
         f"| group commits / backwards / skipped records | {totals.get('commits', 0)} / "
         f"{totals.get('found_commit_backwards', 0)} / {totals.get('found_skipped', 0)} |",
+        *share_rows(totals),
         "",
         f"Runs with a violation or a problem: {len(failed)} of {len(entries)}.",
         "",
@@ -1260,6 +1546,37 @@ def report(args, entries, path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("\n".join(lines) + "\n")
     print(f"report: {path} ({rounds} of {args.rounds_total} rounds)")
+
+
+def ledger_flags(args) -> str:
+    """`--ledger` and `--report` as a report's command names them, when not the defaults."""
+    flags = ""
+    for flag, path, default in (("--ledger", args.ledger, "chaos-long.jsonl"), ("--report", args.report, "CHAOS.md")):
+        if path.resolve() != (HERE / "results" / default).resolve():
+            try:
+                shown = path.resolve().relative_to(Path(REPO_ROOT).resolve())
+            except ValueError:
+                shown = path
+            flags += f" {flag} {shown}"
+    return flags
+
+
+def share_rows(totals: dict) -> list:
+    """The share group's lines of a report's table, when its runs had one."""
+    if not totals.get("share_records"):
+        return []
+    return [
+        f"| share records / accepted / rejected / archived at the delivery count limit / ACCEPT or REJECT "
+        f"unconfirmed | {totals['share_records']} / {totals.get('share_accepted', 0)} / "
+        f"{totals.get('share_rejected', 0)} / {totals.get('share_archived_at_limit', 0)} / "
+        f"{totals.get('share_done_unconfirmed', 0)} |",
+        f"| share deliveries / acknowledgements confirmed / unconfirmed | {totals.get('share_deliveries', 0)} / "
+        f"{totals.get('share_acks_confirmed', 0)} / {totals.get('share_acks_unconfirmed', 0)} |",
+        f"| share violations (confirmed twice, delivered after a confirmed ACCEPT or REJECT, delivery count "
+        f"back, unaccounted) | {totals.get('found_share_accepted_twice', 0)} / "
+        f"{totals.get('found_share_redelivered', 0)} / {totals.get('found_share_count_backwards', 0)} / "
+        f"{totals.get('found_share_unaccounted', 0)} |",
+    ]
 
 
 def main(argv=None) -> int:
@@ -1281,6 +1598,9 @@ def main(argv=None) -> int:
                         help="the transactional producer and read_committed checks (default: on)")
     parser.add_argument("--groups", action=argparse.BooleanOptionalAction,
                         help="the consumer group with manual commits (default: on)")
+    parser.add_argument("--share", action="store_true",
+                        help="a share group (KIP-932): two members acknowledging explicitly on a topic of its "
+                             "own fed by an idempotent producer, and a drain after the heal (default: off)")
     parser.add_argument("--keep", action="store_true", help="keep the directories of runs that passed")
     parser.add_argument("--unclean", action="store_true",
                         help="unclean.leader.election.enable=true: losses are counted, not violations")

@@ -1,10 +1,13 @@
 """The checker tested on crafted histories: a clean one passes, and each kind of
 violation the chaos runs look for (a lost write, a duplicate, a divergent offset, a
 reordered key, an aborted read, a lost or partial transaction, a commit going backwards,
-a skipped record) is flagged with its evidence. Unclean leader election turns losses into
-counted findings. No broker runs here."""
+a skipped record, a share group's acknowledgement confirmed twice or forgotten, a delivery
+count going back, a record of a share topic nobody accepted) is flagged with its evidence.
+Unclean leader election turns losses into counted findings. No broker runs here."""
 
+import gzip
 import json
+from pathlib import Path
 
 import checker
 
@@ -55,6 +58,30 @@ class History:
     def committed(self, group, offsets, final=False):
         self.op("probe", "committed", {"group": group},
                 value={"group": group, "offsets": [list(o) for o in offsets], "final": final})
+
+    def share_open(self, instance):
+        self.op(instance.split("#")[0], "share_open", {"group": "sg", "instance": instance}, value={"instance": instance})
+
+    def share_poll(self, instance, records, topic="s"):
+        """`records`: (partition, offset, delivery count); key and value from the offset."""
+        self.op(instance.split("#")[0], "share_poll", {"group": "sg", "instance": instance}, value={
+            "group": "sg", "instance": instance,
+            "records": [[topic, p, o, f"k{o}", f"v{o}", n] for p, o, n in records]})
+
+    def share_ack(self, instance, acks, outcome="ok", failed=(), topic="s"):
+        """`acks`: (partition, offset, type, delivery count); the partitions in `failed`
+        answered with an error, every other one confirmed (when `outcome` is ok)."""
+        partitions = sorted({p for p, _, _, _ in acks})
+        value = {"results": [[topic, p, "INVALID_RECORD_STATE" if p in failed else None] for p in partitions]}
+        self.op(instance.split("#")[0], "share_ack", {"group": "sg", "instance": instance,
+                                                      "acks": [[topic, p, o, k, n] for p, o, k, n in acks]},
+                outcome, value if outcome == "ok" else {"error": "timed out"})
+
+    def share_final(self, offsets, partition=0, topic="s"):
+        """The share topic's final read, and its sends, acknowledged."""
+        for o in offsets:
+            self.send(f"k{o}", f"v{o}", partition, o, topic=topic)
+        self.final(partition, [(o, f"k{o}", f"v{o}") for o in offsets], topic=topic)
 
     def check(self, tmp_path=None):
         if tmp_path is not None:  # through a file, as the CLI reads it
@@ -267,6 +294,127 @@ def test_unclean_election_still_fails_on_a_duplicate():
     flagged(h, "duplicated", "a=a:0")
 
 
+def share_history():
+    """A share group on topic s (one partition, records 0-3): one accepted, one released
+    and accepted by another member, one rejected, one accepted but the answer lost; then a
+    member opened before a confirmation is handed that record, stale, and a new member
+    after a failover gets a record with the same count again."""
+    h = History(share_topics=["s"], share_delivery_count_limit=3)
+    h.share_open("a#1")
+    h.share_open("b#1")
+    h.share_poll("a#1", [(0, 0, 1), (0, 1, 1)])
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 1), (0, 1, "RELEASE", 1)])
+    h.share_poll("b#1", [(0, 1, 2), (0, 2, 1)])
+    h.share_ack("b#1", [(0, 1, "ACCEPT", 2), (0, 2, "REJECT", 1)])
+    h.share_poll("a#1", [(0, 3, 1)])
+    h.share_ack("a#1", [(0, 3, "ACCEPT", 1)], outcome="info")  # may or may not have taken effect
+    h.share_poll("b#1", [(0, 1, 2)])  # stale: b#1 opened before the ACCEPT of 1 returned
+    h.share_ack("b#1", [(0, 1, "ACCEPT", 2)], failed=[0])
+    h.share_open("a#2")
+    h.share_poll("a#2", [(0, 3, 1)])  # the ACCEPT of 3 did not take effect; count 1 again (failover)
+    h.share_ack("a#2", [(0, 3, "ACCEPT", 1)])
+    h.share_final(range(4))
+    return h
+
+
+def test_a_share_group_history_within_what_kafka_promises_passes(tmp_path):
+    result = share_history().check(tmp_path)
+    assert result.valid, result.render()
+    assert (result.counts["share_records"], result.counts["share_accepted"], result.counts["share_rejected"]) == (4, 3, 1)
+    assert result.counts["share_acks_unconfirmed"] == 2
+
+
+def test_an_accept_confirmed_twice_is_flagged():
+    h = share_history()
+    h.share_poll("a#2", [(0, 0, 2)])
+    h.share_ack("a#2", [(0, 0, "ACCEPT", 2)])
+    result = flagged(h, "share_accepted_twice", "s-0@0", "ACCEPT of delivery 1", "ACCEPT of delivery 2")
+    assert "share_redelivered" in result.findings
+
+
+def test_a_record_delivered_to_a_member_opened_after_its_accept_was_confirmed_is_flagged():
+    h = share_history()
+    h.share_open("c#1")
+    h.share_poll("c#1", [(0, 2, 2)])  # rejected (confirmed) before c#1 opened
+    h.share_ack("c#1", [(0, 2, "RELEASE", 2)], failed=[0])
+    flagged(h, "share_redelivered", "s-0@2", "REJECT confirmed", "count 2 to c#1")
+
+
+def test_a_stale_delivery_to_a_member_opened_before_the_confirmation_passes():
+    h = share_history()
+    h.share_poll("a#1", [(0, 0, 1)])  # a#1 opened before the ACCEPT of 0 was confirmed
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 1)], failed=[0])
+    assert h.check().valid
+
+
+def test_a_delivery_count_at_or_below_a_confirmed_release_is_flagged():
+    h = History(share_topics=["s"])
+    h.share_open("a#1")
+    h.share_poll("a#1", [(0, 0, 1)])
+    h.share_ack("a#1", [(0, 0, "RELEASE", 1)])
+    h.share_open("a#2")
+    h.share_poll("a#2", [(0, 0, 1)])
+    h.share_ack("a#2", [(0, 0, "ACCEPT", 1)])
+    h.share_final([0])
+    flagged(h, "share_count_backwards", "s-0@0", "RELEASE of delivery 1 confirmed", "count 1 to a#2")
+
+
+def test_a_delivery_count_repeated_after_an_unconfirmed_release_passes():
+    h = History(share_topics=["s"])
+    h.share_open("a#1")
+    h.share_poll("a#1", [(0, 0, 2)])
+    h.share_ack("a#1", [(0, 0, "RELEASE", 2)], outcome="info")
+    h.share_open("a#2")
+    h.share_poll("a#2", [(0, 0, 1)])  # the leader failed over: the count is what was persisted
+    h.share_ack("a#2", [(0, 0, "ACCEPT", 1)])
+    h.share_final([0])
+    assert h.check().valid
+
+
+def test_a_delivery_count_below_one_is_flagged():
+    h = History(share_topics=["s"])
+    h.share_open("a#1")
+    h.share_poll("a#1", [(0, 0, 0)])
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 0)])
+    h.share_final([0])
+    flagged(h, "share_count_backwards", "s-0@0", "count 0")
+
+
+def test_share_records_never_delivered_or_only_released_are_unaccounted():
+    h = History(share_topics=["s"], share_delivery_count_limit=3)
+    h.share_open("a#1")
+    h.share_poll("a#1", [(0, 0, 1), (0, 1, 3), (0, 2, 2)])
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 1), (0, 1, "RELEASE", 3), (0, 2, "RELEASE", 2)])
+    h.share_final(range(4))
+    result = flagged(h, "share_unaccounted", "s-0@2: k2=v2", "counts [2]", "s-0@3: k3=v3", "never")
+    assert len(result.findings["share_unaccounted"]) == 2
+    assert result.counts["share_archived_at_limit"] == 1  # offset 1: released at the limit, archived
+
+
+def test_a_share_topic_without_a_final_read_cannot_pass():
+    h = History(share_topics=["s"])
+    h.share_open("a#1")
+    h.share_poll("a#1", [(0, 0, 1)])
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 1)])
+    flagged(h, "incomplete", "share topic s")
+
+
+def test_a_share_delivery_of_another_record_than_the_log_holds_is_divergent():
+    h = share_history()
+    h.op("a", "share_poll", {}, value={"group": "sg", "instance": "a#2", "records": [["s", 0, 2, "k9", "v9", 3]]})
+    flagged(h, "divergent", "offset 2", "k9=v9")
+
+
+def test_unclean_election_counts_share_losses_instead_of_failing():
+    h = share_history()
+    h.events[0]["unclean"] = True
+    h.share_open("c#1")
+    h.share_poll("c#1", [(0, 0, 2)])
+    h.share_ack("c#1", [(0, 0, "ACCEPT", 2)])
+    result = h.check()
+    assert result.valid and result.findings["share_accepted_twice"], result.render()
+
+
 def test_a_partition_without_a_final_read_cannot_pass():
     h = History()
     h.send("a", "a:0", 3, 0)
@@ -292,3 +440,100 @@ def test_the_command_line_exits_non_zero_on_a_violation(tmp_path, capsys):
     assert "INVALID (seed 7)" in out and "replay: run.py replay --seed 7" in out
     path.write_text("".join(json.dumps(e) + "\n" for e in clean_history().events))
     assert checker.main([str(path), "--json"]) == 0
+
+
+# ----- a history recorded from osprey, with faults injected ----------------------------------
+
+RECORDED = Path(__file__).resolve().parent / "testdata" / "share-history.jsonl.gz"
+
+
+def recorded_share_history() -> list:
+    """The share group's part of a real run (`run.py run --seed 2 --rounds 2 --share`
+    against osprey: a bridge and a split partition, members closed and opened, the drain):
+    its meta and faults, the share topic's sends and final read, every share operation."""
+    with gzip.open(RECORDED, "rt") as f:
+        return [json.loads(line) for line in f]
+
+
+def confirmed(events, kind: str) -> list:
+    """(partition, offset, delivery count) of the records whose `kind` acknowledgement was
+    confirmed, in the order confirmed."""
+    invoked = {e["id"]: e for e in events if e["type"] == "invoke" and e["f"] == "share_ack"}
+    found = []
+    for e in events:
+        if e["type"] == "ok" and e.get("f") == "share_ack":
+            ok = {p for _t, p, error in e["value"]["results"] if error is None}
+            found += [(p, o, n) for _t, p, o, k, n in invoked[e["id"]]["value"]["acks"] if k == kind and p in ok]
+    return found
+
+
+def inject_delivery(events, partition: int, offset: int, count: int, ack: str = None, ack_ok: bool = True):
+    """Appends what a broker that forgot a record's state would cause: a member opened
+    after everything recorded is given the record (and acknowledges it)."""
+    h = History()
+    h.events = []
+    h.next_id = max(e.get("id", 0) for e in events)
+    h.clock = max(e.get("time", 0) for e in events) + 1
+    h.share_open("injected#1")
+    h.share_poll("injected#1", [(partition, offset, count)], topic="chaos-share")
+    if ack:
+        h.share_ack("injected#1", [(partition, offset, ack, count)], topic="chaos-share",
+                    failed=() if ack_ok else (partition,))
+    for e in h.events:  # the key and value the log holds at that offset
+        for r in e.get("value", {}).get("records", []):
+            r[3], r[4] = record_at(events, partition, offset)
+    return events + h.events
+
+
+def record_at(events, partition: int, offset: int):
+    for e in events:
+        if e["type"] == "ok" and e.get("f") == "final_read" and e["value"]["partition"] == partition:
+            return next((k, v) for o, k, v in e["value"]["records"] if o == offset)
+    raise AssertionError(f"no final read of partition {partition}")
+
+
+def test_the_recorded_share_history_passes():
+    result = checker.check(recorded_share_history())
+    assert result.valid, result.render()
+    assert result.counts["share_records"] > 400 and result.counts["share_accepted"] > 400
+
+
+def test_an_acknowledgement_the_broker_forgot_is_caught_in_the_recorded_history():
+    events = recorded_share_history()
+    p, o, n = confirmed(events, "ACCEPT")[100]
+    result = checker.check(inject_delivery(events, p, o, n + 1, ack="ACCEPT"))
+    assert not result.valid
+    assert set(result.violations()) == {"share_accepted_twice", "share_redelivered"}, result.render()
+    assert f"chaos-share-{p}@{o}" in result.findings["share_redelivered"][0]
+
+
+def test_a_rejected_record_delivered_again_is_caught_in_the_recorded_history():
+    events = recorded_share_history()
+    p, o, n = confirmed(events, "REJECT")[0]
+    result = checker.check(inject_delivery(events, p, o, n + 1, ack="ACCEPT", ack_ok=False))
+    assert set(result.violations()) == {"share_redelivered"}, result.render()
+    assert "REJECT confirmed" in result.findings["share_redelivered"][0]
+
+
+def test_a_delivery_count_gone_back_is_caught_in_the_recorded_history():
+    events = recorded_share_history()
+    p, o, n = confirmed(events, "RELEASE")[0]
+    result = checker.check(inject_delivery(events, p, o, n))
+    assert "share_count_backwards" in result.violations(), result.render()
+    assert f"RELEASE of delivery {n} confirmed" in result.findings["share_count_backwards"][0]
+
+
+def test_a_record_no_member_was_given_is_caught_in_the_recorded_history():
+    events = recorded_share_history()
+    p, o, _n = confirmed(events, "ACCEPT")[-1]
+    for e in events:  # as if the broker had skipped it: never delivered, never acknowledged
+        v = e.get("value") or {}
+        if e.get("f") == "share_poll" and e["type"] == "ok":
+            v["records"] = [r for r in v["records"] if (r[1], r[2]) != (p, o)]
+        if e.get("f") == "share_ack" and e["type"] == "invoke":
+            v["acks"] = [a for a in v["acks"] if (a[1], a[2]) != (p, o)]
+    result = checker.check(events)
+    assert set(result.violations()) == {"share_unaccounted"}, result.render()
+    assert result.findings["share_unaccounted"] == [
+        f"chaos-share-{p}@{o}: {'='.join(record_at(events, p, o))} neither accepted nor rejected nor delivered 5 "
+        f"times by the end: delivered with counts never, acknowledged never"]

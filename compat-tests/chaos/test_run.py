@@ -150,3 +150,30 @@ def test_a_workload_that_does_not_stop_is_reported_with_the_call_it_is_stuck_in(
     assert "(threading.py:" in innermost, where
     assert callers[-1].startswith("release.wait(30) (test_run.py:"), where
     assert run.where_stuck(thread) == "its stack is gone"
+
+
+def long_args(**changes):
+    args = dict(nodes=3, rounds=6, faults=["kill"], producers=2, transactions=True, groups=True, unclean=False,
+                unsafe=False, share=False)
+    args.update(changes)
+    return SimpleNamespace(**args)
+
+
+def test_a_long_run_without_share_groups_keeps_the_ledger_config_of_earlier_runs():
+    """Ledgers kept before `--share` existed must still add up: the key is absent unless on."""
+    assert "share" not in run.long_config(long_args())
+    assert run.long_config(long_args(share=True))["share"] is True
+
+
+def test_the_share_tally_counts_a_record_done_once_accepted_rejected_or_delivered_up_to_the_limit():
+    tally = run.ShareTally()
+    universe = [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    tally.delivered((0, 0), 1)
+    tally.acknowledged((0, 0), "ACCEPT")
+    tally.delivered((0, 1), 1)
+    tally.acknowledged((0, 1), "REJECT")
+    tally.delivered((0, 2), run.SHARE_DELIVERY_COUNT_LIMIT)
+    tally.acknowledged((0, 2), "RELEASE")
+    tally.delivered((0, 3), 1)
+    tally.acknowledged((0, 3), "RELEASE")
+    assert tally.unaccounted(universe) == [(0, 3), (1, 0)]
