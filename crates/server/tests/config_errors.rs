@@ -185,6 +185,30 @@ fn session_timeout_bounds_must_be_ordered() {
 }
 
 #[test]
+fn share_group_defaults_must_lie_within_their_bounds() {
+    let err = file_error("group.share.session.timeout.ms=30000\n");
+    assert_invalid(&err, "group.share.session.timeout.ms", "30000", &at_line(1), "group.share.min.session.timeout.ms");
+    let err = file_error("group.share.min.session.timeout.ms=5000\ngroup.share.session.timeout.ms=5000\n");
+    assert_invalid(
+        &err,
+        "group.share.heartbeat.interval.ms",
+        "5000",
+        &Origin::Default,
+        "less than group.share.session.timeout.ms",
+    );
+    let err = file_error("group.share.max.delivery.count.limit=4\n");
+    assert_invalid(
+        &err,
+        "group.share.delivery.count.limit",
+        "5",
+        &Origin::Default,
+        "at most group.share.max.delivery.count.limit (4)",
+    );
+    let err = file_error("group.share.max.share.sessions=100\n");
+    assert_invalid(&err, "group.share.max.share.sessions", "100", &at_line(1), "at least group.share.max.size (200)");
+}
+
+#[test]
 fn bad_metrics_listener() {
     let err = override_error("metrics.listener=localhost");
     assert_invalid(&err, "metrics.listener", "localhost", &Origin::Override, "host:port");

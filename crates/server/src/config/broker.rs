@@ -336,6 +336,8 @@ pub struct BrokerConfig {
     pub group_share_partition_max_record_locks: i32,
     /// `group.share.max.share.sessions`.
     pub group_share_max_share_sessions: i32,
+    /// The share group keys bounded by others (`group.share.{,min.,max.}*`).
+    pub group_share: GroupShareConfig,
     /// `osprey.share.version`.
     pub share_version: i16,
     /// The streams group settings (`group.streams.*`, KIP-1071).
@@ -555,8 +557,18 @@ impl BrokerConfig {
             min_heartbeat_interval_ms: self.group_consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms: self.group_consumer_max_heartbeat_interval_ms,
             share: osprey_coordinator::group::group_config::ShareGroupConfigBounds {
+                session_timeout_ms: self.group_share.session_timeout_ms,
+                min_session_timeout_ms: self.group_share.min_session_timeout_ms,
+                max_session_timeout_ms: self.group_share.max_session_timeout_ms,
+                heartbeat_interval_ms: self.group_share.heartbeat_interval_ms,
+                min_heartbeat_interval_ms: self.group_share.min_heartbeat_interval_ms,
+                max_heartbeat_interval_ms: self.group_share.max_heartbeat_interval_ms,
                 min_record_lock_duration_ms: self.group_share_min_record_lock_duration_ms,
                 max_record_lock_duration_ms: self.group_share_max_record_lock_duration_ms,
+                min_delivery_count_limit: self.group_share.min_delivery_count_limit,
+                max_delivery_count_limit: self.group_share.max_delivery_count_limit,
+                min_partition_max_record_locks: self.group_share.min_partition_max_record_locks,
+                max_partition_max_record_locks: self.group_share.max_partition_max_record_locks,
                 ..Default::default()
             },
             streams: osprey_coordinator::group::group_config::StreamsGroupConfigBounds {
@@ -854,6 +866,19 @@ impl BrokerConfig {
             group_share_delivery_count_limit: r.i32("group.share.delivery.count.limit"),
             group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
             group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
+            group_share: GroupShareConfig {
+                session_timeout_ms: r.i32("group.share.session.timeout.ms"),
+                min_session_timeout_ms: r.i32("group.share.min.session.timeout.ms"),
+                max_session_timeout_ms: r.i32("group.share.max.session.timeout.ms"),
+                heartbeat_interval_ms: r.i32("group.share.heartbeat.interval.ms"),
+                min_heartbeat_interval_ms: r.i32("group.share.min.heartbeat.interval.ms"),
+                max_heartbeat_interval_ms: r.i32("group.share.max.heartbeat.interval.ms"),
+                max_size: r.i32("group.share.max.size"),
+                min_delivery_count_limit: r.i32("group.share.min.delivery.count.limit"),
+                max_delivery_count_limit: r.i32("group.share.max.delivery.count.limit"),
+                min_partition_max_record_locks: r.i32("group.share.min.partition.max.record.locks"),
+                max_partition_max_record_locks: r.i32("group.share.max.partition.max.record.locks"),
+            },
             share_version: r.i16("osprey.share.version"),
             group_streams: GroupStreamsConfig {
                 session_timeout_ms: r.i32("group.streams.session.timeout.ms"),
@@ -1446,18 +1471,98 @@ pub struct GroupStreamsConfig {
     pub acceptable_recovery_lag: i64,
 }
 
+/// The share group keys that bound or are bounded by others (Kafka's
+/// `GroupCoordinatorConfig` and `ShareGroupConfig` for share groups).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GroupShareConfig {
+    pub session_timeout_ms: i32,
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    pub heartbeat_interval_ms: i32,
+    pub min_heartbeat_interval_ms: i32,
+    pub max_heartbeat_interval_ms: i32,
+    pub max_size: i32,
+    pub min_delivery_count_limit: i32,
+    pub max_delivery_count_limit: i32,
+    pub min_partition_max_record_locks: i32,
+    pub max_partition_max_record_locks: i32,
+}
+
+/// `key`'s `value` within the values of `min_key` and `max_key`, as Kafka's `require`s
+/// of a group default against its bounds.
+fn check_within(
+    r: &Resolver<'_>,
+    key: &str,
+    value: i32,
+    (min_key, min): (&str, i32),
+    (max_key, max): (&str, i32),
+) -> Result<(), ConfigError> {
+    if value < min {
+        return Err(r.entry(key).invalid(format!("at least {min_key} ({min})")));
+    }
+    if value > max {
+        return Err(r.entry(key).invalid(format!("at most {max_key} ({max})")));
+    }
+    Ok(())
+}
+
+/// Kafka's checks of the share group keys (`GroupCoordinatorConfig`, `ShareGroupConfig`):
+/// each default within its bounds, the heartbeat below the session, room for a full
+/// group's share sessions.
+fn check_share_group_keys(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
+    let s = &c.group_share;
+    check_within(
+        r,
+        "group.share.session.timeout.ms",
+        s.session_timeout_ms,
+        ("group.share.min.session.timeout.ms", s.min_session_timeout_ms),
+        ("group.share.max.session.timeout.ms", s.max_session_timeout_ms),
+    )?;
+    check_within(
+        r,
+        "group.share.heartbeat.interval.ms",
+        s.heartbeat_interval_ms,
+        ("group.share.min.heartbeat.interval.ms", s.min_heartbeat_interval_ms),
+        ("group.share.max.heartbeat.interval.ms", s.max_heartbeat_interval_ms),
+    )?;
+    if s.heartbeat_interval_ms >= s.session_timeout_ms {
+        return Err(r
+            .entry("group.share.heartbeat.interval.ms")
+            .invalid(format!("less than group.share.session.timeout.ms ({})", s.session_timeout_ms)));
+    }
+    check_within(
+        r,
+        "group.share.record.lock.duration.ms",
+        c.group_share_record_lock_duration_ms,
+        ("group.share.min.record.lock.duration.ms", c.group_share_min_record_lock_duration_ms),
+        ("group.share.max.record.lock.duration.ms", c.group_share_max_record_lock_duration_ms),
+    )?;
+    check_within(
+        r,
+        "group.share.delivery.count.limit",
+        c.group_share_delivery_count_limit,
+        ("group.share.min.delivery.count.limit", s.min_delivery_count_limit),
+        ("group.share.max.delivery.count.limit", s.max_delivery_count_limit),
+    )?;
+    check_within(
+        r,
+        "group.share.partition.max.record.locks",
+        c.group_share_partition_max_record_locks,
+        ("group.share.min.partition.max.record.locks", s.min_partition_max_record_locks),
+        ("group.share.max.partition.max.record.locks", s.max_partition_max_record_locks),
+    )?;
+    if c.group_share_max_share_sessions < s.max_size {
+        return Err(r
+            .entry("group.share.max.share.sessions")
+            .invalid(format!("at least group.share.max.size ({})", s.max_size)));
+    }
+    Ok(())
+}
+
 /// Kafka's `verifyStreamsGroupConfigs`: each default within its bounds, the heartbeat
 /// below the session.
 fn check_streams_group_keys(r: &Resolver<'_>, s: &GroupStreamsConfig) -> Result<(), ConfigError> {
-    let within = |key: &str, value: i32, (min_key, min): (&str, i32), (max_key, max): (&str, i32)| {
-        if value < min {
-            return Err(r.entry(key).invalid(format!("at least {min_key} ({min})")));
-        }
-        if value > max {
-            return Err(r.entry(key).invalid(format!("at most {max_key} ({max})")));
-        }
-        Ok(())
-    };
+    let within = |key: &str, value: i32, min: (&str, i32), max: (&str, i32)| check_within(r, key, value, min, max);
     within(
         "group.streams.session.timeout.ms",
         s.session_timeout_ms,
@@ -1486,6 +1591,7 @@ fn check_streams_group_keys(r: &Resolver<'_>, s: &GroupStreamsConfig) -> Result<
 
 fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
     check_streams_group_keys(r, &c.group_streams)?;
+    check_share_group_keys(r, c)?;
     if c.group_consumer_min_session_timeout_ms > c.group_consumer_max_session_timeout_ms {
         return Err(r.entry("group.consumer.min.session.timeout.ms").invalid(format!(
             "at most group.consumer.max.session.timeout.ms ({})",

@@ -169,6 +169,35 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
     }
 
+    /// `group.share.heartbeat.interval.ms` and `group.share.max.size` reach the share
+    /// groups: the interval members are told, and the member beyond the size refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_share_group_broker_settings_reach_the_coordinator() {
+        let (broker, dir) = broker_with_config("share-groups-settings", |c| {
+            c.share_version = 1;
+            c.group_share.heartbeat_interval_ms = 7_000;
+            c.group_share.max_size = 1;
+        });
+        let topic = NewTopic { name: "t".into(), num_partitions: 2, replication_factor: 1, ..Default::default() };
+        broker.create_topic(&topic, false).unwrap();
+        let joined = heartbeat(&broker, 0, Some(&["t"])).await;
+        assert_eq!((joined.error_code, joined.heartbeat_interval_ms), (0, 7_000));
+        let second = ShareGroupHeartbeatRequest {
+            group_id: "queue".into(),
+            member_id: "member-b".into(),
+            member_epoch: 0,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            ..Default::default()
+        };
+        let refused =
+            match answer(&broker, ApiKey::ShareGroupHeartbeat, 1, RequestBody::ShareGroupHeartbeat(second)).await {
+                ResponseBody::ShareGroupHeartbeat(r) => r,
+                other => panic!("{other:?}"),
+            };
+        assert_eq!(refused.error_code, ErrorCode::GROUP_MAX_SIZE_REACHED.code());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
     /// `share.version` 0: Kafka's UNSUPPORTED_VERSION for the heartbeat and for every
     /// group described, and no group is made.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
