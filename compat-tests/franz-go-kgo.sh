@@ -38,7 +38,9 @@ INTERMITTENT=(
     # first phase and the second-level group's consumers never consume ("level 1 accepted
     # 83451 (max dc 1), level 2 accepted 0", the group unknown at cleanup). Cause not found:
     # whether the broker starves under the suite's load or something another test does
-    # stops the share groups is the next thing to find out.
+    # stops the share groups is the next thing to find out. Since then it passed with the
+    # whole suite twice (CI at b156dfb; 02ffaaa, where ShareFetch waits for MinBytes as
+    # Kafka's DelayedShareFetch): kept here until a cause is found or it keeps passing.
     TestShareGroupETL
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
