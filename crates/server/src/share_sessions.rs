@@ -17,7 +17,7 @@
 //! (INVALID_REQUEST beyond).
 
 use osprey_protocol::{ErrorCode, Uuid};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -76,6 +76,35 @@ fn next_epoch(epoch: i32) -> i32 {
     }
 }
 
+/// A session's partitions after a request: `current`, then those of `requested` not in it
+/// yet, in order, less `forgotten`. INVALID_REQUEST beyond [`MAX_PARTITIONS_PER_SESSION`],
+/// found without looking further: the lists come from the request, so the work is linear
+/// in them (with sets) and stops at the bound, whatever a client sends.
+fn merged(
+    current: &[TopicIdPartition],
+    requested: &[TopicIdPartition],
+    forgotten: &[TopicIdPartition],
+) -> Result<Vec<TopicIdPartition>, ErrorCode> {
+    let forgotten: HashSet<&TopicIdPartition> = forgotten.iter().collect();
+    let mut seen: HashSet<TopicIdPartition> = HashSet::with_capacity(current.len());
+    let mut partitions = Vec::with_capacity(current.len());
+    let mut kept = 0;
+    for p in current.iter().chain(requested) {
+        if !seen.insert(*p) {
+            continue;
+        }
+        partitions.push(*p);
+        if !forgotten.contains(p) {
+            kept += 1;
+            if kept > MAX_PARTITIONS_PER_SESSION {
+                return Err(ErrorCode::INVALID_REQUEST);
+            }
+        }
+    }
+    partitions.retain(|p| !forgotten.contains(p));
+    Ok(partitions)
+}
+
 impl ShareSessions {
     /// Opens, advances or ends the member's session for a ShareFetch.
     #[allow(clippy::too_many_arguments)]
@@ -104,15 +133,7 @@ impl ShareSessions {
                 if self.sessions.len() >= max_sessions {
                     return Err(ErrorCode::SHARE_SESSION_LIMIT_REACHED);
                 }
-                let mut partitions = Vec::new();
-                for p in requested {
-                    if !partitions.contains(p) {
-                        partitions.push(*p);
-                    }
-                }
-                if partitions.len() > MAX_PARTITIONS_PER_SESSION {
-                    return Err(ErrorCode::INVALID_REQUEST);
-                }
+                let partitions = merged(&[], requested, &[])?;
                 self.by_connection.insert(connection.clone(), key.clone());
                 let session = Session { epoch: next_epoch(INITIAL_EPOCH), partitions: partitions.clone(), connection };
                 self.sessions.insert(key, session);
@@ -128,16 +149,7 @@ impl ShareSessions {
                 // acknowledgements and forgotten in the same request is not fetched (the
                 // client would drop what it acquired, and the records would come back only
                 // at their lock's expiry, one delivery count further).
-                let mut partitions = session.partitions.clone();
-                for p in requested {
-                    if !partitions.contains(p) {
-                        partitions.push(*p);
-                    }
-                }
-                partitions.retain(|p| !forgotten.contains(p));
-                if partitions.len() > MAX_PARTITIONS_PER_SESSION {
-                    return Err(ErrorCode::INVALID_REQUEST);
-                }
+                let partitions = merged(&session.partitions, requested, forgotten)?;
                 session.partitions = partitions.clone();
                 session.epoch = next_epoch(epoch);
                 Ok(FetchContext::Incremental { partitions })
@@ -264,6 +276,28 @@ mod tests {
         assert!(s.begin_fetch("g", "a", 0, &[(T, 0)], &[], false, connection(1), 1).is_ok());
         let many: Vec<TopicIdPartition> = (0..=MAX_PARTITIONS_PER_SESSION as i32).map(|p| (T, p)).collect();
         assert_eq!(s.begin_fetch("g", "a", 0, &many, &[], false, connection(1), 1), Err(ErrorCode::INVALID_REQUEST));
+    }
+
+    /// The bound counts the partitions a session would hold: duplicates once, forgotten
+    /// ones not; a request beyond it leaves the session as it was.
+    #[test]
+    fn an_incremental_request_is_bounded_by_the_partitions_the_session_would_hold() {
+        let mut s = ShareSessions::default();
+        let first: Vec<TopicIdPartition> = (0..MAX_PARTITIONS_PER_SESSION as i32 - 1).map(|p| (T, p)).collect();
+        s.begin_fetch("g", "m", 0, &first, &[], false, connection(1), 10).unwrap();
+        // One more, named twice, and a new one whose place a forgotten partition frees.
+        let added = [(T, -1), (T, -1), (T, -2)];
+        let next = s.begin_fetch("g", "m", 1, &added, &[(T, 0)], false, connection(1), 10).unwrap();
+        let FetchContext::Incremental { partitions } = next else { panic!("{next:?}") };
+        assert_eq!(partitions.len(), MAX_PARTITIONS_PER_SESSION);
+        assert_eq!(partitions[partitions.len() - 2..], [(T, -1), (T, -2)]);
+        assert_eq!(
+            s.begin_fetch("g", "m", 2, &[(T, -3)], &[], false, connection(1), 10),
+            Err(ErrorCode::INVALID_REQUEST)
+        );
+        // Refused, the request changed nothing: the same epoch goes on with the same partitions.
+        let again = s.begin_fetch("g", "m", 2, &[], &[], false, connection(1), 10).unwrap();
+        assert_eq!(again, FetchContext::Incremental { partitions });
     }
 
     #[test]

@@ -37,7 +37,7 @@ use osprey_protocol::messages::{
     ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest, ShareFetchResponse,
 };
 use osprey_protocol::{ErrorCode, ResponseBody, Uuid};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -131,6 +131,9 @@ pub fn handle_fetch(
         batch_size: req.batch_size,
         mode: ShareAcquireMode::from_id(req.share_acquire_mode).unwrap_or_default(),
     };
+    // The partitions answered whatever happens to them: looked up in sets, since the
+    // request sets how many there are.
+    let acknowledged: HashSet<TopicIdPartition> = acknowledgements.iter().map(|(tp, _)| *tp).collect();
     let broker = broker.clone();
     let listener = client.listener.clone();
     let session_epoch = req.share_session_epoch;
@@ -159,13 +162,15 @@ pub fn handle_fetch(
         };
         let cache = MetadataCache::for_listener(&broker, &listener);
         let mut endpoints = BTreeMap::new();
+        let listed: HashSet<TopicIdPartition> =
+            if full { partitions.iter().copied().collect() } else { HashSet::new() };
         for (tp, outcome) in outcomes {
             let has_records = outcome.records.as_ref().is_some_and(|r| !r.is_empty());
-            let included = full && partitions.contains(&tp)
+            let included = listed.contains(&tp)
                 || has_records
                 || outcome.error.is_some()
                 || outcome.acknowledge_error.is_some()
-                || acknowledged(&tp, &req);
+                || acknowledged.contains(&tp);
             if !included {
                 continue;
             }
@@ -221,16 +226,6 @@ const INVALID_MEMBER_ID: &str = "Invalid member id in the request.";
 /// Kafka's `isMemberIdValid`: present, not empty, at most 36 characters.
 fn member_id_is_valid(member_id: &str) -> bool {
     !member_id.is_empty() && member_id.chars().count() <= 36
-}
-
-/// Whether the request acknowledged anything on `tp` (its outcome is answered even when
-/// it succeeded).
-fn acknowledged(tp: &TopicIdPartition, req: &ShareFetchRequest) -> bool {
-    req.topics
-        .iter()
-        .filter(|t| t.topic_id == tp.0)
-        .flat_map(|t| t.partitions.iter())
-        .any(|p| p.partition_index == tp.1 && !p.acknowledgement_batches.is_empty())
 }
 
 fn batch(b: &osprey_protocol::messages::share_fetch_request::AcknowledgementBatch) -> AcknowledgementBatch {
