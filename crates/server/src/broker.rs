@@ -116,7 +116,7 @@ impl Settings {
             consumer_group_regex_max_compiled_bytes: c.group_consumer_regex_max_compiled_bytes.max(1024) as usize,
             share_group_session_timeout_ms: c.group_share.session_timeout_ms,
             share_group_heartbeat_interval_ms: c.group_share.heartbeat_interval_ms,
-            share_group_max_size: c.group_share.max_size.max(1) as usize,
+            share_group_max_size: c.group_share_max_size.max(1) as usize,
             streams_group_session_timeout_ms: c.group_streams.session_timeout_ms,
             streams_group_heartbeat_interval_ms: c.group_streams.heartbeat_interval_ms,
             streams_group_max_size: c.group_streams.max_size.max(1) as usize,

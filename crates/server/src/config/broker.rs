@@ -14,6 +14,7 @@ use super::tls::{Setting, TlsSettings};
 use super::topic::TopicConfig;
 use super::value::{check, Value};
 use super::{ConfigEntry, ConfigError, ConfigSynonym, Origin};
+use osprey_coordinator::group::group_config::ShareGroupConfigBounds;
 
 /// Raw settings in the order they were given; a later setting of a key replaces an
 /// earlier one. Nothing is checked until [`RawConfig::resolve`].
@@ -326,18 +327,18 @@ pub struct BrokerConfig {
     pub transaction_version: i16,
     /// `group.share.record.lock.duration.ms`.
     pub group_share_record_lock_duration_ms: i32,
-    /// `group.share.min.record.lock.duration.ms`.
-    pub group_share_min_record_lock_duration_ms: i32,
-    /// `group.share.max.record.lock.duration.ms`.
-    pub group_share_max_record_lock_duration_ms: i32,
     /// `group.share.delivery.count.limit`.
     pub group_share_delivery_count_limit: i32,
     /// `group.share.partition.max.record.locks`.
     pub group_share_partition_max_record_locks: i32,
     /// `group.share.max.share.sessions`.
     pub group_share_max_share_sessions: i32,
-    /// The share group keys bounded by others (`group.share.{,min.,max.}*`).
-    pub group_share: GroupShareConfig,
+    /// `group.share.max.size`.
+    pub group_share_max_size: i32,
+    /// The share group settings a group's own configs default to and are bounded by
+    /// (`group.share.{session.timeout,heartbeat.interval}.ms` and the
+    /// `group.share.{min,max}.*` keys), as the group coordinator checks them.
+    pub group_share: ShareGroupConfigBounds,
     /// `osprey.share.version`.
     pub share_version: i16,
     /// The streams group settings (`group.streams.*`, KIP-1071).
@@ -556,21 +557,7 @@ impl BrokerConfig {
             heartbeat_interval_ms: self.group_consumer_heartbeat_interval_ms,
             min_heartbeat_interval_ms: self.group_consumer_min_heartbeat_interval_ms,
             max_heartbeat_interval_ms: self.group_consumer_max_heartbeat_interval_ms,
-            share: osprey_coordinator::group::group_config::ShareGroupConfigBounds {
-                session_timeout_ms: self.group_share.session_timeout_ms,
-                min_session_timeout_ms: self.group_share.min_session_timeout_ms,
-                max_session_timeout_ms: self.group_share.max_session_timeout_ms,
-                heartbeat_interval_ms: self.group_share.heartbeat_interval_ms,
-                min_heartbeat_interval_ms: self.group_share.min_heartbeat_interval_ms,
-                max_heartbeat_interval_ms: self.group_share.max_heartbeat_interval_ms,
-                min_record_lock_duration_ms: self.group_share_min_record_lock_duration_ms,
-                max_record_lock_duration_ms: self.group_share_max_record_lock_duration_ms,
-                min_delivery_count_limit: self.group_share.min_delivery_count_limit,
-                max_delivery_count_limit: self.group_share.max_delivery_count_limit,
-                min_partition_max_record_locks: self.group_share.min_partition_max_record_locks,
-                max_partition_max_record_locks: self.group_share.max_partition_max_record_locks,
-                ..Default::default()
-            },
+            share: self.group_share,
             streams: osprey_coordinator::group::group_config::StreamsGroupConfigBounds {
                 session_timeout_ms: self.group_streams.session_timeout_ms,
                 min_session_timeout_ms: self.group_streams.min_session_timeout_ms,
@@ -861,23 +848,26 @@ impl BrokerConfig {
             group_max_size: r.i32("group.max.size"),
             transaction_version: r.i16("osprey.transaction.version"),
             group_share_record_lock_duration_ms: r.i32("group.share.record.lock.duration.ms"),
-            group_share_min_record_lock_duration_ms: r.i32("group.share.min.record.lock.duration.ms"),
-            group_share_max_record_lock_duration_ms: r.i32("group.share.max.record.lock.duration.ms"),
             group_share_delivery_count_limit: r.i32("group.share.delivery.count.limit"),
             group_share_partition_max_record_locks: r.i32("group.share.partition.max.record.locks"),
             group_share_max_share_sessions: r.i32("group.share.max.share.sessions"),
-            group_share: GroupShareConfig {
+            group_share_max_size: r.i32("group.share.max.size"),
+            group_share: ShareGroupConfigBounds {
                 session_timeout_ms: r.i32("group.share.session.timeout.ms"),
                 min_session_timeout_ms: r.i32("group.share.min.session.timeout.ms"),
                 max_session_timeout_ms: r.i32("group.share.max.session.timeout.ms"),
                 heartbeat_interval_ms: r.i32("group.share.heartbeat.interval.ms"),
                 min_heartbeat_interval_ms: r.i32("group.share.min.heartbeat.interval.ms"),
                 max_heartbeat_interval_ms: r.i32("group.share.max.heartbeat.interval.ms"),
-                max_size: r.i32("group.share.max.size"),
+                min_record_lock_duration_ms: r.i32("group.share.min.record.lock.duration.ms"),
+                max_record_lock_duration_ms: r.i32("group.share.max.record.lock.duration.ms"),
                 min_delivery_count_limit: r.i32("group.share.min.delivery.count.limit"),
                 max_delivery_count_limit: r.i32("group.share.max.delivery.count.limit"),
                 min_partition_max_record_locks: r.i32("group.share.min.partition.max.record.locks"),
                 max_partition_max_record_locks: r.i32("group.share.max.partition.max.record.locks"),
+                // Kafka's group.share.{min,max}.assignment.interval.ms: not settings here
+                // (share assignments are not spaced out).
+                ..ShareGroupConfigBounds::KAFKA_DEFAULTS
             },
             share_version: r.i16("osprey.share.version"),
             group_streams: GroupStreamsConfig {
@@ -1471,23 +1461,6 @@ pub struct GroupStreamsConfig {
     pub acceptable_recovery_lag: i64,
 }
 
-/// The share group keys that bound or are bounded by others (Kafka's
-/// `GroupCoordinatorConfig` and `ShareGroupConfig` for share groups).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct GroupShareConfig {
-    pub session_timeout_ms: i32,
-    pub min_session_timeout_ms: i32,
-    pub max_session_timeout_ms: i32,
-    pub heartbeat_interval_ms: i32,
-    pub min_heartbeat_interval_ms: i32,
-    pub max_heartbeat_interval_ms: i32,
-    pub max_size: i32,
-    pub min_delivery_count_limit: i32,
-    pub max_delivery_count_limit: i32,
-    pub min_partition_max_record_locks: i32,
-    pub max_partition_max_record_locks: i32,
-}
-
 /// `key`'s `value` within the values of `min_key` and `max_key`, as Kafka's `require`s
 /// of a group default against its bounds.
 fn check_within(
@@ -1506,55 +1479,88 @@ fn check_within(
     Ok(())
 }
 
+/// `group.<group_type>.<name>` within `group.<group_type>.{min,max}.<name>`: each entry
+/// is (name, value, min, max).
+fn check_bounded_group_keys(
+    r: &Resolver<'_>,
+    group_type: &str,
+    keys: &[(&str, i32, i32, i32)],
+) -> Result<(), ConfigError> {
+    for &(name, value, min, max) in keys {
+        check_within(
+            r,
+            &format!("group.{group_type}.{name}"),
+            value,
+            (&format!("group.{group_type}.min.{name}"), min),
+            (&format!("group.{group_type}.max.{name}"), max),
+        )?;
+    }
+    Ok(())
+}
+
+/// A group type's session timeout and heartbeat interval within their bounds, and the
+/// heartbeat below the session (Kafka's `require`s for consumer-protocol group types).
+fn check_membership_keys(
+    r: &Resolver<'_>,
+    group_type: &str,
+    (session, min_session, max_session): (i32, i32, i32),
+    (heartbeat, min_heartbeat, max_heartbeat): (i32, i32, i32),
+) -> Result<(), ConfigError> {
+    check_bounded_group_keys(
+        r,
+        group_type,
+        &[
+            ("session.timeout.ms", session, min_session, max_session),
+            ("heartbeat.interval.ms", heartbeat, min_heartbeat, max_heartbeat),
+        ],
+    )?;
+    if heartbeat >= session {
+        return Err(r
+            .entry(&format!("group.{group_type}.heartbeat.interval.ms"))
+            .invalid(format!("less than group.{group_type}.session.timeout.ms ({session})")));
+    }
+    Ok(())
+}
+
 /// Kafka's checks of the share group keys (`GroupCoordinatorConfig`, `ShareGroupConfig`):
 /// each default within its bounds, the heartbeat below the session, room for a full
 /// group's share sessions.
 fn check_share_group_keys(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {
     let s = &c.group_share;
-    check_within(
+    check_membership_keys(
         r,
-        "group.share.session.timeout.ms",
-        s.session_timeout_ms,
-        ("group.share.min.session.timeout.ms", s.min_session_timeout_ms),
-        ("group.share.max.session.timeout.ms", s.max_session_timeout_ms),
+        "share",
+        (s.session_timeout_ms, s.min_session_timeout_ms, s.max_session_timeout_ms),
+        (s.heartbeat_interval_ms, s.min_heartbeat_interval_ms, s.max_heartbeat_interval_ms),
     )?;
-    check_within(
+    check_bounded_group_keys(
         r,
-        "group.share.heartbeat.interval.ms",
-        s.heartbeat_interval_ms,
-        ("group.share.min.heartbeat.interval.ms", s.min_heartbeat_interval_ms),
-        ("group.share.max.heartbeat.interval.ms", s.max_heartbeat_interval_ms),
+        "share",
+        &[
+            (
+                "record.lock.duration.ms",
+                c.group_share_record_lock_duration_ms,
+                s.min_record_lock_duration_ms,
+                s.max_record_lock_duration_ms,
+            ),
+            (
+                "delivery.count.limit",
+                c.group_share_delivery_count_limit,
+                s.min_delivery_count_limit,
+                s.max_delivery_count_limit,
+            ),
+            (
+                "partition.max.record.locks",
+                c.group_share_partition_max_record_locks,
+                s.min_partition_max_record_locks,
+                s.max_partition_max_record_locks,
+            ),
+        ],
     )?;
-    if s.heartbeat_interval_ms >= s.session_timeout_ms {
-        return Err(r
-            .entry("group.share.heartbeat.interval.ms")
-            .invalid(format!("less than group.share.session.timeout.ms ({})", s.session_timeout_ms)));
-    }
-    check_within(
-        r,
-        "group.share.record.lock.duration.ms",
-        c.group_share_record_lock_duration_ms,
-        ("group.share.min.record.lock.duration.ms", c.group_share_min_record_lock_duration_ms),
-        ("group.share.max.record.lock.duration.ms", c.group_share_max_record_lock_duration_ms),
-    )?;
-    check_within(
-        r,
-        "group.share.delivery.count.limit",
-        c.group_share_delivery_count_limit,
-        ("group.share.min.delivery.count.limit", s.min_delivery_count_limit),
-        ("group.share.max.delivery.count.limit", s.max_delivery_count_limit),
-    )?;
-    check_within(
-        r,
-        "group.share.partition.max.record.locks",
-        c.group_share_partition_max_record_locks,
-        ("group.share.min.partition.max.record.locks", s.min_partition_max_record_locks),
-        ("group.share.max.partition.max.record.locks", s.max_partition_max_record_locks),
-    )?;
-    if c.group_share_max_share_sessions < s.max_size {
+    if c.group_share_max_share_sessions < c.group_share_max_size {
         return Err(r
             .entry("group.share.max.share.sessions")
-            .invalid(format!("at least group.share.max.size ({})", s.max_size)));
+            .invalid(format!("at least group.share.max.size ({})", c.group_share_max_size)));
     }
     Ok(())
 }
@@ -1562,31 +1568,19 @@ fn check_share_group_keys(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), Conf
 /// Kafka's `verifyStreamsGroupConfigs`: each default within its bounds, the heartbeat
 /// below the session.
 fn check_streams_group_keys(r: &Resolver<'_>, s: &GroupStreamsConfig) -> Result<(), ConfigError> {
-    let within = |key: &str, value: i32, min: (&str, i32), max: (&str, i32)| check_within(r, key, value, min, max);
-    within(
-        "group.streams.session.timeout.ms",
-        s.session_timeout_ms,
-        ("group.streams.min.session.timeout.ms", s.min_session_timeout_ms),
-        ("group.streams.max.session.timeout.ms", s.max_session_timeout_ms),
+    check_membership_keys(
+        r,
+        "streams",
+        (s.session_timeout_ms, s.min_session_timeout_ms, s.max_session_timeout_ms),
+        (s.heartbeat_interval_ms, s.min_heartbeat_interval_ms, s.max_heartbeat_interval_ms),
     )?;
-    within(
-        "group.streams.heartbeat.interval.ms",
-        s.heartbeat_interval_ms,
-        ("group.streams.min.heartbeat.interval.ms", s.min_heartbeat_interval_ms),
-        ("group.streams.max.heartbeat.interval.ms", s.max_heartbeat_interval_ms),
-    )?;
-    within(
+    check_within(
+        r,
         "group.streams.num.standby.replicas",
         s.num_standby_replicas,
         ("0", 0),
         ("group.streams.max.standby.replicas", s.max_standby_replicas),
-    )?;
-    if s.heartbeat_interval_ms >= s.session_timeout_ms {
-        return Err(r
-            .entry("group.streams.heartbeat.interval.ms")
-            .invalid(format!("less than group.streams.session.timeout.ms ({})", s.session_timeout_ms)));
-    }
-    Ok(())
+    )
 }
 
 fn check_cross_key_rules(r: &Resolver<'_>, c: &BrokerConfig) -> Result<(), ConfigError> {

@@ -164,7 +164,7 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
         ),
         entry(
             group_config::SHARE_HEARTBEAT_INTERVAL_MS,
-            None,
+            Some("group.share.heartbeat.interval.ms"),
             coordinator.share_group_heartbeat_interval_ms.to_string(),
             ConfigType::Int,
             "The heartbeat interval given to this share group's members.",
@@ -203,7 +203,7 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
         ),
         entry(
             group_config::SHARE_SESSION_TIMEOUT_MS,
-            None,
+            Some("group.share.session.timeout.ms"),
             coordinator.share_group_session_timeout_ms.to_string(),
             ConfigType::Int,
             "The timeout to detect client failures of this share group's members.",

@@ -176,7 +176,7 @@ mod tests {
         let (broker, dir) = broker_with_config("share-groups-settings", |c| {
             c.share_version = 1;
             c.group_share.heartbeat_interval_ms = 7_000;
-            c.group_share.max_size = 1;
+            c.group_share_max_size = 1;
         });
         let topic = NewTopic { name: "t".into(), num_partitions: 2, replication_factor: 1, ..Default::default() };
         broker.create_topic(&topic, false).unwrap();
