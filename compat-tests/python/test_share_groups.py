@@ -38,7 +38,7 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import AcknowledgeType, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 import clients
@@ -456,6 +456,37 @@ def test_a_lowered_delivery_count_limit_applies_to_the_share_partition_in_use(ta
         assert_nothing_more_delivered(target, group, topic, consumer=c)
     finally:
         c.close()
+
+
+def test_a_share_groups_configs_are_described_and_bounded_as_kafkas(target):
+    """DescribeConfigs of a share group (one nobody uses, as Kafka allows) lists every
+    share.* group config at Kafka 4.4's default, and IncrementalAlterConfigs refuses values
+    outside Kafka's bounds with INVALID_CONFIG, changing nothing."""
+    group = "share-configs-described"
+    described = group_configs(target, group)
+    defaults = {
+        "share.session.timeout.ms": "45000",
+        "share.heartbeat.interval.ms": "5000",
+        "share.record.lock.duration.ms": "30000",
+        "share.delivery.count.limit": "5",
+        "share.partition.max.record.locks": "2000",
+        "share.assignment.interval.ms": "1000",
+        "share.renew.acknowledge.enable": "true",
+        "share.auto.offset.reset": "latest",
+        "share.isolation.level": "read_uncommitted",
+    }
+    assert {k: described.get(k) for k in defaults} == defaults
+    a = clients.admin(target)
+    for key, value in (("share.partition.max.record.locks", "4001"), ("share.partition.max.record.locks", "99"),
+                       ("share.renew.acknowledge.enable", "yes"), ("share.assignment.interval.ms", "15001"),
+                       ("share.delivery.count.limit", "11")):
+        entry = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+        resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=[entry])
+        with pytest.raises(KafkaException) as refused:
+            a.incremental_alter_configs([resource], request_timeout=clients.TIMEOUT_S)[resource].result(
+                timeout=clients.TIMEOUT_S)
+        assert refused.value.args[0].code() == KafkaError.INVALID_CONFIG, (key, value, refused.value)
+    assert {k: group_configs(target, group).get(k) for k in defaults} == defaults
 
 
 def test_kill_9_keeps_accepted_records_accepted_and_delivers_the_unacknowledged_ones(target):
