@@ -20,7 +20,6 @@ Usage: commits.py --kafka-lib DIR --osprey-bin PATH --commitbench PATH --workdir
                   [--variants kafka+osprey+osprey-nofsync+osprey:osprey.log.flusher.threads=16]
 """
 
-import argparse
 import datetime
 import json
 import shutil
@@ -29,11 +28,12 @@ import sys
 import time
 from pathlib import Path
 
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402  (the broker classes and helpers of the main benchmark)
+import cluster  # noqa: E402  (the options every benchmark here takes)
 
 TOPIC = "commits"
 VARIANTS = ("kafka", "osprey", "osprey-nofsync")
@@ -64,6 +64,18 @@ def prefill(broker, messages):
         raise bench.BenchError("prefill: records still unsent after 60 s")
 
 
+def check_committed(broker, groups, messages):
+    """Each group's committed offset is `messages`, the next after those it read (kafka-go
+    commits the next offset to read): the commits the figures count took effect."""
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for group in groups:
+        request = [ConsumerGroupTopicPartitions(group, [TopicPartition(TOPIC, 0)])]
+        answer = next(iter(admin.list_consumer_group_offsets(request, request_timeout=30).values())).result(60)
+        offset = answer.topic_partitions[0].offset
+        if offset != messages:
+            raise bench.BenchError(f"{broker.variant}: group {group} committed offset {offset}, not {messages}")
+
+
 def readers_run(opts, broker, readers, rep):
     """One commitbench run; its JSON figures, plus fsyncs per commit for osprey."""
     fsyncs_before = broker.fsync_counters()
@@ -74,6 +86,7 @@ def readers_run(opts, broker, readers, rep):
     if result.returncode != 0:
         raise bench.BenchError(f"commitbench -readers {readers} against {broker.variant}: {result.stderr[-2000:]}")
     figures = json.loads(result.stdout.strip().splitlines()[-1])
+    check_committed(broker, [f"r{readers}-{rep}-{i}" for i in range(readers)], opts.messages)
     if fsyncs_before is not None:
         count = broker.fsync_counters()[0] - fsyncs_before[0]
         # Includes the group joins' writes: a few per reader.
@@ -148,19 +161,12 @@ def report(opts, runs, started_at):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--kafka-lib", required=True, type=Path)
-    parser.add_argument("--osprey-bin", required=True, type=Path)
+    parser = cluster.arguments(__doc__.split("\n")[0], VARIANTS, reps=3)
+    # Joined by + rather than commas: an osprey:KEY=VALUE variant may hold several settings.
+    parser.set_defaults(variants="+".join(VARIANTS))
     parser.add_argument("--commitbench", required=True, type=Path)
-    parser.add_argument("--workdir", required=True, type=Path)
-    parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--readers", default="1,8,32")
     parser.add_argument("--messages", type=int, default=3000)
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--note", default="")
-    parser.add_argument("--variants", default="+".join(VARIANTS),
-                        help="joined by +: kafka first, then osprey, osprey-nofsync or osprey:KEY=VALUE[,KEY=VALUE]"
-                             " (osprey's default but for those settings)")
     opts = parser.parse_args()
     opts.readers = [int(r) for r in opts.readers.split(",")]
     opts.variants = opts.variants.split("+")

@@ -43,3 +43,6 @@ fi
 
 step "bench/run.sh quick (smoke test of the osprey-vs-Kafka benchmark harness)"
 bench/run.sh quick
+
+step "bench/commits.sh --quick (smoke test of the offset-commit benchmark)"
+bench/commits.sh --quick
