@@ -17,7 +17,7 @@ from cluster import KAFKA_LIB, Cluster, Node
 # As bench/bench.py runs Kafka, with less heap: three JVMs on a small machine.
 KAFKA_JVM_FLAGS = ["-Xmx768m", "-Xms768m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true"]
 # The keys of Osprey's own that Kafka does not know.
-OSPREY_ONLY = {"metrics.listener"}
+OSPREY_ONLY = {"metrics.listener", "osprey.share.version"}
 # What a single Kafka node needs to create its internal topics (Kafka's defaults ask for
 # three replicas), as a single osprey broker has them.
 SINGLE_NODE_CONFIG = {

@@ -21,7 +21,7 @@ acknowledgement, each poll's acknowledgements committed with `commit_sync`):
   share coordinators need it (50 partitions of 3 replicas, as Kafka's
   AutoTopicCreationManager does), and a share group then works.
 
-"Never delivered again" is checked without a clock, as in test_share_groups.py: a share
+"Never delivered again" is checked without a clock, as in share_clients.py: a share
 partition hands out what is available from its lowest offset up, so a record wrongly
 available again comes before the sentinel produced after it.
 
@@ -51,7 +51,7 @@ from cluster import WAIT_S, listed_brokers, partition_states, skip_without_kafka
 from kafka_cluster import KafkaNode, against_kafka
 from test_coordinator_failover import CLUSTER_CONFIG, admin, bootstrap, create, leaders, start_three, three_nodes, \
     wait_in_sync
-from test_share_groups import check_deadline, commit, set_group_configs, share_consumer, until_every_record_and_consumer
+from share_clients import check_deadline, commit, set_group_configs, share_consumer, until_every_record_and_consumer
 
 # Kafka's three JVMs take minutes to start and stop on a small machine.
 pytestmark = pytest.mark.timeout(900 if against_kafka() else 300)

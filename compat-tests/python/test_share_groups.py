@@ -38,12 +38,15 @@ import time
 from collections import Counter
 
 import pytest
-from confluent_kafka import AcknowledgeType, KafkaError, KafkaException, ShareConsumer
+from confluent_kafka import AcknowledgeType, KafkaError, KafkaException
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 
 import clients
-from cluster import WAIT_S, listed_brokers, skip_without_kafka_tools
-from kafka_cluster import KafkaNode, against_kafka, single_kafka
+import share_clients
+from kafka_cluster import KafkaNode, against_kafka
+from share_clients import (DELIVERY_WAIT_S, Deliveries, assert_nothing_more_delivered, check_deadline, commit, consume,
+                           group_configs, poll, produce, set_group_configs, share_consumer, start_target,
+                           until_every_record_and_consumer, wait_ready)
 
 # Above the suite's 120 s: a test waits up to a minute for a group config and again for
 # deliveries, and with COMPAT_CLUSTER=kafka the first one also starts the JVM.
@@ -54,49 +57,22 @@ pytestmark = pytest.mark.timeout(300 if against_kafka() else 180)
 # must be in the range 15000 to 60000 inclusive"); 1000 is the lowest it takes.
 BROKER_CONFIG = {"group.share.min.record.lock.duration.ms": 1000}
 SHORT_LOCK_MS = 2000
-# How long a test waits for deliveries that must come.
-DELIVERY_WAIT_S = 60.0
-# How long a consumer keeps polling after what it waited for, for anything extra.
-SETTLE_S = 1.0
-POLL_S = 0.2
 
 
-# ----- the cluster under test -----------------------------------------------------------
+# ----- the broker under test -------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
-def kafka_node(tmp_path_factory):
-    """One Kafka 4.4 node for the module with COMPAT_CLUSTER=kafka, else None."""
-    if not against_kafka():
-        yield None
-        return
-    skip_without_kafka_tools()
-    cluster = single_kafka(tmp_path_factory.mktemp("kafka"), BROKER_CONFIG, features={"share.version": 1})
-    try:
-        cluster.start()
-        node = cluster.nodes[0]
-        wait_ready(node)
-        yield node
-    finally:
-        cluster.kill_all()
+def kafka_nodes(tmp_path_factory):
+    """With COMPAT_CLUSTER=kafka, the module's Kafka 4.4 node, else None."""
+    with share_clients.kafka_nodes(tmp_path_factory, {"share.version": 1}) as nodes:
+        yield nodes
 
 
 @pytest.fixture
-def target(request, kafka_node):
-    """What the test's clients bootstrap from (`.bootstrap`): its own osprey broker, or the
-    module's Kafka node."""
-    if kafka_node is not None:
-        request.node._osprey_brokers = [kafka_node]  # its log in a failure's report
-        return kafka_node
-    return request.getfixturevalue("start_broker")(BROKER_CONFIG)
-
-
-def wait_ready(node: KafkaNode):
-    deadline = time.monotonic() + 3 * WAIT_S
-    while listed_brokers(node) != {node.node_id}:
-        assert node.exited() is None, f"Kafka exited with {node.exited()}:\n{node.log_tail()}"
-        check_deadline(deadline, lambda: f"Kafka not serving Metadata after {3 * WAIT_S}s:\n{node.log_tail()}")
-        time.sleep(0.5)
+def target(request, kafka_nodes):
+    """What the test's clients bootstrap from: its own osprey broker, or the module's Kafka node."""
+    return start_target(request, kafka_nodes, BROKER_CONFIG)
 
 
 def kill9_and_restart(target):
@@ -109,160 +85,7 @@ def kill9_and_restart(target):
         target.restart(clean=False)
 
 
-# ----- helpers ----------------------------------------------------------------------------
-
-
-def check_deadline(deadline: float, what):
-    """Fails with the message `what()` once time.monotonic() is past `deadline`."""
-    if time.monotonic() > deadline:
-        raise AssertionError(what())
-
-
-def set_group_configs(target, group: str, configs: dict):
-    """IncrementalAlterConfigs SET on the GROUP resource, then DescribeConfigs until the
-    broker reports every value (Kafka applies a group config after answering the change,
-    and a share partition initialised meanwhile would use the old value)."""
-    a = clients.admin(target)
-    entries = [ConfigEntry(k, str(v), incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()]
-    resource = ConfigResource(ResourceType.GROUP, group, incremental_configs=entries)
-    a.incremental_alter_configs([resource], request_timeout=clients.TIMEOUT_S)[resource].result(timeout=clients.TIMEOUT_S)
-    want = {k: str(v) for k, v in configs.items()}
-    deadline = time.monotonic() + WAIT_S
-    while True:
-        got = group_configs(target, group)
-        if all(got.get(k) == v for k, v in want.items()):
-            return
-        check_deadline(deadline, lambda: f"group {group} configs {want} not applied within {WAIT_S}s: {got}")
-        time.sleep(0.1)
-
-
-def group_configs(target, group: str) -> dict:
-    a = clients.admin(target)
-    resource = ConfigResource(ResourceType.GROUP, group)
-    described = a.describe_configs([resource], request_timeout=clients.TIMEOUT_S)[resource].result(timeout=clients.TIMEOUT_S)
-    return {name: entry.value for name, entry in described.items()}
-
-
-def produce(target, topic: str, values) -> dict:
-    """Produces one record per value (keys and values the value's text), in batches of
-    at most 20 records so that a share fetch can take a few without taking them all;
-    returns {offset: value}."""
-    p = clients.producer(target, acks="all", batch_num_messages=20)
-    reports = clients.produce_all(p, topic, [{"key": str(v).encode(), "value": str(v).encode()} for v in values])
-    assert [r.error for r in reports] == [None] * len(reports)
-    return {r.offset: r.value for r in reports}
-
-
-def share_consumer(target, group: str, topic: str) -> ShareConsumer:
-    """A member of `group` subscribed to `topic`, acknowledging explicitly, at most about
-    20 records a poll (a soft limit: whole batches are acquired)."""
-    conf = dict(
-        clients.COMMON,
-        **{
-            "bootstrap.servers": target.bootstrap,
-            "group.id": group,
-            "share.acknowledgement.mode": "explicit",
-            "max.poll.records": 20,
-        },
-    )
-    c = ShareConsumer(conf)
-    c.subscribe([topic])
-    return c
-
-
-def poll(c: ShareConsumer, timeout: float = POLL_S) -> list:
-    """One poll's records; a record carrying an error fails the test."""
-    batch = list(c.poll(timeout))
-    errors = [m.error() for m in batch if m.error() is not None]
-    assert not errors, f"share consumer errors: {errors}"
-    return batch
-
-
-def commit(c: ShareConsumer):
-    """commit_sync of what was acknowledged; every partition's result must be a success."""
-    results = c.commit_sync(clients.TIMEOUT_S)
-    failed = {f"{tp.topic}[{tp.partition}]": str(e) for tp, e in results.items() if e is not None}
-    assert not failed, f"acknowledgements refused: {failed}"
-
-
-class Deliveries:
-    """Every record a test's consumers were given: (consumer, offset, delivery count,
-    value), in the order they were given."""
-
-    def __init__(self):
-        self.log = []
-
-    def add(self, who, m):
-        count = m.delivery_count()
-        assert count is not None and count >= 1, f"offset {m.offset()}: delivery count {count}"
-        self.log.append((who, m.offset(), count, m.value()))
-
-    def counts_of(self, offset: int) -> list:
-        return [count for _, o, count, _ in self.log if o == offset]
-
-    def offsets(self) -> Counter:
-        return Counter(o for _, o, _, _ in self.log)
-
-
-def consume(c: ShareConsumer, decide, until, what: str, deliveries: Deliveries, who=0):
-    """Polls `c`, acknowledging each record as `decide(message)` says (and recording it in
-    `deliveries`) and committing each poll's acknowledgements, until `until()`; fails
-    after DELIVERY_WAIT_S."""
-    deadline = time.monotonic() + DELIVERY_WAIT_S
-    while not until():
-        check_deadline(deadline, lambda: f"not within {DELIVERY_WAIT_S}s: {what}; deliveries: {deliveries.log}")
-        batch = poll(c)
-        for m in batch:
-            deliveries.add(who, m)
-            c.acknowledge(m, decide(m))
-        if batch:
-            commit(c)
-
-
-def assert_nothing_more_delivered(target, group: str, topic: str, consumer: ShareConsumer = None):
-    """Produces a sentinel record and polls `consumer` (else a new member of `group`,
-    closed afterwards) until it arrives and SETTLE_S more, accepting everything: the
-    sentinel must be all it receives."""
-    sentinel = max(produce(target, topic, ["sentinel"]))
-    c = consumer or share_consumer(target, group, topic)
-    try:
-        extra = Deliveries()
-        consume(c, lambda m: AcknowledgeType.ACCEPT, lambda: sentinel in extra.offsets(), "the sentinel", extra)
-        end = time.monotonic() + SETTLE_S
-        while time.monotonic() < end:
-            batch = poll(c)
-            for m in batch:
-                extra.add(0, m)
-                c.acknowledge(m, AcknowledgeType.ACCEPT)
-            if batch:
-                commit(c)
-        assert [(o, n) for _, o, n, _ in extra.log] == [(sentinel, 1)], "records delivered again before the sentinel"
-    finally:
-        if consumer is None:
-            c.close()
-
-
 # ----- tests ------------------------------------------------------------------------------
-
-
-def until_every_record_and_consumer(produced, consumers, deliveries, more, step, wait_s=DELIVERY_WAIT_S):
-    """Runs `step(who, consumer)` for each consumer, round after round, until every record
-    of `produced` ({offset: value}) is among `deliveries` (its `.log` and `.offsets()`) and
-    every consumer got some. When the records all went to the consumers that joined first,
-    `more(n)` produces more (from value n on) for the others and they join `produced`.
-    Fails after `wait_s`."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        delivered_to = {who for who, _, _, _ in deliveries.log}
-        if set(deliveries.offsets()) >= set(produced) and len(delivered_to) == len(consumers):
-            return
-        check_deadline(deadline, lambda: (
-            f"not within {wait_s}s: {len(set(deliveries.offsets()) & set(produced))} of "
-            f"{len(produced)} records delivered, to consumers {sorted(delivered_to)} of 0-{len(consumers) - 1}"))
-        if set(deliveries.offsets()) >= set(produced):
-            produced.update(more(len(produced)))
-        for who, c in enumerate(consumers):
-            step(who, c)
 
 
 def test_three_consumers_share_one_partition_and_each_record_is_accepted_once(target):
