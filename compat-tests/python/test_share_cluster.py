@@ -31,7 +31,7 @@ The share coordinator of a share partition is computed as Kafka does
 Utils.abs, mod the partitions of `__share_group_state`) and looked up in the metadata.
 
 With `COMPAT_CLUSTER=kafka` the same tests run against three Kafka 4.4 nodes formatted
-with `share.version=1` (kafka_cluster.combined_kafka), which shows that what they assert
+with `share.version=2` (kafka_cluster.combined_kafka), which shows that what they assert
 is what Kafka does. Every wait polls against a deadline; no test asserts how long
 anything took.
 """
@@ -72,14 +72,14 @@ SENTINEL = b"sentinel"
 @pytest.fixture
 def three(tmp_path, request):
     """Three combined osprey nodes with test_coordinator_failover's fast fencing; with
-    COMPAT_CLUSTER=kafka, three Kafka 4.4 nodes formatted with share.version=1."""
+    COMPAT_CLUSTER=kafka, three Kafka 4.4 nodes formatted with share.version=2."""
     if against_kafka():
         skip_without_kafka_tools()
     cluster = three_nodes(tmp_path, CLUSTER_CONFIG, against_kafka())
     for node in cluster.nodes:
         if isinstance(node, KafkaNode):
-            # Share groups as osprey serves them (Kafka 4.4 formats level 2 by default).
-            node.features = {"share.version": 1}
+            # Share groups as osprey serves them, Kafka 4.4's default level.
+            node.features = {"share.version": 2}
     request.node._osprey_brokers = cluster.nodes  # their logs in a failure's report
     try:
         start_three(cluster)

@@ -29,9 +29,10 @@ record wrongly available again comes before the sentinel.
 Against osprey, each test starts its own broker (conftest's `start_broker`). With
 `COMPAT_CLUSTER=kafka` the same tests run against one Apache Kafka 4.4 node
 (`kafka_cluster.single_kafka`) shared by the module, which shows that what they assert is
-what Kafka does. Its directory is formatted with `share.version=1` finalized: KIP-932's
-share groups, the level osprey implements (Kafka 4.4 formats with level 2 by default,
-which adds share-group dead-letter queues). Every wait polls against a deadline; no test asserts how long anything took.
+what Kafka does. Its directory is formatted with `share.version=2` finalized, Kafka 4.4's
+default and osprey's (share groups with their dead-letter queues, which these tests leave
+unconfigured; `test_share_dlq.py` covers them). Every wait polls against a deadline; no
+test asserts how long anything took.
 """
 
 import time
@@ -65,7 +66,7 @@ SHORT_LOCK_MS = 2000
 @pytest.fixture(scope="module")
 def kafka_nodes(tmp_path_factory):
     """With COMPAT_CLUSTER=kafka, the module's Kafka 4.4 node, else None."""
-    with share_clients.kafka_nodes(tmp_path_factory, {"share.version": 1}) as nodes:
+    with share_clients.kafka_nodes(tmp_path_factory, {"share.version": 2}) as nodes:
         yield nodes
 
 

@@ -451,7 +451,7 @@ fn persisted_acquired_records_load_as_available_and_limits_apply() {
     assert_eq!(sp.to_persisted().start_offset, 100);
     let below = ReadState { batches: vec![batch(90, 99, 2, 1)], ..read.clone() };
     assert!(matches!(SharePartition::load(config(), 1, &below, None), Err(LoadError::Invalid(_))));
-    let unknown = ReadState { batches: vec![batch(100, 101, 3, 1)], ..read };
+    let unknown = ReadState { batches: vec![batch(100, 101, 5, 1)], ..read };
     assert!(matches!(SharePartition::load(config(), 1, &unknown, None), Err(LoadError::Invalid(_))));
 }
 

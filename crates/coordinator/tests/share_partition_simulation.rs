@@ -11,15 +11,20 @@
 //! the delivery limit), or was aborted. Seeds where members always accept and nothing
 //! fails see every record delivered and acknowledged exactly once. Now and then the
 //! group's configs change (delivery count limit, window, RENEW allowed), taken by the
-//! loaded partition at once as Kafka takes them.
+//! loaded partition at once as Kafka takes them, among them whether the group has a
+//! dead-letter queue: then rejected records and those out of deliveries go through
+//! ARCHIVING, are handed out for the DLQ, written (at random later steps; a restart drops
+//! the writes in progress) and archived. No record is written to the DLQ without a reason
+//! to archive it, or after being acknowledged, and every record durably ARCHIVING reaches
+//! the DLQ at least once.
 //!
 //! A failure prints its seed; `SIM_SEED=n` replays it, `SIM_TRACE=1` prints every step.
 
 mod share_support;
 
 use osprey_coordinator::share::{
-    AbortedTransaction, AcknowledgeType, AcknowledgementBatch, AcquireRequest, ControlMarker, Isolation, LogBatch,
-    RecordState, ShareAcquireMode, ShareConfig, SharePartition, StateWrite, WriteId,
+    AbortedTransaction, AcknowledgeType, AcknowledgementBatch, AcquireRequest, ControlMarker, DlqWrite, Isolation,
+    LogBatch, RecordState, ShareAcquireMode, ShareConfig, SharePartition, StateWrite, WriteId,
 };
 use osprey_protocol::wire::{simulation_seeds, TestRng as Rng};
 use osprey_protocol::ErrorCode;
@@ -68,6 +73,12 @@ struct Sim {
     /// member's release gave back (their count may repeat once).
     last_count: BTreeMap<i64, i16>,
     released: BTreeSet<i64>,
+    /// Dead-letter queue writes handed out and not done yet (this leader's).
+    dlq_handed: Vec<DlqWrite>,
+    /// Times each offset was written to the dead-letter queue.
+    dlq_written: BTreeMap<i64, u32>,
+    /// Offsets durably ARCHIVING at some point: each must reach the dead-letter queue.
+    must_reach_dlq: BTreeSet<i64>,
     seen: BTreeMap<&'static str, usize>,
 }
 
@@ -79,6 +90,7 @@ impl Sim {
             delivery_count_limit: 2 + rng.below(5) as i16,
             partition_max_record_locks: 8 + rng.below(56) as i32,
             renew_acknowledge_enabled: true,
+            dlq_enabled: seed % 2 == 1,
         };
         let all_accept = seed.is_multiple_of(4);
         let read_committed = seed.is_multiple_of(3);
@@ -108,6 +120,9 @@ impl Sim {
             archivable: BTreeSet::new(),
             last_count: BTreeMap::new(),
             released: BTreeSet::new(),
+            dlq_handed: Vec::new(),
+            dlq_written: BTreeMap::new(),
+            must_reach_dlq: BTreeSet::new(),
             seen: BTreeMap::new(),
         }
     }
@@ -144,9 +159,11 @@ impl Sim {
             12 if !self.all_accept && self.rng.below(3) == 0 => self.leave(c),
             13 if !self.all_accept && self.rng.below(25) == 0 => self.restart(),
             14 if !self.all_accept && self.rng.below(10) == 0 => self.change_config(),
+            15 => self.write_to_dlq(),
             _ => self.now += self.rng.below(500) as i64,
         }
         self.settle_writes();
+        self.take_dlq_writes();
         self.check();
     }
 
@@ -394,6 +411,39 @@ impl Sim {
         }
     }
 
+    /// The server takes what is to go to the dead-letter queue: ARCHIVING records, each
+    /// with a reason the members gave.
+    fn take_dlq_writes(&mut self) {
+        for w in self.sp.take_dlq_writes() {
+            self.saw("dlq handed out");
+            for offset in w.first_offset..=w.last_offset {
+                assert_eq!(
+                    state_of(&self.sp, offset),
+                    RecordState::Archiving,
+                    "offset {offset} handed out for the DLQ"
+                );
+                assert!(self.archivable.contains(&offset), "offset {offset} sent to the DLQ without a reason");
+            }
+            self.dlq_handed.push(w);
+        }
+    }
+
+    /// One dead-letter queue write handed out is done: its records become ARCHIVED.
+    fn write_to_dlq(&mut self) {
+        if self.dlq_handed.is_empty() {
+            return;
+        }
+        let w = self.dlq_handed.swap_remove(self.rng.below(self.dlq_handed.len() as u64) as usize);
+        self.saw("dlq written");
+        for offset in w.first_offset..=w.last_offset {
+            assert_eq!(self.accepted.get(&offset).copied().unwrap_or(0), 0, "acknowledged offset {offset} in the DLQ");
+            *self.dlq_written.entry(offset).or_insert(0) += 1;
+        }
+        if let Some(write) = self.sp.dlq_write_done(w.first_offset, w.last_offset) {
+            self.writes.push_back(write);
+        }
+    }
+
     fn leave(&mut self, c: usize) {
         self.members[c].held.clear();
         if let Some(write) = self.sp.release_member(MEMBERS[c]) {
@@ -414,6 +464,7 @@ impl Sim {
             delivery_count_limit: 2 + self.rng.below(5) as i16,
             partition_max_record_locks: 8 + self.rng.below(56) as i32,
             renew_acknowledge_enabled: self.rng.below(2) == 0,
+            dlq_enabled: self.rng.below(2) == 0,
             ..self.config.clone()
         };
         let limit = self.config.delivery_count_limit;
@@ -444,6 +495,10 @@ impl Sim {
 
     fn durable(&mut self, write: &StateWrite) {
         self.store.apply(write);
+        let archiving = RecordState::Archiving.id();
+        for b in write.state.batches.iter().filter(|b| b.delivery_state == archiving) {
+            self.must_reach_dlq.extend(b.first_offset..=b.last_offset);
+        }
         for offset in self.accepts.remove(&write.id).unwrap_or_default() {
             let n = self.accepted.entry(offset).or_insert(0);
             *n += 1;
@@ -467,6 +522,7 @@ impl Sim {
         }
         self.last_count.clear();
         self.released.clear();
+        self.dlq_handed.clear();
         let epoch = self.sp.leader_epoch() + 1;
         self.sp =
             SharePartition::load(self.config.clone(), epoch, &self.store.read(), Some(0)).expect("our own state loads");
@@ -520,6 +576,10 @@ impl Sim {
                 self.fetch(c, 500);
                 self.acknowledge_all(c);
                 self.settle_writes();
+                self.take_dlq_writes();
+                while !self.dlq_handed.is_empty() {
+                    self.write_to_dlq();
+                }
                 self.check();
             }
             if self.sp.start_offset() == self.log_end && self.writes.is_empty() {
@@ -538,6 +598,9 @@ impl Sim {
                 self.delivered.get(&offset)
             );
         }
+        for &offset in &self.must_reach_dlq {
+            assert!(self.dlq_written.contains_key(&offset), "offset {offset} durably ARCHIVING never reached the DLQ");
+        }
     }
 
     /// With members that always accept and nothing failing, exactly once.
@@ -550,6 +613,10 @@ impl Sim {
             assert_eq!(self.accepted.get(&offset), Some(&1), "offset {offset} acknowledged");
         }
     }
+}
+
+fn state_of(sp: &SharePartition, offset: i64) -> RecordState {
+    sp.record_state(offset).unwrap_or_else(|| panic!("offset {offset} not in flight")).state
 }
 
 #[test]
@@ -591,6 +658,8 @@ fn random_members_never_break_invariants_or_lose_records() {
             "last delivery",
             "window full",
             "config changed",
+            "dlq handed out",
+            "dlq written",
         ] {
             assert!(seen.get(wanted).copied().unwrap_or(0) > 0, "never saw {wanted:?}");
         }

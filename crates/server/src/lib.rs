@@ -34,6 +34,7 @@ pub mod replication;
 pub mod replies;
 pub mod sasl;
 pub mod send_file;
+pub mod share_dlq;
 pub mod share_partitions;
 pub mod share_persister;
 pub mod share_sessions;

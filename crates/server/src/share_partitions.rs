@@ -25,6 +25,10 @@
 //!   partition, those arriving meanwhile merged into the next (a group commit), so they
 //!   reach the share coordinator in order. An acknowledgement is answered once its write
 //!   is durable; a failed write rolls it back.
+//! - **Dead-letter queue** (KIP-1191, `crate::share_dlq`): records the machine moved to
+//!   ARCHIVING are taken after a load, a completed write and a lock expiry, and written to
+//!   the group's DLQ topic, one write at a time per share partition; each is then archived
+//!   (persisted like a lock expiry), whatever the write's outcome.
 //! - **Lock expiry**: the coordinators' timer (`background.rs`, every 100 ms; Kafka's
 //!   shortest lock is 1 s) expires acquisition locks and drops share partitions this
 //!   broker no longer leads.
@@ -41,7 +45,8 @@ use bytes::{Bytes, BytesMut};
 use osprey_coordinator::group::group_config::{ShareGroupOverrides, ShareIsolationLevel};
 use osprey_coordinator::share::{
     AbortedTransaction, AcknowledgeError, AcknowledgementBatch, AcquireRequest, AcquiredRecords, ControlMarker,
-    Isolation, LogBatch, ShareAcquireMode, ShareAutoOffsetReset, ShareConfig, SharePartition, StateWrite, WriteId,
+    DlqWrite, Isolation, LogBatch, ShareAcquireMode, ShareAutoOffsetReset, ShareConfig, SharePartition, StateWrite,
+    WriteId,
 };
 use osprey_coordinator::share_state::{merge_writes, ShareKey, StateError, WriteState};
 use osprey_protocol::records::{Batches, ControlRecordType};
@@ -139,6 +144,10 @@ struct SlotInner {
     /// partition rather than a walk of its records. Acquisitions bring it forward; a
     /// look at the locks sets it to the earliest one left.
     next_lock_check_ms: i64,
+    /// Dead-letter queue writes taken from the machine and not yet done, in order; one
+    /// runs at a time while `dlq_writing`.
+    dlq_queued: VecDeque<DlqWrite>,
+    dlq_writing: bool,
 }
 
 #[derive(Debug)]
@@ -202,6 +211,8 @@ impl SharePartitions {
         *slot = None;
         let loaded = Arc::new(load(broker, key, partition, epoch).await?);
         *slot = Some(loaded.clone());
+        // Records persisted ARCHIVING go to the dead-letter queue again (at least once).
+        loaded.start_dlq_writes(broker);
         Ok(loaded)
     }
 
@@ -311,6 +322,7 @@ impl SharePartitions {
                 expired = true;
                 crate::telemetry::share_lock_expiry();
                 slot.enqueue(broker, write, None);
+                slot.start_dlq_writes(broker);
             }
         }
         if expired {
@@ -340,6 +352,7 @@ pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAut
             .partition_max_record_locks
             .unwrap_or(c.group_share_partition_max_record_locks),
         renew_acknowledge_enabled: overrides.renew_acknowledge_enabled.unwrap_or(true),
+        dlq_enabled: c.share_version >= 2 && overrides.dlq_topic_name.is_some(),
     };
     let reset = overrides.auto_offset_reset.unwrap_or_default();
     let isolation = overrides.isolation_level.unwrap_or(ShareIsolationLevel::ReadUncommitted);
@@ -395,7 +408,14 @@ async fn load(
         fenced: AtomicBool::new(false),
         fetch: Arc::default(),
         fetch_contended: AtomicBool::new(false),
-        inner: Mutex::new(SlotInner { machine, queued: VecDeque::new(), writing: false, next_lock_check_ms: i64::MAX }),
+        inner: Mutex::new(SlotInner {
+            machine,
+            queued: VecDeque::new(),
+            writing: false,
+            next_lock_check_ms: i64::MAX,
+            dlq_queued: VecDeque::new(),
+            dlq_writing: false,
+        }),
     })
 }
 
@@ -547,6 +567,60 @@ impl Slot {
                 if let Some(reply) = q.reply {
                     let _ = reply.send(result.clone());
                 }
+            }
+            // Acknowledgements' ARCHIVING is durable now: on to the dead-letter queue.
+            self.start_dlq_writes(broker);
+        }
+    }
+
+    /// Queues the machine's new dead-letter queue writes, starting the writer when none
+    /// runs.
+    fn start_dlq_writes(self: &Arc<Self>, broker: &Arc<Broker>) {
+        let start = {
+            let mut inner = lock(&self.inner);
+            let taken = inner.machine.take_dlq_writes();
+            if taken.is_empty() {
+                return;
+            }
+            inner.dlq_queued.extend(taken);
+            !std::mem::replace(&mut inner.dlq_writing, true)
+        };
+        if start {
+            let (slot, broker) = (self.clone(), broker.clone());
+            tokio::spawn(async move { slot.write_dlq_queued(&broker).await });
+        }
+    }
+
+    /// Writes the queued dead-letter queue records one write at a time, archiving each
+    /// range after its write (or its failure, as Kafka archives regardless).
+    async fn write_dlq_queued(self: Arc<Self>, broker: &Arc<Broker>) {
+        loop {
+            let next = {
+                let mut inner = lock(&self.inner);
+                let next = inner.dlq_queued.pop_front();
+                if next.is_none() {
+                    inner.dlq_writing = false;
+                }
+                next
+            };
+            let Some(w) = next else { return };
+            let result = crate::share_dlq::write(broker, &self.key.group_id, &self.partition, &w).await;
+            let (group, topic, partition) = (&self.key.group_id, &self.partition.topic, self.key.partition);
+            match &result {
+                Ok(n) => {
+                    tracing::debug!(group, topic = %topic, partition, first_offset = w.first_offset, last_offset = w.last_offset, records = n, "records written to the dead-letter queue");
+                }
+                Err(e) => {
+                    tracing::warn!(group, topic = %topic, partition, first_offset = w.first_offset, last_offset = w.last_offset, error = %e, "dead-letter queue write failed; the records are archived without it");
+                }
+            }
+            crate::telemetry::share_dlq_write(
+                result.as_ref().map_or("failed", |_| "ok"),
+                result.as_ref().map_or(0, |n| *n),
+            );
+            let write = lock(&self.inner).machine.dlq_write_done(w.first_offset, w.last_offset);
+            if let Some(write) = write {
+                self.enqueue(broker, write, None);
             }
         }
     }

@@ -98,8 +98,8 @@ pub const ADVERTISED: &[(ApiKey, i16, i16)] = &[
 pub const MAX_TRANSACTION_VERSION: i16 = 2;
 
 /// The highest `share.version` feature level this broker implements: 1, share groups
-/// (KIP-932).
-pub const MAX_SHARE_VERSION: i16 = 1;
+/// (KIP-932); 2, their dead-letter queues (KIP-1191).
+pub const MAX_SHARE_VERSION: i16 = 2;
 
 /// The highest `streams.version` feature level this broker implements: 1, streams groups
 /// (KIP-1071).

@@ -409,6 +409,11 @@ fn describe() {
         "osprey_share_lock_expiries_total",
         "Ticks on which acquisition locks expired and records became available again."
     );
+    describe_counter!(
+        "osprey_share_dlq_writes_total",
+        "Share partitions' dead-letter queue writes (KIP-1191), by result (failed: archived without DLQ records)."
+    );
+    describe_counter!("osprey_share_dlq_records_total", "Records written to share groups' dead-letter queue topics.");
     describe_gauge!("osprey_share_sessions", "Open share sessions on this broker.");
     describe_gauge!(
         "osprey_under_replicated_partitions",
@@ -578,6 +583,14 @@ pub fn share_acknowledgement(outcome: &'static str) {
 /// A share state write completed: `ok` or the error's name.
 pub fn share_state_write(result: &'static str) {
     counter!("osprey_share_state_writes_total", "result" => result).increment(1);
+}
+
+/// A share partition's dead-letter queue write (KIP-1191) ended: `ok` with the records
+/// written, or `failed` (the records are archived without their DLQ records; the log says
+/// why). Not labelled by group: group ids are the clients'.
+pub fn share_dlq_write(result: &'static str, records: u64) {
+    counter!("osprey_share_dlq_writes_total", "result" => result).increment(1);
+    counter!("osprey_share_dlq_records_total").increment(records);
 }
 
 /// Acquisition locks expired on a share partition.

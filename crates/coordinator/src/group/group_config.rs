@@ -42,6 +42,12 @@ pub const SHARE_PARTITION_MAX_RECORD_LOCKS: &str = "share.partition.max.record.l
 pub const SHARE_RENEW_ACKNOWLEDGE_ENABLE: &str = "share.renew.acknowledge.enable";
 /// `share.assignment.interval.ms`: the group's `group.share.assignment.interval.ms`.
 pub const SHARE_ASSIGNMENT_INTERVAL_MS: &str = "share.assignment.interval.ms";
+/// `errors.deadletterqueue.topic.name` (KIP-1191): the share group's dead-letter queue
+/// topic; empty (the default): none.
+pub const ERRORS_DLQ_TOPIC_NAME: &str = "errors.deadletterqueue.topic.name";
+/// `errors.deadletterqueue.copy.record.enable` (KIP-1191, default false): whether a
+/// dead-letter queue record carries the original record's key and value.
+pub const ERRORS_DLQ_COPY_RECORD_ENABLE: &str = "errors.deadletterqueue.copy.record.enable";
 /// `streams.session.timeout.ms`: the group's `group.streams.session.timeout.ms`.
 pub const STREAMS_SESSION_TIMEOUT_MS: &str = "streams.session.timeout.ms";
 /// `streams.heartbeat.interval.ms`: the group's `group.streams.heartbeat.interval.ms`.
@@ -49,9 +55,11 @@ pub const STREAMS_HEARTBEAT_INTERVAL_MS: &str = "streams.heartbeat.interval.ms";
 /// `streams.num.standby.replicas`: the group's `group.streams.num.standby.replicas`.
 pub const STREAMS_NUM_STANDBY_REPLICAS: &str = "streams.num.standby.replicas";
 /// Every group config name Osprey knows, in the order DescribeConfigs lists them.
-pub const GROUP_CONFIG_NAMES: [&str; 14] = [
+pub const GROUP_CONFIG_NAMES: [&str; 16] = [
     CONSUMER_HEARTBEAT_INTERVAL_MS,
     CONSUMER_SESSION_TIMEOUT_MS,
+    ERRORS_DLQ_COPY_RECORD_ENABLE,
+    ERRORS_DLQ_TOPIC_NAME,
     SHARE_ASSIGNMENT_INTERVAL_MS,
     SHARE_AUTO_OFFSET_RESET,
     SHARE_DELIVERY_COUNT_LIMIT,
@@ -98,6 +106,9 @@ pub struct ShareGroupOverrides {
     pub assignment_interval_ms: Option<i32>,
     pub auto_offset_reset: Option<ShareAutoOffsetReset>,
     pub isolation_level: Option<ShareIsolationLevel>,
+    /// The dead-letter queue topic; `None` when unset or empty.
+    pub dlq_topic_name: Option<String>,
+    pub dlq_copy_record_enabled: Option<bool>,
 }
 
 impl ShareGroupOverrides {
@@ -115,6 +126,12 @@ impl ShareGroupOverrides {
             assignment_interval_ms: int(SHARE_ASSIGNMENT_INTERVAL_MS),
             auto_offset_reset: configs.get(SHARE_AUTO_OFFSET_RESET).and_then(|v| ShareAutoOffsetReset::parse(v)),
             isolation_level: configs.get(SHARE_ISOLATION_LEVEL).and_then(|v| ShareIsolationLevel::parse(v).ok()),
+            dlq_topic_name: configs
+                .get(ERRORS_DLQ_TOPIC_NAME)
+                .map(|v| v.trim())
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
+            dlq_copy_record_enabled: configs.get(ERRORS_DLQ_COPY_RECORD_ENABLE).and_then(|v| parse_bool(v)),
         }
     }
 }
@@ -338,7 +355,13 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
                 ShareIsolationLevel::parse(value)?;
                 continue;
             }
-            SHARE_RENEW_ACKNOWLEDGE_ENABLE => {
+            ERRORS_DLQ_TOPIC_NAME => {
+                if value.trim().starts_with("__") {
+                    return Err(format!("{name}: DLQ topic name must not start with '__'"));
+                }
+                continue;
+            }
+            SHARE_RENEW_ACKNOWLEDGE_ENABLE | ERRORS_DLQ_COPY_RECORD_ENABLE => {
                 parse_bool(value).ok_or_else(|| {
                     format!("Invalid value {value} for configuration {name}: Expected value to be either true or false")
                 })?;

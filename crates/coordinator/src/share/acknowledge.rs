@@ -2,7 +2,7 @@
 //! moving ACQUIRED records on, with a write that commits or rolls back (Kafka's
 //! `SharePartition.acknowledge`, `releaseAcquiredRecords`, `rollbackOrProcessStateUpdates`).
 
-use super::cache::{InFlightState, RecordState, States};
+use super::cache::{DlqCause, DlqMark, InFlightState, RecordState, States};
 use super::persisted::{push_coalesced, StateWrite, WriteId};
 use super::SharePartition;
 use crate::share_state::StateBatch;
@@ -45,15 +45,25 @@ impl AcknowledgeType {
         }
     }
 
-    /// The state an ACQUIRED record with `delivery_count` moves to (Kafka's
-    /// `ACK_TYPE_TO_RECORD_STATE`, and `InFlightState.tryUpdateState` for the limit).
-    fn target(self, delivery_count: i16, delivery_count_limit: i16) -> RecordState {
+    /// The state an ACQUIRED record with `delivery_count` moves to, and why it goes to the
+    /// dead-letter queue if it does (Kafka's `ACK_TYPE_TO_RECORD_STATE` and
+    /// `recordStateWithDlq`, and `InFlightState.tryUpdateState` for the limit). `archive`
+    /// is where rejected records and those out of deliveries go: ARCHIVING when the group
+    /// has a dead-letter queue, else ARCHIVED. A gap has no record to write: ARCHIVED.
+    fn target(
+        self,
+        delivery_count: i16,
+        delivery_count_limit: i16,
+        archive: RecordState,
+    ) -> (RecordState, Option<DlqCause>) {
+        let dlq = |cause| (archive, (archive == RecordState::Archiving).then_some(cause));
         match self {
-            AcknowledgeType::Accept => RecordState::Acknowledged,
-            AcknowledgeType::Gap | AcknowledgeType::Reject => RecordState::Archived,
-            AcknowledgeType::Release if delivery_count >= delivery_count_limit => RecordState::Archived,
-            AcknowledgeType::Release => RecordState::Available,
-            AcknowledgeType::Renew => RecordState::Acquired,
+            AcknowledgeType::Accept => (RecordState::Acknowledged, None),
+            AcknowledgeType::Gap => (RecordState::Archived, None),
+            AcknowledgeType::Reject => dlq(DlqCause::ClientReject),
+            AcknowledgeType::Release if delivery_count >= delivery_count_limit => dlq(DlqCause::DeliveryCountExceeded),
+            AcknowledgeType::Release => (RecordState::Available, None),
+            AcknowledgeType::Renew => (RecordState::Acquired, None),
         }
     }
 }
@@ -96,6 +106,8 @@ struct Ack<'a> {
     write: WriteId,
     lock_deadline_ms: i64,
     delivery_count_limit: i16,
+    /// ARCHIVED, or ARCHIVING when the group has a dead-letter queue.
+    archive: RecordState,
     renew_enabled: bool,
     changes: Vec<StateBatch>,
 }
@@ -120,8 +132,9 @@ impl Ack<'_> {
             }
             return Ok(());
         }
-        let target = ack_type.target(s.delivery_count, self.delivery_count_limit);
+        let (target, dlq) = ack_type.target(s.delivery_count, self.delivery_count_limit, self.archive);
         s.start_transition(self.write, target, s.delivery_count);
+        s.dlq = dlq.map(|cause| DlqMark { cause, started: false });
         push_coalesced(&mut self.changes, first, last, target, s.delivery_count);
         Ok(())
     }
@@ -150,6 +163,7 @@ impl SharePartition {
             write: WriteId(self.next_write_id + 1),
             lock_deadline_ms: now_ms.saturating_add(self.config.record_lock_duration_ms),
             delivery_count_limit: self.config.delivery_count_limit,
+            archive: self.config.archive_state(),
             renew_enabled: self.config.renew_acknowledge_enabled,
             changes: Vec::new(),
         };

@@ -5,14 +5,16 @@ use super::persisted::WriteId;
 use std::sync::Arc;
 
 /// A record's delivery state, with Kafka's ids (persisted as `DeliveryState`).
-///
-/// Kafka trunk also has ARCHIVING (3), a transient state of its dead-letter queue; it is
-/// not modelled here, and a persisted state holding it does not load.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum RecordState {
     Available,
     Acquired,
     Acknowledged,
+    /// On its way to the group's dead-letter queue (KIP-1191, `share.version` 2): rejected,
+    /// or out of deliveries, while the group has a DLQ topic. Never delivered again; it
+    /// becomes ARCHIVED once its DLQ record is written (or the write gave up), and the
+    /// start offset stops at it until then.
+    Archiving,
     Archived,
 }
 
@@ -23,6 +25,7 @@ impl RecordState {
             RecordState::Available => 0,
             RecordState::Acquired => 1,
             RecordState::Acknowledged => 2,
+            RecordState::Archiving => 3,
             RecordState::Archived => 4,
         }
     }
@@ -33,6 +36,7 @@ impl RecordState {
             0 => Some(RecordState::Available),
             1 => Some(RecordState::Acquired),
             2 => Some(RecordState::Acknowledged),
+            3 => Some(RecordState::Archiving),
             4 => Some(RecordState::Archived),
             _ => None,
         }
@@ -81,11 +85,42 @@ pub(super) struct InFlightState {
     /// Some exactly when ACQUIRED.
     pub lock: Option<Lock>,
     pub pending: Option<Box<Pending>>,
+    /// Set with ARCHIVING: why the record goes to the dead-letter queue, and whether its
+    /// DLQ write was handed to the server.
+    pub dlq: Option<DlqMark>,
+}
+
+/// Why a record goes to the dead-letter queue, with Kafka's `__dlq.errors.message`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DlqCause {
+    /// A member acknowledged it REJECT.
+    ClientReject,
+    /// It was released, or its lock expired, at the delivery count limit.
+    DeliveryCountExceeded,
+}
+
+impl DlqCause {
+    /// Kafka's message for it (`ShareGroupDLQManager.CLIENT_REJECT`,
+    /// `DELIVERY_COUNT_EXCEEDED`).
+    pub fn message(self) -> &'static str {
+        match self {
+            DlqCause::ClientReject => "Offset rejected by client.",
+            DlqCause::DeliveryCountExceeded => "Offset delivery count exceeded the threshold.",
+        }
+    }
+}
+
+/// An ARCHIVING record's dead-letter queue write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DlqMark {
+    pub cause: DlqCause,
+    /// Handed to the server by [`super::SharePartition::take_dlq_writes`].
+    pub started: bool,
 }
 
 impl InFlightState {
     pub fn new(state: RecordState, delivery_count: i16) -> InFlightState {
-        InFlightState { state, delivery_count, lock: None, pending: None }
+        InFlightState { state, delivery_count, lock: None, pending: None, dlq: None }
     }
 
     pub fn acquired(owner: &Arc<str>, deadline_ms: i64) -> InFlightState {
@@ -94,6 +129,7 @@ impl InFlightState {
             delivery_count: 1,
             lock: Some(Lock { owner: owner.clone(), deadline_ms }),
             pending: None,
+            dlq: None,
         }
     }
 
@@ -146,6 +182,7 @@ impl InFlightState {
             self.state = before.state;
             self.delivery_count = before.delivery_count;
             self.lock = before.lock;
+            self.dlq = None;
         }
         true
     }

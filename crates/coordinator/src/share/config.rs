@@ -18,6 +18,10 @@ pub struct ShareConfig {
     /// The group's `share.renew.acknowledge.enable` (default true): whether RENEW
     /// acknowledgements (KIP-1222) are taken.
     pub renew_acknowledge_enabled: bool,
+    /// Whether the group has a dead-letter queue (KIP-1191): `share.version` 2 or more
+    /// and the group's `errors.deadletterqueue.topic.name` set. Rejected records, and
+    /// records out of deliveries, then go through ARCHIVING to the DLQ topic.
+    pub dlq_enabled: bool,
 }
 
 impl Default for ShareConfig {
@@ -27,6 +31,7 @@ impl Default for ShareConfig {
             delivery_count_limit: 5,
             partition_max_record_locks: 2000,
             renew_acknowledge_enabled: true,
+            dlq_enabled: false,
         }
     }
 }
@@ -44,6 +49,15 @@ impl ShareConfig {
             return Err(format!("group.share.partition.max.record.locks {}", self.partition_max_record_locks));
         }
         Ok(())
+    }
+
+    /// Where a rejected record, or one out of deliveries, goes: ARCHIVING (to the
+    /// dead-letter queue) when the group has one, else ARCHIVED.
+    pub(super) fn archive_state(&self) -> super::RecordState {
+        match self.dlq_enabled {
+            true => super::RecordState::Archiving,
+            false => super::RecordState::Archived,
+        }
     }
 
     pub(super) fn max_record_locks(&self) -> i64 {

@@ -1,25 +1,30 @@
 //! Acquisition locks running out (Kafka's `releaseAcquisitionLockOnTimeout`).
 
-use super::cache::RecordState;
+use super::cache::{DlqCause, DlqMark, RecordState};
 use super::persisted::{push_coalesced, StateWrite};
 use super::SharePartition;
 
 impl SharePartition {
     /// Expires the acquisition locks due by `now_ms`: their records become AVAILABLE, or
-    /// ARCHIVED once delivered `group.share.delivery.count.limit` times, and the start
+    /// ARCHIVED (ARCHIVING, with a dead-letter queue) once delivered
+    /// `group.share.delivery.count.limit` times, and the start
     /// offset moves past what is done. The returned write must be persisted; as in Kafka
     /// the change stands whether or not it succeeds (report it with
     /// [`write_completed`](Self::write_completed) all the same).
     pub fn tick(&mut self, now_ms: i64) -> Option<StateWrite> {
         let limit = self.config.delivery_count_limit;
+        let archive = self.config.archive_state();
         let mut changes = Vec::new();
         for batch in self.cache.values_mut() {
             let (first, last) = (batch.first_offset, batch.last_offset);
             let expired = |s: &super::cache::InFlightState| s.lock.as_ref().is_some_and(|l| l.deadline_ms <= now_ms);
             batch.update_range(first, last, expired, |from, to, s| {
-                let target = if s.delivery_count >= limit { RecordState::Archived } else { RecordState::Available };
+                let target = if s.delivery_count >= limit { archive } else { RecordState::Available };
                 s.state = target;
                 s.lock = None;
+                if target == RecordState::Archiving {
+                    s.dlq = Some(DlqMark { cause: DlqCause::DeliveryCountExceeded, started: false });
+                }
                 push_coalesced(&mut changes, from, to, target, s.delivery_count);
             });
         }

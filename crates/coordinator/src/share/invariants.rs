@@ -67,6 +67,9 @@ impl SharePartition {
         if (s.state == RecordState::Acquired) != s.lock.is_some() {
             return Err(format!("{}: lock {:?}", at(), s.lock));
         }
+        if (s.state == RecordState::Archiving) != s.dlq.is_some() {
+            return Err(format!("{}: dead-letter queue mark {:?}", at(), s.dlq));
+        }
         match s.state {
             RecordState::Acquired if !(1..=limit).contains(&s.delivery_count) => {
                 return Err(format!("{}: acquired past the delivery limit {limit}", at()));

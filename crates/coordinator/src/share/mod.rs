@@ -45,6 +45,9 @@
 //! - Acquisition locks: call [`tick`] at [`next_deadline`] (or on a period); records whose
 //!   lock expired become AVAILABLE (ARCHIVED at the delivery limit). Its write is
 //!   persisted but, as in Kafka, not rolled back if it fails.
+//! - Dead-letter queue (KIP-1191): after a load, a completed write or a tick,
+//!   [`take_dlq_writes`] hands out the ARCHIVING records to write to the group's DLQ
+//!   topic; report each with [`dlq_write_done`] and persist the write it returns.
 //! - [`to_persisted`] is the full durable view (a snapshot) to write at will.
 //! - [`check_invariants`] checks the machine's invariants (tests run it after every step).
 //!
@@ -63,6 +66,8 @@
 //! [`release_member`]: SharePartition::release_member
 //! [`tick`]: SharePartition::tick
 //! [`next_deadline`]: SharePartition::next_deadline
+//! [`take_dlq_writes`]: SharePartition::take_dlq_writes
+//! [`dlq_write_done`]: SharePartition::dlq_write_done
 //! [`to_persisted`]: SharePartition::to_persisted
 //! [`check_invariants`]: SharePartition::check_invariants
 
@@ -70,6 +75,7 @@ mod acknowledge;
 mod acquire;
 mod cache;
 mod config;
+mod dlq;
 mod expiry;
 mod invariants;
 mod persisted;
@@ -82,8 +88,9 @@ pub use acknowledge::{AcknowledgeError, AcknowledgeType, AcknowledgementBatch};
 pub use acquire::{
     AbortedTransaction, AcquireRequest, Acquired, AcquiredRecords, ControlMarker, Isolation, LogBatch, ShareAcquireMode,
 };
-pub use cache::{RecordState, RecordView};
+pub use cache::{DlqCause, RecordState, RecordView};
 pub use config::{ShareAutoOffsetReset, ShareConfig};
+pub use dlq::DlqWrite;
 pub use persisted::{LoadError, StateWrite, WriteId};
 
 use cache::InFlightBatch;
@@ -235,6 +242,7 @@ impl SharePartition {
                     s.state = RecordState::Archived;
                     s.lock = None;
                     s.pending = None;
+                    s.dlq = None;
                 },
             );
         }

@@ -1,7 +1,7 @@
 //! What the share partition persists through Kafka's share-group state APIs: it loads a
 //! ReadShareGroupState result and hands out WriteShareGroupState contents.
 
-use super::cache::{InFlightBatch, InFlightState, RecordState};
+use super::cache::{DlqCause, DlqMark, InFlightBatch, InFlightState, RecordState};
 use super::{ShareConfig, SharePartition};
 use crate::share_state::{ReadState, StateBatch, WriteState};
 use std::collections::BTreeMap;
@@ -46,8 +46,11 @@ impl SharePartition {
     /// fetched but never persisted) are AVAILABLE with delivery count 0, to be fetched
     /// again. Records persisted ACQUIRED come back AVAILABLE (no member holds them now),
     /// and AVAILABLE records at or past the delivery limit (the limit was lowered) are
-    /// ARCHIVED, so that no record is delivered more often than the limit (Kafka would
-    /// deliver them once more).
+    /// ARCHIVED (ARCHIVING with a dead-letter queue), so that no record is delivered more
+    /// often than the limit (Kafka would deliver them once more). Records persisted
+    /// ARCHIVING have their dead-letter queue write still to make (Kafka's
+    /// `maybeResumeDlqArchiving`): [`SharePartition::take_dlq_writes`] hands them out, the
+    /// cause told by the delivery count as Kafka tells it.
     pub fn load(
         config: ShareConfig,
         leader_epoch: i32,
@@ -73,10 +76,17 @@ impl SharePartition {
             }
             let state = match state {
                 RecordState::Acquired => RecordState::Available,
-                RecordState::Available if b.delivery_count >= config.delivery_count_limit => RecordState::Archived,
+                RecordState::Available if b.delivery_count >= config.delivery_count_limit => config.archive_state(),
                 other => other,
             };
-            let in_flight = InFlightState::new(state, b.delivery_count);
+            let mut in_flight = InFlightState::new(state, b.delivery_count);
+            if state == RecordState::Archiving {
+                let cause = match b.delivery_count >= config.delivery_count_limit {
+                    true => DlqCause::DeliveryCountExceeded,
+                    false => DlqCause::ClientReject,
+                };
+                in_flight.dlq = Some(DlqMark { cause, started: false });
+            }
             cache.insert(b.first_offset, InFlightBatch::whole(b.first_offset, b.last_offset, in_flight));
             next = b.last_offset + 1;
         }

@@ -341,6 +341,10 @@ pub struct BrokerConfig {
     pub group_share: ShareGroupConfigBounds,
     /// `osprey.share.version`.
     pub share_version: i16,
+    /// `errors.deadletterqueue.auto.create.topics.enable` (KIP-1191).
+    pub errors_dlq_auto_create_topics_enable: bool,
+    /// `errors.deadletterqueue.topic.name.prefix` (KIP-1191).
+    pub errors_dlq_topic_name_prefix: String,
     /// The streams group settings (`group.streams.*`, KIP-1071).
     pub group_streams: GroupStreamsConfig,
     /// `osprey.streams.version`.
@@ -870,6 +874,8 @@ impl BrokerConfig {
                 ..ShareGroupConfigBounds::KAFKA_DEFAULTS
             },
             share_version: r.i16("osprey.share.version"),
+            errors_dlq_auto_create_topics_enable: r.bool("errors.deadletterqueue.auto.create.topics.enable"),
+            errors_dlq_topic_name_prefix: r.string("errors.deadletterqueue.topic.name.prefix"),
             group_streams: GroupStreamsConfig {
                 session_timeout_ms: r.i32("group.streams.session.timeout.ms"),
                 min_session_timeout_ms: r.i32("group.streams.min.session.timeout.ms"),

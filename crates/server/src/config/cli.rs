@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use clap::{CommandFactory, FromArgMatches, Parser};
 
 use super::broker::{BrokerConfig, RawConfig};
-use super::keys::{Group, BROKER_KEYS};
+use super::keys::{Group, BROKER_KEYS, TOPIC_KEYS};
 use super::value::expected;
 use super::ConfigError;
 
@@ -177,6 +177,11 @@ fn keys_help() -> String {
             }
             let _ = writeln!(out, "\n      {}", key.doc);
         }
+    }
+    // Topic configs no broker key supplies (CreateTopics / AlterConfigs only).
+    let _ = write!(out, "\nTopic configs with no broker default:\n");
+    for topic in TOPIC_KEYS.iter().filter(|t| t.broker_synonyms.is_empty()) {
+        let _ = writeln!(out, "  per topic: {}\n      {}", topic.name, topic.doc);
     }
     out
 }

@@ -230,6 +230,8 @@ const DYNAMIC_NON_TOPIC_KEYS: &[&str] = &[
     "log.cleaner.dedupe.buffer.size",
     "producer.id.expiration.ms",
     "osprey.produce.decompressed.max.bytes",
+    "errors.deadletterqueue.auto.create.topics.enable",
+    "errors.deadletterqueue.topic.name.prefix",
 ];
 
 /// The topic configs Osprey acts on: the partition log's (`osprey_storage::LogConfig`)
@@ -619,6 +621,10 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "Smallest share.partition.max.record.locks a share group config may set."),
     ConfigKey::new("group.share.max.partition.max.record.locks", Int, Some("4000"), Between(100, 10000), G::Groups,
         "Largest share.partition.max.record.locks a share group config may set."),
+    ConfigKey::new("errors.deadletterqueue.auto.create.topics.enable", Boolean, Some("false"), Any, G::Groups,
+        "Whether a share group's dead-letter queue topic (errors.deadletterqueue.topic.name) that does not exist is created, with the broker's topic defaults and errors.deadletterqueue.group.enable=true (KIP-1191). Off: the group's rejected records are archived without a DLQ record."),
+    ConfigKey::new("errors.deadletterqueue.topic.name.prefix", ConfigType::String, Some("dlq."), Any, G::Groups,
+        "The prefix every share group's dead-letter queue topic name must have (KIP-1191); empty: any name. A group whose DLQ topic lacks it gets no DLQ records."),
     ConfigKey::new("share.coordinator.state.topic.num.partitions", Int, Some("50"), AtLeast(1), G::Groups,
         "Partitions of __share_group_state, the durable state of share groups' partitions (fixed once the topic exists)."),
     ConfigKey::new("share.coordinator.state.topic.replication.factor", Short, Some("3"), AtLeast(1), G::Groups,
@@ -657,8 +663,8 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
         "The lag at or below which a streams member counts as caught up on a task (told to members)."),
     ConfigKey::new("osprey.streams.version", Short, Some("1"), Between(0, 1), G::Groups,
         "The finalized streams.version feature: 1 enables streams groups (KIP-1071) as a new Kafka 4.4 cluster has them; at 0 the streams-group APIs are answered UNSUPPORTED_VERSION, as Kafka does with the feature off."),
-    ConfigKey::new("osprey.share.version", Short, Some("1"), Between(0, 1), G::Groups,
-        "The finalized share.version feature: 1 enables share groups (KIP-932) as a new Kafka 4.4 cluster has them; at 0 the share-group APIs are answered UNSUPPORTED_VERSION, as Kafka does with the feature off."),
+    ConfigKey::new("osprey.share.version", Short, Some("2"), Between(0, 2), G::Groups,
+        "The finalized share.version feature: 1 enables share groups (KIP-932), 2 adds their dead-letter queues (KIP-1191), as a new Kafka 4.4 cluster has them; at 0 the share-group APIs are answered UNSUPPORTED_VERSION, as Kafka does with the feature off."),
     // Transactions
     ConfigKey::new("osprey.transaction.version", Short, Some("2"), Between(1, 2), G::Transactions,
         "The finalized transaction.version feature: 2 lets clients use KIP-890 part 2 (an epoch bump per transaction, implicit partition adds), 1 keeps them on the older protocol."),
@@ -702,6 +708,8 @@ pub static TOPIC_KEYS: &[TopicKey] = &[
         broker_synonyms: &["compression.zstd.level"], doc: "zstd level." },
     TopicKey { name: "delete.retention.ms", config_type: Long, validator: AtLeast(0),
         broker_synonyms: &["log.cleaner.delete.retention.ms"], doc: "Keep tombstones at least this long." },
+    TopicKey { name: "errors.deadletterqueue.group.enable", config_type: Boolean, validator: Any,
+        broker_synonyms: &[], doc: "Whether share groups may use this topic as their dead-letter queue (KIP-1191); default false." },
     TopicKey { name: "file.delete.delay.ms", config_type: Long, validator: AtLeast(0),
         broker_synonyms: &["log.segment.delete.delay.ms"], doc: "Delay before deleting a removed segment's files." },
     TopicKey { name: "flush.messages", config_type: Long, validator: AtLeast(1),

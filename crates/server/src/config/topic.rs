@@ -82,6 +82,15 @@ impl TopicConfig {
     }
 }
 
+/// The default of a topic config that no broker setting supplies (Kafka's `LogConfig`
+/// default).
+fn topic_only_default(name: &str) -> Option<&'static str> {
+    match name {
+        "errors.deadletterqueue.group.enable" => Some("false"),
+        _ => None,
+    }
+}
+
 /// The default of one topic key: from the highest-precedence broker synonym that was set
 /// (dynamically or statically), else from the built-in default; the synonyms list every
 /// broker setting it was chosen from, then the default, as Kafka's DescribeConfigs does.
@@ -90,7 +99,10 @@ fn default_entry(key: &'static TopicKey, broker: &BrokerConfig) -> ConfigEntry {
     let source = synonyms.first().map_or(ConfigSource::DefaultConfig, |s| s.source);
     let value = match broker.combined_topic_default(key.name) {
         Some(ms) => Some(ms.to_string()),
-        None => key.broker_synonyms.first().and_then(|name| broker.entry(name)).and_then(|e| e.rendered()),
+        None => match key.broker_synonyms.first() {
+            Some(name) => broker.entry(name).and_then(|e| e.rendered()),
+            None => topic_only_default(key.name).map(str::to_string),
+        },
     };
     ConfigEntry {
         name: key.name,

@@ -38,7 +38,8 @@ fn features(transaction_version: i16, share_version: i16, streams_version: i16) 
         Feature { name: "transaction.version", min: 1, max: MAX_TRANSACTION_VERSION, finalized: transaction_version },
         // Eligible leader replicas (KIP-966), on as in a new Kafka 4.4 cluster.
         Feature { name: "eligible.leader.replicas.version", min: 0, max: 1, finalized: 1 },
-        // `osprey.share.version` turns share groups (KIP-932) on (1) or off (0).
+        // `osprey.share.version` turns share groups (KIP-932) on (1), with dead-letter
+        // queues (KIP-1191, 2), or off (0).
         Feature { name: "share.version", min: 0, max: MAX_SHARE_VERSION, finalized: share_version },
         // `osprey.streams.version` turns streams groups (KIP-1071) on (1) or off (0).
         Feature { name: "streams.version", min: 0, max: MAX_STREAMS_VERSION, finalized: streams_version },
@@ -152,11 +153,11 @@ mod tests {
     use super::*;
     use crate::test_support::broker_with_config;
 
-    /// `share.version` is supported from 0 to 1 and finalized at `osprey.share.version`
+    /// `share.version` is supported from 0 to 2 and finalized at `osprey.share.version`
     /// (listed only above 0); the share-group APIs are listed either way, as Kafka lists them.
     #[test]
     fn share_version_is_finalized_at_the_configured_level() {
-        for level in [0, 1] {
+        for level in [0, 1, 2] {
             let (broker, dir) = broker_with_config(&format!("api-versions-share-{level}"), |c| c.share_version = level);
             let req = ApiVersionsRequest {
                 client_software_name: "test".into(),
@@ -165,7 +166,7 @@ mod tests {
             };
             let ResponseBody::ApiVersions(resp) = handle(&broker, &req, 4) else { panic!() };
             let supported = resp.supported_features.iter().find(|f| f.name == "share.version").unwrap();
-            assert_eq!((supported.min_version, supported.max_version), (0, 1));
+            assert_eq!((supported.min_version, supported.max_version), (0, 2));
             let finalized = resp.finalized_features.iter().find(|f| f.name == "share.version");
             assert_eq!(finalized.map(|f| f.max_version_level), (level > 0).then_some(level));
             let heartbeat = resp.api_keys.iter().find(|k| k.api_key == ApiKey::ShareGroupHeartbeat as i16).unwrap();

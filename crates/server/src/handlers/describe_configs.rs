@@ -104,7 +104,11 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
                  default: String,
                  config_type: ConfigType,
                  documentation: &'static str| {
-        let set = overrides.and_then(|o| o.get(name)).cloned();
+        // As Kafka describes the parsed value: trimmed, a boolean in lower case.
+        let set = overrides.and_then(|o| o.get(name)).map(|v| match config_type {
+            ConfigType::Boolean => v.trim().to_ascii_lowercase(),
+            _ => v.trim().to_string(),
+        });
         let mut synonyms = Vec::new();
         if let Some(v) = &set {
             synonyms.push(ConfigSynonym { name, value: Some(v.clone()), source: ConfigSource::GroupConfig });
@@ -140,6 +144,20 @@ fn group_entries(broker: &Broker, group: &str) -> Result<Vec<ConfigEntry>, (Erro
             bounds.session_timeout_ms.to_string(),
             ConfigType::Int,
             "The timeout to detect client failures of this group's members.",
+        ),
+        entry(
+            group_config::ERRORS_DLQ_COPY_RECORD_ENABLE,
+            None,
+            "false".into(),
+            ConfigType::Boolean,
+            "When writing onto the dead-letter queue topic, whether to copy the original record onto the DLQ topic, or just write a record containing the context information headers.",
+        ),
+        entry(
+            group_config::ERRORS_DLQ_TOPIC_NAME,
+            None,
+            String::new(),
+            ConfigType::String,
+            "The name of the topic to be used as the dead-letter queue (DLQ) topic for this share group. If blank (the default), the group does not have a DLQ topic.",
         ),
         entry(
             group_config::SHARE_ASSIGNMENT_INTERVAL_MS,

@@ -133,9 +133,9 @@ class ClusterToolsTest {
                         "transaction.version", List.of("1", "2", "2", "1"),
                         // KIP-966, on as in a new Kafka 4.4 cluster.
                         "eligible.leader.replicas.version", List.of("0", "1", "1", "1"),
-                        // KIP-932 share groups, on (osprey.share.version 1); Kafka 4.4 formats 2
-                        // (dead-letter queues, not implemented here).
-                        "share.version", List.of("0", "1", "1", "1"),
+                        // KIP-932 share groups with KIP-1191 dead-letter queues, as a new
+                        // Kafka 4.4 cluster (osprey.share.version 2).
+                        "share.version", List.of("0", "2", "2", "1"),
                         // KIP-1071 streams groups, on as in a new Kafka 4.4 cluster.
                         "streams.version", List.of("0", "1", "1", "1")),
                 features, described.describe());

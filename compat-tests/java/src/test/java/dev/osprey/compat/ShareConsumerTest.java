@@ -73,7 +73,7 @@ import org.junit.jupiter.api.extension.RegisterExtension;
  *
  * <p>{@code -Dcompat.kafka.bootstrap=HOST:PORT} runs the tests against that broker
  * instead, to prove them against Kafka itself (a Kafka 4.4 node formatted with
- * {@code --feature share.version=1}); osprey is then started but not used.
+ * {@code --feature share.version=2}, its default); osprey is then started but not used.
  */
 @Timeout(value = 240, unit = TimeUnit.SECONDS)
 class ShareConsumerTest {
