@@ -52,9 +52,12 @@ const READ_BYTES: usize = 1 << 20;
 const MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 /// The Produce version used: topics by name.
 const PRODUCE_VERSION: i16 = 12;
-/// A record batch's header, and a record's framing without key, value and headers, at most.
+/// A record batch's header; a record's framing without key, value and headers, at most
+/// (length, attributes, timestamp and offset deltas, key and value lengths, header count);
+/// a header's framing, at most (its key and value lengths).
 const BATCH_OVERHEAD: usize = 61;
-const RECORD_OVERHEAD: usize = 21;
+const RECORD_OVERHEAD: usize = 36;
+const HEADER_OVERHEAD: usize = 10;
 
 /// Why nothing (or not everything) was written; the records are archived all the same.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -237,7 +240,7 @@ fn batches(
     for offset in first..=last {
         let headers = context.headers(offset);
         let header_bytes: usize =
-            headers.iter().map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()) + 4).sum();
+            headers.iter().map(|h| h.key.len() + h.value.as_ref().map_or(0, |v| v.len()) + HEADER_OVERHEAD).sum();
         let (mut key, mut value) = originals.get(&offset).cloned().unwrap_or_default();
         let body = |k: &Option<Bytes>, v: &Option<Bytes>| {
             RECORD_OVERHEAD + header_bytes + k.as_ref().map_or(0, |k| k.len()) + v.as_ref().map_or(0, |v| v.len())

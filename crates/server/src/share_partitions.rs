@@ -306,7 +306,12 @@ impl SharePartitions {
                     };
                     let next = inner.machine.next_deadline();
                     inner.next_lock_check_ms = next.unwrap_or(i64::MAX);
-                    let quiet = next.is_none() && write.is_none() && inner.queued.is_empty() && !inner.writing;
+                    let quiet = next.is_none()
+                        && write.is_none()
+                        && inner.queued.is_empty()
+                        && !inner.writing
+                        && inner.dlq_queued.is_empty()
+                        && !inner.dlq_writing;
                     (write, quiet && idle_for > IDLE_UNLOAD_MS)
                 } else {
                     (None, false)

@@ -10,7 +10,10 @@
 //! `share.auto.offset.reset` and `share.isolation.level` are read by the share partitions
 //! ([`ShareGroupSettings`]), at each use as Kafka's. `share.assignment.interval.ms` is
 //! validated and described but takes no effect: the share group coordinator here
-//! assigns at the heartbeat that changed the group, with no interval.
+//! assigns at the heartbeat that changed the group, with no interval. Their dead-letter
+//! queue (KIP-1191): `errors.deadletterqueue.topic.name` (a name starting with `__` is
+//! refused, as Kafka) and `errors.deadletterqueue.copy.record.enable`, read by the share
+//! partitions at each archive.
 //!
 //! Streams groups (KIP-1071): `streams.session.timeout.ms`, `streams.heartbeat.interval.ms`
 //! and `streams.num.standby.replicas` override `group.streams.*`. Kafka 4.4's other

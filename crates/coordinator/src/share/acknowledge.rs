@@ -174,6 +174,8 @@ impl SharePartition {
         if ack.changes.is_empty() {
             return Ok(None);
         }
+        let archiving = RecordState::Archiving.id();
+        self.dlq_waiting |= ack.changes.iter().any(|b| b.delivery_state == archiving);
         let id = self.take_write_id();
         debug_assert_eq!(id, ack.write);
         Ok(Some(self.state_write(id, ack.changes)))

@@ -30,8 +30,14 @@ impl SharePartition {
     /// completes and after [`tick`](Self::tick); report each with
     /// [`dlq_write_done`](Self::dlq_write_done), whatever its outcome.
     pub fn take_dlq_writes(&mut self) -> Vec<DlqWrite> {
+        if !self.dlq_waiting {
+            return Vec::new();
+        }
         let limit = self.config.delivery_count_limit;
         let mut writes: Vec<DlqWrite> = Vec::new();
+        // Still waiting afterwards: ARCHIVING records whose transition is not durable yet.
+        let in_transition = |s: &super::cache::InFlightState| s.state == RecordState::Archiving && s.pending.is_some();
+        self.dlq_waiting = self.cache.values().any(|b| b.count_matching(b.first_offset, in_transition) > 0);
         for batch in self.cache.values_mut() {
             let (first, last) = (batch.first_offset, batch.last_offset);
             let waiting = |s: &super::cache::InFlightState| {

@@ -32,6 +32,8 @@ impl SharePartition {
         if changes.is_empty() {
             return None;
         }
+        let archiving = RecordState::Archiving.id();
+        self.dlq_waiting |= changes.iter().any(|b: &crate::share_state::StateBatch| b.delivery_state == archiving);
         let id = self.take_write_id();
         Some(self.state_write(id, changes))
     }

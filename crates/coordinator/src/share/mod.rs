@@ -119,6 +119,10 @@ pub struct SharePartition {
     largest_delivery_count_limit: i16,
     largest_window: i64,
     next_write_id: u64,
+    /// Some record may be ARCHIVING with its dead-letter queue write not handed out yet:
+    /// [`Self::take_dlq_writes`] looks through the cache only then (it runs after every
+    /// write).
+    dlq_waiting: bool,
 }
 
 impl SharePartition {

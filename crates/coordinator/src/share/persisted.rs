@@ -102,6 +102,7 @@ impl SharePartition {
             largest_delivery_count_limit,
             largest_window,
             next_write_id: 0,
+            dlq_waiting: true,
         };
         partition.advance_start_offset();
         Ok(partition)

@@ -845,4 +845,85 @@ mod tests {
         assert!(acquired(&done).is_empty(), "archived at the lowered limit: {done:?}");
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// A new leader finds records persisted ARCHIVING (its predecessor died before their
+    /// dead-letter queue write was done) and writes them to the group's DLQ topic, with
+    /// Kafka's headers, then archives them: Kafka's `maybeResumeDlqArchiving`.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_loaded_archiving_are_written_to_the_dead_letter_queue_and_archived() {
+        use osprey_coordinator::share_state::{ShareKey, StateBatch, WriteState};
+        use osprey_protocol::records::Batches;
+        let (broker, dir, topic) =
+            tokio::task::spawn_blocking(|| broker_with_records("share-fetch-dlq-resume", 3)).await.unwrap();
+        let b = broker.clone();
+        let dlq = tokio::task::spawn_blocking(move || {
+            let configs = [("errors.deadletterqueue.group.enable".to_string(), "true".to_string())].into();
+            let new = NewTopic {
+                name: "dlq.t".into(),
+                num_partitions: 1,
+                replication_factor: 1,
+                configs,
+                ..Default::default()
+            };
+            b.create_topic(&new, false).unwrap()
+        })
+        .await
+        .unwrap();
+        earliest(&broker, "g");
+        set_group_config(&broker, "g", "errors.deadletterqueue.topic.name", "dlq.t");
+        let key = ShareKey { group_id: "g".into(), topic_id: topic, partition: 0 };
+        crate::share_persister::initialize(&broker, &key, 0, 0).await.unwrap();
+        let rejected = StateBatch { first_offset: 0, last_offset: 1, delivery_state: 3, delivery_count: 1 };
+        let state = WriteState {
+            state_epoch: -1,
+            leader_epoch: -1,
+            start_offset: 0,
+            delivery_complete_count: 0,
+            batches: vec![rejected],
+        };
+        crate::share_persister::write(&broker, &key, &state).await.unwrap();
+
+        let a = share_fetch(&broker, fetch_request("a", 0, topic, vec![]), 1).await;
+        assert_eq!(acquired(&a), vec![(2, 2, 1)], "ARCHIVING records are not delivered");
+
+        let dlq_partition = broker.replica_manager.partition(dlq.id, 0).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while dlq_partition.snapshot().high_watermark < 2
+            || crate::share_persister::read(&broker, &key, 0).await.unwrap().start_offset < 2
+        {
+            assert!(std::time::Instant::now() < deadline, "the DLQ records and the archive did not come");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        let slice = dlq_partition.log.read_limited(0, 1 << 20, 2, true).unwrap();
+        let mut written = Vec::new();
+        for batch in Batches::new(slice.records) {
+            for record in batch.unwrap().records(1 << 20).unwrap() {
+                let record = record.unwrap();
+                let headers: Vec<(String, String)> = record
+                    .headers
+                    .iter()
+                    .map(|h| {
+                        (
+                            String::from_utf8_lossy(&h.key).into(),
+                            String::from_utf8_lossy(h.value.as_deref().unwrap()).into(),
+                        )
+                    })
+                    .collect();
+                written.push((record.key, record.value, headers));
+            }
+        }
+        let expected = |offset: &str| {
+            let pairs = [
+                ("__dlq.errors.topic", "t"),
+                ("__dlq.errors.partition", "0"),
+                ("__dlq.errors.offset", offset),
+                ("__dlq.errors.group", "g"),
+                ("__dlq.errors.delivery.count", "1"),
+                ("__dlq.errors.message", "Offset rejected by client."),
+            ];
+            (None, None, pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<Vec<_>>())
+        };
+        assert_eq!(written, vec![expected("0"), expected("1")]);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
