@@ -45,6 +45,15 @@ Operations (`f`) and their values:
   client's result per partition. An acknowledgement is confirmed when the commit
   returned ok with a null result for its partition; any other outcome (an error, no
   result, an exception, no answer) may or may not have taken effect.
+- `dlq_read`: the share group's whole dead-letter queue topic (KIP-1191, meta
+  `share_dlq_topic`), read after the drain. Ok `{topic, high_watermarks, records:
+  [[partition, offset, key, value, [[header, value], ...]], ...]}`.
+- `dlq_failures`: the DLQ writes the brokers gave up on (the records archived without
+  their DLQ records), from their logs. Ok `{writes: [[group, topic, partition,
+  first_offset, last_offset], ...], unparsed, metrics_failed, metrics_nodes}`: `unparsed`
+  failure lines whose offsets could not be read, `metrics_failed` the failures the
+  running brokers' /metrics count (since their last start), `metrics_nodes` how many
+  answered.
 
 What is checked:
 
@@ -80,7 +89,33 @@ What is checked:
     `share_delivery_count_limit`), after which the broker archives it
     (share_unaccounted). This assumes the broker's count of a record exceeds the highest
     one a client saw by less than the limit's margin: an acquisition whose answer no
-    client read (a consumer closed with a fetch in flight) raises the count unseen.
+    client read (a consumer closed with a fetch in flight) raises the count unseen. With
+    a dead-letter queue, a record the DLQ names, or a failed DLQ write covers, was
+    archived too.
+- Share groups' dead-letter queues (KIP-1191, meta `share_dlq_topic`), at least once
+  and no stronger. A REJECT's ARCHIVING is written to the DLQ only once it is durable,
+  and a new leader writes what it finds ARCHIVING again; a lock expiry at the delivery
+  count limit is written to the DLQ at once, before its state write, which a new leader
+  (or the share coordinator, fencing an old one) may never see; a write that fails for
+  good archives the records without DLQ records (logged). Hence:
+  - every DLQ record names, in its headers, a record of a share topic that the final read
+    holds, with the group's id, in partition (source partition modulo the DLQ's
+    partitions), and, with `share_dlq_copy`, the key and value of that record (or none,
+    headers only, when the broker could not read it: counted) (dlq_wrong_record);
+  - no record whose ACCEPT was confirmed has a DLQ record "Offset rejected by client."
+    (dlq_accepted): both are durable transitions out of ACQUIRED, only one can be. One
+    with "delivery count exceeded" is counted (dlq_exceeded_accepted), not a violation: a
+    lock expiry's DLQ write may stand while its state write is lost;
+  - a DLQ record "Offset rejected by client." is for a record some consumer sent a
+    REJECT for (confirmed or not); every delivery count is 1 to the limit, and the
+    count of "Offset delivery count exceeded the threshold." is the limit (the count
+    never passes it, and only a record at the limit is archived for it; a record
+    rejected at its last delivery and loaded again by a new leader is told by its count,
+    as Kafka tells it) (dlq_wrong_cause). No client sees every acquisition, so no more is
+    asked of the deliveries a client saw;
+  - every record whose REJECT was confirmed has a DLQ record, unless a failed DLQ write
+    covers it (counted), or failures were counted whose offsets are unknown (then every
+    missing record is counted) (dlq_missing).
 """
 
 import argparse
@@ -92,14 +127,21 @@ from collections import defaultdict
 EXAMPLES = 10
 
 SHARE_VIOLATIONS = ("share_accepted_twice", "share_redelivered", "share_count_backwards", "share_unaccounted")
+DLQ_VIOLATIONS = ("dlq_wrong_record", "dlq_accepted", "dlq_wrong_cause", "dlq_missing")
 VIOLATIONS = ("lost", "duplicated", "divergent", "reordered", "phantom", "aborted_read", "lost_commit",
-              "partial_txn", "commit_backwards", "skipped", "incomplete") + SHARE_VIOLATIONS
+              "partial_txn", "commit_backwards", "skipped", "incomplete") + SHARE_VIOLATIONS + DLQ_VIOLATIONS
 # The kinds that unclean leader election may cause by design: counted, not violations
-# (an unclean leader of a `__share_group_state` partition loses acknowledgements too).
-UNCLEAN_LOSSES = ("lost", "divergent") + SHARE_VIOLATIONS
+# (an unclean leader of a `__share_group_state` partition loses acknowledgements too, and
+# one of the DLQ topic its records).
+UNCLEAN_LOSSES = ("lost", "divergent") + SHARE_VIOLATIONS + DLQ_VIOLATIONS
 # Kafka's default `share.delivery.count.limit`, when the history does not say.
 SHARE_DELIVERY_COUNT_LIMIT = 5
 TERMINAL_ACKS = ("ACCEPT", "REJECT")
+# KIP-1191's DLQ record headers, in Kafka's order, and its two causes.
+DLQ_HEADERS = ("__dlq.errors.topic", "__dlq.errors.partition", "__dlq.errors.offset", "__dlq.errors.group",
+               "__dlq.errors.delivery.count", "__dlq.errors.message")
+DLQ_REJECTED = "Offset rejected by client."
+DLQ_EXCEEDED = "Offset delivery count exceeded the threshold."
 
 
 class Result:
@@ -521,7 +563,8 @@ def _check_share_groups(h: _History, result: Result):
                                                 f"delivered with count {count} to {op.value.get('instance')} "
                                                 f"opened at {since:.3f} ({op.where()}){h.fault_near(op.time)}")
         _check_share_counts(h, result, where, r)
-    _check_share_accounted(h, result, records, limit)
+    archived = _check_share_dlq(h, result, records, limit)
+    _check_share_accounted(h, result, records, limit, archived)
 
 
 def _check_share_counts(h: _History, result: Result, where: str, r: _ShareRecord):
@@ -541,9 +584,10 @@ def _check_share_counts(h: _History, result: Result, where: str, r: _ShareRecord
                 return
 
 
-def _check_share_accounted(h: _History, result: Result, records: dict, limit: int):
+def _check_share_accounted(h: _History, result: Result, records: dict, limit: int, archived):
     """Every record of a share topic read at the end was accepted, rejected or delivered
-    up to the delivery count limit (archived) by the end of the drain."""
+    up to the delivery count limit, or archived as the DLQ shows (`archived(t, p, o)`),
+    by the end of the drain."""
     topics = h.meta.get("share_topics") or []
     for t in topics:
         partitions = sorted(p for (tt, p, iso) in h.final if tt == t and iso == "read_uncommitted")
@@ -560,14 +604,153 @@ def _check_share_accounted(h: _History, result: Result, records: dict, limit: in
                     result.counts["share_rejected"] += 1
                 elif r is not None and r.sent(*TERMINAL_ACKS):
                     result.counts["share_done_unconfirmed"] += 1
-                elif r is not None and max(count or 0 for count, _, _ in r.deliveries) >= limit:
+                elif r is not None and max((count or 0 for count, _, _ in r.deliveries), default=0) >= limit:
+                    result.counts["share_archived_at_limit"] += 1
+                elif archived(t, p, o):
                     result.counts["share_archived_at_limit"] += 1
                 else:
                     seen = sorted(count for count, _, _ in r.deliveries) if r is not None else []
-                    acks = [f"{kind} {count} {'ok' if ok else 'unconfirmed'}" for kind, count, ok, _ in r.acks] if r else []
                     result.add("share_unaccounted", f"{t}-{p}@{o}: {k}={v} neither accepted nor rejected nor "
                                                     f"delivered {limit} times by the end: delivered with counts "
-                                                    f"{seen or 'never'}, acknowledged {acks or 'never'}")
+                                                    f"{seen or 'never'}, acknowledged {_acks_of(r)}")
+
+
+def _dlq_failures(h: _History, op):
+    """The share group's failed DLQ writes as `op` (a `dlq_failures`) reports them,
+    {(topic, partition): [(first, last), ...]}, and whether some failures' offsets are
+    unknown (a log line not understood, or more failures on /metrics than in the logs)."""
+    if op is None:
+        return {}, False
+    group = h.meta.get("share_group")
+    ranges = defaultdict(list)
+    writes = op.value.get("writes", [])
+    for g, t, p, first, last in writes:
+        if group is None or g == group:
+            ranges[(t, p)].append((first, last))
+    unknown = op.value.get("unparsed", 0) > 0 or op.value.get("metrics_failed", 0) > len(writes)
+    return ranges, unknown
+
+
+def _check_share_dlq(h: _History, result: Result, records: dict, limit: int):
+    """The dead-letter queue read at the end against the share records' history; returns
+    `archived(t, p, o)`: whether the DLQ names the record or a failed DLQ write covers it."""
+    topic = h.meta.get("share_dlq_topic")
+    if not topic:
+        return lambda t, p, o: False
+    read = next((op for op in reversed(h.by_f["dlq_read"]) if op.ok), None)
+    if read is None:
+        result.add("incomplete", f"the share group's dead-letter queue {topic} was never read at the end")
+        return lambda t, p, o: False
+    reported = next((op for op in reversed(h.by_f["dlq_failures"]) if op.ok), None)
+    failed, unknown = _dlq_failures(h, reported)
+
+    def covered(t, p, o):
+        return any(first <= o <= last for first, last in failed.get((t, p), []))
+
+    named = set()
+    for dp, do, key, value, headers in read.value.get("records", []):
+        source = _dlq_source(h, result, f"{topic}-{dp}@{do}", dp, key, value, headers)
+        if source is not None:
+            named.add(source[:3])
+            _check_dlq_cause(h, result, f"{topic}-{dp}@{do}", source, records.get(source[:3]), limit)
+    result.counts["dlq_records"] = len(read.value.get("records", []))
+    result.counts["dlq_sources"] = len(named)
+    result.counts["dlq_failed_writes"] = sum(len(r) for r in failed.values())
+    if reported is not None:  # the brokers' own count, and how many answered it
+        result.counts["dlq_metrics_failed"] = int(reported.value.get("metrics_failed", 0))
+        result.counts["dlq_metrics_nodes"] = reported.value.get("metrics_nodes", 0)
+    _check_dlq_complete(h, result, records, named, covered, unknown)
+    return lambda t, p, o: (t, p, o) in named or covered(t, p, o)
+
+
+def _dlq_source(h: _History, result: Result, where: str, dlq_partition: int, key, value, headers):
+    """The record a DLQ record names, (topic, partition, offset, delivery count, message),
+    once its headers, its partition and its copy of the record are checked; None (and a
+    finding) when they are wrong."""
+    found = dict(headers)
+    missing = [name for name in DLQ_HEADERS if name not in found]
+    if missing:
+        result.add("dlq_wrong_record", f"{where}: no header {', '.join(missing)} (headers {headers})")
+        return None
+    t, group = found["__dlq.errors.topic"], h.meta.get("share_group")
+    try:
+        p, o = int(found["__dlq.errors.partition"]), int(found["__dlq.errors.offset"])
+        count = int(found["__dlq.errors.delivery.count"])
+    except (TypeError, ValueError):
+        result.add("dlq_wrong_record", f"{where}: headers not numbers where Kafka writes decimals: {headers}")
+        return None
+    named = f"names {t}-{p}@{o}"
+    if t not in (h.meta.get("share_topics") or []) or (group is not None and found["__dlq.errors.group"] != group):
+        result.add("dlq_wrong_record", f"{where}: {named} of group {found['__dlq.errors.group']}, not a share "
+                                       f"topic of group {group}")
+        return None
+    log = h.final_records(t, p)
+    original = None if log is None else next(((k, v) for oo, k, v in log if oo == o), None)
+    if original is None:
+        hw = "no final read" if log is None else f"the final read ends at {1 + max((r[0] for r in log), default=-1)}"
+        result.add("dlq_wrong_record", f"{where}: {named}, which the log does not hold ({hw})")
+        return None
+    partitions = h.meta.get("share_dlq_partitions")
+    if partitions and dlq_partition != p % partitions:
+        result.add("dlq_wrong_record", f"{where}: {named}, in DLQ partition {dlq_partition}, not {p % partitions} "
+                                       f"(source partition modulo {partitions})")
+    if not h.meta.get("share_dlq_copy"):
+        original = (None, None)
+    if (key, value) == (None, None) and original != (None, None):
+        result.counts["dlq_headers_only"] += 1
+    elif (key, value) != original:
+        result.add("dlq_wrong_record", f"{where}: {named}, which holds {original[0]}={original[1]}, but copies "
+                                       f"{key}={value}")
+    return t, p, o, count, found["__dlq.errors.message"]
+
+
+def _check_dlq_cause(h: _History, result: Result, where: str, source, r, limit: int):
+    """A DLQ record's cause and delivery count against what the consumers did to its record."""
+    t, p, o, count, message = source
+    named = f"names {t}-{p}@{o} with delivery count {count}"
+    if not 1 <= count <= limit:
+        result.add("dlq_wrong_cause", f"{where}: {named}, outside 1 to the delivery count limit {limit}")
+    accepted = r.confirmed("ACCEPT") if r is not None else []
+    if message == DLQ_REJECTED:
+        result.counts["dlq_rejected"] += 1
+        if r is None or not r.sent("REJECT"):
+            result.add("dlq_wrong_cause", f"{where}: {named}, '{message}', but no consumer sent a REJECT for it "
+                                          f"(acknowledged {_acks_of(r)})")
+        if accepted:
+            result.add("dlq_accepted", f"{where}: {named}, '{message}', but its ACCEPT of delivery "
+                                       f"{accepted[0][1]} was confirmed ({accepted[0][2].where()})"
+                                       f"{h.fault_near(accepted[0][2].time)}")
+    elif message == DLQ_EXCEEDED:
+        result.counts["dlq_exceeded"] += 1
+        if count != limit:
+            result.add("dlq_wrong_cause", f"{where}: {named}, '{message}', but the limit is {limit}")
+        if accepted:
+            result.counts["dlq_exceeded_accepted"] += 1
+    else:
+        result.add("dlq_wrong_cause", f"{where}: {named}, with message {message!r}, neither of KIP-1191's")
+
+
+def _acks_of(r):
+    """A record's acknowledgements as evidence: type, delivery count, confirmed or not."""
+    acks = [f"{kind} {count} {'ok' if ok else 'unconfirmed'}" for kind, count, ok, _ in r.acks] if r else []
+    return acks or "never"
+
+
+def _check_dlq_complete(h: _History, result: Result, records: dict, named: set, covered, unknown: bool):
+    """Every record whose REJECT was confirmed is in the DLQ, unless a failed write covers it."""
+    for (t, p, o), r in sorted(records.items()):
+        rejects = r.confirmed("REJECT")
+        if not rejects:
+            continue
+        result.counts["dlq_rejects_confirmed"] += 1
+        if (t, p, o) in named:
+            result.counts["dlq_rejects_found"] += 1
+        elif covered(t, p, o) or unknown:
+            result.counts["dlq_missing_failed_write"] += 1
+        else:
+            _kind, n, op = rejects[0]
+            result.add("dlq_missing", f"{t}-{p}@{o}: REJECT of delivery {n} confirmed ({op.where()}), but no DLQ "
+                                      f"record names it and no failed DLQ write covers it{h.fault_near(op.time)}")
 
 
 def main(argv=None) -> int:

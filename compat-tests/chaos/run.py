@@ -19,9 +19,11 @@ a read_uncommitted and a read_committed reader, a probe of the group's committed
 and with `--share` a share group (KIP-932): two members with explicit acknowledgement
 (mostly ACCEPT, some RELEASE and REJECT, each poll's acknowledgements committed with
 commit_sync, every delivery and each partition's commit result recorded; a member opens a
-new consumer every 8-16 s) on a topic of its own fed by an idempotent producer, and after
-the heal a sentinel per partition and a drain by new members until every record is
-accepted, rejected or delivered up to the delivery count limit.
+new consumer every 8-16 s) on a topic of its own fed by an idempotent producer, with a
+dead-letter queue (KIP-1191) copying rejected and exhausted records; after the heal a
+sentinel per partition, a drain by new members until every record is accepted, rejected,
+delivered up to the delivery count limit or in the DLQ, and the whole DLQ read back with
+the DLQ writes the brokers gave up on (their logs and /metrics).
 
 Faults: `kill` (SIGKILL, restart after a hold), `pause` (SIGSTOP longer than the broker
 session and replica lag timeouts, then SIGCONT), `rolling` (SIGTERM and restart, node by
@@ -97,13 +99,24 @@ BROKER_CONFIG = {
     # Lets the share group lock records for less than Kafka's 15 s minimum (SHARE_GROUP_CONFIG).
     "group.share.min.record.lock.duration.ms": 1000,
 }
+# The share group's dead-letter queue (KIP-1191): a `dlq.` topic (the broker's
+# errors.deadletterqueue.topic.name.prefix) enabled for share groups, with fewer
+# partitions than the share topic so that a DLQ record's partition (the source
+# partition modulo the DLQ's partition count) is not simply the source's.
+SHARE_DLQ_TOPIC = "dlq.chaos-share"
+SHARE_DLQ_PARTITIONS = 2
 # The share group's configs, set before its first member joins: every record from the
 # log start; a lock shorter than a fault, so records held by a member that cannot reach
-# their leader come back within the run; Kafka's default delivery count limit, written
-# into the history for the checker.
-SHARE_DELIVERY_COUNT_LIMIT = 5
+# their leader come back within the run; a delivery count limit below Kafka's default
+# (5), so that some records reach it (RELEASE at 10 % twice, then a RELEASE or a lock
+# expiry: a few in a run of ~1,400) and the DLQ's second cause is exercised, written into
+# the history for the checker; the DLQ, with the original key and value copied so that
+# the checker can compare them with the log.
+SHARE_DELIVERY_COUNT_LIMIT = 3
 SHARE_GROUP_CONFIG = {"share.auto.offset.reset": "earliest", "share.record.lock.duration.ms": 5000,
-                      "share.delivery.count.limit": SHARE_DELIVERY_COUNT_LIMIT}
+                      "share.delivery.count.limit": SHARE_DELIVERY_COUNT_LIMIT,
+                      "errors.deadletterqueue.topic.name": SHARE_DLQ_TOPIC,
+                      "errors.deadletterqueue.copy.record.enable": "true"}
 # How share members acknowledge: RELEASE and REJECT this often, ACCEPT otherwise.
 SHARE_RELEASE, SHARE_REJECT = 0.10, 0.03
 # A member closes its consumer and opens a new one this often (seconds, drawn).
@@ -112,6 +125,13 @@ SHARE_INSTANCE_S = (8.0, 16.0)
 # accounted for and nothing came for SHARE_QUIET_S, or SHARE_DRAIN_S passed.
 SHARE_DRAIN_S = 120.0
 SHARE_QUIET_S = 3.0
+# After the drain, the DLQ is read until it holds every record whose REJECT was confirmed
+# (or a failed DLQ write covers it) and its high watermarks stay put, at most this long:
+# a write in flight (five attempts, 1 s doubling) ends well within it.
+SHARE_DLQ_WAIT_S = 60.0
+# What a broker logs when it archives records without their DLQ records (a failed write),
+# with the group, the topic, the partition and the offsets.
+DLQ_FAILED_LINE = "dead-letter queue write failed"
 # Kafka's own fsync setting: acknowledged once in the page cache of every ISR member.
 RELAXED_FSYNC = {"log.flush.interval.messages": 9223372036854775807}
 PAUSE_S = (4.0, 9.0)
@@ -467,14 +487,18 @@ class Reader(Workload):
 
 class ShareTally:
     """What the share members did to each record of the share topic, as far as the drain
-    needs it to know when to stop: the highest delivery count seen and whether an
-    ACCEPT or REJECT was sent (confirmed or not), by (partition, offset). The checker
-    decides from the history; this mirrors its rule for records accounted for."""
+    and the DLQ read need it to know when to stop: the highest delivery count seen,
+    whether an ACCEPT or REJECT was sent (confirmed or not), whether a REJECT was
+    confirmed, and whether the DLQ holds the record (it was archived), by (partition,
+    offset). The checker decides from the history; this mirrors its rule for records
+    accounted for."""
 
     def __init__(self):
         self.lock = threading.Lock()
         self.max_count = {}
         self.done = set()
+        self.rejected = set()  # REJECT confirmed: each must reach the DLQ
+        self.archived = set()  # named by a DLQ record
         self.last_delivery = time.monotonic()
 
     def delivered(self, where, count: int):
@@ -487,10 +511,24 @@ class ShareTally:
             with self.lock:
                 self.done.add(where)
 
-    def unaccounted(self, universe) -> list:
+    def reject_confirmed(self, where):
         with self.lock:
-            return [w for w in universe
-                    if w not in self.done and self.max_count.get(w, 0) < SHARE_DELIVERY_COUNT_LIMIT]
+            self.rejected.add(where)
+
+    def in_dlq(self, places):
+        with self.lock:
+            self.archived.update(places)
+
+    def rejected_confirmed(self) -> set:
+        with self.lock:
+            return set(self.rejected)
+
+    def unaccounted(self, universe) -> list:
+        """A record archived at the limit after acquisitions no member saw (their answers
+        lost) shows in the DLQ only."""
+        with self.lock:
+            return [w for w in universe if w not in self.done and w not in self.archived
+                    and self.max_count.get(w, 0) < SHARE_DELIVERY_COUNT_LIMIT]
 
     def quiet_for(self) -> float:
         with self.lock:
@@ -616,6 +654,10 @@ class ShareMember(Workload):
             return
         self.history.complete(op, "ok", self.process, "share_ack", {
             "results": [[tp.topic, tp.partition, None if e is None else str(e)] for tp, e in results.items()]})
+        confirmed = {tp.partition for tp, e in results.items() if e is None}
+        for _t, p, o, kind, _count in acks:
+            if kind == "REJECT" and p in confirmed:
+                self.tally.reject_confirmed((p, o))
 
 
 def set_group_configs(bootstrap: str, group: str, configs: dict, timeout: float = 60.0):
@@ -920,7 +962,9 @@ class Run:
                           started=now_utc(), binary=str(osprey_bin()))
         if self.args.share:
             self.history.meta(share_topics=[SHARE_TOPIC], share_group=SHARE_GROUP,
-                              share_delivery_count_limit=SHARE_DELIVERY_COUNT_LIMIT)
+                              share_delivery_count_limit=SHARE_DELIVERY_COUNT_LIMIT,
+                              share_dlq_topic=SHARE_DLQ_TOPIC, share_dlq_partitions=SHARE_DLQ_PARTITIONS,
+                              share_dlq_copy=True)
         try:
             self.cluster.start()
             self.wait_healthy("the cluster forms", topics=())
@@ -940,6 +984,7 @@ class Run:
             self.final_reads()
             if self.args.share:
                 self.share_drain()
+                self.share_dlq_read()
         finally:
             self.shutdown()
         self.history.close()
@@ -956,6 +1001,8 @@ class Run:
             self.problems.append("the consumer group committed no offset")
         if self.args.share and result.counts["share_accepted"] == 0:
             self.problems.append("the share group accepted no record")
+        if self.args.share and result.counts["dlq_records"] == 0:
+            self.problems.append("the share group's dead-letter queue holds no record")
         for p in self.problems:
             print(f"  problem: {p}")
         return result
@@ -991,6 +1038,9 @@ class Run:
         rf = min(3, len(self.nodes))
         topics = [NewTopic(t, PARTITIONS, rf, config={"min.insync.replicas": str(min(2, rf))})
                   for t in self.data_topics()]
+        if self.args.share:
+            topics.append(NewTopic(SHARE_DLQ_TOPIC, SHARE_DLQ_PARTITIONS, rf, config={
+                "min.insync.replicas": str(min(2, rf)), "errors.deadletterqueue.group.enable": "true"}))
         for name, future in admin.create_topics(topics, operation_timeout=30).items():
             future.result(timeout=60)
 
@@ -1001,8 +1051,9 @@ class Run:
     def healthy_topics(self):
         """The topics whose every partition must have a leader and every replica in sync
         for the cluster to count as recovered: with share groups, the share coordinators'
-        `__share_group_state` too (naming it in Metadata creates it, as Kafka does)."""
-        return self.data_topics() + ((SHARE_STATE_TOPIC,) if self.args.share else ())
+        `__share_group_state` (naming it in Metadata creates it, as Kafka does) and the
+        group's dead-letter queue too."""
+        return self.data_topics() + ((SHARE_STATE_TOPIC, SHARE_DLQ_TOPIC) if self.args.share else ())
 
     def start_workloads(self):
         b = self.cluster.bootstrap()
@@ -1210,9 +1261,9 @@ class Run:
     def share_drain(self):
         """After the heal, the sentinels and the final reads: two new share members accept
         whatever they are given, until every record the share topic's final read found
-        (the sentinels included) is accounted for (accepted or rejected, or delivered up
-        to the delivery count limit) and nothing came for SHARE_QUIET_S, or SHARE_DRAIN_S
-        passed. They open after every earlier acknowledgement returned, so a record whose
+        (the sentinels included) is accounted for (accepted or rejected, delivered up to
+        the delivery count limit, or in the DLQ, looked at once nothing comes) and nothing
+        came for SHARE_QUIET_S, or SHARE_DRAIN_S passed. They open after every earlier acknowledgement returned, so a record whose
         ACCEPT was confirmed and yet is delivered to them is a lost acknowledgement; the
         checker finds it in the history, and what is still unaccounted for at the end."""
         b = self.cluster.bootstrap()
@@ -1223,12 +1274,157 @@ class Run:
             w.start()
         deadline = started + SHARE_DRAIN_S
         while time.monotonic() < deadline:
-            if not self.share_tally.unaccounted(self.share_records) and self.share_tally.quiet_for() >= SHARE_QUIET_S:
+            quiet = self.share_tally.quiet_for() >= SHARE_QUIET_S
+            if quiet and self.share_tally.unaccounted(self.share_records):
+                # Nothing comes: what is left may have been archived unseen, into the DLQ.
+                read = read_dlq(b)
+                if read is not None:
+                    self.share_tally.in_dlq(dlq_sources(read[1]))
+            if not self.share_tally.unaccounted(self.share_records) and quiet:
                 break
             time.sleep(0.5)
         missing = self.share_tally.unaccounted(self.share_records)
         self.history.fault("share-drain", took_s=round(time.monotonic() - started, 1), unaccounted=len(missing))
         self.stop_workloads(drain)
+
+    def share_dlq_read(self):
+        """After the drain: the whole dead-letter queue topic, read once it holds every
+        record whose REJECT was confirmed (or a failed DLQ write in a broker's log covers
+        it) and its high watermarks stayed put for a read, or after SHARE_DLQ_WAIT_S, as
+        a `dlq_read`; then the DLQ writes the brokers gave up on, from their logs (which
+        outlive restarts) and their /metrics (since their last start), as `dlq_failures`."""
+        b = self.cluster.bootstrap()
+        started = time.monotonic()
+        deadline = started + SHARE_DLQ_WAIT_S
+        op = self.history.invoke("dlq-reader", "dlq_read", {"topic": SHARE_DLQ_TOPIC})
+        last_marks, read = None, None
+        while True:
+            fresh = read_dlq(b)
+            if fresh is not None:  # else the last whole read stands
+                read = fresh
+                marks, records = read
+                failed, _unparsed = logged_dlq_failures(self.nodes)
+                waiting = [(p, o) for p, o in self.share_tally.rejected_confirmed() - dlq_sources(records)
+                           if not any(wp == p and first <= o <= last for _g, _t, wp, first, last in failed)]
+                if not waiting and marks == last_marks:
+                    break
+                last_marks = marks
+            if time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        if read is None:
+            self.history.complete(op, "fail", "dlq-reader", "dlq_read", {"error": "the DLQ topic could not be read"})
+            self.problems.append(f"the dead-letter queue topic {SHARE_DLQ_TOPIC} could not be read at the end")
+        else:
+            marks, records = read
+            self.history.complete(op, "ok", "dlq-reader", "dlq_read", {
+                "topic": SHARE_DLQ_TOPIC, "high_watermarks": marks, "records": records})
+        self.history.fault("share-dlq-read", took_s=round(time.monotonic() - started, 1),
+                           records=0 if read is None else len(read[1]))
+        op = self.history.invoke("dlq-reader", "dlq_failures", {})
+        self.history.complete(op, "ok", "dlq-reader", "dlq_failures", failed_dlq_writes(self.nodes))
+
+
+def read_dlq(bootstrap: str, timeout: float = 30.0):
+    """The share group's whole dead-letter queue topic, from each partition's log start to
+    its high watermark (read_uncommitted): ({partition: high watermark}, [[partition,
+    offset, key, value, [[header, value], ...]], ...]), or None when it cannot be read."""
+    c = Consumer(dict(COMMON, **{"bootstrap.servers": bootstrap, "group.id": "chaos-dlq",
+                                 "enable.auto.commit": False, "enable.partition.eof": True}))
+    try:
+        marks, records, positions = {}, [], {}
+        for p in range(SHARE_DLQ_PARTITIONS):
+            low, high = c.get_watermark_offsets(TopicPartition(SHARE_DLQ_TOPIC, p), timeout=10)
+            marks[p], positions[p] = high, low
+        c.assign([TopicPartition(SHARE_DLQ_TOPIC, p, positions[p]) for p in marks])
+        deadline = time.monotonic() + timeout
+        while any(positions[p] < marks[p] for p in marks):
+            if time.monotonic() > deadline:
+                return None
+            m = c.poll(0.5)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    positions[m.partition()] = max(positions[m.partition()], m.offset())
+                continue
+            records.append([m.partition(), m.offset(), text(m.key()), text(m.value()),
+                            [[k, text(v)] for k, v in m.headers() or []]])
+            positions[m.partition()] = m.offset() + 1
+        return {str(p): h for p, h in marks.items()}, [r for r in records if r[1] < marks[r[0]]]
+    except KafkaException:
+        return None
+    finally:
+        c.close()
+
+
+def text(data):
+    return None if data is None else data.decode(errors="replace")
+
+
+def dlq_sources(records) -> set:
+    """(partition, offset) of the share topic's records that DLQ records name."""
+    found = set()
+    for _p, _o, _k, _v, headers in records:
+        h = dict(headers)
+        try:
+            found.add((int(h.get("__dlq.errors.partition")), int(h.get("__dlq.errors.offset"))))
+        except (TypeError, ValueError):
+            continue
+    return found
+
+
+def failed_dlq_writes(nodes) -> dict:
+    """The DLQ writes the brokers gave up on: from every node's log (which outlives its
+    restarts), each failure's [group, topic, partition, first offset, last offset], and
+    `unparsed` the failure lines whose fields could not be read; from /metrics, the sum
+    of osprey_share_dlq_writes_total{result="failed"} over the running nodes (counted
+    since each one's last start, so at most what the logs hold) and how many answered."""
+    writes, unparsed = logged_dlq_failures(nodes)
+    pages = [node_metrics(n) for n in nodes if n.proc]
+    failed = sum(series_value(page, 'osprey_share_dlq_writes_total{result="failed"}') for page in pages)
+    return {"writes": writes, "unparsed": unparsed, "metrics_failed": failed,
+            "metrics_nodes": sum(1 for page in pages if page)}
+
+
+def logged_dlq_failures(nodes):
+    """([group, topic, partition, first offset, last offset] of each DLQ_FAILED_LINE in the
+    nodes' logs, how many such lines could not be read)."""
+    writes, unparsed = [], 0
+    fields = re.compile(r'group="?([^"\s]+)"? topic=(\S+) partition=(\d+) first_offset=(\d+) last_offset=(\d+)')
+    for n in nodes:
+        if not n.log_path.is_file():
+            continue
+        for line in n.log_path.read_text(errors="replace").splitlines():
+            if DLQ_FAILED_LINE not in line:
+                continue
+            found = fields.search(line)
+            if found is None:
+                unparsed += 1
+                continue
+            g, t, p, first, last = found.groups()
+            writes.append([g, t, int(p), int(first), int(last)])
+    return writes, unparsed
+
+
+def node_metrics(n) -> str:
+    """A node's /metrics text, read from inside its network namespace when it has one
+    (its metrics listener is on that namespace's loopback); empty when unreachable."""
+    url = f"http://127.0.0.1:{n.metrics_port}/metrics"
+    read = subprocess.run([*n.command_prefix, sys.executable, "-c",
+                           "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())",
+                           url], capture_output=True, text=True, timeout=30)
+    return read.stdout
+
+
+def series_value(page: str, series: str) -> float:
+    """The value of one series (`name{label="value",...}` as /metrics prints it) on a
+    /metrics page, 0 when absent."""
+    for line in page.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == series:
+            return float(value)
+    return 0.0
 
 
 def batch_headers(partition_dir: Path):
@@ -1424,6 +1620,9 @@ def long_config(args) -> dict:
               "transactions": args.transactions, "groups": args.groups, "unclean": args.unclean, "unsafe": args.unsafe}
     if args.share:  # absent otherwise: the ledgers kept before share groups were tested still add up
         config["share"] = True
+        # The share workload with its dead-letter queue and a delivery count limit of 3:
+        # not to be added up with runs of the earlier one (limit 5, no DLQ).
+        config["share_dlq"] = True
     return config
 
 
@@ -1576,6 +1775,26 @@ def share_rows(totals: dict) -> list:
         f"back, unaccounted) | {totals.get('found_share_accepted_twice', 0)} / "
         f"{totals.get('found_share_redelivered', 0)} / {totals.get('found_share_count_backwards', 0)} / "
         f"{totals.get('found_share_unaccounted', 0)} |",
+        *dlq_rows(totals),
+    ]
+
+
+def dlq_rows(totals: dict) -> list:
+    """The share group's dead-letter queue lines of a report's table, when its runs had one."""
+    if "dlq_records" not in totals:
+        return []
+    return [
+        f"| DLQ records / records they name / rejected / delivery count exceeded / without the copied value | "
+        f"{totals['dlq_records']} / {totals.get('dlq_sources', 0)} / {totals.get('dlq_rejected', 0)} / "
+        f"{totals.get('dlq_exceeded', 0)} / {totals.get('dlq_headers_only', 0)} |",
+        f"| REJECT confirmed / in the DLQ / missing after a failed DLQ write; failed DLQ writes logged | "
+        f"{totals.get('dlq_rejects_confirmed', 0)} / {totals.get('dlq_rejects_found', 0)} / "
+        f"{totals.get('dlq_missing_failed_write', 0)}; {totals.get('dlq_failed_writes', 0)} |",
+        f"| DLQ delivery count exceeded for a record whose ACCEPT was confirmed (a lock expiry's DLQ write "
+        f"precedes its state write, which a new leader may not have) | {totals.get('dlq_exceeded_accepted', 0)} |",
+        f"| DLQ violations (wrong record, rejected record accepted, wrong cause, missing) | "
+        f"{totals.get('found_dlq_wrong_record', 0)} / {totals.get('found_dlq_accepted', 0)} / "
+        f"{totals.get('found_dlq_wrong_cause', 0)} / {totals.get('found_dlq_missing', 0)} |",
     ]
 
 

@@ -537,3 +537,170 @@ def test_a_record_no_member_was_given_is_caught_in_the_recorded_history():
     assert result.findings["share_unaccounted"] == [
         f"chaos-share-{p}@{o}: {'='.join(record_at(events, p, o))} neither accepted nor rejected nor delivered 5 "
         f"times by the end: delivered with counts never, acknowledged never"]
+
+
+# ----- share groups' dead-letter queues (KIP-1191) ------------------------------------------
+
+
+def dlq_record(partition, offset, count, message, group="sg", topic="s", copied=True, dlq_partitions=2):
+    """A DLQ record as the runner records it (its own offset set by History.dlq_read):
+    Kafka's headers naming `topic`-`partition`@`offset`, the original's key and value."""
+    headers = [["__dlq.errors.topic", topic], ["__dlq.errors.partition", str(partition)],
+               ["__dlq.errors.offset", str(offset)], ["__dlq.errors.group", group],
+               ["__dlq.errors.delivery.count", str(count)], ["__dlq.errors.message", message]]
+    key, value = (f"k{offset}", f"v{offset}") if copied else (None, None)
+    return [partition % dlq_partitions, None, key, value, headers]
+
+
+def dlq_read(h, records):
+    """The whole DLQ topic read at the end; each record's offset follows its partition's last."""
+    next_offset = {}
+    for r in records:
+        r[1] = next_offset.get(r[0], 0)
+        next_offset[r[0]] = r[1] + 1
+    h.op("dlq-reader", "dlq_read", {"topic": "dlq.s"},
+         value={"topic": "dlq.s", "high_watermarks": {str(p): o for p, o in next_offset.items()}, "records": records})
+
+
+def dlq_failures(h, writes=(), unparsed=0, metrics_failed=0):
+    h.op("dlq-reader", "dlq_failures", {},
+         value={"writes": [list(w) for w in writes], "unparsed": unparsed, "metrics_failed": metrics_failed})
+
+
+REJECTED, EXCEEDED = checker.DLQ_REJECTED, checker.DLQ_EXCEEDED
+
+
+def written():
+    """The DLQ records of dlq_history's records."""
+    return [dlq_record(0, 1, 1, REJECTED), dlq_record(0, 2, 1, REJECTED), dlq_record(0, 1, 1, REJECTED),
+            dlq_record(1, 10, 3, EXCEEDED), dlq_record(1, 11, 3, EXCEEDED, copied=False)]
+
+
+def dlq_history(dlq=None, failures=(("sg", "s", 0, 3, 3),)):
+    """A share group with a DLQ on topic s (records 0-3 on partition 0, 10-11 on partition
+    1, delivery count limit 3): 0 accepted; 1 rejected (its DLQ record written twice, at
+    least once); 2 rejected without an answer (written); 3 rejected, its DLQ write failed
+    for good (logged); 10 released at the limit (written, "exceeded"); 11 never seen by a
+    client, archived at the limit after acquisitions whose answers were lost (written,
+    headers only: the broker could not read the original)."""
+    h = History(share_topics=["s"], share_group="sg", share_delivery_count_limit=3, share_dlq_topic="dlq.s",
+                share_dlq_partitions=2, share_dlq_copy=True)
+    h.share_open("a#1")
+    h.share_open("b#1")
+    h.share_poll("a#1", [(0, 0, 1), (0, 1, 1), (1, 10, 1)])
+    h.share_ack("a#1", [(0, 0, "ACCEPT", 1), (0, 1, "REJECT", 1), (1, 10, "RELEASE", 1)])
+    h.share_poll("b#1", [(0, 2, 1), (1, 10, 2)])
+    h.share_ack("b#1", [(0, 2, "REJECT", 1), (1, 10, "RELEASE", 2)], outcome="info")
+    h.share_open("a#2")
+    h.share_poll("a#2", [(0, 3, 1), (1, 10, 3)])
+    h.share_ack("a#2", [(0, 3, "REJECT", 1), (1, 10, "RELEASE", 3)])
+    h.share_final(range(4))
+    h.share_final([10, 11], partition=1)
+    dlq_read(h, written() if dlq is None else dlq)
+    dlq_failures(h, failures)
+    return h
+
+
+def test_a_dead_letter_queue_within_what_kip_1191_promises_passes(tmp_path):
+    result = dlq_history().check(tmp_path)
+    assert result.valid, result.render()
+    c = result.counts
+    assert (c["dlq_records"], c["dlq_sources"], c["dlq_rejected"], c["dlq_exceeded"]) == (5, 4, 3, 2)
+    assert c["dlq_headers_only"] == 1 and c["dlq_failed_writes"] == 1
+    assert (c["dlq_rejects_confirmed"], c["dlq_rejects_found"], c["dlq_missing_failed_write"]) == (2, 1, 1)
+    assert c["share_archived_at_limit"] == 2  # 10 seen at the limit, 11 only in the DLQ
+
+
+def test_a_dlq_record_naming_an_offset_the_log_does_not_hold_is_flagged():
+    h = dlq_history(dlq=[dlq_record(0, 1, 1, REJECTED), dlq_record(0, 9, 1, REJECTED)])
+    flagged(h, "dlq_wrong_record", "names s-0@9, which the log does not hold (the final read ends at 4)")
+
+
+def test_a_dlq_record_copying_another_value_than_the_log_holds_is_flagged():
+    record = dlq_record(0, 1, 1, REJECTED)
+    record[3] = "v2"
+    flagged(dlq_history(dlq=[record]), "dlq_wrong_record", "names s-0@1, which holds k1=v1, but copies k1=v2")
+
+
+def test_a_dlq_record_of_another_group_is_flagged():
+    flagged(dlq_history(dlq=[dlq_record(0, 1, 1, REJECTED, group="other")]), "dlq_wrong_record",
+            "of group other, not a share topic of group sg")
+
+
+def test_a_dlq_record_in_another_partition_than_the_source_modulo_the_dlq_partitions_is_flagged():
+    record = dlq_record(1, 10, 3, EXCEEDED)
+    record[0] = 0
+    flagged(dlq_history(dlq=[record]), "dlq_wrong_record", "in DLQ partition 0, not 1")
+
+
+def test_a_dlq_record_without_kafkas_headers_is_flagged():
+    record = dlq_record(0, 1, 1, REJECTED)
+    record[4] = [hd for hd in record[4] if hd[0] != "__dlq.errors.delivery.count"]
+    flagged(dlq_history(dlq=[record]), "dlq_wrong_record", "no header __dlq.errors.delivery.count")
+
+
+def test_a_record_rejected_into_the_dlq_whose_accept_was_confirmed_is_flagged():
+    h = dlq_history()
+    h.share_open("c#1")
+    h.share_poll("c#1", [(0, 2, 2)])  # 2's REJECT was never answered: it did not take effect...
+    h.share_ack("c#1", [(0, 2, "ACCEPT", 2)])  # ...yet the DLQ holds it as rejected
+    result = flagged(h, "dlq_accepted", "names s-0@2 with delivery count 1", "ACCEPT of delivery 2 was confirmed")
+    assert set(result.violations()) == {"dlq_accepted"}, result.render()
+
+
+def test_a_record_past_the_limit_in_the_dlq_whose_accept_was_confirmed_is_counted():
+    """A lock expiry at the limit writes the DLQ before its state: a new leader that never
+    saw that state write delivers the record again, and it may be accepted."""
+    h = dlq_history()
+    h.share_open("c#1")
+    h.share_poll("c#1", [(1, 11, 3)])
+    h.share_ack("c#1", [(1, 11, "ACCEPT", 3)])
+    result = h.check()
+    assert result.valid, result.render()
+    assert result.counts["dlq_exceeded_accepted"] == 1
+
+
+def test_a_record_in_the_dlq_as_rejected_that_nobody_rejected_is_flagged():
+    result = flagged(dlq_history(dlq=[dlq_record(1, 10, 3, REJECTED)]), "dlq_wrong_cause",
+                     "names s-1@10 with delivery count 3, 'Offset rejected by client.', but no consumer sent a REJECT",
+                     "RELEASE 3 ok")
+    assert "dlq_missing" in result.violations()  # 1's confirmed REJECT is not in this DLQ either
+
+
+def test_a_record_in_the_dlq_as_exceeded_below_the_limit_is_flagged():
+    flagged(dlq_history(dlq=written() + [dlq_record(0, 0, 2, EXCEEDED)]),
+            "dlq_wrong_cause", "names s-0@0 with delivery count 2", "but the limit is 3")
+
+
+def test_a_dlq_record_with_a_count_past_the_limit_or_an_unknown_message_is_flagged():
+    flagged(dlq_history(dlq=written() + [dlq_record(0, 1, 4, REJECTED)]), "dlq_wrong_cause",
+            "delivery count 4, outside 1 to the delivery count limit 3")
+    flagged(dlq_history(dlq=written() + [dlq_record(0, 1, 1, "Poison pill.")]), "dlq_wrong_cause",
+            "with message 'Poison pill.', neither of KIP-1191's")
+
+
+def test_a_confirmed_reject_missing_from_the_dlq_without_a_failed_write_is_flagged():
+    result = flagged(dlq_history(failures=()), "dlq_missing", "s-0@3: REJECT of delivery 1 confirmed",
+                     "no failed DLQ write covers it")
+    assert len(result.findings["dlq_missing"]) == 1
+
+
+def test_a_confirmed_reject_missing_after_failures_of_unknown_offsets_is_counted():
+    for unknown in (dict(unparsed=1), dict(metrics_failed=1)):
+        h = dlq_history(failures=())
+        h.events = [e for e in h.events if e.get("f") != "dlq_failures"]
+        dlq_failures(h, (), **unknown)
+        result = h.check()
+        assert result.valid, result.render()
+        assert result.counts["dlq_missing_failed_write"] == 1
+
+
+def test_a_record_archived_unseen_and_missing_from_the_dlq_is_unaccounted():
+    dlq = [dlq_record(0, 1, 1, REJECTED), dlq_record(0, 2, 1, REJECTED), dlq_record(1, 10, 3, EXCEEDED)]
+    flagged(dlq_history(dlq=dlq), "share_unaccounted", "s-1@11: k11=v11", "delivered with counts never")
+
+
+def test_a_dead_letter_queue_never_read_cannot_pass():
+    h = dlq_history()
+    h.events = [e for e in h.events if e.get("f") != "dlq_read"]
+    flagged(h, "incomplete", "dead-letter queue dlq.s was never read")

@@ -10,8 +10,6 @@ skipped).
 """
 
 import re
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -75,11 +73,7 @@ def active_controller(nodes):
     """The node whose /metrics says it is the active controller, if one is (read from inside
     its network namespace, where its metrics listener is)."""
     for n in nodes:
-        url = f"http://127.0.0.1:{n.metrics_port}/metrics"
-        read = subprocess.run([*n.command_prefix, sys.executable, "-c",
-                               "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())",
-                               url], capture_output=True, text=True, timeout=30)
-        if re.search(r"^osprey_controller_active(?:\{[^}]*\})? 1(?:\.0)?$", read.stdout, re.M):
+        if re.search(r"^osprey_controller_active(?:\{[^}]*\})? 1(?:\.0)?$", run.node_metrics(n), re.M):
             return n
     return None
 

@@ -177,3 +177,32 @@ def test_the_share_tally_counts_a_record_done_once_accepted_rejected_or_delivere
     tally.delivered((0, 3), 1)
     tally.acknowledged((0, 3), "RELEASE")
     assert tally.unaccounted(universe) == [(0, 3), (1, 0)]
+
+
+def test_a_record_named_by_the_dlq_is_accounted_for_by_the_drain():
+    """Archived at the limit after acquisitions no member saw: only the DLQ shows it."""
+    tally = run.ShareTally()
+    tally.delivered((0, 0), 1)
+    tally.in_dlq({(0, 0)})
+    assert tally.unaccounted([(0, 0)]) == []
+
+
+def test_failed_dlq_writes_are_read_from_every_nodes_log_across_restarts(tmp_path):
+    log = tmp_path / "node-1.log"
+    log.write_text(
+        "2026-12-06T20:36:36.655632Z  WARN dead-letter queue write failed; the records are archived without it "
+        'group="chaos-share-group" topic=chaos-share partition=2 first_offset=17 last_offset=19 error=producing to '
+        "dlq.chaos-share-0: NOT_ENOUGH_REPLICAS: \n"
+        "===== killed with SIGKILL\n===== start\n"
+        "2026-12-06T20:37:00.000000Z  WARN dead-letter queue write failed; something else\n")
+    nodes = [SimpleNamespace(log_path=log, proc=None), SimpleNamespace(log_path=tmp_path / "absent.log", proc=None)]
+    assert run.failed_dlq_writes(nodes) == {
+        "writes": [["chaos-share-group", "chaos-share", 2, 17, 19]], "unparsed": 1, "metrics_failed": 0,
+        "metrics_nodes": 0}
+
+
+def test_a_series_is_read_from_a_metrics_page_by_its_labels():
+    page = ('# TYPE osprey_share_dlq_writes_total counter\nosprey_share_dlq_writes_total{result="ok"} 4\n'
+            'osprey_share_dlq_writes_total{result="failed"} 2\n')
+    assert run.series_value(page, 'osprey_share_dlq_writes_total{result="failed"}') == 2.0
+    assert run.series_value(page, "osprey_share_dlq_records_total") == 0.0
