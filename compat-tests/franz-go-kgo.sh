@@ -32,16 +32,10 @@ EXPECTED_FAILURES=(
 # of it) and where it is tracked; take it off once fixed. Never a place for a test that
 # fails every time.
 INTERMITTENT=(
-    # Issue 20 (share groups), open. Run alone (-run TestShareGroupETL) it passed 4 of 4
-    # times on 2026-12-06 since b838faf (56-58 s). Run with the whole suite (its other tests
-    # in parallel on 2 cores) it failed 2 of 2 times: the first-level group stalls after its
-    # first phase and the second-level group's consumers never consume ("level 1 accepted
-    # 83451 (max dc 1), level 2 accepted 0", the group unknown at cleanup). Cause not found:
-    # whether the broker starves under the suite's load or something another test does
-    # stops the share groups is the next thing to find out. Since then it passed with the
-    # whole suite twice (CI at b156dfb; 02ffaaa, where ShareFetch waits for MinBytes as
-    # Kafka's DelayedShareFetch): kept here until a cause is found or it keeps passing.
-    TestShareGroupETL
+    # Known intermittent failures of open defects, each with what is known of it; empty now.
+    # TestShareGroupETL was here (issue 20): it failed twice with the whole suite before
+    # ShareFetch waited for MinBytes as Kafka's DelayedShareFetch (02ffaaa), and has passed in
+    # every whole-suite run since (CI at b156dfb, 02ffaaa, fcfe0f7, CI of stop 35, 3ea4fb9).
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
 # 0 failed, 4 skipped: the first two below and the SCRAM tests (added below when no
