@@ -365,6 +365,8 @@ REFUSED_DLQ_TOPICS = {
     "missing, auto creation off": ("dlq.missing", None, {}),
     "without the prefix": ("errors.no-prefix", DLQ_ENABLED, {}),
     "missing without the prefix, auto creation on": ("errors.no-prefix-auto", None, AUTO_CREATE),
+    # Enabled, but its max.message.bytes is below one DLQ record: the produce fails for good.
+    "too small for a DLQ record": ("dlq.too-small", {**DLQ_ENABLED, "max.message.bytes": "100"}, {}),
 }
 
 
@@ -393,6 +395,18 @@ def test_rejected_records_are_archived_without_a_dlq_record_when_the_dlq_topic_i
         assert listed_topic(target, dlq) is None, f"{dlq} was created"
     else:
         assert read_topic(target, dlq, 0) == []
+
+
+def test_with_an_empty_prefix_a_dlq_topic_of_any_name_is_used(start_dlq_target):
+    target = start_dlq_target({"errors.deadletterqueue.topic.name.prefix": ""})
+    topic, group, dlq = "dlq-src-any-name", "share-dlq-any-name", "errors.any-name"
+    clients.create_topic(target, topic)
+    clients.create_topic(target, dlq, config=DLQ_ENABLED)
+    dlq_group(target, group, dlq)
+    produced = produce(target, topic, range(2))
+    reject_all(target, group, topic, produced)
+    written = read_topic(target, dlq, len(produced))
+    assert [m.headers() for m in written] == [dlq_headers(topic, 0, o, group, 1, REJECTED) for o in sorted(produced)]
 
 
 def test_dlq_topic_names_starting_with_two_underscores_are_refused_and_any_other_name_taken(target):

@@ -357,7 +357,8 @@ pub fn share_settings(broker: &Broker, group_id: &str) -> (ShareConfig, ShareAut
             .partition_max_record_locks
             .unwrap_or(c.group_share_partition_max_record_locks),
         renew_acknowledge_enabled: overrides.renew_acknowledge_enabled.unwrap_or(true),
-        dlq_enabled: c.share_version >= 2 && overrides.dlq_topic_name.is_some(),
+        // The feature level is static: the broker's own setting, as every share API reads it.
+        dlq_enabled: broker.settings.config.share_version >= 2 && overrides.dlq_topic_name.is_some(),
     };
     let reset = overrides.auto_offset_reset.unwrap_or_default();
     let isolation = overrides.isolation_level.unwrap_or(ShareIsolationLevel::ReadUncommitted);

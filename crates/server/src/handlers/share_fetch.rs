@@ -926,4 +926,23 @@ mod tests {
         assert_eq!(written, vec![expected("0"), expected("1")]);
         let _ = std::fs::remove_dir_all(&dir);
     }
+
+    /// Dead-letter queues are on for a group from `share.version` 2 with a DLQ topic named,
+    /// as Kafka's `isDLQEnabledForGroup`: at level 1, or with no topic, rejected records are
+    /// archived at once.
+    #[test]
+    fn a_group_has_a_dead_letter_queue_from_share_version_2_with_a_topic_named() {
+        for (level, topic, enabled) in [(2, Some("dlq.t"), true), (1, Some("dlq.t"), false), (2, None, false)] {
+            let (broker, dir) =
+                crate::test_support::broker_with_config(&format!("share-dlq-gate-{level}-{enabled}"), |c| {
+                    c.share_version = level
+                });
+            if let Some(topic) = topic {
+                set_group_config(&broker, "g", "errors.deadletterqueue.topic.name", topic);
+            }
+            let (config, _, _) = crate::share_partitions::share_settings(&broker, "g");
+            assert_eq!(config.dlq_enabled, enabled, "share.version {level}, topic {topic:?}");
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
 }
