@@ -603,6 +603,11 @@ impl Slot {
         loop {
             let next = {
                 let mut inner = lock(&self.inner);
+                if !self.partition.leads_at(self.leader_epoch) {
+                    // The new leader loads what is ARCHIVING and writes it: writing it here
+                    // too would only duplicate DLQ records.
+                    inner.dlq_queued.clear();
+                }
                 let next = inner.dlq_queued.pop_front();
                 if next.is_none() {
                     inner.dlq_writing = false;
