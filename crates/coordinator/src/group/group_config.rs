@@ -57,6 +57,11 @@ pub const STREAMS_SESSION_TIMEOUT_MS: &str = "streams.session.timeout.ms";
 pub const STREAMS_HEARTBEAT_INTERVAL_MS: &str = "streams.heartbeat.interval.ms";
 /// `streams.num.standby.replicas`: the group's `group.streams.num.standby.replicas`.
 pub const STREAMS_NUM_STANDBY_REPLICAS: &str = "streams.num.standby.replicas";
+/// The longest group config value taken, in bytes: a bound on what IncrementalAlterConfigs
+/// stores in the metadata log for each group (Osprey's; Kafka bounds it only by the request
+/// size). Far above any real value: a DLQ topic name (the only free-form one) can name a
+/// topic only up to 249 characters.
+pub const MAX_GROUP_CONFIG_VALUE_BYTES: usize = 4096;
 /// Every group config name Osprey knows, in the order DescribeConfigs lists them.
 pub const GROUP_CONFIG_NAMES: [&str; 16] = [
     CONSUMER_HEARTBEAT_INTERVAL_MS,
@@ -327,6 +332,11 @@ pub fn validate(configs: &BTreeMap<String, String>, bounds: &GroupConfigBounds) 
     let share = &bounds.share;
     let streams = &bounds.streams;
     for (name, value) in configs {
+        if value.len() > MAX_GROUP_CONFIG_VALUE_BYTES {
+            return Err(format!(
+                "Invalid value for configuration {name}: longer than {MAX_GROUP_CONFIG_VALUE_BYTES} bytes"
+            ));
+        }
         // (the ConfigDef minimum, the broker's bounds: a range, or only a maximum).
         let (at_least, min, max) = match name.as_str() {
             CONSUMER_SESSION_TIMEOUT_MS => (1, Some(bounds.min_session_timeout_ms), bounds.max_session_timeout_ms),
@@ -491,6 +501,10 @@ mod tests {
             let error = validate(&configs(&[(name, value)]), &BOUNDS).unwrap_err();
             assert!(error.contains(why), "{name}={value}: {error}");
         }
+        let longest = "d".repeat(MAX_GROUP_CONFIG_VALUE_BYTES);
+        assert_eq!(validate(&configs(&[(ERRORS_DLQ_TOPIC_NAME, &longest)]), &BOUNDS), Ok(()));
+        let error = validate(&configs(&[(ERRORS_DLQ_TOPIC_NAME, &format!("{longest}d"))]), &BOUNDS).unwrap_err();
+        assert!(error.contains("longer than 4096 bytes"), "{error}");
     }
 
     #[test]
