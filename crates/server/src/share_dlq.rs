@@ -18,7 +18,8 @@
 //!   from the log; an offset with no record, compacted or a control record, gets headers
 //!   only), null otherwise.
 //! - **The write** is a Produce with acks=all (30 s timeout) to the leader of the DLQ
-//!   partition, this broker's own produce path when it leads it, in batches of at most the
+//!   partition (on connections of the DLQ's own), this broker's own produce path when it
+//!   leads it, in batches of at most the
 //!   topic's `max.message.bytes`. It is retried after leadership errors and timeouts, 1 s
 //!   doubling to 30 s, five attempts, as Kafka's.
 //!
@@ -343,7 +344,7 @@ async fn produce_once(
             }
         }
         CoordinatorRoute::Remote { node, address } => {
-            let client = broker.share_partitions.persister_clients().client(broker, node, address);
+            let client = broker.share_partitions.dlq_clients().client(broker, node, address);
             match client.send(RequestBody::Produce(request)).await {
                 Ok(response) => response.body,
                 Err(e) => return Err((ErrorCode::NETWORK_EXCEPTION, format!("produce to node {node}: {e}"))),

@@ -92,6 +92,8 @@ pub struct SharePartitions {
     cells: Mutex<HashMap<ShareKey, Arc<Cell>>>,
     sessions: Mutex<ShareSessions>,
     persister: PersisterClients,
+    /// The dead-letter queue's Produce requests, on connections of their own.
+    dlq_clients: PersisterClients,
     /// Bumped whenever records become available again (released, expired): waiting
     /// ShareFetches look again.
     available: watch::Sender<u64>,
@@ -102,7 +104,8 @@ impl Default for SharePartitions {
         SharePartitions {
             cells: Mutex::default(),
             sessions: Mutex::default(),
-            persister: PersisterClients::default(),
+            persister: PersisterClients::new("share-persister"),
+            dlq_clients: PersisterClients::new("share-group-dlq"),
             available: watch::channel(0).0,
         }
     }
@@ -173,6 +176,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 impl SharePartitions {
     pub fn persister_clients(&self) -> &PersisterClients {
         &self.persister
+    }
+
+    pub fn dlq_clients(&self) -> &PersisterClients {
+        &self.dlq_clients
     }
 
     pub fn sessions(&self) -> MutexGuard<'_, ShareSessions> {

@@ -38,13 +38,22 @@ pub const MAX_ATTEMPTS: u32 = 20;
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_millis(1000);
 
-/// The connections to the other brokers' share coordinators.
-#[derive(Debug, Default)]
+/// Connections to other brokers opened on first use, under one client id
+/// (`<name>-<node id>`). The share partitions keep two: the share persister's, and the
+/// dead-letter queue's Produce requests (`crate::share_dlq`) on their own, as Kafka's DLQ
+/// manager has its own network client: a request is answered in order on its connection,
+/// so an acks=all Produce waiting up to 30 s must not hold share state writes behind it.
+#[derive(Debug)]
 pub struct PersisterClients {
+    name: &'static str,
     clients: OnceLock<NodeClients>,
 }
 
 impl PersisterClients {
+    pub const fn new(name: &'static str) -> PersisterClients {
+        PersisterClients { name, clients: OnceLock::new() }
+    }
+
     /// The connection to broker `node` at `address`.
     pub fn client(&self, broker: &Broker, node: i32, address: NodeAddress) -> crate::interbroker::NodeClient {
         self.get(broker).client(node, address)
@@ -52,7 +61,7 @@ impl PersisterClients {
 
     fn get(&self, broker: &Broker) -> &NodeClients {
         self.clients.get_or_init(|| {
-            let mut config = ClientConfig::new(format!("share-persister-{}", broker.settings.node_id));
+            let mut config = ClientConfig::new(format!("{}-{}", self.name, broker.settings.node_id));
             config.security = broker.settings.interbroker.clone();
             NodeClients::new(config)
         })
