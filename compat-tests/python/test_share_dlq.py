@@ -289,6 +289,23 @@ def test_copy_record_enable_copies_the_key_and_value_but_not_the_headers(target)
     assert_nothing_more_delivered(target, group, topic)
 
 
+def test_copied_records_larger_together_than_the_dlq_topics_max_message_bytes_are_all_written(target):
+    """The DLQ records of one acknowledgement go in several batches when their copies do
+    not fit in one of the DLQ topic's max.message.bytes (the broker also reads the
+    originals back in rounds of that size)."""
+    topic, dlq, group = "dlq-src-large", "dlq.large", "share-dlq-large"
+    clients.create_topic(target, topic)
+    clients.create_topic(target, dlq, config={**DLQ_ENABLED, "max.message.bytes": "2000"})
+    dlq_group(target, group, dlq, **{COPY_RECORD: "true"})
+    records = [{"key": f"key-{i}".encode(), "value": bytes([65 + i]) * 700} for i in range(6)]
+    produced = produce_records(target, topic, records)
+    originals = {r.offset: (r.key, r.value) for r in produced}
+    reject_all(target, group, topic, originals)
+
+    written = read_topic(target, dlq, len(originals))
+    assert {source_offset(m): (m.key(), m.value()) for m in written} == originals
+
+
 def test_records_released_at_the_delivery_count_limit_go_to_the_dlq_with_the_limit_as_delivery_count(target):
     topic, dlq, group = "dlq-src-released", "dlq.released", "share-dlq-released"
     limit = 2  # the lowest Kafka takes (test_dlq_topic_names_starting_with_two_underscores_...)

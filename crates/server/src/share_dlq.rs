@@ -49,8 +49,6 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// The log read for original records, per round (Kafka's `DLQ_MAX_FETCH_BYTES`).
 const READ_BYTES: usize = 1 << 20;
-/// Decompressed bytes one batch read for original records may take.
-const MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 /// The Produce version used: topics by name.
 const PRODUCE_VERSION: i16 = 12;
 /// A record batch's header; a record's framing without key, value and headers, at most
@@ -92,7 +90,7 @@ pub async fn write(
     let mut next = w.first_offset;
     while next <= w.last_offset {
         let (originals, chunk_last) = match copy {
-            true => read_originals(source, next, w.last_offset).await,
+            true => read_originals(source, next, w.last_offset, max_message_bytes).await,
             false => (BTreeMap::new(), w.last_offset),
         };
         for batch in batches(&context, next, chunk_last, &originals, max_message_bytes)? {
@@ -184,26 +182,49 @@ type Original = (Option<Bytes>, Option<Bytes>);
 
 /// The records of `source` from `from` (at most [`READ_BYTES`] of the log, whole batches)
 /// by offset, and the last offset the read covered (`last` when it read nothing: those
-/// offsets get headers only).
-async fn read_originals(source: &Arc<Partition>, from: i64, last: i64) -> (BTreeMap<i64, Original>, i64) {
+/// offsets get headers only). The keys and values kept add up to at most `budget` bytes
+/// (the DLQ topic's `max.message.bytes`, as Kafka's `ShareGroupDLQRecordFetcher` bounds
+/// them): the read stops short of the record that would pass it, and the next round goes
+/// on from there. A record larger than `budget` alone, or in a batch that decompresses to
+/// more, is not kept (headers only), as in Kafka.
+async fn read_originals(
+    source: &Arc<Partition>,
+    from: i64,
+    last: i64,
+    budget: usize,
+) -> (BTreeMap<i64, Original>, i64) {
     let partition = source.clone();
     let read = tokio::task::spawn_blocking(move || {
         let bound = partition.snapshot().high_watermark;
         let slice = partition.log.read_limited(from, READ_BYTES, bound, true).ok()?;
         let mut records = BTreeMap::new();
         let mut covered = from - 1;
+        let mut kept = 0usize;
         for batch in Batches::new(slice.records) {
             let Ok(batch) = batch else { break };
-            covered = covered.max(batch.last_offset());
             if batch.is_control() {
+                covered = covered.max(batch.last_offset());
                 continue;
             }
-            let Ok(iter) = batch.records(MAX_DECOMPRESSED_BYTES) else { continue };
+            let Ok(iter) = batch.records(budget) else {
+                covered = covered.max(batch.last_offset());
+                continue;
+            };
             for record in iter.flatten() {
-                if (from..=last).contains(&record.offset) {
+                if !(from..=last).contains(&record.offset) {
+                    continue;
+                }
+                let size = record.key.as_ref().map_or(0, |k| k.len()) + record.value.as_ref().map_or(0, |v| v.len());
+                if size <= budget {
+                    if kept + size > budget {
+                        return Some((records, record.offset - 1));
+                    }
+                    kept += size;
                     records.insert(record.offset, (record.key, record.value));
                 }
+                covered = covered.max(record.offset);
             }
+            covered = covered.max(batch.last_offset());
         }
         Some((records, covered))
     })
@@ -364,5 +385,25 @@ async fn produce_once(
     match ErrorCode::from_code(answer.error_code).unwrap_or(ErrorCode::UNKNOWN_SERVER_ERROR) {
         ErrorCode::NONE => Ok(()),
         code => Err((code, answer.error_message.clone().unwrap_or_default())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The two DLQ broker settings are dynamic, as Kafka's (`RECONFIGURABLE_CONFIGS`): a
+    /// change applies to the next DLQ write, which reads them from the config in effect.
+    #[test]
+    fn the_dlq_broker_settings_change_at_runtime() {
+        let (broker, dir) = crate::test_support::broker_in("share-dlq-dynamic");
+        let c = broker.config();
+        assert_eq!((c.errors_dlq_topic_name_prefix.as_str(), c.errors_dlq_auto_create_topics_enable), ("dlq.", false));
+        let changes = [
+            ("errors.deadletterqueue.topic.name.prefix".to_string(), Some(String::new())),
+            ("errors.deadletterqueue.auto.create.topics.enable".to_string(), Some("true".to_string())),
+        ];
+        broker.set_broker_configs("", &changes, false).unwrap();
+        let c = broker.config();
+        assert_eq!((c.errors_dlq_topic_name_prefix.as_str(), c.errors_dlq_auto_create_topics_enable), ("", true));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
