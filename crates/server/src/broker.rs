@@ -18,7 +18,7 @@ use osprey_cluster::{
 };
 use osprey_coordinator::group::group_config;
 use osprey_protocol::{ErrorCode, Uuid};
-use osprey_storage::{FdBudget, FdLimited, Flusher, LogConfig, PartitionLog, PriorShutdown, StdStorage};
+use osprey_storage::{FdBudget, FdLimited, Flusher, Journal, LogConfig, PartitionLog, PriorShutdown, StdStorage};
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::net::SocketAddr;
@@ -226,6 +226,10 @@ pub struct Broker {
     /// The partitions this node holds, each with its replica state machine.
     pub replica_manager: ReplicaManager,
     pub flusher: Flusher,
+    /// The data directory's commit journal (`osprey.log.journal.topics`): the partitions
+    /// of those topics count an append durable once one journal fsync, shared with every
+    /// other such partition, covers it. `None` when the list is empty.
+    pub journal: Option<Arc<Journal<StdStorage>>>,
     validate_topic_config: Validator,
     /// The block of producer ids this broker hands out next.
     producer_ids: Mutex<std::ops::Range<i64>>,
@@ -428,6 +432,7 @@ impl Broker {
         broker.remove_stale_partition_dirs(&image)?;
         let started = std::time::Instant::now();
         broker.open_partitions(&image.topics().collect::<Vec<_>>(), prior)?;
+        broker.journal_recovered();
         broker.follow_coordinator_leadership(LoadMode::Now);
         broker.report_opened(started);
         Ok(broker)
@@ -507,6 +512,7 @@ impl Broker {
             image: RwLock::new(image),
             replica_manager: ReplicaManager::new(),
             flusher: Flusher::new(settings.config.log_flusher_threads.clamp(1, 64) as usize)?,
+            journal: open_journal(&settings)?,
             validate_topic_config,
             producer_ids: Mutex::new(0..0),
             producer_id_reservation: Mutex::new(()),
@@ -1120,6 +1126,7 @@ impl Broker {
     pub fn caught_up(self: &Arc<Self>) -> io::Result<()> {
         let image = self.image();
         self.remove_stale_partition_dirs(&image)?;
+        self.journal_recovered();
         self.follow_coordinator_leadership(LoadMode::Now);
         Ok(())
     }
@@ -1144,6 +1151,19 @@ impl Broker {
     pub fn coordinators_follow_if_idle(self: &Arc<Self>) {
         if self.coordinators_follow.load(std::sync::atomic::Ordering::Acquire) {
             coordinator_leadership::follow_if_idle(self, LoadMode::InBackground);
+        }
+    }
+
+    /// Whether `topic`'s partitions are attached to the commit journal.
+    fn journaled(&self, topic: &str) -> bool {
+        self.settings.config.log_journal_topics.iter().any(|t| t == topic)
+    }
+
+    /// Every partition log held here at start-up is open (and has replayed what the
+    /// commit journal held for it): the journal's old files go.
+    fn journal_recovered(&self) {
+        if let Some(journal) = &self.journal {
+            journal.recovered();
         }
     }
 
@@ -1220,13 +1240,18 @@ impl Broker {
         let dir = self.partition_dir(&topic.name, p.index);
         write_partition_metadata(&dir, topic.id)?;
         let storage = FdLimited::new(StdStorage, self.fd_budget.clone());
-        let log = PartitionLog::open_after(storage, &dir, config.clone(), now_ms(), prior)
-            .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
+        let log = Arc::new(
+            PartitionLog::open_after(storage, &dir, config.clone(), now_ms(), prior)
+                .map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?,
+        );
+        if let Some(journal) = self.journal.as_ref().filter(|_| self.journaled(&topic.name)) {
+            journal.attach(&log).map_err(|e| io::Error::other(format!("{}: {e}", dir.display())))?;
+        }
         // A single node is its own ISR: the replica state machine takes everything recovery
         // kept (and open made durable) as committed, including acknowledged data written
         // after the last high-watermark checkpoint.
         let partition =
-            Partition::new(topic.name.clone(), topic.id, p, Arc::new(log), replica_config, self.isr_sink.clone());
+            Partition::new(topic.name.clone(), topic.id, p, log, replica_config, self.isr_sink.clone());
         self.replica_manager.add(partition);
         Ok(())
     }
@@ -1311,6 +1336,17 @@ impl Broker {
         osprey_storage::shutdown::write(&StdStorage, &self.settings.data_dir, broker_epoch)
             .map_err(|e| format!("clean-shutdown marker not written ({e}); every log is recovered at the next start"))
     }
+}
+
+/// The data directory's commit journal, unless `osprey.log.journal.topics` is empty.
+fn open_journal(settings: &Settings) -> io::Result<Option<Arc<Journal<StdStorage>>>> {
+    if settings.config.log_journal_topics.is_empty() {
+        return Ok(None);
+    }
+    let bytes = settings.config.log_journal_file_bytes.max(4096) as u64;
+    Journal::open(StdStorage, &settings.data_dir, bytes)
+        .map(Some)
+        .map_err(|e| io::Error::other(format!("opening the commit journal: {e}")))
 }
 
 /// The open-file budget: the configured one, but at most half the process's soft

@@ -36,6 +36,12 @@
 //! | `osprey_fsync_duration_seconds` | histogram | | duration of each of them |
 //! | `osprey_fsync_max_seconds` | gauge | | the slowest one since start |
 //! | `osprey_fsync_errors_total` | counter | | failed fsyncs (each takes a partition offline) |
+//! | `osprey_journal_entries_total` | counter | | appends (and truncations) recorded in the commit journal |
+//! | `osprey_journal_fsyncs_total` | counter | | commit journal fsyncs (each also in `osprey_fsync_duration_seconds`) |
+//! | `osprey_journal_bytes_total` | counter | | bytes written to commit journal files |
+//! | `osprey_journal_errors_total` | counter | | failed journal writes or fsyncs (the journal then stops; its partitions fsync their own segments) |
+//! | `osprey_journal_files_retired_total` | counter | | journal files retired (their partitions fsynced, the file deleted) |
+//! | `osprey_journal_replayed_batches_total` | counter | | batches appended from the journal at start-up (after a crash) |
 //! | `osprey_fetch_sends_cut_short_total` | counter | | fetch responses whose records, sent from a segment file, found the file shorter than declared (truncated under them): the connection was closed |
 //! | `osprey_offline_partition_logs` | gauge | | partition logs held here that went offline after an I/O failure (fsync, roll, truncation); they refuse appends until restart |
 //! | `osprey_producer_ids_allocated_total` | counter | | producer ids handed out (idempotent and transactional) |
@@ -347,6 +353,15 @@ fn describe() {
     osprey_storage::set_fsync_observer(|took| histogram!("osprey_fsync_duration_seconds").record(took.as_secs_f64()));
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
+    describe_counter!("osprey_journal_entries_total", "Appends and truncations recorded in the commit journal.");
+    describe_counter!("osprey_journal_fsyncs_total", "Commit journal fsyncs, each covering the appends of many partitions.");
+    describe_counter!("osprey_journal_bytes_total", Unit::Bytes, "Bytes written to commit journal files.");
+    describe_counter!(
+        "osprey_journal_errors_total",
+        "Failed commit journal writes or fsyncs; the journal then stops and its partitions fsync their own segments."
+    );
+    describe_counter!("osprey_journal_files_retired_total", "Commit journal files retired (partitions fsynced, file deleted).");
+    describe_counter!("osprey_journal_replayed_batches_total", "Batches appended from the commit journal at start-up.");
     describe_counter!(
         "osprey_fetch_sends_cut_short_total",
         "Fetch responses whose segment file was cut shorter while being sent (connection closed)."
@@ -656,6 +671,15 @@ fn refresh_partition_gauges(broker: &Broker) {
     gauge!("osprey_fsync_max_seconds").set(max);
     counter!("osprey_fsync_errors_total").absolute(errors);
     gauge!("osprey_offline_partition_logs").set(offline as f64);
+    if let Some(journal) = &broker.journal {
+        let j = journal.stats();
+        counter!("osprey_journal_entries_total").absolute(j.entries);
+        counter!("osprey_journal_fsyncs_total").absolute(j.fsyncs.count);
+        counter!("osprey_journal_bytes_total").absolute(j.bytes);
+        counter!("osprey_journal_errors_total").absolute(j.fsyncs.errors);
+        counter!("osprey_journal_files_retired_total").absolute(j.retired);
+        counter!("osprey_journal_replayed_batches_total").absolute(j.replayed);
+    }
 }
 
 /// Damage found by recovery when the partitions were opened (each log keeps its report).

@@ -102,6 +102,7 @@ pub mod epoch;
 pub mod error;
 pub mod fdlimit;
 pub mod fs;
+pub mod journal;
 pub mod log;
 pub mod producer;
 pub mod recovery;
@@ -118,6 +119,7 @@ pub use durability::{set_fsync_observer, DurableCallback, Flushable, Flusher, Fs
 pub use error::{Result, StorageError};
 pub use fdlimit::{FdBudget, FdLimited, LimitedFile};
 pub use fs::{CrashMode, SimStorage, StdStorage, Storage, StorageFile};
+pub use journal::{Journal, JournalStats};
 pub use log::{
     AppendInfo, FileChunk, LogOffsets, PartitionLog, PriorShutdown, ReadSlice, RetentionOutcome, TimestampOffset,
 };

@@ -261,6 +261,10 @@ pub struct BrokerConfig {
     pub log_scrub_interval_ms: i64,
     /// `osprey.log.flusher.threads`.
     pub log_flusher_threads: i32,
+    /// `osprey.log.journal.topics`.
+    pub log_journal_topics: Vec<String>,
+    /// `osprey.log.journal.file.bytes`.
+    pub log_journal_file_bytes: i64,
     /// `num.recovery.threads.per.data.dir`: opens and closes partition logs.
     pub num_recovery_threads_per_data_dir: i32,
     /// `osprey.max.partitions`: the most partitions the cluster may hold.
@@ -819,6 +823,8 @@ impl BrokerConfig {
             log_scrub_bytes_per_second: r.i64("osprey.log.scrub.bytes.per.second"),
             log_scrub_interval_ms: r.i64("osprey.log.scrub.interval.ms"),
             log_flusher_threads: r.i32("osprey.log.flusher.threads"),
+            log_journal_topics: r.list("osprey.log.journal.topics"),
+            log_journal_file_bytes: r.i64("osprey.log.journal.file.bytes"),
             num_recovery_threads_per_data_dir: r.i32("num.recovery.threads.per.data.dir"),
             max_partitions: r.i32("osprey.max.partitions"),
             replica_lag_time_max_ms: r.i64("replica.lag.time.max.ms"),

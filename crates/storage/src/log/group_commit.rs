@@ -20,10 +20,13 @@ impl<S: Storage> PartitionLog<S> {
     /// Seals every pending segment now, under the state lock (and `sealing`, or with no
     /// seal in flight).
     pub(super) fn seal_now(&self, state: &mut LogState<S::File>) -> Result<()> {
+        let rolls = lock(&self.durability).rolls_taken;
         if let Some(batch) = self.take_seal_work(state)? {
             self.write_seal(&batch)?;
             state.recovery_point = Some(batch.recovery_point);
         }
+        let mut d = lock(&self.durability);
+        d.rolls_sealed = d.rolls_sealed.max(rolls);
         Ok(())
     }
 
@@ -74,6 +77,12 @@ impl<S: Storage> PartitionLog<S> {
     /// running one and, if that did not cover `offset`, starts the next: concurrent
     /// callers share fsyncs.
     pub fn wait_durable(&self, offset: i64) -> Result<()> {
+        self.wait_until(offset, false)
+    }
+
+    /// [`wait_durable`](Self::wait_durable), counting only what the segments themselves
+    /// hold durably (`segments`), or also what the commit journal does.
+    fn wait_until(&self, offset: i64, segments: bool) -> Result<()> {
         let target = offset.saturating_add(1);
         let generation = self.check_waitable(target)?;
         let mut d = lock(&self.durability);
@@ -81,7 +90,7 @@ impl<S: Storage> PartitionLog<S> {
             if let Some(reason) = &d.offline {
                 return Err(self.offline_error(reason));
             }
-            if d.durable_end >= target {
+            if (if segments { d.synced_end } else { d.durable_end }) >= target {
                 return Ok(());
             }
             if d.generation != generation {
@@ -142,6 +151,12 @@ impl<S: Storage> PartitionLog<S> {
             }
             if d.durable_end < target {
                 d.waiters.push((target, callback));
+                if let Some(link) = self.journal.get().filter(|_| !d.journal_blocked(self)) {
+                    // The journal's next fsync covers this log's appends up to here.
+                    drop(d);
+                    link.journal.schedule(flusher);
+                    return;
+                }
                 drop(d);
                 if !self.queued_on_flusher.swap(true, Ordering::AcqRel) && !flusher.schedule(self.clone()) {
                     // No flusher: serve the waiter on this thread rather than leave it hanging.
@@ -154,10 +169,11 @@ impl<S: Storage> PartitionLog<S> {
         callback(Ok(()));
     }
 
-    /// fsyncs everything written so far (sharing the fsync with concurrent callers).
+    /// fsyncs everything written so far to the segments (sharing the fsync with
+    /// concurrent callers), whatever the commit journal holds.
     pub fn flush(&self) -> Result<()> {
         let leo = self.log_end_offset();
-        self.wait_durable(leo - 1)
+        self.wait_until(leo - 1, true)
     }
 
     /// For `flush.ms`: fsyncs if the oldest unflushed append is older than `flush.ms`.
@@ -186,13 +202,16 @@ impl<S: Storage> PartitionLog<S> {
     /// active segment. The caller has set `flushing`; this clears it.
     fn run_flush(&self) {
         let sealing = lock(&self.sealing);
+        // From here on, what the journal could not vouch for is covered by this fsync.
+        self.journal_stalled.store(false, Ordering::Release);
         // The seal and the log end it covers are taken together: a roll after this
         // point is sealed by the next group commit, before its offsets count as durable.
-        let (seal, leo, file, path, generation, records) = {
+        let (seal, leo, file, path, generation, records, rolls) = {
             let mut s = lock(&self.state);
+            let rolls = lock(&self.durability).rolls_taken;
             let seal = self.take_seal_work(&mut s);
             let a = s.active();
-            (seal, s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records)
+            (seal, s.log_end_offset(), a.file.clone(), a.path.clone(), s.generation, s.appended_records, rolls)
         };
         let started = Instant::now();
         let sealed = match &seal {
@@ -216,6 +235,8 @@ impl<S: Storage> PartitionLog<S> {
         match result {
             Ok(()) if state.generation == generation => {
                 d.durable_end = d.durable_end.max(leo);
+                d.synced_end = d.synced_end.max(leo);
+                d.rolls_sealed = d.rolls_sealed.max(rolls);
                 state.flushed_records = state.flushed_records.max(records);
                 if state.log_end_offset() == leo {
                     state.oldest_unflushed_ms = None;
@@ -291,4 +312,88 @@ fn take_ready_waiters(d: &mut DurableState) -> Vec<DurableCallback> {
     let (ready, waiting): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| offline || *end <= durable_end);
     d.waiters = waiting;
     ready.into_iter().map(|(_, cb)| cb).collect()
+}
+
+impl DurableState {
+    /// Whether the journal cannot vouch for this log's next offsets: a roll waits for
+    /// its seal, or a journal fsync already covered entries the log could not count.
+    fn journal_blocked<S: Storage>(&self, log: &PartitionLog<S>) -> bool {
+        self.rolls_taken != self.rolls_sealed
+            || log.journal_stalled.load(Ordering::Acquire)
+            || log.journal.get().is_none_or(|link| !link.journal.is_online())
+    }
+}
+
+impl<S: Storage> PartitionLog<S> {
+    /// Attaches the log to a commit journal (once; see [`crate::journal::Journal::attach`]).
+    pub(crate) fn set_journal(&self, link: JournalLink) {
+        let _ = self.journal.set(link);
+    }
+
+    /// Appends the journal's batches that recovery did not keep: those from the log end
+    /// on, in order (a follower's log may have gaps the leader's compaction left, so a
+    /// batch may start past the end if the one before it in the journal ended there).
+    /// Then fsyncs the segments. Returns the batches appended.
+    pub(crate) fn replay_journal(&self, batches: &[JournalBatch]) -> Result<usize> {
+        let mut appended = 0;
+        let mut previous_end = None;
+        for b in batches {
+            let leo = self.log_end_offset();
+            if b.last_offset < leo {
+                previous_end = Some(b.last_offset + 1);
+                continue;
+            }
+            let follows = b.base_offset == leo || (b.base_offset > leo && previous_end == Some(leo));
+            if !follows {
+                tracing::warn!(dir = %self.dir.display(), log_end_offset = leo, batch_base_offset = b.base_offset,
+                    "the commit journal's next batch does not follow the log; the rest of it is not replayed");
+                break;
+            }
+            self.append_as_follower(&b.bytes, replay_now_ms())?;
+            appended += 1;
+            previous_end = Some(b.last_offset + 1);
+        }
+        if appended > 0 {
+            self.flush()?;
+            tracing::info!(dir = %self.dir.display(), batches = appended, log_end_offset = self.log_end_offset(),
+                "batches replayed from the commit journal");
+        }
+        Ok(appended)
+    }
+}
+
+impl<S: Storage> JournaledLog for PartitionLog<S> {
+    fn journal_durable(&self, generation: u64, base: i64, end: i64) {
+        let mut d = lock(&self.durability);
+        let counts = d.offline.is_none()
+            && d.generation == generation
+            && d.durable_end >= base
+            && d.rolls_taken == d.rolls_sealed;
+        if counts {
+            d.durable_end = d.durable_end.max(end);
+            let ready = take_ready_waiters(&mut d);
+            self.durable_changed.notify_all();
+            drop(d);
+            for cb in ready {
+                cb(Ok(()));
+            }
+        } else if d.generation == generation && d.durable_end < end {
+            self.journal_stalled.store(true, Ordering::Release);
+            drop(d);
+            self.flush_waiters();
+        }
+    }
+
+    fn journal_failed(&self) {
+        self.journal_stalled.store(true, Ordering::Release);
+        self.flush_waiters();
+    }
+
+    fn sync_segments(&self) -> Result<()> {
+        self.flush()
+    }
+}
+
+fn replay_now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
 }

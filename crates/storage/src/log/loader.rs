@@ -149,7 +149,16 @@ impl<S: Storage> PartitionLog<S> {
             active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
         }
         let durability =
-            DurableState { durable_end: leo, flushing: false, generation: 0, waiters: Vec::new(), offline: None };
+            DurableState {
+                durable_end: leo,
+                synced_end: leo,
+                rolls_taken: 0,
+                rolls_sealed: 0,
+                flushing: false,
+                generation: 0,
+                waiters: Vec::new(),
+                offline: None,
+            };
         Ok(PartitionLog {
             dir,
             storage,
@@ -163,6 +172,8 @@ impl<S: Storage> PartitionLog<S> {
             sealing: Mutex::new(()),
             opened_clean: clean || bases.is_empty(),
             recovery: RecoveryReport { damaged },
+            journal: std::sync::OnceLock::new(),
+            journal_stalled: AtomicBool::new(false),
         })
     }
 }

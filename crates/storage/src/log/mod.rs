@@ -29,6 +29,7 @@ use crate::durability::{DurableCallback, Flushable, Flusher, FsyncCounters, Fsyn
 use crate::epoch::LeaderEpochCache;
 use crate::error::{Result, StorageError};
 use crate::fs::{StdStorage, Storage, StorageFile};
+use crate::journal::{Completions, JournalBatch, JournalLink, JournaledLog};
 use crate::producer::{ProducerStateTable, SequenceCheck};
 use crate::recovery::{self, DamageKind, DamagedRange, RecoveryReport};
 use crate::scrub::{self, ScrubCursor, ScrubStep, ScrubTarget};
@@ -182,6 +183,11 @@ pub struct PartitionLog<S: Storage = StdStorage> {
     opened_clean: bool,
     /// What open found damaged.
     recovery: RecoveryReport,
+    /// The commit journal this log is attached to, if any (see [`crate::journal`]).
+    journal: std::sync::OnceLock<JournalLink>,
+    /// A journal fsync covered entries this log could not count as durable (a roll not
+    /// sealed yet): waiters must be served by a segment fsync until one completes.
+    journal_stalled: AtomicBool,
 }
 
 struct LogState<F> {
@@ -234,8 +240,14 @@ struct LogState<F> {
 pub const FAILED_WRITES_REMEMBERED: usize = 4096;
 
 struct DurableState {
-    /// Every offset below this is on disk.
+    /// Every offset below this is on disk: in the segments, or in the commit journal.
     durable_end: i64,
+    /// Every offset below this is on disk in the segments themselves.
+    synced_end: i64,
+    /// Rolls whose seal was deferred to a group commit, and of them those sealed: while
+    /// they differ, the journal cannot vouch for offsets (the seal must come first).
+    rolls_taken: u64,
+    rolls_sealed: u64,
     flushing: bool,
     generation: u64,
     waiters: Vec<(i64, DurableCallback)>,
@@ -565,18 +577,25 @@ impl<S: Storage> PartitionLog<S> {
         }
 
         let write_at = guard.active().size;
-        let written = match written {
-            Written::AsTheyAre => guard.active().handle()?.write_all_at(batches, write_at),
+        let written_as = written;
+        let prefixes: Vec<_> = match written {
+            Written::AsTheyAre => Vec::new(),
+            Written::Stamped => incoming.iter().map(|b| batch::stamped_prefix(&b.header)).collect(),
+        };
+        let mut pieces = Vec::with_capacity(2 * incoming.len());
+        match written {
+            Written::AsTheyAre => pieces.push(batches),
             Written::Stamped => {
-                let prefixes: Vec<_> = incoming.iter().map(|b| batch::stamped_prefix(&b.header)).collect();
-                let mut pieces = Vec::with_capacity(2 * incoming.len());
                 for (b, prefix) in incoming.iter().zip(&prefixes) {
                     let end = b.position + b.header.total_size() as usize;
                     pieces.push(&prefix[..]);
                     pieces.push(&batches[b.position + batch::STAMPED_PREFIX_LEN..end]);
                 }
-                guard.active().handle()?.write_all_vectored_at(&pieces, write_at)
             }
+        }
+        let written = match written {
+            Written::AsTheyAre => guard.active().handle()?.write_all_at(batches, write_at),
+            Written::Stamped => guard.active().handle()?.write_all_vectored_at(&pieces, write_at),
         };
         if let Err(e) = written {
             let err = StorageError::io("write", &guard.active().path, e);
@@ -619,6 +638,16 @@ impl<S: Storage> PartitionLog<S> {
         }
         segment.size = write_at + total;
         debug_assert_eq!(segment.next_offset, last_offset + 1);
+        if let Some(link) = self.journal.get().filter(|_| matches!(written_as, Written::Stamped)) {
+            // Under the state lock, so the journal holds this log's appends in log order.
+            // A leader's appends only: a follower fsyncs its segment before it fetches
+            // again (its next fetch offset tells the leader what it holds durably).
+            if self.config().flush_policy() == FlushPolicy::FsyncBeforeAck
+                && !link.journal.record(link, state.generation, base_offset, last_offset + 1, &pieces)
+            {
+                self.journal_stalled.store(true, Ordering::Release);
+            }
+        }
         state.producers_snapshotted = None;
 
         state.appended_records += records;
@@ -818,6 +847,8 @@ impl<S: Storage> PartitionLog<S> {
             // Without a recovery point no deferred seal was ever taken, so none is being
             // written concurrently and `sealing` is not needed.
             self.seal_now(state)?;
+        } else {
+            lock(&self.durability).rolls_taken += 1;
         }
         Ok(())
     }
@@ -1168,7 +1199,11 @@ impl<S: Storage> PartitionLog<S> {
     }
 
     fn truncate_checked(&self, offset: i64, fully: bool) -> Result<i64> {
-        let result = self.truncate_locked(offset, fully);
+        let mut covered = Completions::default();
+        let result = self.truncate_locked(offset, fully, &mut covered);
+        if let Some(link) = self.journal.get() {
+            link.journal.deliver(covered);
+        }
         if let Err(e) = &result {
             if e.is_kafka_storage_error() {
                 // Half-done truncation leaves files and memory disagreeing; only a reopen
@@ -1179,7 +1214,7 @@ impl<S: Storage> PartitionLog<S> {
         result
     }
 
-    fn truncate_locked(&self, offset: i64, fully: bool) -> Result<i64> {
+    fn truncate_locked(&self, offset: i64, fully: bool, covered: &mut Completions) -> Result<i64> {
         let _sealing = lock(&self.sealing);
         let mut s = lock(&self.state);
         if let Some(reason) = &s.offline {
@@ -1198,6 +1233,12 @@ impl<S: Storage> PartitionLog<S> {
                 self.write_epoch_checkpoint(&s)?;
             }
             return Ok(leo);
+        }
+        if let Some(link) = self.journal.get() {
+            // Durably before the files change: the journal's entries of what goes must
+            // never be replayed into the log that follows.
+            let cut = if fully || offset < s.log_start_offset { None } else { Some(offset) };
+            *covered = link.journal.record_cut(&link.key, cut)?;
         }
         let offset = offset.max(0);
         let mut removed: Vec<i64> = Vec::new();
@@ -1277,6 +1318,7 @@ impl<S: Storage> PartitionLog<S> {
         // The empty log is durable where it starts: its segment and checkpoint were written
         // and the directory fsynced above.
         d.durable_end = if fully { new_leo } else { d.durable_end.min(new_leo) };
+        d.synced_end = if fully { new_leo } else { d.synced_end.min(new_leo) };
         let (failed, kept): (Vec<_>, Vec<_>) = d.waiters.drain(..).partition(|(end, _)| *end > new_leo);
         d.waiters = kept;
         self.durable_changed.notify_all();
