@@ -1250,8 +1250,7 @@ impl Broker {
         // A single node is its own ISR: the replica state machine takes everything recovery
         // kept (and open made durable) as committed, including acknowledged data written
         // after the last high-watermark checkpoint.
-        let partition =
-            Partition::new(topic.name.clone(), topic.id, p, log, replica_config, self.isr_sink.clone());
+        let partition = Partition::new(topic.name.clone(), topic.id, p, log, replica_config, self.isr_sink.clone());
         self.replica_manager.add(partition);
         Ok(())
     }

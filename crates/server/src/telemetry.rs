@@ -354,13 +354,19 @@ fn describe() {
     describe_gauge!("osprey_fsync_max_seconds", Unit::Seconds, "The slowest partition log fsync since start.");
     describe_counter!("osprey_fsync_errors_total", "Failed partition log fsyncs.");
     describe_counter!("osprey_journal_entries_total", "Appends and truncations recorded in the commit journal.");
-    describe_counter!("osprey_journal_fsyncs_total", "Commit journal fsyncs, each covering the appends of many partitions.");
+    describe_counter!(
+        "osprey_journal_fsyncs_total",
+        "Commit journal fsyncs, each covering the appends of many partitions."
+    );
     describe_counter!("osprey_journal_bytes_total", Unit::Bytes, "Bytes written to commit journal files.");
     describe_counter!(
         "osprey_journal_errors_total",
         "Failed commit journal writes or fsyncs; the journal then stops and its partitions fsync their own segments."
     );
-    describe_counter!("osprey_journal_files_retired_total", "Commit journal files retired (partitions fsynced, file deleted).");
+    describe_counter!(
+        "osprey_journal_files_retired_total",
+        "Commit journal files retired (partitions fsynced, file deleted)."
+    );
     describe_counter!("osprey_journal_replayed_batches_total", "Batches appended from the commit journal at start-up.");
     describe_counter!(
         "osprey_fetch_sends_cut_short_total",

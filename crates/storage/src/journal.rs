@@ -225,7 +225,11 @@ impl<S: Storage> Journal<S> {
         storage.sync_dir(&dir).map_err(|e| StorageError::io("fsync dir", &dir, e))?;
         let batches: usize = unreplayed.values().map(Vec::len).sum();
         if batches > 0 {
-            tracing::info!(logs = unreplayed.len(), batches, "commit journal read; its batches are replayed as their logs open");
+            tracing::info!(
+                logs = unreplayed.len(),
+                batches,
+                "commit journal read; its batches are replayed as their logs open"
+            );
         }
         let inner = Inner {
             file,

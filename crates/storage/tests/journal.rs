@@ -211,7 +211,13 @@ fn run(ops: Vec<Op>) -> Result<(), TestCaseError> {
                 node = open(&crashed, true, max_file_bytes);
                 for (i, m) in models.iter_mut().enumerate() {
                     let got = read_all(&node.logs[i]);
-                    prop_assert!(got.len() >= m.durable, "log {}: {} batches, {} acknowledged", i, got.len(), m.durable);
+                    prop_assert!(
+                        got.len() >= m.durable,
+                        "log {}: {} batches, {} acknowledged",
+                        i,
+                        got.len(),
+                        m.durable
+                    );
                     prop_assert!(got.len() <= m.batches.len(), "log {}: more batches than appended", i);
                     for (g, (base, _, bytes)) in got.iter().zip(&m.batches) {
                         prop_assert_eq!(g.0, *base, "log {}", i);

@@ -377,10 +377,18 @@ impl<S: Storage> JournaledLog for PartitionLog<S> {
             for cb in ready {
                 cb(Ok(()));
             }
-        } else if d.generation == generation && d.durable_end < end {
-            self.journal_stalled.store(true, Ordering::Release);
+        } else if d.waiters.iter().any(|(target, _)| *target > d.durable_end) {
+            // Waiters this fsync cannot answer (a roll not sealed, entries delivered out of
+            // order, or appended before a truncation and kept by it): a segment fsync does.
+            if d.generation == generation {
+                self.journal_stalled.store(true, Ordering::Release);
+            }
             drop(d);
             self.flush_waiters();
+        } else if d.generation == generation && d.durable_end < end {
+            // No waiter yet, but the next one for these offsets must not count on the
+            // journal, whose fsync for them is over.
+            self.journal_stalled.store(true, Ordering::Release);
         }
     }
 

@@ -148,17 +148,16 @@ impl<S: Storage> PartitionLog<S> {
             let active = state.active();
             active.handle()?.sync_data().map_err(|e| StorageError::io("fsync", &active.path, e))?;
         }
-        let durability =
-            DurableState {
-                durable_end: leo,
-                synced_end: leo,
-                rolls_taken: 0,
-                rolls_sealed: 0,
-                flushing: false,
-                generation: 0,
-                waiters: Vec::new(),
-                offline: None,
-            };
+        let durability = DurableState {
+            durable_end: leo,
+            synced_end: leo,
+            rolls_taken: 0,
+            rolls_sealed: 0,
+            flushing: false,
+            generation: 0,
+            waiters: Vec::new(),
+            offline: None,
+        };
         Ok(PartitionLog {
             dir,
             storage,
