@@ -75,7 +75,8 @@ pub(crate) struct JournalLink {
 /// The journal as its logs see it (its storage type erased).
 pub(crate) trait JournalSink: Send + Sync {
     /// Queues an entry of `pieces` (whole batches, as written to the segment) for the
-    /// next journal fsync. False if the journal is offline: the log must fsync itself.
+    /// next journal fsync. False if the journal is offline, or its buffer holds a file's
+    /// worth already: the log must fsync itself.
     fn record(&self, link: &JournalLink, generation: u64, base: i64, end: i64, pieces: &[&[u8]]) -> bool;
     /// Durably records that the log was cut to `offset` (`None`: emptied), before its
     /// files change. Returns the completions of other entries the same fsync covered, to
@@ -147,7 +148,8 @@ struct Inner<F> {
     file: Arc<F>,
     file_seq: u64,
     file_len: u64,
-    /// Entries recorded and not yet written.
+    /// Entries recorded and not yet written: at most `max_file_bytes` of batches (an
+    /// append that would pass that is not journaled; its log fsyncs its own segment).
     buffer: Vec<u8>,
     pending: Completions,
     /// Bytes ever put in the buffer, and of them those written and fsynced.
@@ -495,7 +497,10 @@ impl<S: Storage> Journal<S> {
 impl<S: Storage> JournalSink for Journal<S> {
     fn record(&self, link: &JournalLink, generation: u64, base: i64, end: i64, pieces: &[&[u8]]) -> bool {
         let mut inner = lock(&self.inner);
-        if inner.offline.is_some() {
+        // The bound on what waits in memory for the next round: about one file's worth.
+        // Past it the append is not journaled, and its log fsyncs its own segment.
+        let len: usize = pieces.iter().map(|p| p.len()).sum();
+        if inner.offline.is_some() || (inner.buffer.len() + len) as u64 > self.max_file_bytes {
             return false;
         }
         inner.recorded_total += encode(&mut inner.buffer, KIND_BATCHES, &link.key, base, pieces);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{batch, split, stamped};
-use osprey_storage::{CrashMode, Flusher, Journal, LogConfig, PartitionLog, SimStorage};
+use osprey_storage::{CrashMode, Flusher, Journal, LogConfig, PartitionLog, SimStorage, Storage};
 use proptest::prelude::*;
 
 const DATA: &str = "/data";
@@ -147,6 +147,67 @@ fn retired_journal_files_are_deleted_once_their_logs_are_fsynced() {
         let want: Vec<_> = expected.iter().filter(|(l, ..)| *l == i as u64).map(|(_, o, b)| (*o, b.clone())).collect();
         assert_eq!(read_all(log), want, "log {i}");
     }
+}
+
+#[test]
+fn appends_past_the_buffer_bound_are_made_durable_by_their_own_segment() {
+    // 4 KiB files: the buffer holds at most 4 KiB, and nothing writes it while no one
+    // waits, so the unacknowledged appends below fill it and the rest are not journaled.
+    let storage = SimStorage::new();
+    let node = open(&storage, true, 4096);
+    let log = &node.logs[0];
+    let mut expected = Vec::new();
+    let mut last = 0;
+    for seed in 0..12u64 {
+        let b = batch(seed, 1, 1000);
+        let info = log.append(&b, 0, 0).unwrap();
+        expected.push((info.base_offset, stamped(b, info.base_offset, 0)));
+        last = info.last_offset;
+    }
+    ack(log, last, &node.flusher).unwrap();
+    assert!(log.fsync_stats().count > 0, "the log did not fsync its own segment");
+    assert!(node.journal.as_ref().unwrap().stats().entries < 12, "every append was journaled");
+    let recovered = open(&storage.crash(CrashMode::LoseUnsynced), true, 4096);
+    assert_eq!(read_all(&recovered.logs[0]), expected);
+}
+
+#[test]
+fn a_log_created_again_under_a_journaled_name_never_gets_the_old_ones_batches() {
+    let storage = SimStorage::new();
+    let node = open(&storage, true, 1 << 20);
+    let journal = node.journal.as_ref().unwrap();
+    for seed in 0..3u64 {
+        let info = node.logs[0].append(&batch(seed, 1, 80), 0, 0).unwrap();
+        ack(&node.logs[0], info.last_offset, &node.flusher).unwrap();
+    }
+    // The partition goes (its directory removed durably) and comes back empty under the
+    // same name, while the journal still holds the old log's batches.
+    node.logs[0].close().unwrap();
+    storage.remove_dir_all(dir(0).as_ref()).unwrap();
+    storage.sync_dir(DATA.as_ref()).unwrap();
+    let again = Arc::new(PartitionLog::open(storage.clone(), dir(0), config(), 0).unwrap());
+    journal.attach(&again).unwrap();
+    let b = batch(100, 1, 80);
+    let info = again.append(&b, 0, 0).unwrap();
+    ack(&again, info.last_offset, &node.flusher).unwrap();
+
+    let recovered = open(&storage.crash(CrashMode::LoseUnsynced), true, 1 << 20);
+    assert_eq!(read_all(&recovered.logs[0]), vec![(0, stamped(b, 0, 0))]);
+}
+
+#[test]
+fn a_disk_failing_fsyncs_fails_the_waiters_instead_of_leaving_them_waiting() {
+    let storage = SimStorage::new();
+    let node = open(&storage, true, 1 << 20);
+    let log = &node.logs[1];
+    // The first append of an epoch writes the epoch checkpoint (fsynced): before the fault.
+    let info = log.append(&batch(0, 1, 80), 0, 0).unwrap();
+    ack(log, info.last_offset, &node.flusher).unwrap();
+    storage.set_fail_sync(true);
+    let info = log.append(&batch(1, 1, 80), 0, 0).unwrap();
+    let err = ack(log, info.last_offset, &node.flusher).unwrap_err();
+    assert!(!err.contains("no acknowledgement"), "the waiter was left waiting: {err}");
+    assert_eq!(node.journal.as_ref().unwrap().stats().fsyncs.errors, 1);
 }
 
 #[derive(Debug, Clone)]
