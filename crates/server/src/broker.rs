@@ -1342,7 +1342,8 @@ fn open_journal(settings: &Settings) -> io::Result<Option<Arc<Journal<StdStorage
     if settings.config.log_journal_topics.is_empty() {
         return Ok(None);
     }
-    let bytes = settings.config.log_journal_file_bytes.max(4096) as u64;
+    // At least 4096: the key's validation says so (and `Journal::open` holds to it too).
+    let bytes = settings.config.log_journal_file_bytes as u64;
     Journal::open(StdStorage, &settings.data_dir, bytes)
         .map(Some)
         .map_err(|e| io::Error::other(format!("opening the commit journal: {e}")))
