@@ -36,6 +36,9 @@ INTERMITTENT=(
     # TestShareGroupETL was here (issue 20): it failed twice with the whole suite before
     # ShareFetch waited for MinBytes as Kafka's DelayedShareFetch (02ffaaa), and has passed in
     # every whole-suite run since (CI at b156dfb, 02ffaaa, fcfe0f7, CI of stop 35, 3ea4fb9).
+    # It then ran out of time again in CI at e20f9f1: the cause was found (the debug
+    # broker's CPU shared with TestGroupETL and TestTxnEtl) and it now runs on its own,
+    # below.
 )
 # The tests that may skip. Against a single Kafka 4.4 node the suite gives 152 passed,
 # 0 failed, 4 skipped: the first two below and the SCRAM tests (added below when no
@@ -139,11 +142,29 @@ if [ -z "${KGO_TEST_SCRAM_SEEDS:-}" ]; then
 fi
 
 echo "franz-go-kgo: franz-go $FRANZ_GO_VERSION kgo tests against $KGO_SEEDS (log: $work)"
-start=$(date +%s)
 status=0
-(cd "$module" && go test ./pkg/kgo/ -count=1 -timeout "$GO_TEST_TIMEOUT" -run "$run_regex" -json) \
-    >"$work/go-test.json" 2>"$work/go-test.stderr" || status=$?
-echo "franz-go-kgo: go test took $(($(date +%s) - start)) s (exit $status)"
+go_test() {
+    local started=$(date +%s) code=0
+    (cd "$module" && go test ./pkg/kgo/ -count=1 -timeout "$GO_TEST_TIMEOUT" -json "$@") \
+        >>"$work/go-test.json" 2>>"$work/go-test.stderr" || code=$?
+    echo "franz-go-kgo: go test $* took $(($(date +%s) - started)) s (exit $code)"
+    [ "$code" -eq 0 ] || status=$code
+}
+if [ "$run_regex" = . ]; then
+    # The whole suite, with TestShareGroupETL on its own after the rest. It pushes 500,000
+    # records through two share groups within a fixed 4 minutes, and its single-partition
+    # topics are each drained by one consumer that acknowledges every 10-25 records, so it
+    # runs at the speed of one ShareAcknowledge round trip. Against the debug build this
+    # script is given in CI, with TestGroupETL and TestTxnEtl loading the same broker on 2
+    # cores, that round trip took 16 ms on average instead of 2.5 ms alone, and the test ran
+    # out of time in CI at e20f9f1 and in each of four whole-suite runs here on 2026-12-07
+    # (a single-partition topic was drained at about 240 records/s); alone it passes in 40-55 s. Kafka's own CI
+    # runs them together against an optimised broker.
+    go_test -skip '^TestShareGroupETL$'
+    go_test -run '^TestShareGroupETL$'
+else
+    go_test -run "$run_regex"
+fi
 
 python3 - "$work/go-test.json" "$status" "${EXPECTED_FAILURES[*]}" "${EXPECTED_SKIPS[*]}" \
     "$([ -n "$broker_pid" ] && echo osprey || echo other)" "${INTERMITTENT[*]}" <<'EOF'
@@ -168,6 +189,13 @@ for line in open(path, encoding="utf-8", errors="replace"):
         result[test] = event["Action"]
     elif event["Action"] == "run":
         result.setdefault(test, "unfinished")
+def show(test):
+    # The test's own lines (t.Log, t.Error, t.Fatal: "share_test.go:679: timed out: ...")
+    # first, then the end of its output (mostly the client's log).
+    lines = output.get(test, [])
+    own = [l for l in lines if re.match(r"\s+\w+_test\.go:\d+: ", l)]
+    sys.stdout.write("  its own log lines:\n" + "".join(own[-30:]))
+    sys.stdout.write("  the end of its output:\n" + "".join(lines[-25:]))
 count = lambda what: sorted(t for t, r in result.items() if r == what)
 passed, failed, skipped, unfinished = count("pass"), count("fail"), count("skip"), count("unfinished")
 bad = []
@@ -182,13 +210,13 @@ for t in skipped:
 for t in failed + unfinished:
     if osprey and t in intermittent and result[t] == "fail":
         print(f"  KNOWN INTERMITTENT failure {t}: an open defect, not counted (see INTERMITTENT)")
-        sys.stdout.write("".join(output.get(t, [])[-40:]))
+        show(t)
         continue
     tag = "expected failure" if t in expected else "FAILED"
     print(f"  {tag} {t} ({result[t]})")
     if t not in expected or not osprey:
         bad.append(t)
-        sys.stdout.write("".join(output.get(t, [])[-40:]))
+        show(t)
 for t in sorted(expected):
     if osprey and result.get(t) == "pass":
         print(f"  {t} is on the expected-failure list but passed: take it off")

@@ -47,19 +47,25 @@ fi
 
 export OSPREY_BIN="${OSPREY_BIN:-$root/target/debug/osprey}"
 status=0
+started=$(date +%s)
+took() { echo "compat-tests: $1 done at $(( $(date +%s) - started )) s (status so far $status)"; }
 "$here/.venv/bin/python" -m pytest "$here/python" -q -ra \
     -p no:cacheprovider --timeout=120 --timeout-method=signal "$@" || status=$?
 if [ "$status" -eq 5 ]; then
     echo "compat-tests: pytest collected no tests; that counts as a failure" >&2
     status=1
 fi
+took pytest
 # The chaos tool (chaos/, issue 17): the history checker's own tests, then its quick
 # seeds (three 3-node clusters under kills, pauses, rolling restarts and, as root, network
 # partitions, with every workload: about five minutes), whatever pytest said.
 "$here/.venv/bin/python" -m pytest "$here/chaos" -q -p no:cacheprovider || status=$?
 "$here/.venv/bin/python" "$here/chaos/run.py" quick || status=$?
+took chaos
 # The Java client and Kafka's own tools (Maven), whatever pytest said.
 "$here/java-tests.sh" || status=$?
+took java
 # franz-go's own kgo integration tests (Go), whatever the others said.
 "$here/franz-go-kgo.sh" || status=$?
+took franz-go
 exit "$status"

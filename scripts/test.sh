@@ -5,7 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-step() { printf '\n==> %s\n' "$*"; }
+# Each step prints the time since the start, so a slow run shows where its time went.
+started=$(date +%s)
+step() { printf '\n==> [%d s] %s\n' "$(( $(date +%s) - started ))" "$*"; }
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
@@ -46,3 +48,5 @@ bench/run.sh quick
 
 step "bench/commits.sh --quick (smoke test of the offset-commit benchmark)"
 bench/commits.sh --quick
+
+step "all tests passed"
