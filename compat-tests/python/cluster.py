@@ -119,9 +119,18 @@ class Node:
 
     def stop(self, timeout: float = STOP_TIMEOUT_S):
         """SIGTERM; asserts a clean exit (code 0) within `timeout`."""
+        self.terminate()
+        self.wait_stopped(timeout)
+
+    def terminate(self):
+        """SIGTERM, without waiting: see `wait_stopped`."""
+        if self.proc is not None:
+            self.proc.send_signal(signal.SIGTERM)
+
+    def wait_stopped(self, timeout: float = STOP_TIMEOUT_S):
+        """Asserts a clean exit (code 0) within `timeout` of a `terminate`."""
         if self.proc is None:
             return
-        self.proc.send_signal(signal.SIGTERM)
         try:
             code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -211,13 +220,19 @@ class Cluster:
             n.start()
 
     def stop(self):
-        """SIGTERM to every running node, brokers first; each must exit 0."""
+        """SIGTERM to every running node, each of which must exit 0: the nodes with a
+        broker all at once, then the controller-only nodes (a broker's controlled shutdown
+        needs the quorum). One by one, the last broker of a combined cluster would find
+        no majority left and wait out its controlled shutdown (broker.session.timeout.ms)."""
         failures = []
-        for n in sorted(self.nodes, key=lambda n: n.is_controller):
-            try:
-                n.stop()
-            except AssertionError as e:
-                failures.append(str(e))
+        for group in ([n for n in self.nodes if n.is_broker], [n for n in self.nodes if not n.is_broker]):
+            for n in group:
+                n.terminate()
+            for n in group:
+                try:
+                    n.wait_stopped()
+                except AssertionError as e:
+                    failures.append(str(e))
         assert not failures, "\n\n".join(failures)
 
     def kill_all(self):
