@@ -10,7 +10,10 @@ root="$(cd "$here/.." && pwd)"
 maven_timeout_s="${JAVA_TESTS_TIMEOUT_S:-1500}"
 
 cd "$root"
-"$root/scripts/build-debug-osprey.sh"
+# compat-tests/run.sh gives the `compat` build; alone, the script builds and runs the debug one.
+if [ -z "${OSPREY_BIN:-}" ]; then
+    "$root/scripts/build-debug-osprey.sh"
+fi
 osprey_bin="${OSPREY_BIN:-$root/target/debug/osprey}"
 
 log="$(mktemp)"

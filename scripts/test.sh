@@ -17,8 +17,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # CI builds once from a clean checkout: incremental compilation's caches would only take
 # disk (several GB), as would a second build of the dependencies for target/debug/osprey,
-# which `cargo test` builds for the server's integration tests and the later steps reuse
-# (scripts/build-debug-osprey.sh).
+# which `cargo test` builds for the server's integration tests and the quick benchmarks
+# reuse (scripts/build-debug-osprey.sh). The compatibility suites build their own
+# optimised broker (scripts/build-compat-osprey.sh).
 export CARGO_INCREMENTAL=0
 
 step "cargo test (unit, property, golden, integration)"
