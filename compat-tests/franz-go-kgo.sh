@@ -10,12 +10,8 @@
 # Usage: compat-tests/franz-go-kgo.sh [go test -run REGEX]
 # Without a REGEX the whole suite runs, the tests on RUN_ALONE below after the others.
 # OSPREY_BIN names the broker binary; by default the script builds and runs the optimised
-# `compat` build (scripts/build-compat-osprey.sh), never the debug build: several of the
-# suite's tests are throughput tests with fixed budgets, written against an optimised
-# Kafka (TestTxnEtl must end each transaction within its 60 s timeout, and franz-go raises
-# it to 3 minutes under -race for the same reason; TestShareGroupETL must move 500,000
-# records in 4 minutes), and against the debug build, on 2 cores shared with the Go
-# clients, both failed in some whole-suite runs for want of throughput, not for a defect.
+# `compat` build, never the debug build, whose throughput the suite's fixed time budgets
+# do not allow for (scripts/build-compat-osprey.sh says which tests and why).
 # KGO_SEEDS set in the environment skips starting Osprey and tests that broker instead
 # (this is how the suite's baseline against Apache Kafka is taken).
 # Exits non-zero when a test fails that is not on EXPECTED_FAILURES below, when a test
@@ -40,11 +36,8 @@ EXPECTED_FAILURES=(
 # fails every time.
 INTERMITTENT=(
     # Known intermittent failures of open defects, each with what is known of it; empty now.
-    # TestShareGroupETL was here (issue 20): it failed twice with the whole suite before
-    # ShareFetch waited for MinBytes as Kafka's DelayedShareFetch (02ffaaa). It then ran out
-    # of time in CI at e20f9f1 against the debug build, its CPU shared with TestGroupETL and
-    # TestTxnEtl; it ran on its own after the others until the suite moved to the `compat`
-    # build (see OSPREY_BIN above).
+    # TestShareGroupETL was here (issue 20) until ShareFetch waited for MinBytes as Kafka's
+    # DelayedShareFetch (02ffaaa); its later timeouts were the debug build's (RUN_ALONE).
 )
 # Tests the whole suite runs on their own, one at a time, after the others (each with its
 # cause): the same unmodified test with the same budget, only not beside the others. A

@@ -1011,15 +1011,8 @@ class Run:
         for n in self.nodes:
             if n.proc is not None:
                 n.resume()
-        # All at once, as `Cluster.stop`: one by one, the last node would find no quorum
-        # left and wait out its controlled shutdown.
-        for n in self.nodes:
-            n.terminate()
-        for n in self.nodes:
-            try:
-                n.wait_stopped(timeout=STOP_S)
-            except AssertionError as e:
-                self.problems.append(f"SIGTERM at the end: {str(e).splitlines()[0]}")
+        for failure in self.cluster.stop_all(timeout=STOP_S):
+            self.problems.append(f"SIGTERM at the end: {failure.splitlines()[0]}")
         self.cluster.kill_all()
         self.compare_replicas()
         self.release()

@@ -220,20 +220,26 @@ class Cluster:
             n.start()
 
     def stop(self):
-        """SIGTERM to every running node, each of which must exit 0: the nodes with a
-        broker all at once, then the controller-only nodes (a broker's controlled shutdown
-        needs the quorum). One by one, the last broker of a combined cluster would find
-        no majority left and wait out its controlled shutdown (broker.session.timeout.ms)."""
+        """SIGTERM to every running node, each of which must exit 0 (see `stop_all`)."""
+        failures = self.stop_all()
+        assert not failures, "\n\n".join(failures)
+
+    def stop_all(self, timeout: float = STOP_TIMEOUT_S) -> list:
+        """SIGTERM to every running node: the nodes with a broker all at once, then the
+        controller-only nodes (a broker's controlled shutdown needs the quorum). One by
+        one, the last broker of a combined cluster would find no majority left and wait out
+        its controlled shutdown (broker.session.timeout.ms). Returns what went wrong for
+        each node that did not exit 0 within `timeout`."""
         failures = []
         for group in ([n for n in self.nodes if n.is_broker], [n for n in self.nodes if not n.is_broker]):
             for n in group:
                 n.terminate()
             for n in group:
                 try:
-                    n.wait_stopped()
+                    n.wait_stopped(timeout)
                 except AssertionError as e:
                     failures.append(str(e))
-        assert not failures, "\n\n".join(failures)
+        return failures
 
     def kill_all(self):
         for n in self.nodes:
