@@ -7,7 +7,7 @@ mod txn_support;
 
 use bytes::{Buf, Bytes, BytesMut};
 use osprey_coordinator::group::Record;
-use osprey_coordinator::txn::{TxnState, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2};
+use osprey_coordinator::txn::{TxnState, MAX_WAITING_ADDS, TRANSACTION_VERSION_1, TRANSACTION_VERSION_2};
 use osprey_protocol::messages::{TransactionLogKey, TransactionLogValue};
 use osprey_protocol::{ErrorCode, Message};
 use txn_support::{init_result, Harness, FIRST_PRODUCER_ID};
@@ -359,4 +359,73 @@ fn timeout_at_an_exhausted_epoch_stops_at_the_last_epoch_and_the_next_end_txn_ro
     assert_eq!(h.end_v2_settled(T, (7, i16::MAX), true), (ErrorCode::NONE, FIRST_PRODUCER_ID, 0));
     let view = h.c.transaction(T).unwrap();
     assert_eq!((view.state, view.producer_id, view.producer_epoch), (TxnState::CompleteCommit, FIRST_PRODUCER_ID, 0));
+}
+
+/// The partition leaders' adds for a transaction's first batches arrive together (one per
+/// partition): those that find an add of theirs being persisted wait for it and then go in
+/// together, in one more persist, instead of being answered CONCURRENT_TRANSACTIONS.
+#[test]
+fn leaders_adds_that_meet_an_add_in_flight_wait_and_go_in_together() {
+    let mut h = Harness::new();
+    let (_, pid, epoch) = h.init_settled(T, 60_000);
+    let first = h.add(T, (pid, epoch), &[("orders", 0)], 5);
+    let waiting: Vec<_> = [("orders", 1), ("orders", 2), ("audit", 0), ("orders", 1)]
+        .into_iter()
+        .map(|tp| h.add(T, (pid, epoch), &[tp], 5))
+        .collect();
+    assert_eq!(h.persists.len(), 1, "one add in flight");
+    assert!(waiting.iter().all(|r| h.answer(*r).is_none()), "nobody answered while it persists");
+
+    let record = h.persist_one().unwrap();
+    assert_eq!(decode_value(&record).1.transaction_partitions.unwrap().len(), 1);
+    assert_eq!(txn_support::add_result(&h.answer(first).unwrap()), ErrorCode::NONE);
+    assert!(waiting.iter().all(|r| h.answer(*r).is_none()), "answered once their own add is durable");
+    assert_eq!(h.persists.len(), 1, "the waiting adds go in as one");
+
+    h.persist_one();
+    for reply in &waiting {
+        assert_eq!(txn_support::add_result(&h.answer(*reply).unwrap()), ErrorCode::NONE);
+    }
+    let view = h.c.transaction(T).unwrap();
+    let expected = [("audit", 0), ("orders", 0), ("orders", 1), ("orders", 2)].map(|(t, p)| (t.to_string(), p));
+    assert_eq!(view.partitions, expected);
+    assert!(h.persists.is_empty());
+}
+
+/// What waits is answered with the add it joined: a failed persist answers the next add's
+/// requests with its mapped error, and a coordinator that moves away answers every waiting
+/// request NOT_COORDINATOR. A client's own AddPartitionsToTxn (v0-3) is answered
+/// CONCURRENT_TRANSACTIONS at once, as Kafka answers it.
+#[test]
+fn waiting_adds_get_their_own_answer_when_the_add_fails_or_the_coordinator_moves() {
+    let mut h = Harness::new();
+    let (_, pid, epoch) = h.init_settled(T, 60_000);
+    h.add(T, (pid, epoch), &[("orders", 0)], 5);
+    let client = h.add(T, (pid, epoch), &[("orders", 3)], 3);
+    assert_eq!(txn_support::add_result(&h.answer(client).unwrap()), ErrorCode::CONCURRENT_TRANSACTIONS);
+    let waiting = h.add(T, (pid, epoch), &[("orders", 1)], 5);
+    h.persist_one();
+    h.fail_persist(ErrorCode::NOT_ENOUGH_REPLICAS);
+    assert_eq!(txn_support::add_result(&h.answer(waiting).unwrap()), ErrorCode::COORDINATOR_NOT_AVAILABLE);
+
+    h.add(T, (pid, epoch), &[("orders", 1)], 5);
+    let stranded = h.add(T, (pid, epoch), &[("orders", 2)], 5);
+    h.c.unload_partition(h.c.partition_for(T));
+    h.drain();
+    assert_eq!(txn_support::add_result(&h.answer(stranded).unwrap()), ErrorCode::NOT_COORDINATOR);
+}
+
+/// At most `MAX_WAITING_ADDS` requests wait per transactional id; the next is answered
+/// CONCURRENT_TRANSACTIONS (its partition leader retries it).
+#[test]
+fn waiting_adds_are_bounded_per_transactional_id() {
+    let mut h = Harness::new();
+    let (_, pid, epoch) = h.init_settled(T, 60_000);
+    h.add(T, (pid, epoch), &[("orders", 0)], 5);
+    let waiting: Vec<_> = (0..MAX_WAITING_ADDS as i32).map(|p| h.add(T, (pid, epoch), &[("wide", p)], 5)).collect();
+    let over = h.add(T, (pid, epoch), &[("wide", -1)], 5);
+    assert_eq!(txn_support::add_result(&h.answer(over).unwrap()), ErrorCode::CONCURRENT_TRANSACTIONS);
+    h.persist_all();
+    assert!(waiting.iter().all(|r| txn_support::add_result(&h.answer(*r).unwrap()) == ErrorCode::NONE));
+    assert_eq!(h.c.transaction(T).unwrap().partitions.len(), MAX_WAITING_ADDS + 1);
 }

@@ -410,7 +410,8 @@ fn open_here(partition: &Partition, producer_id: i64, producer_epoch: i16) -> bo
 
 /// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms`: how a partition
 /// leader retries an implicit add that found the transaction busy (the previous one still
-/// completing, or another add of it in flight) before answering the client.
+/// completing; an add that meets another add in flight waits for it at the coordinator
+/// instead, unless `MAX_WAITING_ADDS` already wait) before answering the client.
 const ADD_RETRY_BACKOFF: Duration = Duration::from_millis(20);
 const ADD_RETRY_MAX: Duration = Duration::from_millis(100);
 

@@ -8,7 +8,7 @@ use crate::group::partition_for;
 use osprey_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTransaction;
 use osprey_protocol::messages::{AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest};
 use osprey_protocol::ErrorCode;
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// The request kinds that add partitions, for the answer's shape.
 #[derive(Clone, Copy)]
@@ -18,6 +18,13 @@ enum AddKind {
 }
 
 impl AddKind {
+    /// Whether requests of this kind wait for an add in flight instead of being answered
+    /// CONCURRENT_TRANSACTIONS: partition leaders' adds (v5+, see [`WaitingAdd`]), not
+    /// clients' (v0-3), which Kafka's answer suits.
+    fn waits(self, replies: &[(ReplyId, i16)]) -> bool {
+        matches!(self, AddKind::Partitions) && replies.iter().all(|(_, version)| *version >= 5)
+    }
+
     /// The transaction version a request of this kind at `version` implies (Kafka's
     /// `KafkaApis`): AddPartitionsToTxn v5+ comes from a broker acting for a TV2 client;
     /// AddOffsetsToTxn is never sent by TV2 clients.
@@ -65,7 +72,8 @@ impl TransactionCoordinator {
     ) {
         let partitions: BTreeSet<TopicPartition> = partitions_of(transaction).into_iter().collect();
         let producer = (transaction.producer_id, transaction.producer_epoch);
-        self.add(&transaction.transactional_id, producer, &partitions, AddKind::Partitions, (reply, version), now_ms);
+        let replies = vec![(reply, version)];
+        self.add(&transaction.transactional_id, producer, &partitions, AddKind::Partitions, replies, now_ms);
     }
 
     /// AddOffsetsToTxn at `version`: adds the `__consumer_offsets` partition of the
@@ -75,7 +83,7 @@ impl TransactionCoordinator {
         let partition = partition_for(&request.group_id, self.config.offsets_topic_num_partitions);
         let partitions = BTreeSet::from([(GROUP_METADATA_TOPIC_NAME.to_string(), partition)]);
         let producer = (request.producer_id, request.producer_epoch);
-        self.add(&request.transactional_id, producer, &partitions, AddKind::Offsets, (reply, version), now_ms);
+        self.add(&request.transactional_id, producer, &partitions, AddKind::Offsets, vec![(reply, version)], now_ms);
     }
 
     /// AddPartitionsToTxn v4+ with `verify_only` (a partition leader before the first
@@ -118,35 +126,36 @@ impl TransactionCoordinator {
         }
     }
 
+    /// Adds `partitions` for the requests `replies` (one, or several adds that waited
+    /// together), answering each of them once.
     fn add(
         &mut self,
         transactional_id: &str,
         (producer_id, producer_epoch): (i64, i16),
         partitions: &BTreeSet<TopicPartition>,
         kind: AddKind,
-        (reply, version): (ReplyId, i16),
+        replies: Vec<(ReplyId, i16)>,
         now_ms: i64,
     ) {
-        let answer = |c: &mut Self, error: ErrorCode| {
-            let error = super::fenced_for_version(error, version, 2);
-            let response = match kind {
-                AddKind::Partitions => Response::AddPartitionsToTxn { error },
-                AddKind::Offsets => Response::AddOffsetsToTxn(AddOffsetsToTxnResponse {
-                    error_code: error.code(),
-                    ..Default::default()
-                }),
-            };
-            c.respond(reply, response);
+        let answer = |c: &mut Self, replies: Vec<(ReplyId, i16)>, error: ErrorCode| match kind {
+            AddKind::Partitions => c.answer_adds(replies, error),
+            AddKind::Offsets => {
+                for (reply, version) in replies {
+                    let error_code = super::fenced_for_version(error, version, 2).code();
+                    let response = AddOffsetsToTxnResponse { error_code, ..Default::default() };
+                    c.respond(reply, Response::AddOffsetsToTxn(response));
+                }
+            }
         };
         if transactional_id.is_empty() {
-            return answer(self, ErrorCode::INVALID_REQUEST);
+            return answer(self, replies, ErrorCode::INVALID_REQUEST);
         }
         let coordinator_epoch = match self.coordinator_epoch(transactional_id) {
             Ok(epoch) => epoch,
-            Err(e) => return answer(self, e),
+            Err(e) => return answer(self, replies, e),
         };
         let Some(metadata) = self.txns.get_mut(transactional_id) else {
-            return answer(self, ErrorCode::INVALID_PRODUCER_ID_MAPPING);
+            return answer(self, replies, ErrorCode::INVALID_PRODUCER_ID_MAPPING);
         };
         // An id whose first InitProducerId never became durable has no epoch: its producer
         // id was never handed out (Kafka fails this internally; the mapping is what is wrong).
@@ -164,14 +173,74 @@ impl TransactionCoordinator {
         } else {
             None
         };
-        if let Some(error) = error {
-            return answer(self, error);
+        let adding = metadata.pending_state == Some(TxnState::Ongoing);
+        if error == Some(ErrorCode::CONCURRENT_TRANSACTIONS) && adding && kind.waits(&replies) {
+            let waiting = self.waiting_adds.entry(transactional_id.to_string()).or_default();
+            let held: usize = waiting.iter().map(|w| w.replies.len()).sum();
+            if held + replies.len() <= MAX_WAITING_ADDS {
+                let producer = (producer_id, producer_epoch);
+                waiting.push(WaitingAdd { producer, partitions: partitions.clone(), replies });
+                return;
+            }
         }
+        if let Some(error) = error {
+            return answer(self, replies, error);
+        }
+        let version = replies.iter().map(|(_, version)| *version).max().unwrap_or(0);
         let transit = metadata.prepare_add_partitions(partitions, kind.client_transaction_version(version), now_ms);
         let then = match kind {
-            AddKind::Partitions => Then::AddPartitions { reply, version },
-            AddKind::Offsets => Then::AddOffsets { reply, version },
+            AddKind::Partitions => Then::AddPartitions { replies },
+            AddKind::Offsets => {
+                let (reply, version) = replies[0];
+                Then::AddOffsets { reply, version }
+            }
         };
         self.append(transactional_id, coordinator_epoch, transit, then);
     }
+
+    /// Answers AddPartitionsToTxn requests, each mapped for its version.
+    pub(super) fn answer_adds(&mut self, replies: Vec<(ReplyId, i16)>, error: ErrorCode) {
+        for (reply, version) in replies {
+            let error = super::fenced_for_version(error, version, 2);
+            self.respond(reply, Response::AddPartitionsToTxn { error });
+        }
+    }
+
+    /// After a persist of `transactional_id` returned: the adds that waited for it go in
+    /// as one add (one more persist for all of them, or an answer at once).
+    pub(super) fn run_waiting_adds(&mut self, transactional_id: &str, now_ms: i64) {
+        if self.txns.get(transactional_id).is_some_and(|m| m.pending_transition_in_progress()) {
+            return;
+        }
+        let Some(waiting) = self.waiting_adds.remove(transactional_id) else { return };
+        // They parked behind one producer, which no transition changed since; grouped by
+        // producer all the same, so a waiter is never answered for another's producer.
+        let mut by_producer: BTreeMap<(i64, i16), (BTreeSet<TopicPartition>, Vec<(ReplyId, i16)>)> = BTreeMap::new();
+        for WaitingAdd { producer, partitions, replies } in waiting {
+            let group = by_producer.entry(producer).or_default();
+            group.0.extend(partitions);
+            group.1.extend(replies);
+        }
+        for (producer, (partitions, replies)) in by_producer {
+            self.add(transactional_id, producer, &partitions, AddKind::Partitions, replies, now_ms);
+        }
+    }
+}
+
+/// How many AddPartitionsToTxn requests may wait, per transactional id, for an add of
+/// the same transaction being persisted; beyond that they are answered
+/// CONCURRENT_TRANSACTIONS, and their partition leaders retry.
+pub const MAX_WAITING_ADDS: usize = 1024;
+
+/// Adds sent by partition leaders (AddPartitionsToTxn v5, transaction version 2) that
+/// arrived while another add of their transaction was being persisted. Kafka answers them
+/// CONCURRENT_TRANSACTIONS, and its leaders avoid most of them by sending one add per
+/// produce request for all its partitions (`AddPartitionsToTxnManager`); Osprey's leaders
+/// add each partition from its own append queue, so the coordinator gathers them instead:
+/// they go in together, in one persist, as soon as the one ahead of them is durable.
+#[derive(Debug)]
+pub(super) struct WaitingAdd {
+    producer: (i64, i16),
+    partitions: BTreeSet<TopicPartition>,
+    pub(super) replies: Vec<(ReplyId, i16)>,
 }

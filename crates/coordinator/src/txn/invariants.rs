@@ -38,6 +38,17 @@ impl TransactionCoordinator {
                 return Err(format!("{id}: markers pending in {:?} -> {:?}", m.state, m.pending_state));
             }
         }
+        // Adds wait only behind an add in flight, within their bound.
+        for (id, waiting) in &self.waiting_adds {
+            let pending = self.txns.get(id).and_then(|m| m.pending_state);
+            if pending != Some(TxnState::Ongoing) {
+                return Err(format!("{id}: adds waiting with {pending:?} pending"));
+            }
+            let held: usize = waiting.iter().map(|w| w.replies.len()).sum();
+            if held == 0 || held > super::add_partitions::MAX_WAITING_ADDS {
+                return Err(format!("{id}: {held} adds waiting"));
+            }
+        }
         // Each id has at most one transition in flight.
         let mut in_flight = std::collections::BTreeSet::new();
         for pending in self.pending_persists.values() {

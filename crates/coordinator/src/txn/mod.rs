@@ -98,7 +98,7 @@ pub mod records;
 mod state;
 mod timers;
 
-pub use add_partitions::transactions_of;
+pub use add_partitions::{transactions_of, MAX_WAITING_ADDS};
 pub use records::{LoadError, LoadSummary};
 pub use state::{
     is_epoch_exhausted, TopicPartition, TxnState, NO_PRODUCER_EPOCH, NO_PRODUCER_ID, TRANSACTION_VERSION_1,
@@ -232,6 +232,9 @@ pub struct TransactionCoordinator {
     /// Ids whose producer was fenced and counted, until the next InitProducerId: the new
     /// instance's own bump is the same fence.
     fenced_counted: HashSet<String>,
+    /// Partition leaders' adds waiting for an add of the same transaction in flight
+    /// (at most [`add_partitions::MAX_WAITING_ADDS`] requests per id).
+    waiting_adds: BTreeMap<String, Vec<add_partitions::WaitingAdd>>,
 }
 
 /// Counters since this coordinator started, for the broker's metrics.
@@ -269,9 +272,9 @@ enum Then {
         reply: ReplyId,
         version: i16,
     },
+    /// One request's add, or several that waited together ([`add_partitions::WaitingAdd`]).
     AddPartitions {
-        reply: ReplyId,
-        version: i16,
+        replies: Vec<(ReplyId, i16)>,
     },
     AddOffsets {
         reply: ReplyId,
@@ -327,6 +330,7 @@ impl TransactionCoordinator {
             next_expiration_check_ms: None,
             stats: TxnStats::default(),
             fenced_counted: HashSet::new(),
+            waiting_adds: BTreeMap::new(),
         }
     }
 
@@ -444,6 +448,12 @@ impl TransactionCoordinator {
             self.pending_markers.remove(&id);
             self.fenced_counted.remove(&id);
         }
+        let waiting: Vec<String> = self.waiting_adds.keys().filter(|id| ours(self, id)).cloned().collect();
+        for id in waiting {
+            for add in self.waiting_adds.remove(&id).into_iter().flatten() {
+                self.answer_adds(add.replies, ErrorCode::NOT_COORDINATOR);
+            }
+        }
         let retries = std::mem::take(&mut self.completion_retries);
         self.completion_retries = retries.into_iter().filter(|(id, _)| !ours(self, id)).collect();
     }
@@ -500,7 +510,9 @@ impl TransactionCoordinator {
     pub fn persisted(&mut self, id: PersistId, result: Result<(), ErrorCode>, now_ms: i64) {
         let Some(pending) = self.pending_persists.remove(&id) else { return };
         let error = self.apply_append_result(&pending, result);
+        let transactional_id = pending.transactional_id.clone();
         self.continue_after_persist(pending, error, now_ms);
+        self.run_waiting_adds(&transactional_id, now_ms);
     }
 
     /// Completes or abandons the prepared transition (Kafka's `updateCacheCallback`);
@@ -548,10 +560,7 @@ impl TransactionCoordinator {
                 };
                 self.respond(reply, Response::InitProducerId(response));
             }
-            Then::AddPartitions { reply, version } => {
-                let error = fenced_for_version(error, version, 2);
-                self.respond(reply, Response::AddPartitionsToTxn { error });
-            }
+            Then::AddPartitions { replies } => self.answer_adds(replies, error),
             Then::AddOffsets { reply, version } => {
                 let error_code = fenced_for_version(error, version, 2).code();
                 let response = AddOffsetsToTxnResponse { error_code, ..Default::default() };
