@@ -135,9 +135,9 @@ def report(opts, runs, started_at):
         " the group; commits/s counts all readers together; latency is one ReadMessage (served from"
         " prefetched batches, so mostly the commit's round trip).",
         "- osprey (like Kafka) runs with `log.flush.interval.messages` at Kafka's default (never fsync on the"
-        " write path); osprey's default answers a commit once its `__consumer_offsets` partition is fsynced;"
-        " with `osprey.log.journal.topics=__consumer_offsets` once the data directory's commit journal is,"
-        " one fsync shared by every partition.",
+        " write path); osprey's default answers a commit once it is fsynced: in the data directory's commit"
+        " journal, one fsync shared by every `__consumer_offsets` partition (`osprey.log.journal.topics`;"
+        " `osprey.log.journal.topics=` turns it off, and each commit fsyncs its own partition).",
         "",
         "| readers | figure | " + " | ".join(label(v) for v in opts.variants) + " | "
         + " | ".join(f"ratio, {label(v)}" for v in opts.variants if v != "kafka") + " |",

@@ -1,5 +1,5 @@
-"""The commit journal (`osprey.log.journal.topics`, off by default, README "Durability"):
-with `__consumer_offsets` in the list, an offset commit
+"""The commit journal (`osprey.log.journal.topics`, README "Durability"): with
+`__consumer_offsets` in the list, as by default, an offset commit
 is answered once the data directory's journal, shared by every `__consumer_offsets`
 partition, is fsynced; the partition's own segment is not fsynced on that path.
 
@@ -70,11 +70,9 @@ def cut_offsets_segments(broker):
     return held
 
 
-JOURNALED = {"osprey.log.journal.topics": "__consumer_offsets"}
-
-
 def test_offset_commits_acknowledged_through_the_journal_survive_a_power_loss(start_broker):
-    broker = start_broker(JOURNALED)
+    # The default configuration: the journal holds the coordinators' topics.
+    broker = start_broker()
     topic = "journal-commits"
     clients.create_topic(broker, topic)
     expected = {}
@@ -105,7 +103,7 @@ def test_offset_commits_acknowledged_through_the_journal_survive_a_power_loss(st
 def test_offset_commits_survive_a_power_loss_after_journal_files_were_retired(start_broker):
     # Small journal files: many retire during the commits, each after its partitions
     # fsynced their segments. The cut then removes only what the journal still holds.
-    broker = start_broker(dict(JOURNALED, **{"osprey.log.journal.file.bytes": 4096}))
+    broker = start_broker({"osprey.log.journal.file.bytes": 4096})
     topic = "journal-retired"
     clients.create_topic(broker, topic)
     for round_ in range(8):
@@ -121,8 +119,8 @@ def test_offset_commits_survive_a_power_loss_after_journal_files_were_retired(st
     assert {g: committed(broker, g, topic) for g in expected} == expected
 
 
-def test_the_journal_is_off_by_default(start_broker):
-    broker = start_broker()
+def test_an_empty_topic_list_turns_the_journal_off(start_broker):
+    broker = start_broker({"osprey.log.journal.topics": ""})
     topic = "journal-off"
     clients.create_topic(broker, topic)
     commit(broker, "journal-off-group", topic, 5)
