@@ -50,4 +50,7 @@ bench/run.sh quick
 step "bench/commits.sh --quick (smoke test of the offset-commit benchmark)"
 bench/commits.sh --quick
 
+step "bench/e2e_breakdown.sh --quick (smoke test of the EndToEndLatency breakdown)"
+bench/e2e_breakdown.sh --quick
+
 step "all tests passed"
