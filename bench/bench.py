@@ -203,8 +203,9 @@ class Broker:
         return cpu_s, hwm
 
     def fsync_counters(self):
-        """(fsyncs, seconds spent in them) so far; None for a broker that does not count
-        them (Kafka, which does not fsync on the write path)."""
+        """(fsyncs, seconds spent in them, Produce requests, seconds they spent in the
+        broker) so far; None for a broker that does not count them (Kafka, which does not
+        fsync on the write path)."""
         return None
 
     def log_tail(self):
@@ -278,15 +279,15 @@ class OspreyBroker(Broker):
     def fsync_counters(self):
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10) as r:
             text = r.read().decode()
-        values = {}
-        for line in text.splitlines():
-            name, _, value = line.partition(" ")
-            # The histogram's count and sum move with every fsync; osprey_fsyncs_total
-            # is refreshed every few seconds, less often than a short workload lasts.
-            if name in ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum"):
-                values[name] = float(value)
-        return (values.get("osprey_fsync_duration_seconds_count", 0.0),
-                values.get("osprey_fsync_duration_seconds_sum", 0.0))
+        values = dict(line.rpartition(" ")[::2] for line in text.splitlines() if not line.startswith("#"))
+        # The fsync histogram's count and sum move with every fsync (osprey_fsyncs_total
+        # is refreshed every few seconds, less often than a short workload lasts); then the
+        # Produce requests and the seconds they spent in the broker (frame read to response
+        # written), summed.
+        names = ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum",
+                 'osprey_request_duration_seconds_count{api="Produce"}',
+                 'osprey_request_duration_seconds_sum{api="Produce"}')
+        return tuple(float(values.get(name, 0.0)) for name in names)
 
 
 def make_broker(variant, root, opts):
@@ -602,11 +603,17 @@ def measured_workload(opts, broker, figures, figure, moved_mib, workload):
     if opts.sizes.pinned and cpu_s > 0:
         figures[f"{figure} at 100% of one broker core"] = moved_mib / cpu_s
     if fsyncs_before is not None and figure.startswith("produce"):
-        count, spent_s = (after - before for after, before in zip(broker.fsync_counters(), fsyncs_before))
+        count, spent_s, requests, in_broker_s = (
+            after - before for after, before in zip(broker.fsync_counters(), fsyncs_before))
         seconds = moved_mib / figures[figure]
         broker.fsyncs[figure] = {"fsyncs per second": count / seconds,
                                  "KiB per fsync": moved_mib * 1024 / count if count else None,
-                                 "mean fsync ms": spent_s * 1000 / count if count else None}
+                                 "mean fsync ms": spent_s * 1000 / count if count else None,
+                                 "Produce ms in the broker": in_broker_s * 1000 / requests if requests else None,
+                                 # Little's law: how many of the producer's requests the
+                                 # broker held on average (ProducerPerformance's producer
+                                 # keeps up to 5 in flight).
+                                 "Produce requests in the broker": in_broker_s / seconds}
 
 
 def librdkafka_workloads(opts, broker, figures):
@@ -791,14 +798,21 @@ def fsync_section(runs):
             disk.setdefault(writers, []).append(rate)
     lines[-1] += "; ".join(f"{median_cell(rates)} fdatasyncs/s of 16 KiB appends from {writers}"
                            for writers, rates in disk.items()) + "."
-    lines += ["", "| workload | fsyncs/s | KiB per fsync | mean fsync ms |", "|---|---|---|---|"]
+    lines[-1] += (" Also per workload, from `osprey_request_duration_seconds{api=\"Produce\"}`: a Produce"
+                  " request's mean time in the broker (frame read to response written) and how many"
+                  " requests the broker held on average (that time summed over the workload's"
+                  " duration, Little's law; the producer keeps up to 5 in flight): what the producer"
+                  " was waiting on the broker for.")
+    lines += ["", "| workload | fsyncs/s | KiB per fsync | mean fsync ms | Produce ms in the broker "
+              "| Produce requests in the broker |", "|---|---|---|---|---|---|"]
     for workload in dict.fromkeys(w for run in runs for w in run["fsyncs"]):
         def column(name):
             values = [run["fsyncs"][workload][name] for run in runs
-                      if workload in run["fsyncs"] and run["fsyncs"][workload][name] is not None]
+                      if run["fsyncs"].get(workload, {}).get(name) is not None]
             return median_cell(values)
         lines.append(f"| {workload} | {column('fsyncs per second')} | {column('KiB per fsync')} "
-                     f"| {column('mean fsync ms')} |")
+                     f"| {column('mean fsync ms')} | {column('Produce ms in the broker')} "
+                     f"| {column('Produce requests in the broker')} |")
     return lines
 
 
