@@ -215,13 +215,17 @@ impl TransactionCoordinator {
         let Some(waiting) = self.waiting_adds.remove(transactional_id) else { return };
         // They parked behind one producer, which no transition changed since; grouped by
         // producer all the same, so a waiter is never answered for another's producer.
-        let mut by_producer: BTreeMap<(i64, i16), (BTreeSet<TopicPartition>, Vec<(ReplyId, i16)>)> = BTreeMap::new();
-        for WaitingAdd { producer, partitions, replies } in waiting {
-            let group = by_producer.entry(producer).or_default();
-            group.0.extend(partitions);
-            group.1.extend(replies);
+        let mut by_producer: BTreeMap<(i64, i16), WaitingAdd> = BTreeMap::new();
+        for add in waiting {
+            let group = by_producer.entry(add.producer).or_insert_with(|| WaitingAdd {
+                producer: add.producer,
+                partitions: BTreeSet::new(),
+                replies: Vec::new(),
+            });
+            group.partitions.extend(add.partitions);
+            group.replies.extend(add.replies);
         }
-        for (producer, (partitions, replies)) in by_producer {
+        for WaitingAdd { producer, partitions, replies } in by_producer.into_values() {
             self.add(transactional_id, producer, &partitions, AddKind::Partitions, replies, now_ms);
         }
     }
