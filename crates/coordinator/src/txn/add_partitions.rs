@@ -175,11 +175,12 @@ impl TransactionCoordinator {
         };
         let adding = metadata.pending_state == Some(TxnState::Ongoing);
         if error == Some(ErrorCode::CONCURRENT_TRANSACTIONS) && adding && kind.waits(&replies) {
-            let waiting = self.waiting_adds.entry(transactional_id.to_string()).or_default();
-            let held: usize = waiting.iter().map(|w| w.replies.len()).sum();
+            let held: usize =
+                self.waiting_adds.get(transactional_id).map_or(0, |w| w.iter().map(|w| w.replies.len()).sum());
             if held + replies.len() <= MAX_WAITING_ADDS {
                 let producer = (producer_id, producer_epoch);
-                waiting.push(WaitingAdd { producer, partitions: partitions.clone(), replies });
+                let add = WaitingAdd { producer, partitions: partitions.clone(), replies };
+                self.waiting_adds.entry(transactional_id.to_string()).or_default().push(add);
                 return;
             }
         }
