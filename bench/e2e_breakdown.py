@@ -130,11 +130,6 @@ def iterations(packets):
     return out
 
 
-def percentile(values, q):
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
-
 def one_run(opts, variant, rnd):
     root = opts.workdir / f"{variant}-{rnd}"
     shutil.rmtree(root, ignore_errors=True)
@@ -169,7 +164,8 @@ def one_run(opts, variant, rnd):
            "fetch late share": sum(1 for v in late if v > 0) / len(late)}
     for name, values in (("broker", broker_part), ("produce", produce), ("fetch", fetch),
                          ("fetch late by", late), ("cycle", cycle), ("client", client)):
-        run[name] = {p: percentile(values, q) for p, q in PERCENTILES}
+        ordered = sorted(values)
+        run[name] = {p: bench.percentile(ordered, q) for p, q in PERCENTILES}
     print(f"{variant} round {rnd}: tool {run['tool']}, broker {run['broker']}, client {run['client']}",
           flush=True)
     return run
