@@ -31,6 +31,8 @@ Usage: e2e_breakdown.py --kafka-lib DIR --osprey-bin PATH --workdir DIR --out DI
 import argparse
 import datetime
 import json
+import re
+import selectors
 import shutil
 import statistics
 import struct
@@ -130,6 +132,36 @@ def iterations(packets):
     return out
 
 
+def start_capture(pcap, port, timeout_s=30):
+    """tcpdump on loopback for `port`, returned once it says it is capturing (a capture
+    that starts late misses the first cycles)."""
+    dump = subprocess.Popen(["tcpdump", "-i", "lo", "-s", "128", "-U", "-w", str(pcap),
+                             "--time-stamp-precision=nano", f"tcp port {port}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    said = ""
+    with selectors.DefaultSelector() as selector:
+        selector.register(dump.stderr, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout_s
+        while "listening on" not in said:
+            left = deadline - time.monotonic()
+            line = dump.stderr.readline() if left > 0 and selector.select(left) else None
+            if not line:
+                dump.kill()
+                dump.wait()
+                raise bench.BenchError(f"tcpdump did not start capturing within {timeout_s} s: {said[-500:]}")
+            said += line
+    return dump
+
+
+def stop_capture(dump):
+    """Stops tcpdump; a capture that lost packets would split cycles wrongly, so it fails."""
+    dump.terminate()
+    _, said = dump.communicate(timeout=30)
+    dropped = re.search(r"(\d+) packets? dropped by kernel", said)
+    if dropped and int(dropped.group(1)) > 0:
+        raise bench.BenchError(f"tcpdump lost {dropped.group(1)} packets; run again on a quieter machine")
+
+
 def one_run(opts, variant, rnd):
     root = opts.workdir / f"{variant}-{rnd}"
     shutil.rmtree(root, ignore_errors=True)
@@ -137,21 +169,19 @@ def one_run(opts, variant, rnd):
                                        sizes=bench.MODES["full"], mode="full")
     broker = bench.make_broker(variant, root / "broker", bench_opts)
     pcap = root / "loopback.pcap"
+    dump = None
     try:
         broker.start()
         bench.create_topic(broker, "e2e", 1)
-        dump = subprocess.Popen(["tcpdump", "-i", "lo", "-s", "128", "-U", "-w", str(pcap),
-                                 "--time-stamp-precision=nano", f"tcp port {broker.port}"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        time.sleep(1.0)  # tcpdump attaches
-        if dump.poll() is not None:
-            raise bench.BenchError(f"tcpdump exited: {dump.stderr.read().decode()[-500:]}")
+        dump = start_capture(pcap, broker.port)
         tool = bench.end_to_end_latency(bench_opts, broker, "e2e", opts.messages)
-        time.sleep(0.5)
-        dump.terminate()
-        dump.wait(30)
+        time.sleep(0.5)  # the last packets reach the file
+        stop_capture(dump)
         found = iterations(segments(pcap, broker.port))
     finally:
+        if dump is not None and dump.poll() is None:
+            dump.kill()
+            dump.wait()
         broker.stop()
         bench.kill_all()
         shutil.rmtree(root, ignore_errors=True)
