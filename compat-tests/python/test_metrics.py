@@ -60,7 +60,7 @@ def stage(samples, api, name, part="sum"):
     return value(samples, f"osprey_request_stage_seconds_{part}", api=api, stage=name)
 
 
-STAGES = ("queue", "local", "remote", "send")
+STAGES = ("queue", "local", "remote", "response_queue", "send")
 
 
 def test_metrics_count_requests_bytes_messages_and_connections(broker):
@@ -300,7 +300,7 @@ def test_a_long_poll_waits_in_remote_and_a_request_behind_it_in_queue(start_brok
     `remote`, not `local` (its p99 once read as max.wait.ms of handler work). With a
     pending-response budget of one byte, an ApiVersions sent behind it on the same
     connection cannot start until the fetch is answered: it is counted in
-    `osprey_request_queue_size` meanwhile, and its wait under `queue`. Each request's four
+    `osprey_request_queue_size` meanwhile, and its wait under `queue`. Each request's five
     stages add up to its `osprey_request_duration_seconds`."""
     wait_s = 3.0
     broker = start_broker({"osprey.max.pending.response.bytes.per.connection": 1})
@@ -332,7 +332,7 @@ def test_a_long_poll_waits_in_remote_and_a_request_behind_it_in_queue(start_brok
         what="both requests counted",
     )
     for api in ("Fetch", "ApiVersions"):
-        assert [delta(after, api, name, "count") for name in STAGES] == [1, 1, 1, 1], api
+        assert [delta(after, api, name, "count") for name in STAGES] == [1, 1, 1, 1, 1], api
     # The fetch's answer took at least max.wait.ms from its frame read, and all of the
     # wait is remote: whatever else it did (an empty read, twice) is far shorter.
     fetch = {name: delta(after, "Fetch", name) for name in STAGES}

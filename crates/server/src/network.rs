@@ -723,10 +723,10 @@ fn closed_mid_frame() -> io::Error {
 async fn write_loop(mut wr: impl ResponseSink, mut rx: mpsc::Receiver<Queued>, peer: SocketAddr) {
     let mut out = BytesMut::new();
     while let Some(mut q) = rx.recv().await {
+        q.times.taken_up();
         let written = match q.reply {
             Outgoing::Frame(frame) => wr.write_all(&frame).await.map(|()| frame.len()),
             Outgoing::Later(pending) => {
-                q.times.deferred_started();
                 let (answer, remote) = stages::measured(pending).await;
                 q.times.deferred_returned(remote);
                 let written = write_answer(&mut wr, q.correlation_id, q.api_version, &answer, &mut out).await;

@@ -14,12 +14,15 @@
 //!   rebalance or a durable write, and the transaction checks sent to another broker.
 //!   A controller write (CreateTopics and the like, forwarded to the active controller
 //!   in a cluster) runs whole on the blocking pool and counts as `local`.
-//! - `send`: from the answer until its response is written to the socket, including
-//!   the wait behind the connection's earlier responses (responses go out in request
-//!   order). A deferred answer only starts once the writer reaches it, so that wait
-//!   counts here too, as Kafka's response queue time.
+//! - `response_queue`: from the handler's return until the connection's writer takes
+//!   the answer up, i.e. the wait behind the connection's earlier responses (responses
+//!   go out in request order). A deferred answer only starts once the writer reaches
+//!   it, so its local and remote time come after this wait, as in Kafka's response
+//!   queue time.
+//! - `send`: from the answer until its response is written to the socket (Kafka's
+//!   response send time).
 //!
-//! The four add up to `osprey_request_duration_seconds`, from frame read to response
+//! The five add up to `osprey_request_duration_seconds`, from frame read to response
 //! written. Work a handler hands to a task of its own is not the request's (an acks=0
 //! produce's append, which nobody waits for).
 
@@ -61,17 +64,19 @@ enum Stage {
     Queue,
     Local,
     Remote,
+    ResponseQueue,
     Send,
 }
 
 impl Stage {
-    const ALL: [Stage; 4] = [Stage::Queue, Stage::Local, Stage::Remote, Stage::Send];
+    const ALL: [Stage; 5] = [Stage::Queue, Stage::Local, Stage::Remote, Stage::ResponseQueue, Stage::Send];
 
     fn name(self) -> &'static str {
         match self {
             Stage::Queue => "queue",
             Stage::Local => "local",
             Stage::Remote => "remote",
+            Stage::ResponseQueue => "response_queue",
             Stage::Send => "send",
         }
     }
@@ -82,13 +87,13 @@ impl Stage {
 #[derive(Debug)]
 pub struct RequestTimes {
     mark: Instant,
-    stages: [Duration; 4],
+    stages: [Duration; 5],
 }
 
 impl RequestTimes {
     /// Its frame was read just now.
     pub fn frame_read() -> RequestTimes {
-        RequestTimes { mark: Instant::now(), stages: [Duration::ZERO; 4] }
+        RequestTimes { mark: Instant::now(), stages: [Duration::ZERO; 5] }
     }
 
     pub fn handler_started(&mut self) {
@@ -100,9 +105,10 @@ impl RequestTimes {
         self.close(Stage::Local);
     }
 
-    /// The writer took up the deferred answer (after the responses before it).
-    pub fn deferred_started(&mut self) {
-        self.close(Stage::Send);
+    /// The connection's writer took up the answer, after the responses before it; a
+    /// deferred answer starts now.
+    pub fn taken_up(&mut self) {
+        self.close(Stage::ResponseQueue);
     }
 
     /// The deferred answer is ready, having spent `remote` in delayed operations.
@@ -151,7 +157,7 @@ mod tests {
         let mut times = RequestTimes::frame_read();
         times.handler_started();
         times.handler_returned();
-        times.deferred_started();
+        times.taken_up();
         let (answer, remote) = measured(async {
             tokio::time::sleep(Duration::from_millis(30)).await; // a read
             remote_wait(tokio::time::sleep(Duration::from_millis(500))).await; // a long poll
@@ -165,6 +171,23 @@ mod tests {
         assert_eq!(stage(&times, "remote"), Duration::from_millis(500));
         assert_eq!(stage(&times, "local"), Duration::from_millis(30), "the wait was counted as local work");
         assert_eq!(times.total(), Duration::from_millis(530));
+    }
+
+    /// The wait behind earlier responses is `response_queue`, and writing is `send`,
+    /// whatever kind of answer it is.
+    #[tokio::test(start_paused = true)]
+    async fn the_wait_for_the_writer_is_response_queue_and_the_write_is_send() {
+        let mut times = RequestTimes::frame_read();
+        times.handler_started();
+        times.handler_returned();
+        tokio::time::sleep(Duration::from_millis(40)).await; // the responses before it
+        times.taken_up();
+        tokio::time::sleep(Duration::from_millis(3)).await; // the write
+        times.written();
+        assert_eq!(stage(&times, "response_queue"), Duration::from_millis(40));
+        assert_eq!(stage(&times, "send"), Duration::from_millis(3));
+        assert_eq!(stage(&times, "local") + stage(&times, "remote") + stage(&times, "queue"), Duration::ZERO);
+        assert_eq!(times.total(), Duration::from_millis(43));
     }
 
     #[tokio::test(start_paused = true)]
