@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import re
+import resource
 import shutil
 import signal
 import socket
@@ -95,6 +96,8 @@ MODES["pinned"] = dataclasses.replace(MODES["full"], pinned=True)
 # Batching "tuned": bigger batches and a longer linger, as throughput guides suggest.
 BATCHING = {"default": [], "tuned": ["batch.size=262144", "linger.ms=20"]}
 
+# The report's column heading of each variant.
+COLUMNS = {"kafka": "Kafka", "osprey": "osprey (fsync, default)", "osprey-nofsync": "osprey (like Kafka)"}
 VARIANTS = {
     "kafka": "Apache Kafka 4.4.0 (no fsync on the write path)",
     "osprey": "osprey, default (fsync before every ack)",
@@ -131,6 +134,7 @@ class Broker:
         self.bootstrap = f"127.0.0.1:{self.port}"
         self.args_pinned = False
         self.fsyncs = {}  # {produce figure: fsync statistics}, osprey only
+        self.cpu = {}  # {Java tool figure: {"client cores": ..., "broker cores": ...}}
 
     def start(self, wait_topic=None):
         """Starts the process; returns (seconds until it accepts connections, seconds
@@ -287,7 +291,29 @@ class OspreyBroker(Broker):
         names = ("osprey_fsync_duration_seconds_count", "osprey_fsync_duration_seconds_sum",
                  'osprey_request_duration_seconds_count{api="Produce"}',
                  'osprey_request_duration_seconds_sum{api="Produce"}')
-        return tuple(float(values.get(name, 0.0)) for name in names)
+        counters = [float(values.get(name, 0.0)) for name in names]
+        # Of that time, the Produce requests' wait for their acknowledgement (the fsync
+        # at the default) and their wait behind the connection's earlier responses.
+        for stage in ("remote", "response_queue"):
+            counters.append(sum(float(value) for series, value in values.items()
+                                if series.startswith("osprey_request_stage_seconds_sum{")
+                                and 'api="Produce"' in series and f'stage="{stage}"' in series))
+        # The CPU seconds of the threads that fsync (the kernel's work in fdatasync).
+        counters.append(self.thread_cpu_s("osprey-flusher"))
+        return tuple(counters)
+
+    def thread_cpu_s(self, prefix):
+        """User + system CPU seconds of the broker's threads whose name starts with `prefix`."""
+        total = 0
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                stat = (task / "stat").read_text()
+            except FileNotFoundError:
+                continue  # the thread ended
+            if stat[stat.index("(") + 1:stat.rindex(")")].startswith(prefix):
+                fields = stat.rsplit(")", 1)[1].split()
+                total += int(fields[11]) + int(fields[12])
+        return total / os.sysconf("SC_CLK_TCK")
 
 
 def make_broker(variant, root, opts):
@@ -542,7 +568,7 @@ def run_session(opts, variant, rep, workdir):
         broker.stop()
         kill_all()
         shutil.rmtree(broker.root, ignore_errors=True)
-    return figures, broker.fsyncs, disk
+    return figures, broker.fsyncs, broker.cpu, disk
 
 
 def disk_fsync_rates(directory, seconds=2.0, block=16 * 1024):
@@ -596,24 +622,40 @@ def produce_and_consume(opts, broker, figures):
 def measured_workload(opts, broker, figures, figure, moved_mib, workload):
     """Records `figure` (MiB/s) from `workload`; in a pinned run also the MiB it moved per
     second of broker CPU: the throughput the broker would reach at 100% of its one core.
-    For osprey, the fsyncs the workload cost, in broker.fsyncs."""
+    For osprey, the fsyncs the workload cost, in broker.fsyncs; for Kafka's tools, the
+    cores the tool's JVM and the broker used meanwhile, in broker.cpu."""
     cpu_before, fsyncs_before = broker.usage()[0], broker.fsync_counters()
+    client_before, began = children_cpu_s(), time.monotonic()
     figures[figure] = workload()
     cpu_s = broker.usage()[0] - cpu_before
+    wall_s = time.monotonic() - began
+    if figure.startswith(("produce", "consume")):  # a Java tool, a child of this process
+        broker.cpu[figure] = {"client cores": (children_cpu_s() - client_before) / wall_s,
+                              "broker cores": cpu_s / wall_s}
     if opts.sizes.pinned and cpu_s > 0:
         figures[f"{figure} at 100% of one broker core"] = moved_mib / cpu_s
     if fsyncs_before is not None and figure.startswith("produce"):
-        count, spent_s, requests, in_broker_s = (
+        count, spent_s, requests, in_broker_s, remote_s, behind_s, flusher_cpu_s = (
             after - before for after, before in zip(broker.fsync_counters(), fsyncs_before))
         seconds = moved_mib / figures[figure]
+        per_request = (lambda s: s * 1000 / requests) if requests else (lambda s: None)
         broker.fsyncs[figure] = {"fsyncs per second": count / seconds,
                                  "KiB per fsync": moved_mib * 1024 / count if count else None,
                                  "mean fsync ms": spent_s * 1000 / count if count else None,
-                                 "Produce ms in the broker": in_broker_s * 1000 / requests if requests else None,
+                                 "flusher CPU us per fsync": flusher_cpu_s * 1e6 / count if count else None,
+                                 "Produce ms in the broker": per_request(in_broker_s),
+                                 "of which acknowledgement wait": per_request(remote_s),
+                                 "of which behind earlier responses": per_request(behind_s),
                                  # Little's law: how many of the producer's requests the
                                  # broker held on average (ProducerPerformance's producer
                                  # keeps up to 5 in flight).
                                  "Produce requests in the broker": in_broker_s / seconds}
+
+
+def children_cpu_s():
+    """User + system CPU seconds of this process's children that have ended (the tools)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def librdkafka_workloads(opts, broker, figures):
@@ -762,7 +804,7 @@ def write_report(opts, runs, started_at, out):
         "Ratio is osprey / Kafka of the medians: above 1 is better for throughput, worse for latency, "
         "CPU, memory and restart time.",
         "",
-        "| figure | Kafka | osprey (fsync, default) | osprey (like Kafka) "
+        f"| figure | {COLUMNS['kafka']} | {COLUMNS['osprey']} | {COLUMNS['osprey-nofsync']} "
         "| ratio, default | ratio, like for like |",
         "|---|---|---|---|---|---|",
     ]
@@ -772,6 +814,7 @@ def write_report(opts, runs, started_at, out):
                      f"| {cell(figure, 'osprey-nofsync')} "
                      f"| {ratio(figure, 'osprey')} | {ratio(figure, 'osprey-nofsync')} |")
     lines += fsync_section(runs)
+    lines += cpu_section(runs)
     lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)", "",
               "Raw figures of every run: `raw.json`.", ""]
     (out / "README.md").write_text("\n".join(lines))
@@ -802,17 +845,51 @@ def fsync_section(runs):
                   " request's mean time in the broker (frame read to response written) and how many"
                   " requests the broker held on average (that time summed over the workload's"
                   " duration, Little's law; the producer keeps up to 5 in flight): what the producer"
-                  " was waiting on the broker for.")
-    lines += ["", "| workload | fsyncs/s | KiB per fsync | mean fsync ms | Produce ms in the broker "
-              "| Produce requests in the broker |", "|---|---|---|---|---|---|"]
+                  " was waiting on the broker for. Of a request's time, its wait for the acknowledgement"
+                  " (the fsync; `osprey_request_stage_seconds` stage `remote`) and its wait behind the"
+                  " connection's earlier responses, which go out in order (stage `response_queue`)."
+                  " Flusher CPU: the user + system CPU of the threads that fsync, per fsync (the"
+                  " kernel's work in fdatasync).")
+    lines += ["", "| workload | fsyncs/s | KiB per fsync | mean fsync ms | flusher CPU µs per fsync "
+              "| Produce ms in the broker | of which acknowledgement wait | of which behind earlier "
+              "responses | Produce requests in the broker |", "|---|---|---|---|---|---|---|---|---|"]
     for workload in dict.fromkeys(w for run in runs for w in run["fsyncs"]):
         def column(name):
             values = [run["fsyncs"][workload][name] for run in runs
                       if run["fsyncs"].get(workload, {}).get(name) is not None]
             return median_cell(values)
         lines.append(f"| {workload} | {column('fsyncs per second')} | {column('KiB per fsync')} "
-                     f"| {column('mean fsync ms')} | {column('Produce ms in the broker')} "
+                     f"| {column('mean fsync ms')} | {column('flusher CPU us per fsync')} "
+                     f"| {column('Produce ms in the broker')} | {column('of which acknowledgement wait')} "
+                     f"| {column('of which behind earlier responses')} "
                      f"| {column('Produce requests in the broker')} |")
+    return lines
+
+
+def cpu_section(runs):
+    """The cores Kafka's tool (its JVM) and the broker used during each Java-tool
+    workload: on two shared cores, what left the other one."""
+    runs = [run for run in runs if run.get("cpu")]
+    if not runs:
+        return []
+    variants = list(dict.fromkeys(run["variant"] for run in runs))
+    lines = ["", "## The cores each side used", "",
+             "Per workload of Kafka's tools, medians over the repetitions: the CPU the tool's JVM "
+             "(client) and the broker took while it ran, over its wall time, as client / broker "
+             "cores. Two cores in all; what neither used was idle or other processes'.", "",
+             "| workload | " + " | ".join(COLUMNS.get(v, v) for v in variants) + " |",
+             "|---|" + "---|" * len(variants)]
+    for workload in dict.fromkeys(w for run in runs for w in run["cpu"]):
+        cells = []
+        for variant in variants:
+            of = [run["cpu"][workload] for run in runs if run["variant"] == variant and workload in run["cpu"]]
+            if not of:
+                cells.append("n/a")
+                continue
+            client = statistics.median(c["client cores"] for c in of)
+            broker = statistics.median(c["broker cores"] for c in of)
+            cells.append(f"{client:.2f} / {broker:.2f}")
+        lines.append(f"| {workload} | " + " | ".join(cells) + " |")
     return lines
 
 
@@ -907,13 +984,13 @@ def main():
             for variant in opts.sizes.variants:
                 began = time.monotonic()
                 try:
-                    figures, fsyncs, disk = run_session(opts, variant, rep, workdir)
+                    figures, fsyncs, cpu, disk = run_session(opts, variant, rep, workdir)
                 except BenchError as e:
                     failures.append(f"{variant} rep {rep}: {e}")
                     print(f"bench: {variant} rep {rep} FAILED: {e}", file=sys.stderr, flush=True)
                     continue
                 runs.append({"variant": variant, "rep": rep, "figures": figures,
-                             "fsyncs": fsyncs, "disk fsyncs per second": disk})
+                             "fsyncs": fsyncs, "cpu": cpu, "disk fsyncs per second": disk})
                 print(f"bench: {variant} rep {rep + 1}/{opts.sizes.reps} done in "
                       f"{time.monotonic() - began:.0f} s", flush=True)
     finally:
