@@ -121,7 +121,7 @@ def report(opts, runs, started_at):
     lines = [
         "# Offset commits after every message: osprey against Apache Kafka 4.4.0",
         "",
-        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {bench.git_revision()} (release build)",
+        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} (release build)",
         f"- Machine: {bench.machine_description()}",
     ]
     if opts.note:
@@ -177,6 +177,8 @@ def main():
     # make_broker reads the pinned flag of the main benchmark's sizes.
     opts.sizes = bench.MODES["full"]
     started_at = datetime.datetime.now(datetime.timezone.utc)
+    # Taken before the run: the report's own files, written at its end, would count as changes.
+    opts.revision = bench.git_revision()
     runs = []
     try:
         for rep in range(opts.reps):

@@ -213,7 +213,7 @@ def report(opts, runs, started_at):
     lines = [
         "# EndToEndLatency, broken down: the broker's part and the client's",
         "",
-        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {bench.git_revision()} ({build} build)",
+        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} ({build} build)",
         f"- Machine: {bench.machine_description()}",
         *([f"- Note: {opts.note}"] if opts.note else []),
         f"- {opts.rounds} round(s) of {opts.messages} records per broker, brokers alternated, fresh data"
@@ -249,7 +249,7 @@ def report(opts, runs, started_at):
             lines.append(f"- {label.get(v, v)}: {ratios}")
     (opts.out / "E2E-BREAKDOWN.md").write_text("\n".join(lines) + "\n")
     (opts.out / "e2e-breakdown.json").write_text(json.dumps(
-        {"started_at": started_at.isoformat(), "revision": bench.git_revision(), "note": opts.note,
+        {"started_at": started_at.isoformat(), "revision": opts.revision, "note": opts.note,
          "runs": runs}, indent=1) + "\n")
 
 
@@ -268,6 +268,8 @@ def main():
     opts.workdir.mkdir(parents=True, exist_ok=True)
     opts.out.mkdir(parents=True, exist_ok=True)
     started_at = datetime.datetime.now(datetime.timezone.utc)
+    # Taken before the run: the report's own files, written at its end, would count as changes.
+    opts.revision = bench.git_revision()
     runs = []
     try:
         for rnd in range(opts.rounds):
