@@ -724,6 +724,11 @@ def machine_description():
             f"Linux {platform.release()}, {java_version}")
 
 
+def build_of(osprey_bin):
+    """The cargo profile an osprey binary was built with, from its path (target/<profile>/)."""
+    return "debug" if "debug" in Path(osprey_bin).parts else "release"
+
+
 def git_revision():
     done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],

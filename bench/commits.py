@@ -121,7 +121,7 @@ def report(opts, runs, started_at):
     lines = [
         "# Offset commits after every message: osprey against Apache Kafka 4.4.0",
         "",
-        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} (release build)",
+        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} ({bench.build_of(opts.osprey_bin)} build)",
         f"- Machine: {bench.machine_description()}",
     ]
     if opts.note:

@@ -208,12 +208,11 @@ def report(opts, runs, started_at):
         values = [r[field][p] if isinstance(r[field], dict) else r[field] for r in runs if r["variant"] == variant]
         return statistics.median(values)
 
-    build = "debug" if "debug" in opts.osprey_bin.parts else "release"
     label = {"kafka": "Kafka 4.4", "osprey": "osprey (fsync, default)", "osprey-nofsync": "osprey (like Kafka)"}
     lines = [
         "# EndToEndLatency, broken down: the broker's part and the client's",
         "",
-        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} ({build} build)",
+        f"- Date: {started_at:%Y-%m-%d %H:%M} UTC; osprey {opts.revision} ({bench.build_of(opts.osprey_bin)} build)",
         f"- Machine: {bench.machine_description()}",
         *([f"- Note: {opts.note}"] if opts.note else []),
         f"- {opts.rounds} round(s) of {opts.messages} records per broker, brokers alternated, fresh data"
