@@ -228,7 +228,7 @@ def report(opts, runs, started_at):
         values = [r[field][p] if isinstance(r[field], dict) else r[field] for r in runs if r["variant"] == variant]
         return statistics.median(values)
 
-    label = {"kafka": "Kafka 4.4", "osprey": "osprey (fsync, default)", "osprey-nofsync": "osprey (like Kafka)"}
+    label = {**bench.COLUMNS, "kafka": "Kafka 4.4"}
     lines = [
         "# EndToEndLatency, broken down: the broker's part and the client's",
         "",
