@@ -56,11 +56,11 @@ def committed(broker, group, topic):
         c.close()
 
 
-def cut_offsets_segments(broker):
-    """Cuts every __consumer_offsets segment and index file to empty; returns the bytes
-    the segments held."""
+def cut_segments(broker, topic):
+    """Cuts every segment and index file of `topic` to empty; returns the bytes the
+    segments held."""
     held = 0
-    for d in broker.partition_dirs("__consumer_offsets"):
+    for d in broker.partition_dirs(topic):
         for f in d.iterdir():
             if f.suffix in (".log", ".index", ".timeindex"):
                 if f.suffix == ".log":
@@ -91,7 +91,7 @@ def test_offset_commits_acknowledged_through_the_journal_survive_a_power_loss(st
     assert metric(broker, "osprey_journal_entries_total") == entries, "commits after the check"
 
     broker.kill9()
-    held = cut_offsets_segments(broker)
+    held = cut_segments(broker, "__consumer_offsets")
     assert held > 0, "the commits were not in the __consumer_offsets segments to begin with"
     broker.start()
 
@@ -127,3 +127,31 @@ def test_an_empty_topic_list_turns_the_journal_off(start_broker):
     assert committed(broker, "journal-off-group", topic) == 5
     wait_metric(broker, "osprey_fsyncs_total", lambda v: v > 0)
     assert not (broker.data_dir / ".osprey-journal").exists()
+
+
+def test_a_star_journals_every_topic_and_its_acknowledged_records_survive_a_power_loss(start_broker):
+    """`*` attaches every topic's partitions: records a producer had acknowledged with
+    acks=all come back from the journal after their segments are cut back to what was
+    fsynced (nothing: only the journal was)."""
+    broker = start_broker({"osprey.log.journal.topics": "*"})
+    topic, partitions, count = "journal-every-topic", 4, 200
+    clients.create_topic(broker, topic, partitions)
+    p = clients.producer(broker, acks="all", **{"linger.ms": 0})
+    reports = clients.produce_all(
+        p, topic, [{"partition": i % partitions, "value": b"v%d" % i} for i in range(count)]
+    )
+    assert all(r.error is None for r in reports), [r.error for r in reports if r.error]
+    wait_metric(broker, "osprey_journal_entries_total", lambda v: v >= partitions)
+    before = metric(broker, "osprey_fsyncs_total")
+    assert before == 0, f"{before} partition log fsyncs: cutting the segments would not be a power loss"
+    assert metric(broker, "osprey_journal_fsyncs_total") > 0
+
+    broker.kill9()
+    held = cut_segments(broker, topic)
+    assert held > 0, "the records were not in the segments to begin with"
+    broker.start()
+
+    got = clients.read_partitions(broker, topic, range(partitions), count)
+    assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(count))
+    wait_metric(broker, "osprey_journal_replayed_batches_total", lambda v: v >= partitions)
+

@@ -1154,9 +1154,10 @@ impl Broker {
         }
     }
 
-    /// Whether `topic`'s partitions are attached to the commit journal.
+    /// Whether `topic`'s partitions are attached to the commit journal: it is listed, or
+    /// the list holds `*` (every topic).
     fn journaled(&self, topic: &str) -> bool {
-        self.settings.config.log_journal_topics.iter().any(|t| t == topic)
+        self.settings.config.log_journal_topics.iter().any(|t| t == topic || t == "*")
     }
 
     /// Every partition log held here at start-up is open (and has replayed what the

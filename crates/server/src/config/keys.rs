@@ -516,7 +516,7 @@ pub static BROKER_KEYS: &[ConfigKey] = &[
     ConfigKey::new("osprey.log.flusher.threads", Int, Some("4"), AtLeast(1), G::Retention,
         "Threads doing the group-commit fsyncs; several let fsyncs of different partitions overlap."),
     ConfigKey::new("osprey.log.journal.topics", List, Some("__consumer_offsets,__transaction_state,__share_group_state"), Any, G::Retention,
-        "Topics whose partitions count an acknowledged append durable once the data directory's commit journal is fsynced: one fsync covers the appends of all of them (offset commits of many groups, say), instead of one fsync per partition. Default: the coordinators' internal topics. Empty: none (each partition fsyncs its own segment)."),
+        "Topics whose partitions count an acknowledged append durable once the data directory's commit journal is fsynced: one fsync covers the appends of all of them (offset commits of many groups, say), instead of one fsync per partition. Default: the coordinators' internal topics. `*`: every topic (a producer writing small batches to many partitions at acks=all then waits for one fsync per request rather than one per partition, at the cost of writing its data twice). Empty: none (each partition fsyncs its own segment)."),
     ConfigKey::new("osprey.log.journal.file.bytes", Long, Some("16777216"), AtLeast(4096), G::Retention,
         "Size at which a commit journal file is retired: its partitions fsync their segments and it is deleted."),
     ConfigKey::new("osprey.log.scrub.bytes.per.second", Long, Some("8388608"), AtLeast(0), G::Retention,
