@@ -6,7 +6,7 @@
 //! | `osprey_requests_total` | counter | api, version | requests answered (or, for acks=0, handled) |
 //! | `osprey_request_errors_total` | counter | api, version | requests that closed their connection |
 //! | `osprey_request_duration_seconds` | histogram | api | from frame read to response written |
-//! | `osprey_request_stage_seconds` | histogram | api, stage | the same time split into `queue`, `local`, `remote`, `send` ([`stages`]) |
+//! | `osprey_request_stage_seconds` | histogram | api, stage | the same time split into `queue`, `local`, `remote`, `response_queue`, `send` ([`stages`]) |
 //! | `osprey_requests_in_flight` | gauge | | requests read and not yet answered |
 //! | `osprey_request_queue_size` | gauge | | requests read whose handler has not started (their connection's unwritten responses fill its budget) |
 //! | `osprey_response_bytes_total` | counter | api | response bytes written |
@@ -306,7 +306,7 @@ fn describe() {
     describe_histogram!(
         "osprey_request_stage_seconds",
         Unit::Seconds,
-        "Request time by stage: queue (until handled), local (handler work), remote (delayed operations: long poll, acks), send (until written)."
+        "Request time by stage: queue (until handled), local (handler work), remote (delayed operations: long poll, acks), response_queue (behind the connection's earlier responses), send (until written)."
     );
     describe_gauge!("osprey_requests_in_flight", "Requests read and not yet answered.");
     describe_gauge!("osprey_request_queue_size", "Requests read whose handler has not started yet.");
