@@ -96,13 +96,18 @@ MODES["pinned"] = dataclasses.replace(MODES["full"], pinned=True)
 # Batching "tuned": bigger batches and a longer linger, as throughput guides suggest.
 BATCHING = {"default": [], "tuned": ["batch.size=262144", "linger.ms=20"]}
 
-# The report's column heading of each variant.
-COLUMNS = {"kafka": "Kafka", "osprey": "osprey (fsync, default)", "osprey-nofsync": "osprey (like Kafka)"}
 VARIANTS = {
     "kafka": "Apache Kafka 4.4.0 (no fsync on the write path)",
     "osprey": "osprey, default (fsync before every ack)",
     "osprey-nofsync": f"osprey, log.flush.interval.messages={KAFKA_FLUSH_MESSAGES} (like Kafka)",
+    # Not in any mode's variants by default: --variants adds it.
+    "osprey-journal": "osprey, osprey.log.journal.topics=* (fsync before every ack, one journal fsync for all partitions)",
 }
+# The report's column heading of each variant, and of its ratio to Kafka.
+COLUMNS = {"kafka": "Kafka", "osprey": "osprey (fsync, default)", "osprey-nofsync": "osprey (like Kafka)",
+           "osprey-journal": "osprey (journal for every topic)"}
+RATIOS = {"osprey": "ratio, default", "osprey-nofsync": "ratio, like for like",
+          "osprey-journal": "ratio, journal for every topic"}
 
 
 class BenchError(Exception):
@@ -321,6 +326,8 @@ def make_broker(variant, root, opts):
         broker = KafkaBroker(root, opts.kafka_lib)
     elif variant == "osprey":
         broker = OspreyBroker(variant, root, opts.osprey_bin, [])
+    elif variant == "osprey-journal":
+        broker = OspreyBroker(variant, root, opts.osprey_bin, ["osprey.log.journal.topics=*"])
     else:
         broker = OspreyBroker(variant, root, opts.osprey_bin,
                               [f"log.flush.interval.messages={KAFKA_FLUSH_MESSAGES}"])
@@ -754,6 +761,8 @@ def median_cell(values, show=fmt):
 def write_report(opts, runs, started_at, out):
     """README.md (the table), raw.json (every run) and the charts, in out."""
     figures = list(dict.fromkeys(f for run in runs for f in run["figures"]))
+    # The columns: Kafka, then the variants that ran, in VARIANTS' order.
+    variants = ["kafka", *(v for v in VARIANTS if v != "kafka" and any(r["variant"] == v for r in runs))]
     medians, spreads = {}, {}
     for figure in figures:
         for variant in VARIANTS:
@@ -805,20 +814,24 @@ def write_report(opts, runs, started_at, out):
         "fsyncs before every acknowledgement. **The like-for-like comparison is the "
         "`osprey (like Kafka)` column**, started with "
         f"`--override log.flush.interval.messages={KAFKA_FLUSH_MESSAGES}` (Kafka's own default).",
+        *(["- `osprey (journal for every topic)`: osprey's default durability with "
+           "`--override osprey.log.journal.topics=*`: a leader append is durable once the data "
+           "directory's commit journal is fsynced, one fsync for the appends of every partition."]
+          if "osprey-journal" in variants else []),
         "- Each cell: the median, then (lowest-highest) over the repetitions. "
         "Ratio is osprey / Kafka of the medians: above 1 is better for throughput, worse for latency, "
         "CPU, memory and restart time.",
         "",
-        f"| figure | {COLUMNS['kafka']} | {COLUMNS['osprey']} | {COLUMNS['osprey-nofsync']} "
-        "| ratio, default | ratio, like for like |",
-        "|---|---|---|---|---|---|",
+        "| figure | " + " | ".join(COLUMNS[v] for v in variants) + " | "
+        + " | ".join(RATIOS[v] for v in variants[1:]) + " |",
+        "|---|" + "---|" * (2 * len(variants) - 1),
     ]
     for figure in figures:
         better = "lower is better" if lower_is_better(figure) else "higher is better"
-        lines.append(f"| {figure} ({better}) | {cell(figure, 'kafka')} | {cell(figure, 'osprey')} "
-                     f"| {cell(figure, 'osprey-nofsync')} "
-                     f"| {ratio(figure, 'osprey')} | {ratio(figure, 'osprey-nofsync')} |")
-    lines += fsync_section(runs)
+        lines.append(f"| {figure} ({better}) | " + " | ".join(cell(figure, v) for v in variants) + " | "
+                     + " | ".join(ratio(figure, v) for v in variants[1:]) + " |")
+    lines += fsync_section(runs, "osprey", "osprey at its default durability")
+    lines += fsync_section(runs, "osprey-journal", "osprey with the commit journal for every topic")
     lines += cpu_section(runs)
     lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)", "",
               "Raw figures of every run: `raw.json`.", ""]
@@ -830,13 +843,14 @@ def write_report(opts, runs, started_at, out):
     return medians
 
 
-def fsync_section(runs):
-    """What osprey's fsyncs cost in each produce workload (its default durability), next
-    to what the disk does alone, measured before each of those brokers started."""
-    runs = [run for run in runs if run.get("fsyncs") and run["variant"] == "osprey"]
+def fsync_section(runs, variant, title):
+    """What the fsyncs of `variant` (an osprey that fsyncs before acknowledging) cost in
+    each produce workload, next to what the disk does alone, measured before each of
+    those brokers started."""
+    runs = [run for run in runs if run.get("fsyncs") and run["variant"] == variant]
     if not runs:
         return []
-    lines = ["", "## fsyncs of osprey at its default durability", "",
+    lines = ["", f"## fsyncs of {title}", "",
              "Per produce workload, medians over the repetitions (from the broker's "
              "`osprey_fsync_duration_seconds` histogram). The disk alone, "
              "measured before each broker started: "]
@@ -960,6 +974,8 @@ def main():
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--workdir", type=Path)
     parser.add_argument("--reps", type=int, help="override the mode's repetitions")
+    parser.add_argument("--variants", help="override the mode's brokers, comma-separated, kafka first: "
+                        + ", ".join(VARIANTS))
     parser.add_argument("--note", default="", help="a line for the report, e.g. what else ran")
     parser.add_argument("--from-raw", type=Path,
                         help="run nothing: rewrite the report and charts from this raw.json")
@@ -967,6 +983,11 @@ def main():
     opts.sizes = MODES[opts.mode]
     if opts.reps:
         opts.sizes = dataclasses.replace(opts.sizes, reps=opts.reps)
+    if opts.variants:
+        variants = tuple(opts.variants.split(","))
+        if variants[0] != "kafka" or not set(variants) <= set(VARIANTS):
+            parser.error(f"--variants: kafka first, then any of {', '.join(VARIANTS)}")
+        opts.sizes = dataclasses.replace(opts.sizes, variants=variants)
     if opts.from_raw:
         return report_from_raw(opts)
     if not (opts.kafka_lib and opts.osprey_bin and opts.workdir):

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Osprey against Apache Kafka 4.4, side by side, on this machine.
 #
-#   bench/run.sh full [--note "what else ran"] [--reps N]   # by hand: figures in bench/results/
+#   bench/run.sh full [--note "what else ran"] [--reps N] [--variants kafka,osprey,...]   # by hand: figures in bench/results/
 #   bench/run.sh quick                                      # smoke test (scripts/test.sh): seconds
 #   bench/run.sh cold [--reps N]                            # the restart and cold-log read alone
 #   bench/run.sh pinned [--note TEXT] [--reps N]            # full's workloads, broker on CPU 0, clients on CPU 1
@@ -23,7 +23,7 @@ case "$mode" in
     full) profile=release; out="$here/results"; bound_s=7200 ;;
     cold) profile=release; out="$here/results/cold"; bound_s=3600 ;;
     pinned) profile=release; out="$here/results/pinned"; bound_s=7200 ;;
-    *) echo "usage: bench/run.sh quick|full|cold|pinned [--note TEXT] [--reps N]" >&2; exit 2 ;;
+    *) echo "usage: bench/run.sh quick|full|cold|pinned [--note TEXT] [--reps N] [--variants kafka,...]" >&2; exit 2 ;;
 esac
 
 if [ "$profile" = release ]; then
