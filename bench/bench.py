@@ -108,6 +108,10 @@ COLUMNS = {"kafka": "Kafka", "osprey": "osprey (fsync, default)", "osprey-nofsyn
            "osprey-journal": "osprey (journal for every topic)"}
 RATIOS = {"osprey": "ratio, default", "osprey-nofsync": "ratio, like for like",
           "osprey-journal": "ratio, journal for every topic"}
+# The variants that fsync before acknowledging: the report's fsync section of each, next to
+# the disk's own fsync rate measured before each of their brokers starts.
+FSYNC_SECTIONS = {"osprey": "osprey at its default durability",
+                  "osprey-journal": "osprey with the commit journal for every topic"}
 
 
 class BenchError(Exception):
@@ -557,12 +561,12 @@ def run_session(opts, variant, rep, workdir):
     statistics}, the disk's own fsync rates measured before the broker started)."""
     figures = {}
     broker = make_broker(variant, workdir / f"{variant}-{rep}", opts)
-    disk = disk_fsync_rates(broker.root) if variant == "osprey" and opts.mode != "cold" else {}
+    disk = disk_fsync_rates(broker.root) if variant in FSYNC_SECTIONS and opts.mode != "cold" else {}
     try:
         broker.start()
         if opts.mode == "cold":
             restart_and_consume_cold(opts, broker, figures)
-            return figures, {}, disk
+            return figures, {}, {}, disk
         cpu_at_ready, _ = broker.usage()
         moved_bytes = produce_and_consume(opts, broker, figures)
         moved_bytes += librdkafka_workloads(opts, broker, figures)
@@ -830,8 +834,8 @@ def write_report(opts, runs, started_at, out):
         better = "lower is better" if lower_is_better(figure) else "higher is better"
         lines.append(f"| {figure} ({better}) | " + " | ".join(cell(figure, v) for v in variants) + " | "
                      + " | ".join(ratio(figure, v) for v in variants[1:]) + " |")
-    lines += fsync_section(runs, "osprey", "osprey at its default durability")
-    lines += fsync_section(runs, "osprey-journal", "osprey with the commit journal for every topic")
+    for variant, title in FSYNC_SECTIONS.items():
+        lines += fsync_section(runs, variant, title)
     lines += cpu_section(runs)
     lines += ["", "![throughput](throughput.png)", "", "![latency](latency.png)", "",
               "Raw figures of every run: `raw.json`.", ""]
@@ -852,14 +856,15 @@ def fsync_section(runs, variant, title):
         return []
     lines = ["", f"## fsyncs of {title}", "",
              "Per produce workload, medians over the repetitions (from the broker's "
-             "`osprey_fsync_duration_seconds` histogram). The disk alone, "
-             "measured before each broker started: "]
+             "`osprey_fsync_duration_seconds` histogram)."]
     disk = {}
     for run in runs:
         for writers, rate in run.get("disk fsyncs per second", {}).items():
             disk.setdefault(writers, []).append(rate)
-    lines[-1] += "; ".join(f"{median_cell(rates)} fdatasyncs/s of 16 KiB appends from {writers}"
-                           for writers, rates in disk.items()) + "."
+    if disk:  # measured for every fsyncing variant since 2026-12-07; not in older raw files
+        lines[-1] += " The disk alone, measured before each broker started: " + "; ".join(
+            f"{median_cell(rates)} fdatasyncs/s of 16 KiB appends from {writers}"
+            for writers, rates in disk.items()) + "."
     lines[-1] += (" Also per workload, from `osprey_request_duration_seconds{api=\"Produce\"}`: a Produce"
                   " request's mean time in the broker (frame read to response written) and how many"
                   " requests the broker held on average (that time summed over the workload's"
