@@ -206,9 +206,7 @@ class Broker:
     def usage(self):
         """(CPU seconds, peak resident bytes) of the broker process so far."""
         pid = self.proc.pid
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        ticks = os.sysconf("SC_CLK_TCK")
-        cpu_s = (int(fields[11]) + int(fields[12])) / ticks
+        cpu_s = stat_cpu_s(Path(f"/proc/{pid}/stat").read_text())
         hwm = 0
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
@@ -313,16 +311,21 @@ class OspreyBroker(Broker):
 
     def thread_cpu_s(self, prefix):
         """User + system CPU seconds of the broker's threads whose name starts with `prefix`."""
-        total = 0
+        total = 0.0
         for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
             try:
                 stat = (task / "stat").read_text()
             except FileNotFoundError:
                 continue  # the thread ended
             if stat[stat.index("(") + 1:stat.rindex(")")].startswith(prefix):
-                fields = stat.rsplit(")", 1)[1].split()
-                total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+                total += stat_cpu_s(stat)
+        return total
+
+
+def stat_cpu_s(stat):
+    """User + system CPU seconds from a /proc stat line (a process's or a thread's)."""
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_broker(variant, root, opts):
